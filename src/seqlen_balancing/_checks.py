@@ -1,0 +1,131 @@
+"""Argument checks shared by the public functions (pure Python, no torch import).
+
+Each check either returns the normalised value or raises ``TypeError`` (wrong type) or
+``ValueError`` (right type, value not allowed) with a message naming the parameter, the
+value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+def _integer_or_none(value: Any) -> int | None:
+    """Return ``value`` as a Python int if it is an integer (not a bool), else ``None``.
+
+    Accepts Python and NumPy integers and one-element integer tensors/arrays (anything with
+    ``.numel()``/``.size`` of 1, an integer ``dtype`` and ``.item()``).
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    dtype = getattr(value, "dtype", None)
+    item = getattr(value, "item", None)
+    if dtype is None or item is None:
+        return None
+    numel = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 0)
+    is_integer_dtype = getattr(dtype, "is_floating_point", True) is False and getattr(
+        dtype, "is_complex", True
+    ) is False
+    if not is_integer_dtype:
+        is_integer_dtype = str(dtype).startswith(("int", "uint"))
+    if numel != 1 or not is_integer_dtype or str(dtype) in ("torch.bool", "bool"):
+        return None
+    scalar = item()
+    return int(scalar) if isinstance(scalar, numbers.Integral) else None
+
+
+def describe(value: Any) -> str:
+    """A short, safe description of ``value`` for an error message."""
+    if isinstance(value, float) and math.isnan(value):
+        return "nan (float)"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def positive_int(value: Any, name: str) -> int:
+    """Return ``value`` as an int >= 1.
+
+    Raises:
+        TypeError: ``value`` is not an integer (bools, floats, strings, multi-element or
+            floating-point tensors are refused).
+        ValueError: ``value`` is an integer below 1.
+    """
+    as_int = _integer_or_none(value)
+    if as_int is None:
+        raise TypeError(
+            f"{name} must be a positive integer, got {describe(value)}; pass an int >= 1"
+        )
+    if as_int < 1:
+        raise ValueError(f"{name} must be a positive integer (>= 1), got {as_int}")
+    return as_int
+
+
+def optional_positive_int(value: Any, name: str) -> int | None:
+    """Like :func:`positive_int`, but ``None`` passes through unchanged."""
+    return None if value is None else positive_int(value, name)
+
+
+def non_negative_ints(values: Iterable[Any], name: str) -> list[int]:
+    """Return ``values`` as a list of non-negative Python ints.
+
+    Raises:
+        TypeError: an element is not an integer (floats and bools are refused).
+        ValueError: an element is negative; the message gives its index and value.
+    """
+    out: list[int] = []
+    for index, value in enumerate(values):
+        if isinstance(value, int) and not isinstance(value, bool):
+            as_int: int | None = value
+        else:
+            as_int = _integer_or_none(value)
+        if as_int is None:
+            raise TypeError(
+                f"{name}[{index}] must be an integer number of tokens, got {describe(value)}"
+            )
+        if as_int < 0:
+            raise ValueError(
+                f"{name}[{index}] is {as_int}; lengths and workloads must be >= 0"
+            )
+        out.append(as_int)
+    return out
+
+
+def k_partitions_in_range(k_partitions: Any, n_items: int, what: str = "items") -> int:
+    """Return ``k_partitions`` as an int in ``1..n_items``.
+
+    Raises:
+        TypeError: ``k_partitions`` is not an integer.
+        ValueError: ``k_partitions`` is outside ``1..n_items``.
+    """
+    k = _integer_or_none(k_partitions)
+    if k is None:
+        raise TypeError(f"k_partitions must be an integer, got {describe(k_partitions)}")
+    if not 1 <= k <= n_items:
+        if n_items == 0:
+            raise ValueError(f"cannot partition an empty list of {what} (k_partitions={k})")
+        raise ValueError(
+            f"k_partitions must be in 1..{n_items} (one partition needs at least one of the "
+            f"{n_items} {what}), got {k}"
+        )
+    return k
+
+
+def as_list(values: Any, name: str) -> Sequence[Any]:
+    """Return a sequence view of ``values`` (a list, tuple, or anything with ``tolist``)."""
+    if isinstance(values, (list, tuple)):
+        return values
+    tolist = getattr(values, "tolist", None)
+    if callable(tolist):
+        converted = tolist()
+        if isinstance(converted, list):
+            return converted
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a sequence of integers, got {describe(values)}")
+    return list(values)

@@ -1,0 +1,167 @@
+"""How DP ranks agree on one micro-batch count with a single element-wise MAX (no torch).
+
+Each rank encodes its :class:`~seqlen_balancing.planner.RankAnalysis` into a vector of
+:data:`VECTOR_SIZE` int64 values; the group reduces the vectors with MAX (one
+``all_reduce`` in :mod:`seqlen_balancing.distributed`, or :func:`combine` in one process);
+every rank decodes the same reduced vector and so reaches the same verdict:
+
+* slot 0, the error key: 0 without an error, else ``1 << 24 | (2**20-1-rank) << 4 | code``,
+  so MAX picks an error over none and, among errors, the lowest rank at fault;
+* slots 1-5, the error's integers, each stored as ``error key << 38 | value``: the key in
+  the high bits makes MAX take every integer from the rank whose error won;
+* slot 6, ``count << 20 | (2**20-1-rank)``: the largest needed count and the lowest rank
+  needing it;
+* slot 7, ``-groups << 20 | (2**20-1-rank)``: the fewest samples/groups and its rank.
+
+The agreed count is the largest needed count rounded up to ``num_batches_divided_by``; if a
+rank has fewer samples/groups than that, every rank raises the same ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from seqlen_balancing.errors import N_ERROR_VALUES, ErrorCode, PlanError
+from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, build_plan
+
+__all__ = [
+    "VECTOR_SIZE",
+    "combine",
+    "decode",
+    "encode",
+    "plan_data_parallel",
+]
+
+_RANK_BITS = 20
+_RANK_MASK = (1 << _RANK_BITS) - 1
+_CODE_BITS = 4
+_VALUE_BITS = 38
+_VALUE_MASK = (1 << _VALUE_BITS) - 1
+_NO_GROUPS = -(1 << 62)  # slot 7 of a rank with an error: never the MAX
+
+#: Length of the int64 vector each rank contributes.
+VECTOR_SIZE = 3 + N_ERROR_VALUES
+
+
+def encode(analysis: RankAnalysis, rank: int) -> list[int]:
+    """The vector rank ``rank`` contributes to the MAX reduction.
+
+    Args:
+        analysis: this rank's :func:`~seqlen_balancing.planner.analyse` result.
+        rank: this rank's index in the DP group, ``0 <= rank < 2**20``.
+
+    Returns:
+        :data:`VECTOR_SIZE` ints, each within int64.
+
+    Raises:
+        ValueError: ``rank`` is outside ``0..2**20-1``.
+    """
+    if not 0 <= rank <= _RANK_MASK:
+        raise ValueError(f"DP rank must be in 0..{_RANK_MASK}, got {rank}")
+    tag = _RANK_MASK - rank
+    vector = [0] * VECTOR_SIZE
+    if analysis.error is not None:
+        key = 1 << (_RANK_BITS + _CODE_BITS) | tag << _CODE_BITS | int(analysis.error.code)
+        vector[0] = key
+        for slot, value in enumerate(analysis.error.padded(), start=1):
+            vector[slot] = key << _VALUE_BITS | min(max(value, 0), _VALUE_MASK)
+        vector[6] = 0
+        vector[7] = _NO_GROUPS
+    else:
+        vector[6] = analysis.min_count << _RANK_BITS | tag
+        vector[7] = -analysis.n_groups << _RANK_BITS | tag
+    return vector
+
+
+def combine(vectors: Sequence[Sequence[int]]) -> list[int]:
+    """Element-wise MAX of the ranks' vectors: what ``all_reduce(op=MAX)`` computes."""
+    return [max(column) for column in zip(*vectors, strict=True)]
+
+
+def decode(reduced: Sequence[int], num_batches_divided_by: int = 1) -> tuple[int, PlanError | None, int]:
+    """The verdict every rank reads from the reduced vector.
+
+    Args:
+        reduced: the element-wise MAX of all ranks' :func:`encode` vectors.
+        num_batches_divided_by: the agreed count is rounded up to a multiple of this.
+
+    Returns:
+        ``(count, None, -1)`` when every rank can plan ``count`` micro-batches, else
+        ``(0, error, rank at fault)``.
+    """
+    key = reduced[0]
+    if key:
+        code = ErrorCode(key & ((1 << _CODE_BITS) - 1))
+        rank = _RANK_MASK - ((key >> _CODE_BITS) & _RANK_MASK)
+        values = tuple(v & _VALUE_MASK for v in reduced[1 : 1 + N_ERROR_VALUES])
+        return 0, PlanError(code, values), rank
+    needed, rank_needing = reduced[6] >> _RANK_BITS, _RANK_MASK - (reduced[6] & _RANK_MASK)
+    groups, rank_fewest = -(reduced[7] >> _RANK_BITS), _RANK_MASK - (reduced[7] & _RANK_MASK)
+    count, error = agreed_count(needed, groups, num_batches_divided_by, rank_needing)
+    return (0, error, rank_fewest) if error is not None else (count, None, -1)
+
+
+def plan_data_parallel(
+    seq_lens_per_rank: Sequence[Sequence[int]],
+    max_token_len: int,
+    *,
+    same_micro_num_in_dp: bool = True,
+    num_batches_divided_by: int | None = None,
+    min_num_micro_batch: int | None = None,
+    force_group_size: int = 1,
+    use_dynamic_bsz_balance: bool = True,
+) -> list[list[list[int]]]:
+    """Plan every DP rank's micro-batches in one process, with the real agreement rule.
+
+    What :func:`~seqlen_balancing.rearrange_micro_batches` does on each rank of a DP group
+    (same encoding, MAX and decoding), without ``torch.distributed``: useful for tools,
+    tests and capacity planning.
+
+    Args:
+        seq_lens_per_rank: for each DP rank, its samples' effective lengths in tokens.
+        max_token_len: hard cap in tokens per micro-batch.
+        same_micro_num_in_dp: if True, every rank gets the same count (the largest needed,
+            rounded up to ``num_batches_divided_by``); else each rank plans alone.
+        num_batches_divided_by: round every count up to a multiple of this.
+        min_num_micro_batch: at least this many micro-batches per rank.
+        force_group_size: consecutive samples that must share a micro-batch.
+        use_dynamic_bsz_balance: verl's ordering (lightest micro-batches at both ends).
+
+    Returns:
+        For each rank, its micro-batches as lists of that rank's sample indices.
+
+    Raises:
+        TypeError, ValueError: as on a real DP group: the message names the rank at fault
+            (the lowest one, when several are).
+
+    Example:
+        >>> plans = plan_data_parallel([[95] * 5, [20] * 5], 100)
+        >>> [len(p) for p in plans]
+        [5, 5]
+    """
+    kwargs: dict[str, Any] = {
+        "force_group_size": force_group_size,
+        "min_num_micro_batch": min_num_micro_batch,
+        "num_batches_divided_by": num_batches_divided_by,
+    }
+    analyses = [analyse(lens, max_token_len, **kwargs) for lens in seq_lens_per_rank]
+    if not analyses:
+        raise ValueError("seq_lens_per_rank is empty; pass one list of lengths per DP rank")
+    divisor = analyses[0].num_batches_divided_by
+    if same_micro_num_in_dp:
+        reduced = combine([encode(a, rank) for rank, a in enumerate(analyses)])
+        count, error, rank = decode(reduced, divisor)
+        if error is not None:
+            raise error.exception(rank)
+        return [build_plan(a, count, use_dynamic_bsz_balance) for a in analyses]
+    plans = []
+    for rank, a in enumerate(analyses):
+        error = a.error
+        count = 0
+        if error is None:
+            count, error = agreed_count(a.min_count, a.n_groups, a.num_batches_divided_by)
+        if error is not None:
+            raise error.exception(rank)
+        plans.append(build_plan(a, count, use_dynamic_bsz_balance))
+    return plans

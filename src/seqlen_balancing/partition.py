@@ -1,0 +1,398 @@
+"""Number partitioning on plain integer lists: Karmarkar-Karp, greedy, balanced partitions.
+
+These functions split ``n`` items (sequence lengths in tokens, or workloads) into ``k``
+partitions whose sums are as equal as possible. They know nothing about a token cap; the
+cap-respecting packing lives in :mod:`seqlen_balancing.packing`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from seqlen_balancing._checks import as_list, k_partitions_in_range, non_negative_ints
+
+__all__ = [
+    "WORKLOAD_LINEAR_COEF",
+    "ceildiv",
+    "get_group_balanced_partitions",
+    "get_reverse_idx",
+    "get_seqlen_balanced_partitions",
+    "greedy_partition",
+    "karmarkar_karp",
+    "log_seqlen_unbalance",
+    "roundup_divisible",
+    "workload",
+]
+
+#: Linear coefficient of verl's per-sequence cost model ``24576 * s + s**2``.
+WORKLOAD_LINEAR_COEF = 24576
+
+
+def workload(seq_len: int) -> int:
+    """Cost of one sequence of ``seq_len`` tokens in verl's model: ``24576*s + s**2``.
+
+    The linear term stands for the MLP/projection FLOPs, the square for attention.
+
+    Args:
+        seq_len: sequence length in tokens (>= 0).
+
+    Returns:
+        The workload (an exact Python int, no overflow).
+
+    Example:
+        >>> workload(1000)
+        25576000
+    """
+    return WORKLOAD_LINEAR_COEF * seq_len + seq_len * seq_len
+
+
+def ceildiv(a: int, b: int) -> int:
+    """Ceiling of ``a / b`` for integers, as verl's ``ceildiv``.
+
+    Example:
+        >>> ceildiv(7, 2), ceildiv(8, 2)
+        (4, 4)
+    """
+    return -(a // -b)
+
+
+def roundup_divisible(a: int, b: int) -> int:
+    """Smallest multiple of ``b`` that is ``>= a``, as verl's ``roundup_divisible``.
+
+    Example:
+        >>> roundup_divisible(5, 4), roundup_divisible(8, 4)
+        (8, 8)
+    """
+    return ceildiv(a, b) * b
+
+
+def get_reverse_idx(idx_map: Sequence[int] | Any) -> list[int]:
+    """Inverse of a permutation: ``out[idx_map[i]] == i``.
+
+    Use it to put rows back in their original order after concatenating micro-batches:
+    ``torch.cat(micro_batches)[get_reverse_idx(flat_indices)]``.
+
+    Args:
+        idx_map: a permutation of ``range(n)`` (list, tuple or 1-D tensor).
+
+    Returns:
+        The inverse permutation, a list of ``n`` ints.
+
+    Raises:
+        TypeError: an element is not an integer.
+        ValueError: ``idx_map`` is not a permutation of ``range(n)`` (a repeated, missing,
+            negative or too large index).
+
+    Complexity: O(n).
+
+    Example:
+        >>> get_reverse_idx([2, 0, 1])
+        [1, 2, 0]
+    """
+    values = non_negative_ints(as_list(idx_map, "idx_map"), "idx_map")
+    n = len(values)
+    reverse = [-1] * n
+    for position, index in enumerate(values):
+        if index >= n:
+            raise ValueError(
+                f"idx_map is not a permutation of range({n}): idx_map[{position}] = {index}"
+            )
+        if reverse[index] != -1:
+            raise ValueError(
+                f"idx_map is not a permutation of range({n}): index {index} appears at "
+                f"positions {reverse[index]} and {position}"
+            )
+        reverse[index] = position
+    return reverse
+
+
+def _checked_items(seqlen_list: Any, k_partitions: Any, equal_size: bool) -> tuple[list[int], int]:
+    values = non_negative_ints(as_list(seqlen_list, "seqlen_list"), "seqlen_list")
+    k = k_partitions_in_range(k_partitions, len(values))
+    if equal_size and len(values) % k != 0:
+        raise ValueError(
+            f"equal_size=True needs len(seqlen_list) divisible by k_partitions, got "
+            f"{len(values)} items and k_partitions={k}; pass equal_size=False or pad the list"
+        )
+    return values, k
+
+
+def _expand(node: int, n_leaves: int, children: list[tuple[int, int]]) -> list[int]:
+    """Leaves (item indices) under ``node`` of the merge forest."""
+    leaves: list[int] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current < n_leaves:
+            leaves.append(current)
+        else:
+            left, right = children[current - n_leaves]
+            stack.append(left)
+            stack.append(right)
+    return leaves
+
+
+def _largest_differencing(values: list[int], k: int, equal_size: bool) -> list[list[int]]:
+    """Karmarkar-Karp for ``k`` partitions; ``values`` already checked."""
+    n = len(values)
+    order = sorted(range(n), key=lambda i: (-values[i], i))
+    # A state is a list of parts (sum, node) sorted by sum, largest first. Parts that hold
+    # no item are left out (implicit zeros), so a merge costs O(parts), not O(k).
+    children: list[tuple[int, int]] = []
+    heap: list[tuple[int, int, list[tuple[int, int]]]] = []
+    if equal_size:
+        for seq, start in enumerate(range(0, n, k)):
+            parts = [(values[i], i) for i in order[start : start + k]]
+            heap.append((-(parts[0][0] - parts[-1][0]), seq, parts))
+    else:
+        for seq, i in enumerate(order):
+            heap.append((-values[i] if k > 1 else 0, seq, [(values[i], i)]))
+    heapq.heapify(heap)
+    seq = len(heap)
+    while len(heap) > 1:
+        _, _, first = heapq.heappop(heap)
+        _, _, second = heapq.heappop(heap)
+        a, b = len(first), len(second)
+        if a + b <= k:
+            merged = first + second
+        else:
+            merged = []
+            # Pair the i-th largest part of one state with the i-th smallest of the other.
+            for i in range(k):
+                j = k - 1 - i
+                if i < a and j < b:
+                    node = n + len(children)
+                    children.append((first[i][1], second[j][1]))
+                    merged.append((first[i][0] + second[j][0], node))
+                elif i < a:
+                    merged.append(first[i])
+                else:
+                    merged.append(second[j])
+        merged.sort(reverse=True)
+        low = merged[-1][0] if len(merged) == k else 0
+        heapq.heappush(heap, (-(merged[0][0] - low), seq, merged))
+        seq += 1
+    final = heap[0][2]
+    return [_expand(node, n, children) for _, node in final]
+
+
+def karmarkar_karp(
+    seqlen_list: Sequence[int] | Any, k_partitions: int, equal_size: bool
+) -> list[list[int]]:
+    """Split item indices into ``k_partitions`` parts of near-equal sums (largest differencing).
+
+    The k-way largest differencing method: every item starts as a state of one non-empty
+    part; the two states with the largest spread (max part - min part) are merged by
+    joining the largest part of one with the smallest part of the other, until one state is
+    left. With ``equal_size`` the initial states are the sorted items in runs of ``k``, so
+    every part ends with ``n / k`` items. Empty parts are kept implicit, so a merge costs
+    O(non-empty parts) rather than O(k).
+
+    Args:
+        seqlen_list: ``n`` non-negative integers (tokens or workloads), one per item.
+        k_partitions: number of partitions, ``1 <= k_partitions <= n``.
+        equal_size: if True, every partition gets exactly ``n / k_partitions`` items.
+
+    Returns:
+        ``k_partitions`` lists of item indices (each non-empty, together an exact cover of
+        ``range(n)``), in the order of the final state (largest sum first); indices inside a
+        partition are in merge order, not sorted.
+
+    Raises:
+        TypeError: an item or ``k_partitions`` is not an integer.
+        ValueError: an item is negative, ``k_partitions`` is outside ``1..n``, or
+            ``equal_size`` is True and ``n`` is not divisible by ``k_partitions``.
+
+    Complexity: O(n log n + n k) time in the worst case, O(n + k) memory for the states.
+
+    References:
+        N. Karmarkar and R. M. Karp, "The differencing method of set partitioning", 1982.
+        R. E. Korf, "A complete anytime algorithm for number partitioning", 1998.
+
+    Example:
+        >>> sorted(sorted(p) for p in karmarkar_karp([8, 7, 6, 5, 4], 2, equal_size=False))
+        [[0, 3, 4], [1, 2]]
+    """
+    values, k = _checked_items(seqlen_list, k_partitions, equal_size)
+    return _largest_differencing(values, k, equal_size)
+
+
+def greedy_partition(
+    seqlen_list: Sequence[int] | Any, k_partitions: int, equal_size: bool
+) -> list[list[int]]:
+    """Longest-processing-time greedy: each item, largest first, goes to the lightest part.
+
+    Args:
+        seqlen_list: ``n`` non-negative integers, one per item.
+        k_partitions: number of partitions, ``1 <= k_partitions <= n``.
+        equal_size: if True, a part stops taking items once it holds ``n / k`` of them.
+
+    Returns:
+        ``k_partitions`` lists of item indices, an exact cover of ``range(n)``, each in the
+        order the items were placed.
+
+    Raises:
+        TypeError: an item or ``k_partitions`` is not an integer.
+        ValueError: an item is negative, ``k_partitions`` is outside ``1..n``, or
+            ``equal_size`` is True and ``n`` is not divisible by ``k_partitions``.
+
+    Complexity: O(n log n + n log k).
+
+    References:
+        R. L. Graham, "Bounds on multiprocessing timing anomalies", 1969 (LPT rule).
+
+    Example:
+        >>> greedy_partition([5, 1, 4, 2], 2, equal_size=True)
+        [[0, 1], [2, 3]]
+    """
+    values, k = _checked_items(seqlen_list, k_partitions, equal_size)
+    per_part = len(values) // k
+    parts: list[list[int]] = [[] for _ in range(k)]
+    heap = [(0, p) for p in range(k)]
+    for i in sorted(range(len(values)), key=lambda i: (-values[i], i)):
+        total, p = heapq.heappop(heap)
+        parts[p].append(i)
+        if not equal_size or len(parts[p]) < per_part:
+            heapq.heappush(heap, (total + values[i], p))
+    return parts
+
+
+def get_seqlen_balanced_partitions(
+    seqlen_list: Sequence[int] | Any, k_partitions: int, equal_size: bool
+) -> list[list[int]]:
+    """Balanced partition of item indices, each part non-empty and sorted (verl's contract).
+
+    Runs :func:`karmarkar_karp` and sorts the indices inside every partition, as verl does.
+    Used to split a global batch across DP ranks (``equal_size=True``) or a rank's batch
+    into micro-batches by workload.
+
+    Args:
+        seqlen_list: ``n`` non-negative integers (tokens or workloads), one per item.
+        k_partitions: number of partitions, ``1 <= k_partitions <= n``.
+        equal_size: if True, every partition holds exactly ``n / k_partitions`` items.
+
+    Returns:
+        ``k_partitions`` non-empty, disjoint lists of indices, each sorted ascending,
+        together covering ``range(n)``.
+
+    Raises:
+        TypeError: an item or ``k_partitions`` is not an integer.
+        ValueError: empty list, ``k_partitions`` outside ``1..n``, a negative item, or
+            ``equal_size`` with ``n`` not divisible by ``k_partitions``.
+
+    Complexity: O(n log n + n k).
+
+    Example:
+        >>> get_seqlen_balanced_partitions([3, 1, 2, 2], 2, equal_size=True)
+        [[0, 1], [2, 3]]
+    """
+    return [sorted(part) for part in karmarkar_karp(seqlen_list, k_partitions, equal_size)]
+
+
+def get_group_balanced_partitions(
+    seqlen_list: Sequence[int] | Any, uid_list: Sequence[Hashable] | Any, k_partitions: int
+) -> list[list[int]]:
+    """Balanced partitions that keep every uid group (e.g. a GRPO prompt's responses) whole.
+
+    A group is the set of all indices that share one uid, wherever they stand in the list
+    (rows of one prompt are usually contiguous, but repeats further on join the same group).
+    Groups are balanced by their total length with Karmarkar-Karp.
+
+    Args:
+        seqlen_list: ``n`` non-negative integers (tokens), one per sample.
+        uid_list: ``n`` hashable group ids, one per sample.
+        k_partitions: number of partitions, ``1 <= k_partitions <= number of groups``.
+
+    Returns:
+        ``k_partitions`` non-empty lists of sample indices, each sorted ascending; every
+        group lies inside one partition.
+
+    Raises:
+        TypeError: a length or ``k_partitions`` is not an integer, or a uid is unhashable.
+        ValueError: ``uid_list`` and ``seqlen_list`` differ in length, a length is negative,
+            or ``k_partitions`` is outside ``1..number of groups``.
+
+    Complexity: O(n + g log g + g k) for ``g`` groups.
+
+    Example:
+        >>> get_group_balanced_partitions([4, 4, 1, 1, 3, 3], ["a", "a", "b", "b", "c", "c"], 2)
+        [[0, 1], [2, 3, 4, 5]]
+    """
+    values = non_negative_ints(as_list(seqlen_list, "seqlen_list"), "seqlen_list")
+    uids = as_list(uid_list, "uid_list")
+    if len(uids) != len(values):
+        raise ValueError(
+            f"uid_list has {len(uids)} entries but seqlen_list has {len(values)}; "
+            "pass one uid per sample"
+        )
+    group_of: dict[Hashable, int] = {}
+    members: list[list[int]] = []
+    for index, uid in enumerate(uids):
+        try:
+            group = group_of.setdefault(uid, len(members))
+        except TypeError as exc:
+            raise TypeError(f"uid_list[{index}] is not hashable: {exc}") from None
+        if group == len(members):
+            members.append([])
+        members[group].append(index)
+    k = k_partitions_in_range(k_partitions, len(members), what="uid groups")
+    totals = [sum(values[i] for i in group) for group in members]
+    parts = _largest_differencing(totals, k, equal_size=False)
+    return [sorted(i for g in part for i in members[g]) for part in parts]
+
+
+def log_seqlen_unbalance(
+    seqlen_list: Sequence[int] | Any, partitions: Sequence[Sequence[int]], prefix: str
+) -> dict[str, float]:
+    """Balance metrics of ``partitions`` against contiguous, equal-count chunks (verl's keys).
+
+    The "unbalanced" baseline cuts ``seqlen_list`` into ``len(partitions)`` contiguous chunks
+    of ``n // k`` items (as the data arrived); the "balanced" figures are the partition sums.
+
+    Args:
+        seqlen_list: ``n`` non-negative integers (tokens), one per item.
+        partitions: ``k >= 1`` lists of indices into ``seqlen_list``.
+        prefix: key prefix, e.g. ``"global_seqlen"``.
+
+    Returns:
+        ``{prefix}/min``, ``/max``, ``/minmax_diff`` (contiguous chunks, in tokens),
+        ``/balanced_min``, ``/balanced_max`` (partition sums, in tokens) and ``/mean``
+        (total tokens / k).
+
+    Raises:
+        ValueError: no partitions, fewer items than partitions, a negative length, or an
+            index outside ``range(n)``.
+
+    Complexity: O(n).
+
+    Example:
+        >>> log_seqlen_unbalance([1, 2, 3, 4], [[0, 3], [1, 2]], "s")["s/minmax_diff"]
+        4
+    """
+    values = non_negative_ints(as_list(seqlen_list, "seqlen_list"), "seqlen_list")
+    k = len(partitions)
+    if k == 0 or len(values) < k:
+        raise ValueError(
+            f"need at least one partition and no more partitions than items, got "
+            f"{k} partitions for {len(values)} items"
+        )
+    chunk = len(values) // k
+    chunk_sums = [sum(values[start : start + chunk]) for start in range(0, len(values), chunk)]
+    balanced: list[int] = []
+    for part in partitions:
+        total = 0
+        for index in part:
+            if not 0 <= index < len(values):
+                raise ValueError(f"partition index {index} is outside range({len(values)})")
+            total += values[index]
+        balanced.append(total)
+    return {
+        f"{prefix}/min": min(chunk_sums),
+        f"{prefix}/max": max(chunk_sums),
+        f"{prefix}/minmax_diff": max(chunk_sums) - min(chunk_sums),
+        f"{prefix}/balanced_min": min(balanced),
+        f"{prefix}/balanced_max": max(balanced),
+        f"{prefix}/mean": sum(chunk_sums) / k,
+    }

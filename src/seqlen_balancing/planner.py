@@ -1,0 +1,416 @@
+"""The micro-batch plan of one rank, on plain integer lists (no torch).
+
+Steps, each a function here:
+
+1. :func:`analyse` checks the arguments and lengths, forms the ``force_group_size`` groups
+   and finds the smallest micro-batch count this library can reach under the cap
+   (between the Martello-Toth L2 bound and a best-fit-decreasing packing). It never raises
+   for bad input: it records a :class:`~seqlen_balancing.errors.PlanError`, so that a DP
+   group can agree on it before anyone raises.
+2. :func:`agreed_count` rounds a needed count up to ``num_batches_divided_by`` and checks
+   that every micro-batch can get a sample.
+3. :func:`build_plan` builds the best-balanced plan with exactly that many micro-batches and
+   orders it.
+
+:func:`plan_micro_batches` runs all three for one rank.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from seqlen_balancing._checks import _integer_or_none, describe
+from seqlen_balancing.errors import Argument, ErrorCode, PlanError
+from seqlen_balancing.packing import (
+    best_fit_decreasing,
+    l2_lower_bound,
+    reduce_bins,
+    split_to_count,
+)
+from seqlen_balancing.partition import _largest_differencing, roundup_divisible, workload
+
+__all__ = [
+    "RankAnalysis",
+    "agreed_count",
+    "analyse",
+    "build_plan",
+    "order_micro_batches",
+    "plan_micro_batches",
+]
+
+
+@dataclass
+class RankAnalysis:
+    """What one rank knows about its batch before the DP group agrees on a count.
+
+    Attributes:
+        error: why this rank cannot plan, or ``None``.
+        max_token_len: the cap in tokens (0 when the cap itself is invalid).
+        force_group_size: samples per forced group (1: every sample is its own group).
+        num_batches_divided_by: the count must be a multiple of this (1 when not given).
+        n_samples: samples on this rank.
+        group_sizes: tokens per group, ``n_samples / force_group_size`` entries.
+        group_workloads: verl workload per group (sum over its samples).
+        lower_bound: ``max(L2 bound, min_num_micro_batch, 1)`` micro-batches.
+        min_count: the smallest count this rank reached under the cap (0 on error).
+    """
+
+    error: PlanError | None
+    max_token_len: int = 0
+    force_group_size: int = 1
+    num_batches_divided_by: int = 1
+    n_samples: int = 0
+    group_sizes: list[int] = field(default_factory=list)
+    group_workloads: list[int] = field(default_factory=list)
+    lower_bound: int = 0
+    min_count: int = 0
+    # Packing over groups with ``min_count`` bins, and the balanced plan at that count when
+    # Karmarkar-Karp already fitted the cap (saves a second run).
+    _packing: list[list[int]] = field(default_factory=list, repr=False)
+    _balanced: list[list[int]] | None = field(default=None, repr=False)
+
+    @property
+    def n_groups(self) -> int:
+        """Number of forced groups (samples when ``force_group_size`` is 1)."""
+        return len(self.group_sizes)
+
+
+def _argument_error(value: Any, argument: Argument, optional: bool) -> tuple[PlanError | None, int]:
+    if value is None and optional:
+        return None, 1
+    as_int = _integer_or_none(value)
+    if as_int is None:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 0, 0), describe(value)), 0
+    if as_int < 1:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 1, -as_int)), 0
+    return None, as_int
+
+
+def _lengths(seq_lens: Sequence[Any]) -> tuple[PlanError | None, list[int]]:
+    out: list[int] = []
+    for index, value in enumerate(seq_lens):
+        as_int = value if type(value) is int else _integer_or_none(value)
+        if as_int is None:
+            return PlanError(ErrorCode.BAD_LENGTH, (index, 0, 0), describe(value)), []
+        if as_int < 0:
+            return PlanError(ErrorCode.BAD_LENGTH, (index, 1, -as_int)), []
+        out.append(as_int)
+    return None, out
+
+
+def _over_cap(sizes: list[int], cap: int, code: ErrorCode, stride: int) -> PlanError | None:
+    over = [i for i, size in enumerate(sizes) if size > cap]
+    if not over:
+        return None
+    largest = max(sizes[i] for i in over)
+    return PlanError(code, (sizes[over[0]], over[0] * stride, cap, len(over), largest))
+
+
+def _fits(bins: list[list[int]], sizes: list[int], cap: int) -> bool:
+    return all(sum(sizes[i] for i in b) <= cap for b in bins)
+
+
+def analyse(
+    seq_lens: Sequence[Any],
+    max_token_len: Any,
+    *,
+    force_group_size: Any = 1,
+    min_num_micro_batch: Any = None,
+    num_batches_divided_by: Any = None,
+) -> RankAnalysis:
+    """Check one rank's input and find its smallest micro-batch count under the cap.
+
+    Never raises for bad input; the reason is returned in ``error`` so that the DP group
+    can agree on it first (see :mod:`seqlen_balancing.agreement`).
+
+    Count search: ``L = max(L2 bound, min_num_micro_batch, 1)``; best-fit decreasing gives
+    ``U``. If ``U > L``, Karmarkar-Karp on workloads is tried once at ``L`` and then an
+    exchange local search (:func:`~seqlen_balancing.packing.reduce_bins`) works from ``U``
+    down towards ``L``. Every count between the result and the number of groups is
+    feasible, since splitting a micro-batch never breaks the cap.
+
+    Args:
+        seq_lens: effective length in tokens of each sample on this rank.
+        max_token_len: cap in tokens per micro-batch.
+        force_group_size: consecutive samples that must share a micro-batch.
+        min_num_micro_batch: lower limit on the count, or ``None``.
+        num_batches_divided_by: the final count must be a multiple of this, or ``None``.
+
+    Returns:
+        A :class:`RankAnalysis`.
+
+    Complexity: O(n log n) for the bounds and best-fit decreasing, plus the bounded local
+    search when best-fit decreasing misses the bound.
+    """
+    checks = (
+        (max_token_len, Argument.MAX_TOKEN_LEN, False),
+        (force_group_size, Argument.FORCE_GROUP_SIZE, False),
+        (min_num_micro_batch, Argument.MIN_NUM_MICRO_BATCH, True),
+        (num_batches_divided_by, Argument.NUM_BATCHES_DIVIDED_BY, True),
+    )
+    ints: list[int] = []
+    for value, argument, optional in checks:
+        error, as_int = _argument_error(value, argument, optional)
+        if error is not None:
+            return RankAnalysis(error)
+        ints.append(as_int)
+    cap, group, floor, divisor = ints
+    result = RankAnalysis(None, cap, group, divisor)
+    error, lengths = _lengths(seq_lens)
+    if error is None and not lengths:
+        error = PlanError(ErrorCode.EMPTY_BATCH)
+    if error is None and len(lengths) % group:
+        error = PlanError(ErrorCode.NOT_DIVISIBLE, (len(lengths), group))
+    if error is None:
+        error = _over_cap(lengths, cap, ErrorCode.SAMPLE_OVER_CAP, 1)
+    if error is not None:
+        result.error = error
+        return result
+    result.n_samples = len(lengths)
+    sizes = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
+    result.group_sizes = sizes
+    result.group_workloads = [
+        sum(workload(s) for s in lengths[g : g + group]) for g in range(0, len(lengths), group)
+    ]
+    if group > 1:
+        result.error = _over_cap(sizes, cap, ErrorCode.GROUP_OVER_CAP, group)
+    if result.error is None and min_num_micro_batch is not None and floor > len(sizes):
+        result.error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(sizes)))
+    if result.error is not None:
+        return result
+    _search_count(result, floor if min_num_micro_batch is not None else 1)
+    return result
+
+
+def _search_count(result: RankAnalysis, floor: int) -> None:
+    sizes, cap = result.group_sizes, result.max_token_len
+    n = len(sizes)
+    lower = min(max(l2_lower_bound(sizes, cap), floor, 1), n)
+    result.lower_bound = lower
+    packing = best_fit_decreasing(sizes, cap)
+    if len(packing) > lower:
+        kk = _largest_differencing(result.group_workloads, lower, equal_size=False)
+        if _fits(kk, sizes, cap):
+            result._balanced = kk
+            packing = kk
+        else:
+            packing = reduce_bins(sizes, cap, packing, target=lower)
+    if len(packing) < lower:
+        packing = split_to_count(sizes, packing, lower)
+    result.min_count = len(packing)
+    result._packing = packing
+
+
+def agreed_count(
+    needed: int, n_groups: int, num_batches_divided_by: int = 1, rank_needing: int = -1
+) -> tuple[int, PlanError | None]:
+    """Round ``needed`` up to a multiple of ``num_batches_divided_by`` and check it.
+
+    Args:
+        needed: micro-batches the cap (and ``min_num_micro_batch``) needs; on a DP group,
+            the largest over the ranks.
+        n_groups: samples/groups available (on a DP group, the fewest over the ranks).
+        num_batches_divided_by: the count must be a multiple of this.
+        rank_needing: DP rank that needed ``needed``, named in the error (-1: none).
+
+    Returns:
+        ``(count, None)``, or ``(0, error)`` when the count exceeds ``n_groups`` (a
+        micro-batch cannot be empty).
+
+    Example:
+        >>> agreed_count(5, 8, 4)
+        (8, None)
+    """
+    count = roundup_divisible(needed, num_batches_divided_by)
+    if count > n_groups:
+        return 0, PlanError(ErrorCode.COUNT_ABOVE_GROUPS, (count, n_groups, needed, rank_needing))
+    return count, None
+
+
+def _lpt_with_cap(
+    sizes: list[int], workloads: list[int], cap: int, count: int
+) -> list[list[int]] | None:
+    """Heaviest group first into the lightest micro-batch (by workload) that has room."""
+    bins: list[list[int]] = [[] for _ in range(count)]
+    room = [cap] * count
+    heap = [(0, 0, b) for b in range(count)]  # (workload, groups, bin): empty bins first
+    for g in sorted(range(len(sizes)), key=lambda g: (-workloads[g], -sizes[g], g)):
+        skipped = []
+        while heap and room[heap[0][2]] < sizes[g]:
+            skipped.append(heapq.heappop(heap))
+        if not heap:
+            return None
+        load, members, b = heapq.heappop(heap)
+        bins[b].append(g)
+        room[b] -= sizes[g]
+        heapq.heappush(heap, (load + workloads[g], members + 1, b))
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+    return bins
+
+
+def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
+    sizes, workloads, cap = result.group_sizes, result.group_workloads, result.max_token_len
+    if count == result.min_count and result._balanced is not None:
+        return result._balanced
+    if count == len(sizes):
+        return [[g] for g in range(count)]
+    kk = _largest_differencing(workloads, count, equal_size=False)
+    if _fits(kk, sizes, cap):
+        return kk
+    lpt = _lpt_with_cap(sizes, workloads, cap, count)
+    if lpt is not None:
+        return lpt
+    return split_to_count(sizes, result._packing, count)
+
+
+def order_micro_batches(
+    micro_batches: list[list[int]], workloads: Sequence[int], use_dynamic_bsz_balance: bool
+) -> list[list[int]]:
+    """Order micro-batches (lists of sample indices) as verl does.
+
+    With ``use_dynamic_bsz_balance``: sorted by workload, then the 1st, 3rd, 5th, ...
+    lightest from the front and the 2nd, 4th, ... from the back, so the lightest
+    micro-batches sit at both ends and the heaviest in the middle (short pipeline-parallel
+    warm-up and cool-down). Otherwise by their smallest sample index. Ties are broken by
+    the smallest sample index, so the order is deterministic.
+
+    Example:
+        >>> order_micro_batches([[0], [1], [2], [3]], [4, 1, 3, 2], True)
+        [[1], [2], [0], [3]]
+    """
+    def first(mb: list[int]) -> int:
+        return mb[0] if mb else -1
+
+    if not use_dynamic_bsz_balance:
+        return sorted(micro_batches, key=first)
+    by_load = sorted(micro_batches, key=lambda mb: (sum(workloads[i] for i in mb), first(mb)))
+    return by_load[0::2] + by_load[1::2][::-1]
+
+
+def build_plan(
+    result: RankAnalysis, count: int, use_dynamic_bsz_balance: bool = True
+) -> list[list[int]]:
+    """The best-balanced plan with exactly ``count`` micro-batches, ordered.
+
+    Karmarkar-Karp on workloads when its plan respects the cap; otherwise a
+    capacity-aware longest-processing-time packing; otherwise the analysis' packing split
+    up to ``count``. All three respect the cap.
+
+    Args:
+        result: an error-free :class:`RankAnalysis`.
+        count: micro-batches, ``result.min_count <= count <= result.n_groups``.
+        use_dynamic_bsz_balance: order as :func:`order_micro_batches` describes.
+
+    Returns:
+        ``count`` non-empty lists of sample indices, each sorted ascending, an exact cover of
+        ``range(result.n_samples)``, each at most ``result.max_token_len`` tokens.
+
+    Raises:
+        ValueError: ``result`` holds an error or ``count`` is out of range.
+
+    Complexity: O(n log n + n * count) (Karmarkar-Karp).
+    """
+    if result.error is not None:
+        raise result.error.exception()
+    if not result.min_count <= count <= result.n_groups:
+        raise ValueError(
+            f"count must be in {result.min_count}..{result.n_groups} for this batch, got {count}"
+        )
+    group = result.force_group_size
+    bins = _balanced_bins(result, count)
+    micro_batches = [sorted(s for g in b for s in range(g * group, (g + 1) * group)) for b in bins]
+    sample_workloads = [0] * result.n_samples
+    for g, w in enumerate(result.group_workloads):
+        # Any split of a group's workload over its samples orders micro-batches alike.
+        sample_workloads[g * group] = w
+    return order_micro_batches(micro_batches, sample_workloads, use_dynamic_bsz_balance)
+
+
+def plan_micro_batches(
+    seq_lens: Sequence[int],
+    max_token_len: int,
+    *,
+    num_batches_divided_by: int | None = None,
+    min_num_micro_batch: int | None = None,
+    force_group_size: int = 1,
+    use_dynamic_bsz_balance: bool = True,
+    num_micro_batches: int | None = None,
+) -> list[list[int]]:
+    """Plan one rank's micro-batches on a plain list of lengths (no torch needed).
+
+    The same plan :func:`~seqlen_balancing.rearrange_micro_batches` makes for a TensorDict
+    with these effective lengths and no DP group.
+
+    Args:
+        seq_lens: effective length in tokens of each of the ``n`` samples.
+        max_token_len: hard cap in tokens on every micro-batch.
+        num_batches_divided_by: the count is rounded up to a multiple of this.
+        min_num_micro_batch: at least this many micro-batches.
+        force_group_size: consecutive samples ``[g*size, (g+1)*size)`` stay together.
+        use_dynamic_bsz_balance: lightest micro-batches at both ends (verl's order).
+        num_micro_batches: use exactly this count (e.g. agreed by a DP group) instead of
+            the smallest; must be at least the smallest feasible count.
+
+    Returns:
+        Micro-batches as lists of sample indices (each sorted, non-empty, at most
+        ``max_token_len`` tokens), together an exact cover of ``range(n)``.
+
+    Raises:
+        TypeError: an argument or length is not an integer.
+        ValueError: empty input, a negative length, a sample or forced group over the cap
+            (``exceeds max_token_len``), ``n`` not divisible by ``force_group_size``, or
+            more micro-batches needed than samples/groups.
+
+    Complexity: O(n log n) plus Karmarkar-Karp's O(n * count).
+
+    Example:
+        >>> plan_micro_batches([7] * 4, 8)
+        [[0], [1], [2], [3]]
+        >>> plan_micro_batches([2, 6, 6, 5, 5], 12)
+        [[0, 3, 4], [1, 2]]
+    """
+    result = analyse(
+        seq_lens,
+        max_token_len,
+        force_group_size=force_group_size,
+        min_num_micro_batch=min_num_micro_batch,
+        num_batches_divided_by=num_batches_divided_by,
+    )
+    if result.error is not None:
+        raise result.error.exception()
+    needed = result.min_count
+    if num_micro_batches is not None:
+        error, wanted = _argument_error(num_micro_batches, Argument.NUM_MICRO_BATCHES, False)
+        if error is not None:
+            raise error.exception()
+        if wanted < needed:
+            raise ValueError(
+                f"num_micro_batches={wanted} is below the {needed} micro-batches this batch "
+                f"needs under max_token_len={result.max_token_len}"
+            )
+        needed = wanted
+    count, error = agreed_count(needed, result.n_groups, result.num_batches_divided_by)
+    if error is not None:
+        raise error.exception()
+    return build_plan(result, count, use_dynamic_bsz_balance)
+
+
+def spread(values: Sequence[int]) -> float:
+    """Relative spread ``(max - min) / mean`` of ``values`` (0.0 for an empty or zero list).
+
+    Example:
+        >>> spread([90, 100, 110])
+        0.2
+    """
+    if not values:
+        return 0.0
+    mean = sum(values) / len(values)
+    return 0.0 if mean == 0 else (max(values) - min(values)) / mean
+
+
+_ = math  # math kept for callers of spread-like helpers
