@@ -1,3 +1,59 @@
-"""seqlen-balancing: strict-cap micro-batch planning for variable-length LLM batches."""
+"""seqlen-balancing: strict-cap, collective-safe micro-batch planning for LLM training.
+
+A drop-in replacement for ``verl.utils.seqlen_balancing`` (verl 0.9.1) and verl's
+``prepare_micro_batches``: same names, parameters and return shapes, but ``max_token_len``
+is a hard bound on every micro-batch, DP ranks agree (or fail together) with one
+collective, and the count is as small as bin packing allows on real data.
+
+Example:
+    >>> from seqlen_balancing import plan_micro_batches
+    >>> plan_micro_batches([7, 7, 7, 7], max_token_len=8)
+    [[0], [1], [2], [3]]
+"""
+
+from seqlen_balancing.agreement import plan_data_parallel
+from seqlen_balancing.batch import (
+    calculate_workload,
+    effective_lengths,
+    prepare_dynamic_batch,
+    prepare_micro_batches,
+    rearrange_micro_batches,
+    restore_dynamic_batch,
+)
+from seqlen_balancing.packing import best_fit_decreasing, l1_lower_bound, l2_lower_bound
+from seqlen_balancing.partition import (
+    ceildiv,
+    get_group_balanced_partitions,
+    get_reverse_idx,
+    get_seqlen_balanced_partitions,
+    greedy_partition,
+    karmarkar_karp,
+    log_seqlen_unbalance,
+    roundup_divisible,
+)
+from seqlen_balancing.planner import plan_micro_batches
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "best_fit_decreasing",
+    "calculate_workload",
+    "ceildiv",
+    "effective_lengths",
+    "get_group_balanced_partitions",
+    "get_reverse_idx",
+    "get_seqlen_balanced_partitions",
+    "greedy_partition",
+    "karmarkar_karp",
+    "l1_lower_bound",
+    "l2_lower_bound",
+    "log_seqlen_unbalance",
+    "plan_data_parallel",
+    "plan_micro_batches",
+    "prepare_dynamic_batch",
+    "prepare_micro_batches",
+    "rearrange_micro_batches",
+    "restore_dynamic_batch",
+    "roundup_divisible",
+]

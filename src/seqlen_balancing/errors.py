@@ -47,6 +47,7 @@ class BatchProblem(IntEnum):
     NO_LENGTH_SOURCE = 0  # neither attention_mask nor jagged input_ids
     MASK_NOT_2D = 1  # (ndim, -)
     MASK_ROWS = 2  # (mask rows, batch size)
+    UNREADABLE = 3  # reading the lengths raised (the rank at fault chains the cause)
 
 
 def _bad_argument(v: tuple[int, ...]) -> str:
@@ -62,6 +63,11 @@ def _bad_batch(v: tuple[int, ...]) -> str:
         return (
             "the batch has neither an 'attention_mask' nor jagged (nested) 'input_ids', so "
             "the effective sequence lengths cannot be read; add one of them"
+        )
+    if problem is BatchProblem.UNREADABLE:
+        return (
+            "the effective lengths could not be read from the batch; pass a TensorDict with "
+            "batch size (n,) and a 2-D attention_mask or jagged input_ids"
         )
     if problem is BatchProblem.MASK_NOT_2D:
         return f"attention_mask must be 2-D (batch, seq_len), got a {v[1]}-D tensor"
