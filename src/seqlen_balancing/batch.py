@@ -121,10 +121,47 @@ def effective_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int]]:
     return None, values
 
 
+def _select_rows(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows ``index`` of a nested tensor, as a jagged nested tensor.
+
+    Contiguous jagged tensors are gathered in one indexing op on their packed values
+    (older tensordict releases cannot index them); other nested tensors row by row.
+    """
+    if (
+        tensor.layout == torch.jagged
+        and tensor.lengths() is None
+        and getattr(tensor, "_ragged_idx", 1) == 1
+    ):
+        offsets = tensor.offsets()
+        index = index.to(offsets.device)
+        lengths = offsets.diff()[index]
+        new_offsets = torch.zeros(len(index) + 1, dtype=offsets.dtype, device=offsets.device)
+        torch.cumsum(lengths, dim=0, out=new_offsets[1:])
+        shift = offsets[index] - new_offsets[:-1]
+        total = int(new_offsets[-1])
+        gather = torch.repeat_interleave(shift, lengths, output_size=total) + torch.arange(
+            total, device=offsets.device
+        )
+        return torch.nested.nested_tensor_from_jagged(tensor.values()[gather], new_offsets)
+    rows = tensor.unbind()
+    return torch.nested.as_nested_tensor([rows[i] for i in index.tolist()], layout=torch.jagged)
+
+
 def _select(batch: TensorDict, indices: list[int]) -> TensorDict:
-    """Rows ``indices`` of ``batch``: tensors (dense or jagged) and NonTensorStack per row,
-    scalar NonTensorData unchanged."""
-    return batch[torch.tensor(indices, dtype=torch.long)]
+    """Rows ``indices`` of ``batch``: dense and jagged tensors and ``NonTensorStack`` entries
+    row by row, scalar ``NonTensorData`` unchanged."""
+    index = torch.tensor(indices, dtype=torch.long)
+    nested = [
+        (key, value)
+        for key, value in batch.items(include_nested=True, leaves_only=True)
+        if isinstance(value, torch.Tensor) and value.is_nested
+    ]
+    if not nested:
+        return batch[index]
+    selected = batch.exclude(*(key for key, _ in nested))[index]
+    for key, value in nested:
+        selected.set(key, _select_rows(value, index))
+    return selected
 
 
 def _plan(

@@ -213,7 +213,7 @@ def karmarkar_karp(
 
     Example:
         >>> sorted(sorted(p) for p in karmarkar_karp([8, 7, 6, 5, 4], 2, equal_size=False))
-        [[0, 3, 4], [1, 2]]
+        [[0, 2], [1, 3, 4]]
     """
     values, k = _checked_items(seqlen_list, k_partitions, equal_size)
     return _largest_differencing(values, k, equal_size)
@@ -286,7 +286,7 @@ def get_seqlen_balanced_partitions(
 
     Example:
         >>> get_seqlen_balanced_partitions([3, 1, 2, 2], 2, equal_size=True)
-        [[0, 1], [2, 3]]
+        [[2, 3], [0, 1]]
     """
     return [sorted(part) for part in karmarkar_karp(seqlen_list, k_partitions, equal_size)]
 
@@ -318,7 +318,7 @@ def get_group_balanced_partitions(
 
     Example:
         >>> get_group_balanced_partitions([4, 4, 1, 1, 3, 3], ["a", "a", "b", "b", "c", "c"], 2)
-        [[0, 1], [2, 3, 4, 5]]
+        [[2, 3, 4, 5], [0, 1]]
     """
     values = non_negative_ints(as_list(seqlen_list, "seqlen_list"), "seqlen_list")
     uids = as_list(uid_list, "uid_list")

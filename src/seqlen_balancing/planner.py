@@ -370,7 +370,7 @@ def plan_micro_batches(
 
     Example:
         >>> plan_micro_batches([7] * 4, 8)
-        [[0], [1], [2], [3]]
+        [[0], [2], [3], [1]]
         >>> plan_micro_batches([2, 6, 6, 5, 5], 12)
         [[0, 3, 4], [1, 2]]
     """

@@ -1,0 +1,319 @@
+"""rearrange_micro_batches / prepare_* / restore on TensorDicts: the core library cases."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from tensordict import NonTensorData, NonTensorStack, TensorDict
+
+from seqlen_balancing import (
+    calculate_workload,
+    get_reverse_idx,
+    prepare_dynamic_batch,
+    prepare_micro_batches,
+    rearrange_micro_batches,
+    restore_dynamic_batch,
+)
+
+Batch = Callable[..., TensorDict]
+
+
+def token_sums(lengths: list[int], plan: list[list[int]]) -> list[int]:
+    return [sum(lengths[i] for i in part) for part in plan]
+
+
+def check_plan(lengths: list[int], plan: list[list[int]], cap: int) -> None:
+    assert sorted(i for part in plan for i in part) == list(range(len(lengths)))
+    assert all(part for part in plan)
+    assert all(part == sorted(part) for part in plan)
+    assert max(token_sums(lengths, plan)) <= cap
+
+
+# Case 1 and 2: the cap is a hard bound, the count grows past ceil(total / cap).
+def test_eight_samples_of_seven_at_cap_eight(masked_batch: Batch) -> None:
+    micro_batches, plan = rearrange_micro_batches(masked_batch([7] * 8), max_token_len=8)
+    assert len(micro_batches) == 8
+    check_plan([7] * 8, plan, 8)
+
+
+def test_sixteen_long_samples_need_sixteen_micro_batches(masked_batch: Batch) -> None:
+    lengths = [30720] * 16
+    micro_batches, plan = rearrange_micro_batches(masked_batch(lengths), max_token_len=32768)
+    assert len(plan) == 16
+    assert [int(mb["attention_mask"].sum()) for mb in micro_batches] == [30720] * 16
+
+
+# Case 3: effective lengths, never the padded width.
+@pytest.mark.parametrize("left_pad", [False, True])
+def test_padded_width_does_not_count(masked_batch: Batch, left_pad: bool) -> None:
+    batch = masked_batch([1000, 2000, 3000], width=40960, left_pad=left_pad)
+    _, plan = rearrange_micro_batches(batch, max_token_len=16384)
+    assert plan == [[0, 1, 2]]
+
+
+def test_jagged_lengths_are_row_lengths(jagged_batch: Batch) -> None:
+    _, plan = rearrange_micro_batches(jagged_batch([1000, 2000, 3000]), max_token_len=16384)
+    assert plan == [[0, 1, 2]]
+
+
+def test_effective_length_over_cap_by_one_token(masked_batch: Batch) -> None:
+    with pytest.raises(ValueError, match=r"sample 0 has 16385 tokens, which exceeds max_token_len=16384"):
+        rearrange_micro_batches(masked_batch([16385], width=40960), max_token_len=16384)
+
+
+# Case 4.
+def test_single_sample_over_cap_names_length_and_cap(masked_batch: Batch) -> None:
+    with pytest.raises(ValueError, match="exceeds max_token_len") as info:
+        rearrange_micro_batches(masked_batch([21]), max_token_len=20)
+    assert "21 tokens" in str(info.value) and "max_token_len=20" in str(info.value)
+
+
+def test_sample_equal_to_cap_fits(masked_batch: Batch) -> None:
+    assert rearrange_micro_batches(masked_batch([20]), max_token_len=20)[1] == [[0]]
+
+
+def test_oversized_sample_in_the_middle_names_its_index(masked_batch: Batch) -> None:
+    with pytest.raises(ValueError, match=r"sample 1 has 21 tokens, which exceeds max_token_len"):
+        rearrange_micro_batches(masked_batch([5, 21, 3]), max_token_len=20)
+
+
+# Case 5: forced groups.
+GROUP_LENGTHS = [50, 60, 80, 90, 40, 45, 100, 110]
+
+
+def test_forced_group_over_cap(masked_batch: Batch) -> None:
+    with pytest.raises(ValueError, match="forced group exceeds max_token_len") as info:
+        rearrange_micro_batches(masked_batch(GROUP_LENGTHS), 200, force_group_size=2)
+    assert "210 tokens" in str(info.value) and "sample 6" in str(info.value)
+
+
+def test_forced_groups_stay_together(masked_batch: Batch) -> None:
+    _, plan = rearrange_micro_batches(masked_batch(GROUP_LENGTHS), 210, force_group_size=2)
+    check_plan(GROUP_LENGTHS, plan, 210)
+    for pair_start in range(0, 8, 2):
+        owner = [part for part in plan if pair_start in part]
+        assert pair_start + 1 in owner[0]
+
+
+def test_batch_not_divisible_by_force_group_size(masked_batch: Batch) -> None:
+    with pytest.raises(ValueError, match="batch size 6 is not divisible by force_group_size=4"):
+        rearrange_micro_batches(masked_batch([1] * 6), 100, force_group_size=4)
+
+
+# Case 6: int32 lengths and overflow-free workloads.
+def test_int32_lengths_give_three_micro_batches() -> None:
+    lengths = [39232, 15315, 39232, 15315]
+    mask = torch.zeros(4, 40000, dtype=torch.int32)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+    _, plan = rearrange_micro_batches(TensorDict({"attention_mask": mask}, [4]), 40000)
+    assert len(plan) == 3
+    assert sorted(token_sums(lengths, plan)) == [30630, 39232, 39232]
+
+
+def test_calculate_workload_is_int64_without_overflow() -> None:
+    big = torch.tensor([2**31 - 1, 46341, 7], dtype=torch.int32)
+    work = calculate_workload(big)
+    assert work.dtype == torch.int64
+    expected = [24576 * s + s * s for s in (2**31 - 1, 46341, 7)]
+    assert work.tolist() == expected
+
+
+# Case 7: num_batches_divided_by rounds up, never down.
+@pytest.mark.parametrize(
+    ("lengths", "cap", "divisor", "expected"),
+    [([100] * 8, 250, 3, 6), ([50] * 10, 110, 4, 8), ([7] * 8, 8, 4, 8)],
+)
+def test_count_rounds_up_to_divisor(
+    masked_batch: Batch, lengths: list[int], cap: int, divisor: int, expected: int
+) -> None:
+    _, plan = rearrange_micro_batches(masked_batch(lengths), cap, num_batches_divided_by=divisor)
+    assert len(plan) == expected
+    check_plan(lengths, plan, cap)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "cap", "divisor", "fragment"),
+    [
+        ([100] * 5, 110, 4, "8 micro-batches are needed but only 5 samples"),
+        ([7] * 8, 8, 3, "9 micro-batches are needed but only 8 samples"),
+    ],
+)
+def test_divisor_beyond_sample_count_is_an_error(
+    masked_batch: Batch, lengths: list[int], cap: int, divisor: int, fragment: str
+) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        rearrange_micro_batches(masked_batch(lengths), cap, num_batches_divided_by=divisor)
+
+
+# Case 8: min_num_micro_batch.
+@pytest.mark.parametrize("minimum", [2, 3])
+def test_min_num_micro_batch(masked_batch: Batch, minimum: int) -> None:
+    _, plan = rearrange_micro_batches(masked_batch([10, 20, 30]), 1000, min_num_micro_batch=minimum)
+    assert len(plan) == minimum
+    check_plan([10, 20, 30], plan, 1000)
+
+
+def test_min_num_micro_batch_above_samples(masked_batch: Batch) -> None:
+    with pytest.raises(ValueError, match="min_num_micro_batch=4 asks for more micro-batches than the 3"):
+        rearrange_micro_batches(masked_batch([10, 20, 30]), 1000, min_num_micro_batch=4)
+
+
+# Case 10: zero lengths and empty batches.
+def test_all_zero_lengths_make_one_micro_batch(masked_batch: Batch) -> None:
+    assert rearrange_micro_batches(masked_batch([0, 0, 0]), 8)[1] == [[0, 1, 2]]
+
+
+def test_batch_without_rows(masked_batch: Batch) -> None:
+    with pytest.raises(ValueError, match="the batch has no samples"):
+        rearrange_micro_batches(masked_batch([]), 8)
+
+
+# Case 11: prepare_micro_batches reads its settings from the TensorDict.
+def jagged_with_settings(jagged_batch: Batch, **settings: Any) -> TensorDict:
+    batch = jagged_batch([3, 5, 2, 7])
+    for key, value in settings.items():
+        batch[key] = NonTensorData(value)
+    return batch
+
+
+def test_prepare_micro_batches_dynamic(jagged_batch: Batch) -> None:
+    micro_batches, plan = prepare_micro_batches(
+        jagged_with_settings(jagged_batch, max_token_len_per_gpu=8)
+    )
+    assert plan is not None and len(plan) == 3
+    check_plan([3, 5, 2, 7], plan, 8)
+    # Scalar settings survive unchanged; jagged rows are indexed row by row.
+    for micro_batch, indices in zip(micro_batches, plan, strict=True):
+        assert micro_batch["max_token_len_per_gpu"] == 8
+        assert micro_batch["input_ids"].offsets().diff().tolist() == [[3, 5, 2, 7][i] for i in indices]
+
+
+def test_prepare_micro_batches_budget_is_per_gpu_times_sp(jagged_batch: Batch) -> None:
+    _, plain = prepare_micro_batches(jagged_with_settings(jagged_batch, max_token_len_per_gpu=8))
+    _, with_sp = prepare_micro_batches(
+        jagged_with_settings(jagged_batch, max_token_len_per_gpu=4, sp_size=2)
+    )
+    assert with_sp == plain
+
+
+def test_prepare_micro_batches_large_budget(jagged_batch: Batch) -> None:
+    micro_batches, plan = prepare_micro_batches(
+        jagged_with_settings(jagged_batch, max_token_len_per_gpu=10000)
+    )
+    assert plan == [[0, 1, 2, 3]] and len(micro_batches) == 1
+
+
+def test_prepare_micro_batches_static(jagged_batch: Batch) -> None:
+    micro_batches, plan = prepare_micro_batches(
+        jagged_with_settings(jagged_batch, use_dynamic_bsz=False, micro_batch_size_per_gpu=2)
+    )
+    assert plan is None
+    assert [mb["input_ids"].offsets().diff().tolist() for mb in micro_batches] == [[3, 5], [2, 7]]
+
+
+def test_prepare_micro_batches_static_too_few_samples(jagged_batch: Batch) -> None:
+    batch = jagged_batch([4])
+    batch["use_dynamic_bsz"] = NonTensorData(False)
+    batch["micro_batch_size_per_gpu"] = NonTensorData(3)
+    with pytest.raises(ValueError, match="batch size 1 is not a positive multiple"):
+        prepare_micro_batches(batch)
+
+
+def test_prepare_micro_batches_requires_budget(jagged_batch: Batch) -> None:
+    with pytest.raises(ValueError, match="max_token_len_per_gpu"):
+        prepare_micro_batches(jagged_batch([3, 4]))
+
+
+# Rows come back bit for bit; non-tensor data is indexed per sample.
+def test_concatenation_and_reverse_index_restore_input(masked_batch: Batch) -> None:
+    lengths = [5, 9, 1, 7, 3, 8, 2, 6]
+    batch = masked_batch(lengths)
+    batch["uid"] = NonTensorStack(*[NonTensorData(f"u{i}") for i in range(8)])
+    batch["step"] = NonTensorData(17)
+    micro_batches, plan = rearrange_micro_batches(batch, max_token_len=12)
+    check_plan(lengths, plan, 12)
+    for micro_batch, indices in zip(micro_batches, plan, strict=True):
+        assert micro_batch["step"] == 17
+        assert list(micro_batch.get("uid").tolist()) == [f"u{i}" for i in indices]
+    joined = torch.cat([mb["input_ids"] for mb in micro_batches])
+    order = get_reverse_idx([i for part in plan for i in part])
+    assert torch.equal(joined[order], batch["input_ids"])
+    restored = restore_dynamic_batch(joined, plan)
+    assert torch.equal(restored, batch["input_ids"])
+
+
+def test_restore_jagged(jagged_batch: Batch) -> None:
+    lengths = [3, 5, 2, 7, 4]
+    batch = jagged_batch(lengths)
+    micro_batches, plan = rearrange_micro_batches(batch, max_token_len=9)
+    rows = [row for mb in micro_batches for row in mb["input_ids"].unbind()]
+    joined = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+    restored = restore_dynamic_batch(joined, plan)
+    assert restored.is_nested
+    for got, want in zip(restored.unbind(), batch["input_ids"].unbind(), strict=True):
+        assert torch.equal(got, want)
+
+
+def test_restore_rejects_incomplete_index_lists() -> None:
+    with pytest.raises(ValueError, match="holds 2 indices but data has 3 rows"):
+        restore_dynamic_batch(torch.arange(3), [[0], [2]])
+
+
+# Ordering: lightest micro-batches at both ends, heaviest in the middle.
+def test_balance_order_puts_light_micro_batches_at_the_ends(masked_batch: Batch) -> None:
+    lengths = [10, 60, 30, 50, 20, 40]
+    _, plan = rearrange_micro_batches(masked_batch(lengths), max_token_len=60, min_num_micro_batch=6)
+    sums = token_sums(lengths, plan)
+    assert sums == [10, 30, 50, 60, 40, 20]
+    _, unordered = rearrange_micro_batches(
+        masked_batch(lengths), 60, min_num_micro_batch=6, use_dynamic_bsz_balance=False
+    )
+    assert unordered == [[0], [1], [2], [3], [4], [5]]
+
+
+def test_identity_plan_shares_storage(masked_batch: Batch) -> None:
+    batch = masked_batch([3, 4, 5])
+    micro_batches, plan = rearrange_micro_batches(batch, max_token_len=100)
+    assert plan == [[0, 1, 2]]
+    assert micro_batches[0] is not batch
+    assert micro_batches[0]["input_ids"].data_ptr() == batch["input_ids"].data_ptr()
+
+
+class DataProtoLike:
+    """Minimal stand-in for verl's DataProto (batch, non_tensor_batch, meta_info)."""
+
+    def __init__(self, batch: TensorDict, non_tensor_batch: dict[str, np.ndarray],
+                 meta_info: dict[str, Any]) -> None:
+        self.batch = batch
+        self.non_tensor_batch = non_tensor_batch
+        self.meta_info = meta_info
+
+    @classmethod
+    def from_dict(cls, tensors: dict[str, torch.Tensor], non_tensors: dict[str, np.ndarray],
+                  meta_info: dict[str, Any]) -> DataProtoLike:
+        size = next(iter(tensors.values())).shape[0]
+        return cls(TensorDict(tensors, batch_size=[size]), non_tensors, meta_info)
+
+
+def test_prepare_dynamic_batch_on_a_dataproto_like_object(masked_batch: Batch) -> None:
+    lengths = [6, 2, 5, 3, 4]
+    meta = {"temperature": 1.0, "nested": {"a": [1]}}
+    data = DataProtoLike(masked_batch(lengths), {"uid": np.array(list("abcde"), dtype=object)}, meta)
+    micro, plan = prepare_dynamic_batch(data, max_token_len=10)
+    check_plan(lengths, plan, 10)
+    assert all(type(mb) is DataProtoLike for mb in micro)
+    for mb, indices in zip(micro, plan, strict=True):
+        assert list(mb.non_tensor_batch["uid"]) == ["abcde"[i] for i in indices]
+        assert mb.meta_info == meta and mb.meta_info is not meta
+        assert mb.meta_info["nested"] is not meta["nested"]
+        assert mb.batch["attention_mask"].sum(-1).tolist() == [lengths[i] for i in indices]
+
+
+def test_prepare_dynamic_batch_rejects_non_dataproto() -> None:
+    with pytest.raises(TypeError, match="has no 'batch'"):
+        prepare_dynamic_batch(object(), max_token_len=10)
