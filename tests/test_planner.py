@@ -1,0 +1,122 @@
+"""plan_micro_batches on plain lists: properties over random inputs, and the simulated DP rule."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqlen_balancing import (
+    best_fit_decreasing,
+    l2_lower_bound,
+    plan_data_parallel,
+    plan_micro_batches,
+    roundup_divisible,
+)
+
+
+def group_sizes(lengths: list[int], group: int) -> list[int]:
+    return [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
+
+
+@given(
+    lengths=st.lists(st.integers(0, 120), min_size=0, max_size=40),
+    cap=st.integers(1, 300),
+    group=st.sampled_from([1, 1, 2, 3]),
+    divisor=st.one_of(st.none(), st.integers(1, 5)),
+    minimum=st.one_of(st.none(), st.integers(1, 6)),
+    balance=st.booleans(),
+)
+@settings(max_examples=400, deadline=None)
+def test_plan_is_strict_exact_divisible_and_deterministic(
+    lengths: list[int], cap: int, group: int, divisor: int | None, minimum: int | None,
+    balance: bool,
+) -> None:
+    kwargs = {
+        "force_group_size": group,
+        "num_batches_divided_by": divisor,
+        "min_num_micro_batch": minimum,
+        "use_dynamic_bsz_balance": balance,
+    }
+    try:
+        plan = plan_micro_batches(lengths, cap, **kwargs)
+    except ValueError as error:
+        message = str(error)
+        if not lengths:
+            assert "no samples" in message
+        elif len(lengths) % group:
+            assert f"batch size {len(lengths)} is not divisible by force_group_size={group}" in message
+        elif max(lengths) > cap:
+            assert "exceeds max_token_len" in message and "forced group" not in message
+        elif max(group_sizes(lengths, group)) > cap:
+            assert "forced group exceeds max_token_len" in message
+        elif minimum is not None and minimum > len(lengths) // group:
+            assert f"min_num_micro_batch={minimum}" in message
+        else:
+            found = re.search(r"(\d+) micro-batches are needed but only (\d+) samples", message)
+            assert found, message
+            count, groups = int(found.group(1)), int(found.group(2))
+            assert groups == len(lengths) // group and count > groups
+            assert count % (divisor or 1) == 0
+        return
+    sizes = group_sizes(lengths, group)
+    n_groups = len(sizes)
+    assert sorted(i for part in plan for i in part) == list(range(len(lengths)))
+    assert all(part and part == sorted(part) for part in plan)
+    assert max(sum(lengths[i] for i in part) for part in plan) <= cap
+    for part in plan:  # forced groups are never split
+        assert all(part.count(g * group) == 1 and set(range(g * group, g * group + group)) <= set(part)
+                   for g in {i // group for i in part})
+    assert len(plan) % (divisor or 1) == 0
+    assert len(plan) >= max(l2_lower_bound(sizes, cap), minimum or 1)
+    ceiling = roundup_divisible(max(len(best_fit_decreasing(sizes, cap)), minimum or 1), divisor or 1)
+    assert len(plan) <= ceiling and len(plan) <= n_groups
+    assert plan_micro_batches(list(lengths), cap, **kwargs) == plan
+
+
+def test_best_fit_count_is_a_ceiling_on_real_shapes() -> None:
+    lengths = [2, 6, 6, 5, 5]
+    assert len(plan_micro_batches(lengths, 12)) == 2
+
+
+def test_num_micro_batches_forces_a_larger_count() -> None:
+    plan = plan_micro_batches([1] * 8, 8, num_micro_batches=8)
+    assert len(plan) == 8
+    with pytest.raises(ValueError, match="num_micro_batches=1 is below the 2 micro-batches"):
+        plan_micro_batches([5, 5], 8, num_micro_batches=1)
+
+
+def test_simulated_data_parallel_agreement() -> None:
+    plans = plan_data_parallel([[95] * 5, [20] * 5], 100)
+    assert [len(p) for p in plans] == [5, 5]
+    assert all(len(mb) == 1 for mb in plans[1])
+    solo = plan_data_parallel([[95] * 5, [20] * 5], 100, same_micro_num_in_dp=False)
+    assert [len(p) for p in solo] == [5, 1]
+
+
+def test_simulated_agreement_names_the_rank_with_too_few_samples() -> None:
+    with pytest.raises(ValueError, match=r"^rank 1 of the DP group: 3 micro-batches are needed but only 2"):
+        plan_data_parallel([[100] * 8, [100] * 2], 300)
+
+
+@given(
+    loads=st.lists(st.lists(st.integers(0, 50), min_size=1, max_size=12), min_size=1, max_size=4),
+    cap=st.integers(20, 120),
+    divisor=st.one_of(st.none(), st.integers(1, 3)),
+)
+@settings(max_examples=150, deadline=None)
+def test_agreed_counts_are_equal_or_everyone_fails(
+    loads: list[list[int]], cap: int, divisor: int | None
+) -> None:
+    try:
+        plans = plan_data_parallel(loads, cap, num_batches_divided_by=divisor)
+    except ValueError as error:
+        assert str(error).startswith("rank ")
+        return
+    counts = {len(plan) for plan in plans}
+    assert len(counts) == 1
+    for lengths, plan in zip(loads, plans, strict=True):
+        assert sorted(i for part in plan for i in part) == list(range(len(lengths)))
+        assert max(sum(lengths[i] for i in part) for part in plan) <= cap
