@@ -11,15 +11,10 @@ Example:
     [[0], [2], [3], [1]]
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from seqlen_balancing.agreement import plan_data_parallel
-from seqlen_balancing.batch import (
-    calculate_workload,
-    effective_lengths,
-    prepare_dynamic_batch,
-    prepare_micro_batches,
-    rearrange_micro_batches,
-    restore_dynamic_batch,
-)
 from seqlen_balancing.packing import best_fit_decreasing, l1_lower_bound, l2_lower_bound
 from seqlen_balancing.partition import (
     ceildiv,
@@ -32,6 +27,38 @@ from seqlen_balancing.partition import (
     roundup_divisible,
 )
 from seqlen_balancing.planner import plan_micro_batches
+
+if TYPE_CHECKING:
+    from seqlen_balancing.batch import (
+        calculate_workload,
+        effective_lengths,
+        prepare_dynamic_batch,
+        prepare_micro_batches,
+        rearrange_micro_batches,
+        restore_dynamic_batch,
+    )
+
+# The TensorDict functions load torch and tensordict (seconds); the planning core and the
+# command line do not need them, so they are imported on first use.
+_FROM_BATCH = frozenset(
+    {
+        "calculate_workload",
+        "effective_lengths",
+        "prepare_dynamic_batch",
+        "prepare_micro_batches",
+        "rearrange_micro_batches",
+        "restore_dynamic_batch",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_BATCH:
+        value = getattr(importlib.import_module("seqlen_balancing.batch"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'seqlen_balancing' has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 

@@ -11,7 +11,9 @@ every rank decodes the same reduced vector and so reaches the same verdict:
   the high bits makes MAX take every integer from the rank whose error won;
 * slot 6, ``count << 20 | (2**20-1-rank)``: the largest needed count and the lowest rank
   needing it;
-* slot 7, ``-groups << 20 | (2**20-1-rank)``: the fewest samples/groups and its rank.
+* slot 7, ``-groups << 20 | (2**20-1-rank)``: the fewest samples/groups and its rank;
+* slots 8 and 9, ``num_batches_divided_by`` and its negation: ranks that disagree on it
+  would round to different counts, so a mismatch is an error on every rank.
 
 The agreed count is the largest needed count rounded up to ``num_batches_divided_by``; if a
 rank has fewer samples/groups than that, every rank raises the same ``ValueError``.
@@ -41,7 +43,7 @@ _VALUE_MASK = (1 << _VALUE_BITS) - 1
 _NO_GROUPS = -(1 << 62)  # slot 7 of a rank with an error: never the MAX
 
 #: Length of the int64 vector each rank contributes.
-VECTOR_SIZE = 3 + N_ERROR_VALUES
+VECTOR_SIZE = 5 + N_ERROR_VALUES
 
 
 def encode(analysis: RankAnalysis, rank: int) -> list[int]:
@@ -67,10 +69,12 @@ def encode(analysis: RankAnalysis, rank: int) -> list[int]:
         for slot, value in enumerate(analysis.error.padded(), start=1):
             vector[slot] = key << _VALUE_BITS | min(max(value, 0), _VALUE_MASK)
         vector[6] = 0
-        vector[7] = _NO_GROUPS
+        vector[7] = vector[9] = _NO_GROUPS
     else:
         vector[6] = analysis.min_count << _RANK_BITS | tag
         vector[7] = -analysis.n_groups << _RANK_BITS | tag
+        vector[8] = analysis.num_batches_divided_by
+        vector[9] = -analysis.num_batches_divided_by
     return vector
 
 
@@ -79,16 +83,16 @@ def combine(vectors: Sequence[Sequence[int]]) -> list[int]:
     return [max(column) for column in zip(*vectors, strict=True)]
 
 
-def decode(reduced: Sequence[int], num_batches_divided_by: int = 1) -> tuple[int, PlanError | None, int]:
+def decode(reduced: Sequence[int]) -> tuple[int, PlanError | None, int | None]:
     """The verdict every rank reads from the reduced vector.
 
     Args:
         reduced: the element-wise MAX of all ranks' :func:`encode` vectors.
-        num_batches_divided_by: the agreed count is rounded up to a multiple of this.
 
     Returns:
-        ``(count, None, -1)`` when every rank can plan ``count`` micro-batches, else
-        ``(0, error, rank at fault)``.
+        ``(count, None, None)`` when every rank can plan ``count`` micro-batches (the
+        largest needed count rounded up to ``num_batches_divided_by``), else
+        ``(0, error, rank at fault)`` (rank ``None`` when no single rank is at fault).
     """
     key = reduced[0]
     if key:
@@ -98,8 +102,11 @@ def decode(reduced: Sequence[int], num_batches_divided_by: int = 1) -> tuple[int
         return 0, PlanError(code, values), rank
     needed, rank_needing = reduced[6] >> _RANK_BITS, _RANK_MASK - (reduced[6] & _RANK_MASK)
     groups, rank_fewest = -(reduced[7] >> _RANK_BITS), _RANK_MASK - (reduced[7] & _RANK_MASK)
-    count, error = agreed_count(needed, groups, num_batches_divided_by, rank_needing)
-    return (0, error, rank_fewest) if error is not None else (count, None, -1)
+    divisor, smallest_divisor = reduced[8], -reduced[9]
+    if divisor != smallest_divisor:
+        return 0, PlanError(ErrorCode.DIVISOR_MISMATCH, (smallest_divisor, divisor)), None
+    count, error = agreed_count(needed, groups, divisor, rank_needing)
+    return (0, error, rank_fewest) if error is not None else (count, None, None)
 
 
 def plan_data_parallel(
@@ -148,10 +155,9 @@ def plan_data_parallel(
     analyses = [analyse(lens, max_token_len, **kwargs) for lens in seq_lens_per_rank]
     if not analyses:
         raise ValueError("seq_lens_per_rank is empty; pass one list of lengths per DP rank")
-    divisor = analyses[0].num_batches_divided_by
     if same_micro_num_in_dp:
         reduced = combine([encode(a, rank) for rank, a in enumerate(analyses)])
-        count, error, rank = decode(reduced, divisor)
+        count, error, rank = decode(reduced)
         if error is not None:
             raise error.exception(rank)
         return [build_plan(a, count, use_dynamic_bsz_balance) for a in analyses]

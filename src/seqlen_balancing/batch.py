@@ -8,17 +8,18 @@ indexes the batch.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import torch
 from tensordict import NonTensorData, TensorDict
 
+from seqlen_balancing import distributed
 from seqlen_balancing._checks import positive_int
 from seqlen_balancing.errors import BatchProblem, ErrorCode, PlanError
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, get_reverse_idx
 from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, build_plan
-from seqlen_balancing import distributed
 
 __all__ = [
     "calculate_workload",
@@ -64,7 +65,8 @@ def calculate_workload(seqlen_list: torch.Tensor | Sequence[int]) -> torch.Tenso
 
 def _jagged_row_lengths(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.layout == torch.jagged:
-        return tensor.offsets().diff()
+        offsets: torch.Tensor = getattr(tensor, "offsets")()  # noqa: B009 (not in stubs)
+        return offsets.diff()
     return torch.tensor([row.shape[0] for row in tensor.unbind()], dtype=torch.int64)
 
 
@@ -103,6 +105,8 @@ def effective_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int]]:
         lengths = _jagged_row_lengths(ids)
     elif "attention_mask" in keys:
         mask = batch.get("attention_mask")
+        if isinstance(mask, NonTensorData):
+            mask = mask.data
         if not isinstance(mask, torch.Tensor):
             return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NO_LENGTH_SOURCE,)), []
         if mask.is_nested:
@@ -121,47 +125,60 @@ def effective_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int]]:
     return None, values
 
 
-def _select_rows(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Rows ``index`` of a nested tensor, as a jagged nested tensor.
+class _RowSelector:
+    """Cuts micro-batches out of one batch.
 
-    Contiguous jagged tensors are gathered in one indexing op on their packed values
-    (older tensordict releases cannot index them); other nested tensors row by row.
+    Dense tensors, ``NonTensorStack`` entries and nested TensorDicts are indexed by
+    tensordict; scalar ``NonTensorData`` stays as it is. Jagged nested tensors are gathered
+    here (tensordict 0.10 cannot index them): their offsets are copied to the host once per
+    key, and every micro-batch's gather index is built on the host, so cutting makes no
+    device-to-host copy per micro-batch or per element.
     """
-    if (
-        tensor.layout == torch.jagged
-        and tensor.lengths() is None
-        and getattr(tensor, "_ragged_idx", 1) == 1
-    ):
-        offsets = tensor.offsets()
-        index = index.to(offsets.device)
-        lengths = offsets.diff()[index]
-        new_offsets = torch.zeros(len(index) + 1, dtype=offsets.dtype, device=offsets.device)
-        torch.cumsum(lengths, dim=0, out=new_offsets[1:])
-        shift = offsets[index] - new_offsets[:-1]
-        total = int(new_offsets[-1])
-        gather = torch.repeat_interleave(shift, lengths, output_size=total) + torch.arange(
-            total, device=offsets.device
+
+    def __init__(self, batch: TensorDict, known_lengths: dict[Any, list[int]] | None = None):
+        self._nested = [
+            (key, value)
+            for key, value in batch.items(include_nested=True, leaves_only=True)
+            if isinstance(value, torch.Tensor) and value.is_nested
+        ]
+        self._rest = batch.exclude(*(key for key, _ in self._nested)) if self._nested else batch
+        self._offsets: dict[Any, list[int]] = {}
+        for key, lengths in (known_lengths or {}).items():
+            self._offsets[key] = [0, *itertools.accumulate(lengths)]
+
+    def __call__(self, indices: list[int]) -> TensorDict:
+        selected = self._rest[torch.tensor(indices, dtype=torch.long)]
+        for key, value in self._nested:
+            selected.set(key, self._rows(key, value, indices))
+        return selected
+
+    def _rows(self, key: Any, tensor: torch.Tensor, indices: list[int]) -> torch.Tensor:
+        contiguous = (
+            tensor.layout == torch.jagged
+            and getattr(tensor, "lengths")() is None  # noqa: B009 (nested-only API)
+            and getattr(tensor, "_ragged_idx", 1) == 1
         )
-        return torch.nested.nested_tensor_from_jagged(tensor.values()[gather], new_offsets)
-    rows = tensor.unbind()
-    return torch.nested.as_nested_tensor([rows[i] for i in index.tolist()], layout=torch.jagged)
-
-
-def _select(batch: TensorDict, indices: list[int]) -> TensorDict:
-    """Rows ``indices`` of ``batch``: dense and jagged tensors and ``NonTensorStack`` entries
-    row by row, scalar ``NonTensorData`` unchanged."""
-    index = torch.tensor(indices, dtype=torch.long)
-    nested = [
-        (key, value)
-        for key, value in batch.items(include_nested=True, leaves_only=True)
-        if isinstance(value, torch.Tensor) and value.is_nested
-    ]
-    if not nested:
-        return batch[index]
-    selected = batch.exclude(*(key for key, _ in nested))[index]
-    for key, value in nested:
-        selected.set(key, _select_rows(value, index))
-    return selected
+        if not contiguous:
+            rows = tensor.unbind()
+            return torch.nested.as_nested_tensor([rows[i] for i in indices], layout=torch.jagged)
+        if key not in self._offsets:
+            self._offsets[key] = getattr(tensor, "offsets")().tolist()  # noqa: B009
+        offsets = self._offsets[key]
+        sizes = [offsets[i + 1] - offsets[i] for i in indices]
+        total = sum(sizes)
+        lengths = torch.tensor(sizes, dtype=torch.long)
+        new_offsets = torch.zeros(len(indices) + 1, dtype=torch.long)
+        torch.cumsum(lengths, dim=0, out=new_offsets[1:])
+        starts = torch.tensor([offsets[i] for i in indices], dtype=torch.long)
+        gather = torch.repeat_interleave(starts - new_offsets[:-1], lengths, output_size=total)
+        gather += torch.arange(total)
+        device = tensor.values().device
+        return torch.nested.nested_tensor_from_jagged(
+            tensor.values()[gather.to(device, non_blocking=True)],
+            new_offsets.to(device, non_blocking=True),
+            min_seqlen=min(sizes, default=0),
+            max_seqlen=max(sizes, default=0),
+        )
 
 
 def _plan(
@@ -173,7 +190,8 @@ def _plan(
     min_num_micro_batch: Any,
     use_dynamic_bsz_balance: bool,
     force_group_size: Any,
-) -> list[list[int]]:
+) -> tuple[list[list[int]], list[int]]:
+    """The plan and the effective lengths it was made from (for the identity/gather paths)."""
     sync = distributed.sync_enabled(same_micro_num_in_dp)
     cause: Exception | None = None
     try:
@@ -196,9 +214,7 @@ def _plan(
         analysis = RankAnalysis(error)
     if sync:
         # Every rank reaches this call, with or without an error of its own.
-        count, error, rank = distributed.agree(
-            analysis, dp_group, analysis.num_batches_divided_by
-        )
+        count, error, rank = distributed.agree(analysis, dp_group)
         if error is not None:
             raise error.exception(rank) from cause
     else:
@@ -209,7 +225,7 @@ def _plan(
         )
         if error is not None:
             raise error.exception()
-    return build_plan(analysis, count, use_dynamic_bsz_balance)
+    return build_plan(analysis, count, use_dynamic_bsz_balance), lengths
 
 
 def rearrange_micro_batches(
@@ -269,7 +285,7 @@ def rearrange_micro_batches(
         >>> [len(mb) for mb in micro_batches], sorted(i for part in idx for i in part)
         ([2, 2], [0, 1, 2, 3])
     """
-    plan = _plan(
+    plan, lengths = _plan(
         batch,
         max_token_len,
         dp_group,
@@ -282,7 +298,11 @@ def rearrange_micro_batches(
     if len(plan) == 1:
         # Identity plan: share the tensors instead of copying them.
         return [batch.clone(recurse=False)], plan
-    return [_select(batch, indices) for indices in plan], plan
+    ids = batch.get("input_ids") if "input_ids" in batch.keys() else None
+    # Lengths read from jagged input_ids are its row lengths: no second host copy needed.
+    known = {"input_ids": lengths} if isinstance(ids, torch.Tensor) and ids.is_nested else None
+    select = _RowSelector(batch, known)
+    return [select(indices) for indices in plan], plan
 
 
 def restore_dynamic_batch(
@@ -445,4 +465,5 @@ def prepare_micro_batches(
             f"batch size {n} is not a positive multiple of micro_batch_size_per_gpu * "
             f"force_group_size = {chunk}; change micro_batch_size_per_gpu or the batch size"
         )
-    return [_select(data, list(range(start, start + chunk))) for start in range(0, n, chunk)], None
+    select = _RowSelector(data)
+    return [select(list(range(start, start + chunk))) for start in range(0, n, chunk)], None

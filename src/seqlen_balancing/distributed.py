@@ -38,19 +38,18 @@ def collective_device(group: Any = None) -> torch.device:
     return torch.device("cpu")
 
 
-def agree(
-    analysis: RankAnalysis, group: Any = None, num_batches_divided_by: int = 1
-) -> tuple[int, PlanError | None, int]:
+def agree(analysis: RankAnalysis, group: Any = None) -> tuple[int, PlanError | None, int | None]:
     """One ``all_reduce(MAX)`` over ``group``; every rank gets the same verdict.
 
     Args:
         analysis: this rank's :func:`~seqlen_balancing.planner.analyse` result (with or
             without an error: a rank with an error still takes part).
         group: the DP process group (``None``: the default group).
-        num_batches_divided_by: the agreed count is rounded up to a multiple of this.
 
     Returns:
-        ``(count, None, -1)`` or ``(0, error, rank at fault)``; identical on every rank.
+        ``(count, None, None)`` or ``(0, error, rank at fault or None)``; identical on every
+        rank. The count is the largest any rank needs, rounded up to
+        ``num_batches_divided_by`` (which must be the same on every rank, else an error).
 
     Complexity: one collective of :data:`~seqlen_balancing.agreement.VECTOR_SIZE` int64
     values and one device-to-host copy of it.
@@ -59,4 +58,4 @@ def agree(
     vector = torch.tensor(encode(analysis, rank), dtype=torch.int64,
                           device=collective_device(group))
     dist.all_reduce(vector, op=dist.ReduceOp.MAX, group=group)
-    return decode(vector.tolist(), num_batches_divided_by)
+    return decode(vector.tolist())

@@ -29,6 +29,7 @@ class ErrorCode(IntEnum):
     GROUP_OVER_CAP = 7  # (group tokens, first sample index, cap, groups over cap, largest)
     MIN_ABOVE_GROUPS = 8  # (min_num_micro_batch, groups)
     COUNT_ABOVE_GROUPS = 9  # (agreed count, groups, count before rounding, rank needing it)
+    DIVISOR_MISMATCH = 10  # (smallest num_batches_divided_by, largest)
 
 
 class Argument(IntEnum):
@@ -109,6 +110,10 @@ _MESSAGES: dict[ErrorCode, Callable[[tuple[int, ...]], str]] = {
     ErrorCode.MIN_ABOVE_GROUPS: lambda v: (
         f"min_num_micro_batch={v[0]} asks for more micro-batches than the {v[1]} "
         "samples/groups available (a micro-batch cannot be empty); lower min_num_micro_batch"
+    ),
+    ErrorCode.DIVISOR_MISMATCH: lambda v: (
+        f"the ranks passed different num_batches_divided_by (from {v[0]} to {v[1]}), so no "
+        "count suits them all; pass the same value on every rank"
     ),
     ErrorCode.COUNT_ABOVE_GROUPS: lambda v: (
         f"{v[0]} micro-batches are needed but only {v[1]} samples/groups are available and "

@@ -7,17 +7,25 @@ function in this module returns bins that respect the cap; none of them needs to
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
+import random
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from itertools import combinations
 
 __all__ = [
     "best_fit_decreasing",
+    "closing_fit_decreasing",
     "l1_lower_bound",
     "l2_lower_bound",
     "reduce_bins",
     "split_to_count",
 ]
+
+_MAX_FREE_PAIRS = 64  # free pools up to this size also offer pairs of items
+_MAX_FREE_TRIPLES = 16  # ... and triples
+_CLOSING_TRIES = 64  # sizes tried per exact-pair search in closing_fit_decreasing
+_MAX_OUT_PAIRS = 24  # bins with up to this many items may give up two at once
+_KICK_BINS = 2  # bins emptied into the pool per kick
 
 
 def l1_lower_bound(sizes: Sequence[int], cap: int) -> int:
@@ -42,7 +50,7 @@ def l1_lower_bound(sizes: Sequence[int], cap: int) -> int:
 def l2_lower_bound(sizes: Sequence[int], cap: int) -> int:
     """Martello-Toth L2 lower bound on the number of bins of capacity ``cap``.
 
-    For every threshold ``a`` in ``{0} ∪ {s : s <= cap/2}``: items larger than ``cap - a``
+    For every threshold ``a`` in ``{0}`` and every ``s <= cap/2``: items larger than ``cap - a``
     (J1) and the other items larger than ``cap/2`` (J2) each need a bin of their own, and
     the items in ``[a, cap/2]`` (J3) need ``ceil((sum(J3) - free space in J2 bins) / cap)``
     more. L2 is the largest such count; it dominates ``ceil(sum / cap)``.
@@ -119,7 +127,9 @@ def best_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
     residuals: list[int] = []  # ascending
     owners: list[int] = []  # bin of each residual, parallel to ``residuals``
     bins: list[list[int]] = []
-    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+    smallest = sizes[order[-1]] if order else 0
+    for i in order:
         size = sizes[i]
         if size > cap:
             raise ValueError(f"item {i} has size {size}, larger than the capacity {cap}")
@@ -132,120 +142,319 @@ def best_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
             left = residuals.pop(pos) - size
             owner = owners.pop(pos)
             bins[owner].append(i)
+        if left < smallest:
+            continue  # no item left fits this bin: keep it out of the index
         pos = bisect_left(residuals, left)
         residuals.insert(pos, left)
         owners.insert(pos, owner)
     return bins
 
 
-def _best_exchange(
-    bin_items: list[int], room: int, sizes: Sequence[int], free_sums: list[tuple[int, tuple[int, ...]]]
-) -> tuple[int, tuple[int, ...], tuple[int, ...]] | None:
-    """Best (gain, out, in) exchange of <= 2 bin items for <= 2 free items that fits ``room``."""
-    keys = [s for s, _ in free_sums]
-    best: tuple[int, tuple[int, ...], tuple[int, ...]] | None = None
-    outs: list[tuple[int, ...]] = [()]
-    outs.extend((i,) for i in bin_items)
-    outs.extend(combinations(bin_items, 2))
-    for out in outs:
-        out_size = sum(sizes[i] for i in out)
-        pos = bisect_right(keys, out_size + room) - 1
-        if pos < 0:
-            continue
-        gain = keys[pos] - out_size
-        if gain > 0 and (best is None or gain > best[0]):
-            best = (gain, out, free_sums[pos][1])
-            if gain == room:
-                break
-    return best
+def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
+    """Bin-by-bin packing that closes each bin exactly when it can.
 
+    Each bin opens with the largest remaining item; then, while some item fits the room
+    ``r``, it is closed by one remaining item of size exactly ``r``, else by two of total
+    exactly ``r`` (the larger of the two as large as possible), else it takes the largest
+    item that fits and tries again. Early bins are thus filled to the token, and the waste
+    piles up in the last bins, which suits many-items-per-bin batches where best-fit
+    decreasing leaves a small gap in every bin. The pair search tries at most
+    ``_CLOSING_TRIES`` sizes per step and ``16 n + 1024`` in all, so it stays O(n log n).
 
-def _free_sums(free: list[int], sizes: Sequence[int]) -> list[tuple[int, tuple[int, ...]]]:
-    sums: list[tuple[int, tuple[int, ...]]] = [(sizes[i], (i,)) for i in free]
-    sums.extend((sizes[a] + sizes[b], (a, b)) for a, b in combinations(free, 2))
-    sums.sort()
-    return sums
+    It is a cheap variant of the Minimum Bin Slack idea (fill one bin at a time as fully
+    as possible), restricted to closing sets of one or two items.
 
+    Args:
+        sizes: item sizes in tokens, each in ``0..cap``.
+        cap: bin capacity in tokens (>= 1).
 
-def _drain_free(
-    bins: list[list[int]], loads: list[int], free: list[int], sizes: Sequence[int], cap: int,
-    max_passes: int,
-) -> list[int]:
-    """Move free items into ``bins`` by exchanges that fill bins more; returns what stays free.
+    Returns:
+        Bins (lists of item indices), each summing to at most ``cap``, together an exact
+        cover of ``range(n)``. Deterministic.
 
-    Every accepted exchange raises one bin's load and lowers the free weight, so the loop
-    ends; ``max_passes`` bounds it anyway.
+    Raises:
+        ValueError: an item is larger than ``cap``.
+
+    References:
+        J. N. D. Gupta and J. C. Ho, "A new heuristic algorithm for the one-dimensional
+        bin-packing problem", Production Planning & Control 10 (1999) (Minimum Bin Slack);
+        K. Fleszar and K. S. Hindi, "New heuristics for one-dimensional bin-packing",
+        Computers & OR 29 (2002).
+
+    Example:
+        >>> closing_fit_decreasing([6, 5, 4, 3, 2], 10)
+        [[0, 2], [1, 3, 4]]
     """
-    for _ in range(max_passes):
-        if not free:
-            break
-        improved = False
-        free_sums = _free_sums(free, sizes)
-        for b in sorted(range(len(bins)), key=lambda b: (loads[b], b)):
-            room = cap - loads[b]
-            move = _best_exchange(bins[b], room, sizes, free_sums)
-            if move is None:
+    if not sizes:
+        return []
+    if max(sizes) > cap:
+        raise ValueError(f"an item is larger than the capacity {cap}")
+    holders: dict[int, list[int]] = {}  # size -> indices, the smallest index last
+    for i in range(len(sizes) - 1, -1, -1):
+        holders.setdefault(sizes[i], []).append(i)
+    distinct = sorted(holders)
+    tries_left = 16 * len(sizes) + 1024
+
+    def take(size: int) -> int:
+        owners = holders[size]
+        i = owners.pop()
+        if not owners:
+            del holders[size]
+            distinct.pop(bisect_left(distinct, size))
+        return i
+
+    bins: list[list[int]] = []
+    while distinct:
+        first = take(distinct[-1])
+        current = [first]
+        room = cap - sizes[first]
+        while distinct and distinct[0] <= room:
+            if room in holders:
+                current.append(take(room))
+                room = 0  # zero-size items may still join
                 continue
-            gain, out, into = move
-            for i in out:
-                bins[b].remove(i)
-            bins[b].extend(into)
-            loads[b] += gain
-            free = [i for i in free if i not in into]
-            free.extend(out)
-            improved = True
-            if not free:
-                break
-            free_sums = _free_sums(free, sizes)
-        if not improved:
-            break
-    return free
+            pos = bisect_right(distinct, room // 2) - 1
+            stop = max(-1, pos - min(_CLOSING_TRIES, tries_left))
+            pair = None
+            while pos > stop:
+                small = distinct[pos]
+                large = room - small
+                if large in holders and (large != small or len(holders[small]) > 1):
+                    pair = (large, small)
+                    break
+                pos -= 1
+            tries_left -= _CLOSING_TRIES if pair is None else 1
+            if pair is not None:
+                current.append(take(pair[0]))
+                current.append(take(pair[1]))
+                room = 0
+                continue
+            size = distinct[bisect_right(distinct, room) - 1]
+            current.append(take(size))
+            room -= size
+        bins.append(current)
+    return bins
+
+
+class _FixedCount:
+    """A packing into a fixed number of bins plus a pool of unplaced ("free") items.
+
+    Every bin respects the cap at all times; the search tries to empty the free pool.
+    ``work`` counts elementary steps (bisections, subset sums, copied items) so that the
+    search is bounded by a deterministic budget rather than by wall-clock time. A subset
+    of up to three items is encoded as one int (digits ``i + 1`` in base ``n + 1``), so
+    the search allocates no tuples that the cyclic garbage collector would have to scan.
+    """
+
+    def __init__(
+        self, sizes: Sequence[int], cap: int, bins: list[list[int]], free: list[int],
+        seed: int,
+    ) -> None:
+        self.sizes = sizes
+        self.cap = cap
+        self.base = len(sizes) + 1
+        self.bins = bins
+        self.loads = [sum(sizes[i] for i in b) for b in bins]
+        self.free = free
+        self.work = 0
+        self.rng = random.Random(seed)
+        # Per bin: sorted-by-nothing parallel lists (sizes, codes) of the subsets it may
+        # give up, or None when stale.
+        self.outs: list[tuple[list[int], list[int]] | None] = [None] * len(bins)
+
+    def free_weight(self) -> int:
+        sizes = self.sizes
+        return sum(sizes[i] for i in self.free)
+
+    def _decode(self, code: int) -> list[int]:
+        items = []
+        while code:
+            code, digit = divmod(code, self.base)
+            items.append(digit - 1)
+        return items
+
+    def _free_sums(self) -> tuple[list[int], list[int]]:
+        """Sorted distinct sums of 1-3 free items (pairs and triples only for small pools),
+        with the code of one subset per sum."""
+        sizes, free, base = self.sizes, self.free, self.base
+        by_sum: dict[int, int] = {}
+        for i in free:
+            by_sum.setdefault(sizes[i], i + 1)
+        f = len(free)
+        if f <= _MAX_FREE_PAIRS:
+            for x in range(f):
+                a = free[x]
+                size_a, code_a = sizes[a], (a + 1) * base
+                for y in range(x + 1, f):
+                    b = free[y]
+                    by_sum.setdefault(size_a + sizes[b], code_a + b + 1)
+            self.work += f * f // 2
+        if f <= _MAX_FREE_TRIPLES:
+            square = base * base
+            for x in range(f):
+                a = free[x]
+                for y in range(x + 1, f):
+                    b = free[y]
+                    size_ab = sizes[a] + sizes[b]
+                    code_ab = (a + 1) * square + (b + 1) * base
+                    for z in range(y + 1, f):
+                        c = free[z]
+                        by_sum.setdefault(size_ab + sizes[c], code_ab + c + 1)
+            self.work += f * f * f // 6
+        keys = sorted(by_sum)
+        self.work += f + len(keys)
+        return keys, [by_sum[k] for k in keys]
+
+    def _outs(self, b: int) -> tuple[list[int], list[int]]:
+        outs = self.outs[b]
+        if outs is None:
+            sizes, base = self.sizes, self.base
+            items = self.bins[b]
+            out_sizes = [0]
+            out_codes = [0]
+            out_sizes.extend(sizes[i] for i in items)
+            out_codes.extend(i + 1 for i in items)
+            if len(items) <= _MAX_OUT_PAIRS:
+                m = len(items)
+                for x in range(m):
+                    i = items[x]
+                    for y in range(x + 1, m):
+                        j = items[y]
+                        out_sizes.append(sizes[i] + sizes[j])
+                        out_codes.append((i + 1) * base + j + 1)
+            outs = (out_sizes, out_codes)
+            self.outs[b] = outs
+        return outs
+
+    def _best_move(self, b: int, keys: list[int], codes: list[int]) -> tuple[int, int, int]:
+        """Largest load increase ``(gain, out code, in code)`` of bin ``b`` by swapping up to
+        two of its items for one to three free ones (gain 0: no move)."""
+        room = self.cap - self.loads[b]
+        best = (0, 0, 0)
+        out_sizes, out_codes = self._outs(b)
+        self.work += len(out_sizes)
+        for k, out_size in enumerate(out_sizes):
+            pos = bisect_right(keys, out_size + room) - 1
+            if pos < 0:
+                continue
+            gain = keys[pos] - out_size
+            if gain > best[0]:
+                best = (gain, out_codes[k], codes[pos])
+                if gain == room:
+                    break
+        return best
+
+    def _apply(self, b: int, gain: int, out_code: int, in_code: int) -> None:
+        items = self.bins[b]
+        out = self._decode(out_code)
+        into = self._decode(in_code)
+        for i in out:
+            items.remove(i)
+        items.extend(into)
+        self.loads[b] += gain
+        self.outs[b] = None
+        for i in into:
+            self.free.remove(i)
+        self.free.extend(out)
+
+    def descend(self, budget: int) -> None:
+        """Apply load-increasing exchanges until none is left (each lowers the free weight)."""
+        while self.free and self.work < budget:
+            keys, codes = self._free_sums()
+            moved = False
+            loads = self.loads
+            for b in sorted(range(len(self.bins)), key=lambda b: (loads[b], b)):
+                gain, out_code, in_code = self._best_move(b, keys, codes)
+                if not gain:
+                    continue
+                self._apply(b, gain, out_code, in_code)
+                moved = True
+                if not self.free or self.work >= budget:
+                    return
+                keys, codes = self._free_sums()
+            if not moved:
+                return
+
+    def run(self, budget: int) -> bool:
+        """Descend, then kick (empty random bins into the pool, descend again) while the
+        budget lasts, keeping a kick unless it leaves more free weight. True on success."""
+        self.descend(budget)
+        weight = self.free_weight()
+        n_bins = len(self.bins)
+        while self.free and self.work < budget:
+            saved = ([list(b) for b in self.bins], list(self.loads), list(self.free))
+            for _ in range(min(_KICK_BINS, n_bins)):
+                victim = self.rng.randrange(n_bins)
+                self.free.extend(self.bins[victim])
+                self.bins[victim] = []
+                self.loads[victim] = 0
+                self.outs[victim] = None
+            self.work += n_bins + len(self.sizes)
+            self.descend(budget)
+            new_weight = self.free_weight()
+            if new_weight <= weight:
+                weight = new_weight
+            else:
+                self.bins, self.loads, self.free = saved
+                self.outs = [None] * n_bins
+        return not self.free
 
 
 def reduce_bins(
-    sizes: Sequence[int], cap: int, bins: list[list[int]], target: int, max_rounds: int = 64
+    sizes: Sequence[int], cap: int, bins: list[list[int]], target: int,
+    budget: int | None = None,
 ) -> list[list[int]]:
     """Try to repack ``bins`` into fewer bins, down to ``target``, by exchange local search.
 
-    Each round empties the least-loaded bin and drains its items into the others with
-    exchanges of up to two packed items for up to two free ones that fill a bin further
-    (free items get smaller until they fit the gaps). A round that cannot place every free
-    item is undone and the next-lightest bin is tried, up to ``max_rounds`` rounds in all.
+    One bin at a time: the least-loaded bin is emptied into a pool of free items, and an
+    iterated local search tries to place the pool into the remaining bins. Its descent
+    applies, bin by bin, the exchange of up to two packed items for up to three free ones
+    that raises the bin's load the most (so the free weight strictly falls and free items
+    get smaller until they fit the gaps); when it stalls, a kick empties a random bin into
+    the pool and descends again, and the kick is kept unless the free weight grew
+    (non-improving rounds are accepted, which lets the search cross plateaus). The first
+    count that cannot be reached within the budget ends the search.
 
     Args:
         sizes: item sizes in tokens, each in ``0..cap``.
         cap: bin capacity in tokens.
         bins: a packing that respects ``cap`` (not modified).
         target: stop once this many bins remain (e.g. a lower bound).
-        max_rounds: bound on the number of emptied-bin attempts.
+        budget: bound on move evaluations over the whole call (default ``20 n + 100000``),
+            which bounds the time on any input; the search is deterministic (its random
+            kicks use a seed derived from the input).
 
     Returns:
         A packing with at most ``len(bins)`` bins, each within ``cap``, exact cover of the
         same items.
 
-    Complexity: O(max_rounds * passes * bins * m^2 * log f) for ``m`` items per bin and
-    ``f`` free items; in practice a few milliseconds per 1,000 items.
+    Complexity: O(budget) evaluations, each a bisection in the sorted sums of the pool,
+    plus O(n) per kick; in practice a few milliseconds per 1,000 items.
 
     References:
         J. Levine and F. Ducatelle, "Ant colony optimization and local search for bin
-        packing and cutting stock problems", JORS 55 (2004) (the exchange local search).
+        packing and cutting stock problems", JORS 55 (2004) (the exchange moves);
+        K. Fleszar and K. S. Hindi, "New heuristics for one-dimensional bin-packing",
+        Computers & OR 29 (2002) (perturbation of a fixed-count packing);
+        M. Buljubasic and M. Vasquez, "Consistent neighborhood search for one-dimensional
+        bin packing and two-dimensional vector packing", Computers & OR 76 (2016) (search
+        over partial packings with a pool of unplaced items).
     """
-    current = [list(b) for b in bins]
-    rounds = 0
-    skip = 0
-    while len(current) > target and rounds < max_rounds and skip < len(current):
-        rounds += 1
+    current = [list(b) for b in bins if b]
+    n = sum(len(b) for b in current)
+    limit = 20 * n + 100_000 if budget is None else budget
+    spent = 0
+    seed = (n * 1_000_003 + cap * 7919 + sum(sizes)) & 0xFFFFFFFF
+    while len(current) > max(target, 1) and spent < limit:
         loads = [sum(sizes[i] for i in b) for b in current]
-        by_load = sorted(range(len(current)), key=lambda b: (loads[b], b))
-        victim = by_load[skip]
+        victim = min(range(len(current)), key=lambda b: (loads[b], -b))
         trial = [list(b) for j, b in enumerate(current) if j != victim]
-        trial_loads = [loads[j] for j in range(len(current)) if j != victim]
-        left = _drain_free(trial, trial_loads, list(current[victim]), sizes, cap, max_passes=16)
-        if left:
-            skip += 1
-            continue
-        current = [b for b in trial if b]
-        skip = 0
+        search = _FixedCount(sizes, cap, trial, list(current[victim]), seed + len(current))
+        ok = search.run(limit - spent)
+        spent += search.work
+        if not ok:
+            break
+        current = [b for b in search.bins if b]
     return current
 
 

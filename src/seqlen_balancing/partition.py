@@ -8,6 +8,7 @@ cap-respecting packing lives in :mod:`seqlen_balancing.packing`.
 from __future__ import annotations
 
 import heapq
+from bisect import insort
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -134,18 +135,50 @@ def _expand(node: int, n_leaves: int, children: list[tuple[int, int]]) -> list[i
     return leaves
 
 
+def _merge_states(
+    first: list[tuple[int, int]], second: list[tuple[int, int]], k: int, n: int,
+    children: list[tuple[int, int]],
+) -> list[tuple[int, int]]:
+    """Join two states (parts sorted by sum, ascending; missing parts are empty).
+
+    Conceptually both states are padded with empty parts to ``k`` and the i-th largest part
+    of one is joined with the i-th smallest of the other. Only the ``a + b - k`` smallest
+    real parts of each state meet a real part; the others meet an empty one and are kept.
+    """
+    overlap = len(first) + len(second) - k
+    if overlap <= 0:
+        small, large = (first, second) if len(first) <= len(second) else (second, first)
+        if len(small) <= 8:
+            # The large state is not used again: grow it in place, O(log k) per part.
+            for part in small:
+                insort(large, part)
+            return large
+        merged = first + second
+    else:
+        base = n + len(children)
+        children.extend((first[t][1], second[overlap - 1 - t][1]) for t in range(overlap))
+        merged = [
+            (first[t][0] + second[overlap - 1 - t][0], base + t) for t in range(overlap)
+        ]
+        merged += first[overlap:]
+        merged += second[overlap:]
+    merged.sort()
+    return merged
+
+
 def _largest_differencing(values: list[int], k: int, equal_size: bool) -> list[list[int]]:
     """Karmarkar-Karp for ``k`` partitions; ``values`` already checked."""
     n = len(values)
     order = sorted(range(n), key=lambda i: (-values[i], i))
-    # A state is a list of parts (sum, node) sorted by sum, largest first. Parts that hold
-    # no item are left out (implicit zeros), so a merge costs O(parts), not O(k).
+    # A state is a list of parts (sum, node) sorted ascending. Parts that hold no item are
+    # left out (implicit zeros), so growing a state by a few items costs O(log k), not O(k).
+    # Nodes below n are items; the others are unions recorded in ``children``.
     children: list[tuple[int, int]] = []
     heap: list[tuple[int, int, list[tuple[int, int]]]] = []
     if equal_size:
         for seq, start in enumerate(range(0, n, k)):
-            parts = [(values[i], i) for i in order[start : start + k]]
-            heap.append((-(parts[0][0] - parts[-1][0]), seq, parts))
+            parts = sorted((values[i], i) for i in order[start : start + k])
+            heap.append((-(parts[-1][0] - parts[0][0]), seq, parts))
     else:
         for seq, i in enumerate(order):
             heap.append((-values[i] if k > 1 else 0, seq, [(values[i], i)]))
@@ -154,28 +187,12 @@ def _largest_differencing(values: list[int], k: int, equal_size: bool) -> list[l
     while len(heap) > 1:
         _, _, first = heapq.heappop(heap)
         _, _, second = heapq.heappop(heap)
-        a, b = len(first), len(second)
-        if a + b <= k:
-            merged = first + second
-        else:
-            merged = []
-            # Pair the i-th largest part of one state with the i-th smallest of the other.
-            for i in range(k):
-                j = k - 1 - i
-                if i < a and j < b:
-                    node = n + len(children)
-                    children.append((first[i][1], second[j][1]))
-                    merged.append((first[i][0] + second[j][0], node))
-                elif i < a:
-                    merged.append(first[i])
-                else:
-                    merged.append(second[j])
-        merged.sort(reverse=True)
-        low = merged[-1][0] if len(merged) == k else 0
-        heapq.heappush(heap, (-(merged[0][0] - low), seq, merged))
+        merged = _merge_states(first, second, k, n, children)
+        low = merged[0][0] if len(merged) == k else 0
+        heapq.heappush(heap, (-(merged[-1][0] - low), seq, merged))
         seq += 1
     final = heap[0][2]
-    return [_expand(node, n, children) for _, node in final]
+    return [_expand(node, n, children) for _, node in reversed(final)]
 
 
 def karmarkar_karp(
@@ -286,7 +303,7 @@ def get_seqlen_balanced_partitions(
 
     Example:
         >>> get_seqlen_balanced_partitions([3, 1, 2, 2], 2, equal_size=True)
-        [[2, 3], [0, 1]]
+        [[0, 1], [2, 3]]
     """
     return [sorted(part) for part in karmarkar_karp(seqlen_list, k_partitions, equal_size)]
 

@@ -27,6 +27,7 @@ from seqlen_balancing._checks import _integer_or_none, describe
 from seqlen_balancing.errors import Argument, ErrorCode, PlanError
 from seqlen_balancing.packing import (
     best_fit_decreasing,
+    closing_fit_decreasing,
     l2_lower_bound,
     reduce_bins,
     split_to_count,
@@ -187,18 +188,20 @@ def analyse(
 
 
 def _search_count(result: RankAnalysis, floor: int) -> None:
+    """Smallest count reached: ``L = max(L2, floor, 1)``; the better of best-fit
+    decreasing and closing-fit decreasing, then the exchange local search of :func:`~seqlen_balancing.packing.reduce_bins` towards ``L``
+    (bounded budget, deterministic); a packing below ``L`` is split up to ``L``."""
     sizes, cap = result.group_sizes, result.max_token_len
     n = len(sizes)
     lower = min(max(l2_lower_bound(sizes, cap), floor, 1), n)
     result.lower_bound = lower
     packing = best_fit_decreasing(sizes, cap)
     if len(packing) > lower:
-        kk = _largest_differencing(result.group_workloads, lower, equal_size=False)
-        if _fits(kk, sizes, cap):
-            result._balanced = kk
-            packing = kk
-        else:
-            packing = reduce_bins(sizes, cap, packing, target=lower)
+        closing = closing_fit_decreasing(sizes, cap)
+        if len(closing) < len(packing):
+            packing = closing
+    if len(packing) > lower:
+        packing = reduce_bins(sizes, cap, packing, target=lower)
     if len(packing) < lower:
         packing = split_to_count(sizes, packing, lower)
     result.min_count = len(packing)

@@ -1,0 +1,199 @@
+"""Bad input is refused clearly (exact type and message); odd but valid input works."""
+
+from __future__ import annotations
+
+import math
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from seqlen_balancing import (
+    calculate_workload,
+    get_group_balanced_partitions,
+    get_reverse_idx,
+    get_seqlen_balanced_partitions,
+    karmarkar_karp,
+    plan_micro_batches,
+    rearrange_micro_batches,
+    restore_dynamic_batch,
+)
+
+Batch = Callable[..., TensorDict]
+
+
+@pytest.mark.parametrize(
+    ("cap", "error", "fragment"),
+    [
+        (0, ValueError, "max_token_len must be a positive integer (>= 1), got 0"),
+        (-5, ValueError, "max_token_len must be a positive integer (>= 1), got -5"),
+        (1.5, TypeError, "max_token_len must be a positive integer, got a value that is not an integer"),
+        (math.nan, TypeError, "nan (float)"),
+        (True, TypeError, "True (bool)"),
+        ("64", TypeError, "'64' (str)"),
+        (torch.tensor(64.0), TypeError, "max_token_len must be a positive integer"),
+        (torch.tensor([64, 64]), TypeError, "max_token_len must be a positive integer"),
+    ],
+)
+def test_bad_max_token_len(masked_batch: Batch, cap: Any, error: type[Exception], fragment: str) -> None:
+    with pytest.raises(error) as info:
+        rearrange_micro_batches(masked_batch([3, 4]), cap)
+    assert fragment in str(info.value)
+
+
+def test_tensor_cap_holding_one_integer_is_fine(masked_batch: Batch) -> None:
+    _, plan = rearrange_micro_batches(masked_batch([3, 4, 5]), torch.tensor(8))
+    assert len(plan) == 2
+
+
+@pytest.mark.parametrize("name", ["force_group_size", "num_batches_divided_by", "min_num_micro_batch"])
+@pytest.mark.parametrize(
+    ("value", "error", "fragment"),
+    [(0, ValueError, "got 0"), (-2, ValueError, "got -2"), (2.0, TypeError, "2.0 (float)"),
+     (False, TypeError, "False (bool)")],
+)
+def test_bad_integer_arguments(
+    masked_batch: Batch, name: str, value: Any, error: type[Exception], fragment: str
+) -> None:
+    with pytest.raises(error) as info:
+        rearrange_micro_batches(masked_batch([3, 4]), 100, **{name: value})
+    assert f"{name} must be a positive integer" in str(info.value)
+    assert fragment in str(info.value)
+
+
+def test_batch_without_a_length_source() -> None:
+    batch = TensorDict({"input_ids": torch.ones(2, 5, dtype=torch.long)}, batch_size=[2])
+    with pytest.raises(ValueError, match="neither an 'attention_mask' nor jagged"):
+        rearrange_micro_batches(batch, 10)
+
+
+def test_mask_must_be_two_dimensional() -> None:
+    batch = TensorDict({"attention_mask": torch.ones(2, 5, 3)}, batch_size=[2])
+    with pytest.raises(ValueError, match=r"attention_mask must be 2-D .* got a 3-D tensor"):
+        rearrange_micro_batches(batch, 100)
+
+
+def test_mask_rows_must_match_batch_size() -> None:
+    batch = TensorDict({"x": torch.zeros(3)}, batch_size=[3])
+    batch.set_non_tensor("attention_mask", torch.ones(2, 4))
+    with pytest.raises(ValueError, match="attention_mask has 2 rows but the batch has 3 samples"):
+        rearrange_micro_batches(batch, 100)
+
+
+def test_not_a_tensordict() -> None:
+    with pytest.raises(TypeError, match="batch must be a TensorDict with a batch dimension"):
+        rearrange_micro_batches({"attention_mask": torch.ones(2, 2)}, 10)  # type: ignore[arg-type]
+
+
+def test_negative_lengths_and_workloads() -> None:
+    with pytest.raises(ValueError, match=r"seq_lens\[1\] is -1; lengths must be >= 0"):
+        plan_micro_batches([3, -1], 10)
+    with pytest.raises(TypeError, match=r"seq_lens\[0\] is not an integer"):
+        plan_micro_batches([2.5], 10)  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="negative length"):
+        calculate_workload(torch.tensor([5, -2]))
+    with pytest.raises(TypeError, match="integer token counts"):
+        calculate_workload(torch.tensor([1.0]))
+    with pytest.raises(ValueError, match=r"seqlen_list\[0\] is -7"):
+        get_seqlen_balanced_partitions([-7, 1], 1, equal_size=False)
+
+
+@pytest.mark.parametrize(
+    ("k", "error", "fragment"),
+    [(0, ValueError, "k_partitions must be in 1..3"), (4, ValueError, "got 4"),
+     (2.5, TypeError, "k_partitions must be an integer")],
+)
+def test_k_partitions_range(k: Any, error: type[Exception], fragment: str) -> None:
+    with pytest.raises(error) as info:
+        karmarkar_karp([1, 2, 3], k, equal_size=False)
+    assert fragment in str(info.value)
+
+
+def test_uid_list_length_and_hashability() -> None:
+    with pytest.raises(ValueError, match="uid_list has 3 entries but seqlen_list has 2"):
+        get_group_balanced_partitions([1, 2], ["a", "b", "c"], 1)
+    with pytest.raises(TypeError, match=r"uid_list\[0\] is not hashable"):
+        get_group_balanced_partitions([1, 2], [["a"], ["b"]], 1)
+
+
+def test_reverse_index_and_restore_reject_non_permutations() -> None:
+    with pytest.raises(ValueError, match="not a permutation of range"):
+        get_reverse_idx([1, 1, 0])
+    with pytest.raises(ValueError, match="index 0 appears at positions 0 and 1"):
+        restore_dynamic_batch(torch.arange(2), [[0], [0]])
+    with pytest.raises(ValueError, match="holds 3 indices but data has 2 rows"):
+        restore_dynamic_batch(torch.arange(2), [[0, 1], [2]])
+
+
+# Odd but valid input.
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int32, torch.float32, torch.float16])
+def test_mask_dtypes_and_holes(dtype: torch.dtype) -> None:
+    mask = torch.tensor(
+        [[1, 0, 1, 0, 1, 1], [0, 0, 0, 0, 1, 1], [1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0]]
+    ).to(dtype)
+    _, plan = rearrange_micro_batches(TensorDict({"attention_mask": mask}, [4]), 6)
+    # effective lengths 4, 2, 6, 0: two micro-batches of at most 6 tokens
+    sums = sorted(sum([4, 2, 6, 0][i] for i in part) for part in plan)
+    assert sums == [6, 6]
+
+
+def test_one_sample(masked_batch: Batch) -> None:
+    micro_batches, plan = rearrange_micro_batches(masked_batch([5]), 5)
+    assert plan == [[0]] and micro_batches[0]["attention_mask"].sum() == 5
+
+
+def test_zero_length_rows_ride_along(masked_batch: Batch) -> None:
+    _, plan = rearrange_micro_batches(masked_batch([0, 8, 0, 8]), 8)
+    assert len(plan) == 2
+    assert sorted(i for part in plan for i in part) == [0, 1, 2, 3]
+
+
+def test_lengths_read_with_one_host_copy(
+    masked_batch: Batch, jagged_batch: Batch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Device-to-host syncs, counted on the CPU: `.tolist()`, `.item()`, `int()`, `bool()`.
+
+    A GPU batch pays one copy of the lengths; cutting the micro-batches adds none per
+    micro-batch or element (jagged gather indices are built from host-side offsets).
+    """
+    calls: list[str] = []
+    for name in ("tolist", "item", "__int__", "__bool__", "__index__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self: torch.Tensor, *args: Any, _name: str = name, _original: Any = original) -> Any:
+            if self.dim() == 0 or _name == "tolist":
+                calls.append(_name)
+            return _original(self, *args)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    dense = masked_batch([5, 9, 3, 7, 2, 8, 6, 4] * 8)
+    calls.clear()
+    micro_batches, _ = rearrange_micro_batches(dense, 16)
+    assert len(micro_batches) > 10
+    assert calls == ["tolist"]
+    jagged = jagged_batch([5, 9, 3, 7, 2, 8, 6, 4] * 8)
+    calls.clear()
+    micro_batches, _ = rearrange_micro_batches(jagged, 16)
+    assert len(micro_batches) > 10
+    assert calls == ["tolist"]
+
+
+def peak_planning_memory(n: int) -> tuple[list[int], list[list[int]], int]:
+    lengths = [(i * 7919) % 4000 + 50 for i in range(n)]
+    tracemalloc.start()
+    plan = plan_micro_batches(lengths, 32768)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return lengths, plan, peak
+
+
+def test_65536_samples_plan_with_linear_memory() -> None:
+    lengths, plan, peak = peak_planning_memory(65536)
+    assert sorted(i for part in plan for i in part) == list(range(65536))
+    assert max(sum(lengths[i] for i in part) for part in plan) <= 32768
+    assert peak < 1024 * 65536  # bytes: under 1 KiB per sample
+    _, _, quarter_peak = peak_planning_memory(16384)
+    assert peak < 6 * quarter_peak  # 4x the samples, about 4x the memory: linear, not quadratic
