@@ -125,60 +125,73 @@ def effective_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int]]:
     return None, values
 
 
-class _RowSelector:
-    """Cuts micro-batches out of one batch.
+def _is_packed_jagged(tensor: torch.Tensor) -> bool:
+    return (
+        tensor.layout == torch.jagged
+        and getattr(tensor, "lengths")() is None  # noqa: B009 (nested-only API)
+        and getattr(tensor, "_ragged_idx", 1) == 1
+    )
 
-    Dense tensors, ``NonTensorStack`` entries and nested TensorDicts are indexed by
-    tensordict; scalar ``NonTensorData`` stays as it is. Jagged nested tensors are gathered
-    here (tensordict 0.10 cannot index them): their offsets are copied to the host once per
-    key, and every micro-batch's gather index is built on the host, so cutting makes no
-    device-to-host copy per micro-batch or per element.
+
+def _cut(
+    batch: TensorDict, plan: list[list[int]], known_lengths: dict[Any, list[int]] | None = None
+) -> list[TensorDict]:
+    """The micro-batches of ``plan``: one gather of the batch in plan order, then a view each.
+
+    Dense tensors, ``NonTensorStack`` entries and nested TensorDicts are gathered by
+    tensordict; scalar ``NonTensorData`` stays as it is. Packed jagged tensors are gathered
+    here (tensordict 0.10 cannot index them) from host-side offsets, read once per key
+    (or taken from ``known_lengths``), so no device-to-host copy happens per micro-batch.
+    When the plan keeps the original order nothing is copied at all.
     """
-
-    def __init__(self, batch: TensorDict, known_lengths: dict[Any, list[int]] | None = None):
-        self._nested = [
-            (key, value)
-            for key, value in batch.items(include_nested=True, leaves_only=True)
-            if isinstance(value, torch.Tensor) and value.is_nested
-        ]
-        self._rest = batch.exclude(*(key for key, _ in self._nested)) if self._nested else batch
-        self._offsets: dict[Any, list[int]] = {}
-        for key, lengths in (known_lengths or {}).items():
-            self._offsets[key] = [0, *itertools.accumulate(lengths)]
-
-    def __call__(self, indices: list[int]) -> TensorDict:
-        selected = self._rest[torch.tensor(indices, dtype=torch.long)]
-        for key, value in self._nested:
-            selected.set(key, self._rows(key, value, indices))
-        return selected
-
-    def _rows(self, key: Any, tensor: torch.Tensor, indices: list[int]) -> torch.Tensor:
-        contiguous = (
-            tensor.layout == torch.jagged
-            and getattr(tensor, "lengths")() is None  # noqa: B009 (nested-only API)
-            and getattr(tensor, "_ragged_idx", 1) == 1
-        )
-        if not contiguous:
+    order = [i for part in plan for i in part]
+    bounds = [0, *itertools.accumulate(len(part) for part in plan)]
+    nested = [
+        (key, value)
+        for key, value in batch.items(include_nested=True, leaves_only=True)
+        if isinstance(value, torch.Tensor) and value.is_nested
+    ]
+    rest = batch.exclude(*(key for key, _ in nested)) if nested else batch
+    identity = order == list(range(len(order)))
+    permuted = rest if identity else rest[torch.tensor(order, dtype=torch.long)]
+    micro_batches = [permuted[start:stop] for start, stop in itertools.pairwise(bounds)]
+    for key, tensor in nested:
+        if not _is_packed_jagged(tensor):
             rows = tensor.unbind()
-            return torch.nested.as_nested_tensor([rows[i] for i in indices], layout=torch.jagged)
-        if key not in self._offsets:
-            self._offsets[key] = getattr(tensor, "offsets")().tolist()  # noqa: B009
-        offsets = self._offsets[key]
-        sizes = [offsets[i + 1] - offsets[i] for i in indices]
-        total = sum(sizes)
-        lengths = torch.tensor(sizes, dtype=torch.long)
-        new_offsets = torch.zeros(len(indices) + 1, dtype=torch.long)
-        torch.cumsum(lengths, dim=0, out=new_offsets[1:])
-        starts = torch.tensor([offsets[i] for i in indices], dtype=torch.long)
-        gather = torch.repeat_interleave(starts - new_offsets[:-1], lengths, output_size=total)
-        gather += torch.arange(total)
-        device = tensor.values().device
-        return torch.nested.nested_tensor_from_jagged(
-            tensor.values()[gather.to(device, non_blocking=True)],
-            new_offsets.to(device, non_blocking=True),
-            min_seqlen=min(sizes, default=0),
-            max_seqlen=max(sizes, default=0),
-        )
+            for micro_batch, part in zip(micro_batches, plan, strict=True):
+                micro_batch.set(
+                    key, torch.nested.as_nested_tensor([rows[i] for i in part], layout=torch.jagged)
+                )
+            continue
+        if known_lengths and key in known_lengths:
+            offsets = [0, *itertools.accumulate(known_lengths[key])]
+        else:
+            offsets = getattr(tensor, "offsets")().tolist()  # noqa: B009 (one host copy)
+        sizes = [offsets[i + 1] - offsets[i] for i in order]
+        values = tensor.values()
+        if not identity:
+            starts = torch.tensor([offsets[i] for i in order], dtype=torch.long)
+            lengths = torch.tensor(sizes, dtype=torch.long)
+            packed = torch.zeros(len(order) + 1, dtype=torch.long)
+            torch.cumsum(lengths, dim=0, out=packed[1:])
+            total = offsets[-1]
+            gather = torch.repeat_interleave(starts - packed[:-1], lengths, output_size=total)
+            gather += torch.arange(total)
+            values = values[gather.to(values.device, non_blocking=True)]
+        new_offsets = [0, *itertools.accumulate(sizes)]
+        for micro_batch, start, stop in zip(micro_batches, bounds, bounds[1:], strict=False):
+            first, last = new_offsets[start], new_offsets[stop]
+            local = torch.tensor([o - first for o in new_offsets[start : stop + 1]])
+            micro_batch.set(
+                key,
+                torch.nested.nested_tensor_from_jagged(
+                    values[first:last],
+                    local.to(values.device, non_blocking=True),
+                    min_seqlen=min(sizes[start:stop], default=0),
+                    max_seqlen=max(sizes[start:stop], default=0),
+                ),
+            )
+    return micro_batches
 
 
 def _plan(
@@ -295,14 +308,10 @@ def rearrange_micro_batches(
         use_dynamic_bsz_balance,
         force_group_size,
     )
-    if len(plan) == 1:
-        # Identity plan: share the tensors instead of copying them.
-        return [batch.clone(recurse=False)], plan
     ids = batch.get("input_ids") if "input_ids" in batch.keys() else None
     # Lengths read from jagged input_ids are its row lengths: no second host copy needed.
     known = {"input_ids": lengths} if isinstance(ids, torch.Tensor) and ids.is_nested else None
-    select = _RowSelector(batch, known)
-    return [select(indices) for indices in plan], plan
+    return _cut(batch, plan, known), plan
 
 
 def restore_dynamic_batch(
@@ -465,5 +474,4 @@ def prepare_micro_batches(
             f"batch size {n} is not a positive multiple of micro_batch_size_per_gpu * "
             f"force_group_size = {chunk}; change micro_batch_size_per_gpu or the batch size"
         )
-    select = _RowSelector(data)
-    return [select(list(range(start, start + chunk))) for start in range(0, n, chunk)], None
+    return _cut(data, [list(range(start, start + chunk)) for start in range(0, n, chunk)]), None

@@ -1,0 +1,175 @@
+"""Micro-batch counts, balance and planning time on real token lengths. Prints tables.
+
+Run: ``python benchmarks/bench_plan.py`` (about a minute; ``--quick`` for a smaller run).
+
+Lengths are the bundled CHAMP conversations (Qwen3 tokenizer), drawn with a fixed seed.
+"xN" multiplies every length by N to mimic long chain-of-thought rollouts; a scaled length
+above the cap is clipped to the cap, as a rollout truncated at its maximum length would be.
+
+Columns:
+  L2        Martello-Toth lower bound on the number of micro-batches
+  ours      this library's count; BFD: plain best-fit decreasing; retry: verl 0.9.1's rule
+            (Karmarkar-Karp from ceil(total/cap) upwards, one count at a time, until it fits)
+  largest   tokens in the fullest micro-batch (never above the cap)
+  spread    workload spread (max-min)/mean of our plan; KK: plain Karmarkar-Karp at the same
+            count when that plan fits the cap ("-" when it does not)
+  plan ms   plan_micro_batches on a list; call ms: rearrange_micro_batches on a TensorDict
+            (attention_mask, tensor indexing included)
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+from tensordict import TensorDict
+
+from seqlen_balancing import best_fit_decreasing, l2_lower_bound, plan_micro_batches
+from seqlen_balancing import rearrange_micro_batches
+from seqlen_balancing.data import load_champ_lengths
+from seqlen_balancing.partition import karmarkar_karp, workload
+from seqlen_balancing.planner import spread
+
+
+def draw(n: int, scale: int, cap: int, seed: int, replace: bool = False) -> list[int]:
+    lengths = load_champ_lengths()
+    rng = random.Random(seed)
+    picked = rng.choices(lengths, k=n) if replace else rng.sample(lengths, n)
+    return [min(cap, x * scale) for x in picked]
+
+
+def retry_count(lengths: Sequence[int], cap: int) -> int:
+    """verl 0.9.1's strict-cap rule: KK from ceil(total/cap) upwards until every part fits."""
+    work = [workload(s) for s in lengths]
+    k = max(1, -(-sum(lengths) // cap))
+    while True:
+        parts = karmarkar_karp(work, k, equal_size=False)
+        if max(sum(lengths[i] for i in p) for p in parts) <= cap:
+            return k
+        k += 1
+
+
+def timed(fn: Callable[[], object], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best * 1000
+
+
+def padded_batch(lengths: Sequence[int]) -> TensorDict:
+    width = max(lengths)
+    positions = torch.arange(width).unsqueeze(0)
+    mask = positions < torch.tensor(lengths).unsqueeze(1)
+    return TensorDict({"attention_mask": mask, "input_ids": mask.to(torch.int32)}, [len(lengths)])
+
+
+def case_row(name: str, lengths: list[int], cap: int, repeat: int, with_retry: bool) -> str:
+    bound = l2_lower_bound(lengths, cap)
+    plan = plan_micro_batches(lengths, cap)
+    tokens = [sum(lengths[i] for i in part) for part in plan]
+    work = [workload(s) for s in lengths]
+    loads = [sum(work[i] for i in part) for part in plan]
+    kk = karmarkar_karp(work, len(plan), equal_size=False)
+    kk_fits = max(sum(lengths[i] for i in p) for p in kk) <= cap
+    kk_spread = f"{spread([sum(work[i] for i in p) for p in kk]):.4f}" if kk_fits else "-"
+    plan_ms = timed(lambda: plan_micro_batches(lengths, cap), repeat)
+    batch = padded_batch(lengths)
+    call_ms = timed(lambda: rearrange_micro_batches(batch, cap), repeat)
+    retry = str(retry_count(lengths, cap)) if with_retry else "n/a"
+    bfd = len(best_fit_decreasing(lengths, cap))
+    return (
+        f"{name:<22}{len(lengths):>6}{cap:>7}{bound:>6}{len(plan):>6}{bfd:>6}{retry:>7}"
+        f"{max(tokens):>9}{spread(loads):>9.4f}{kk_spread:>9}{plan_ms:>9.1f}{call_ms:>9.1f}"
+    )
+
+
+def rate_rows(trials: int) -> list[str]:
+    settings = [
+        ("x1", 1, 256, 16384), ("x1", 1, 1024, 16384), ("x4", 4, 2048, 24576),
+        ("x10", 10, 256, 32768), ("x10", 10, 512, 65536), ("x10", 10, 256, 16384),
+    ]
+    rows = []
+    for label, scale, n, cap in settings:
+        at_bound = bfd_at_bound = above_one = 0
+        times = []
+        for seed in range(trials):
+            lengths = draw(n, scale, cap, seed)
+            bound = l2_lower_bound(lengths, cap)
+            start = time.perf_counter()
+            count = len(plan_micro_batches(lengths, cap))
+            times.append((time.perf_counter() - start) * 1000)
+            at_bound += count == bound
+            above_one += count > bound + 1
+            bfd_at_bound += len(best_fit_decreasing(lengths, cap)) == bound
+        rows.append(
+            f"{label + ' n=' + str(n):<14}{cap:>7}{100 * bfd_at_bound / trials:>9.0f}%"
+            f"{100 * at_bound / trials:>9.0f}%{above_one:>9}{statistics.mean(times):>10.1f}"
+            f"{max(times):>10.1f}"
+        )
+    return rows
+
+
+def scaling_rows(sizes: Sequence[int], cap: int) -> list[str]:
+    rows = []
+    for n in sizes:
+        lengths = draw(n, 1, cap, seed=7, replace=True)
+        offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+        values = torch.zeros(int(offsets[-1]), dtype=torch.int32)
+        ids = torch.nested.nested_tensor_from_jagged(values, offsets)
+        batch = TensorDict({"input_ids": ids}, batch_size=[n])
+        plan_ms = timed(lambda: plan_micro_batches(lengths, cap), 2)
+        call_ms = timed(lambda: rearrange_micro_batches(batch, cap), 2)
+        count = len(plan_micro_batches(lengths, cap))
+        rows.append(
+            f"{n:>7}{count:>8}{plan_ms:>11.1f}{call_ms:>11.1f}{1000 * call_ms / n:>13.2f}"
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer trials and sizes")
+    args = parser.parse_args()
+    repeat = 1 if args.quick else 3
+
+    print("Cases (seed 0)")
+    print(
+        f"{'case':<22}{'n':>6}{'cap':>7}{'L2':>6}{'ours':>6}{'BFD':>6}{'retry':>7}"
+        f"{'largest':>9}{'spread':>9}{'KK':>9}{'plan ms':>9}{'call ms':>9}"
+    )
+    cases: list[tuple[str, list[int], int, bool]] = [
+        ("CHAMP x1", draw(256, 1, 16384, 0), 16384, True),
+        ("CHAMP x1", draw(1024, 1, 16384, 0), 16384, True),
+        ("CHAMP x4", draw(2048, 4, 24576, 0), 24576, True),
+        ("CHAMP x10", draw(256, 10, 32768, 0), 32768, True),
+        ("CHAMP x10", draw(512, 10, 65536, 0), 65536, True),
+        ("CHAMP x10", draw(256, 10, 32768, 0), 65536, True),
+        ("CHAMP x10", draw(512, 10, 32768, 0), 32768, True),
+        ("[7]*8", [7] * 8, 8, True),
+        ("[7]*512", [7] * 512, 8, not args.quick),
+        ("SFT 16,384 CHAMP", draw(16384, 1, 32768, 0, replace=True), 32768, not args.quick),
+    ]
+    for name, lengths, cap, with_retry in cases:
+        print(case_row(name, lengths, cap, repeat, with_retry), flush=True)
+
+    trials = 20 if args.quick else 100
+    print(f"\nRate at the L2 bound over {trials} random batches (seeds 0..{trials - 1})")
+    print(f"{'setting':<14}{'cap':>7}{'BFD':>10}{'ours':>10}{'>L2+1':>9}{'mean ms':>10}{'max ms':>10}")
+    for row in rate_rows(trials):
+        print(row, flush=True)
+
+    sizes = [1024, 4096, 16384] if args.quick else [1024, 4096, 16384, 65536]
+    print("\nGrowth: rearrange_micro_batches on jagged input_ids, CHAMP x1, cap 16384")
+    print(f"{'n':>7}{'count':>8}{'plan ms':>11}{'call ms':>11}{'us/sample':>13}")
+    for row in scaling_rows(sizes, 16384):
+        print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
