@@ -28,8 +28,7 @@ from collections.abc import Callable, Sequence
 import torch
 from tensordict import TensorDict
 
-from seqlen_balancing import best_fit_decreasing, l2_lower_bound, plan_micro_batches
-from seqlen_balancing import rearrange_micro_batches
+from seqlen_balancing import best_fit_decreasing, l2_lower_bound, plan_micro_batches, rearrange_micro_batches
 from seqlen_balancing.data import load_champ_lengths
 from seqlen_balancing.partition import karmarkar_karp, workload
 from seqlen_balancing.planner import spread
@@ -123,8 +122,8 @@ def scaling_rows(sizes: Sequence[int], cap: int) -> list[str]:
         values = torch.zeros(int(offsets[-1]), dtype=torch.int32)
         ids = torch.nested.nested_tensor_from_jagged(values, offsets)
         batch = TensorDict({"input_ids": ids}, batch_size=[n])
-        plan_ms = timed(lambda: plan_micro_batches(lengths, cap), 2)
-        call_ms = timed(lambda: rearrange_micro_batches(batch, cap), 2)
+        plan_ms = timed(lambda lengths=lengths: plan_micro_batches(lengths, cap), 2)
+        call_ms = timed(lambda batch=batch: rearrange_micro_batches(batch, cap), 2)
         count = len(plan_micro_batches(lengths, cap))
         rows.append(
             f"{n:>7}{count:>8}{plan_ms:>11.1f}{call_ms:>11.1f}{1000 * call_ms / n:>13.2f}"
