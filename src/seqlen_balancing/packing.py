@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from itertools import combinations
 
 __all__ = [
     "best_fit_decreasing",
@@ -24,7 +23,7 @@ __all__ = [
 _MAX_FREE_PAIRS = 64  # free pools up to this size also offer pairs of items
 _MAX_FREE_TRIPLES = 16  # ... and triples
 _CLOSING_TRIES = 64  # sizes tried per exact-pair search in closing_fit_decreasing
-_MAX_OUT_PAIRS = 24  # bins with up to this many items may give up two at once
+_MAX_OUT_PAIRS = 12  # bins with up to this many items may give up two at once
 _KICK_BINS = 2  # bins emptied into the pool per kick
 
 
@@ -139,12 +138,15 @@ def best_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
             bins.append([i])
             left = cap - size
         else:
+            # The newest of the bins with this residual (the end of the run): popping there
+            # is O(1) when all residuals are equal.
+            pos = bisect_right(residuals, residuals[pos]) - 1
             left = residuals.pop(pos) - size
             owner = owners.pop(pos)
             bins[owner].append(i)
         if left < smallest:
             continue  # no item left fits this bin: keep it out of the index
-        pos = bisect_left(residuals, left)
+        pos = bisect_right(residuals, left)  # after equal residuals: O(1) on equal sizes
         residuals.insert(pos, left)
         owners.insert(pos, owner)
     return bins

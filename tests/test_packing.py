@@ -1,0 +1,195 @@
+"""Bin packing against a brute-force optimum: bounds, heuristics, search, splitting."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqlen_balancing.packing import (
+    best_fit_decreasing,
+    closing_fit_decreasing,
+    l1_lower_bound,
+    l2_lower_bound,
+    reduce_bins,
+    split_to_count,
+)
+from seqlen_balancing.planner import analyse, plan_micro_batches
+
+
+def brute_force_optimum(sizes: list[int], cap: int) -> int:
+    """Fewest bins over every set partition of the items (restricted growth strings).
+
+    Obviously correct and exponential: each item joins one of the blocks opened so far or
+    opens a new one; a partition counts only if every block fits the cap. One bin at least,
+    also for an empty or all-zero list (a micro-batch count is never 0).
+    """
+    best = max(1, len(sizes))
+    loads: list[int] = []
+
+    def extend(pos: int) -> None:
+        nonlocal best
+        if len(loads) >= best:
+            return  # cannot beat the best partition found so far
+        if pos == len(sizes):
+            best = max(1, len(loads))
+            return
+        for b in range(len(loads)):
+            if loads[b] + sizes[pos] <= cap:
+                loads[b] += sizes[pos]
+                extend(pos + 1)
+                loads[b] -= sizes[pos]
+        loads.append(sizes[pos])
+        extend(pos + 1)
+        loads.pop()
+
+    extend(0)
+    return best
+
+
+def assert_packing(bins: list[list[int]], sizes: list[int], cap: int) -> None:
+    assert sorted(i for b in bins for i in b) == list(range(len(sizes)))  # exact cover
+    assert all(b for b in bins)
+    assert all(sum(sizes[i] for i in b) <= cap for b in bins)
+
+
+small_instances = st.integers(1, 30).flatmap(
+    lambda cap: st.tuples(st.lists(st.integers(0, cap), min_size=0, max_size=9), st.just(cap))
+)
+
+
+def test_brute_force_reference_on_hand_checked_cases() -> None:
+    assert brute_force_optimum([6, 6, 6], 10) == 3
+    assert brute_force_optimum([2, 6, 6, 5, 5], 12) == 2
+    assert brute_force_optimum([3, 3, 3, 3, 2, 2, 2, 2], 10) == 2  # 3+3+2+2 twice
+    assert brute_force_optimum([4, 4, 4, 3, 3, 3, 3, 3, 3], 10) == 3  # 4+3+3 three times
+    assert brute_force_optimum([4, 4, 4, 4, 4, 4, 3, 3], 10) == 4  # volume 30 is not enough
+    assert brute_force_optimum([], 5) == 1
+    assert brute_force_optimum([0, 0], 5) == 1
+
+
+@given(small_instances)
+@settings(max_examples=300, deadline=None)
+def test_bounds_and_heuristics_bracket_the_optimum(instance: tuple[list[int], int]) -> None:
+    sizes, cap = instance
+    opt = brute_force_optimum(sizes, cap)
+    l1, l2 = l1_lower_bound(sizes, cap), l2_lower_bound(sizes, cap)
+    bfd = best_fit_decreasing(sizes, cap)
+    closing = closing_fit_decreasing(sizes, cap)
+    ours = analyse(sizes, cap).min_count if sizes else 1
+    assert_packing(bfd, sizes, cap)
+    assert_packing(closing, sizes, cap)
+    assert l1 <= l2 <= opt <= ours <= max(1, len(bfd)) <= max(1, len(sizes))
+    assert opt <= max(1, len(closing))
+    if sizes:
+        result = analyse(sizes, cap)
+        assert_packing(result._packing, sizes, cap)
+        assert len(result._packing) == result.min_count
+
+
+@given(small_instances, st.integers(0, 9))
+@settings(max_examples=200, deadline=None)
+def test_reduce_bins_reaches_a_valid_packing_between_opt_and_its_input(
+    instance: tuple[list[int], int], target: int
+) -> None:
+    sizes, cap = instance
+    start = [[i] for i in range(len(sizes))]  # one item per bin: the worst start
+    reduced = reduce_bins(sizes, cap, start, target)
+    assert_packing(reduced, sizes, cap)
+    assert len(reduced) <= len(start)
+    if sizes:
+        assert brute_force_optimum(sizes, cap) <= len(reduced)
+    assert reduce_bins(sizes, cap, start, target) == reduced  # deterministic
+
+
+def test_reduce_bins_finds_the_perfect_packing_best_fit_misses() -> None:
+    sizes, cap = [49, 41, 34, 33, 29, 26, 26, 22, 20, 19], 100  # sum 299: 3 bins if perfect
+    bfd = best_fit_decreasing(sizes, cap)
+    assert len(bfd) == 4
+    assert brute_force_optimum(sizes, cap) == 3
+    reduced = reduce_bins(sizes, cap, bfd, target=3)
+    assert_packing(reduced, sizes, cap)
+    assert len(reduced) == 3
+    assert analyse(sizes, cap).min_count == 3
+
+
+@given(
+    st.lists(st.integers(0, 50), min_size=1, max_size=12), st.integers(50, 80), st.data()
+)
+@settings(max_examples=200, deadline=None)
+def test_split_to_count_gives_exactly_the_count(
+    sizes: list[int], cap: int, data: st.DataObject
+) -> None:
+    bins = best_fit_decreasing(sizes, cap)
+    count = data.draw(st.integers(len(bins), len(sizes)))
+    split = split_to_count(sizes, bins, count)
+    assert len(split) == count
+    assert_packing(split, sizes, cap)
+    with pytest.raises(ValueError, match="cannot split"):
+        split_to_count(sizes, bins, len(sizes) + 1)
+    if len(bins) > 1:
+        with pytest.raises(ValueError, match="cannot split"):
+            split_to_count(sizes, bins, len(bins) - 1)
+
+
+def test_l2_known_values() -> None:
+    assert l2_lower_bound([6, 6, 6], 10) == 3  # L1 says 2
+    assert l1_lower_bound([6, 6, 6], 10) == 2
+    assert l2_lower_bound([2, 6, 6, 5, 5], 12) == 2
+    assert l2_lower_bound([0, 0, 0], 7) == 0
+    assert l2_lower_bound([], 7) == 0
+    assert l2_lower_bound([7] * 512, 8) == 512
+    # The 60s (J2) leave 3 * 40 tokens of room but the 50 fits none of them: one more bin.
+    assert l2_lower_bound([60, 60, 60, 50], 100) == 4
+    assert l1_lower_bound([60, 60, 60, 50], 100) == 3
+    # J2 = {6, 7} leaves 7 tokens of room and J3 = four 3s needs 12: ceil(5 / 10) = 1 more.
+    assert l2_lower_bound([6, 7, 3, 3, 3, 3], 10) == 3
+    with pytest.raises(ValueError, match="item sizes must lie"):
+        l2_lower_bound([11], 10)
+
+
+def test_best_fit_decreasing_is_deterministic_and_best_fit() -> None:
+    assert best_fit_decreasing([5, 7, 3, 5], 10) == [[1, 2], [0, 3]]
+    # Rooms 3 ([7]) and 2 ([4, 4]) are open when the 1 comes: best fit takes room 2, where
+    # first fit would take the older bin; equal rooms go to the newest bin ([6] [6] 1).
+    assert best_fit_decreasing([7, 4, 4, 1], 10) == [[0], [1, 2, 3]]
+    assert best_fit_decreasing([6, 6, 1], 10) == [[0], [1, 2]]
+    rng = random.Random(7)
+    sizes = [rng.randint(1, 900) for _ in range(500)]
+    first = best_fit_decreasing(sizes, 1000)
+    assert best_fit_decreasing(list(sizes), 1000) == first
+    assert_packing(first, sizes, 1000)
+    with pytest.raises(ValueError, match="larger than the capacity"):
+        best_fit_decreasing([3, 11], 10)
+
+
+def test_closing_fit_closes_bins_exactly() -> None:
+    assert closing_fit_decreasing([6, 5, 4, 3, 2], 10) == [[0, 2], [1, 3, 4]]
+    assert closing_fit_decreasing([0, 0, 3], 3) == [[2, 0, 1]]  # zeros join a full bin
+    assert closing_fit_decreasing([], 3) == []
+
+
+def test_plan_of_the_l2_example_has_two_micro_batches() -> None:
+    plan = plan_micro_batches([2, 6, 6, 5, 5], 12)
+    assert len(plan) == 2
+    assert sorted(sum([2, 6, 6, 5, 5][i] for i in b) for b in plan) == [12, 12]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "cap", "expected"),
+    [
+        ([7] * 512, 8, 512),
+        ([7] * 65536, 8, 65536),
+        ([0] * 65536, 5, 1),
+        ([5000] * 65536, 16384, 21846),  # L2 says 20000; three per bin is the most
+        ([3, 5] * 32768, 8, 32768),
+    ],
+)
+def test_adversarial_inputs_stay_fast(sizes: list[int], cap: int, expected: int) -> None:
+    start = time.perf_counter()
+    result = analyse(sizes, cap)
+    assert time.perf_counter() - start < 2.0
+    assert result.min_count == expected
