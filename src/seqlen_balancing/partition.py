@@ -135,11 +135,15 @@ def _expand(node: int, n_leaves: int, children: list[tuple[int, int]]) -> list[i
     return leaves
 
 
-def _merge_states(
-    first: list[tuple[int, int]], second: list[tuple[int, int]], k: int, n: int,
-    children: list[tuple[int, int]],
-) -> list[tuple[int, int]]:
-    """Join two states (parts sorted by sum, ascending; missing parts are empty).
+# A part is one int, ``sum << _NODE_BITS | node``: ints sort and compare much faster than
+# (sum, node) tuples, and the node in the low bits keeps the order total and deterministic.
+_NODE_BITS = 34
+_NODE_MASK = (1 << _NODE_BITS) - 1
+
+
+def _merge_states(first: list[int], second: list[int], k: int, n: int,
+                  children: list[tuple[int, int]]) -> list[int]:
+    """Join two states (parts sorted ascending; missing parts are empty).
 
     Conceptually both states are padded with empty parts to ``k`` and the i-th largest part
     of one is joined with the i-th smallest of the other. Only the ``a + b - k`` smallest
@@ -156,9 +160,11 @@ def _merge_states(
         merged = first + second
     else:
         base = n + len(children)
-        children.extend((first[t][1], second[overlap - 1 - t][1]) for t in range(overlap))
+        pairs = [(first[t], second[overlap - 1 - t]) for t in range(overlap)]
+        children.extend((a & _NODE_MASK, b & _NODE_MASK) for a, b in pairs)
         merged = [
-            (first[t][0] + second[overlap - 1 - t][0], base + t) for t in range(overlap)
+            ((a >> _NODE_BITS) + (b >> _NODE_BITS)) << _NODE_BITS | (base + t)
+            for t, (a, b) in enumerate(pairs)
         ]
         merged += first[overlap:]
         merged += second[overlap:]
@@ -169,30 +175,33 @@ def _merge_states(
 def _largest_differencing(values: list[int], k: int, equal_size: bool) -> list[list[int]]:
     """Karmarkar-Karp for ``k`` partitions; ``values`` already checked."""
     n = len(values)
+    if 2 * n > _NODE_MASK:
+        raise ValueError(f"cannot partition more than {_NODE_MASK // 2} items, got {n}")
     order = sorted(range(n), key=lambda i: (-values[i], i))
-    # A state is a list of parts (sum, node) sorted ascending. Parts that hold no item are
-    # left out (implicit zeros), so growing a state by a few items costs O(log k), not O(k).
+    # A state is a list of parts sorted ascending. Parts that hold no item are left out
+    # (implicit zeros), so growing a state by a few items costs O(log k), not O(k).
     # Nodes below n are items; the others are unions recorded in ``children``.
     children: list[tuple[int, int]] = []
-    heap: list[tuple[int, int, list[tuple[int, int]]]] = []
+    heap: list[tuple[int, int, list[int]]] = []
     if equal_size:
         for seq, start in enumerate(range(0, n, k)):
-            parts = sorted((values[i], i) for i in order[start : start + k])
-            heap.append((-(parts[-1][0] - parts[0][0]), seq, parts))
+            parts = sorted(values[i] << _NODE_BITS | i for i in order[start : start + k])
+            spread = (parts[-1] >> _NODE_BITS) - (parts[0] >> _NODE_BITS)
+            heap.append((-spread, seq, parts))
     else:
         for seq, i in enumerate(order):
-            heap.append((-values[i] if k > 1 else 0, seq, [(values[i], i)]))
+            heap.append((-values[i] if k > 1 else 0, seq, [values[i] << _NODE_BITS | i]))
     heapq.heapify(heap)
     seq = len(heap)
     while len(heap) > 1:
         _, _, first = heapq.heappop(heap)
         _, _, second = heapq.heappop(heap)
         merged = _merge_states(first, second, k, n, children)
-        low = merged[0][0] if len(merged) == k else 0
-        heapq.heappush(heap, (-(merged[-1][0] - low), seq, merged))
+        low = merged[0] >> _NODE_BITS if len(merged) == k else 0
+        heapq.heappush(heap, (low - (merged[-1] >> _NODE_BITS), seq, merged))
         seq += 1
     final = heap[0][2]
-    return [_expand(node, n, children) for _, node in reversed(final)]
+    return [_expand(part & _NODE_MASK, n, children) for part in reversed(final)]
 
 
 def karmarkar_karp(
