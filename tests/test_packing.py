@@ -14,6 +14,7 @@ from seqlen_balancing.packing import (
     closing_fit_decreasing,
     l1_lower_bound,
     l2_lower_bound,
+    minimum_bin_slack,
     reduce_bins,
     split_to_count,
 )
@@ -114,6 +115,35 @@ def test_reduce_bins_finds_the_perfect_packing_best_fit_misses() -> None:
     assert_packing(reduced, sizes, cap)
     assert len(reduced) == 3
     assert analyse(sizes, cap).min_count == 3
+
+
+
+@given(small_instances, st.sampled_from([None, 0, 1, 3]))
+@settings(max_examples=300, deadline=None)
+def test_minimum_bin_slack_is_a_valid_packing_at_or_above_the_optimum(
+    instance: tuple[list[int], int], budget: int | None
+) -> None:
+    sizes, cap = instance
+    bins = minimum_bin_slack(sizes, cap, budget)
+    assert_packing(bins, sizes, cap)
+    assert brute_force_optimum(sizes, cap) <= max(1, len(bins))
+    assert minimum_bin_slack(sizes, cap, budget) == bins  # deterministic
+
+
+def test_minimum_bin_slack_closes_bins_exactly_where_best_fit_misses() -> None:
+    sizes, cap = [49, 41, 34, 33, 29, 26, 26, 22, 20, 19], 100  # sum 299: 3 bins if perfect
+    assert len(best_fit_decreasing(sizes, cap)) == 4
+    bins = minimum_bin_slack(sizes, cap)
+    assert_packing(bins, sizes, cap)
+    assert len(bins) == 3
+    # Multiples of 10 against a cap that is not: the gap of 8 per bin counts as full.
+    scaled = [10 * s for s in sizes]
+    assert len(minimum_bin_slack(scaled, 1008)) == 3
+    assert len(best_fit_decreasing(scaled, 1008)) == 4
+    assert minimum_bin_slack([0, 0], 5) == [[0, 1]]
+    assert minimum_bin_slack([], 5) == []
+    with pytest.raises(ValueError, match="larger than the capacity"):
+        minimum_bin_slack([6], 5)
 
 
 @given(

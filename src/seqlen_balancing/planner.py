@@ -18,7 +18,6 @@ Steps, each a function here:
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ from seqlen_balancing.packing import (
     best_fit_decreasing,
     closing_fit_decreasing,
     l2_lower_bound,
+    minimum_bin_slack,
     reduce_bins,
     split_to_count,
 )
@@ -190,8 +190,9 @@ def analyse(
 def _search_count(result: RankAnalysis, floor: int) -> None:
     """Smallest count reached under the cap, with its packing.
 
-    ``L = max(L2, floor, 1)``; the better of best-fit decreasing and closing-fit decreasing
-    (never worse than best-fit decreasing), then the exchange local search of
+    ``L = max(L2, floor, 1)``; the best of best-fit decreasing, closing-fit decreasing and
+    (up to 4,096 samples) minimum-bin-slack packing (never worse than best-fit decreasing),
+    then the exchange local search of
     :func:`~seqlen_balancing.packing.reduce_bins` towards ``L`` (bounded budget,
     deterministic); a packing below ``L`` is split up to ``L``. Karmarkar-Karp is no
     longer tried here: on CHAMP batches where best fit misses ``L`` it never fitted the
@@ -206,6 +207,13 @@ def _search_count(result: RankAnalysis, floor: int) -> None:
         closing = closing_fit_decreasing(sizes, cap)
         if len(closing) < len(packing):
             packing = closing
+    if len(packing) > lower and n <= 4096:
+        # Bins filled exactly, one at a time: on few-items-per-bin batches with little slack
+        # (CHAMP x10 at 32,768) this reaches L where best fit and the exchange search miss,
+        # and on a tie its waste sits in the last bins, which the search empties first.
+        slack = minimum_bin_slack(sizes, cap)
+        if len(slack) <= len(packing):
+            packing = slack
     if len(packing) > lower:
         # No bin holds more items than the smallest ones that fit together: a second bound,
         # used only to stop the search early (e.g. 65,536 equal sizes, where L2 is loose).
@@ -432,4 +440,3 @@ def spread(values: Sequence[int]) -> float:
     return 0.0 if mean == 0 else (max(values) - min(values)) / mean
 
 
-_ = math  # math kept for callers of spread-like helpers
