@@ -193,7 +193,7 @@ def test_agreement_on_gives_equal_counts_off_may_differ(
     assert off["mean_fill"] == pytest.approx(400 / 500)
     code, out, _ = run(capsys, *base, "--no-same-micro-num-in-dp")
     assert code == 0
-    assert "no agreed count (per-rank counts 1-4)" in out
+    assert "no agreement (per-rank counts 1-4)" in out
 
 
 def test_agreed_count_is_the_largest_independent_count(capsys: pytest.CaptureFixture[str]) -> None:
@@ -559,17 +559,37 @@ def test_sweep_default_caps_and_options(tmp_path: Path, capsys: pytest.CaptureFi
         assert row["total_micro_batches"] == sum(row["micro_batches_per_rank"])
 
 
-def test_sweep_over_cap_names_the_smallest_failing_cap(
+def test_sweep_marks_infeasible_caps_and_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write_lines(tmp_path / "l.txt", [500, 90, 120, 40])
     base = ["sweep", "--lengths", path, "--dp-size", "2", "--batch-size", "2"]
     code, out, err = run(capsys, *base, "--max-token-len", "1000,100,200")
+    assert code == 0 and err == ""
+    assert "max_token_len 100: 2 of the 4 drawn samples exceed max_token_len=100" in out
+    assert "max_token_len 200: 1 of the 4 drawn samples exceed max_token_len=200" in out
+    result = run_json(capsys, *base, "--max-token-len", "1000,100,200")
+    assert [sorted(r) == ["error", "max_token_len"] for r in result["rows"]] == [True, True, False]
+    assert result["rows"][2]["total_micro_batches"] == 2
+    code, out, err = run(capsys, *base, "--max-token-len", "100,200")
     assert_one_line_error(code, out, err, 1)
     assert "2 of the 4 drawn samples exceed max_token_len=100" in err
     result = run_json(capsys, *base, "--max-token-len", "1000,100,200", "--truncate")
     assert [r["truncated"] for r in result["rows"]] == [2, 1, 0]
     assert [r["largest_micro_batch"] <= r["max_token_len"] for r in result["rows"]] == [True] * 3
+
+
+def test_output_to_a_closed_pipe_is_not_an_error() -> None:
+    # A 1,000-row table: the writer is still printing when the reader leaves.
+    command = [sys.executable, "-m", "seqlen_balancing", "plan", "--dp-size", "1000", "--batch-size", "16"]
+    writer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    assert writer.stdout is not None and writer.stderr is not None
+    first = writer.stdout.read(40).decode()
+    writer.stdout.close()  # like `| head -1`: the reader leaves before the writer is done
+    errors = writer.stderr.read()
+    assert writer.wait(timeout=120) == 0
+    assert first.startswith("1000 DP ranks x 16 samples")
+    assert b"Traceback" not in errors
 
 
 # --------------------------------------------------------------------------- plot

@@ -60,6 +60,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'seqlen_balancing' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _FROM_BATCH)
+
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -69,6 +69,7 @@ import argparse
 import importlib
 import json
 import math
+import os
 import random
 import re
 import sys
@@ -540,6 +541,10 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}{'es' if noun.endswith('h') else 's'}"
+
+
 def _count_text(result: StepResult) -> str:
     agreed = result.agreed_count
     if agreed is not None:
@@ -557,7 +562,7 @@ def _describe(step: Step, args: argparse.Namespace) -> str:
     scale = f", lengths x {args.scale:g}" if args.scale != 1.0 else ""
     agree = "on" if args.same_micro_num_in_dp else "off"
     return (
-        f"{step.dp_size} DP ranks x {step.batch_size} samples from {source} "
+        f"{_plural(step.dp_size, 'DP rank')} x {_plural(step.batch_size, 'sample')} from {source} "
         f"({len(step.lengths)} lengths; {how}{scale}); same_micro_num_in_dp {agree}"
     )
 
@@ -646,11 +651,12 @@ def _print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> Non
     ]
     print(_table(headers, rows))
     agreed = result.agreed_count
-    counts = (
-        f"agreed count {agreed} micro-batches per rank"
-        if agreed is not None
-        else f"no agreed count (per-rank counts {_count_text(result)})"
-    )
+    if not args.same_micro_num_in_dp:
+        counts = f"no agreement (per-rank counts {_count_text(result)})"
+    elif agreed is not None:
+        counts = f"agreed count {_plural(agreed, 'micro-batch')} per rank"
+    else:
+        counts = f"no agreed count (per-rank counts {_count_text(result)})"
     print(
         f"{counts}; total {result.total_micro_batches} micro-batches "
         f"(L2 bound {result.l2_lower_bound_total}); mean fill {_pct(result.mean_fill)}; "
@@ -672,7 +678,9 @@ def _sweep_row_json(result: StepResult) -> dict[str, Any]:
     }
 
 
-def _print_sweep(step: Step, args: argparse.Namespace, results: Sequence[StepResult]) -> None:
+def _print_sweep(
+    step: Step, args: argparse.Namespace, outcomes: Sequence[StepResult | tuple[int, str]]
+) -> None:
     print(_describe(step, args))
     headers = [
         "max_token_len",
@@ -686,7 +694,12 @@ def _print_sweep(step: Step, args: argparse.Namespace, results: Sequence[StepRes
     if args.truncate:
         headers.append("truncated")
     rows = []
-    for r in results:
+    notes = []
+    for r in outcomes:
+        if isinstance(r, tuple):
+            rows.append([str(r[0]), "infeasible"] + ["-"] * (len(headers) - 2))
+            notes.append(f"max_token_len {r[0]}: {r[1]}")
+            continue
         row = [
             str(r.max_token_len),
             _count_text(r),
@@ -700,6 +713,8 @@ def _print_sweep(step: Step, args: argparse.Namespace, results: Sequence[StepRes
             row.append(str(r.truncated))
         rows.append(row)
     print(_table(headers, rows))
+    for note in notes:
+        print(note)
 
 
 # --------------------------------------------------------------------------- plot
@@ -763,16 +778,25 @@ def _run_plan(args: argparse.Namespace) -> int:
 def _run_sweep(args: argparse.Namespace) -> int:
     step = draw_step(args)
     caps: list[int] = args.max_token_len
-    if not args.truncate:
-        for cap in caps:  # fail on the smallest cap that does not fit, before any planning
-            error = _over_cap_error(step, cap)
-            if error is not None:
-                raise error
-    results = [plan_step(step, cap, args) for cap in caps]
+    outcomes: list[StepResult | tuple[int, str]] = []
+    for cap in caps:
+        try:
+            outcomes.append(plan_step(step, cap, args))
+        except CliError as exc:
+            if exc.code != 1:
+                raise
+            outcomes.append((cap, str(exc)))  # an infeasible cap is a row, not the end
+    failures = [o for o in outcomes if isinstance(o, tuple)]
+    if len(failures) == len(outcomes):
+        raise CliError(failures[0][1], 1)
     if args.json:
-        _emit_json({**_settings(step, args), "rows": [_sweep_row_json(r) for r in results]})
+        rows = [
+            {"max_token_len": o[0], "error": o[1]} if isinstance(o, tuple) else _sweep_row_json(o)
+            for o in outcomes
+        ]
+        _emit_json({**_settings(step, args), "rows": rows})
     else:
-        _print_sweep(step, args, results)
+        _print_sweep(step, args, outcomes)
     return 0
 
 
@@ -788,5 +812,10 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.code
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) left early: not an error of ours, and no traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else 0
