@@ -197,3 +197,103 @@ def test_65536_samples_plan_with_linear_memory() -> None:
     assert peak < 1024 * 65536  # bytes: under 1 KiB per sample
     _, _, quarter_peak = peak_planning_memory(16384)
     assert peak < 6 * quarter_peak  # 4x the samples, about 4x the memory: linear, not quadratic
+
+
+# Found by adversarial testing.
+def test_jagged_rows_with_holes_count_their_real_lengths() -> None:
+    padded = torch.arange(64).reshape(4, 16)
+    ids = torch.nested.narrow(
+        padded, 1, torch.zeros(4, dtype=torch.long), torch.tensor([3, 4, 2, 5]), layout=torch.jagged
+    )
+    micro_batches, plan = rearrange_micro_batches(TensorDict({"input_ids": ids}, [4]), 7)
+    sizes = [[len(row) for row in mb["input_ids"].unbind()] for mb in micro_batches]
+    assert plan == [[0, 1], [2, 3]] and sizes == [[3, 4], [2, 5]]
+    overlapping = torch.nested.nested_tensor_from_jagged(
+        torch.arange(6), torch.tensor([0, 1, 2]), lengths=torch.tensor([5, 1])
+    )
+    with pytest.raises(ValueError, match="sample 0 has 5 tokens, which exceeds max_token_len=2"):
+        rearrange_micro_batches(TensorDict({"input_ids": overlapping}, [2]), 2)
+
+
+def test_strided_nested_tensors_keep_their_layout() -> None:
+    rows = [torch.ones(2, 3), torch.ones(1, 4), torch.ones(3, 2)]
+    batch = TensorDict({"attention_mask": torch.ones(3, 2), "extra": torch.nested.nested_tensor(rows)}, [3])
+    micro_batches, plan = rearrange_micro_batches(batch, 2)
+    assert len(plan) == 3
+    assert all(mb["extra"].layout == torch.strided and mb["extra"].is_nested for mb in micro_batches)
+    joined = torch.nested.as_nested_tensor([r for mb in micro_batches for r in mb["extra"].unbind()])
+    restored = restore_dynamic_batch(joined, plan)
+    assert restored.layout == torch.strided
+    assert [tuple(r.shape) for r in restored.unbind()] == [(2, 3), (1, 4), (3, 2)]
+
+
+def test_huge_caps_plan_quickly_and_strictly() -> None:
+    lengths = [(i * 2654435761) % (2**30) + 2**29 for i in range(100)]
+    plan = plan_micro_batches(lengths, 2**31)
+    assert max(sum(lengths[i] for i in part) for part in plan) <= 2**31
+    assert sorted(i for part in plan for i in part) == list(range(100))
+
+
+def test_calculate_workload_range() -> None:
+    assert calculate_workload([]).dtype == torch.int64
+    with pytest.raises(ValueError, match="overflows int64 above 3036988212 tokens"):
+        calculate_workload([3036988213])
+    assert calculate_workload([3036988212]).item() == 24576 * 3036988212 + 3036988212**2
+    with pytest.raises(TypeError, match="seqlen_list must be a tensor or list"):
+        calculate_workload(None)  # type: ignore[arg-type]
+
+
+def test_division_helpers_and_bounds_refuse_bad_input() -> None:
+    from seqlen_balancing import (
+        best_fit_decreasing,
+        ceildiv,
+        l1_lower_bound,
+        l2_lower_bound,
+        roundup_divisible,
+    )
+
+    with pytest.raises(ValueError, match="divisor must be non-zero"):
+        ceildiv(1, 0)
+    with pytest.raises(ValueError, match="divisor must be >= 1"):
+        roundup_divisible(1, 0)
+    with pytest.raises(ValueError, match="cap must be a positive integer"):
+        l1_lower_bound([0], 0)
+    with pytest.raises(TypeError, match=r"sizes\[0\] must be an integer"):
+        l2_lower_bound([math.nan], 10)
+    with pytest.raises(ValueError, match=r"sizes\[0\] is -5"):
+        best_fit_decreasing([-5, 3], 4)
+
+
+def test_restore_refuses_non_tensors_and_non_integer_indices() -> None:
+    with pytest.raises(TypeError, match=r"data must be a torch\.Tensor, got list"):
+        restore_dynamic_batch([1, 2], [[0, 1]])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="got a 0-d tensor"):
+        restore_dynamic_batch(torch.tensor(3), [[0]])
+    with pytest.raises(TypeError, match=r"must be an integer, got 1.7 \(float\)"):
+        restore_dynamic_batch(torch.arange(2), [[1.7], [0]])  # type: ignore[list-item]
+
+
+def test_agreement_carries_large_values_whole() -> None:
+    from seqlen_balancing import plan_data_parallel
+
+    with pytest.raises(ValueError, match=f"^rank 1 of the DP group: sample 0 has {2**41} tokens, "
+                       f"which exceeds max_token_len={2**40}"):
+        plan_data_parallel([[1], [2**41]], 2**40)
+
+
+def test_prepare_micro_batches_names_missing_and_bad_settings(masked_batch: Batch) -> None:
+    from tensordict import NonTensorData
+
+    from seqlen_balancing import prepare_micro_batches
+
+    batch = masked_batch([3, 4])
+    with pytest.raises(ValueError, match="the batch has no 'max_token_len_per_gpu' setting"):
+        prepare_micro_batches(batch)
+    batch["max_token_len_per_gpu"] = NonTensorData(8)
+    batch["sp_size"] = NonTensorData(0)
+    with pytest.raises(ValueError, match=r"sp_size must be a positive integer \(>= 1\), got 0"):
+        prepare_micro_batches(batch)
+    batch["sp_size"] = NonTensorData(1)
+    batch["use_dynamic_bsz"] = NonTensorData("False")
+    with pytest.raises(TypeError, match="use_dynamic_bsz must be a bool"):
+        prepare_micro_batches(batch)

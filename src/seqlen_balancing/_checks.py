@@ -35,7 +35,10 @@ def _integer_or_none(value: Any) -> int | None:
         is_integer_dtype = str(dtype).startswith(("int", "uint"))
     if numel != 1 or not is_integer_dtype or str(dtype) in ("torch.bool", "bool"):
         return None
-    scalar = item()
+    try:
+        scalar = item()
+    except (RuntimeError, NotImplementedError, ValueError):  # e.g. a tensor on the meta device
+        return None
     return int(scalar) if isinstance(scalar, numbers.Integral) else None
 
 
@@ -72,7 +75,7 @@ def optional_positive_int(value: Any, name: str) -> int | None:
     return None if value is None else positive_int(value, name)
 
 
-def non_negative_ints(values: Iterable[Any], name: str) -> list[int]:
+def non_negative_ints(values: Iterable[Any], name: str, what: str = "lengths and workloads") -> list[int]:
     """Return ``values`` as a list of non-negative Python ints.
 
     Raises:
@@ -87,11 +90,11 @@ def non_negative_ints(values: Iterable[Any], name: str) -> list[int]:
             as_int = _integer_or_none(value)
         if as_int is None:
             raise TypeError(
-                f"{name}[{index}] must be an integer number of tokens, got {describe(value)}"
+                f"{name}[{index}] must be an integer, got {describe(value)}"
             )
         if as_int < 0:
             raise ValueError(
-                f"{name}[{index}] is {as_int}; lengths and workloads must be >= 0"
+                f"{name}[{index}] is {as_int}; {what} must be >= 0"
             )
         out.append(as_int)
     return out
@@ -123,9 +126,16 @@ def as_list(values: Any, name: str) -> Sequence[Any]:
         return values
     tolist = getattr(values, "tolist", None)
     if callable(tolist):
-        converted = tolist()
+        if getattr(values, "ndim", 1) != 1:
+            raise ValueError(
+                f"{name} must be one-dimensional, got shape {tuple(getattr(values, 'shape', ()))}"
+            )
+        try:
+            converted = tolist()
+        except (RuntimeError, NotImplementedError) as exc:  # e.g. the meta device
+            raise TypeError(f"{name} cannot be read: {exc}") from None
         if isinstance(converted, list):
             return converted
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f"{name} must be a sequence of integers, got {describe(values)}")
+        raise TypeError(f"{name} must be a sequence, got {describe(values)}")
     return list(values)

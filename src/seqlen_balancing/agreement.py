@@ -7,12 +7,13 @@ every rank decodes the same reduced vector and so reaches the same verdict:
 
 * slot 0, the error key: 0 without an error, else ``1 << 24 | (2**20-1-rank) << 4 | code``,
   so MAX picks an error over none and, among errors, the lowest rank at fault;
-* slots 1-5, the error's integers, each stored as ``error key << 38 | value``: the key in
-  the high bits makes MAX take every integer from the rank whose error won;
-* slot 6, ``count << 20 | (2**20-1-rank)``: the largest needed count and the lowest rank
+* slots 1-10, the error's integers, each split in a high and a low part (25 + 38 bits)
+  stored as ``error key << 38 | part``: the key in the high bits makes MAX take every part
+  from the rank whose error won, and the split carries values up to ``2**63 - 1`` whole;
+* slot 11, ``count << 20 | (2**20-1-rank)``: the largest needed count and the lowest rank
   needing it;
-* slot 7, ``-groups << 20 | (2**20-1-rank)``: the fewest samples/groups and its rank;
-* slots 8 and 9, ``num_batches_divided_by`` and its negation: ranks that disagree on it
+* slot 12, ``-groups << 20 | (2**20-1-rank)``: the fewest samples/groups and its rank;
+* slots 13 and 14, ``num_batches_divided_by`` and its negation: ranks that disagree on it
   would round to different counts, so a mismatch is an error on every rank.
 
 The agreed count is the largest needed count rounded up to ``num_batches_divided_by``; if a
@@ -42,8 +43,11 @@ _VALUE_BITS = 38
 _VALUE_MASK = (1 << _VALUE_BITS) - 1
 _NO_GROUPS = -(1 << 62)  # slot 7 of a rank with an error: never the MAX
 
+_INT64_MAX = (1 << 63) - 1
+_COUNT, _GROUPS, _DIVISOR, _NEG_DIVISOR = 11, 12, 13, 14
+
 #: Length of the int64 vector each rank contributes.
-VECTOR_SIZE = 5 + N_ERROR_VALUES
+VECTOR_SIZE = 5 + 2 * N_ERROR_VALUES
 
 
 def encode(analysis: RankAnalysis, rank: int) -> list[int]:
@@ -66,15 +70,17 @@ def encode(analysis: RankAnalysis, rank: int) -> list[int]:
     if analysis.error is not None:
         key = 1 << (_RANK_BITS + _CODE_BITS) | tag << _CODE_BITS | int(analysis.error.code)
         vector[0] = key
-        for slot, value in enumerate(analysis.error.padded(), start=1):
-            vector[slot] = key << _VALUE_BITS | min(max(value, 0), _VALUE_MASK)
-        vector[6] = 0
-        vector[7] = vector[9] = _NO_GROUPS
+        for j, value in enumerate(analysis.error.padded()):
+            value = min(max(value, 0), _INT64_MAX)
+            vector[1 + 2 * j] = key << _VALUE_BITS | value >> _VALUE_BITS
+            vector[2 + 2 * j] = key << _VALUE_BITS | value & _VALUE_MASK
+        vector[_GROUPS] = vector[_NEG_DIVISOR] = _NO_GROUPS
     else:
-        vector[6] = analysis.min_count << _RANK_BITS | tag
-        vector[7] = -analysis.n_groups << _RANK_BITS | tag
-        vector[8] = analysis.num_batches_divided_by
-        vector[9] = -analysis.num_batches_divided_by
+        divisor = min(analysis.num_batches_divided_by, 1 << 62)  # stays inside int64
+        vector[_COUNT] = analysis.min_count << _RANK_BITS | tag
+        vector[_GROUPS] = -analysis.n_groups << _RANK_BITS | tag
+        vector[_DIVISOR] = divisor
+        vector[_NEG_DIVISOR] = -divisor
     return vector
 
 
@@ -98,11 +104,16 @@ def decode(reduced: Sequence[int]) -> tuple[int, PlanError | None, int | None]:
     if key:
         code = ErrorCode(key & ((1 << _CODE_BITS) - 1))
         rank = _RANK_MASK - ((key >> _CODE_BITS) & _RANK_MASK)
-        values = tuple(v & _VALUE_MASK for v in reduced[1 : 1 + N_ERROR_VALUES])
+        values = tuple(
+            (reduced[1 + 2 * j] & _VALUE_MASK) << _VALUE_BITS | reduced[2 + 2 * j] & _VALUE_MASK
+            for j in range(N_ERROR_VALUES)
+        )
         return 0, PlanError(code, values), rank
-    needed, rank_needing = reduced[6] >> _RANK_BITS, _RANK_MASK - (reduced[6] & _RANK_MASK)
-    groups, rank_fewest = -(reduced[7] >> _RANK_BITS), _RANK_MASK - (reduced[7] & _RANK_MASK)
-    divisor, smallest_divisor = reduced[8], -reduced[9]
+    needed = reduced[_COUNT] >> _RANK_BITS
+    rank_needing = _RANK_MASK - (reduced[_COUNT] & _RANK_MASK)
+    groups = -(reduced[_GROUPS] >> _RANK_BITS)
+    rank_fewest = _RANK_MASK - (reduced[_GROUPS] & _RANK_MASK)
+    divisor, smallest_divisor = reduced[_DIVISOR], -reduced[_NEG_DIVISOR]
     if divisor != smallest_divisor:
         return 0, PlanError(ErrorCode.DIVISOR_MISMATCH, (smallest_divisor, divisor)), None
     count, error = agreed_count(needed, groups, divisor, rank_needing)

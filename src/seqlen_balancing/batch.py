@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -16,8 +17,8 @@ import torch
 from tensordict import NonTensorData, TensorDict
 
 from seqlen_balancing import distributed
-from seqlen_balancing._checks import positive_int
-from seqlen_balancing.errors import BatchProblem, ErrorCode, PlanError
+from seqlen_balancing._checks import _integer_or_none, describe, non_negative_ints
+from seqlen_balancing.errors import Argument, BatchProblem, ErrorCode, PlanError
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, get_reverse_idx
 from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, build_plan
 
@@ -33,6 +34,12 @@ __all__ = [
 T = TypeVar("T")
 
 
+#: Largest length whose workload ``24576*s + s**2`` fits in int64.
+_MAX_WORKLOAD_LENGTH = math.isqrt((WORKLOAD_LINEAR_COEF // 2) ** 2 + 2**63 - 1) - (
+    WORKLOAD_LINEAR_COEF // 2
+)
+
+
 def calculate_workload(seqlen_list: torch.Tensor | Sequence[int]) -> torch.Tensor:
     """verl's per-sequence cost ``24576*s + s**2`` as an int64 tensor.
 
@@ -45,27 +52,45 @@ def calculate_workload(seqlen_list: torch.Tensor | Sequence[int]) -> torch.Tenso
         input never overflows (exact for lengths up to ``2**31``).
 
     Raises:
-        TypeError: floating-point or bool lengths.
-        ValueError: a negative length.
+        TypeError: floating-point, bool or nested input.
+        ValueError: a negative length, or one above ~3.04e9 tokens (int64 overflow).
 
     Example:
         >>> calculate_workload(torch.tensor([1000], dtype=torch.int32)).tolist()
         [25576000]
     """
-    lengths = torch.as_tensor(seqlen_list)
+    if isinstance(seqlen_list, torch.Tensor) and seqlen_list.is_nested:
+        raise TypeError("seqlen_list must be a dense tensor or list of lengths, got a nested tensor")
+    try:
+        lengths = torch.as_tensor(seqlen_list)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise TypeError(f"seqlen_list must be a tensor or list of integer lengths: {exc}") from None
+    if lengths.numel() == 0:
+        return torch.zeros(lengths.shape, dtype=torch.int64, device=lengths.device)
     if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
         raise TypeError(
             f"seqlen_list must hold integer token counts, got dtype {lengths.dtype}"
         )
     lengths = lengths.to(torch.int64)
-    if lengths.numel() and bool((lengths < 0).any()):
+    low, high = torch.aminmax(lengths)
+    if int(low) < 0:
         raise ValueError("seqlen_list holds a negative length; lengths must be >= 0 tokens")
+    if int(high) > _MAX_WORKLOAD_LENGTH:
+        raise ValueError(
+            f"seqlen_list holds a length of {int(high)} tokens; the workload overflows int64 "
+            f"above {_MAX_WORKLOAD_LENGTH} tokens"
+        )
     return WORKLOAD_LINEAR_COEF * lengths + lengths * lengths
 
 
 def _jagged_row_lengths(tensor: torch.Tensor) -> torch.Tensor:
+    """Tokens per row of a nested tensor: ``lengths()`` when the rows have holes, else the
+    offsets' differences (jagged), else each row's first dimension (strided)."""
     if tensor.layout == torch.jagged:
-        offsets: torch.Tensor = getattr(tensor, "offsets")()  # noqa: B009 (not in stubs)
+        holes: torch.Tensor | None = getattr(tensor, "lengths")()  # noqa: B009 (not in stubs)
+        if holes is not None:
+            return holes
+        offsets: torch.Tensor = getattr(tensor, "offsets")()  # noqa: B009
         return offsets.diff()
     return torch.tensor([row.shape[0] for row in tensor.unbind()], dtype=torch.int64)
 
@@ -160,7 +185,7 @@ def _cut(
             rows = tensor.unbind()
             for micro_batch, part in zip(micro_batches, plan, strict=True):
                 micro_batch.set(
-                    key, torch.nested.as_nested_tensor([rows[i] for i in part], layout=torch.jagged)
+                    key, torch.nested.as_nested_tensor([rows[i] for i in part], layout=tensor.layout)
                 )
             continue
         if known_lengths and key in known_lengths:
@@ -170,14 +195,9 @@ def _cut(
         sizes = [offsets[i + 1] - offsets[i] for i in order]
         values = tensor.values()
         if not identity:
-            starts = torch.tensor([offsets[i] for i in order], dtype=torch.long)
-            lengths = torch.tensor(sizes, dtype=torch.long)
-            packed = torch.zeros(len(order) + 1, dtype=torch.long)
-            torch.cumsum(lengths, dim=0, out=packed[1:])
-            total = offsets[-1]
-            gather = torch.repeat_interleave(starts - packed[:-1], lengths, output_size=total)
-            gather += torch.arange(total)
-            values = values[gather.to(values.device, non_blocking=True)]
+            # Row views in plan order, joined by one cat (no index tensor of every token).
+            rows = torch.split(values[: offsets[-1]], [b - a for a, b in itertools.pairwise(offsets)])
+            values = torch.cat([rows[i] for i in order])
         new_offsets = [0, *itertools.accumulate(sizes)]
         for micro_batch, start, stop in zip(micro_batches, bounds, bounds[1:], strict=False):
             first, last = new_offsets[start], new_offsets[stop]
@@ -195,7 +215,7 @@ def _cut(
 
 
 def _plan(
-    batch: TensorDict,
+    batch: Any,
     max_token_len: Any,
     dp_group: Any,
     num_batches_divided_by: Any,
@@ -203,18 +223,27 @@ def _plan(
     min_num_micro_batch: Any,
     use_dynamic_bsz_balance: bool,
     force_group_size: Any,
+    pre_error: PlanError | None = None,
 ) -> tuple[list[list[int]], list[int]]:
-    """The plan and the effective lengths it was made from (for the identity/gather paths)."""
+    """The plan and the effective lengths it was made from (for the identity/gather paths).
+
+    ``pre_error`` is a problem the caller found before planning (a bad setting, a bad
+    DataProto); like every other error it goes through the agreement before anyone raises.
+    """
     sync = distributed.sync_enabled(same_micro_num_in_dp)
     cause: Exception | None = None
-    try:
-        error, lengths = effective_lengths(batch)
-    except (TypeError, ValueError, AttributeError, RuntimeError, IndexError) as exc:
-        if not sync:
-            raise
-        # Under agreement the peers must hear of it: turn it into a plan error.
-        cause = exc
-        error, lengths = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,)), []
+    error: PlanError | None = pre_error
+    lengths: list[int] = []
+    if error is None:
+        try:
+            error, lengths = effective_lengths(batch)
+        except (TypeError, ValueError, AttributeError, RuntimeError, IndexError,
+                NotImplementedError) as exc:
+            if not sync:
+                raise
+            # Under agreement the peers must hear of it: turn it into a plan error.
+            cause = exc
+            error, lengths = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,)), []
     if error is None:
         analysis = analyse(
             lengths,
@@ -298,6 +327,29 @@ def rearrange_micro_batches(
         >>> [len(mb) for mb in micro_batches], sorted(i for part in idx for i in part)
         ([2, 2], [0, 1, 2, 3])
     """
+    return _rearrange(
+        batch,
+        max_token_len,
+        dp_group,
+        num_batches_divided_by,
+        same_micro_num_in_dp,
+        min_num_micro_batch,
+        use_dynamic_bsz_balance,
+        force_group_size,
+    )
+
+
+def _rearrange(
+    batch: Any,
+    max_token_len: Any,
+    dp_group: Any,
+    num_batches_divided_by: Any,
+    same_micro_num_in_dp: bool,
+    min_num_micro_batch: Any,
+    use_dynamic_bsz_balance: bool,
+    force_group_size: Any,
+    pre_error: PlanError | None = None,
+) -> tuple[list[TensorDict], list[list[int]]]:
     plan, lengths = _plan(
         batch,
         max_token_len,
@@ -307,6 +359,7 @@ def rearrange_micro_batches(
         min_num_micro_batch,
         use_dynamic_bsz_balance,
         force_group_size,
+        pre_error,
     )
     ids = batch.get("input_ids") if "input_ids" in batch.keys() else None
     # Lengths read from jagged input_ids are its row lengths: no second host copy needed.
@@ -328,7 +381,9 @@ def restore_dynamic_batch(
         ``data`` with rows in the original sample order (same layout: jagged stays jagged).
 
     Raises:
-        ValueError: the index lists are not a permutation of ``range(n)``.
+        TypeError: ``data`` is not a tensor, or an index is not an integer.
+        ValueError: ``data`` is 0-d, or the index lists are not a permutation of
+            ``range(n)``.
 
     Complexity: O(n) indices plus one gather.
 
@@ -336,7 +391,13 @@ def restore_dynamic_batch(
         >>> restore_dynamic_batch(torch.tensor([10, 30, 20]), [[0, 2], [1]]).tolist()
         [10, 20, 30]
     """
-    flat = [int(i) for part in batch_idx_list for i in part]
+    if not isinstance(data, torch.Tensor):
+        raise TypeError(f"data must be a torch.Tensor, got {type(data).__name__}")
+    if data.dim() == 0:
+        raise ValueError("data must have a batch dimension (dim 0), got a 0-d tensor")
+    flat = non_negative_ints(
+        (i for part in batch_idx_list for i in part), "batch_idx_list (flattened)", "indices"
+    )
     rows = int(data.size(0))
     if len(flat) != rows:
         raise ValueError(
@@ -347,9 +408,25 @@ def restore_dynamic_batch(
     if data.is_nested:
         rows_in_order = data.unbind()
         return torch.nested.as_nested_tensor(
-            [rows_in_order[i] for i in order.tolist()], layout=torch.jagged
+            [rows_in_order[i] for i in order.tolist()], layout=data.layout
         )
     return data[order.to(data.device)]
+
+
+def _dataproto_problem(data: Any) -> PlanError | None:
+    """Why ``data`` is not DataProto-like enough to cut, or ``None``."""
+    for attribute in ("batch", "non_tensor_batch", "meta_info", "from_dict"):
+        if not hasattr(data, attribute):
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), f"no {attribute!r}")
+    try:
+        n = _batch_size(data.batch)
+        rows = [len(value) for value in dict(data.non_tensor_batch).values()]
+    except (TypeError, ValueError) as exc:
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), str(exc))
+    for count in rows:
+        if count != n:
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_ROWS, count, n))
+    return None
 
 
 def prepare_dynamic_batch(
@@ -373,24 +450,22 @@ def prepare_dynamic_batch(
         ``meta_info``; the index lists as :func:`rearrange_micro_batches` returns them.
 
     Raises:
-        TypeError: ``data`` lacks one of the attributes above.
-        ValueError: as :func:`rearrange_micro_batches`.
+        ValueError: ``data`` lacks one of the attributes above, a ``non_tensor_batch`` array
+            does not have one row per sample, or as :func:`rearrange_micro_batches` (under
+            DP agreement, on every rank).
     """
-    for attribute in ("batch", "non_tensor_batch", "meta_info", "from_dict"):
-        if not hasattr(data, attribute):
-            raise TypeError(
-                f"data must be DataProto-like (batch, non_tensor_batch, meta_info, from_dict);"
-                f" {type(data).__name__} has no {attribute!r}"
-            )
     source: Any = data
-    batches, plan = rearrange_micro_batches(
-        source.batch,
-        max_token_len=max_token_len,
-        dp_group=dp_group,
-        num_batches_divided_by=num_batches_divided_by,
-        same_micro_num_in_dp=same_micro_num_in_dp,
-        min_num_micro_batch=min_num_micro_batch,
-        use_dynamic_bsz_balance=use_dynamic_bsz_balance,
+    problem = _dataproto_problem(source)
+    batches, plan = _rearrange(
+        source.batch if problem is None else None,
+        max_token_len,
+        dp_group,
+        num_batches_divided_by,
+        same_micro_num_in_dp,
+        min_num_micro_batch,
+        use_dynamic_bsz_balance,
+        1,
+        problem,
     )
     out: list[T] = []
     for micro_batch, indices in zip(batches, plan, strict=True):
@@ -409,9 +484,24 @@ def _setting(data: TensorDict, key: str, default: Any) -> Any:
     value = data.get(key)
     if isinstance(value, NonTensorData):
         value = value.data
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":
         value = value.item()
     return value
+
+
+def _int_setting(
+    data: TensorDict, key: str, argument: Argument, default: int | None
+) -> tuple[PlanError | None, int]:
+    """A positive-integer setting, or the error to agree on (missing, wrong type, < 1)."""
+    value = _setting(data, key, default)
+    if value is None:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 2, 0)), 0
+    as_int = _integer_or_none(value)
+    if as_int is None:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 0, 0), describe(value)), 0
+    if as_int < 1:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 1, -as_int)), 0
+    return None, as_int
 
 
 def prepare_micro_batches(
@@ -440,34 +530,42 @@ def prepare_micro_batches(
         ValueError: a required setting is missing or not a positive integer, a static batch
             not divisible into chunks, or as :func:`rearrange_micro_batches`.
     """
-    use_dynamic_bsz = bool(_setting(data, "use_dynamic_bsz", True))
-    sp_size = positive_int(_setting(data, "sp_size", 1), "sp_size")
-    force_group_size = positive_int(_setting(data, "force_group_size", 1), "force_group_size")
+    raw_dynamic = _setting(data, "use_dynamic_bsz", True)
+    if isinstance(raw_dynamic, bool) or _integer_or_none(raw_dynamic) in (0, 1):
+        dynamic_error = None
+        use_dynamic_bsz = bool(raw_dynamic)
+    else:  # an unreadable switch: plan dynamically (the default) and agree on the error
+        dynamic_error = PlanError(
+            ErrorCode.BAD_ARGUMENT, (Argument.USE_DYNAMIC_BSZ, 0, 0), describe(raw_dynamic)
+        )
+        use_dynamic_bsz = True
+    group_error, force_group_size = _int_setting(
+        data, "force_group_size", Argument.FORCE_GROUP_SIZE, 1
+    )
     if use_dynamic_bsz:
-        per_gpu = _setting(data, "max_token_len_per_gpu", None)
-        if per_gpu is None:
-            raise ValueError(
-                "use_dynamic_bsz is on but the batch has no 'max_token_len_per_gpu'; "
-                "store it in the TensorDict (tokens per GPU before sequence parallelism)"
-            )
-        max_token_len = positive_int(per_gpu, "max_token_len_per_gpu") * sp_size
-        return rearrange_micro_batches(
+        sp_error, sp_size = _int_setting(data, "sp_size", Argument.SP_SIZE, 1)
+        cap_error, per_gpu = _int_setting(
+            data, "max_token_len_per_gpu", Argument.MAX_TOKEN_LEN_PER_GPU, None
+        )
+        # Settings come from each rank's own batch: their errors join the agreement too.
+        error = dynamic_error or group_error or sp_error or cap_error
+        return _rearrange(
             data,
-            max_token_len=max_token_len,
-            dp_group=dp_group,
-            num_batches_divided_by=num_batches_divided_by,
-            same_micro_num_in_dp=same_micro_num_in_dp,
-            min_num_micro_batch=min_num_micro_batch,
-            use_dynamic_bsz_balance=use_dynamic_bsz_balance,
-            force_group_size=force_group_size,
+            per_gpu * sp_size,
+            dp_group,
+            num_batches_divided_by,
+            same_micro_num_in_dp,
+            min_num_micro_batch,
+            use_dynamic_bsz_balance,
+            force_group_size,
+            error,
         )
-    size = _setting(data, "micro_batch_size_per_gpu", None)
-    if size is None:
-        raise ValueError(
-            "use_dynamic_bsz is off but the batch has no 'micro_batch_size_per_gpu'; store it "
-            "in the TensorDict"
-        )
-    chunk = positive_int(size, "micro_batch_size_per_gpu") * force_group_size
+    size_error, size = _int_setting(
+        data, "micro_batch_size_per_gpu", Argument.MICRO_BATCH_SIZE_PER_GPU, None
+    )
+    if group_error or size_error:  # the static path makes no collective: raise here
+        raise (group_error or size_error).exception()  # type: ignore[union-attr]
+    chunk = size * force_group_size
     n = _batch_size(data)
     if n == 0 or n % chunk:
         raise ValueError(

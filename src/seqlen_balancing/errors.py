@@ -20,7 +20,7 @@ N_ERROR_VALUES = 5
 class ErrorCode(IntEnum):
     """Why a rank cannot plan. The numeric values are part of the agreement encoding."""
 
-    BAD_ARGUMENT = 1  # (argument, 0 = wrong type / 1 = below 1, -value)
+    BAD_ARGUMENT = 1  # (argument, 0 = wrong type / 1 = below 1 / 2 = missing, -value)
     BAD_BATCH = 2  # (BatchProblem, a, b)
     BAD_LENGTH = 3  # (index, 0 = not an integer / 1 = negative, -value)
     EMPTY_BATCH = 4  # ()
@@ -40,6 +40,10 @@ class Argument(IntEnum):
     MIN_NUM_MICRO_BATCH = 2
     NUM_BATCHES_DIVIDED_BY = 3
     NUM_MICRO_BATCHES = 4
+    MAX_TOKEN_LEN_PER_GPU = 5
+    SP_SIZE = 6
+    USE_DYNAMIC_BSZ = 7
+    MICRO_BATCH_SIZE_PER_GPU = 8
 
 
 class BatchProblem(IntEnum):
@@ -49,10 +53,20 @@ class BatchProblem(IntEnum):
     MASK_NOT_2D = 1  # (ndim, -)
     MASK_ROWS = 2  # (mask rows, batch size)
     UNREADABLE = 3  # reading the lengths raised (the rank at fault chains the cause)
+    NOT_DATAPROTO = 4  # prepare_dynamic_batch got an object without batch/non_tensor_batch/...
+    NON_TENSOR_ROWS = 5  # (rows of a non_tensor_batch array, batch size)
 
 
 def _bad_argument(v: tuple[int, ...]) -> str:
-    name = Argument(v[0]).name.lower()
+    argument = Argument(v[0])
+    name = argument.name.lower()
+    if argument is Argument.USE_DYNAMIC_BSZ:
+        return "use_dynamic_bsz must be a bool (or 0/1), got a value that is not"
+    if v[1] == 2:
+        return (
+            f"the batch has no {name!r} setting; store it in the TensorDict (verl's "
+            "prepare_micro_batches reads its settings from the batch)"
+        )
     if v[1] == 0:
         return f"{name} must be a positive integer, got a value that is not an integer"
     return f"{name} must be a positive integer (>= 1), got {-v[2]}"
@@ -69,6 +83,16 @@ def _bad_batch(v: tuple[int, ...]) -> str:
         return (
             "the effective lengths could not be read from the batch; pass a TensorDict with "
             "batch size (n,) and a 2-D attention_mask or jagged input_ids"
+        )
+    if problem is BatchProblem.NOT_DATAPROTO:
+        return (
+            "data must be DataProto-like: .batch (a TensorDict), .non_tensor_batch (dict of "
+            "arrays), .meta_info (dict) and a from_dict classmethod"
+        )
+    if problem is BatchProblem.NON_TENSOR_ROWS:
+        return (
+            f"a non_tensor_batch array has {v[1]} rows but the batch has {v[2]} samples; "
+            "give every non-tensor entry one row per sample"
         )
     if problem is BatchProblem.MASK_NOT_2D:
         return f"attention_mask must be 2-D (batch, seq_len), got a {v[1]}-D tensor"

@@ -12,6 +12,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from math import gcd
 
+from seqlen_balancing._checks import as_list, non_negative_ints, positive_int
+
 __all__ = [
     "best_fit_decreasing",
     "closing_fit_decreasing",
@@ -27,6 +29,13 @@ _MAX_FREE_TRIPLES = 16  # ... and triples
 _CLOSING_TRIES = 64  # sizes tried per exact-pair search in closing_fit_decreasing
 _MAX_OUT_PAIRS = 12  # bins with up to this many items may give up two at once
 _KICK_BINS = 2  # bins emptied into the pool per kick
+_MAX_BITSET_BITS = 1 << 16  # minimum_bin_slack: widest subset-sum bitset (cap / gcd)
+_MAX_STORED_BITS = 1 << 26  # minimum_bin_slack: bitsets kept per bin (8 MiB)
+
+
+def _checked(sizes: Sequence[int], cap: int) -> tuple[list[int], int]:
+    """Sizes as non-negative ints and the cap as a positive int (TypeError/ValueError)."""
+    return non_negative_ints(as_list(sizes, "sizes"), "sizes"), positive_int(cap, "cap")
 
 
 def l1_lower_bound(sizes: Sequence[int], cap: int) -> int:
@@ -39,12 +48,17 @@ def l1_lower_bound(sizes: Sequence[int], cap: int) -> int:
     Returns:
         The L1 bound (0 for an empty list or all-zero sizes).
 
+    Raises:
+        TypeError: a size or ``cap`` is not an integer.
+        ValueError: a negative size or ``cap < 1``.
+
     Complexity: O(n).
 
     Example:
         >>> l1_lower_bound([6, 6, 6], 10)
         2
     """
+    sizes, cap = _checked(sizes, cap)
     return -(sum(sizes) // -cap)
 
 
@@ -64,7 +78,8 @@ def l2_lower_bound(sizes: Sequence[int], cap: int) -> int:
         The L2 bound (0 for an empty list or all-zero sizes).
 
     Raises:
-        ValueError: an item is larger than ``cap`` or negative.
+        TypeError: a size or ``cap`` is not an integer.
+        ValueError: a negative size, a size above ``cap``, or ``cap < 1``.
 
     Complexity: O(n log n) (one sort, then a bisect per distinct small size).
 
@@ -76,10 +91,11 @@ def l2_lower_bound(sizes: Sequence[int], cap: int) -> int:
         >>> l2_lower_bound([6, 6, 6], 10)   # three items above cap/2: three bins
         3
     """
+    sizes, cap = _checked(sizes, cap)
     ordered = sorted(sizes)
     if not ordered:
         return 0
-    if ordered[0] < 0 or ordered[-1] > cap:
+    if ordered[-1] > cap:
         raise ValueError(f"item sizes must lie in 0..{cap}, got {ordered[0]}..{ordered[-1]}")
     prefix = [0]
     for size in ordered:
@@ -111,7 +127,8 @@ def best_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
         together an exact cover of ``range(n)``. At most ``11/9 OPT + 6/9`` bins.
 
     Raises:
-        ValueError: an item is larger than ``cap``.
+        TypeError: a size or ``cap`` is not an integer.
+        ValueError: a negative size, a size above ``cap``, or ``cap < 1``.
 
     Complexity: O(n log n) comparisons (bisect on a sorted list of bin residuals), plus
     list insertions that move O(bins) pointers each.
@@ -125,6 +142,7 @@ def best_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
         >>> best_fit_decreasing([5, 7, 3, 5], 10)
         [[1, 2], [0, 3]]
     """
+    sizes, cap = _checked(sizes, cap)
     residuals: list[int] = []  # ascending
     owners: list[int] = []  # bin of each residual, parallel to ``residuals``
     bins: list[list[int]] = []
@@ -273,7 +291,9 @@ def minimum_bin_slack(
     Raises:
         ValueError: an item is larger than ``cap``.
 
-    Complexity: O(budget) bitset shifts of ``cap / gcd`` bits each, plus O(n log n).
+    Complexity: O(budget) bitset shifts of ``cap / gcd`` bits each, plus O(n log n). When
+    ``cap / gcd`` exceeds 65,536 bits it returns best-fit decreasing instead, and a bin
+    scans at most ``2**26 / (cap / gcd)`` items, so time and memory stay bounded.
 
     References:
         J. N. D. Gupta and J. C. Ho, "A new heuristic algorithm for the one-dimensional
@@ -299,6 +319,9 @@ def minimum_bin_slack(
         if size < cap:
             unit = gcd(unit, size)
     unit = unit or 1
+    if cap // unit > _MAX_BITSET_BITS:
+        # A bitset that wide costs too much time and memory per step: plain best fit.
+        return best_fit_decreasing(sizes, cap)
     m = len(order)
     alive = [True] * m
     bins: list[list[int]] = []
@@ -312,6 +335,7 @@ def minimum_bin_slack(
         current = [first]
         room = cap - sizes[first]
         target = room // unit
+        max_scan = max(1, _MAX_STORED_BITS // (target + 1))
         mask = (1 << (target + 1)) - 1
         reach = 1
         stored: list[int] = []  # bitset before each scanned item
@@ -320,6 +344,8 @@ def minimum_bin_slack(
             work += 1
             if not alive[pos]:
                 continue
+            if len(scanned) == max_scan:
+                break  # bounds the stored bitsets to about _MAX_STORED_BITS bits
             stored.append(reach)
             scanned.append(pos)
             reach = (reach | (reach << (sizes[order[pos]] // unit))) & mask

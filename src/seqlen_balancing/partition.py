@@ -56,6 +56,8 @@ def ceildiv(a: int, b: int) -> int:
         >>> ceildiv(7, 2), ceildiv(8, 2)
         (4, 4)
     """
+    if b == 0:
+        raise ValueError(f"ceildiv({a}, 0): the divisor must be non-zero")
     return -(a // -b)
 
 
@@ -66,6 +68,8 @@ def roundup_divisible(a: int, b: int) -> int:
         >>> roundup_divisible(5, 4), roundup_divisible(8, 4)
         (8, 8)
     """
+    if b < 1:
+        raise ValueError(f"roundup_divisible({a}, {b}): the divisor must be >= 1")
     return ceildiv(a, b) * b
 
 
@@ -92,7 +96,7 @@ def get_reverse_idx(idx_map: Sequence[int] | Any) -> list[int]:
         >>> get_reverse_idx([2, 0, 1])
         [1, 2, 0]
     """
-    values = non_negative_ints(as_list(idx_map, "idx_map"), "idx_map")
+    values = non_negative_ints(as_list(idx_map, "idx_map"), "idx_map", "indices")
     n = len(values)
     reverse = [-1] * n
     for position, index in enumerate(values):

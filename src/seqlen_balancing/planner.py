@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from seqlen_balancing._checks import _integer_or_none, describe
+from seqlen_balancing._checks import _integer_or_none, as_list, describe
 from seqlen_balancing.errors import Argument, ErrorCode, PlanError
 from seqlen_balancing.packing import (
     best_fit_decreasing,
@@ -93,7 +93,11 @@ def _argument_error(value: Any, argument: Argument, optional: bool) -> tuple[Pla
 
 def _lengths(seq_lens: Sequence[Any]) -> tuple[PlanError | None, list[int]]:
     out: list[int] = []
-    for index, value in enumerate(seq_lens):
+    try:
+        values = as_list(seq_lens, "seq_lens")
+    except (TypeError, ValueError) as exc:
+        return PlanError(ErrorCode.BAD_LENGTH, (0, 0, 0), str(exc)), []
+    for index, value in enumerate(values):
         as_int = value if type(value) is int else _integer_or_none(value)
         if as_int is None:
             return PlanError(ErrorCode.BAD_LENGTH, (index, 0, 0), describe(value)), []
@@ -280,15 +284,22 @@ def _lpt_with_cap(
     return bins
 
 
+#: Karmarkar-Karp costs O(n * count); above this product the capacity-aware LPT packing
+#: (O(n log count)) balances alone. 2**22 covers 2,048 samples into 2,048 micro-batches
+#: and 16,384 into 256.
+_KK_BUDGET = 1 << 22
+
+
 def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
     sizes, workloads, cap = result.group_sizes, result.group_workloads, result.max_token_len
     if count == result.min_count and result._balanced is not None:
         return result._balanced
     if count == len(sizes):
         return [[g] for g in range(count)]
-    kk = _largest_differencing(workloads, count, equal_size=False)
-    if _fits(kk, sizes, cap):
-        return kk
+    if len(sizes) * count <= _KK_BUDGET:
+        kk = _largest_differencing(workloads, count, equal_size=False)
+        if _fits(kk, sizes, cap):
+            return kk
     lpt = _lpt_with_cap(sizes, workloads, cap, count)
     if lpt is not None:
         return lpt
@@ -324,7 +335,8 @@ def build_plan(
 ) -> list[list[int]]:
     """The best-balanced plan with exactly ``count`` micro-batches, ordered.
 
-    Karmarkar-Karp on workloads when its plan respects the cap; otherwise a
+    Karmarkar-Karp on workloads when its plan respects the cap (tried when
+    ``n * count <= 2**22``, so its O(n * count) cost stays bounded); otherwise a
     capacity-aware longest-processing-time packing; otherwise the analysis' packing split
     up to ``count``. All three respect the cap.
 
@@ -340,7 +352,7 @@ def build_plan(
     Raises:
         ValueError: ``result`` holds an error or ``count`` is out of range.
 
-    Complexity: O(n log n + n * count) (Karmarkar-Karp).
+    Complexity: O(n log n + min(n * count, 2**22)).
     """
     if result.error is not None:
         raise result.error.exception()

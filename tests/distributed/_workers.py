@@ -166,6 +166,30 @@ PAIR_SCENARIOS: list[dict[str, Any]] = [
     },
 ]
 
+PAIR_SCENARIOS += [
+    {  # prepare_micro_batches: rank 1's batch lacks its token budget setting
+        "name": "prepare_missing_budget",
+        "call": "prepare_micro_batches",
+        "batches": {
+            0: {"lengths": [10] * 4, "settings": {"max_token_len_per_gpu": CAP}},
+            1: {"lengths": [10] * 4, "settings": {}},
+        },
+        "kwargs": {},
+    },
+    {  # prepare_dynamic_batch: rank 1 passes an object that is not DataProto-like
+        "name": "dataproto_without_from_dict",
+        "call": "prepare_dynamic_batch",
+        "batches": {0: {"lengths": [10] * 4}, 1: {"lengths": [10] * 4, "no_from_dict": True}},
+        "kwargs": {"max_token_len": CAP},
+    },
+    {  # a divisor too large for int64 on one rank: still one agreed error
+        "name": "huge_divisor_one_rank",
+        "batches": {0: {"lengths": [10] * 4}, 1: {"lengths": [10] * 4}},
+        "kwargs": {"max_token_len": CAP},
+        "rank_kwargs": {1: {"num_batches_divided_by": 2**63}},
+    },
+]
+
 QUAD_SCENARIOS: list[dict[str, Any]] = [
     {  # case 5: rank 2 holds a sample over the cap
         "name": "case5_sample_over_cap",
@@ -356,6 +380,26 @@ def _token_sum(micro_batch: Any) -> int | None:
     return int((micro_batch["attention_mask"] != 0).sum().item())
 
 
+class _NoFromDict:
+    """DataProto-like but for the missing ``from_dict`` classmethod."""
+
+    def __init__(self, batch: Any, non_tensor_batch: Any = None, meta_info: Any = None) -> None:
+        self.batch = batch
+        self.non_tensor_batch = non_tensor_batch or {}
+        self.meta_info = meta_info or {}
+
+
+class _Proto(_NoFromDict):
+    """A minimal DataProto stand-in."""
+
+    @classmethod
+    def from_dict(cls, tensors: Any, non_tensors: Any, meta_info: Any = None) -> _Proto:
+        from tensordict import TensorDict
+
+        size = next(iter(tensors.values())).shape[0]
+        return cls(TensorDict(tensors, batch_size=[size]), non_tensors, meta_info)
+
+
 def run_scenario(scenario: dict[str, Any], rank: int, groups: dict[str, Any]) -> dict[str, Any]:
     """Call rearrange_micro_batches as this rank would, and describe what happened."""
     from seqlen_balancing import rearrange_micro_batches
@@ -371,10 +415,26 @@ def run_scenario(scenario: dict[str, Any], rank: int, groups: dict[str, Any]) ->
     name = subgroup_name(scenario, rank)
     if name is not None:
         kwargs["dp_group"] = groups[name]
+    call = scenario.get("call", "rearrange")
     start = time.perf_counter()
     with count_collectives() as events:
         try:
-            micro_batches, indices = rearrange_micro_batches(batch, **kwargs)
+            if call == "prepare_micro_batches":
+                from tensordict import NonTensorData
+
+                from seqlen_balancing import prepare_micro_batches
+
+                for key, value in spec["settings"].items():
+                    batch[key] = NonTensorData(value)
+                micro_batches, indices = prepare_micro_batches(batch, **kwargs)
+            elif call == "prepare_dynamic_batch":
+                from seqlen_balancing import prepare_dynamic_batch
+
+                proto = (_NoFromDict if spec.get("no_from_dict") else _Proto)(batch)
+                protos, indices = prepare_dynamic_batch(proto, **kwargs)
+                micro_batches = [p.batch for p in protos]
+            else:
+                micro_batches, indices = rearrange_micro_batches(batch, **kwargs)
         except Exception as exc:  # recorded for the parent to judge
             record.update(
                 ok=False,

@@ -393,6 +393,32 @@ def test_case8_rank_without_attention_mask_raises_on_every_rank(pair: SuiteRun) 
         _assert_collectives(record, sync=True, group_ranks=[0, 1])
 
 
+def test_prepare_micro_batches_missing_setting_raises_on_every_rank(pair: SuiteRun) -> None:
+    records = pair.scenario("prepare_missing_budget")
+    _assert_same_error(records, "ValueError", 1, "the batch has no 'max_token_len_per_gpu' setting")
+    for record in records:
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+
+
+def test_prepare_dynamic_batch_bad_object_raises_on_every_rank(pair: SuiteRun) -> None:
+    records = pair.scenario("dataproto_without_from_dict")
+    _assert_same_error(records, "ValueError", 1, "data must be DataProto-like")
+    for record in records:
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+
+
+def test_divisor_beyond_int64_on_one_rank_is_one_agreed_error(pair: SuiteRun) -> None:
+    records = pair.scenario("huge_divisor_one_rank")
+    assert [r["ok"] for r in records] == [False, False]
+    messages = {(r["error_type"], r["error_message"]) for r in records}
+    assert len(messages) == 1
+    error_type, message = messages.pop()
+    assert error_type == "ValueError"
+    assert f"different num_batches_divided_by (from 1 to {2**62})" in message
+    for record in records:
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+
+
 def test_wrong_type_on_one_rank_raises_type_error_on_every_rank(pair: SuiteRun) -> None:
     records = pair.scenario("type_error_one_rank")
     _assert_same_error(records, "TypeError", 1, "max_token_len must be a positive integer", "not an integer")
