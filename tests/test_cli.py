@@ -645,3 +645,30 @@ def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--version")
     assert code == 0
     assert out.startswith("seqlen-balancing ")
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("[" * 100_000, "not valid JSON"),
+        ("1" * 5000 + "\n", "is not an integer length (up to 18 digits)"),
+    ],
+)
+def test_hostile_files_give_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, fragment: str
+) -> None:
+    path = tmp_path / "hostile.txt"
+    path.write_text(content)
+    code, out, err = run(capsys, "plan", "--lengths", str(path))
+    assert_one_line_error(code, out, err, 2)
+    assert fragment in err and len(err) < 300
+
+
+def test_byte_order_mark_and_huge_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbf100\n200\n")
+    result = run_json(capsys, "plan", "--lengths", str(path), "--dp-size", "1", "--batch-size", "2")
+    assert result["ranks"][0]["tokens"] == 300
+    code, out, err = run(capsys, "plan", "--scale", "1e308")
+    assert_one_line_error(code, out, err, 2)
+    assert "--scale 1e+308 makes a length too large" in err

@@ -108,20 +108,36 @@ class _Parser(argparse.ArgumentParser):
 # --------------------------------------------------------------------------- arguments
 
 
-def _positive_int(text: str) -> int:
-    if not _INTEGER.fullmatch(text.strip()) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+def _short(text: str, limit: int = 40, quote: bool = True) -> str:
+    """``text`` (quoted by ``repr`` unless ``quote`` is False), cut for one-line messages."""
+    cut = text if len(text) <= limit else text[: limit - 3] + "..."
+    return repr(cut) if quote else cut
+
+
+def _int_text(text: str) -> int | None:
+    """The integer ``text`` spells (at most 18 digits, surrounding blanks allowed), else None."""
+    text = text.strip()
+    if len(text) > 19 or not _INTEGER.fullmatch(text):
+        return None
     return int(text)
+
+
+def _positive_int(text: str) -> int:
+    number = _int_text(text)
+    if number is None or number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {_short(text)}")
+    return number
 
 
 def _cap_list(text: str) -> list[int]:
     caps: set[int] = set()
     for part in text.split(","):
-        if not _INTEGER.fullmatch(part.strip()) or int(part) < 1:
+        number = _int_text(part)
+        if number is None or number < 1:
             raise argparse.ArgumentTypeError(
-                f"must be positive integers separated by commas, got {text!r}"
+                f"must be positive integers separated by commas, got {_short(text)}"
             )
-        caps.add(int(part))
+        caps.add(number)
     return sorted(caps)
 
 
@@ -291,14 +307,14 @@ def _read_text(path: str) -> tuple[str, str]:
 def _check_length(value: Any, where: str) -> int:
     """``value`` as a length, or a CliError naming ``where`` and what is wrong."""
     if isinstance(value, str):
-        text = value.strip()
-        if not _INTEGER.fullmatch(text):
-            raise CliError(f"{where}: {value.strip()!r} is not an integer length")
-        number = int(text)
+        parsed = _int_text(value)
+        if parsed is None:
+            raise CliError(f"{where}: {_short(value.strip())} is not an integer length (up to 18 digits)")
+        number = parsed
     elif isinstance(value, int) and not isinstance(value, bool):
         number = value
     else:
-        raise CliError(f"{where}: {json.dumps(value)} is not an integer length")
+        raise CliError(f"{where}: {_short(json.dumps(value), quote=False)} is not an integer length")
     if number < 0:
         raise CliError(f"{where}: length {number} is negative; lengths must be >= 0")
     return number
@@ -319,13 +335,16 @@ def parse_lengths(text: str, source: str, field: str | None = None) -> list[int]
         CliError: (exit 2) naming the line (or list index) of the first bad entry, or
             saying the input holds no lengths.
     """
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark is not part of the data
     stripped = text.lstrip()
     lengths: list[int] = []
     if stripped.startswith("["):
         try:
             items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CliError(f"{source}: not valid JSON ({exc})") from None
+        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+            raise CliError(f"{source}: not valid JSON ({_short(str(exc), 80)})") from None
+        if not isinstance(items, list):
+            raise CliError(f"{source}: expected a JSON list of lengths")
         for index, item in enumerate(items):
             where = f"{source}, list index {index}"
             value = item if field is None else _field_of(item, field, where)
@@ -339,7 +358,7 @@ def parse_lengths(text: str, source: str, field: str | None = None) -> list[int]
             where = f"{source}, line {lineno}"
             try:
                 item = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError, ValueError):
                 raise CliError(f"{where}: not a JSON object") from None
             lengths.append(_check_length(_field_of(item, field, where), where))
     else:
@@ -355,7 +374,10 @@ def scale_lengths(lengths: Sequence[int], scale: float) -> list[int]:
     """Each length times ``scale``, rounded to the nearest integer (halves up)."""
     if scale == 1.0:
         return list(lengths)
-    return [math.floor(n * scale + 0.5) for n in lengths]
+    scaled = [n * scale + 0.5 for n in lengths]
+    if not all(math.isfinite(x) and x < 2**62 for x in scaled):
+        raise CliError(f"--scale {scale:g} makes a length too large (over 2**62 tokens)")
+    return [math.floor(x) for x in scaled]
 
 
 @dataclass(frozen=True)
