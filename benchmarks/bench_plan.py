@@ -14,7 +14,8 @@ Columns:
   spread    workload spread (max-min)/mean of our plan; KK: plain Karmarkar-Karp at the same
             count when that plan fits the cap ("-" when it does not)
   plan ms   plan_micro_batches on a list; call ms: rearrange_micro_batches on a TensorDict
-            (attention_mask, tensor indexing included)
+            with jagged input_ids (verl's remove-padding layout), tensor indexing included.
+            A padded (n, width) batch adds a copy of n x width elements on top.
 """
 
 from __future__ import annotations
@@ -61,11 +62,12 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
     return best * 1000
 
 
-def padded_batch(lengths: Sequence[int]) -> TensorDict:
-    width = max(lengths)
-    positions = torch.arange(width).unsqueeze(0)
-    mask = positions < torch.tensor(lengths).unsqueeze(1)
-    return TensorDict({"attention_mask": mask, "input_ids": mask.to(torch.int32)}, [len(lengths)])
+def jagged_batch(lengths: Sequence[int]) -> TensorDict:
+    """A batch as verl's remove-padding path holds it: jagged ``input_ids`` (int32)."""
+    offsets = torch.tensor([0, *torch.tensor(list(lengths)).cumsum(0).tolist()])
+    values = torch.zeros(int(offsets[-1]), dtype=torch.int32)
+    ids = torch.nested.nested_tensor_from_jagged(values, offsets)
+    return TensorDict({"input_ids": ids}, batch_size=[len(lengths)])
 
 
 def case_row(name: str, lengths: list[int], cap: int, repeat: int, with_retry: bool) -> str:
@@ -78,7 +80,7 @@ def case_row(name: str, lengths: list[int], cap: int, repeat: int, with_retry: b
     kk_fits = max(sum(lengths[i] for i in p) for p in kk) <= cap
     kk_spread = f"{spread([sum(work[i] for i in p) for p in kk]):.4f}" if kk_fits else "-"
     plan_ms = timed(lambda: plan_micro_batches(lengths, cap), repeat)
-    batch = padded_batch(lengths)
+    batch = jagged_batch(lengths)
     call_ms = timed(lambda: rearrange_micro_batches(batch, cap), repeat)
     retry = str(retry_count(lengths, cap)) if with_retry else "n/a"
     bfd = len(best_fit_decreasing(lengths, cap))
@@ -118,10 +120,7 @@ def scaling_rows(sizes: Sequence[int], cap: int) -> list[str]:
     rows = []
     for n in sizes:
         lengths = draw(n, 1, cap, seed=7, replace=True)
-        offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
-        values = torch.zeros(int(offsets[-1]), dtype=torch.int32)
-        ids = torch.nested.nested_tensor_from_jagged(values, offsets)
-        batch = TensorDict({"input_ids": ids}, batch_size=[n])
+        batch = jagged_batch(lengths)
         plan_ms = timed(lambda lengths=lengths: plan_micro_batches(lengths, cap), 2)
         call_ms = timed(lambda batch=batch: rearrange_micro_batches(batch, cap), 2)
         count = len(plan_micro_batches(lengths, cap))

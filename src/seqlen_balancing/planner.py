@@ -262,17 +262,63 @@ def agreed_count(
     return count, None
 
 
+def _rebalance(
+    bins: list[list[int]], sizes: list[int], workloads: list[int], cap: int
+) -> list[list[int]]:
+    """Move groups from the heaviest micro-batch into the lightest while it narrows the gap.
+
+    For a packing made for the count, not for balance (every bin nearly full, the last one
+    light): each round moves the group of the heaviest bin whose workload is closest to
+    half the gap, if the lightest bin has the tokens for it (the next heaviest bin is tried
+    when one cannot give). At most ``2 * count`` rounds of O(count log count) each; the cap
+    holds throughout.
+    """
+    loads = [sum(workloads[g] for g in b) for b in bins]
+    tokens = [sum(sizes[g] for g in b) for b in bins]
+    ids = range(len(bins))
+    for _ in range(2 * len(bins)):
+        light = min(ids, key=loads.__getitem__)
+        room = cap - tokens[light]
+        move = None
+        # The heaviest bin that can give: single-group bins and groups too big are skipped.
+        for heavy in sorted(ids, key=lambda b: (-loads[b], b)):
+            gap = loads[heavy] - loads[light]
+            if gap <= 0:
+                break
+            movable = [g for g in bins[heavy] if sizes[g] <= room and 0 < workloads[g] < gap]
+            if movable and len(bins[heavy]) > 1:
+                move = heavy, min(movable, key=lambda g: (abs(2 * workloads[g] - gap), g))
+                break
+        if move is None:
+            break
+        heavy, g = move
+        bins[heavy].remove(g)
+        bins[light].append(g)
+        for b, sign in ((heavy, -1), (light, 1)):
+            loads[b] += sign * workloads[g]
+            tokens[b] += sign * sizes[g]
+    return bins
+
+
 def _lpt_with_cap(
     sizes: list[int], workloads: list[int], cap: int, count: int
 ) -> list[list[int]] | None:
-    """Heaviest group first into the lightest micro-batch (by workload) that has room."""
+    """Heaviest group first into the lightest micro-batch (by workload) that has room.
+
+    Gives up (``None``) after skipping ``8 n + 4096`` full micro-batches in all: on tight
+    counts it would fail anyway, and this bounds its cost to O(n log count).
+    """
     bins: list[list[int]] = [[] for _ in range(count)]
     room = [cap] * count
     heap = [(0, 0, b) for b in range(count)]  # (workload, groups, bin): empty bins first
+    budget = 8 * len(sizes) + 4096  # full bins skipped over the whole run
     for g in sorted(range(len(sizes)), key=lambda g: (-workloads[g], -sizes[g], g)):
         skipped = []
         while heap and room[heap[0][2]] < sizes[g]:
             skipped.append(heapq.heappop(heap))
+            budget -= 1
+            if budget < 0:
+                return None
         if not heap:
             return None
         load, members, b = heapq.heappop(heap)
@@ -303,7 +349,7 @@ def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
     lpt = _lpt_with_cap(sizes, workloads, cap, count)
     if lpt is not None:
         return lpt
-    return split_to_count(sizes, result._packing, count)
+    return _rebalance(split_to_count(sizes, result._packing, count), sizes, workloads, cap)
 
 
 def order_micro_batches(
@@ -338,7 +384,8 @@ def build_plan(
     Karmarkar-Karp on workloads when its plan respects the cap (tried when
     ``n * count <= 2**22``, so its O(n * count) cost stays bounded); otherwise a
     capacity-aware longest-processing-time packing; otherwise the analysis' packing split
-    up to ``count``. All three respect the cap.
+    up to ``count`` and rebalanced by moving groups from the heaviest micro-batch to the
+    lightest. All three respect the cap.
 
     Args:
         result: an error-free :class:`RankAnalysis`.
