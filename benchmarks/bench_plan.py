@@ -14,8 +14,9 @@ Columns:
   spread    workload spread (max-min)/mean of our plan; KK: plain Karmarkar-Karp at the same
             count when that plan fits the cap ("-" when it does not)
   plan ms   plan_micro_batches on a list; call ms: rearrange_micro_batches on a TensorDict
-            with jagged input_ids (verl's remove-padding layout), tensor indexing included.
-            A padded (n, width) batch adds a copy of n x width elements on top.
+            with jagged input_ids (verl's remove-padding layout), tensor indexing included;
+            padded ms: the same with a right-padded (n, max length) attention_mask and
+            input_ids ("-" above 40M elements)
 """
 
 from __future__ import annotations
@@ -70,6 +71,12 @@ def jagged_batch(lengths: Sequence[int]) -> TensorDict:
     return TensorDict({"input_ids": ids}, batch_size=[len(lengths)])
 
 
+def padded_batch(lengths: Sequence[int]) -> TensorDict:
+    """The same batch right-padded: attention_mask (bool) and input_ids (int32), (n, width)."""
+    mask = torch.arange(max(lengths)).unsqueeze(0) < torch.tensor(list(lengths)).unsqueeze(1)
+    return TensorDict({"attention_mask": mask, "input_ids": mask.to(torch.int32)}, [len(lengths)])
+
+
 def case_row(name: str, lengths: list[int], cap: int, repeat: int, with_retry: bool) -> str:
     bound = l2_lower_bound(lengths, cap)
     plan = plan_micro_batches(lengths, cap)
@@ -82,11 +89,16 @@ def case_row(name: str, lengths: list[int], cap: int, repeat: int, with_retry: b
     plan_ms = timed(lambda: plan_micro_batches(lengths, cap), repeat)
     batch = jagged_batch(lengths)
     call_ms = timed(lambda: rearrange_micro_batches(batch, cap), repeat)
+    padded_ms = "-"
+    if len(lengths) * max(lengths) <= 40_000_000:  # skip padded copies above ~200 MB
+        padded = padded_batch(lengths)
+        padded_ms = f"{timed(lambda: rearrange_micro_batches(padded, cap), repeat):.1f}"
     retry = str(retry_count(lengths, cap)) if with_retry else "n/a"
     bfd = len(best_fit_decreasing(lengths, cap))
     return (
         f"{name:<22}{len(lengths):>6}{cap:>7}{bound:>6}{len(plan):>6}{bfd:>6}{retry:>7}"
         f"{max(tokens):>9}{spread(loads):>9.4f}{kk_spread:>9}{plan_ms:>9.1f}{call_ms:>9.1f}"
+        f"{padded_ms:>10}"
     )
 
 
@@ -139,7 +151,7 @@ def main() -> None:
     print("Cases (seed 0)")
     print(
         f"{'case':<22}{'n':>6}{'cap':>7}{'L2':>6}{'ours':>6}{'BFD':>6}{'retry':>7}"
-        f"{'largest':>9}{'spread':>9}{'KK':>9}{'plan ms':>9}{'call ms':>9}"
+        f"{'largest':>9}{'spread':>9}{'KK':>9}{'plan ms':>9}{'call ms':>9}{'padded ms':>10}"
     )
     cases: list[tuple[str, list[int], int, bool]] = [
         ("CHAMP x1", draw(256, 1, 16384, 0), 16384, True),
@@ -162,7 +174,7 @@ def main() -> None:
     for row in rate_rows(trials):
         print(row, flush=True)
 
-    sizes = [1024, 4096, 16384] if args.quick else [1024, 4096, 16384, 65536]
+    sizes = [1024, 2048, 4096, 16384] if args.quick else [1024, 2048, 4096, 16384, 65536]
     print("\nGrowth: rearrange_micro_batches on jagged input_ids, CHAMP x1, cap 16384")
     print(f"{'n':>7}{'count':>8}{'plan ms':>11}{'call ms':>11}{'us/sample':>13}")
     for row in scaling_rows(sizes, 16384):
