@@ -20,7 +20,7 @@ from seqlen_balancing import distributed
 from seqlen_balancing._checks import _integer_or_none, describe, non_negative_ints
 from seqlen_balancing.errors import Argument, BatchProblem, ErrorCode, PlanError
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, get_reverse_idx
-from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, build_plan
+from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, argument_error, build_plan
 
 __all__ = [
     "calculate_workload",
@@ -214,62 +214,6 @@ def _cut(
     return micro_batches
 
 
-def _plan(
-    batch: Any,
-    max_token_len: Any,
-    dp_group: Any,
-    num_batches_divided_by: Any,
-    same_micro_num_in_dp: bool,
-    min_num_micro_batch: Any,
-    use_dynamic_bsz_balance: bool,
-    force_group_size: Any,
-    pre_error: PlanError | None = None,
-) -> tuple[list[list[int]], list[int]]:
-    """The plan and the effective lengths it was made from (for the identity/gather paths).
-
-    ``pre_error`` is a problem the caller found before planning (a bad setting, a bad
-    DataProto); like every other error it goes through the agreement before anyone raises.
-    """
-    sync = distributed.sync_enabled(same_micro_num_in_dp)
-    cause: Exception | None = None
-    error: PlanError | None = pre_error
-    lengths: list[int] = []
-    if error is None:
-        try:
-            error, lengths = effective_lengths(batch)
-        except (TypeError, ValueError, AttributeError, RuntimeError, IndexError,
-                NotImplementedError) as exc:
-            if not sync:
-                raise
-            # Under agreement the peers must hear of it: turn it into a plan error.
-            cause = exc
-            error, lengths = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,)), []
-    if error is None:
-        analysis = analyse(
-            lengths,
-            max_token_len,
-            force_group_size=force_group_size,
-            min_num_micro_batch=min_num_micro_batch,
-            num_batches_divided_by=num_batches_divided_by,
-        )
-    else:
-        analysis = RankAnalysis(error)
-    if sync:
-        # Every rank reaches this call, with or without an error of its own.
-        count, error, rank = distributed.agree(analysis, dp_group)
-        if error is not None:
-            raise error.exception(rank) from cause
-    else:
-        if analysis.error is not None:
-            raise analysis.error.exception()
-        count, error = agreed_count(
-            analysis.min_count, analysis.n_groups, analysis.num_batches_divided_by
-        )
-        if error is not None:
-            raise error.exception()
-    return build_plan(analysis, count, use_dynamic_bsz_balance), lengths
-
-
 def rearrange_micro_batches(
     batch: TensorDict,
     max_token_len: int,
@@ -350,17 +294,49 @@ def _rearrange(
     force_group_size: Any,
     pre_error: PlanError | None = None,
 ) -> tuple[list[TensorDict], list[list[int]]]:
-    plan, lengths = _plan(
-        batch,
-        max_token_len,
-        dp_group,
-        num_batches_divided_by,
-        same_micro_num_in_dp,
-        min_num_micro_batch,
-        use_dynamic_bsz_balance,
-        force_group_size,
-        pre_error,
-    )
+    """Plan (agreeing with the DP group when asked), then cut.
+
+    ``pre_error`` is a problem the caller found before planning (a bad setting, a bad
+    DataProto); like every other error it goes through the agreement before anyone raises.
+    """
+    sync = distributed.sync_enabled(same_micro_num_in_dp)
+    cause: Exception | None = None
+    error: PlanError | None = pre_error
+    lengths: list[int] = []
+    if error is None:
+        try:
+            error, lengths = effective_lengths(batch)
+        except (TypeError, ValueError, AttributeError, RuntimeError, IndexError,
+                NotImplementedError) as exc:
+            if not sync:
+                raise
+            # Under agreement the peers must hear of it: turn it into a plan error.
+            cause = exc
+            error, lengths = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,)), []
+    if error is None:
+        analysis = analyse(
+            lengths,
+            max_token_len,
+            force_group_size=force_group_size,
+            min_num_micro_batch=min_num_micro_batch,
+            num_batches_divided_by=num_batches_divided_by,
+        )
+    else:
+        analysis = RankAnalysis(error)
+    if sync:
+        # Every rank reaches this call, with or without an error of its own.
+        count, error, rank = distributed.agree(analysis, dp_group)
+        if error is not None:
+            raise error.exception(rank) from cause
+    else:
+        if analysis.error is not None:
+            raise analysis.error.exception()
+        count, error = agreed_count(
+            analysis.min_count, analysis.n_groups, analysis.num_batches_divided_by
+        )
+        if error is not None:
+            raise error.exception()
+    plan = build_plan(analysis, count, use_dynamic_bsz_balance)
     ids = batch.get("input_ids") if "input_ids" in batch.keys() else None
     # Lengths read from jagged input_ids are its row lengths: no second host copy needed.
     known = {"input_ids": lengths} if isinstance(ids, torch.Tensor) and ids.is_nested else None
@@ -496,12 +472,7 @@ def _int_setting(
     value = _setting(data, key, default)
     if value is None:
         return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 2, 0)), 0
-    as_int = _integer_or_none(value)
-    if as_int is None:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 0, 0), describe(value)), 0
-    if as_int < 1:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 1, -as_int)), 0
-    return None, as_int
+    return argument_error(value, argument, optional=False)
 
 
 def prepare_micro_batches(

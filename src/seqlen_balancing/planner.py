@@ -80,7 +80,9 @@ class RankAnalysis:
         return len(self.group_sizes)
 
 
-def _argument_error(value: Any, argument: Argument, optional: bool) -> tuple[PlanError | None, int]:
+def argument_error(value: Any, argument: Argument, optional: bool) -> tuple[PlanError | None, int]:
+    """``(None, value as int)`` for a positive integer (or ``None`` when ``optional``: 1),
+    else ``(error, 0)`` with the error every rank can agree on."""
     if value is None and optional:
         return None, 1
     as_int = _integer_or_none(value)
@@ -159,7 +161,7 @@ def analyse(
     )
     ints: list[int] = []
     for value, argument, optional in checks:
-        error, as_int = _argument_error(value, argument, optional)
+        error, as_int = argument_error(value, argument, optional)
         if error is not None:
             return RankAnalysis(error)
         ints.append(as_int)
@@ -471,7 +473,7 @@ def plan_micro_batches(
         raise result.error.exception()
     needed = result.min_count
     if num_micro_batches is not None:
-        error, wanted = _argument_error(num_micro_batches, Argument.NUM_MICRO_BATCHES, False)
+        error, wanted = argument_error(num_micro_batches, Argument.NUM_MICRO_BATCHES, False)
         if error is not None:
             raise error.exception()
         if wanted < needed:
