@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from seqlen_balancing.errors import N_ERROR_VALUES, ErrorCode, PlanError
-from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, build_plan
+from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, build_plan, local_count
 
 __all__ = [
     "VECTOR_SIZE",
@@ -172,13 +172,7 @@ def plan_data_parallel(
         if error is not None:
             raise error.exception(rank)
         return [build_plan(a, count, use_dynamic_bsz_balance) for a in analyses]
-    plans = []
-    for rank, a in enumerate(analyses):
-        error = a.error
-        count = 0
-        if error is None:
-            count, error = agreed_count(a.min_count, a.n_groups, a.num_batches_divided_by)
-        if error is not None:
-            raise error.exception(rank)
-        plans.append(build_plan(a, count, use_dynamic_bsz_balance))
-    return plans
+    return [
+        build_plan(a, local_count(a, rank), use_dynamic_bsz_balance)
+        for rank, a in enumerate(analyses)
+    ]

@@ -20,7 +20,7 @@ from seqlen_balancing import distributed
 from seqlen_balancing._checks import _integer_or_none, describe, non_negative_ints
 from seqlen_balancing.errors import Argument, BatchProblem, ErrorCode, PlanError
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, get_reverse_idx
-from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, argument_error, build_plan
+from seqlen_balancing.planner import RankAnalysis, analyse, argument_error, build_plan, local_count
 
 __all__ = [
     "calculate_workload",
@@ -352,13 +352,7 @@ def _rearrange(
         if error is not None:
             raise error.exception(rank) from cause
     else:
-        if analysis.error is not None:
-            raise analysis.error.exception()
-        count, error = agreed_count(
-            analysis.min_count, analysis.n_groups, analysis.num_batches_divided_by
-        )
-        if error is not None:
-            raise error.exception()
+        count = local_count(analysis)
     plan = build_plan(analysis, count, use_dynamic_bsz_balance)
     ids = batch.get("input_ids") if "input_ids" in batch.keys() else None
     # Lengths read from jagged input_ids are its row lengths: no second host copy needed.

@@ -39,6 +39,7 @@ __all__ = [
     "agreed_count",
     "analyse",
     "build_plan",
+    "local_count",
     "order_micro_batches",
     "plan_micro_batches",
 ]
@@ -302,6 +303,28 @@ def _rebalance(
     return bins
 
 
+def local_count(result: RankAnalysis, rank: int | None = None) -> int:
+    """The count one rank plans alone (no DP agreement), or its error raised.
+
+    Args:
+        result: this rank's :func:`analyse` result.
+        rank: DP rank named in the error, or ``None``.
+
+    Returns:
+        ``result.min_count`` rounded up to ``num_batches_divided_by``.
+
+    Raises:
+        TypeError, ValueError: ``result``'s error, or more micro-batches than groups.
+    """
+    error = result.error
+    count = 0
+    if error is None:
+        count, error = agreed_count(result.min_count, result.n_groups, result.num_batches_divided_by)
+    if error is not None:
+        raise error.exception(rank)
+    return count
+
+
 def _lpt_with_cap(
     sizes: list[int], workloads: list[int], cap: int, count: int
 ) -> list[list[int]] | None:
@@ -469,22 +492,19 @@ def plan_micro_batches(
         min_num_micro_batch=min_num_micro_batch,
         num_batches_divided_by=num_batches_divided_by,
     )
-    if result.error is not None:
-        raise result.error.exception()
-    needed = result.min_count
+    count = local_count(result)
     if num_micro_batches is not None:
         error, wanted = argument_error(num_micro_batches, Argument.NUM_MICRO_BATCHES, False)
         if error is not None:
             raise error.exception()
-        if wanted < needed:
+        if wanted < result.min_count:
             raise ValueError(
-                f"num_micro_batches={wanted} is below the {needed} micro-batches this batch "
-                f"needs under max_token_len={result.max_token_len}"
+                f"num_micro_batches={wanted} is below the {result.min_count} micro-batches this "
+                f"batch needs under max_token_len={result.max_token_len}"
             )
-        needed = wanted
-    count, error = agreed_count(needed, result.n_groups, result.num_batches_divided_by)
-    if error is not None:
-        raise error.exception()
+        count, error = agreed_count(wanted, result.n_groups, result.num_batches_divided_by)
+        if error is not None:
+            raise error.exception()
     return build_plan(result, count, use_dynamic_bsz_balance)
 
 
