@@ -123,31 +123,41 @@ def effective_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int]]:
     Raises:
         TypeError: ``batch`` has no batch dimension (not a TensorDict-like object).
     """
+    error, lengths, _ = _read_lengths(batch)
+    return error, lengths
+
+
+def _read_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int], list[int] | None]:
+    """:func:`effective_lengths`, plus the host offsets of packed jagged ``input_ids``
+    (read in the same copy, so cutting needs no second one)."""
     n = _batch_size(batch)
     keys = set(batch.keys())
     ids = batch.get("input_ids") if "input_ids" in keys else None
     if isinstance(ids, torch.Tensor) and ids.is_nested:
+        if _is_packed_jagged(ids):
+            offsets: list[int] = getattr(ids, "offsets")().tolist()  # noqa: B009
+            return None, [b - a for a, b in itertools.pairwise(offsets)], offsets
         lengths = _jagged_row_lengths(ids)
     elif "attention_mask" in keys:
         mask = batch.get("attention_mask")
         if isinstance(mask, NonTensorData):
             mask = mask.data
         if not isinstance(mask, torch.Tensor):
-            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NO_LENGTH_SOURCE,)), []
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NO_LENGTH_SOURCE,)), [], None
         if mask.is_nested:
             lengths = torch.stack([(row != 0).sum() for row in mask.unbind()])
         elif mask.dim() != 2:
-            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.MASK_NOT_2D, mask.dim())), []
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.MASK_NOT_2D, mask.dim())), [], None
         else:
             if mask.shape[0] != n:
                 return PlanError(
                     ErrorCode.BAD_BATCH, (BatchProblem.MASK_ROWS, mask.shape[0], n)
-                ), []
-            return None, _mask_row_counts(mask)
+                ), [], None
+            return None, _mask_row_counts(mask), None
     else:
-        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NO_LENGTH_SOURCE,)), []
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NO_LENGTH_SOURCE,)), [], None
     values: list[int] = lengths.tolist()
-    return None, values
+    return None, values, None
 
 
 def _mask_row_counts(mask: torch.Tensor) -> list[int]:
@@ -182,14 +192,14 @@ def _is_packed_jagged(tensor: torch.Tensor) -> bool:
 
 
 def _cut(
-    batch: TensorDict, plan: list[list[int]], known_lengths: dict[Any, list[int]] | None = None
+    batch: TensorDict, plan: list[list[int]], known_offsets: dict[Any, list[int]] | None = None
 ) -> list[TensorDict]:
     """The micro-batches of ``plan``: one gather of the batch in plan order, then a view each.
 
     Dense tensors, ``NonTensorStack`` entries and nested TensorDicts are gathered by
     tensordict; scalar ``NonTensorData`` stays as it is. Packed jagged tensors are gathered
     here (tensordict 0.10 cannot index them) from host-side offsets, read once per key
-    (or taken from ``known_lengths``), so no device-to-host copy happens per micro-batch.
+    (or taken from ``known_offsets``), so no device-to-host copy happens per micro-batch.
     When the plan keeps the original order nothing is copied at all.
     """
     order = [i for part in plan for i in part]
@@ -211,15 +221,15 @@ def _cut(
                     key, torch.nested.as_nested_tensor([rows[i] for i in part], layout=tensor.layout)
                 )
             continue
-        if known_lengths and key in known_lengths:
-            offsets = [0, *itertools.accumulate(known_lengths[key])]
+        if known_offsets and key in known_offsets:
+            offsets = known_offsets[key]
         else:
             offsets = getattr(tensor, "offsets")().tolist()  # noqa: B009 (one host copy)
         sizes = [offsets[i + 1] - offsets[i] for i in order]
-        values = tensor.values()
+        values = tensor.values()[offsets[0] : offsets[-1]]  # the rows, from token 0
         if not identity:
             # Row views in plan order, joined by one cat (no index tensor of every token).
-            rows = torch.split(values[: offsets[-1]], [b - a for a, b in itertools.pairwise(offsets)])
+            rows = torch.split(values, [b - a for a, b in itertools.pairwise(offsets)])
             values = torch.cat([rows[i] for i in order])
         new_offsets = [0, *itertools.accumulate(sizes)]
         for micro_batch, start, stop in zip(micro_batches, bounds, bounds[1:], strict=False):
@@ -326,9 +336,10 @@ def _rearrange(
     cause: Exception | None = None
     error: PlanError | None = pre_error
     lengths: list[int] = []
+    offsets: list[int] | None = None
     if error is None:
         try:
-            error, lengths = effective_lengths(batch)
+            error, lengths, offsets = _read_lengths(batch)
         except (TypeError, ValueError, AttributeError, RuntimeError, IndexError,
                 NotImplementedError) as exc:
             if not sync:
@@ -354,10 +365,8 @@ def _rearrange(
     else:
         count = local_count(analysis)
     plan = build_plan(analysis, count, use_dynamic_bsz_balance)
-    ids = batch.get("input_ids") if "input_ids" in batch.keys() else None
-    # Lengths read from jagged input_ids are its row lengths: no second host copy needed.
-    known = {"input_ids": lengths} if isinstance(ids, torch.Tensor) and ids.is_nested else None
-    return _cut(batch, plan, known), plan
+    # Offsets read with the lengths of packed jagged input_ids: no second host copy.
+    return _cut(batch, plan, None if offsets is None else {"input_ids": offsets}), plan
 
 
 def restore_dynamic_batch(
