@@ -1,6 +1,6 @@
 """Micro-batch counts, balance and planning time on real token lengths. Prints tables.
 
-Run: ``python benchmarks/bench_plan.py`` (about a minute; ``--quick`` for a smaller run).
+Run: ``python benchmarks/bench_plan.py`` (about 5 minutes; ``--quick`` for a smaller run).
 
 Lengths are the bundled CHAMP conversations (Qwen3 tokenizer), drawn with a fixed seed.
 "xN" multiplies every length by N to mimic long chain-of-thought rollouts; a scaled length
@@ -133,8 +133,8 @@ def scaling_rows(sizes: Sequence[int], cap: int) -> list[str]:
     for n in sizes:
         lengths = draw(n, 1, cap, seed=7, replace=True)
         batch = jagged_batch(lengths)
-        plan_ms = timed(lambda lengths=lengths: plan_micro_batches(lengths, cap), 2)
-        call_ms = timed(lambda batch=batch: rearrange_micro_batches(batch, cap), 2)
+        plan_ms = timed(lambda lengths=lengths: plan_micro_batches(lengths, cap), 5)
+        call_ms = timed(lambda batch=batch: rearrange_micro_batches(batch, cap), 5)
         count = len(plan_micro_batches(lengths, cap))
         rows.append(
             f"{n:>7}{count:>8}{plan_ms:>11.1f}{call_ms:>11.1f}{1000 * call_ms / n:>13.2f}"
@@ -146,7 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer trials and sizes")
     args = parser.parse_args()
-    repeat = 1 if args.quick else 3
+    repeat = 1 if args.quick else 5
 
     print("Cases (seed 0)")
     print(
