@@ -120,3 +120,33 @@ def test_agreed_counts_are_equal_or_everyone_fails(
     for lengths, plan in zip(loads, plans, strict=True):
         assert sorted(i for part in plan for i in part) == list(range(len(lengths)))
         assert max(sum(lengths[i] for i in part) for part in plan) <= cap
+
+
+def test_karmarkar_karp_is_returned_wherever_it_fits_on_real_batches() -> None:
+    """The balance promise: where plain Karmarkar-Karp at our count respects the cap, our
+    plan has its workload spread (we return it); checked on real CHAMP batches, tight and
+    loose counts alike."""
+    import random
+
+    from seqlen_balancing.data import load_champ_lengths
+    from seqlen_balancing.partition import karmarkar_karp, workload
+    from seqlen_balancing.planner import spread
+
+    lengths = load_champ_lengths()
+    checked = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        scale, n = rng.choice([1, 2, 4, 10]), rng.choice([64, 256, 512])
+        cap = rng.choice([8192, 16384, 32768, 65536])
+        sizes = [min(cap, x * scale) for x in rng.sample(lengths, n)]
+        work = [workload(x) for x in sizes]
+        smallest = len(plan_micro_batches(sizes, cap))
+        for count in range(smallest, min(smallest + 3, n) + 1):
+            kk = karmarkar_karp(work, count, equal_size=False)
+            if max(sum(sizes[i] for i in part) for part in kk) > cap:
+                continue
+            ours = plan_micro_batches(sizes, cap, num_micro_batches=count)
+            loads = [sum(work[i] for i in part) for part in ours]
+            assert spread(loads) == spread([sum(work[i] for i in part) for part in kk])
+            checked += 1
+    assert checked > 40  # enough cases where Karmarkar-Karp fits
