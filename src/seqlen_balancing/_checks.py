@@ -70,11 +70,6 @@ def positive_int(value: Any, name: str) -> int:
     return as_int
 
 
-def optional_positive_int(value: Any, name: str) -> int | None:
-    """Like :func:`positive_int`, but ``None`` passes through unchanged."""
-    return None if value is None else positive_int(value, name)
-
-
 def non_negative_ints(values: Iterable[Any], name: str, what: str = "lengths and workloads") -> list[int]:
     """Return ``values`` as a list of non-negative Python ints.
 

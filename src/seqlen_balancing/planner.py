@@ -70,10 +70,8 @@ class RankAnalysis:
     group_workloads: list[int] = field(default_factory=list)
     lower_bound: int = 0
     min_count: int = 0
-    # Packing over groups with ``min_count`` bins, and the balanced plan at that count when
-    # Karmarkar-Karp already fitted the cap (saves a second run).
+    # Packing over groups with ``min_count`` bins (the fallback of build_plan).
     _packing: list[list[int]] = field(default_factory=list, repr=False)
-    _balanced: list[list[int]] | None = field(default=None, repr=False)
 
     @property
     def n_groups(self) -> int:
@@ -363,8 +361,6 @@ _KK_BUDGET = 1 << 22
 
 def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
     sizes, workloads, cap = result.group_sizes, result.group_workloads, result.max_token_len
-    if count == result.min_count and result._balanced is not None:
-        return result._balanced
     if count == len(sizes):
         return [[g] for g in range(count)]
     lpt = _lpt_with_cap(sizes, workloads, cap, count)
