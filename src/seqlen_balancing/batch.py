@@ -270,12 +270,14 @@ def rearrange_micro_batches(
         batch: TensorDict of batch size ``(n,)`` with ``attention_mask`` of shape
             ``(n, seq_len)`` or jagged nested ``input_ids``.
         max_token_len: cap in effective tokens per micro-batch (a memory budget).
-        dp_group: DP process group; ``None`` means the default group when
-            torch.distributed is initialised (verl's behaviour).
+        dp_group: DP process group. The ranks agree only when it is given (not ``None``),
+            ``same_micro_num_in_dp`` is true and torch.distributed is initialised (verl
+            0.9.1's rule); ``None`` plans locally, even when a default process group
+            exists, so a call made on one rank alone never blocks.
         num_batches_divided_by: the count is rounded up to a multiple of this (e.g. the
             virtual pipeline stages).
-        same_micro_num_in_dp: every rank of the group gets the same count (the largest
-            needed), through one ``all_reduce(MAX)``.
+        same_micro_num_in_dp: with ``dp_group``, every rank of the group gets the same
+            count (the largest needed), through one ``all_reduce(MAX)``.
         min_num_micro_batch: at least this many micro-batches.
         use_dynamic_bsz_balance: order micro-batches by workload with the lightest at both
             ends of the list and the heaviest in the middle.
@@ -289,12 +291,17 @@ def rearrange_micro_batches(
         row by row; scalar ``NonTensorData`` entries are kept unchanged.
 
     Raises:
-        TypeError: an argument has a wrong type (e.g. a float ``max_token_len``).
+        TypeError: an argument has a wrong type (e.g. a float ``max_token_len``, a
+            non-bool switch), or ``batch`` is not a TensorDict with a batch dimension.
         ValueError: a sample (``exceeds max_token_len``) or forced group
             (``forced group exceeds max_token_len``) over the cap, an empty batch, ``n`` not
             divisible by ``force_group_size``, more micro-batches needed than samples, a bad
-            ``min_num_micro_batch``/``num_batches_divided_by``, no length source. Under DP
-            agreement every rank raises the same error, naming the rank at fault.
+            ``min_num_micro_batch``/``num_batches_divided_by``, no length source, lengths
+            that cannot be read (e.g. a mask on the meta device), or this process is not a
+            member of ``dp_group`` (raised at once). Under DP agreement every rank raises
+            the same error, naming the DP group rank and the global rank at fault:
+            ``rank 1 of the DP group (global rank 3): sample 1 has 60 tokens, ...``.
+            Nothing but ``TypeError``/``ValueError`` is raised.
 
     Complexity: O(n log n) planning plus Karmarkar-Karp's O(n k) for ``k`` micro-batches,
     one collective, one device-to-host copy of the lengths, one index per micro-batch.
