@@ -355,11 +355,11 @@ def test_values_beyond_int64_are_reported_as_given_or_out_of_range(
 ) -> None:
     from seqlen_balancing import plan_data_parallel
 
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match="max_token_len must be") as info:
         rearrange_micro_batches(masked_batch([3, 4]), value)
     assert str(info.value) == f"max_token_len must be a positive integer (>= 1), {shown}"
     # Through the agreement's encoding, the same text (prefixed with the rank at fault).
-    with pytest.raises(ValueError) as agreed:
+    with pytest.raises(ValueError, match=r"^rank 0 of the DP group: ") as agreed:
         plan_data_parallel([[3], [4]], value)
     assert str(agreed.value) == f"rank 0 of the DP group: {info.value}"
 
@@ -395,7 +395,7 @@ def test_static_path_errors_locally(masked_batch: Batch) -> None:
     batch = masked_batch([3] * 7)
     batch["use_dynamic_bsz"] = NonTensorData(False)
     batch["micro_batch_size_per_gpu"] = NonTensorData(2)
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match="batch size 7") as info:
         prepare_micro_batches(batch)
     assert str(info.value) == (
         "batch size 7 is not a positive multiple of micro_batch_size_per_gpu * force_group_size "

@@ -115,8 +115,11 @@ def valid_prepare(rng: random.Random) -> Call:
     return prepare(settings(lengths(rng), max_token_len_per_gpu=CAP))
 
 
+Builder = Callable[[bool, random.Random], Call]
+
+
 def _r(faulty_call: Callable[[random.Random], Call],
-       valid_call: Callable[[random.Random], Call] = valid_rearrange) -> Callable[[bool, random.Random], Call]:
+       valid_call: Callable[[random.Random], Call] = valid_rearrange) -> Builder:
     def build(faulty: bool, rng: random.Random) -> Call:
         return faulty_call(rng) if faulty else valid_call(rng)
 

@@ -600,9 +600,9 @@ def run_scenario(scenario: dict[str, Any], rank: int, groups: dict[str, Any]) ->
                     indices = [list(range(a, a + k)) for a, k in zip(starts, sizes, strict=True)]
                     record["static"] = True
             elif call == "prepare_dynamic_batch":
-                from seqlen_balancing import prepare_dynamic_batch
-
                 import numpy as np
+
+                from seqlen_balancing import prepare_dynamic_batch
 
                 rows = len(spec["lengths"])
                 non_tensor = {
