@@ -407,3 +407,39 @@ def test_static_path_errors_locally(masked_batch: Batch) -> None:
     micro_batches, indices = prepare_micro_batches(batch, dp_group=None)
     assert indices is None
     assert [mb["input_ids"][:, 0].tolist() for mb in micro_batches] == [[0, 6, 12], [18, 24, 30]]
+
+
+def test_mode_and_static_count_are_part_of_the_agreed_vector() -> None:
+    """The rule, worked by hand: MAX over the vectors of a static rank 0 (count 4), a static
+    rank 1 (count 3) and, separately, a dynamic rank."""
+    from seqlen_balancing.agreement import combine, decode, encode
+    from seqlen_balancing.planner import RankAnalysis, analyse
+
+    static = RankAnalysis(None)
+    global_of = {0: 10, 1: 11, 2: 12}.__getitem__
+    count, error, rank = decode(combine([encode(static, 0, 4), encode(static, 1, 4)]), global_of)
+    assert (count, error, rank) == (4, None, None)
+    _, error, rank = decode(combine([encode(static, 0, 4), encode(static, 1, 3)]), global_of)
+    assert rank is None and error is not None
+    assert str(error.exception()) == (
+        "the ranks of the DP group would run different numbers of static micro-batches: "
+        "rank 0 (global rank 10) has 4 and rank 1 (global rank 11) has 3; give every rank the "
+        "same batch size (use_dynamic_bsz=False cuts batch size / (micro_batch_size_per_gpu * "
+        "force_group_size) micro-batches)"
+    )
+    dynamic = analyse([5] * 8, 16)
+    vectors = [encode(dynamic, 0), encode(static, 1, 4), encode(dynamic, 2)]
+    _, error, rank = decode(combine(vectors), global_of)
+    assert rank is None and error is not None
+    assert str(error.exception()).startswith(
+        "the ranks of the DP group disagree on use_dynamic_bsz: rank 1 (global rank 11) cuts "
+        "its batch statically (use_dynamic_bsz=False) but rank 0 (global rank 10) dynamically"
+    )
+    # An input error outranks the mode: the lowest rank at fault is named.
+    vectors[2] = encode(analyse([5, 20], 16), 2)
+    _, error, rank = decode(combine(vectors), global_of)
+    assert rank == 2 and error is not None
+    assert str(error.exception()).startswith(
+        "rank 2 of the DP group (global rank 12): sample 1 has 20 tokens, which exceeds "
+        "max_token_len=16"
+    )

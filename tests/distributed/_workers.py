@@ -17,7 +17,9 @@ the scenario name on the world group), so a desynchronised scenario is reported 
 silently shifting the collectives of the next one.
 
 The scenario tables (:data:`SUITES`) are plain data, imported by the test module as well,
-which computes the expected values from the same lengths.
+which computes the expected values from the same lengths. Suite ``fuzz`` (2 ranks) runs
+:data:`FUZZ_ROUNDS` rounds of the ``_malformed.py`` catalogue in one process group, one
+JSON line per round.
 """
 
 from __future__ import annotations

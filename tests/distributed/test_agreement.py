@@ -1,4 +1,9 @@
-"""DP agreement of ``rearrange_micro_batches`` across real torch.distributed processes.
+"""DP agreement across real torch.distributed processes, on every public path.
+
+``rearrange_micro_batches``, ``prepare_dynamic_batch`` and ``prepare_micro_batches`` (dynamic
+and static); the world group passed as ``dp_group``, subgroups, ``dp_group=None`` (no
+agreement, verl 0.9.1's rule), a process outside its group, and a 2-rank fuzz suite over
+the malformed-input catalogue of ``_malformed.py``.
 
 Each suite of scenarios (``_workers.SUITES``) runs once per module in 2 or 4 gloo processes
 (``_workers.py`` launched as a script, rendezvous through a file in a temporary directory);
