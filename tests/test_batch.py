@@ -315,7 +315,7 @@ def test_prepare_dynamic_batch_on_a_dataproto_like_object(masked_batch: Batch) -
 
 
 def test_prepare_dynamic_batch_rejects_non_dataproto(masked_batch: Batch) -> None:
-    with pytest.raises(ValueError, match=r"data must be DataProto-like.*\(no 'batch'\)"):
+    with pytest.raises(TypeError, match=r"data must be DataProto-like.*\(no 'batch'\)"):
         prepare_dynamic_batch(object(), max_token_len=10)
     short = DataProtoLike(masked_batch([1, 2, 3]), {"uid": np.array(["a", "b"])}, {})
     with pytest.raises(ValueError, match="a non_tensor_batch array has 2 rows but the batch has 3"):

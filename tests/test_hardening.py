@@ -297,3 +297,149 @@ def test_prepare_micro_batches_names_missing_and_bad_settings(masked_batch: Batc
     batch["use_dynamic_bsz"] = NonTensorData("False")
     with pytest.raises(TypeError, match="use_dynamic_bsz must be a bool"):
         prepare_micro_batches(batch)
+
+
+# Issue 10: every malformed input of the gloo fuzz catalogue, planned locally.
+def _load_catalogue() -> Any:
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "distributed" / "_malformed.py"
+    spec = importlib.util.spec_from_file_location("_seqlen_balancing_malformed_local", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+CATALOGUE = _load_catalogue()
+
+
+@pytest.mark.parametrize("kind", CATALOGUE.KINDS, ids=lambda kind: kind.name)
+@pytest.mark.parametrize("dp_group", [None, "a group, but torch.distributed is not initialised"])
+def test_malformed_input_raises_only_type_or_value_error_locally(kind: Any, dp_group: Any) -> None:
+    """Without agreement (dp_group=None, or a group while torch.distributed is down, as
+    verl 0.9.1 decides) the faulty input alone raises the catalogue's exception type and
+    message, with no rank prefix; inputs that are only wrong next to a peer plan fine."""
+    import random
+
+    entry = kind.build(True, random.Random(7))
+    if kind.local_error is None:
+        CATALOGUE.call(entry, dp_group=dp_group)
+        return
+    with pytest.raises((TypeError, ValueError)) as info:
+        CATALOGUE.call(entry, dp_group=dp_group)
+    assert type(info.value).__name__ == kind.error
+    assert kind.fragment in str(info.value)
+    assert not str(info.value).startswith("rank ")
+
+
+def test_catalogue_valid_inputs_plan_locally() -> None:
+    import random
+
+    for kind in CATALOGUE.KINDS:
+        for seed in range(3):
+            CATALOGUE.call(kind.build(False, random.Random(seed)))
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(-(2**70), f"got {-(2**70)}"), (-(2**75), f"got {-(2**75)}"),
+     (-(2**80), "got a negative value out of range")],
+)
+def test_values_beyond_int64_are_reported_as_given_or_out_of_range(
+    masked_batch: Batch, value: int, shown: str
+) -> None:
+    from seqlen_balancing import plan_data_parallel
+
+    with pytest.raises(ValueError, match="max_token_len must be") as info:
+        rearrange_micro_batches(masked_batch([3, 4]), value)
+    assert str(info.value) == f"max_token_len must be a positive integer (>= 1), {shown}"
+    # Through the agreement's encoding, the same text (prefixed with the rank at fault).
+    with pytest.raises(ValueError, match=r"^rank 0 of the DP group: ") as agreed:
+        plan_data_parallel([[3], [4]], value)
+    assert str(agreed.value) == f"rank 0 of the DP group: {info.value}"
+
+
+def test_error_values_round_trip_through_the_vector_whole() -> None:
+    from seqlen_balancing.agreement import combine, decode, encode
+    from seqlen_balancing.errors import MAX_ERROR_VALUE, OUT_OF_RANGE, ErrorCode, PlanError
+    from seqlen_balancing.planner import RankAnalysis, analyse
+
+    big = MAX_ERROR_VALUE - 1  # 2**76 - 2, the largest carried whole
+    error = PlanError(ErrorCode.SAMPLE_OVER_CAP, (big, 2**63, 2**62 + 1, 1, big))
+    ok = analyse([1, 2], 10)
+    reduced = combine([encode(ok, 0), encode(RankAnalysis(error), 1)])
+    count, decoded, rank = decode(reduced, lambda r: r + 40)
+    assert (count, rank) == (0, 1)
+    assert decoded is not None
+    assert decoded.values == (big, 2**63, 2**62 + 1, 1, big)
+    assert decoded.message().startswith(
+        f"rank 1 of the DP group (global rank 41): sample {2**63} has {big} tokens"
+    )
+    # Beyond 2**76 - 2 (or below -1): "out of range", never a clipped number.
+    assert PlanError(ErrorCode.NOT_DIVISIBLE, (2**76, 2)).values == (OUT_OF_RANGE, 2)
+    assert PlanError(ErrorCode.NOT_DIVISIBLE, (2**76, 2)).message().startswith(
+        "batch size out of range is not divisible by force_group_size=2"
+    )
+
+
+def test_static_path_errors_locally(masked_batch: Batch) -> None:
+    from tensordict import NonTensorData
+
+    from seqlen_balancing import prepare_micro_batches
+
+    batch = masked_batch([3] * 7)
+    batch["use_dynamic_bsz"] = NonTensorData(False)
+    batch["micro_batch_size_per_gpu"] = NonTensorData(2)
+    with pytest.raises(ValueError, match="batch size 7") as info:
+        prepare_micro_batches(batch)
+    assert str(info.value) == (
+        "batch size 7 is not a positive multiple of micro_batch_size_per_gpu * force_group_size "
+        "= 2 * 1; change micro_batch_size_per_gpu or the batch size"
+    )
+    batch = masked_batch([3] * 6)
+    batch["use_dynamic_bsz"] = NonTensorData(False)
+    batch["micro_batch_size_per_gpu"] = NonTensorData(3)
+    micro_batches, indices = prepare_micro_batches(batch, dp_group=None)
+    assert indices is None
+    assert [mb["input_ids"][:, 0].tolist() for mb in micro_batches] == [[0, 6, 12], [18, 24, 30]]
+
+
+def test_mode_and_static_count_are_part_of_the_agreed_vector() -> None:
+    """The rule, worked by hand: MAX over the vectors of a static rank 0 (count 4), a static
+    rank 1 (count 3) and, separately, a dynamic rank."""
+    from seqlen_balancing.agreement import combine, decode, encode
+    from seqlen_balancing.planner import RankAnalysis, analyse
+
+    static = RankAnalysis(None)
+    global_of = {0: 10, 1: 11, 2: 12}.__getitem__
+    count, error, rank = decode(combine([encode(static, 0, 4), encode(static, 1, 4)]), global_of)
+    assert (count, error, rank) == (4, None, None)
+    _, error, rank = decode(combine([encode(static, 0, 4), encode(static, 1, 3)]), global_of)
+    assert rank is None and error is not None
+    assert str(error.exception()) == (
+        "the ranks of the DP group would run different numbers of static micro-batches: "
+        "rank 0 (global rank 10) has 4 and rank 1 (global rank 11) has 3; give every rank the "
+        "same batch size (use_dynamic_bsz=False cuts batch size / (micro_batch_size_per_gpu * "
+        "force_group_size) micro-batches)"
+    )
+    dynamic = analyse([5] * 8, 16)
+    vectors = [encode(dynamic, 0), encode(static, 1, 4), encode(dynamic, 2)]
+    _, error, rank = decode(combine(vectors), global_of)
+    assert rank is None and error is not None
+    assert str(error.exception()).startswith(
+        "the ranks of the DP group disagree on use_dynamic_bsz: rank 1 (global rank 11) cuts "
+        "its batch statically (use_dynamic_bsz=False) but rank 0 (global rank 10) dynamically"
+    )
+    # An input error outranks the mode: the lowest rank at fault is named.
+    vectors[2] = encode(analyse([5, 20], 16), 2)
+    _, error, rank = decode(combine(vectors), global_of)
+    assert rank == 2 and error is not None
+    assert str(error.exception()).startswith(
+        "rank 2 of the DP group (global rank 12): sample 1 has 20 tokens, which exceeds "
+        "max_token_len=16"
+    )

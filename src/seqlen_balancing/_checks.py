@@ -42,11 +42,31 @@ def _integer_or_none(value: Any) -> int | None:
     return int(scalar) if isinstance(scalar, numbers.Integral) else None
 
 
+def as_switch(value: Any) -> bool | None:
+    """``value`` as a bool if it is a switch (a bool, NumPy/torch bool scalar, or 0/1), else
+    ``None``."""
+    if isinstance(value, bool):
+        return value
+    if str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
+        numel = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 0)
+        if numel != 1:
+            return None
+        try:
+            return bool(value.item())
+        except (RuntimeError, NotImplementedError, ValueError):  # e.g. the meta device
+            return None
+    as_int = _integer_or_none(value)
+    return bool(as_int) if as_int in (0, 1) else None
+
+
 def describe(value: Any) -> str:
     """A short, safe description of ``value`` for an error message."""
     if isinstance(value, float) and math.isnan(value):
         return "nan (float)"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except (AttributeError, NotImplementedError, RuntimeError, TypeError, ValueError):
+        text = "<unprintable>"
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{text} ({type(value).__name__})"

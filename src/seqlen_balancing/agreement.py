@@ -1,20 +1,28 @@
 """How DP ranks agree on one micro-batch count with a single element-wise MAX (no torch).
 
-Each rank encodes its :class:`~seqlen_balancing.planner.RankAnalysis` into a vector of
-:data:`VECTOR_SIZE` int64 values; the group reduces the vectors with MAX (one
-``all_reduce`` in :mod:`seqlen_balancing.distributed`, or :func:`combine` in one process);
-every rank decodes the same reduced vector and so reaches the same verdict:
+Each rank encodes its :class:`~seqlen_balancing.planner.RankAnalysis` (dynamic path) or its
+static micro-batch count (``use_dynamic_bsz=False``) into a vector of :data:`VECTOR_SIZE`
+int64 values; the group reduces the vectors with MAX (one ``all_reduce`` in
+:mod:`seqlen_balancing.distributed`, or :func:`combine` in one process); every rank decodes
+the same reduced vector and so reaches the same verdict:
 
 * slot 0, the error key: 0 without an error, else ``1 << 24 | (2**20-1-rank) << 4 | code``,
   so MAX picks an error over none and, among errors, the lowest rank at fault;
-* slots 1-10, the error's integers, each split in a high and a low part (25 + 38 bits)
+* slots 1-10, the error's integers, each split in a high and a low part (38 bits each)
   stored as ``error key << 38 | part``: the key in the high bits makes MAX take every part
-  from the rank whose error won, and the split carries values up to ``2**63 - 1`` whole;
+  from the rank whose error won, and the split carries values up to ``2**76 - 1`` whole
+  (:data:`~seqlen_balancing.errors.MAX_ERROR_VALUE`; larger ones arrive as "out of range");
 * slot 11, ``count << 20 | (2**20-1-rank)``: the largest needed count and the lowest rank
   needing it;
 * slot 12, ``-groups << 20 | (2**20-1-rank)``: the fewest samples/groups and its rank;
 * slots 13 and 14, ``num_batches_divided_by`` and its negation: ranks that disagree on it
-  would round to different counts, so a mismatch is an error on every rank.
+  would round to different counts, so a mismatch is an error on every rank;
+* slots 15 and 16, the mode (1 dynamic, 2 static) as ``mode << 20 | tag`` and
+  ``-mode << 20 | tag``: a group mixing both modes is an error on every rank, naming one
+  rank of each;
+* slots 17 and 18, the static count as ``count << 20 | tag`` and ``-count << 20 | tag``:
+  static ranks whose counts differ are an error on every rank, naming the largest and the
+  smallest.
 
 The agreed count is the largest needed count rounded up to ``num_batches_divided_by``; if a
 rank has fewer samples/groups than that, every rank raises the same ``ValueError``.
@@ -22,10 +30,11 @@ rank has fewer samples/groups than that, every rank raises the same ``ValueError
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
-from seqlen_balancing.errors import N_ERROR_VALUES, ErrorCode, PlanError
+from seqlen_balancing.errors import MAX_ERROR_VALUE, N_ERROR_VALUES, OUT_OF_RANGE, ErrorCode, PlanError
 from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, build_plan, local_count
 
 __all__ = [
@@ -41,21 +50,28 @@ _RANK_MASK = (1 << _RANK_BITS) - 1
 _CODE_BITS = 4
 _VALUE_BITS = 38
 _VALUE_MASK = (1 << _VALUE_BITS) - 1
-_NO_GROUPS = -(1 << 62)  # slot 7 of a rank with an error: never the MAX
+_NO_GROUPS = -(1 << 62)  # a "negated" slot of a rank that has nothing to say: never the MAX
 
-_INT64_MAX = (1 << 63) - 1
+#: Largest num_batches_divided_by (and static count) the vector carries; a larger divisor
+#: makes the count exceed any batch, which the rank reports as its own error.
+_DIVISOR_LIMIT = 1 << 42
 _COUNT, _GROUPS, _DIVISOR, _NEG_DIVISOR = 11, 12, 13, 14
+_MODE, _NEG_MODE, _STATIC, _NEG_STATIC = 15, 16, 17, 18
+_DYNAMIC_MODE, _STATIC_MODE = 1, 2
 
 #: Length of the int64 vector each rank contributes.
-VECTOR_SIZE = 5 + 2 * N_ERROR_VALUES
+VECTOR_SIZE = 9 + 2 * N_ERROR_VALUES
 
 
-def encode(analysis: RankAnalysis, rank: int) -> list[int]:
+def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -> list[int]:
     """The vector rank ``rank`` contributes to the MAX reduction.
 
     Args:
-        analysis: this rank's :func:`~seqlen_balancing.planner.analyse` result.
+        analysis: this rank's :func:`~seqlen_balancing.planner.analyse` result (on the
+            static path, a :class:`RankAnalysis` holding only the rank's error, if any).
         rank: this rank's index in the DP group, ``0 <= rank < 2**20``.
+        static_count: this rank's number of static micro-batches (``use_dynamic_bsz=False``),
+            or ``None`` on the dynamic path.
 
     Returns:
         :data:`VECTOR_SIZE` ints, each within int64.
@@ -67,20 +83,37 @@ def encode(analysis: RankAnalysis, rank: int) -> list[int]:
         raise ValueError(f"DP rank must be in 0..{_RANK_MASK}, got {rank}")
     tag = _RANK_MASK - rank
     vector = [0] * VECTOR_SIZE
-    if analysis.error is not None:
-        key = 1 << (_RANK_BITS + _CODE_BITS) | tag << _CODE_BITS | int(analysis.error.code)
+    error = analysis.error
+    if error is None and static_count is None and analysis.num_batches_divided_by > _DIVISOR_LIMIT:
+        # No batch has that many samples: this rank's own count is already impossible.
+        _, error = agreed_count(analysis.min_count, analysis.n_groups,
+                                analysis.num_batches_divided_by, rank)
+    if error is not None:
+        key = 1 << (_RANK_BITS + _CODE_BITS) | tag << _CODE_BITS | int(error.code)
         vector[0] = key
-        for j, value in enumerate(analysis.error.padded()):
-            value = min(max(value, 0), _INT64_MAX)
+        for j, value in enumerate(error.padded()[:N_ERROR_VALUES]):
+            if not 0 <= value <= MAX_ERROR_VALUE:
+                value = OUT_OF_RANGE  # never a clipped number
             vector[1 + 2 * j] = key << _VALUE_BITS | value >> _VALUE_BITS
             vector[2 + 2 * j] = key << _VALUE_BITS | value & _VALUE_MASK
         vector[_GROUPS] = vector[_NEG_DIVISOR] = _NO_GROUPS
-    else:
-        divisor = min(analysis.num_batches_divided_by, 1 << 62)  # stays inside int64
-        vector[_COUNT] = analysis.min_count << _RANK_BITS | tag
-        vector[_GROUPS] = -analysis.n_groups << _RANK_BITS | tag
-        vector[_DIVISOR] = divisor
-        vector[_NEG_DIVISOR] = -divisor
+        vector[_NEG_MODE] = vector[_NEG_STATIC] = _NO_GROUPS
+        return vector
+    if static_count is not None:
+        vector[_MODE] = _STATIC_MODE << _RANK_BITS | tag
+        vector[_NEG_MODE] = -_STATIC_MODE << _RANK_BITS | tag
+        vector[_STATIC] = static_count << _RANK_BITS | tag
+        vector[_NEG_STATIC] = -static_count << _RANK_BITS | tag
+        vector[_GROUPS] = vector[_NEG_DIVISOR] = _NO_GROUPS
+        return vector
+    divisor = analysis.num_batches_divided_by
+    vector[_COUNT] = analysis.min_count << _RANK_BITS | tag
+    vector[_GROUPS] = -analysis.n_groups << _RANK_BITS | tag
+    vector[_DIVISOR] = divisor
+    vector[_NEG_DIVISOR] = -divisor
+    vector[_MODE] = _DYNAMIC_MODE << _RANK_BITS | tag
+    vector[_NEG_MODE] = -_DYNAMIC_MODE << _RANK_BITS | tag
+    vector[_NEG_STATIC] = _NO_GROUPS
     return vector
 
 
@@ -89,17 +122,37 @@ def combine(vectors: Sequence[Sequence[int]]) -> list[int]:
     return [max(column) for column in zip(*vectors, strict=True)]
 
 
-def decode(reduced: Sequence[int]) -> tuple[int, PlanError | None, int | None]:
+def _split(slot: int) -> tuple[int, int]:
+    """``(value, rank)`` of a ``value << 20 | (2**20-1-rank)`` slot."""
+    return slot >> _RANK_BITS, _RANK_MASK - (slot & _RANK_MASK)
+
+
+def decode(
+    reduced: Sequence[int], global_rank: Callable[[int], int] | None = None
+) -> tuple[int, PlanError | None, int | None]:
     """The verdict every rank reads from the reduced vector.
 
     Args:
         reduced: the element-wise MAX of all ranks' :func:`encode` vectors.
+        global_rank: maps a DP group rank to its global rank, so that errors name both
+            (``None``: only group ranks are named).
 
     Returns:
         ``(count, None, None)`` when every rank can plan ``count`` micro-batches (the
-        largest needed count rounded up to ``num_batches_divided_by``), else
-        ``(0, error, rank at fault)`` (rank ``None`` when no single rank is at fault).
+        largest needed count rounded up to ``num_batches_divided_by``; on the static path
+        the common static count), else ``(0, error, rank at fault)`` (rank ``None`` when no
+        single rank is at fault). The error's ``rank`` and ``global_rank`` are set, so
+        ``error.exception()`` names them.
     """
+    def plus_one(rank: int) -> int:  # global rank + 1, 0 when unknown
+        return 0 if global_rank is None else global_rank(rank) + 1
+
+    def at_fault(error: PlanError, rank: int | None) -> tuple[int, PlanError, int | None]:
+        if rank is None:
+            return 0, error, None
+        known = None if global_rank is None else global_rank(rank)
+        return 0, replace(error, rank=rank, global_rank=known), rank
+
     key = reduced[0]
     if key:
         code = ErrorCode(key & ((1 << _CODE_BITS) - 1))
@@ -108,16 +161,33 @@ def decode(reduced: Sequence[int]) -> tuple[int, PlanError | None, int | None]:
             (reduced[1 + 2 * j] & _VALUE_MASK) << _VALUE_BITS | reduced[2 + 2 * j] & _VALUE_MASK
             for j in range(N_ERROR_VALUES)
         )
-        return 0, PlanError(code, values), rank
-    needed = reduced[_COUNT] >> _RANK_BITS
-    rank_needing = _RANK_MASK - (reduced[_COUNT] & _RANK_MASK)
-    groups = -(reduced[_GROUPS] >> _RANK_BITS)
-    rank_fewest = _RANK_MASK - (reduced[_GROUPS] & _RANK_MASK)
+        if code is ErrorCode.COUNT_ABOVE_GROUPS:  # made by encode: names its own rank
+            values = (*values[:4], plus_one(values[3]))
+        return at_fault(PlanError(code, values), rank)
+    mode, rank_most = _split(reduced[_MODE])
+    neg_mode, rank_least = _split(reduced[_NEG_MODE])
+    if mode != -neg_mode:
+        values = (rank_most, rank_least, plus_one(rank_most), plus_one(rank_least))
+        return at_fault(PlanError(ErrorCode.MODE_MISMATCH, values), None)
+    if mode == _STATIC_MODE:
+        (largest, rank_largest), (neg, rank_smallest) = _split(reduced[_STATIC]), _split(
+            reduced[_NEG_STATIC]
+        )
+        if largest != -neg:
+            values = (rank_largest, largest, rank_smallest, -neg, plus_one(rank_largest),
+                      plus_one(rank_smallest))
+            return at_fault(PlanError(ErrorCode.STATIC_COUNT_MISMATCH, values), None)
+        return largest, None, None
+    needed, rank_needing = _split(reduced[_COUNT])
+    neg_groups, rank_fewest = _split(reduced[_GROUPS])
     divisor, smallest_divisor = reduced[_DIVISOR], -reduced[_NEG_DIVISOR]
     if divisor != smallest_divisor:
-        return 0, PlanError(ErrorCode.DIVISOR_MISMATCH, (smallest_divisor, divisor)), None
-    count, error = agreed_count(needed, groups, divisor, rank_needing)
-    return (0, error, rank_fewest) if error is not None else (count, None, None)
+        return at_fault(PlanError(ErrorCode.DIVISOR_MISMATCH, (smallest_divisor, divisor)), None)
+    count, error = agreed_count(needed, -neg_groups, divisor, rank_needing)
+    if error is not None:
+        error = PlanError(error.code, (*error.values[:4], plus_one(rank_needing)))
+        return at_fault(error, rank_fewest)
+    return count, None, None
 
 
 def plan_data_parallel(
@@ -168,9 +238,9 @@ def plan_data_parallel(
         raise ValueError("seq_lens_per_rank is empty; pass one list of lengths per DP rank")
     if same_micro_num_in_dp:
         reduced = combine([encode(a, rank) for rank, a in enumerate(analyses)])
-        count, error, rank = decode(reduced)
+        count, error, _ = decode(reduced)
         if error is not None:
-            raise error.exception(rank)
+            raise error.exception()
         return [build_plan(a, count, use_dynamic_bsz_balance) for a in analyses]
     return [
         build_plan(a, local_count(a, rank), use_dynamic_bsz_balance)

@@ -13,11 +13,12 @@ import math
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
-from tensordict import NonTensorData, TensorDict
+from tensordict import NonTensorData, TensorDict, TensorDictBase
 
 from seqlen_balancing import distributed
-from seqlen_balancing._checks import _integer_or_none, describe, non_negative_ints
+from seqlen_balancing._checks import as_switch, describe, non_negative_ints
 from seqlen_balancing.errors import Argument, BatchProblem, ErrorCode, PlanError
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, get_reverse_idx
 from seqlen_balancing.planner import RankAnalysis, analyse, argument_error, build_plan, local_count
@@ -269,12 +270,14 @@ def rearrange_micro_batches(
         batch: TensorDict of batch size ``(n,)`` with ``attention_mask`` of shape
             ``(n, seq_len)`` or jagged nested ``input_ids``.
         max_token_len: cap in effective tokens per micro-batch (a memory budget).
-        dp_group: DP process group; ``None`` means the default group when
-            torch.distributed is initialised (verl's behaviour).
+        dp_group: DP process group. The ranks agree only when it is given (not ``None``),
+            ``same_micro_num_in_dp`` is true and torch.distributed is initialised (verl
+            0.9.1's rule); ``None`` plans locally, even when a default process group
+            exists, so a call made on one rank alone never blocks.
         num_batches_divided_by: the count is rounded up to a multiple of this (e.g. the
             virtual pipeline stages).
-        same_micro_num_in_dp: every rank of the group gets the same count (the largest
-            needed), through one ``all_reduce(MAX)``.
+        same_micro_num_in_dp: with ``dp_group``, every rank of the group gets the same
+            count (the largest needed), through one ``all_reduce(MAX)``.
         min_num_micro_batch: at least this many micro-batches.
         use_dynamic_bsz_balance: order micro-batches by workload with the lightest at both
             ends of the list and the heaviest in the middle.
@@ -288,12 +291,17 @@ def rearrange_micro_batches(
         row by row; scalar ``NonTensorData`` entries are kept unchanged.
 
     Raises:
-        TypeError: an argument has a wrong type (e.g. a float ``max_token_len``).
+        TypeError: an argument has a wrong type (e.g. a float ``max_token_len``, a
+            non-bool switch), or ``batch`` is not a TensorDict with a batch dimension.
         ValueError: a sample (``exceeds max_token_len``) or forced group
             (``forced group exceeds max_token_len``) over the cap, an empty batch, ``n`` not
             divisible by ``force_group_size``, more micro-batches needed than samples, a bad
-            ``min_num_micro_batch``/``num_batches_divided_by``, no length source. Under DP
-            agreement every rank raises the same error, naming the rank at fault.
+            ``min_num_micro_batch``/``num_batches_divided_by``, no length source, lengths
+            that cannot be read (e.g. a mask on the meta device), or this process is not a
+            member of ``dp_group`` (raised at once). Under DP agreement every rank raises
+            the same error, naming the DP group rank and the global rank at fault:
+            ``rank 1 of the DP group (global rank 3): sample 1 has 60 tokens, ...``.
+            Nothing but ``TypeError``/``ValueError`` is raised.
 
     Complexity: O(n log n) planning plus Karmarkar-Karp's O(n k) for ``k`` micro-batches,
     one collective, one device-to-host copy of the lengths, one index per micro-batch.
@@ -316,14 +324,69 @@ def rearrange_micro_batches(
     )
 
 
+#: What reading a foreign object may raise; under agreement it becomes an agreed error.
+_READ_ERRORS = (
+    AttributeError, IndexError, KeyError, NotImplementedError, OverflowError, RuntimeError,
+    TypeError, ValueError,
+)
+
+
+def _begin(dp_group: Any, same_micro_num_in_dp: Any) -> bool:
+    """Whether this call agrees with ``dp_group`` (verl 0.9.1's rule); a process outside
+    the group raises at once, since it was never part of that group's collective."""
+    sync = distributed.sync_enabled(dp_group, same_micro_num_in_dp)
+    if sync:
+        error = distributed.membership_error(dp_group)
+        if error is not None:
+            raise error.exception()
+    return sync
+
+
+def _switch_error(value: Any, argument: Argument) -> PlanError | None:
+    """The error for a switch that is not a bool (or 0/1), else ``None``."""
+    if as_switch(value) is None:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 0, 0), describe(value))
+    return None
+
+
+def _batch_problem(batch: Any) -> PlanError | None:
+    """``NOT_TENSORDICT`` unless ``batch`` is a TensorDict with a batch dimension."""
+    if isinstance(batch, TensorDictBase) and len(batch.batch_size) > 0:
+        return None
+    what = type(batch).__name__
+    if isinstance(batch, TensorDictBase):
+        what += " with batch_size=()"
+    return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_TENSORDICT,), f"got {what}")
+
+
+def _finish(
+    analysis: RankAnalysis,
+    sync: bool,
+    dp_group: Any,
+    cause: BaseException | None = None,
+    static_count: int | None = None,
+) -> int:
+    """The count to plan: agreed with the group (one all_reduce), or this rank's own.
+    Every error is raised here, identically on every rank of the group under agreement."""
+    if sync:
+        # Every rank reaches this call, with or without an error of its own.
+        count, error, _ = distributed.agree(analysis, dp_group, static_count)
+        if error is not None:
+            raise error.exception() from cause
+        return count
+    if analysis.error is not None:
+        raise analysis.error.exception() from cause
+    return static_count if static_count is not None else local_count(analysis)
+
+
 def _rearrange(
     batch: Any,
     max_token_len: Any,
     dp_group: Any,
     num_batches_divided_by: Any,
-    same_micro_num_in_dp: bool,
+    same_micro_num_in_dp: Any,
     min_num_micro_batch: Any,
-    use_dynamic_bsz_balance: bool,
+    use_dynamic_bsz_balance: Any,
     force_group_size: Any,
     pre_error: PlanError | None = None,
 ) -> tuple[list[TensorDict], list[list[int]]]:
@@ -332,21 +395,23 @@ def _rearrange(
     ``pre_error`` is a problem the caller found before planning (a bad setting, a bad
     DataProto); like every other error it goes through the agreement before anyone raises.
     """
-    sync = distributed.sync_enabled(same_micro_num_in_dp)
-    cause: Exception | None = None
-    error: PlanError | None = pre_error
+    sync = _begin(dp_group, same_micro_num_in_dp)
+    cause: BaseException | None = None
+    error = (
+        pre_error
+        or _switch_error(same_micro_num_in_dp, Argument.SAME_MICRO_NUM_IN_DP)
+        or _switch_error(use_dynamic_bsz_balance, Argument.USE_DYNAMIC_BSZ_BALANCE)
+        or _batch_problem(batch)
+    )
     lengths: list[int] = []
     offsets: list[int] | None = None
     if error is None:
         try:
             error, lengths, offsets = _read_lengths(batch)
-        except (TypeError, ValueError, AttributeError, RuntimeError, IndexError,
-                NotImplementedError) as exc:
-            if not sync:
-                raise
-            # Under agreement the peers must hear of it: turn it into a plan error.
+        except _READ_ERRORS as exc:
+            # The peers must hear of it: turn it into a plan error (the cause is chained).
             cause = exc
-            error, lengths = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,)), []
+            error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
     if error is None:
         analysis = analyse(
             lengths,
@@ -357,14 +422,8 @@ def _rearrange(
         )
     else:
         analysis = RankAnalysis(error)
-    if sync:
-        # Every rank reaches this call, with or without an error of its own.
-        count, error, rank = distributed.agree(analysis, dp_group)
-        if error is not None:
-            raise error.exception(rank) from cause
-    else:
-        count = local_count(analysis)
-    plan = build_plan(analysis, count, use_dynamic_bsz_balance)
+    count = _finish(analysis, sync, dp_group, cause)
+    plan = build_plan(analysis, count, bool(as_switch(use_dynamic_bsz_balance)))
     # Offsets read with the lengths of packed jagged input_ids: no second host copy.
     return _cut(batch, plan, None if offsets is None else {"input_ids": offsets}), plan
 
@@ -420,14 +479,21 @@ def _dataproto_problem(data: Any) -> PlanError | None:
     for attribute in ("batch", "non_tensor_batch", "meta_info", "from_dict"):
         if not hasattr(data, attribute):
             return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), f"no {attribute!r}")
+    problem = _batch_problem(data.batch)
+    if problem is not None:
+        return problem
+    n = int(data.batch.batch_size[0])
     try:
-        n = _batch_size(data.batch)
-        rows = [len(value) for value in dict(data.non_tensor_batch).values()]
-    except (TypeError, ValueError) as exc:
-        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), str(exc))
-    for count in rows:
-        if count != n:
-            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_ROWS, count, n))
+        arrays = list(dict(data.non_tensor_batch).values())
+    except _READ_ERRORS as exc:
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), describe(exc))
+    for array in arrays:
+        if not isinstance(array, np.ndarray) or array.ndim == 0:
+            return PlanError(
+                ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_NOT_ARRAY,), f"got {describe(array)}"
+            )
+        if len(array) != n:
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_ROWS, len(array), n))
     return None
 
 
@@ -452,9 +518,27 @@ def prepare_dynamic_batch(
         ``meta_info``; the index lists as :func:`rearrange_micro_batches` returns them.
 
     Raises:
-        ValueError: ``data`` lacks one of the attributes above, a ``non_tensor_batch`` array
-            does not have one row per sample, or as :func:`rearrange_micro_batches` (under
-            DP agreement, on every rank).
+        TypeError: ``data`` lacks one of the attributes above, its ``batch`` is not a
+            TensorDict, or a ``non_tensor_batch`` entry is not a NumPy array (under DP
+            agreement, on every rank).
+        ValueError: a ``non_tensor_batch`` array does not have one row per sample, or as
+            :func:`rearrange_micro_batches` (under DP agreement, on every rank).
+
+    Example:
+        >>> class Proto:
+        ...     def __init__(self, batch, non_tensor_batch, meta_info=None):
+        ...         self.batch, self.non_tensor_batch = batch, non_tensor_batch
+        ...         self.meta_info = meta_info or {}
+        ...     @classmethod
+        ...     def from_dict(cls, tensors, non_tensors, meta_info=None):
+        ...         size = len(next(iter(tensors.values())))
+        ...         return cls(TensorDict(tensors, batch_size=[size]), non_tensors, meta_info)
+        >>> td = TensorDict({"attention_mask": torch.ones(3, 4)}, batch_size=[3])
+        >>> parts, idx = prepare_dynamic_batch(Proto(td, {"uid": np.array(["a", "b", "c"])}), 8)
+        >>> [list(p.non_tensor_batch["uid"]) for p in parts] == [["abc"[i] for i in part] for part in idx]
+        True
+        >>> sorted(len(part) for part in idx)
+        [1, 2]
     """
     source: Any = data
     problem = _dataproto_problem(source)
@@ -501,6 +585,34 @@ def _int_setting(
     return argument_error(value, argument, optional=False)
 
 
+def _settings(data: TensorDict) -> tuple[PlanError | None, bool, int | None, int]:
+    """``(error, dynamic, cap or chunk, force_group_size)`` read from the batch's settings.
+
+    Dynamic: the cap ``max_token_len_per_gpu * sp_size``. Static: the chunk size
+    ``micro_batch_size_per_gpu`` (``force_group_size`` is returned apart). A bad or missing
+    setting is returned as the error to agree on (the first one found).
+    """
+    raw_dynamic = _setting(data, "use_dynamic_bsz", True)
+    dynamic = as_switch(raw_dynamic)
+    dynamic_error = _switch_error(raw_dynamic, Argument.USE_DYNAMIC_BSZ)
+    if dynamic is None:  # an unreadable switch: plan dynamically (the default), agree on it
+        dynamic = True
+    group_error, force_group_size = _int_setting(
+        data, "force_group_size", Argument.FORCE_GROUP_SIZE, 1
+    )
+    if dynamic:
+        sp_error, sp_size = _int_setting(data, "sp_size", Argument.SP_SIZE, 1)
+        cap_error, per_gpu = _int_setting(
+            data, "max_token_len_per_gpu", Argument.MAX_TOKEN_LEN_PER_GPU, None
+        )
+        error = dynamic_error or group_error or sp_error or cap_error
+        return error, True, per_gpu * sp_size, force_group_size
+    size_error, size = _int_setting(
+        data, "micro_batch_size_per_gpu", Argument.MICRO_BATCH_SIZE_PER_GPU, None
+    )
+    return group_error or size_error, False, size, force_group_size
+
+
 def prepare_micro_batches(
     data: TensorDict,
     dp_group: Any = None,
@@ -520,35 +632,53 @@ def prepare_micro_batches(
     ``micro_batch_size_per_gpu * force_group_size`` samples; the batch size must be a
     multiple of the chunk (so every micro-batch has the same number of samples).
 
+    Under DP agreement (``dp_group`` given, ``same_micro_num_in_dp`` true,
+    ``torch.distributed`` initialised) both paths take part in the same single
+    ``all_reduce``: the mode (dynamic or static) and the static count are part of the
+    agreed vector, so ranks mixing modes, static ranks with different counts, and every
+    input error raise the same exception on every rank (verl's static path makes no
+    collective; a count mismatch there would hang the trainer's later collectives).
+
+    Args:
+        data: a TensorDict of batch size ``(n,)`` holding the settings above.
+        dp_group: DP process group; ``None`` plans locally (no collective), as verl does.
+        num_batches_divided_by: dynamic path: round the count up to a multiple of this.
+        same_micro_num_in_dp: agree with the group (needs ``dp_group``).
+        min_num_micro_batch: dynamic path: at least this many micro-batches.
+        use_dynamic_bsz_balance: dynamic path: verl's workload order.
+
     Returns:
         ``(micro_batches, indices)``; ``indices`` is ``None`` on the static path.
 
     Raises:
-        ValueError: a required setting is missing or not a positive integer, a static batch
-            not divisible into chunks, or as :func:`rearrange_micro_batches`.
+        TypeError: ``data`` is not a TensorDict, or a setting or switch has a wrong type.
+        ValueError: a required setting is missing or below 1, a static batch not
+            divisible into chunks, ranks disagreeing on the mode or the static count, this
+            process is not in ``dp_group``, or as :func:`rearrange_micro_batches`.
+
+    Example:
+        >>> td = TensorDict({"attention_mask": torch.ones(4, 3)}, batch_size=[4])
+        >>> td["use_dynamic_bsz"] = NonTensorData(False)
+        >>> td["micro_batch_size_per_gpu"] = NonTensorData(2)
+        >>> micro_batches, indices = prepare_micro_batches(td)
+        >>> [len(mb) for mb in micro_batches], indices
+        ([2, 2], None)
     """
-    raw_dynamic = _setting(data, "use_dynamic_bsz", True)
-    if isinstance(raw_dynamic, bool) or _integer_or_none(raw_dynamic) in (0, 1):
-        dynamic_error = None
-        use_dynamic_bsz = bool(raw_dynamic)
-    else:  # an unreadable switch: plan dynamically (the default) and agree on the error
-        dynamic_error = PlanError(
-            ErrorCode.BAD_ARGUMENT, (Argument.USE_DYNAMIC_BSZ, 0, 0), describe(raw_dynamic)
-        )
-        use_dynamic_bsz = True
-    group_error, force_group_size = _int_setting(
-        data, "force_group_size", Argument.FORCE_GROUP_SIZE, 1
-    )
-    if use_dynamic_bsz:
-        sp_error, sp_size = _int_setting(data, "sp_size", Argument.SP_SIZE, 1)
-        cap_error, per_gpu = _int_setting(
-            data, "max_token_len_per_gpu", Argument.MAX_TOKEN_LEN_PER_GPU, None
-        )
-        # Settings come from each rank's own batch: their errors join the agreement too.
-        error = dynamic_error or group_error or sp_error or cap_error
+    sync = _begin(dp_group, same_micro_num_in_dp)
+    cause: BaseException | None = None
+    error = _batch_problem(data)
+    dynamic, value, force_group_size = True, 0, 1
+    if error is None:
+        try:
+            error, dynamic, setting, force_group_size = _settings(data)
+            value = setting or 0
+        except _READ_ERRORS as exc:
+            cause = exc
+            error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
+    if dynamic:
         return _rearrange(
-            data,
-            per_gpu * sp_size,
+            data if error is None else None,
+            value,
             dp_group,
             num_batches_divided_by,
             same_micro_num_in_dp,
@@ -557,16 +687,16 @@ def prepare_micro_batches(
             force_group_size,
             error,
         )
-    size_error, size = _int_setting(
-        data, "micro_batch_size_per_gpu", Argument.MICRO_BATCH_SIZE_PER_GPU, None
+    # The static path: chunks of micro_batch_size_per_gpu * force_group_size samples.
+    error = (
+        error
+        or _switch_error(same_micro_num_in_dp, Argument.SAME_MICRO_NUM_IN_DP)
+        or _switch_error(use_dynamic_bsz_balance, Argument.USE_DYNAMIC_BSZ_BALANCE)
     )
-    if group_error or size_error:  # the static path makes no collective: raise here
-        raise (group_error or size_error).exception()  # type: ignore[union-attr]
-    chunk = size * force_group_size
-    n = _batch_size(data)
-    if n == 0 or n % chunk:
-        raise ValueError(
-            f"batch size {n} is not a positive multiple of micro_batch_size_per_gpu * "
-            f"force_group_size = {chunk}; change micro_batch_size_per_gpu or the batch size"
-        )
+    chunk = value * force_group_size
+    n = int(data.batch_size[0])
+    if error is None and (n == 0 or n % chunk):
+        error = PlanError(ErrorCode.STATIC_NOT_DIVISIBLE, (n, value, force_group_size))
+    static_count = n // chunk if error is None else 0
+    _finish(RankAnalysis(error), sync, dp_group, cause, static_count)
     return _cut(data, [list(range(start, start + chunk)) for start in range(0, n, chunk)]), None

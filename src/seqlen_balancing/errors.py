@@ -1,8 +1,13 @@
 """Planning errors as data, so that one rank's error can be agreed on by every DP rank.
 
 A :class:`PlanError` is a code plus a few non-negative integers. The message is built from
-those alone, so a rank that only learns the code and the integers through a collective
-raises exactly the same exception, with the same text, as the rank at fault.
+those alone (and the DP group rank and global rank at fault, which every rank of the group
+knows), so a rank that only learns them through a collective raises exactly the same
+exception, with the same text, as the rank at fault.
+
+Integers are reported exactly: any value in ``0..MAX_ERROR_VALUE - 1`` (``2**76 - 2``, well
+beyond int64) is carried whole through the agreement; a value outside that range is stored
+as :data:`OUT_OF_RANGE` and the message says "out of range" instead of a clipped number.
 """
 
 from __future__ import annotations
@@ -11,10 +16,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
-__all__ = ["N_ERROR_VALUES", "Argument", "BatchProblem", "ErrorCode", "PlanError"]
+__all__ = [
+    "MAX_ERROR_VALUE",
+    "N_ERROR_VALUES",
+    "OUT_OF_RANGE",
+    "Argument",
+    "BatchProblem",
+    "ErrorCode",
+    "PlanError",
+]
 
 #: Number of integers a :class:`PlanError` carries (the width of its slot in the agreement).
 N_ERROR_VALUES = 5
+
+#: Largest integer an error value may hold (76 bits: two 38-bit halves in the agreement).
+MAX_ERROR_VALUE = (1 << 76) - 1
+
+#: The value stored for an integer outside ``-1..MAX_ERROR_VALUE - 1``: "out of range".
+OUT_OF_RANGE = MAX_ERROR_VALUE
 
 
 class ErrorCode(IntEnum):
@@ -30,6 +49,10 @@ class ErrorCode(IntEnum):
     MIN_ABOVE_GROUPS = 8  # (min_num_micro_batch, groups)
     COUNT_ABOVE_GROUPS = 9  # (agreed count, groups, count before rounding, rank needing it)
     DIVISOR_MISMATCH = 10  # (smallest num_batches_divided_by, largest)
+    MODE_MISMATCH = 11  # (a static rank, a dynamic rank, their global ranks + 1)
+    STATIC_NOT_DIVISIBLE = 12  # (batch size, micro_batch_size_per_gpu, force_group_size)
+    STATIC_COUNT_MISMATCH = 13  # (rank, count, rank, count, global ranks + 1): largest, smallest
+    NOT_IN_GROUP = 14  # (global rank, group size): never agreed (the process is not a member)
 
 
 class Argument(IntEnum):
@@ -44,6 +67,13 @@ class Argument(IntEnum):
     SP_SIZE = 6
     USE_DYNAMIC_BSZ = 7
     MICRO_BATCH_SIZE_PER_GPU = 8
+    SAME_MICRO_NUM_IN_DP = 9
+    USE_DYNAMIC_BSZ_BALANCE = 10
+
+
+#: Arguments that are switches: a bool (or 0/1), not a positive integer.
+_SWITCHES = (Argument.USE_DYNAMIC_BSZ, Argument.SAME_MICRO_NUM_IN_DP, Argument.USE_DYNAMIC_BSZ_BALANCE)
+
 
 
 class BatchProblem(IntEnum):
@@ -55,13 +85,32 @@ class BatchProblem(IntEnum):
     UNREADABLE = 3  # reading the lengths raised (the rank at fault chains the cause)
     NOT_DATAPROTO = 4  # prepare_dynamic_batch got an object without batch/non_tensor_batch/...
     NON_TENSOR_ROWS = 5  # (rows of a non_tensor_batch array, batch size)
+    NOT_TENSORDICT = 6  # the batch is not a TensorDict with a batch dimension (TypeError)
+    NON_TENSOR_NOT_ARRAY = 7  # a non_tensor_batch entry is not a NumPy array (TypeError)
+
+
+#: BAD_BATCH problems that are wrong types (raised as TypeError).
+_TYPE_PROBLEMS = (BatchProblem.NOT_TENSORDICT, BatchProblem.NOT_DATAPROTO,
+                  BatchProblem.NON_TENSOR_NOT_ARRAY)
+
+
+def _n(value: int) -> str:
+    """An integer as given, or "out of range" for :data:`OUT_OF_RANGE`."""
+    return "out of range" if value == OUT_OF_RANGE else str(value)
+
+
+def _rank(group_rank: int, global_plus_one: int) -> str:
+    """``rank R`` or ``rank R (global rank G)`` when the global rank is known (stored + 1)."""
+    if global_plus_one:
+        return f"rank {group_rank} (global rank {global_plus_one - 1})"
+    return f"rank {group_rank}"
 
 
 def _bad_argument(v: tuple[int, ...]) -> str:
     argument = Argument(v[0])
     name = argument.name.lower()
-    if argument is Argument.USE_DYNAMIC_BSZ:
-        return "use_dynamic_bsz must be a bool (or 0/1), got a value that is not"
+    if argument in _SWITCHES:
+        return f"{name} must be a bool (or 0/1), got a value that is not"
     if v[1] == 2:
         return (
             f"the batch has no {name!r} setting; store it in the TensorDict (verl's "
@@ -69,6 +118,8 @@ def _bad_argument(v: tuple[int, ...]) -> str:
         )
     if v[1] == 0:
         return f"{name} must be a positive integer, got a value that is not an integer"
+    if v[2] == OUT_OF_RANGE:
+        return f"{name} must be a positive integer (>= 1), got a negative value out of range"
     return f"{name} must be a positive integer (>= 1), got {-v[2]}"
 
 
@@ -91,29 +142,51 @@ def _bad_batch(v: tuple[int, ...]) -> str:
         )
     if problem is BatchProblem.NON_TENSOR_ROWS:
         return (
-            f"a non_tensor_batch array has {v[1]} rows but the batch has {v[2]} samples; "
+            f"a non_tensor_batch array has {_n(v[1])} rows but the batch has {_n(v[2])} samples; "
             "give every non-tensor entry one row per sample"
+        )
+    if problem is BatchProblem.NOT_TENSORDICT:
+        return (
+            "batch must be a TensorDict with a batch dimension (batch_size (n,)), got an object "
+            "that is not; pass the TensorDict of this rank's samples"
+        )
+    if problem is BatchProblem.NON_TENSOR_NOT_ARRAY:
+        return (
+            "every non_tensor_batch entry must be a NumPy array with one row per sample (as "
+            "verl's DataProto holds), got one that is not; convert it with numpy.asarray"
         )
     if problem is BatchProblem.MASK_NOT_2D:
         return f"attention_mask must be 2-D (batch, seq_len), got a {v[1]}-D tensor"
     return (
-        f"attention_mask has {v[1]} rows but the batch has {v[2]} samples; "
+        f"attention_mask has {_n(v[1])} rows but the batch has {_n(v[2])} samples; "
         "they must match"
     )
 
 
 def _bad_length(v: tuple[int, ...]) -> str:
     if v[1] == 0:
-        return f"seq_lens[{v[0]}] is not an integer; lengths are whole numbers of tokens"
-    return f"seq_lens[{v[0]}] is {-v[2]}; lengths must be >= 0 tokens"
+        return f"seq_lens[{_n(v[0])}] is not an integer; lengths are whole numbers of tokens"
+    if v[2] == OUT_OF_RANGE:
+        return f"seq_lens[{_n(v[0])}] is negative and out of range; lengths must be >= 0 tokens"
+    return f"seq_lens[{_n(v[0])}] is {-v[2]}; lengths must be >= 0 tokens"
 
 
 def _over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
-    length, index, cap, count, largest = v
+    length, index, cap, count, largest = (_n(x) for x in v[:5])
     return (
         f"{what} {index} has {length} tokens, which exceeds max_token_len={cap} "
-        f"({count} {unit}{'s' if count != 1 else ''} over the cap, the largest {largest} "
+        f"({count} {unit}{'s' if count != '1' else ''} over the cap, the largest {largest} "
         f"tokens); raise max_token_len to at least {largest} or truncate the sequences"
+    )
+
+
+def _count_above_groups(v: tuple[int, ...]) -> str:
+    needing = f"{_rank(v[3], v[4])} needs {_n(v[2])}" if v[3] >= 0 else f"the cap needs {_n(v[2])}"
+    rounded = f", rounded up to {_n(v[0])} for num_batches_divided_by" if v[0] != v[2] else ""
+    return (
+        f"{_n(v[0])} micro-batches are needed but only {_n(v[1])} samples/groups are available "
+        f"and a micro-batch cannot be empty ({needing}{rounded}); raise max_token_len, lower "
+        "num_batches_divided_by or min_num_micro_batch, or pass more samples"
     )
 
 
@@ -123,7 +196,7 @@ _MESSAGES: dict[ErrorCode, Callable[[tuple[int, ...]], str]] = {
     ErrorCode.BAD_LENGTH: _bad_length,
     ErrorCode.EMPTY_BATCH: lambda v: "the batch has no samples; pass at least one row",
     ErrorCode.NOT_DIVISIBLE: lambda v: (
-        f"batch size {v[0]} is not divisible by force_group_size={v[1]}; every forced "
+        f"batch size {_n(v[0])} is not divisible by force_group_size={_n(v[1])}; every forced "
         "group needs all its samples"
     ),
     ErrorCode.SAMPLE_OVER_CAP: lambda v: _over_cap(v, "sample", "sample"),
@@ -132,31 +205,52 @@ _MESSAGES: dict[ErrorCode, Callable[[tuple[int, ...]], str]] = {
                                                            "group")
     ),
     ErrorCode.MIN_ABOVE_GROUPS: lambda v: (
-        f"min_num_micro_batch={v[0]} asks for more micro-batches than the {v[1]} "
+        f"min_num_micro_batch={_n(v[0])} asks for more micro-batches than the {_n(v[1])} "
         "samples/groups available (a micro-batch cannot be empty); lower min_num_micro_batch"
     ),
     ErrorCode.DIVISOR_MISMATCH: lambda v: (
-        f"the ranks passed different num_batches_divided_by (from {v[0]} to {v[1]}), so no "
-        "count suits them all; pass the same value on every rank"
+        f"the ranks passed different num_batches_divided_by (from {_n(v[0])} to {_n(v[1])}), "
+        "so no count suits them all; pass the same value on every rank"
     ),
-    ErrorCode.COUNT_ABOVE_GROUPS: lambda v: (
-        f"{v[0]} micro-batches are needed but only {v[1]} samples/groups are available and "
-        "a micro-batch cannot be empty ("
-        + (f"rank {v[3]} needs {v[2]}" if v[3] >= 0 else f"the cap needs {v[2]}")
-        + (f", rounded up to {v[0]} for num_batches_divided_by" if v[0] != v[2] else "")
-        + "); raise max_token_len, lower num_batches_divided_by or min_num_micro_batch, "
-        "or pass more samples"
+    ErrorCode.COUNT_ABOVE_GROUPS: _count_above_groups,
+    ErrorCode.MODE_MISMATCH: lambda v: (
+        f"the ranks of the DP group disagree on use_dynamic_bsz: {_rank(v[0], v[2])} cuts its "
+        f"batch statically (use_dynamic_bsz=False) but {_rank(v[1], v[3])} dynamically; store "
+        "the same use_dynamic_bsz in every rank's batch"
+    ),
+    ErrorCode.STATIC_NOT_DIVISIBLE: lambda v: (
+        f"batch size {_n(v[0])} is not a positive multiple of micro_batch_size_per_gpu * "
+        f"force_group_size = {_n(v[1])} * {_n(v[2])}; change micro_batch_size_per_gpu or the "
+        "batch size"
+    ),
+    ErrorCode.STATIC_COUNT_MISMATCH: lambda v: (
+        f"the ranks of the DP group would run different numbers of static micro-batches: "
+        f"{_rank(v[0], v[4])} has {_n(v[1])} and {_rank(v[2], v[5])} has {_n(v[3])}; give every "
+        "rank the same batch size (use_dynamic_bsz=False cuts batch size / "
+        "(micro_batch_size_per_gpu * force_group_size) micro-batches)"
+    ),
+    ErrorCode.NOT_IN_GROUP: lambda v: (
+        f"this process (global rank {_n(v[0])}) is not a member of dp_group (a group of "
+        f"{_n(v[1])} ranks), so it cannot take part in that group's agreement; pass the DP "
+        "group this process belongs to, or dp_group=None to plan locally"
     ),
 }
 
 
 @dataclass(frozen=True)
 class PlanError:
-    """A reason a rank cannot plan: a code and up to :data:`N_ERROR_VALUES` integers.
+    """A reason a rank cannot plan: a code, a few integers, and the rank at fault.
 
-    The integers are non-negative except in ``COUNT_ABOVE_GROUPS``'s last slot (-1: no
-    rank). ``message`` and ``exception`` depend on nothing else, so every rank that holds
+    The integers are non-negative, except ``-1`` in ``COUNT_ABOVE_GROUPS``'s rank slot (no
+    rank); one outside ``-1..MAX_ERROR_VALUE - 1`` is stored as :data:`OUT_OF_RANGE`, never
+    clipped. ``message`` and ``exception`` depend on nothing else, so every rank that holds
     the same error raises the same exception.
+
+    Message format (what a test oracle can rebuild): the text of the code, then
+    ``" (detail)"`` when ``detail`` is set (local calls only: the agreement does not carry
+    it), prefixed with ``"rank R of the DP group (global rank G): "`` when the DP group rank
+    ``R`` and global rank ``G`` at fault are known, or ``"rank R of the DP group: "`` when
+    only ``R`` is (:func:`~seqlen_balancing.plan_data_parallel`).
     """
 
     code: ErrorCode
@@ -164,21 +258,42 @@ class PlanError:
     #: Extra local detail (e.g. the repr of a wrong-typed value). Not sent in the
     #: agreement, so the collective path leaves it empty on every rank.
     detail: str = ""
+    #: DP group rank at fault (named in the message), or ``None``.
+    rank: int | None = None
+    #: Global rank of that process, or ``None`` when unknown.
+    global_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        values = tuple(
+            value if -1 <= value < MAX_ERROR_VALUE else OUT_OF_RANGE for value in self.values
+        )
+        object.__setattr__(self, "values", values)
 
     def padded(self) -> tuple[int, ...]:
         """The values padded with zeros to :data:`N_ERROR_VALUES` entries."""
         return self.values + (0,) * (N_ERROR_VALUES - len(self.values))
 
     def message(self, rank: int | None = None) -> str:
-        """Human-readable message; ``rank`` (DP rank at fault) is named when given."""
+        """Human-readable message; the DP rank at fault (``rank``, else ``self.rank``) and
+        its global rank (``self.global_rank``) are named when known."""
         text = _MESSAGES[self.code](self.padded())
         if self.detail:
             text = f"{text} ({self.detail})"
-        return text if rank is None else f"rank {rank} of the DP group: {text}"
+        if rank is None:
+            rank = self.rank
+        if rank is None:
+            return text
+        if self.global_rank is None:
+            return f"rank {rank} of the DP group: {text}"
+        return f"rank {rank} of the DP group (global rank {self.global_rank}): {text}"
+
+    def is_type_error(self) -> bool:
+        """True when the error is about a wrong type (raised as ``TypeError``)."""
+        v = self.padded()
+        if self.code in (ErrorCode.BAD_ARGUMENT, ErrorCode.BAD_LENGTH):
+            return v[1] == 0
+        return self.code is ErrorCode.BAD_BATCH and v[0] in _TYPE_PROBLEMS
 
     def exception(self, rank: int | None = None) -> Exception:
         """The exception to raise: ``TypeError`` for a wrong type, else ``ValueError``."""
-        wrong_type = self.code in (ErrorCode.BAD_ARGUMENT, ErrorCode.BAD_LENGTH) and (
-            self.padded()[1] == 0
-        )
-        return (TypeError if wrong_type else ValueError)(self.message(rank))
+        return (TypeError if self.is_type_error() else ValueError)(self.message(rank))

@@ -17,7 +17,9 @@ the scenario name on the world group), so a desynchronised scenario is reported 
 silently shifting the collectives of the next one.
 
 The scenario tables (:data:`SUITES`) are plain data, imported by the test module as well,
-which computes the expected values from the same lengths.
+which computes the expected values from the same lengths. Suite ``fuzz`` (2 ranks) runs
+:data:`FUZZ_ROUNDS` rounds of the ``_malformed.py`` catalogue in one process group, one
+JSON line per round.
 """
 
 from __future__ import annotations
@@ -77,8 +79,12 @@ COLLECTIVES = (
 #                  {"plain_dict": [...]}         a dict, not a TensorDict
 #   kwargs:      keyword arguments of rearrange_micro_batches common to every rank
 #   rank_kwargs: {rank: {...}} per-rank overrides (optional)
-#   group:       None (world, dp_group=None) or "pairs" (subgroups [0, 1] and [2, 3])
-#   group_of:    {rank: "01" | "23"} which subgroup a rank passes (default: its own)
+#   group:       None (the world group passed as dp_group), "local" (dp_group=None: no
+#                agreement, as in verl 0.9.1), "pairs" (subgroups [0, 1] and [2, 3]) or
+#                "cross" (subgroups [0, 2] and [1, 3])
+#   group_of:    {rank: "01" | "23" | "02" | "13"} which subgroup a rank passes (default:
+#                its own)
+#   call:        "rearrange" (default), "prepare_micro_batches" or "prepare_dynamic_batch"
 # ---------------------------------------------------------------------------------------
 
 CAP = 100
@@ -190,6 +196,99 @@ PAIR_SCENARIOS += [
     },
 ]
 
+PAIR_SCENARIOS += [
+    {  # issue 10 case 1: static path, rank 1's 7 rows are not a multiple of 2
+        "name": "static_not_divisible",
+        "call": "prepare_micro_batches",
+        "batches": {
+            0: {"lengths": [5] * 8, "settings": {"use_dynamic_bsz": False, "micro_batch_size_per_gpu": 2}},
+            1: {"lengths": [5] * 7, "settings": {"use_dynamic_bsz": False, "micro_batch_size_per_gpu": 2}},
+        },
+        "kwargs": {},
+    },
+    {  # issue 10 case 2: static counts 4 and 3
+        "name": "static_counts_differ",
+        "call": "prepare_micro_batches",
+        "batches": {
+            0: {"lengths": [5] * 8, "settings": {"use_dynamic_bsz": False, "micro_batch_size_per_gpu": 2}},
+            1: {"lengths": [5] * 6, "settings": {"use_dynamic_bsz": False, "micro_batch_size_per_gpu": 2}},
+        },
+        "kwargs": {},
+    },
+    {  # equal static counts: both return, with one collective
+        "name": "static_counts_equal",
+        "call": "prepare_micro_batches",
+        "batches": {
+            0: {"lengths": [5] * 8, "settings": {"use_dynamic_bsz": False, "micro_batch_size_per_gpu": 2,
+                                                 "force_group_size": 2}},
+            1: {"lengths": [9] * 8, "settings": {"use_dynamic_bsz": False, "micro_batch_size_per_gpu": 2,
+                                                 "force_group_size": 2}},
+        },
+        "kwargs": {},
+    },
+    {  # issue 10 case 3: rank 0 dynamic, rank 1 static
+        "name": "modes_differ",
+        "call": "prepare_micro_batches",
+        "batches": {
+            0: {"lengths": [5] * 8, "settings": {"max_token_len_per_gpu": 16}},
+            1: {"lengths": [5] * 8, "settings": {"use_dynamic_bsz": False, "micro_batch_size_per_gpu": 2}},
+        },
+        "kwargs": {},
+    },
+    {  # issue 10 case 4: prepare_micro_batches(None) on rank 1
+        "name": "prepare_none_on_rank_1",
+        "call": "prepare_micro_batches",
+        "batches": {
+            0: {"lengths": [5] * 4, "settings": {"max_token_len_per_gpu": 16}},
+            1: {"none": True},
+        },
+        "kwargs": {},
+    },
+    {  # a DataProto whose non_tensor_batch holds a list (not an array) on rank 0
+        "name": "dataproto_non_tensor_list",
+        "call": "prepare_dynamic_batch",
+        "batches": {0: {"lengths": [10] * 4, "non_tensor": "list"}, 1: {"lengths": [10] * 4}},
+        "kwargs": {"max_token_len": CAP},
+    },
+    {  # a DataProto whose non_tensor_batch array is one row short on rank 1
+        "name": "dataproto_non_tensor_rows",
+        "call": "prepare_dynamic_batch",
+        "batches": {0: {"lengths": [10] * 4}, 1: {"lengths": [10] * 4, "non_tensor": "short"}},
+        "kwargs": {"max_token_len": CAP},
+    },
+    {  # a mask on the meta device (unreadable) on rank 1
+        "name": "meta_mask",
+        "batches": {0: {"lengths": [10] * 4}, 1: {"lengths": [10] * 4, "meta": True}},
+        "kwargs": {"max_token_len": CAP},
+    },
+    {  # a cap of -2**70 on rank 0: reported as given, not clipped
+        "name": "cap_beyond_int64",
+        "batches": {0: {"lengths": [10] * 4}, 1: {"lengths": [10] * 4}},
+        "kwargs": {},
+        "rank_kwargs": {0: {"max_token_len": -(2**70)}, 1: {"max_token_len": CAP}},
+    },
+    {  # issue 9 case 4: dp_group=None plans locally although a default group exists
+        "name": "local_without_dp_group",
+        "batches": {0: {"lengths": [5] * 4}, 1: {"lengths": [5] * 12}},
+        "kwargs": {"max_token_len": 10},
+        "group": "local",
+    },
+    {  # a call made on rank 0 only, with dp_group=None: it must not block
+        "name": "one_rank_only_local",
+        "batches": {0: {"lengths": [5] * 4}},
+        "kwargs": {"max_token_len": 10},
+        "group": "local",
+    },
+    {  # prepare_micro_batches on one rank only, static and dynamic, dp_group=None
+        "name": "one_rank_only_prepare_local",
+        "call": "prepare_micro_batches",
+        "batches": {1: {"lengths": [5] * 6, "settings": {"use_dynamic_bsz": False,
+                                                          "micro_batch_size_per_gpu": 3}}},
+        "kwargs": {},
+        "group": "local",
+    },
+]
+
 QUAD_SCENARIOS: list[dict[str, Any]] = [
     {  # case 5: rank 2 holds a sample over the cap
         "name": "case5_sample_over_cap",
@@ -261,8 +360,46 @@ QUAD_SCENARIOS: list[dict[str, Any]] = [
     },
 ]
 
+QUAD_SCENARIOS += [
+    {  # issue 10 case 5: subgroups [0, 2] and [1, 3] at once; global rank 3 over the cap
+        "name": "cross_subgroups_global_rank",
+        "batches": {
+            0: {"lengths": [10, 6, 8, 2]},
+            1: {"lengths": [4, 4, 4]},
+            2: {"lengths": [16, 1, 15]},
+            3: {"lengths": [3, 60]},
+        },
+        "kwargs": {"max_token_len": 16},
+        "group": "cross",
+    },
+    {  # static path on subgroups [0, 2] and [1, 3]: counts agree within each
+        "name": "cross_subgroups_static",
+        "call": "prepare_micro_batches",
+        "batches": {
+            r: {"lengths": [3] * (4 if r % 2 == 0 else 6),
+                "settings": {"use_dynamic_bsz": False, "micro_batch_size_per_gpu": 2}}
+            for r in range(4)
+        },
+        "kwargs": {},
+        "group": "cross",
+    },
+    {  # issue 10 point 4: rank 2 passes subgroup [0, 1], which it is not a member of
+        "name": "outsider_of_dp_group",
+        "batches": {0: {"lengths": [30] * 4}, 1: {"lengths": [60] * 4}, 2: {"lengths": [10] * 4}},
+        "kwargs": {"max_token_len": CAP},
+        "group": "pairs",
+        "group_of": {2: "01"},
+    },
+]
+
 SUITES: dict[str, list[dict[str, Any]]] = {"pair": PAIR_SCENARIOS, "quad": QUAD_SCENARIOS}
-WORLD_SIZES: dict[str, int] = {"pair": 2, "quad": 4}
+WORLD_SIZES: dict[str, int] = {"pair": 2, "quad": 4, "fuzz": 2}
+
+#: Rounds of the 2-rank fuzz suite (``AGREEMENT_FUZZ_ROUNDS`` overrides it).
+FUZZ_ROUNDS = 200
+FUZZ_SEED = 20261130
+
+SUBGROUPS: dict[str, list[int]] = {"01": [0, 1], "23": [2, 3], "02": [0, 2], "13": [1, 3]}
 
 MASK_DTYPES = ("int64", "bool", "float32", "int32")
 
@@ -275,10 +412,35 @@ def scenario_kwargs(scenario: dict[str, Any], rank: int) -> dict[str, Any]:
 
 
 def subgroup_name(scenario: dict[str, Any], rank: int) -> str | None:
-    """``"01"``/``"23"`` for a subgroup scenario, ``None`` for the world group."""
-    if scenario.get("group") != "pairs":
+    """The group rank ``rank`` passes: ``"01"``/``"23"``/``"02"``/``"13"`` for a subgroup
+    scenario, ``"world"`` for the world group, ``None`` for ``dp_group=None``."""
+    group = scenario.get("group")
+    if group == "local":
         return None
-    return scenario.get("group_of", {}).get(rank, "01" if rank < 2 else "23")
+    if group == "pairs":
+        return scenario.get("group_of", {}).get(rank, "01" if rank < 2 else "23")
+    if group == "cross":
+        return scenario.get("group_of", {}).get(rank, "02" if rank % 2 == 0 else "13")
+    return "world"
+
+
+def group_ranks_of(scenario: dict[str, Any], rank: int, world_size: int) -> list[int]:
+    """Global ranks of the group rank ``rank`` passes (empty for ``dp_group=None``)."""
+    name = subgroup_name(scenario, rank)
+    if name is None:
+        return []
+    return list(range(world_size)) if name == "world" else SUBGROUPS[name]
+
+
+def fuzz_round(round_index: int, n_kinds: int) -> tuple[int, int]:
+    """``(kind index, faulty rank)`` of a fuzz round: every kind in turn (in a seeded
+    order, reshuffled every pass), the faulty rank drawn at random."""
+    import random
+
+    passes, position = divmod(round_index, n_kinds)
+    order = list(range(n_kinds))
+    random.Random(FUZZ_SEED + passes).shuffle(order)
+    return order[position], random.Random(FUZZ_SEED * 7 + round_index).randrange(2)
 
 
 # ---------------------------------------------------------------------------------------
@@ -291,9 +453,15 @@ def build_batch(spec: dict[str, Any], rank: int) -> Any:
     import torch
     from tensordict import TensorDict
 
+    if spec.get("none"):
+        return None
     if "no_mask" in spec:
         n = spec["no_mask"]
         return TensorDict({"input_ids": torch.ones(n, 16, dtype=torch.long)}, batch_size=[n])
+    if spec.get("meta"):
+        n = len(spec["lengths"])
+        mask = torch.ones(n, 8, device="meta")
+        return TensorDict({"attention_mask": mask, "sample_id": torch.arange(n)}, batch_size=[n])
     lengths = spec.get("lengths", spec.get("plain_dict"))
     n = len(lengths)
     width = max([*lengths, 0]) + 3
@@ -415,6 +583,7 @@ def run_scenario(scenario: dict[str, Any], rank: int, groups: dict[str, Any]) ->
     name = subgroup_name(scenario, rank)
     if name is not None:
         kwargs["dp_group"] = groups[name]
+    record["group_ranks"] = [] if name is None else _group_ranks(groups[name])
     call = scenario.get("call", "rearrange")
     start = time.perf_counter()
     with count_collectives() as events:
@@ -424,13 +593,25 @@ def run_scenario(scenario: dict[str, Any], rank: int, groups: dict[str, Any]) ->
 
                 from seqlen_balancing import prepare_micro_batches
 
-                for key, value in spec["settings"].items():
+                for key, value in spec.get("settings", {}).items():
                     batch[key] = NonTensorData(value)
                 micro_batches, indices = prepare_micro_batches(batch, **kwargs)
+                if indices is None:  # the static path: consecutive chunks
+                    sizes = [int(mb.batch_size[0]) for mb in micro_batches]
+                    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+                    indices = [list(range(a, a + k)) for a, k in zip(starts, sizes, strict=True)]
+                    record["static"] = True
             elif call == "prepare_dynamic_batch":
+                import numpy as np
+
                 from seqlen_balancing import prepare_dynamic_batch
 
-                proto = (_NoFromDict if spec.get("no_from_dict") else _Proto)(batch)
+                rows = len(spec["lengths"])
+                non_tensor = {
+                    "list": {"uid": [f"u{i}" for i in range(rows)]},
+                    "short": {"uid": np.arange(rows - 1)},
+                }.get(spec.get("non_tensor", ""), {"uid": np.arange(rows)})
+                proto = (_NoFromDict if spec.get("no_from_dict") else _Proto)(batch, non_tensor)
                 protos, indices = prepare_dynamic_batch(proto, **kwargs)
                 micro_batches = [p.batch for p in protos]
             else:
@@ -455,6 +636,45 @@ def run_scenario(scenario: dict[str, Any], rank: int, groups: dict[str, Any]) ->
     record["seconds"] = round(time.perf_counter() - start, 4)
     record["collectives"] = events
     return record
+
+
+def run_fuzz(rank: int, world_size: int, out: Any) -> None:
+    """The fuzz suite: each round one rank gets a malformed input from the catalogue
+    (``_malformed.KINDS``), the other valid data; both call with the world group as
+    ``dp_group`` and record the exception (or the plan). One JSON line per round."""
+    import random
+
+    import torch.distributed as dist
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _malformed
+
+    rounds = int(os.environ.get("AGREEMENT_FUZZ_ROUNDS", FUZZ_ROUNDS))
+    start = time.perf_counter()
+    for round_index in range(rounds):
+        kind_index, faulty = fuzz_round(round_index, len(_malformed.KINDS))
+        kind = _malformed.KINDS[kind_index]
+        rng = random.Random(FUZZ_SEED + 1000 * round_index + rank)
+        record: dict[str, Any] = {"scenario": f"fuzz{round_index}", "rank": rank,
+                                  "kind": kind.name, "faulty": faulty}
+        entry = kind.build(rank == faulty, rng)
+        with count_collectives() as events:
+            try:
+                micro_batches, _ = _malformed.call(entry, dp_group=dist.group.WORLD)
+            except Exception as exc:  # recorded for the parent to judge
+                record.update(ok=False, error_type=type(exc).__name__, error_message=str(exc))
+            else:
+                record.update(ok=True, n_micro=len(micro_batches))
+        record["collectives"] = [event["name"] for event in events]
+        out.write(json.dumps(record) + "\n")
+        out.flush()
+        names: list[Any] = [None] * world_size
+        dist.all_gather_object(names, round_index)  # fence, not counted
+        if names != [round_index] * world_size:
+            _write(out, {"scenario": "__desync__", "rank": rank, "names": names})
+            raise RuntimeError(f"fuzz round {round_index} desynchronised: {names}")
+    _write(out, {"scenario": "__fuzz_time__", "rank": rank, "seconds": time.perf_counter() - start,
+                 "rounds": rounds})
 
 
 def _write(handle: Any, record: dict[str, Any]) -> None:
@@ -483,12 +703,16 @@ def main(argv: list[str]) -> int:
             timeout=datetime.timedelta(seconds=PG_TIMEOUT_S),
         )
         try:
-            groups: dict[str, Any] = {}
+            groups: dict[str, Any] = {"world": dist.group.WORLD}
             if world_size == 4:
                 # Every rank must create every subgroup, in the same order (torch's rule).
-                groups["01"] = dist.new_group([0, 1])
-                groups["23"] = dist.new_group([2, 3])
+                for name in ("01", "23", "02", "13"):
+                    groups[name] = dist.new_group(SUBGROUPS[name])
             _write(out, {"scenario": "__ready__", "rank": rank})
+            if suite == "fuzz":
+                run_fuzz(rank, world_size, out)
+                _write(out, {"scenario": "__done__", "rank": rank})
+                return 0
             for scenario in SUITES[suite]:
                 record = run_scenario(scenario, rank, groups)
                 _write(out, record)

@@ -1,4 +1,9 @@
-"""DP agreement of ``rearrange_micro_batches`` across real torch.distributed processes.
+"""DP agreement across real torch.distributed processes, on every public path.
+
+``rearrange_micro_batches``, ``prepare_dynamic_batch`` and ``prepare_micro_batches`` (dynamic
+and static); the world group passed as ``dp_group``, subgroups, ``dp_group=None`` (no
+agreement, verl 0.9.1's rule), a process outside its group, and a 2-rank fuzz suite over
+the malformed-input catalogue of ``_malformed.py``.
 
 Each suite of scenarios (``_workers.SUITES``) runs once per module in 2 or 4 gloo processes
 (``_workers.py`` launched as a script, rendezvous through a file in a temporary directory);
@@ -213,16 +218,26 @@ def _assert_collectives(record: dict[str, Any], sync: bool, group_ranks: list[in
 
 
 def _assert_same_error(
-    records: list[dict[str, Any]], exc_type: str, rank_at_fault: int, *fragments: str
+    records: list[dict[str, Any]],
+    exc_type: str,
+    rank_at_fault: int | None,
+    *fragments: str,
+    global_rank: int | None = None,
 ) -> str:
-    """Every rank raised ``exc_type`` with one identical message naming the rank at fault."""
+    """Every rank raised ``exc_type`` with one identical message naming the rank at fault:
+    ``rank R of the DP group (global rank G): ...`` (G defaults to R: the world group).
+    ``rank_at_fault=None``: an error of the group, naming no single rank in front."""
     outcomes = [(r["rank"], r["ok"], r.get("error_type")) for r in records]
     assert all(not r["ok"] for r in records), f"some rank did not raise: {outcomes}"
     assert {r["error_type"] for r in records} == {exc_type}, outcomes
     messages = {r["error_message"] for r in records}
     assert len(messages) == 1, f"messages differ between ranks: {messages}"
     (message,) = messages
-    assert message.startswith(f"rank {rank_at_fault} of the DP group: "), message
+    if rank_at_fault is None:
+        assert not message.startswith("rank "), message
+    else:
+        glob = rank_at_fault if global_rank is None else global_rank
+        assert message.startswith(f"rank {rank_at_fault} of the DP group (global rank {glob}): "), message
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in {message!r}"
     return message
@@ -264,9 +279,15 @@ def _assert_matches_reference(suite: str, name: str, records: list[dict[str, Any
     reference = _simulate(suite, name, ranks)
     mine = [records[r] for r in ranks]
     if isinstance(reference, Exception):
+        # plan_data_parallel knows no global ranks: rank r of these ranks is global ranks[r].
+        expected = str(reference)
+        for r, glob in enumerate(ranks):
+            expected = expected.replace(
+                f"rank {r} of the DP group: ", f"rank {r} of the DP group (global rank {glob}): "
+            ).replace(f"(rank {r} needs ", f"(rank {r} (global rank {glob}) needs ")
         for record in mine:
             assert record["error_type"] == type(reference).__name__
-            assert record["error_message"] == str(reference)
+            assert record["error_message"] == expected
     else:
         assert [record["indices"] for record in mine] == reference
 
@@ -343,7 +364,7 @@ def test_case3_count_above_a_ranks_samples_raises_on_every_rank(pair: SuiteRun) 
         1,
         "only 2 samples/groups",
         "3 micro-batches are needed",
-        "rank 0 needs 3",
+        "rank 0 (global rank 0) needs 3",
     )
     for record in records:
         _assert_collectives(record, sync=True, group_ranks=[0, 1])
@@ -402,19 +423,19 @@ def test_prepare_micro_batches_missing_setting_raises_on_every_rank(pair: SuiteR
 
 def test_prepare_dynamic_batch_bad_object_raises_on_every_rank(pair: SuiteRun) -> None:
     records = pair.scenario("dataproto_without_from_dict")
-    _assert_same_error(records, "ValueError", 1, "data must be DataProto-like")
+    _assert_same_error(records, "TypeError", 1, "data must be DataProto-like")
     for record in records:
         _assert_collectives(record, sync=True, group_ranks=[0, 1])
 
 
 def test_divisor_beyond_int64_on_one_rank_is_one_agreed_error(pair: SuiteRun) -> None:
     records = pair.scenario("huge_divisor_one_rank")
-    assert [r["ok"] for r in records] == [False, False]
-    messages = {(r["error_type"], r["error_message"]) for r in records}
-    assert len(messages) == 1
-    error_type, message = messages.pop()
-    assert error_type == "ValueError"
-    assert f"different num_batches_divided_by (from 1 to {2**62})" in message
+    # Reported as given (2**63), never clipped to an int64 value.
+    _assert_same_error(
+        records, "ValueError", 1,
+        f"{2**63} micro-batches are needed but only 4 samples/groups are available",
+        f"rank 1 (global rank 1) needs 1, rounded up to {2**63} for num_batches_divided_by",
+    )
     for record in records:
         _assert_collectives(record, sync=True, group_ranks=[0, 1])
 
@@ -428,9 +449,7 @@ def test_wrong_type_on_one_rank_raises_type_error_on_every_rank(pair: SuiteRun) 
 
 def test_unreadable_batch_on_one_rank_raises_on_every_rank(pair: SuiteRun) -> None:
     records = pair.scenario("not_a_tensordict")
-    _assert_same_error(records, "ValueError", 0, "the effective lengths could not be read")
-    # The rank at fault chains what it caught; its peer has nothing to chain.
-    assert [r["cause_type"] for r in records] == ["TypeError", None]
+    _assert_same_error(records, "TypeError", 0, "batch must be a TensorDict with a batch dimension")
     for record in records:
         _assert_collectives(record, sync=True, group_ranks=[0, 1])
 
@@ -515,7 +534,7 @@ def test_rounding_above_a_ranks_samples_names_that_rank(quad: SuiteRun) -> None:
         "ValueError",
         3,
         "8 micro-batches are needed but only 7 samples/groups",
-        "rank 0 needs 5, rounded up to 8 for num_batches_divided_by",
+        "rank 0 (global rank 0) needs 5, rounded up to 8 for num_batches_divided_by",
     )
     for record in records:
         _assert_collectives(record, sync=True, group_ranks=[0, 1, 2, 3])
@@ -553,7 +572,9 @@ def test_subgroup_error_stays_in_its_subgroup(quad: SuiteRun) -> None:
         _assert_plan(record, lengths, 100)
         _assert_collectives(record, sync=True, group_ranks=[0, 1])
     # Subgroup [2, 3]: global rank 3 is rank 1 of its DP group.
-    _assert_same_error(records[2:], "ValueError", 1, "sample 1 has 101 tokens", "exceeds max_token_len=100")
+    _assert_same_error(
+        records[2:], "ValueError", 1, "sample 1 has 101 tokens", "exceeds max_token_len=100", global_rank=3
+    )
     for record in records[2:]:
         _assert_collectives(record, sync=True, group_ranks=[2, 3])
     _assert_matches_reference("quad", "subgroup_error_stays_in_subgroup", records, [0, 1])
@@ -566,16 +587,222 @@ def test_subgroup_error_stays_in_its_subgroup(quad: SuiteRun) -> None:
 
 @pytest.mark.parametrize("suite", ["pair", "quad"])
 def test_case8_one_all_reduce_per_call_on_every_rank(suite: str, request: pytest.FixtureRequest) -> None:
+    """One all_reduce per call on every member of the DP group; none without agreement
+    (``same_micro_num_in_dp=False`` or ``dp_group=None``) and none on a process outside
+    the group it passed."""
     run: SuiteRun = request.getfixturevalue(suite)
     for scenario in W.SUITES[suite]:
         records = run.scenario(scenario["name"])
-        called = [r for r in records if r["called"]]
-        sync = W.scenario_kwargs(scenario, 0).get("same_micro_num_in_dp", True)
-        counts = {r["rank"]: len(r["collectives"]) for r in called}
-        assert set(counts.values()) == {1 if sync else 0}, (scenario["name"], counts)
-        for record in called:
-            if scenario.get("group") == "pairs":
-                ranks = [0, 1] if W.subgroup_name(scenario, record["rank"]) == "01" else [2, 3]
-            else:
-                ranks = list(range(run.world_size))
+        for record in (r for r in records if r["called"]):
+            rank = record["rank"]
+            ranks = W.group_ranks_of(scenario, rank, run.world_size)
+            sync = bool(ranks) and rank in ranks and W.scenario_kwargs(scenario, rank).get(
+                "same_micro_num_in_dp", True
+            )
+            assert len(record["collectives"]) == (1 if sync else 0), (scenario["name"], rank)
             _assert_collectives(record, sync=sync, group_ranks=ranks)
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 10: agreement on every path (static path, modes, every input error, subgroups)
+# ---------------------------------------------------------------------------------------
+
+
+def test_issue10_case1_static_batch_not_divisible_names_rank_1(pair: SuiteRun) -> None:
+    records = pair.scenario("static_not_divisible")
+    _assert_same_error(
+        records, "ValueError", 1,
+        "batch size 7 is not a positive multiple of micro_batch_size_per_gpu * force_group_size = 2 * 1",
+    )
+    for record in records:
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+
+
+def test_issue10_case2_static_counts_4_and_3_raise_on_both(pair: SuiteRun) -> None:
+    records = pair.scenario("static_counts_differ")
+    message = _assert_same_error(records, "ValueError", None)
+    assert (
+        "the ranks of the DP group would run different numbers of static micro-batches: "
+        "rank 0 (global rank 0) has 4 and rank 1 (global rank 1) has 3" in message
+    ), message
+    for record in records:
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+
+
+def test_static_counts_equal_return_chunks_with_one_collective(pair: SuiteRun) -> None:
+    records = pair.scenario("static_counts_equal")
+    for record in records:
+        assert record["ok"], record.get("error_message")
+        assert record["static"] is True
+        # 8 rows in chunks of micro_batch_size_per_gpu * force_group_size = 4: rows in order.
+        assert record["indices"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        assert record["mb_sample_ids"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+
+
+def test_issue10_case3_dynamic_and_static_ranks_raise_the_same_error(pair: SuiteRun) -> None:
+    records = pair.scenario("modes_differ")
+    message = _assert_same_error(records, "ValueError", None)
+    assert (
+        "disagree on use_dynamic_bsz: rank 1 (global rank 1) cuts its batch statically "
+        "(use_dynamic_bsz=False) but rank 0 (global rank 0) dynamically" in message
+    ), message
+    for record in records:
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+        assert record["seconds"] < W.PG_TIMEOUT_S  # nobody waited out the gloo timeout
+
+
+def test_issue10_case4_none_batch_on_rank_1_is_a_type_error_on_both(pair: SuiteRun) -> None:
+    records = pair.scenario("prepare_none_on_rank_1")
+    _assert_same_error(records, "TypeError", 1, "batch must be a TensorDict with a batch dimension")
+    for record in records:
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+
+
+@pytest.mark.parametrize(
+    ("name", "exc_type", "rank", "fragment"),
+    [
+        ("dataproto_non_tensor_list", "TypeError", 0,
+         "every non_tensor_batch entry must be a NumPy array with one row per sample"),
+        ("dataproto_non_tensor_rows", "ValueError", 1,
+         "a non_tensor_batch array has 3 rows but the batch has 4 samples"),
+        ("meta_mask", "ValueError", 1, "the effective lengths could not be read"),
+        ("cap_beyond_int64", "ValueError", 0,
+         f"max_token_len must be a positive integer (>= 1), got {-(2**70)}"),
+    ],
+)
+def test_issue10_input_errors_join_the_agreement(
+    pair: SuiteRun, name: str, exc_type: str, rank: int, fragment: str
+) -> None:
+    records = pair.scenario(name)
+    _assert_same_error(records, exc_type, rank, fragment)
+    for record in records:
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+
+
+def test_issue9_case4_dp_group_none_plans_locally_without_a_collective(pair: SuiteRun) -> None:
+    records = pair.scenario("local_without_dp_group")
+    # 4 and 12 samples of 5 tokens at cap 10: 2 and 6 micro-batches, each rank alone.
+    assert [r["n_micro"] for r in records] == [2, 6]
+    for record in records:
+        _assert_plan(record, _lengths("pair", "local_without_dp_group", record["rank"]), 10)
+        _assert_collectives(record, sync=False, group_ranks=[])
+
+
+@pytest.mark.parametrize(("name", "rank", "count"),
+                         [("one_rank_only_local", 0, 2), ("one_rank_only_prepare_local", 1, 2)])
+def test_issue9_a_call_on_one_rank_only_never_blocks(
+    pair: SuiteRun, name: str, rank: int, count: int
+) -> None:
+    records = pair.scenario(name)
+    assert [r["called"] for r in records] == [r == rank for r in range(2)]
+    record = records[rank]
+    assert record["ok"], record.get("error_message")
+    assert record["n_micro"] == count
+    assert record["collectives"] == []
+    assert record["seconds"] < W.PG_TIMEOUT_S
+
+
+def test_issue10_case5_cross_subgroups_name_global_rank_3(quad: SuiteRun) -> None:
+    records = quad.scenario("cross_subgroups_global_rank")
+    # Subgroup [1, 3]: global rank 3 is rank 1 of its DP group.
+    message = _assert_same_error(
+        [records[1], records[3]], "ValueError", 1, "exceeds max_token_len", global_rank=3
+    )
+    assert "global rank 3" in message
+    assert "sample 1 has 60 tokens, which exceeds max_token_len=16" in message
+    for record in (records[1], records[3]):
+        _assert_collectives(record, sync=True, group_ranks=[1, 3])
+    # Subgroup [0, 2] plans: rank 0 needs 2 micro-batches (26 tokens), rank 2 needs 2 (32).
+    assert [records[0]["n_micro"], records[2]["n_micro"]] == [2, 2]
+    for rank in (0, 2):
+        _assert_plan(records[rank], _lengths("quad", "cross_subgroups_global_rank", rank), 16)
+        _assert_collectives(records[rank], sync=True, group_ranks=[0, 2])
+
+
+def test_cross_subgroups_static_counts_agree_per_subgroup(quad: SuiteRun) -> None:
+    records = quad.scenario("cross_subgroups_static")
+    # [0, 2] hold 4 rows each (2 chunks of 2); [1, 3] hold 6 rows each (3 chunks).
+    assert [r["n_micro"] for r in records] == [2, 3, 2, 3]
+    for record in records:
+        rank = record["rank"]
+        _assert_collectives(record, sync=True, group_ranks=[0, 2] if rank % 2 == 0 else [1, 3])
+
+
+def test_issue10_outsider_of_dp_group_raises_at_once(quad: SuiteRun) -> None:
+    records = quad.scenario("outsider_of_dp_group")
+    outsider = records[2]
+    assert outsider["ok"] is False
+    assert outsider["error_type"] == "ValueError"
+    assert outsider["error_message"] == (
+        "this process (global rank 2) is not a member of dp_group (a group of 2 ranks), so it "
+        "cannot take part in that group's agreement; pass the DP group this process belongs "
+        "to, or dp_group=None to plan locally"
+    )
+    assert outsider["collectives"] == []
+    assert outsider["seconds"] < W.PG_TIMEOUT_S
+    assert [r["n_micro"] for r in records[:2]] == [4, 4]
+    for record in records[:2]:
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+
+
+# ---------------------------------------------------------------------------------------
+# The 2-rank fuzz test: a malformed input on one rank, valid data on the other
+# ---------------------------------------------------------------------------------------
+
+
+def _load_catalogue() -> Any:
+    spec = importlib.util.spec_from_file_location("_seqlen_balancing_malformed", _HERE / "_malformed.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+M = _load_catalogue()
+
+#: Seconds the fuzz suite may take (spawn, import, rendezvous and every round).
+FUZZ_DEADLINE_S = 150
+
+
+@pytest.fixture(scope="module")
+def fuzz(tmp_path_factory: pytest.TempPathFactory) -> SuiteRun:
+    """The 2-rank fuzz suite (all rounds in one process group), run once."""
+    return run_ranks("fuzz", 2, tmp_path_factory.mktemp("fuzz"), FUZZ_DEADLINE_S)
+
+
+def test_fuzz_catalogue_covers_at_least_25_kinds() -> None:
+    names = [kind.name for kind in M.KINDS]
+    assert len(names) == len(set(names)) >= 25
+
+
+def test_fuzz_every_rank_raises_the_identical_error(fuzz: SuiteRun) -> None:
+    rounds = int(os.environ.get("AGREEMENT_FUZZ_ROUNDS", W.FUZZ_ROUNDS))
+    kinds = {kind.name: kind for kind in M.KINDS}
+    seen: set[str] = set()
+    for round_index in range(rounds):
+        records = fuzz.scenario(f"fuzz{round_index}")
+        kind_index, faulty = W.fuzz_round(round_index, len(M.KINDS))
+        kind = M.KINDS[kind_index]
+        assert {r["kind"] for r in records} == {kind.name}
+        assert [r["faulty"] for r in records] == [faulty, faulty]
+        seen.add(kind.name)
+        where = f"round {round_index}, kind {kind.name!r}, faulty rank {faulty}"
+        outcomes = [(r["ok"], r.get("error_type"), r.get("error_message")) for r in records]
+        assert all(not ok for ok, _, _ in outcomes), f"{where}: a rank returned: {outcomes}"
+        assert len(set(outcomes)) == 1, f"{where}: ranks ended differently: {outcomes}"
+        _, error_type, message = outcomes[0]
+        assert error_type == kinds[kind.name].error, f"{where}: {outcomes[0]}"
+        assert kind.fragment in message, f"{where}: {kind.fragment!r} not in {message!r}"
+        if kind.names_faulty_rank:
+            prefix = f"rank {faulty} of the DP group (global rank {faulty}): "
+            assert message.startswith(prefix), f"{where}: {message!r}"
+        else:
+            assert not message.startswith("rank "), f"{where}: {message!r}"
+        assert [r["collectives"] for r in records] == [["all_reduce"]] * 2, where
+    assert seen == set(kinds) or rounds < len(kinds)
+    for rank in range(2):
+        assert "__done__" in fuzz.records[rank], fuzz.diagnosis(rank)
+        assert fuzz.returncodes[rank] == 0, fuzz.diagnosis(rank)
