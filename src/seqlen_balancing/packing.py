@@ -19,6 +19,7 @@ __all__ = [
     "best_fit_decreasing",
     "best_lower_bound",
     "closing_fit_decreasing",
+    "dominant_bins",
     "l1_lower_bound",
     "l2_lower_bound",
     "lower_bound",
@@ -114,9 +115,19 @@ def _prefix(ordered: list[int]) -> list[int]:
 
 #: Dual feasible functions u_k of Fekete and Schepers are tried for k = 1.._MAX_DFF_K.
 _MAX_DFF_K = 12
-#: ... and at most this many thresholds epsilon (evenly spread over the distinct sizes up to
-#: cap/2), which keeps the family O(n log n) on any input.
-_MAX_DFF_THRESHOLDS = 256
+#: Threshold bounds (Fekete-Schepers epsilon, matching alpha) try at most this many
+#: thresholds, evenly spread over the distinct candidate sizes: O(1) bisections each.
+_MAX_THRESHOLDS = 256
+
+
+def _thresholds(ordered: list[int], stop: int) -> list[int]:
+    """At most ``_MAX_THRESHOLDS`` of the distinct positive sizes in ``ordered[:stop]``,
+    evenly spread, the smallest and largest included."""
+    distinct = sorted(set(ordered[:stop]) - {0})
+    if len(distinct) <= _MAX_THRESHOLDS:
+        return distinct
+    last = len(distinct) - 1
+    return sorted({distinct[t * last // (_MAX_THRESHOLDS - 1)] for t in range(_MAX_THRESHOLDS)})
 
 
 def _l2_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
@@ -159,7 +170,11 @@ def _matching_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
     (J1, all in L and unmatched) take bins where nothing of size ``>= a`` fits; the other
     bins hold the rest of L, whose own bins number at least ``|L| - M - |J1|``, and the
     items of ``[a, cap/3]``, so they number at least
-    ``max(|L| - M - |J1|, ceil((sum(L - J1) + sum([a, cap/3])) / cap))``.
+    ``max(|L| - M - |J1|, ceil((sum(L - J1) + sum([a, cap/3])) / cap))``. By counts:
+    beside ``t`` large items a bin holds at most ``q_t`` items of ``[a, cap/3]`` (the
+    smallest ones that fit beside the ``t`` smallest large ones), and at most ``M`` bins hold
+    two large items (:func:`_fewest_bins`). Thresholds: 0 and at most ``_MAX_THRESHOLDS``
+    distinct sizes up to ``cap/3``; O(log n) each.
     """
     n = len(ordered)
     large = bisect_right(ordered, cap // 3)  # items [large, n) have 3*s > cap
@@ -173,7 +188,7 @@ def _matching_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
     best = n_large - matched
     # Room beside the t smallest large items, t = 0, 1, 2 (negative: t of them cannot fit).
     rooms = [cap - sum(ordered[large : large + t]) if large + t <= n else -1 for t in range(3)]
-    for alpha in [0, *sorted(set(ordered[:large]))]:
+    for alpha in [0, *_thresholds(ordered, large)]:
         lo = bisect_left(ordered, alpha)
         j1_start = bisect_right(ordered, cap - alpha)
         n_j1 = n - j1_start
@@ -221,17 +236,14 @@ def _dff_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
     ``cap`` and below ``e`` to 0; ``u_k(x) = x`` when ``(k + 1) x`` is an integer, else
     ``floor((k + 1) x) / k``. ``phi_e``: ``1 - floor((1 - x) / e) / floor(1 / e)`` above
     1/2, ``1 / floor(1 / e)`` on ``[e, 1/2]``, 0 below ``e``. Thresholds ``e``: at most
-    ``_MAX_DFF_THRESHOLDS`` of the distinct sizes up to ``cap/2``. Each ``(e, k)`` costs
+    ``_MAX_THRESHOLDS`` of the distinct sizes up to ``cap/2``. Each ``(e, k)`` costs
     O(k) from precomputed bisections, each ``phi_e`` O(min(n, cap / e)).
     """
     n = len(ordered)
     if n == 0:
         return 0
     half = bisect_right(ordered, cap // 2)
-    distinct = sorted(set(ordered[:half]) - {0})
-    if len(distinct) > _MAX_DFF_THRESHOLDS:
-        step = len(distinct) / _MAX_DFF_THRESHOLDS
-        distinct = sorted({distinct[int(t * step)] for t in range(_MAX_DFF_THRESHOLDS)})
+    distinct = _thresholds(ordered, half)
     counts: dict[int, int] = {}
     for size in ordered:
         counts[size] = counts.get(size, 0) + 1
@@ -279,7 +291,7 @@ def _dff_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
     return best
 
 
-def _dominant_bins(sizes: Sequence[int], cap: int) -> tuple[list[list[int]], list[int]]:
+def dominant_bins(sizes: Sequence[int], cap: int) -> tuple[list[list[int]], list[int]]:
     """Bins that some optimal packing contains (Martello-Toth reduction, first criterion).
 
     Largest item first: while the largest remaining item ``i`` cannot share its bin with
@@ -289,13 +301,27 @@ def _dominant_bins(sizes: Sequence[int], cap: int) -> tuple[list[list[int]], lis
     swapping that item with ``j`` keeps both bins within the cap. Items must lie in
     ``0..cap``; zero-size items stay with the remaining ones (they fit anywhere).
 
+    Args:
+        sizes: item sizes in tokens, each in ``0..cap``.
+        cap: bin capacity in tokens (>= 1).
+
     Returns:
-        ``(fixed bins, remaining item indices)``; ``OPT = len(fixed) + OPT(remaining)``.
+        ``(fixed bins, remaining item indices)``: the bins (lists of item indices, largest
+        item first) and the other items in ascending size; ``OPT = len(fixed) +
+        OPT(remaining)``, so a packing of the remaining items with the fixed bins added is
+        as good as the remaining packing is.
 
     Complexity: O(n log n) comparisons plus O(n) list removals of O(n) pointer moves.
 
     References:
-        S. Martello and P. Toth, Knapsack Problems, ch. 8.3 (1990) (reduction MTRP).
+        S. Martello and P. Toth, Knapsack Problems, ch. 8.3 (1990) (reduction procedure
+        MTRP; this is its criterion for items that can take at most one other).
+
+    Example:
+        >>> dominant_bins([66, 46, 37, 25, 18], 100)   # 66+25, 46+37, then 18 alone
+        ([[0, 3], [1, 2], [4]], [])
+        >>> dominant_bins([50, 30, 20, 10], 100)   # 50 can take 20 and 10 as well
+        ([], [3, 2, 1, 0])
     """
     order = sorted(range(len(sizes)), key=lambda i: (sizes[i], i))
     alive = [sizes[i] for i in order]  # ascending
@@ -321,7 +347,7 @@ BOUND_NAMES = ("L2", "cardinality", "matching", "reduction", "Fekete-Schepers")
 
 
 def best_lower_bound(
-    sizes: Sequence[int], cap: int, enough: int | None = None
+    sizes: Sequence[int], cap: int, enough: int | None = None, upto: str = "Fekete-Schepers"
 ) -> tuple[int, str]:
     """The strongest of this module's lower bounds on the bin count, and its name.
 
@@ -354,6 +380,8 @@ def best_lower_bound(
         sizes: item sizes in tokens, each in ``0..cap``.
         cap: bin capacity in tokens (>= 1).
         enough: stop as soon as a bound reaches this value (``None``: evaluate all).
+        upto: the last bound to evaluate, a name from :data:`BOUND_NAMES` (e.g.
+            ``"matching"`` for the O(n log n) bounds only).
 
     Returns:
         ``(bound, name)``: the largest bound found and the name of the first bound (in the
@@ -361,7 +389,8 @@ def best_lower_bound(
 
     Raises:
         TypeError: a size or ``cap`` is not an integer.
-        ValueError: a negative size, a size above ``cap``, or ``cap < 1``.
+        ValueError: a negative size, a size above ``cap``, ``cap < 1``, or ``upto`` not
+            in :data:`BOUND_NAMES`.
 
     Complexity: O(n log n) for each bound but the reduction's list removals (O(n) pointer
     moves each, O(n^2) moves at worst, fast in practice) and the Fekete-Schepers family,
@@ -383,6 +412,9 @@ def best_lower_bound(
         (3, 'matching')
     """
     sizes, cap = _checked(sizes, cap)
+    if upto not in BOUND_NAMES:
+        raise ValueError(f"upto must be one of {', '.join(BOUND_NAMES)}, got {upto!r}")
+    last = BOUND_NAMES.index(upto)
     ordered = _in_range(sorted(sizes), cap)
     if not ordered:
         return 0, BOUND_NAMES[0]
@@ -391,32 +423,32 @@ def best_lower_bound(
     best, name = _l2_sorted(ordered, prefix, cap), BOUND_NAMES[0]
 
     def better(value: int, label: str) -> bool:
+        """Keep the larger bound; True when the evaluation can stop."""
         nonlocal best, name
         if value > best:
             best, name = value, label
-        return best >= goal
+        return best >= goal or BOUND_NAMES.index(label) >= last
 
-    if better(_cardinality_sorted(ordered, cap), "cardinality"):
+    if last == 0 or better(_cardinality_sorted(ordered, cap), "cardinality"):
         return best, name
     if better(_matching_sorted(ordered, prefix, cap), "matching"):
         return best, name
-    fixed, rest = _dominant_bins(sizes, cap)
+    fixed, rest = dominant_bins(sizes, cap)
     residual = sorted(sizes[i] for i in rest)
     residual_prefix = _prefix(residual)
+    reduced = len(fixed)
     if fixed and residual:
-        value = max(
+        reduced += max(
             _l2_sorted(residual, residual_prefix, cap),
             _cardinality_sorted(residual, cap),
             _matching_sorted(residual, residual_prefix, cap),
         )
-        if better(len(fixed) + value, "reduction"):
-            return best, name
-    elif fixed and better(len(fixed), "reduction"):
+    if better(reduced, "reduction"):
         return best, name
-    if better(_dff_sorted(ordered, prefix, cap), "Fekete-Schepers"):
-        return best, name
+    value = _dff_sorted(ordered, prefix, cap)
     if fixed and residual:
-        better(len(fixed) + _dff_sorted(residual, residual_prefix, cap), "Fekete-Schepers")
+        value = max(value, len(fixed) + _dff_sorted(residual, residual_prefix, cap))
+    better(value, "Fekete-Schepers")
     return best, name
 
 
