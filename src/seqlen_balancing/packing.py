@@ -7,6 +7,7 @@ function in this module returns bins that respect the cap; none of them needs to
 
 from __future__ import annotations
 
+import heapq
 import random
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
@@ -307,7 +308,7 @@ def dominant_bins(sizes: Sequence[int], cap: int) -> tuple[list[list[int]], list
 
     Returns:
         ``(fixed bins, remaining item indices)``: the bins (lists of item indices, largest
-        item first) and the other items in ascending size; ``OPT = len(fixed) +
+        item first) and the other items, ascending; ``OPT = len(fixed) +
         OPT(remaining)``, so a packing of the remaining items with the fixed bins added is
         as good as the remaining packing is.
 
@@ -321,9 +322,14 @@ def dominant_bins(sizes: Sequence[int], cap: int) -> tuple[list[list[int]], list
         >>> dominant_bins([66, 46, 37, 25, 18], 100)   # 66+25, 46+37, then 18 alone
         ([[0, 3], [1, 2], [4]], [])
         >>> dominant_bins([50, 30, 20, 10], 100)   # 50 can take 20 and 10 as well
-        ([], [3, 2, 1, 0])
+        ([], [0, 1, 2, 3])
     """
-    order = sorted(range(len(sizes)), key=lambda i: (sizes[i], i))
+    n = len(sizes)
+    if n >= 3:
+        largest, low = max(sizes), heapq.nsmallest(2, sizes)
+        if largest + low[0] + low[1] <= cap:
+            return [], list(range(n))  # the usual case, in O(n): nothing to reduce
+    order = sorted(range(n), key=sizes.__getitem__)  # stable: ties by index
     alive = [sizes[i] for i in order]  # ascending
     fixed: list[list[int]] = []
     while alive:
@@ -339,7 +345,7 @@ def dominant_bins(sizes: Sequence[int], cap: int) -> tuple[list[list[int]], list
         else:
             fixed.append([first, order.pop(pos)])
             alive.pop(pos)
-    return fixed, order
+    return fixed, sorted(order)
 
 
 #: Names of the bounds :func:`best_lower_bound` reports, cheapest first.
