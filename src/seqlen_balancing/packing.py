@@ -420,6 +420,13 @@ def best_lower_bound(
     sizes, cap = _checked(sizes, cap)
     if upto not in BOUND_NAMES:
         raise ValueError(f"upto must be one of {', '.join(BOUND_NAMES)}, got {upto!r}")
+    return _best_lower_bound(sizes, cap, enough, upto)
+
+
+def _best_lower_bound(
+    sizes: list[int], cap: int, enough: int | None, upto: str
+) -> tuple[int, str]:
+    """:func:`best_lower_bound` on sizes already checked to be ints (the planner's)."""
     last = BOUND_NAMES.index(upto)
     ordered = _in_range(sorted(sizes), cap)
     if not ordered:

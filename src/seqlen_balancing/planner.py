@@ -27,8 +27,8 @@ from seqlen_balancing._checks import _integer_or_none, as_list, describe
 from seqlen_balancing.errors import Argument, ErrorCode, PlanError
 from seqlen_balancing.packing import (
     BOUND_NAMES,
+    _best_lower_bound,
     best_fit_decreasing,
-    best_lower_bound,
     closing_fit_decreasing,
     dominant_bins,
     minimum_bin_slack,
@@ -232,7 +232,7 @@ def _search_count(result: RankAnalysis, floor: int | None) -> None:
         """Set the bound (bounds up to ``upto``, the floor) and return it."""
         # At or below the floor, no bound can change the count: L2 alone is enough.
         enough = len(packing) if wanted < len(packing) else 0
-        bound, name = best_lower_bound(sizes, cap, enough=enough, upto=upto)
+        bound, name = _best_lower_bound(sizes, cap, enough, upto)
         if wanted > bound:
             bound, name = wanted, ("one" if floor is None else "min_num_micro_batch")
         result.lower_bound, result.bound_name = bound, name
