@@ -228,3 +228,24 @@ def test_proven_counts_on_real_batches_are_optimal_by_a_slow_check() -> None:
             assert result.min_count == opt
             proven += 1
     assert proven > 30
+
+
+def test_unproven_counts_report_the_strongest_bound() -> None:
+    """Where a gap remains every bound was tried: ``lower_bound`` is the full
+    :func:`lower_bound`; where the count is proven it equals the count (and the full bound)."""
+    import random
+
+    from seqlen_balancing.data import load_champ_lengths
+    from seqlen_balancing.packing import lower_bound
+    from seqlen_balancing.planner import analyse
+
+    lengths = load_champ_lengths()
+    outcomes = set()
+    for seed in range(12):
+        sizes = [min(16384, 10 * x) for x in random.Random(seed).sample(lengths, 256)]
+        result = analyse(sizes, 16384)
+        full = lower_bound(sizes, 16384)
+        assert l2_lower_bound(sizes, 16384) <= result.lower_bound == full <= result.min_count
+        assert result.proven_optimal == (result.min_count == full)
+        outcomes.add(result.proven_optimal)
+    assert outcomes == {True, False}  # both kinds occur in this setting
