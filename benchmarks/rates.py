@@ -1,18 +1,21 @@
-"""How often the micro-batch count meets the Martello-Toth L2 bound on real CHAMP batches.
+"""How often the micro-batch count meets the Martello-Toth L2 bound, and how often it is
+proven optimal (meets ``lower_bound``), on real CHAMP batches.
 
 Part 1 (the rate table). For each setting, ``--batches`` batches (default 100) are drawn as
 ``random.Random(seed).sample(lengths, n)`` (seed 0, 1, ...) from the bundled CHAMP token
 lengths, each length multiplied by ``scale`` and clipped to the cap (a rollout truncated
-at ``max_response_length``). The table gives the share of batches where plain best-fit
-decreasing and ``planner.analyse`` reach L2, the share where ``analyse`` is above L2 + 1
-or above best-fit decreasing (both must be 0), the mean and worst time of ``analyse``, and
-how many of the batches ``analyse`` left above L2 a stronger lower bound (dual feasible
-functions) proves to need more than L2 bins.
+at ``max_response_length``). Columns: the share of batches where plain best-fit decreasing
+(``BFD@L2``) and ``planner.analyse`` (``ours@L2``) reach L2; the share where the count of
+``analyse`` is proven optimal (``proven``: it meets ``lower_bound``, the best of L2, the
+cardinality, large-item matching, reduction and Fekete-Schepers bounds); the total gap over
+the batches, count minus L2 (``gap@L2``) and count minus ``lower_bound`` (``gap``); the
+share above L2 + 1 or above best-fit decreasing (the latter must be 0); the bound that
+``analyse`` reports most often; the mean and worst time of ``analyse``.
 
 Part 2 (``--exact N``, default 200). Is L2 tight at all? On ``N`` small batches per
 setting (``--exact-n`` samples, default 24, drawn and clipped the same way) an exact
-branch-and-bound solver gives the optimum; the table gives how often OPT > L2 and how
-often ``analyse`` reaches OPT.
+branch-and-bound solver gives the optimum; the table gives how often OPT > L2, how often
+``lower_bound`` equals OPT and how often ``analyse`` reaches OPT.
 
 Timing: the torch import behind the package leaves ~300,000 objects for the cyclic
 garbage collector; a full collection (100-300 ms) lands in whichever call happens to
@@ -28,10 +31,11 @@ import argparse
 import gc
 import random
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 from seqlen_balancing.data import load_champ_lengths
-from seqlen_balancing.packing import best_fit_decreasing, l2_lower_bound
+from seqlen_balancing.packing import best_fit_decreasing, l2_lower_bound, lower_bound
 from seqlen_balancing.planner import analyse
 
 # (scale, samples, cap). The target (>= 90 % at L2) covers all but the last setting.
@@ -47,41 +51,6 @@ SETTINGS = [
 
 def batch(lengths: Sequence[int], seed: int, n: int, scale: int, cap: int) -> list[int]:
     return [min(cap, x * scale) for x in random.Random(seed).sample(list(lengths), n)]
-
-
-def dff_lower_bound(sizes: Sequence[int], cap: int, max_k: int = 20) -> int:
-    """Best of L2 and the dual-feasible-function bounds of Fekete and Schepers.
-
-    With ``x = size / cap``: ``U_e(x)`` is 1 above ``1 - e``, 0 below ``e``, else ``x``;
-    ``u_k(x)`` is ``x`` when ``(k + 1) x`` is an integer, else ``floor((k + 1) x) / k``;
-    ``phi_e(x)`` is ``1 - floor((1 - x) / e) / floor(1 / e)`` above 1/2, ``1 / floor(1 / e)``
-    in ``[e, 1/2]`` and 0 below ``e``. Every such function maps a feasible bin to total at
-    most 1, so ``ceil(sum f(x_i))`` bounds the bin count. Integer arithmetic throughout.
-
-    References:
-        S. P. Fekete and J. Schepers, "New classes of fast lower bounds for bin packing
-        problems", Mathematical Programming 91 (2001).
-    """
-    best = l2_lower_bound(sizes, cap)
-    thresholds = sorted({0, *(s for s in sizes if 0 < 2 * s <= cap)})
-    for e in thresholds:
-        mapped = [cap if s > cap - e else (0 if s < e else s) for s in sizes]
-        for k in range(1, max_k + 1):
-            # Value scaled by k * cap.
-            total = sum(
-                s * k if (k + 1) * s % cap == 0 else ((k + 1) * s // cap) * cap for s in mapped
-            )
-            best = max(best, -(-total // (k * cap)))
-        if e > 0:
-            q = cap // e
-            total = 0
-            for s in sizes:
-                if 2 * s > cap:
-                    total += q - (cap - s) // e
-                elif s >= e:
-                    total += 1
-            best = max(best, -(-total // q))
-    return best
 
 
 def exact_bin_count(sizes: Sequence[int], cap: int, node_limit: int = 2_000_000) -> int | None:
@@ -139,11 +108,13 @@ def exact_bin_count(sizes: Sequence[int], cap: int, node_limit: int = 2_000_000)
 
 def rate_table(lengths: list[int], batches: int) -> None:
     print(
-        f"{'setting':>7} {'n':>5} {'cap':>6} {'BFD@L2':>7} {'ours@L2':>8} {'>L2+1':>6} "
-        f"{'>BFD':>5} {'mean ms':>8} {'worst ms':>9} {'missed':>7} {'LB>L2':>6}"
+        f"{'setting':>7} {'n':>5} {'cap':>6} {'BFD@L2':>7} {'ours@L2':>8} {'proven':>7} "
+        f"{'gap@L2':>7} {'gap':>5} {'>L2+1':>6} {'>BFD':>5} {'bound':>16} {'mean ms':>8} "
+        f"{'worst ms':>9}"
     )
     for scale, n, cap in SETTINGS:
-        bfd_hits = our_hits = above = worse = proven = 0
+        bfd_hits = our_hits = above = worse = proven = gap_l2 = gap = 0
+        names: Counter[str] = Counter()
         times: list[float] = []
         for seed in range(batches):
             sizes = batch(lengths, seed, n, scale, cap)
@@ -153,18 +124,21 @@ def rate_table(lengths: list[int], batches: int) -> None:
             result = analyse(sizes, cap)
             times.append(time.perf_counter() - start)
             count = result.min_count
+            best = lower_bound(sizes, cap)
             bfd_hits += bfd == bound
             our_hits += count == bound
             above += count > bound + 1
             worse += count > bfd
-            if count > bound:
-                proven += dff_lower_bound(sizes, cap) > bound
+            proven += result.proven_optimal
+            gap_l2 += count - bound
+            gap += count - best
+            names[result.bound_name] += 1
         share = 100 / batches
         print(
             f"{'x' + str(scale):>7} {n:>5} {cap:>6} {bfd_hits * share:>6.0f}% "
-            f"{our_hits * share:>7.0f}% {above * share:>5.0f}% {worse * share:>4.0f}% "
-            f"{1000 * sum(times) / len(times):>8.1f} {1000 * max(times):>9.1f} "
-            f"{batches - our_hits:>7} {proven:>6}",
+            f"{our_hits * share:>7.0f}% {proven * share:>6.0f}% {gap_l2:>7} {gap:>5} "
+            f"{above * share:>5.0f}% {worse * share:>4.0f}% {names.most_common(1)[0][0]:>16} "
+            f"{1000 * sum(times) / len(times):>8.1f} {1000 * max(times):>9.1f}",
             flush=True,
         )
 
@@ -173,14 +147,14 @@ def exact_table(lengths: list[int], instances: int, n: int) -> None:
     print(
         f"\nexact optimum on {instances} batches of {n} samples per setting\n"
         f"{'setting':>7} {'cap':>6} {'solved':>7} {'OPT>L2':>7} {'OPT>L2+1':>9} "
-        f"{'ours=OPT':>9} {'BFD=OPT':>8}"
+        f"{'LB=OPT':>7} {'ours=OPT':>9} {'BFD=OPT':>8}"
     )
     seen: set[tuple[int, int]] = set()
     for scale, _, cap in SETTINGS:
         if (scale, cap) in seen:
             continue
         seen.add((scale, cap))
-        solved = loose = very_loose = ours = bfd = 0
+        solved = loose = very_loose = tight = ours = bfd = 0
         for seed in range(instances):
             sizes = batch(lengths, 10_000 + seed, n, scale, cap)
             opt = exact_bin_count(sizes, cap)
@@ -188,16 +162,20 @@ def exact_table(lengths: list[int], instances: int, n: int) -> None:
                 continue
             bound = l2_lower_bound(sizes, cap)
             count = analyse(sizes, cap).min_count
-            assert bound <= opt <= count, (sizes, cap, bound, opt, count)
-            assert dff_lower_bound(sizes, cap) <= opt, (sizes, cap)
+            if not bound <= opt <= count:
+                raise RuntimeError(f"L2 {bound}, OPT {opt}, count {count} on {sizes} at {cap}")
+            best = lower_bound(sizes, cap)
+            if not bound <= best <= opt:
+                raise RuntimeError(f"unsound bound {best} (OPT {opt}) on {sizes} at cap {cap}")
             solved += 1
             loose += opt > bound
             very_loose += opt > bound + 1
+            tight += best == opt
             ours += count == opt
             bfd += len(best_fit_decreasing(sizes, cap)) == opt
         print(
             f"{'x' + str(scale):>7} {cap:>6} {solved:>7} {loose:>7} {very_loose:>9} "
-            f"{ours:>9} {bfd:>8}",
+            f"{tight:>7} {ours:>9} {bfd:>8}",
             flush=True,
         )
 

@@ -10,10 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqlen_balancing.packing import (
+    BOUND_NAMES,
     best_fit_decreasing,
+    best_lower_bound,
     closing_fit_decreasing,
+    dominant_bins,
     l1_lower_bound,
     l2_lower_bound,
+    lower_bound,
     minimum_bin_slack,
     reduce_bins,
     split_to_count,
@@ -223,3 +227,122 @@ def test_adversarial_inputs_stay_fast(sizes: list[int], cap: int, expected: int)
     result = analyse(sizes, cap)
     assert time.perf_counter() - start < 2.0
     assert result.min_count == expected
+
+
+def crowded_instance(rng: random.Random) -> tuple[list[int], int]:
+    """Up to 10 sizes, mostly crowded near cap/2, cap/3 and 2 cap/3 (where bounds are
+    weakest and rounding mistakes show), some uniform; a few zeros and cap-sized items."""
+    cap = rng.choice([rng.randint(1, 40), 60, 61, 99, 100, 101])
+    n = rng.randint(0, 10)
+    mode = rng.random()
+    if mode < 0.25:
+        sizes = [rng.randint(0, cap) for _ in range(n)]
+    else:
+        centres = [cap // 2, cap // 3, (cap + 2) // 3, 2 * cap // 3, cap // 4, cap]
+        sizes = [
+            min(cap, max(0, rng.choice(centres) + rng.randint(-3, 3))) for _ in range(n)
+        ]
+    return sizes, cap
+
+
+def test_lower_bound_never_exceeds_the_brute_force_optimum_and_never_falls_below_l2() -> None:
+    rng = random.Random(2026)
+    above_l2 = {name: 0 for name in BOUND_NAMES}
+    for case in range(4000):
+        sizes, cap = crowded_instance(rng)
+        opt = brute_force_optimum(sizes, cap) if any(sizes) else 0  # no tokens: no bin
+        l2 = l2_lower_bound(sizes, cap)
+        bound, name = best_lower_bound(sizes, cap)
+        assert l2 <= bound <= opt, (sizes, cap, bound, name, opt)
+        assert lower_bound(sizes, cap) == bound
+        for upto in BOUND_NAMES[: 5 if case % 4 == 0 else 0]:  # every prefix is a bound
+            partial, _ = best_lower_bound(sizes, cap, upto=upto)
+            assert l2 <= partial <= bound
+        if bound > l2:
+            above_l2[name] += 1
+    # Each family proves more than L2 somewhere (else it is dead code or broken);
+    # Fekete-Schepers rarely wins first on these sizes (see the hand-checked case below).
+    assert min(above_l2["cardinality"], above_l2["matching"], above_l2["reduction"]) > 0
+
+
+def test_reduction_keeps_the_optimum() -> None:
+    rng = random.Random(13)
+    for _ in range(1500):
+        sizes, cap = crowded_instance(rng)
+        fixed, rest = dominant_bins(sizes, cap)
+        assert sorted([i for b in fixed for i in b] + rest) == list(range(len(sizes)))
+        assert all(sum(sizes[i] for i in b) <= cap for b in fixed)
+        if any(sizes):
+            residual = [sizes[i] for i in rest]
+            rest_opt = brute_force_optimum(residual, cap) if any(residual) else 0
+            assert len(fixed) + rest_opt == brute_force_optimum(sizes, cap), (sizes, cap)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "cap", "name"),
+    [
+        ([8, 8, 8, 7, 6], 20, "cardinality"),  # 37 tokens, but at most two items a bin
+        ([62, 58, 32, 27, 16], 100, "matching"),  # 62 and 58 each leave room for one
+        ([66, 46, 37, 25, 18], 100, "reduction"),  # 66+25, 46+37, 18
+        ([13, 10, 8, 5, 3, 1], 20, "Fekete-Schepers"),
+    ],
+)
+def test_each_bound_proves_the_optimum_where_l2_cannot(
+    sizes: list[int], cap: int, name: str
+) -> None:
+    assert l2_lower_bound(sizes, cap) == 2
+    assert brute_force_optimum(sizes, cap) == 3
+    assert best_lower_bound(sizes, cap) == (3, name)
+
+
+def test_best_lower_bound_stops_once_enough_and_checks_its_arguments() -> None:
+    sizes, cap = [66, 46, 37, 25, 18], 100
+    assert best_lower_bound(sizes, cap, enough=2) == (2, "L2")  # L2 already meets 2
+    assert best_lower_bound(sizes, cap, upto="matching") == (2, "L2")
+    assert best_lower_bound(sizes, cap, upto="reduction") == (3, "reduction")
+    assert best_lower_bound([], 5) == (0, "L2")
+    assert best_lower_bound([0, 0], 5) == (0, "L2")
+    with pytest.raises(ValueError, match="upto must be one of L2, cardinality"):
+        best_lower_bound(sizes, cap, upto="L3")
+    with pytest.raises(ValueError, match=r"item sizes must lie in 0\.\.100"):
+        lower_bound([101], 100)
+    with pytest.raises(ValueError, match=r"cap must be a positive integer \(>= 1\), got 0"):
+        lower_bound([5], 0)
+
+
+def max_bipartite_matching(left: list[int], right: list[int], cap: int) -> int:
+    """Kuhn's augmenting paths: pairs (left, right) with total at most ``cap``."""
+    owner: list[int | None] = [None] * len(right)
+
+    def augment(i: int, seen: set[int]) -> bool:
+        for j, size in enumerate(right):
+            if left[i] + size <= cap and j not in seen:
+                seen.add(j)
+                holder = owner[j]
+                if holder is None or augment(holder, seen):
+                    owner[j] = i
+                    return True
+        return False
+
+    return sum(augment(i, set()) for i in range(len(left)))
+
+
+def test_bimodal_batch_count_is_proven_optimal() -> None:
+    """1,024 samples, half 100-600 tokens and half 6,000-9,000, cap 16,384: L2 is loose.
+    Oracle: an item above cap/2 needs its own bin, which takes at most one item of
+    (cap/3, cap/2]; those pair at most two to a bin, so the large items need
+    ``|B| + ceil((|M| - x) / 2)`` bins, x a maximum B-M matching (Kuhn's algorithm)."""
+    rng = random.Random(5)
+    sizes = [rng.randint(100, 600) for _ in range(512)]
+    sizes += [rng.randint(6000, 9000) for _ in range(512)]
+    rng.shuffle(sizes)
+    cap = 16384
+    big = [s for s in sizes if 2 * s > cap]
+    middle = [s for s in sizes if 3 * s > cap >= 2 * s]
+    x = max_bipartite_matching(big, middle, cap)
+    needed = len(big) + -(-(len(middle) - x) // 2)
+    assert l2_lower_bound(sizes, cap) < needed
+    assert lower_bound(sizes, cap) == needed
+    result = analyse(sizes, cap)
+    assert result.min_count == needed and result.proven_optimal
+    assert_packing(result._packing, sizes, cap)

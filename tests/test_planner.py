@@ -150,3 +150,102 @@ def test_karmarkar_karp_is_returned_wherever_it_fits_on_real_batches() -> None:
             assert spread(loads) == spread([sum(work[i] for i in part) for part in kk])
             checked += 1
     assert checked > 40  # enough cases where Karmarkar-Karp fits
+
+
+def test_rank_analysis_reports_the_bound_and_whether_the_count_is_proven() -> None:
+    from seqlen_balancing.planner import analyse
+
+    # 62 and 58 each leave room for one of 32, 27, 16: L2 says 2, the matching bound 3.
+    result = analyse([62, 58, 32, 27, 16], 100)
+    assert (result.min_count, result.lower_bound, result.bound_name) == (3, 3, "matching")
+    assert result.proven_optimal
+    floored = analyse([1] * 6, 10, min_num_micro_batch=4)
+    assert (floored.lower_bound, floored.bound_name, floored.min_count) == (4, "min_num_micro_batch", 4)
+    assert floored.proven_optimal
+    empty_tokens = analyse([0, 0, 0], 10)
+    assert (empty_tokens.lower_bound, empty_tokens.bound_name, empty_tokens.min_count) == (1, "one", 1)
+    failed = analyse([11], 10)
+    assert failed.error is not None and not failed.proven_optimal and failed.bound_name == ""
+
+
+def test_count_search_stops_once_the_bound_is_met(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where best-fit decreasing meets the bound, no further packing or search runs."""
+    import random
+
+    from seqlen_balancing import planner
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("search ran although the count met the bound")
+
+    rng = random.Random(3)
+    sizes = [rng.randint(100, 600) for _ in range(512)]
+    sizes += [rng.randint(6000, 9000) for _ in range(512)]
+    assert len(best_fit_decreasing(sizes, 16384)) > l2_lower_bound(sizes, 16384)
+    for name in ("closing_fit_decreasing", "minimum_bin_slack", "reduce_bins", "dominant_bins"):
+        monkeypatch.setattr(planner, name, forbidden)
+    result = planner.analyse(sizes, 16384)
+    assert result.proven_optimal and result.bound_name == "matching"
+    assert result.min_count == len(best_fit_decreasing(sizes, 16384))
+
+
+def test_proven_counts_on_real_batches_are_optimal_by_a_slow_check() -> None:
+    """Real CHAMP x10 batches at cap 16,384: wherever the count is proven, the brute-force
+    optimum of small draws agrees; the count is never below any bound."""
+    import random
+
+    from seqlen_balancing.data import load_champ_lengths
+    from seqlen_balancing.packing import lower_bound
+    from seqlen_balancing.planner import analyse
+
+    def brute_force_optimum(sizes: list[int], cap: int) -> int:
+        """Fewest bins over every assignment of items to bins (each item, in order, joins
+        an open bin or opens the next one)."""
+        best = len(sizes)
+
+        def place(pos: int, loads: list[int]) -> None:
+            nonlocal best
+            if len(loads) >= best:
+                return
+            if pos == len(sizes):
+                best = len(loads)
+                return
+            for b, load in enumerate(loads):
+                if load + sizes[pos] <= cap:
+                    place(pos + 1, [*loads[:b], load + sizes[pos], *loads[b + 1 :]])
+            place(pos + 1, [*loads, sizes[pos]])
+
+        place(0, [])
+        return best
+
+    lengths = load_champ_lengths()
+    proven = 0
+    for seed in range(60):
+        sizes = [min(16384, 10 * x) for x in random.Random(seed).sample(lengths, 9)]
+        result = analyse(sizes, 16384)
+        opt = brute_force_optimum(sizes, 16384)
+        assert lower_bound(sizes, 16384) <= opt <= result.min_count
+        if result.proven_optimal:
+            assert result.min_count == opt
+            proven += 1
+    assert proven > 30
+
+
+def test_unproven_counts_report_the_strongest_bound() -> None:
+    """Where a gap remains every bound was tried: ``lower_bound`` is the full
+    :func:`lower_bound`; where the count is proven it equals the count (and the full bound)."""
+    import random
+
+    from seqlen_balancing.data import load_champ_lengths
+    from seqlen_balancing.packing import lower_bound
+    from seqlen_balancing.planner import analyse
+
+    lengths = load_champ_lengths()
+    outcomes = set()
+    for seed in range(12):
+        sizes = [min(16384, 10 * x) for x in random.Random(seed).sample(lengths, 256)]
+        result = analyse(sizes, 16384)
+        full = lower_bound(sizes, 16384)
+        assert l2_lower_bound(sizes, 16384) <= result.lower_bound == full <= result.min_count
+        assert result.proven_optimal == (result.min_count == full)
+        outcomes.add(result.proven_optimal)
+    assert outcomes == {True, False}  # both kinds occur in this setting

@@ -15,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from seqlen_balancing.agreement import plan_data_parallel
-from seqlen_balancing.packing import best_fit_decreasing, l1_lower_bound, l2_lower_bound
+from seqlen_balancing.packing import best_fit_decreasing, l1_lower_bound, l2_lower_bound, lower_bound
 from seqlen_balancing.partition import (
     ceildiv,
     get_group_balanced_partitions,
@@ -80,6 +80,7 @@ __all__ = [
     "l1_lower_bound",
     "l2_lower_bound",
     "log_seqlen_unbalance",
+    "lower_bound",
     "plan_data_parallel",
     "plan_micro_batches",
     "prepare_dynamic_batch",

@@ -4,7 +4,8 @@ Steps, each a function here:
 
 1. :func:`analyse` checks the arguments and lengths, forms the ``force_group_size`` groups
    and finds the smallest micro-batch count this library can reach under the cap
-   (between the Martello-Toth L2 bound and a best-fit-decreasing packing). It never raises
+   (between :func:`~seqlen_balancing.packing.lower_bound` and a best-fit-decreasing
+   packing); a count that meets the bound is proven optimal. It never raises
    for bad input: it records a :class:`~seqlen_balancing.errors.PlanError`, so that a DP
    group can agree on it before anyone raises.
 2. :func:`agreed_count` rounds a needed count up to ``num_batches_divided_by`` and checks
@@ -25,9 +26,11 @@ from typing import Any
 from seqlen_balancing._checks import _integer_or_none, as_list, describe
 from seqlen_balancing.errors import Argument, ErrorCode, PlanError
 from seqlen_balancing.packing import (
+    BOUND_NAMES,
+    _best_lower_bound,
     best_fit_decreasing,
     closing_fit_decreasing,
-    l2_lower_bound,
+    dominant_bins,
     minimum_bin_slack,
     reduce_bins,
     split_to_count,
@@ -57,7 +60,16 @@ class RankAnalysis:
         n_samples: samples on this rank.
         group_sizes: tokens per group, ``n_samples / force_group_size`` entries.
         group_workloads: verl workload per group (sum over its samples).
-        lower_bound: ``max(L2 bound, min_num_micro_batch, 1)`` micro-batches.
+        lower_bound: ``max(bin-packing bound, min_num_micro_batch, 1)`` micro-batches: no
+            plan of this batch under the cap has fewer. The bin-packing bound is the best
+            of :func:`~seqlen_balancing.packing.best_lower_bound`, evaluated only as far
+            as needed (its evaluation stops once a bound meets the count found), so when
+            the count is above it every bound was tried.
+        bound_name: which bound gave ``lower_bound``: one of
+            :data:`~seqlen_balancing.packing.BOUND_NAMES` (``"L2"``, ``"cardinality"``,
+            ``"matching"``, ``"reduction"``, ``"Fekete-Schepers"``),
+            ``"min_num_micro_batch"`` when that argument is larger, or ``"one"`` for a
+            batch of zero-length samples ("" on error).
         min_count: the smallest count this rank reached under the cap (0 on error).
     """
 
@@ -69,6 +81,7 @@ class RankAnalysis:
     group_sizes: list[int] = field(default_factory=list)
     group_workloads: list[int] = field(default_factory=list)
     lower_bound: int = 0
+    bound_name: str = ""
     min_count: int = 0
     # Packing over groups with ``min_count`` bins (the fallback of build_plan).
     _packing: list[list[int]] = field(default_factory=list, repr=False)
@@ -77,6 +90,13 @@ class RankAnalysis:
     def n_groups(self) -> int:
         """Number of forced groups (samples when ``force_group_size`` is 1)."""
         return len(self.group_sizes)
+
+    @property
+    def proven_optimal(self) -> bool:
+        """True when ``min_count`` meets ``lower_bound``: no plan under the cap (with at
+        least ``min_num_micro_batch`` micro-batches) has fewer. False on error, and when
+        a gap remains (the count may still be optimal; the bounds cannot tell)."""
+        return self.error is None and self.min_count == self.lower_bound
 
 
 def argument_error(value: Any, argument: Argument, optional: bool) -> tuple[PlanError | None, int]:
@@ -133,11 +153,13 @@ def analyse(
     Never raises for bad input; the reason is returned in ``error`` so that the DP group
     can agree on it first (see :mod:`seqlen_balancing.agreement`).
 
-    Count search: ``L = max(L2 bound, min_num_micro_batch, 1)``; best-fit decreasing gives
-    ``U``. If ``U > L``, Karmarkar-Karp on workloads is tried once at ``L`` and then an
-    exchange local search (:func:`~seqlen_balancing.packing.reduce_bins`) works from ``U``
-    down towards ``L``. Every count between the result and the number of groups is
-    feasible, since splitting a micro-batch never breaks the cap.
+    Count search: best-fit decreasing gives ``U``; ``L = max(lower bound,
+    min_num_micro_batch, 1)``, the bounds of
+    :func:`~seqlen_balancing.packing.best_lower_bound` tried cheapest first until one meets
+    ``U``. Only if ``U > L`` do stronger packings and an exchange local search
+    (:func:`~seqlen_balancing.packing.reduce_bins`) work from ``U`` down towards ``L``,
+    stopping as soon as they meet it. Every count between the result and the number of
+    groups is feasible, since splitting a micro-batch never breaks the cap.
 
     Args:
         seq_lens: effective length in tokens of each sample on this rank.
@@ -188,31 +210,40 @@ def analyse(
         result.error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(sizes)))
     if result.error is not None:
         return result
-    _search_count(result, floor if min_num_micro_batch is not None else 1)
+    _search_count(result, floor if min_num_micro_batch is not None else None)
     return result
 
 
-def _search_count(result: RankAnalysis, floor: int) -> None:
-    """Smallest count reached under the cap, with its packing.
+def _search_count(result: RankAnalysis, floor: int | None) -> None:
+    """Smallest count reached under the cap, with its packing and the bound it is held to.
 
-    ``L = max(L2, floor, 1)``; the best of best-fit decreasing, closing-fit decreasing and
-    (up to 4,096 samples) minimum-bin-slack packing (never worse than best-fit decreasing),
-    then the exchange local search of
-    :func:`~seqlen_balancing.packing.reduce_bins` towards ``L`` (bounded budget,
-    deterministic); a packing below ``L`` is split up to ``L``. Karmarkar-Karp is no
-    longer tried here: on CHAMP batches where best fit misses ``L`` it never fitted the
-    cap and cost ~60 ms at 2,048 samples (``build_plan`` still tries it for balance).
+    Best-fit decreasing, held to the O(n log n) bounds (L2, cardinality, large-item
+    matching); where a gap remains, closing-fit decreasing and (up to 4,096 groups)
+    minimum-bin-slack packing; where one still remains, the stronger bounds (reduction,
+    Fekete-Schepers) and then the search of :func:`_close_gap`. Each step runs only while
+    the count is above the bound, so a batch proven optimal early costs nothing more. A
+    packing below ``L`` (set by ``min_num_micro_batch``) is split up to ``L``.
     """
     sizes, cap = result.group_sizes, result.max_token_len
-    n = len(sizes)
-    lower = min(max(l2_lower_bound(sizes, cap), floor, 1), n)
-    result.lower_bound = lower
+    wanted = 1 if floor is None else floor
     packing = best_fit_decreasing(sizes, cap)
+
+    def hold(upto: str) -> int:
+        """Set the bound (bounds up to ``upto``, the floor) and return it."""
+        # At or below the floor, no bound can change the count: L2 alone is enough.
+        enough = len(packing) if wanted < len(packing) else 0
+        bound, name = _best_lower_bound(sizes, cap, enough, upto)
+        if wanted > bound:
+            bound, name = wanted, ("one" if floor is None else "min_num_micro_batch")
+        result.lower_bound, result.bound_name = bound, name
+        return bound
+
+    lower = hold("matching")
     if len(packing) > lower:
         closing = closing_fit_decreasing(sizes, cap)
         if len(closing) < len(packing):
             packing = closing
-    if len(packing) > lower and n <= 4096:
+    if len(packing) > lower and len(sizes) <= 4096:
         # Bins filled exactly, one at a time: on few-items-per-bin batches with little slack
         # (CHAMP x10 at 32,768) this reaches L where best fit and the exchange search miss,
         # and on a tie its waste sits in the last bins, which the search empties first.
@@ -220,21 +251,43 @@ def _search_count(result: RankAnalysis, floor: int) -> None:
         if len(slack) <= len(packing):
             packing = slack
     if len(packing) > lower:
-        # No bin holds more items than the smallest ones that fit together: a second bound,
-        # used only to stop the search early (e.g. 65,536 equal sizes, where L2 is loose).
-        ordered = sorted(sizes)
-        per_bin, total = 0, 0
-        for size in ordered:
-            if total + size > cap:
-                break
-            total += size
-            per_bin += 1
-        target = max(lower, -(-n // per_bin)) if per_bin else lower
-        packing = reduce_bins(sizes, cap, packing, target=target)
+        lower = hold(BOUND_NAMES[-1])
+    if len(packing) > lower:
+        packing = _close_gap(sizes, cap, packing, lower)
     if len(packing) < lower:
         packing = split_to_count(sizes, packing, lower)
     result.min_count = len(packing)
     result._packing = packing
+
+
+def _close_gap(sizes: list[int], cap: int, packing: list[list[int]], lower: int) -> list[list[int]]:
+    """The exchange local search towards ``lower``, on the items the Martello-Toth
+    reduction leaves (:func:`~seqlen_balancing.packing.dominant_bins`: bins some optimal
+    packing contains, so nothing is lost), from the best of the given packing restricted
+    to them and fresh packings of them; the reduction's bins are added back.
+    """
+    fixed, rest = dominant_bins(sizes, cap)
+    if not fixed:
+        return reduce_bins(sizes, cap, packing, target=lower)
+    sub = [sizes[i] for i in rest]
+    if not any(sub):
+        if rest:
+            fixed[0].extend(rest)  # zero-length groups fit anywhere
+        return fixed
+    remaining = set(rest)
+    candidates = [
+        best_fit_decreasing(sub, cap),
+        closing_fit_decreasing(sub, cap),
+        minimum_bin_slack(sub, cap) if len(sub) <= 4096 else [],
+    ]
+    position = {g: j for j, g in enumerate(rest)}
+    restricted = [[position[g] for g in b if g in remaining] for b in packing]
+    candidates.append([b for b in restricted if b])
+    best = min((c for c in candidates if c), key=len)
+    best = reduce_bins(sub, cap, best, target=max(1, lower - len(fixed)))
+    if len(fixed) + len(best) > len(packing):  # never seen on CHAMP; kept as a safety net
+        return reduce_bins(sizes, cap, packing, target=lower)
+    return fixed + [[rest[j] for j in b] for b in best]
 
 
 def agreed_count(
