@@ -266,8 +266,10 @@ def test_division_helpers_and_bounds_refuse_bad_input() -> None:
 
 
 def test_restore_refuses_non_tensors_and_non_integer_indices() -> None:
-    with pytest.raises(TypeError, match=r"data must be a torch\.Tensor, got list"):
-        restore_dynamic_batch([1, 2], [[0, 1]])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"a TensorDict or a list of them, got str"):
+        restore_dynamic_batch("12", [[0, 1]])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"micro-batch 0: output must be a torch\.Tensor or a TensorDict"):
+        restore_dynamic_batch([1, 2], [[0], [1]])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="got a 0-d tensor"):
         restore_dynamic_batch(torch.tensor(3), [[0]])
     with pytest.raises(TypeError, match=r"must be an integer, got 1.7 \(float\)"):

@@ -231,7 +231,9 @@ def deal_exists(sizes: list[int], k: int) -> bool:
     seed=st.integers(0, 10**6),
 )
 @settings(max_examples=150, deadline=None)
-def test_group_partitions_deal_equal_counts_exactly_when_possible(sizes: list[int], k: int, seed: int) -> None:
+def test_group_partitions_deal_equal_counts_exactly_when_possible(
+    sizes: list[int], k: int, seed: int
+) -> None:
     k = min(k, len(sizes))
     rng = random.Random(seed)
     uids = [g for g, size in enumerate(sizes) for _ in range(size)]

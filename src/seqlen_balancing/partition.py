@@ -117,13 +117,14 @@ def get_reverse_idx(idx_map: Sequence[int] | Any) -> Any:
         return reverse
     if isinstance(idx_map, tuple):
         return tuple(reverse)
-    module = type(idx_map).__module__
+    given: Any = idx_map
+    module = type(given).__module__
     if module.startswith("torch"):
         import torch  # the module needs no torch; a tensor input means it is installed
 
-        return torch.tensor(reverse, dtype=idx_map.dtype, device=idx_map.device)
+        return torch.tensor(reverse, dtype=given.dtype, device=given.device)
     if module == "numpy":
-        out = idx_map.copy()  # same dtype, as verl's deep copy gives
+        out = given.copy()  # same dtype, as verl's deep copy gives
         out[:] = reverse
         return out
     return reverse
@@ -464,9 +465,10 @@ def _deal_groups(sizes: list[int], loads: list[int], k: int) -> list[list[int]]:
             raise _undealable(sizes, k, f"{g} groups of {sizes[0]} do not split into {k} equal counts")
         parts = _largest_differencing(loads, k, equal_size=True)
     else:
-        parts = _lpt_with_room(sizes, loads, k, per) or _exact_fill(sizes, k, per)
-        if parts is None:
+        dealt = _lpt_with_room(sizes, loads, k, per) or _exact_fill(sizes, k, per)
+        if dealt is None:
             raise _undealable(sizes, k, "no way to fill every partition exactly was found")
+        parts = dealt
     return _swap_equal_sizes(parts, sizes, loads)
 
 

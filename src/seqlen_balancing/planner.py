@@ -418,7 +418,10 @@ def order_micro_batches(
     group = force_group_size
 
     def key(mb: list[int]) -> tuple[int, int]:
-        load = sum(workloads[i] for i in mb) if group == 1 else sum(workloads[i // group] for i in mb[::group])
+        if group == 1:
+            load = sum(workloads[i] for i in mb)
+        else:
+            load = sum(workloads[i // group] for i in mb[::group])
         return load, mb[0] if mb else 0
 
     by_load = sorted(micro_batches, key=key, reverse=True)
