@@ -1,4 +1,4 @@
-"""The partition helpers against verl 0.9.1 on random inputs (RANDOM_INPUTS each)."""
+"""The partition helpers against verl 0.9.1 on random inputs (500 each)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,15 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from tests.compat.conftest import RANDOM_INPUTS
-
 
 def random_lengths(rng: random.Random, n: int) -> list[int]:
     # Mostly small values (many ties, which is where tie-breaks show) and some long ones.
     return [rng.choice([rng.randint(0, 9), rng.randint(0, 40_000)]) for _ in range(n)]
 
 
-def test_ceildiv_and_roundup_divisible(verl: ModuleType, ours: ModuleType) -> None:
+def test_ceildiv_and_roundup_divisible(random_inputs: int, verl: ModuleType, ours: ModuleType) -> None:
     rng = random.Random(0)
-    for _ in range(RANDOM_INPUTS):
+    for _ in range(random_inputs):
         a = rng.randint(-(10**12), 10**12)
         b = rng.choice([-1, 1]) * rng.randint(1, 10**6)
         assert ours.ceildiv(a, b) == verl.ceildiv(a, b)
@@ -26,9 +24,9 @@ def test_ceildiv_and_roundup_divisible(verl: ModuleType, ours: ModuleType) -> No
         assert ours.roundup_divisible(a, abs(b)) == verl.roundup_divisible(a, abs(b))
 
 
-def test_calculate_workload(verl: ModuleType, ours: ModuleType) -> None:
+def test_calculate_workload(random_inputs: int, verl: ModuleType, ours: ModuleType) -> None:
     rng = np.random.default_rng(1)
-    for trial in range(RANDOM_INPUTS):
+    for trial in range(random_inputs):
         n = int(rng.integers(0, 50))
         dtype = [torch.int64, torch.float32, torch.float64, torch.int32][trial % 4]
         high = 30_000 if dtype == torch.int32 else 3_000_000  # int32: below verl's overflow
@@ -43,9 +41,9 @@ def test_calculate_workload(verl: ModuleType, ours: ModuleType) -> None:
     assert got.dtype == want.dtype == torch.float32 and torch.equal(got, want)
 
 
-def test_get_reverse_idx(verl: ModuleType, ours: ModuleType) -> None:
+def test_get_reverse_idx(random_inputs: int, verl: ModuleType, ours: ModuleType) -> None:
     rng = random.Random(2)
-    for trial in range(RANDOM_INPUTS):
+    for trial in range(random_inputs):
         permutation = list(range(rng.randint(0, 60)))
         rng.shuffle(permutation)
         kind = trial % 3
@@ -66,9 +64,9 @@ def test_get_reverse_idx(verl: ModuleType, ours: ModuleType) -> None:
             assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
-def test_greedy_partition(verl: ModuleType, ours: ModuleType) -> None:
+def test_greedy_partition(random_inputs: int, verl: ModuleType, ours: ModuleType) -> None:
     rng = random.Random(3)
-    for trial in range(RANDOM_INPUTS):
+    for trial in range(random_inputs):
         n = rng.randint(0, 60)
         k = rng.randint(1, max(1, n) + 2)  # includes k > n (verl leaves partitions empty)
         equal_size = trial % 2 == 0
@@ -80,9 +78,9 @@ def test_greedy_partition(verl: ModuleType, ours: ModuleType) -> None:
         assert ours.greedy_partition(values, k, equal_size) == verl.greedy_partition(values, k, equal_size)
 
 
-def test_log_seqlen_unbalance(verl: ModuleType, ours: ModuleType) -> None:
+def test_log_seqlen_unbalance(random_inputs: int, verl: ModuleType, ours: ModuleType) -> None:
     rng = random.Random(4)
-    for _ in range(RANDOM_INPUTS):
+    for _ in range(random_inputs):
         n = rng.randint(1, 60)
         k = rng.randint(1, n)
         lengths = random_lengths(rng, n)
@@ -101,12 +99,14 @@ def spread(values: list[int], parts: list[list[int]]) -> int:
     return max(sums) - min(sums)
 
 
-def test_balanced_partitions_same_contract_never_worse(verl: ModuleType, ours: ModuleType) -> None:
+def test_balanced_partitions_same_contract_never_worse(
+    random_inputs: int, verl: ModuleType, ours: ModuleType
+) -> None:
     # The README lists why the index lists may differ (Karmarkar-Karp's tie-breaks and the
     # order of the final partitions); the contract and the balance may not be worse.
     rng = random.Random(5)
     differ = 0
-    for trial in range(RANDOM_INPUTS):
+    for trial in range(random_inputs):
         n = rng.randint(1, 48)
         k = rng.randint(1, n)
         equal_size = trial % 2 == 0 and n % k == 0
@@ -118,7 +118,7 @@ def test_balanced_partitions_same_contract_never_worse(verl: ModuleType, ours: M
         assert all(p == sorted(p) and p for p in got)
         assert spread(values, got) <= spread(values, want)
         differ += got != want
-    assert differ < RANDOM_INPUTS  # most inputs agree exactly; the rest is documented
+    assert differ < random_inputs  # most inputs agree exactly; the rest is documented
 
 
 def workload(s: int) -> int:
