@@ -293,10 +293,9 @@ def _cut(
         if isinstance(value, torch.Tensor) and value.is_nested
     ]
     rest = batch.exclude(*(key for key, _ in nested)) if nested else batch
-    if order == list(range(len(order))):
-        permuted = rest.clone()  # a copy even when nothing moves: writes never reach the input
-    else:
-        permuted = rest[torch.tensor(order, dtype=torch.long)]
+    identity = order == list(range(len(order)))
+    # A copy even when nothing moves: writes into a micro-batch never reach the input.
+    permuted = rest.clone() if identity else rest[torch.tensor(order, dtype=torch.long)]
     micro_batches = [permuted[start:stop] for start, stop in itertools.pairwise(bounds)]
     shared_offsets: list[dict[tuple[int, ...], torch.Tensor]] = [{} for _ in plan]
     for key, tensor in nested:
@@ -307,9 +306,18 @@ def _cut(
                 micro_batch.set(key, torch.nested.as_nested_tensor(picked, layout=tensor.layout))
             continue
         ragged_dim = _ragged_dim(tensor)
-        rows, row_sizes = _rows_of(tensor, known_offsets.get(key) if known_offsets else None)
-        sizes = [row_sizes[i] for i in order]
-        joined = torch.cat([rows[i] for i in order]) if ragged_dim == 1 else None
+        given = known_offsets.get(key) if known_offsets else None
+        joined: torch.Tensor | None
+        if identity and ragged_dim == 1 and getattr(tensor, "lengths")() is None:  # noqa: B009
+            # Rows already in plan order: one copy of the token range, no split and cat.
+            offsets = given or getattr(tensor, "offsets")().tolist()  # noqa: B009
+            sizes = [b - a for a, b in itertools.pairwise(offsets)]
+            joined = tensor.values()[offsets[0] : offsets[-1]].clone()
+            rows: Sequence[torch.Tensor] = ()
+        else:
+            rows, row_sizes = _rows_of(tensor, given)
+            sizes = [row_sizes[i] for i in order]
+            joined = torch.cat([rows[i] for i in order]) if ragged_dim == 1 else None
         new_offsets = [0, *itertools.accumulate(sizes)]
         for m, (micro_batch, part) in enumerate(zip(micro_batches, plan, strict=True)):
             start, stop = bounds[m], bounds[m + 1]
