@@ -256,7 +256,8 @@ def karmarkar_karp(
     O(non-empty parts) rather than O(k).
 
     Args:
-        seqlen_list: ``n`` non-negative integers (tokens or workloads), one per item.
+        seqlen_list: ``n`` whole numbers >= 0 (tokens or workloads), one per item: a list,
+            a tensor or a NumPy array, integer or float dtype (``5.0`` counts as 5).
         k_partitions: number of partitions, ``1 <= k_partitions <= n``.
         equal_size: if True, every partition gets exactly ``n / k_partitions`` items.
 
@@ -266,8 +267,8 @@ def karmarkar_karp(
         partition are in merge order, not sorted.
 
     Raises:
-        TypeError: an item or ``k_partitions`` is not an integer.
-        ValueError: an item is negative, ``k_partitions`` is outside ``1..n``, or
+        TypeError: an item is not a number, or ``k_partitions`` is not an integer.
+        ValueError: an item is negative or not whole, ``k_partitions`` is outside ``1..n``, or
             ``equal_size`` is True and ``n`` is not divisible by ``k_partitions``.
 
     Complexity: O(n log n + n k) time in the worst case, O(n + k) memory for the states.
@@ -359,7 +360,8 @@ def get_seqlen_balanced_partitions(
     into micro-batches by workload.
 
     Args:
-        seqlen_list: ``n`` non-negative integers (tokens or workloads), one per item.
+        seqlen_list: ``n`` whole numbers >= 0 (tokens or workloads), one per item: a list,
+            a tensor or a NumPy array, integer or float dtype (``5.0`` counts as 5).
         k_partitions: number of partitions, ``1 <= k_partitions <= n``.
         equal_size: if True, every partition holds exactly ``n / k_partitions`` items.
 
@@ -368,11 +370,16 @@ def get_seqlen_balanced_partitions(
         together covering ``range(n)``.
 
     Raises:
-        TypeError: an item or ``k_partitions`` is not an integer.
-        ValueError: empty list, ``k_partitions`` outside ``1..n``, a negative item, or
-            ``equal_size`` with ``n`` not divisible by ``k_partitions``.
+        TypeError: an item is not a number, or ``k_partitions`` is not an integer.
+        ValueError: empty list, ``k_partitions`` outside ``1..n``, a negative or non-whole
+            item, or ``equal_size`` with ``n`` not divisible by ``k_partitions``.
 
     Complexity: O(n log n + n k).
+
+    References:
+        verl 0.9.1 ``get_seqlen_balanced_partitions``: the same method and contract; ties
+        are broken differently, so the index lists can differ (README, "What behaves
+        differently").
 
     Example:
         >>> get_seqlen_balanced_partitions([3, 1, 2, 2], 2, equal_size=True)
@@ -578,7 +585,8 @@ def log_seqlen_unbalance(
     of ``n // k`` items (as the data arrived); the "balanced" figures are the partition sums.
 
     Args:
-        seqlen_list: ``n`` non-negative integers (tokens), one per item.
+        seqlen_list: ``n`` whole numbers >= 0 (tokens), one per item (list, tensor or NumPy
+            array, integer or float dtype).
         partitions: ``k >= 1`` lists of indices into ``seqlen_list``.
         prefix: key prefix, e.g. ``"global_seqlen"``.
 
@@ -588,8 +596,8 @@ def log_seqlen_unbalance(
         (total tokens / k).
 
     Raises:
-        ValueError: no partitions, fewer items than partitions, a negative length, or an
-            index outside ``range(n)``.
+        ValueError: no partitions, fewer items than partitions, a negative or non-whole
+            length, or an index outside ``range(n)``.
 
     Complexity: O(n).
 
