@@ -506,7 +506,10 @@ def _lpt_with_room(sizes: list[int], loads: list[int], k: int, per: int) -> list
 def _exact_fill(sizes: list[int], k: int, per: int, budget: int = 200_000) -> list[list[int]] | None:
     """Depth-first search for ``k`` partitions of exactly ``per`` samples (largest group
     first; partitions with the same room left are tried once). ``None`` if none is found
-    within ``budget`` steps."""
+    within ``budget`` steps, or for more than 500 groups (where the room-aware LPT that
+    runs first has not found one either)."""
+    if len(sizes) > 500:  # the search recurses once per group; beyond this, give up
+        return None
     order = sorted(range(len(sizes)), key=lambda x: -sizes[x])
     room = [per] * k
     placed: list[int] = [0] * len(order)
@@ -554,9 +557,11 @@ def _swap_equal_sizes(parts: list[list[int]], sizes: list[int], loads: list[int]
         by_size: dict[int, list[tuple[int, int]]] = {}
         for x in parts[light]:
             by_size.setdefault(sizes[x], []).append((loads[x], x))
+        for candidates in by_size.values():
+            candidates.sort()
         best: tuple[int, int, int] | None = None  # (distance from gap / 2, a, b)
         for a in parts[heavy]:
-            candidates = sorted(by_size.get(sizes[a], []))
+            candidates = by_size.get(sizes[a], [])
             # Moving d = loads[a] - loads[b] narrows the gap when 0 < d < gap; d = gap / 2 is best.
             target = 2 * loads[a] - gap
             spot = bisect_left(candidates, (target // 2, -1))
