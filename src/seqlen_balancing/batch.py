@@ -466,7 +466,8 @@ def restore_dynamic_batch(
 
     Args:
         data: either the micro-batch outputs already concatenated along dim 0, shape
-            ``(n, ...)`` (dense, or a jagged/strided nested tensor), as verl takes it; or
+            ``(n, ...)`` (dense, or a jagged/strided nested tensor), as verl takes it, or
+            a TensorDict of them; or
             the list of per-micro-batch outputs, one per index list: dense tensors with
             equal trailing shapes, nested tensors of one layout (``torch.cat`` cannot join
             jagged tensors), or TensorDicts (every entry restored alike).
