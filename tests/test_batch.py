@@ -460,9 +460,9 @@ def test_restore_list_of_tensordicts(masked_batch: Batch) -> None:
     assert torch.equal(restored["input_ids"], batch["input_ids"])
     pairs = zip(restored["logp"].unbind(), batch["logp"].unbind(), strict=True)
     assert all(torch.equal(a, b) for a, b in pairs)
-    short = [mb[:1] if m == 1 else mb for m, mb in enumerate(micro_batches)]
-    with pytest.raises(ValueError, match="micro-batch 1: output has 1 rows"):
-        restore_dynamic_batch(short, plan)
+    swapped = [TensorDict({"x": torch.zeros(2)}, [2]), TensorDict({"x": torch.zeros(1)}, [1])]
+    with pytest.raises(ValueError, match=r"micro-batch 0: output has 2 rows but batch_idx_list\[0\] holds 1"):
+        restore_dynamic_batch(swapped, [[0], [1, 2]])
 
 
 class DataProtoLike:
