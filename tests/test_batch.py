@@ -115,6 +115,21 @@ def test_int32_lengths_give_three_micro_batches() -> None:
     assert sorted(token_sums(lengths, plan)) == [30630, 39232, 39232]
 
 
+# Issue 9, case 3: a float tensor in, verl's float tensor out.
+def test_calculate_workload_of_a_float_tensor_is_verls_float_tensor() -> None:
+    lengths = torch.Tensor([5.0, 7.0])
+    work = calculate_workload(lengths)
+    assert work.dtype == torch.float32
+    assert torch.equal(work, torch.tensor([24576.0 * 5 + 25, 24576.0 * 7 + 49]))
+    big = torch.tensor([3000.0, 70001.0], dtype=torch.float32)
+    # Computed in float32, as verl computes it (rounded where float32 must round).
+    assert torch.equal(calculate_workload(big), 24576 * big + big**2)
+    assert calculate_workload(np.array([5, 7])).tolist() == [122905, 172081]
+    assert calculate_workload(np.float32(5.0)) == np.float32(122905.0)
+    with pytest.raises(ValueError, match=r"seqlen_list\[1\] is 2.5, not a whole number"):
+        calculate_workload(torch.tensor([1.0, 2.5]))
+
+
 def test_calculate_workload_is_int64_without_overflow() -> None:
     big = torch.tensor([2**31 - 1, 46341, 7], dtype=torch.int32)
     work = calculate_workload(big)
@@ -269,19 +284,185 @@ def test_balance_order_puts_light_micro_batches_at_the_ends(masked_batch: Batch)
     lengths = [10, 60, 30, 50, 20, 40]
     _, plan = rearrange_micro_batches(masked_batch(lengths), max_token_len=60, min_num_micro_batch=6)
     sums = token_sums(lengths, plan)
-    assert sums == [10, 30, 50, 60, 40, 20]
+    # verl's rule: heaviest first, then even positions reversed followed by odd positions.
+    assert sums == [20, 40, 60, 50, 30, 10]
     _, unordered = rearrange_micro_batches(
         masked_batch(lengths), 60, min_num_micro_batch=6, use_dynamic_bsz_balance=False
     )
     assert unordered == [[0], [1], [2], [3], [4], [5]]
 
 
-def test_identity_plan_shares_storage(masked_batch: Batch) -> None:
-    batch = masked_batch([3, 4, 5])
+def verl_order(plan: list[list[int]], lengths: list[int]) -> list[list[int]]:
+    """A model of verl's order rule, from its description: sort by (workload, first
+    index) descending; even positions reversed, then odd positions."""
+    def key(part: list[int]) -> tuple[int, int]:
+        return sum(24576 * lengths[i] + lengths[i] ** 2 for i in part), part[0]
+
+    ranked = sorted(plan, key=key, reverse=True)
+    return [ranked[p] for p in range(0, len(ranked), 2)][::-1] + [ranked[p] for p in range(1, len(ranked), 2)]
+
+
+# Issue 9, case 5: verl's micro-batch order, exactly, for even and odd counts.
+@pytest.mark.parametrize(
+    ("lengths", "expected"),
+    [
+        ([60, 50, 40, 30], [[2], [0], [1], [3]]),
+        ([10, 20, 30, 40], [[0, 3], [1, 2]]),
+        ([60, 50, 40, 30, 35], [[3], [2], [0], [1], [4]]),
+    ],
+)
+def test_micro_batch_order_is_verls(
+    masked_batch: Batch, lengths: list[int], expected: list[list[int]]
+) -> None:
+    _, plan = rearrange_micro_batches(masked_batch(lengths), max_token_len=64)
+    assert plan == expected
+    assert plan == verl_order(plan, lengths)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_micro_batch_order_matches_the_model(masked_batch: Batch, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    lengths = [int(x) for x in rng.integers(1, 64, size=int(rng.integers(2, 40)))]
+    _, plan = rearrange_micro_batches(masked_batch(lengths), max_token_len=64)
+    assert plan == verl_order(plan, lengths)
+
+
+def test_forced_group_order_uses_group_workloads(masked_batch: Batch) -> None:
+    lengths = [5, 5, 30, 30, 1, 1, 20, 20]
+    _, plan = rearrange_micro_batches(masked_batch(lengths), max_token_len=60, force_group_size=2,
+                                      min_num_micro_batch=4)
+    assert plan == verl_order(plan, lengths) == [[0, 1], [2, 3], [6, 7], [4, 5]]
+
+
+# Issue 9, case 9: micro-batches are copies, whatever the plan.
+def test_one_micro_batch_is_a_copy(masked_batch: Batch) -> None:
+    batch = masked_batch([3, 4])
+    batch["adv"] = torch.tensor([0.5, -1.0])
     micro_batches, plan = rearrange_micro_batches(batch, max_token_len=100)
-    assert plan == [[0, 1, 2]]
-    assert micro_batches[0] is not batch
-    assert micro_batches[0]["input_ids"].data_ptr() == batch["input_ids"].data_ptr()
+    assert plan == [[0, 1]]
+    micro_batches[0]["adv"].add_(1)
+    micro_batches[0]["input_ids"].zero_()
+    assert batch["adv"].tolist() == [0.5, -1.0]
+    assert batch["input_ids"].sum() > 0
+
+
+def test_micro_batches_in_original_order_are_copies(masked_batch: Batch) -> None:
+    batch = masked_batch([8, 1, 1])
+    batch["adv"] = torch.tensor([1.0, 2.0, 3.0])
+    micro_batches, plan = rearrange_micro_batches(batch, max_token_len=8, use_dynamic_bsz_balance=False)
+    assert plan == [[0], [1, 2]]
+    for micro_batch in micro_batches:
+        micro_batch["adv"].add_(1)
+    assert batch["adv"].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_jagged_and_static_micro_batches_are_copies(jagged_batch: Batch) -> None:
+    batch = jagged_batch([3, 5])
+    before = batch["input_ids"].values().clone()
+    micro_batches, _ = rearrange_micro_batches(batch, max_token_len=100)
+    micro_batches[0]["input_ids"].values().zero_()
+    assert torch.equal(batch["input_ids"].values(), before)
+    batch["use_dynamic_bsz"] = NonTensorData(False)
+    batch["micro_batch_size_per_gpu"] = NonTensorData(2)
+    static, indices = prepare_micro_batches(batch)
+    assert indices is None
+    static[0]["input_ids"].values().add_(1)
+    assert torch.equal(batch["input_ids"].values(), before)
+
+
+def jagged_rows(rows: list[torch.Tensor], ragged_dim: int) -> torch.Tensor:
+    """Rows joined along ``ragged_dim - 1`` into a jagged tensor (verl's construction)."""
+    values = torch.cat(rows, dim=ragged_dim - 1)
+    sizes = [row.shape[ragged_dim - 1] for row in rows]
+    offsets = torch.tensor([0, *np.cumsum(sizes).tolist()])
+    return torch.nested.nested_tensor_from_jagged(values, offsets, jagged_dim=ragged_dim)
+
+
+# Issue 9, case 8: multi-modal RoPE position_ids (ragged dim 2) keep their layout.
+def test_rope_position_ids_keep_ragged_dim_two() -> None:
+    ids = torch.nested.nested_tensor([torch.arange(4) + 10 * i for i in range(4)], layout=torch.jagged)
+    position_ids = jagged_rows([torch.arange(12).reshape(3, 4) + 100 * i for i in range(4)], 2)
+    assert position_ids.values().shape == (3, 16)
+    batch = TensorDict({"input_ids": ids, "position_ids": position_ids}, [4])
+    micro_batches, plan = rearrange_micro_batches(batch, max_token_len=8)
+    assert len(micro_batches) == 2
+    for micro_batch, part in zip(micro_batches, plan, strict=True):
+        got = micro_batch["position_ids"]
+        assert got.layout == torch.jagged and got._ragged_idx == 2
+        assert tuple(got.values().shape) == (3, 8)
+        assert got.offsets().tolist() == [0, 4, 8]
+        assert got.offsets().tolist() == micro_batch["input_ids"].offsets().tolist()
+        for row, i in zip(got.unbind(), part, strict=True):
+            assert torch.equal(row, torch.arange(12).reshape(3, 4) + 100 * i)
+
+
+@pytest.mark.parametrize("ragged_dim", [1, 2])
+@pytest.mark.parametrize("channels", [1, 3, 4])
+@pytest.mark.parametrize("lengths", [[4, 4, 4, 4], [3, 1, 6, 2, 5], [7], [2, 6, 6]])
+def test_jagged_entries_keep_layout_dtype_and_rows(
+    ragged_dim: int, channels: int, lengths: list[int]
+) -> None:
+    ids = torch.nested.nested_tensor(
+        [torch.full((n,), i) for i, n in enumerate(lengths)], layout=torch.jagged
+    )
+    shape = (lambda n: (n, channels)) if ragged_dim == 1 else (lambda n: (channels, n))
+    rows = [torch.randn(shape(n)).to(torch.bfloat16) for n in lengths]
+    batch = TensorDict({"input_ids": ids, "extra": jagged_rows(rows, ragged_dim)}, [len(lengths)])
+    micro_batches, plan = rearrange_micro_batches(batch, max_token_len=8)
+    assert any(len(part) == 1 for part in plan) or len(plan) == 1 or lengths == [4, 4, 4, 4]
+    for micro_batch, part in zip(micro_batches, plan, strict=True):
+        got = micro_batch["extra"]
+        assert got.layout == torch.jagged and got._ragged_idx == ragged_dim
+        assert got.dtype == torch.bfloat16 and got.device == rows[0].device
+        tokens = sum(lengths[i] for i in part)
+        expected_values = (tokens, channels) if ragged_dim == 1 else (channels, tokens)
+        assert tuple(got.values().shape) == expected_values  # only this micro-batch's tokens
+        assert got.offsets().tolist() == micro_batch["input_ids"].offsets().tolist()
+        assert all(torch.equal(a, rows[i]) for a, i in zip(got.unbind(), part, strict=True))
+    # Round trip through restore, from the list of per-micro-batch outputs.
+    restored = restore_dynamic_batch([mb["extra"] for mb in micro_batches], plan)
+    assert restored._ragged_idx == ragged_dim
+    assert all(torch.equal(a, b) for a, b in zip(restored.unbind(), rows, strict=True))
+
+
+def test_static_path_keeps_ragged_dim_two() -> None:
+    lengths = [2, 3, 4, 5]
+    ids = torch.nested.nested_tensor([torch.zeros(n, dtype=torch.long) for n in lengths], layout=torch.jagged)
+    rows = [torch.arange(3 * n).reshape(3, n) for n in lengths]
+    batch = TensorDict({"input_ids": ids, "position_ids": jagged_rows(rows, 2)}, [4])
+    batch["use_dynamic_bsz"] = NonTensorData(False)
+    batch["micro_batch_size_per_gpu"] = NonTensorData(1)
+    micro_batches, _ = prepare_micro_batches(batch)
+    assert [tuple(mb["position_ids"].values().shape) for mb in micro_batches] == [(3, n) for n in lengths]
+    assert all(mb["position_ids"]._ragged_idx == 2 for mb in micro_batches)
+
+
+# Restoring the list of per-micro-batch outputs.
+def test_restore_list_of_dense_outputs() -> None:
+    plan = [[1, 3], [0], [2]]
+    outputs = [torch.tensor([[1.0, 1], [3, 3]]), torch.tensor([[0.0, 0]]), torch.tensor([[2.0, 2]])]
+    assert restore_dynamic_batch(outputs, plan).tolist() == [[0, 0], [1, 1], [2, 2], [3, 3]]
+    with pytest.raises(ValueError, match=r"micro-batch 1: output has 2 rows but batch_idx_list\[1\] holds 1"):
+        restore_dynamic_batch([outputs[0], torch.zeros(2, 2), outputs[2]], plan)
+    with pytest.raises(ValueError, match=r"micro-batch 2: output rows have shape \(3,\)"):
+        restore_dynamic_batch([outputs[0], outputs[1], torch.zeros(1, 3)], plan)
+    with pytest.raises(ValueError, match="data holds 2 micro-batch outputs but batch_idx_list has 3"):
+        restore_dynamic_batch(outputs[:2], plan)
+
+
+def test_restore_list_of_tensordicts(masked_batch: Batch) -> None:
+    lengths = [5, 9, 1, 7, 3, 8, 2, 6]
+    batch = masked_batch(lengths)
+    batch["logp"] = torch.nested.nested_tensor([torch.randn(n) for n in lengths], layout=torch.jagged)
+    micro_batches, plan = rearrange_micro_batches(batch, max_token_len=12)
+    restored = restore_dynamic_batch(micro_batches, plan)
+    assert isinstance(restored, TensorDict) and restored.batch_size == torch.Size([8])
+    assert torch.equal(restored["input_ids"], batch["input_ids"])
+    pairs = zip(restored["logp"].unbind(), batch["logp"].unbind(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    swapped = [TensorDict({"x": torch.zeros(2)}, [2]), TensorDict({"x": torch.zeros(1)}, [1])]
+    with pytest.raises(ValueError, match=r"micro-batch 0: output has 2 rows but batch_idx_list\[0\] holds 1"):
+        restore_dynamic_batch(swapped, [[0], [1, 2]])
 
 
 class DataProtoLike:

@@ -95,8 +95,8 @@ def test_negative_lengths_and_workloads() -> None:
         plan_micro_batches([2.5], 10)  # type: ignore[list-item]
     with pytest.raises(ValueError, match="negative length"):
         calculate_workload(torch.tensor([5, -2]))
-    with pytest.raises(TypeError, match="integer token counts"):
-        calculate_workload(torch.tensor([1.0]))
+    with pytest.raises(ValueError, match=r"seqlen_list\[0\] is 1.5, not a whole number"):
+        calculate_workload(torch.tensor([1.5]))
     with pytest.raises(ValueError, match=r"seqlen_list\[0\] is -7"):
         get_seqlen_balanced_partitions([-7, 1], 1, equal_size=False)
 
@@ -207,7 +207,8 @@ def test_jagged_rows_with_holes_count_their_real_lengths() -> None:
     )
     micro_batches, plan = rearrange_micro_batches(TensorDict({"input_ids": ids}, [4]), 7)
     sizes = [[len(row) for row in mb["input_ids"].unbind()] for mb in micro_batches]
-    assert plan == [[0, 1], [2, 3]] and sizes == [[3, 4], [2, 5]]
+    # verl's order: the heavier micro-batch (2**2 + 5**2 > 3**2 + 4**2) first.
+    assert plan == [[2, 3], [0, 1]] and sizes == [[2, 5], [3, 4]]
     overlapping = torch.nested.nested_tensor_from_jagged(
         torch.arange(6), torch.tensor([0, 1, 2]), lengths=torch.tensor([5, 1])
     )
@@ -265,8 +266,10 @@ def test_division_helpers_and_bounds_refuse_bad_input() -> None:
 
 
 def test_restore_refuses_non_tensors_and_non_integer_indices() -> None:
-    with pytest.raises(TypeError, match=r"data must be a torch\.Tensor, got list"):
-        restore_dynamic_batch([1, 2], [[0, 1]])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"a TensorDict or a list of them, got str"):
+        restore_dynamic_batch("12", [[0, 1]])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"micro-batch 0: output must be a torch\.Tensor or a TensorDict"):
+        restore_dynamic_batch([1, 2], [[0], [1]])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="got a 0-d tensor"):
         restore_dynamic_batch(torch.tensor(3), [[0]])
     with pytest.raises(TypeError, match=r"must be an integer, got 1.7 \(float\)"):

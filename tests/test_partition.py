@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -112,10 +113,48 @@ def test_karmarkar_karp_balances_large_k_better_than_greedy() -> None:
     assert spread(values, kk) <= spread(values, greedy)
 
 
-def test_greedy_partition_equal_size() -> None:
-    parts = greedy_partition([9, 1, 8, 2, 7, 3], 3, equal_size=True)
-    assert sorted(len(part) for part in parts) == [2, 2, 2]
-    assert sorted(sum([9, 1, 8, 2, 7, 3][i] for i in part) for part in parts) == [10, 10, 10]
+def in_order_greedy(values: list[int], k: int, equal_size: bool) -> list[list[int]]:
+    """A model of verl's rule, written out plainly: each item, in input order, to the first
+    partition with the smallest sum; with ``equal_size`` every item weighs sum + 1 more."""
+    bias = sum(values) + 1 if equal_size else 0
+    parts: list[list[int]] = [[] for _ in range(k)]
+    sums = [0] * k
+    for i, value in enumerate(values):
+        best = 0
+        for p in range(1, k):
+            if sums[p] < sums[best]:
+                best = p
+        parts[best].append(i)
+        sums[best] += value + bias
+    return parts
+
+
+# Issue 9, case 6: verl's in-order greedy, with its equal_size bias.
+def test_greedy_partition_is_verls_in_order_greedy() -> None:
+    assert greedy_partition([5, 1, 4, 2], 2, True) == [[0, 3], [1, 2]]
+    assert greedy_partition([9, 1, 8, 2, 7, 3], 3, equal_size=True) == [[0, 5], [1, 3], [2, 4]]
+    assert greedy_partition([5, 1, 4, 2, 3], 2, equal_size=False) == [[0, 3], [1, 2, 4]]
+    # More partitions than items: the extra ones stay empty, as in verl.
+    assert greedy_partition([3], 3, equal_size=False) == [[0], [], []]
+
+
+@given(
+    values=st.lists(st.integers(0, 1000), max_size=40),
+    k=st.integers(1, 9),
+    equal_size=st.booleans(),
+)
+@settings(max_examples=300, deadline=None)
+def test_greedy_partition_matches_the_model(values: list[int], k: int, equal_size: bool) -> None:
+    if equal_size:
+        values = values[: len(values) - len(values) % k]
+    assert greedy_partition(values, k, equal_size) == in_order_greedy(values, k, equal_size)
+
+
+def test_greedy_partition_refuses_indivisible_equal_size_and_zero_k() -> None:
+    with pytest.raises(ValueError, match="5 items and k_partitions=2"):
+        greedy_partition([1] * 5, 2, equal_size=True)
+    with pytest.raises(ValueError, match="k_partitions must be >= 1, got 0"):
+        greedy_partition([1], 0, equal_size=False)
 
 
 def test_partitions_accept_tensors() -> None:
@@ -123,19 +162,119 @@ def test_partitions_accept_tensors() -> None:
     assert sorted(map(sorted, parts)) == [[0, 1], [2, 3]]
 
 
-def test_negative_and_float_items_are_refused() -> None:
+def test_negative_and_non_whole_items_are_refused() -> None:
     with pytest.raises(ValueError, match=r"seqlen_list\[1\] is -3"):
         karmarkar_karp([1, -3], 1, equal_size=False)
-    with pytest.raises(TypeError, match=r"seqlen_list\[0\] must be an integer"):
+    with pytest.raises(ValueError, match=r"seqlen_list\[0\] is 1.5, not a whole number"):
         karmarkar_karp([1.5, 2], 1, equal_size=False)
+    with pytest.raises(ValueError, match=r"seqlen_list\[2\] is 2.5, not a whole number"):
+        greedy_partition(torch.tensor([1.0, 2.0, 2.5]), 1, equal_size=False)
+    with pytest.raises(ValueError, match=r"seqlen_list\[1\] is -4; lengths and workloads must be >= 0"):
+        get_seqlen_balanced_partitions(np.array([1.0, -4.0]), 1, equal_size=False)
+    with pytest.raises(ValueError, match=r"seqlen_list\[0\] is inf, not a whole number"):
+        get_seqlen_balanced_partitions([float("inf")], 1, equal_size=False)
+    with pytest.raises(TypeError, match=r"seqlen_list\[0\] must be a whole number"):
+        karmarkar_karp(["7"], 1, equal_size=False)
 
 
-def test_group_partitions_keep_uid_groups_together() -> None:
-    lengths = [5, 5, 5, 1, 1, 1, 9, 9]
-    uids = ["a", "a", "a", "b", "b", "b", "c", "c"]
+# Issue 9, case 3: what verl's SFT trainer passes (float32 tensors of whole numbers).
+def test_whole_floats_tensors_and_numpy_are_accepted() -> None:
+    floats = torch.Tensor([5.0, 7.0, 3.0, 9.0])
+    assert floats.dtype == torch.float32
+    parts = get_seqlen_balanced_partitions(floats.tolist(), 2, equal_size=True)
+    assert [len(part) for part in parts] == [2, 2]
+    assert sorted(sum([5, 7, 3, 9][i] for i in part) for part in parts) == [12, 12]
+    as_ints = get_seqlen_balanced_partitions([5, 7, 3, 9], 2, equal_size=True)
+    assert get_seqlen_balanced_partitions(floats, 2, equal_size=True) == as_ints
+    assert get_seqlen_balanced_partitions(np.array([5, 7, 3, 9]), 2, equal_size=True) == as_ints
+    numpy_scalars = [np.int32(5), np.float64(7.0), np.int64(3), np.float32(9.0)]
+    assert karmarkar_karp(numpy_scalars, 2, True) == karmarkar_karp([5, 7, 3, 9], 2, True)
+    assert greedy_partition(np.array([5.0, 1.0, 4.0, 2.0]), 2, True) == [[0, 3], [1, 2]]
+
+
+def workload(s: int) -> int:
+    return 24576 * s + s * s
+
+
+def group_spread(lengths: list[int], parts: list[list[int]]) -> int:
+    sums = [sum(workload(lengths[i]) for i in part) for part in parts]
+    return max(sums) - min(sums)
+
+
+# Issue 9, case 1: equal sample counts (the trainer cuts the batch into k equal chunks).
+def test_group_partitions_have_equal_sample_counts() -> None:
+    parts = get_group_balanced_partitions([100, 100] + [1] * 14, [g for g in range(8) for _ in range(2)], 4)
+    assert [len(part) for part in parts] == [4, 4, 4, 4]
+    assert is_exact_cover(parts, 16)
+    assert sum(1 for part in parts if {0, 1} <= set(part)) == 1
+    for part in parts:  # every uid group (pairs 2g, 2g+1) stays whole
+        assert all((i ^ 1) in part for i in part)
+
+
+def deal_exists(sizes: list[int], k: int) -> bool:
+    """Brute force: can the groups fill k partitions of sum(sizes) / k samples exactly?"""
+    total = sum(sizes)
+    if total % k:
+        return False
+    for labels in itertools.product(range(k), repeat=len(sizes)):
+        counts = [0] * k
+        for size, label in zip(sizes, labels, strict=True):
+            counts[label] += size
+        if all(count == total // k for count in counts):
+            return True
+    return False
+
+
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=7),
+    k=st.integers(1, 3),
+    seed=st.integers(0, 10**6),
+)
+@settings(max_examples=150, deadline=None)
+def test_group_partitions_deal_equal_counts_exactly_when_possible(
+    sizes: list[int], k: int, seed: int
+) -> None:
+    k = min(k, len(sizes))
+    rng = random.Random(seed)
+    uids = [g for g, size in enumerate(sizes) for _ in range(size)]
+    rng.shuffle(uids)  # groups need not be contiguous
+    lengths = [rng.randint(0, 500) for _ in uids]
+    if not deal_exists(sizes, k):
+        with pytest.raises(ValueError, match=f"cannot be dealt into {k} partitions of equal size"):
+            get_group_balanced_partitions(lengths, uids, k)
+        return
+    parts = get_group_balanced_partitions(lengths, uids, k)
+    assert [len(part) for part in parts] == [len(uids) // k] * k
+    assert is_exact_cover(parts, len(uids))
+    for part in parts:
+        assert {uids[i] for i in part}.isdisjoint({uids[i] for i in range(len(uids)) if i not in part})
+
+
+# Issue 9, case 2 (verl's own function is compared in tests/compat): GRPO batches.
+def test_grpo_batches_get_sixteen_samples_per_partition() -> None:
+    for seed in range(100):
+        rng = random.Random(seed)
+        lengths = [max(1, int(rng.lognormvariate(6, 1))) for _ in range(64)]
+        uids = [f"prompt-{g}" for g in range(16) for _ in range(4)]
+        parts = get_group_balanced_partitions(lengths, uids, 4)
+        assert [len(part) for part in parts] == [16] * 4
+        # Balanced on workload: no worse than equal-size Karmarkar-Karp over the groups.
+        loads = [sum(workload(s) for s in lengths[4 * g : 4 * g + 4]) for g in range(16)]
+        kk = karmarkar_karp(loads, 4, equal_size=True)
+        kk_samples = [[4 * g + j for g in part for j in range(4)] for part in kk]
+        assert group_spread(lengths, parts) <= group_spread(lengths, kk_samples)
+
+
+def test_group_partitions_balance_on_workload_not_tokens() -> None:
+    # Tokens alone tie {1000, 10, 10} with {340, 340, 340}; the s**2 term does not.
+    lengths = [1000, 340, 10, 340, 10, 340]
+    uids = ["a", "b", "c", "d", "e", "f"]
     parts = get_group_balanced_partitions(lengths, uids, 2)
-    assert is_exact_cover(parts, 8)
-    assert sorted(parts) == [[0, 1, 2, 3, 4, 5], [6, 7]]
+    best = min(
+        group_spread(lengths, [list(c), [i for i in range(6) if i not in c]])
+        for c in itertools.combinations(range(6), 3)
+    )
+    assert group_spread(lengths, parts) == best
 
 
 def test_group_partitions_join_non_contiguous_repeats() -> None:
@@ -148,6 +287,12 @@ def test_group_partitions_errors() -> None:
         get_group_balanced_partitions([1, 2], ["a"], 1)
     with pytest.raises(ValueError, match=r"k_partitions must be in 1\.\.2"):
         get_group_balanced_partitions([1, 2, 3], ["a", "a", "b"], 3)
+    with pytest.raises(ValueError, match=r"cannot be dealt into 2 partitions of equal size \(a group of 3"):
+        get_group_balanced_partitions([1] * 4, ["a", "a", "a", "b"], 2)
+    with pytest.raises(ValueError, match=r"\(5 samples do not split into 2 partitions"):
+        get_group_balanced_partitions([1] * 5, ["a", "a", "b", "b", "c"], 2)
+    with pytest.raises(ValueError, match=r"\(3 groups of 2 do not split into 2 equal counts"):
+        get_group_balanced_partitions([1] * 6, ["a", "a", "b", "b", "c", "c"], 2)
 
 
 def test_log_seqlen_unbalance_keys_and_values() -> None:
@@ -165,6 +310,17 @@ def test_log_seqlen_unbalance_keys_and_values() -> None:
 def test_ceildiv_and_roundup() -> None:
     assert [ceildiv(a, 4) for a in (0, 1, 4, 5)] == [0, 1, 1, 2]
     assert [roundup_divisible(a, 3) for a in (1, 3, 4, 6)] == [3, 3, 6, 6]
+
+
+# Issue 9, case 7: the type given comes back.
+def test_reverse_index_keeps_the_type() -> None:
+    out = get_reverse_idx(torch.tensor([2, 0, 1]))
+    assert isinstance(out, torch.Tensor) and torch.equal(out, torch.tensor([1, 2, 0]))
+    as_int32 = get_reverse_idx(torch.tensor([2, 0, 1], dtype=torch.int32))
+    assert as_int32.dtype == torch.int32 and as_int32.tolist() == [1, 2, 0]
+    array = get_reverse_idx(np.array([1, 2, 0], dtype=np.int32))
+    assert isinstance(array, np.ndarray) and array.dtype == np.int32 and array.tolist() == [2, 0, 1]
+    assert get_reverse_idx((1, 0)) == (1, 0)
 
 
 def test_reverse_index() -> None:

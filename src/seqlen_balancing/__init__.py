@@ -8,7 +8,7 @@ collective, and the count is as small as bin packing allows on real data.
 Example:
     >>> from seqlen_balancing import plan_micro_batches
     >>> plan_micro_batches([7, 7, 7, 7], max_token_len=8)
-    [[0], [2], [3], [1]]
+    [[1], [3], [2], [0]]
 """
 
 import importlib

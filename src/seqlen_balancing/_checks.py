@@ -154,3 +154,57 @@ def as_list(values: Any, name: str) -> Sequence[Any]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise TypeError(f"{name} must be a sequence, got {describe(values)}")
     return list(values)
+
+
+def _whole_or_none(value: Any) -> int | float | None:
+    """``value`` as an int when it is a whole number, the float itself when it is a real
+    number that is not whole (or not finite), ``None`` when it is not a real number.
+
+    Accepts Python and NumPy ints and floats and one-element tensors/arrays of any real
+    dtype (verl's SFT trainer passes float32 tensors of whole numbers); bools are refused.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        as_float = float(value)
+        return int(as_float) if math.isfinite(as_float) and as_float.is_integer() else as_float
+    item = getattr(value, "item", None)
+    dtype = str(getattr(value, "dtype", ""))
+    if item is None or "bool" in dtype or "complex" in dtype:
+        return None
+    numel = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 0)
+    if numel != 1:
+        return None
+    try:
+        scalar = item()
+    except (RuntimeError, NotImplementedError, ValueError):  # e.g. a tensor on the meta device
+        return None
+    return None if isinstance(scalar, (bool, complex)) else _whole_or_none(scalar)
+
+
+def whole_numbers(values: Any, name: str, what: str = "lengths and workloads") -> list[int]:
+    """Return ``values`` (a list, tuple, tensor or NumPy array, any real dtype) as
+    non-negative Python ints; whole floats such as ``5.0`` are accepted, as verl accepts them.
+
+    Raises:
+        TypeError: ``values`` is not a sequence, or an element is not a real number (a
+            string, a bool, a complex number).
+        ValueError: ``values`` is not one-dimensional, or an element is negative, not whole
+            (``2.5``) or not finite; the message gives its index and value.
+    """
+    out: list[int] = []
+    for index, value in enumerate(as_list(values, name)):
+        as_number = value if type(value) is int else _whole_or_none(value)
+        if as_number is None:
+            raise TypeError(f"{name}[{index}] must be a whole number, got {describe(value)}")
+        if isinstance(as_number, float):
+            raise ValueError(
+                f"{name}[{index}] is {as_number!r}, not a whole number; {what} must be whole "
+                "numbers >= 0 (round or truncate them first)"
+            )
+        if as_number < 0:
+            raise ValueError(f"{name}[{index}] is {as_number}; {what} must be >= 0")
+        out.append(as_number)
+    return out

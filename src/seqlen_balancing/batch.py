@@ -11,11 +11,11 @@ import copy
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
-from tensordict import NonTensorData, TensorDict, TensorDictBase
+from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from seqlen_balancing import distributed
 from seqlen_balancing._checks import as_switch, describe, non_negative_ints
@@ -41,47 +41,88 @@ _MAX_WORKLOAD_LENGTH = math.isqrt((WORKLOAD_LINEAR_COEF // 2) ** 2 + 2**63 - 1) 
 )
 
 
-def calculate_workload(seqlen_list: torch.Tensor | Sequence[int]) -> torch.Tensor:
-    """verl's per-sequence cost ``24576*s + s**2`` as an int64 tensor.
+def calculate_workload(seqlen_list: torch.Tensor | Sequence[int] | Any) -> Any:
+    """verl's per-sequence cost ``24576*s + s**2``, for every length of ``seqlen_list``.
 
     Args:
-        seqlen_list: sequence lengths in tokens, shape ``(n,)`` (tensor of any integer
-            dtype, or a list).
+        seqlen_list: sequence lengths in tokens, shape ``(n,)`` or a scalar: a tensor of any
+            integer or float dtype (verl's SFT trainer passes ``torch.Tensor([...])``, which
+            is float32), a NumPy array or scalar, or a list of whole numbers.
 
     Returns:
-        int64 tensor of shape ``(n,)``, on the input's device. Computed in int64, so int32
-        input never overflows (exact for lengths up to ``2**31``).
+        A float tensor for a float tensor, computed in its dtype exactly as verl computes
+        it (bit-identical); an int64 tensor for integer input or a list (never overflows,
+        where verl's int32 arithmetic would), on the input's device. NumPy input gives
+        NumPy output of the same rule (float dtype kept, integers as int64).
 
     Raises:
-        TypeError: floating-point, bool or nested input.
-        ValueError: a negative length, or one above ~3.04e9 tokens (int64 overflow).
+        TypeError: bool, complex, nested or non-numeric input.
+        ValueError: a negative length, a length that is not a whole number (``2.5``,
+            ``nan``, ``inf``; the message names its index and value), or one above
+            ~3.04e9 tokens (the int64 workload would overflow).
+
+    Complexity: O(n), one device-to-host copy of three flags.
+
+    References:
+        verl 0.9.1 ``calculate_workload`` (the cost model of a 7B dense transformer:
+        ``12 h**2 s + 2 h s**2`` with ``h = 4096``, divided by ``2 h``).
 
     Example:
         >>> calculate_workload(torch.tensor([1000], dtype=torch.int32)).tolist()
         [25576000]
+        >>> calculate_workload(torch.Tensor([5.0, 7.0]))
+        tensor([122905., 172081.])
     """
     if isinstance(seqlen_list, torch.Tensor) and seqlen_list.is_nested:
         raise TypeError("seqlen_list must be a dense tensor or list of lengths, got a nested tensor")
+    from_numpy = type(seqlen_list).__module__ == "numpy"
     try:
         lengths = torch.as_tensor(seqlen_list)
     except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
         raise TypeError(f"seqlen_list must be a tensor or list of integer lengths: {exc}") from None
+    if lengths.dtype.is_complex or lengths.dtype == torch.bool:
+        raise TypeError(f"seqlen_list must hold whole token counts, got dtype {lengths.dtype}")
     if lengths.numel() == 0:
-        return torch.zeros(lengths.shape, dtype=torch.int64, device=lengths.device)
-    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
-        raise TypeError(
-            f"seqlen_list must hold integer token counts, got dtype {lengths.dtype}"
+        given_float = lengths.dtype.is_floating_point and (
+            isinstance(seqlen_list, torch.Tensor) or from_numpy
         )
-    lengths = lengths.to(torch.int64)
-    low, high = torch.aminmax(lengths)
-    if int(low) < 0:
-        raise ValueError("seqlen_list holds a negative length; lengths must be >= 0 tokens")
-    if int(high) > _MAX_WORKLOAD_LENGTH:
-        raise ValueError(
-            f"seqlen_list holds a length of {int(high)} tokens; the workload overflows int64 "
-            f"above {_MAX_WORKLOAD_LENGTH} tokens"
-        )
-    return WORKLOAD_LINEAR_COEF * lengths + lengths * lengths
+        dtype = lengths.dtype if given_float else torch.int64  # an empty list holds no floats
+        work = torch.zeros(lengths.shape, dtype=dtype, device=lengths.device)
+    elif lengths.dtype.is_floating_point:
+        _check_whole(lengths)
+        work = WORKLOAD_LINEAR_COEF * lengths + lengths**2  # verl's expression, in verl's dtype
+    else:
+        lengths = lengths.to(torch.int64)
+        low, high = torch.stack(list(torch.aminmax(lengths))).tolist()
+        if low < 0:
+            _check_whole(lengths)  # names the first negative length
+        if high > _MAX_WORKLOAD_LENGTH:
+            raise ValueError(
+                f"seqlen_list holds a length of {high} tokens; the workload overflows int64 "
+                f"above {_MAX_WORKLOAD_LENGTH} tokens"
+            )
+        work = WORKLOAD_LINEAR_COEF * lengths + lengths * lengths
+    if from_numpy:
+        out = work.numpy()
+        return out[()] if out.ndim == 0 else out
+    return work
+
+
+def _check_whole(lengths: torch.Tensor) -> None:
+    """Raise naming the first length that is negative, not whole or not finite."""
+    flat = lengths.reshape(-1)
+    bad = flat < 0
+    if flat.dtype.is_floating_point:
+        bad |= ~torch.isfinite(flat) | (flat != flat.trunc())
+    if not bool(bad.any()):  # one host copy on the common path
+        return
+    first = int(torch.argmax(bad.to(torch.uint8)))
+    value = flat[first].item()
+    problem = "a negative length" if value < 0 else "not a whole number"
+    raise ValueError(
+        f"seqlen_list[{first}] is {value!r}, {problem}; lengths must be whole numbers of "
+        "tokens >= 0"
+    )
 
 
 def _jagged_row_lengths(tensor: torch.Tensor) -> torch.Tensor:
@@ -192,16 +233,58 @@ def _is_packed_jagged(tensor: torch.Tensor) -> bool:
     )
 
 
+def _ragged_dim(tensor: torch.Tensor) -> int:
+    """The nested dimension whose size varies by row (1 for ``(n, j, ...)``; verl's
+    multi-modal ``position_ids`` use 2: rows of shape ``(C, length)``)."""
+    return int(getattr(tensor, "_ragged_idx", 1))
+
+
+def _jagged(
+    values: torch.Tensor, offsets: torch.Tensor, ragged_dim: int, sizes: Sequence[int]
+) -> torch.Tensor:
+    """A jagged nested tensor over ``values`` (rows joined along ``ragged_dim - 1``)."""
+    return torch.nested.nested_tensor_from_jagged(
+        values,
+        offsets,
+        jagged_dim=ragged_dim,
+        min_seqlen=min(sizes, default=0),
+        max_seqlen=max(sizes, default=0),
+    )
+
+
+def _rows_of(
+    tensor: torch.Tensor, known_offsets: list[int] | None
+) -> tuple[Sequence[torch.Tensor], list[int]]:
+    """The rows of a jagged tensor (views) and their lengths along the ragged dimension.
+
+    Packed tensors (no holes) are split from their values with host offsets, read once
+    (or taken from ``known_offsets``); tensors with holes are unbound.
+    """
+    dim = _ragged_dim(tensor) - 1  # the ragged dimension of the values (and of each row)
+    if getattr(tensor, "lengths")() is None:  # noqa: B009 (nested-only API)
+        offsets = known_offsets or getattr(tensor, "offsets")().tolist()  # noqa: B009 (one host copy)
+        sizes = [b - a for a, b in itertools.pairwise(offsets)]
+        values = tensor.values().narrow(dim, offsets[0], offsets[-1] - offsets[0])
+        return torch.split(values, sizes, dim=dim), sizes
+    rows = tensor.unbind()
+    return rows, [int(row.shape[dim]) for row in rows]
+
+
 def _cut(
     batch: TensorDict, plan: list[list[int]], known_offsets: dict[Any, list[int]] | None = None
 ) -> list[TensorDict]:
-    """The micro-batches of ``plan``: one gather of the batch in plan order, then a view each.
+    """The micro-batches of ``plan``, always copies of the batch's rows (as verl's
+    index-select makes them): one gather of the batch in plan order, then a view each.
 
     Dense tensors, ``NonTensorStack`` entries and nested TensorDicts are gathered by
-    tensordict; scalar ``NonTensorData`` stays as it is. Packed jagged tensors are gathered
-    here (tensordict 0.10 cannot index them) from host-side offsets, read once per key
-    (or taken from ``known_offsets``), so no device-to-host copy happens per micro-batch.
-    When the plan keeps the original order nothing is copied at all.
+    tensordict; scalar ``NonTensorData`` stays as it is. Jagged tensors keep their layout,
+    ragged dimension, dtype and device: rows ragged in dim 1 are joined by one cat in plan
+    order (no index tensor of every token) and sliced per micro-batch; rows ragged in a
+    later dim (``(C, length)`` rows) are joined per micro-batch. Offsets come from the
+    host (read once per key, or from ``known_offsets``), so no device-to-host copy happens
+    per micro-batch, and keys with the same row lengths share one offsets tensor per
+    micro-batch, as tensors built together do. Strided nested tensors are rebuilt from
+    their rows.
     """
     order = [i for part in plan for i in part]
     bounds = [0, *itertools.accumulate(len(part) for part in plan)]
@@ -212,39 +295,45 @@ def _cut(
     ]
     rest = batch.exclude(*(key for key, _ in nested)) if nested else batch
     identity = order == list(range(len(order)))
-    permuted = rest if identity else rest[torch.tensor(order, dtype=torch.long)]
+    # A copy even when nothing moves: writes into a micro-batch never reach the input.
+    permuted = rest.clone() if identity else rest[torch.tensor(order, dtype=torch.long)]
     micro_batches = [permuted[start:stop] for start, stop in itertools.pairwise(bounds)]
+    shared_offsets: list[dict[tuple[int, ...], torch.Tensor]] = [{} for _ in plan]
     for key, tensor in nested:
-        if not _is_packed_jagged(tensor):
-            rows = tensor.unbind()
+        if tensor.layout != torch.jagged:
+            strided_rows = tensor.unbind()
             for micro_batch, part in zip(micro_batches, plan, strict=True):
-                micro_batch.set(
-                    key, torch.nested.as_nested_tensor([rows[i] for i in part], layout=tensor.layout)
-                )
+                picked = [strided_rows[i] for i in part]
+                micro_batch.set(key, torch.nested.as_nested_tensor(picked, layout=tensor.layout))
             continue
-        if known_offsets and key in known_offsets:
-            offsets = known_offsets[key]
+        ragged_dim = _ragged_dim(tensor)
+        given = known_offsets.get(key) if known_offsets else None
+        joined: torch.Tensor | None
+        if identity and ragged_dim == 1 and getattr(tensor, "lengths")() is None:  # noqa: B009
+            # Rows already in plan order: one copy of the token range, no split and cat.
+            offsets = given or getattr(tensor, "offsets")().tolist()  # noqa: B009
+            sizes = [b - a for a, b in itertools.pairwise(offsets)]
+            joined = tensor.values()[offsets[0] : offsets[-1]].clone()
+            rows: Sequence[torch.Tensor] = ()
         else:
-            offsets = getattr(tensor, "offsets")().tolist()  # noqa: B009 (one host copy)
-        sizes = [offsets[i + 1] - offsets[i] for i in order]
-        values = tensor.values()[offsets[0] : offsets[-1]]  # the rows, from token 0
-        if not identity:
-            # Row views in plan order, joined by one cat (no index tensor of every token).
-            rows = torch.split(values, [b - a for a, b in itertools.pairwise(offsets)])
-            values = torch.cat([rows[i] for i in order])
+            rows, row_sizes = _rows_of(tensor, given)
+            sizes = [row_sizes[i] for i in order]
+            joined = torch.cat([rows[i] for i in order]) if ragged_dim == 1 else None
         new_offsets = [0, *itertools.accumulate(sizes)]
-        for micro_batch, start, stop in zip(micro_batches, bounds, bounds[1:], strict=False):
+        for m, (micro_batch, part) in enumerate(zip(micro_batches, plan, strict=True)):
+            start, stop = bounds[m], bounds[m + 1]
             first, last = new_offsets[start], new_offsets[stop]
-            local = torch.tensor([o - first for o in new_offsets[start : stop + 1]])
-            micro_batch.set(
-                key,
-                torch.nested.nested_tensor_from_jagged(
-                    values[first:last],
-                    local.to(values.device, non_blocking=True),
-                    min_seqlen=min(sizes[start:stop], default=0),
-                    max_seqlen=max(sizes[start:stop], default=0),
-                ),
-            )
+            mb_sizes = sizes[start:stop]
+            if joined is not None:
+                values = joined[first:last]
+            else:
+                values = torch.cat([rows[i] for i in part], dim=ragged_dim - 1)
+            local = shared_offsets[m].get(tuple(mb_sizes))
+            if local is None or local.device != values.device:
+                local = torch.tensor([o - first for o in new_offsets[start : stop + 1]])
+                local = local.to(values.device, non_blocking=True)
+                shared_offsets[m][tuple(mb_sizes)] = local
+            micro_batch.set(key, _jagged(values, local, ragged_dim, mb_sizes))
     return micro_batches
 
 
@@ -429,49 +518,184 @@ def _rearrange(
 
 
 def restore_dynamic_batch(
-    data: torch.Tensor, batch_idx_list: Sequence[Sequence[int]]
-) -> torch.Tensor:
+    data: torch.Tensor | TensorDict | Sequence[torch.Tensor | TensorDict],
+    batch_idx_list: Sequence[Sequence[int]],
+) -> Any:
     """Put rows computed micro-batch by micro-batch back in the original order.
 
     Args:
-        data: the micro-batch outputs concatenated along dim 0, shape ``(n, ...)``; dense
-            or a jagged nested tensor.
+        data: either the micro-batch outputs already concatenated along dim 0, shape
+            ``(n, ...)`` (dense, or a jagged/strided nested tensor), as verl takes it, or
+            a TensorDict of them; or
+            the list of per-micro-batch outputs, one per index list: dense tensors with
+            equal trailing shapes, nested tensors of one layout (``torch.cat`` cannot join
+            jagged tensors), or TensorDicts (every entry restored alike).
         batch_idx_list: the index lists returned with the micro-batches.
 
     Returns:
-        ``data`` with rows in the original sample order (same layout: jagged stays jagged).
+        The rows in the original sample order: a tensor (nested tensors keep their layout
+        and ragged dimension), or a TensorDict of batch size ``(n,)`` for TensorDicts.
 
     Raises:
-        TypeError: ``data`` is not a tensor, or an index is not an integer.
-        ValueError: ``data`` is 0-d, or the index lists are not a permutation of
-            ``range(n)``.
+        TypeError: ``data`` is not a tensor, a TensorDict or a list of them, or an index
+            is not an integer.
+        ValueError: ``data`` is 0-d, the index lists are not a permutation of
+            ``range(n)``, the list holds a different number of outputs than there are index
+            lists, or micro-batch ``i``'s output has a different number of rows than
+            ``batch_idx_list[i]`` (or a different trailing shape, layout or key set from
+            micro-batch 0); the message names the micro-batch.
 
-    Complexity: O(n) indices plus one gather.
+    Complexity: O(n) indices plus one gather (one cat and one gather for a list).
+
+    References:
+        verl 0.9.1 ``restore_dynamic_batch`` (the concatenated form).
 
     Example:
         >>> restore_dynamic_batch(torch.tensor([10, 30, 20]), [[0, 2], [1]]).tolist()
         [10, 20, 30]
+        >>> restore_dynamic_batch([torch.tensor([10, 30]), torch.tensor([20])], [[0, 2], [1]]).tolist()
+        [10, 20, 30]
     """
+    if isinstance(data, (list, tuple)):
+        return _restore_parts(list(data), batch_idx_list)
+    if isinstance(data, TensorDict):
+        return _restore_parts([data], [[i for part in batch_idx_list for i in part]])
     if not isinstance(data, torch.Tensor):
-        raise TypeError(f"data must be a torch.Tensor, got {type(data).__name__}")
-    if data.dim() == 0:
+        raise TypeError(
+            f"data must be a torch.Tensor, a TensorDict or a list of them, got {type(data).__name__}"
+        )
+    tensor = cast(torch.Tensor, data)
+    if tensor.dim() == 0:
         raise ValueError("data must have a batch dimension (dim 0), got a 0-d tensor")
     flat = non_negative_ints(
         (i for part in batch_idx_list for i in part), "batch_idx_list (flattened)", "indices"
     )
-    rows = int(data.size(0))
+    rows = int(tensor.size(0))
     if len(flat) != rows:
         raise ValueError(
             f"batch_idx_list holds {len(flat)} indices but data has {rows} rows; "
             "pass the index lists returned with these micro-batches"
         )
-    order = torch.tensor(get_reverse_idx(flat), dtype=torch.long)
-    if data.is_nested:
-        rows_in_order = data.unbind()
-        return torch.nested.as_nested_tensor(
-            [rows_in_order[i] for i in order.tolist()], layout=data.layout
+    order: list[int] = get_reverse_idx(flat)
+    if tensor.is_nested:
+        return _join_rows(tensor.unbind(), order, tensor)
+    return tensor[torch.tensor(order, dtype=torch.long, device=tensor.device)]
+
+
+def _join_rows(rows: Sequence[torch.Tensor], order: list[int], like: torch.Tensor) -> torch.Tensor:
+    """A nested tensor of ``rows`` taken in ``order``, with ``like``'s layout and ragged dim."""
+    picked = [rows[i] for i in order]
+    if like.layout != torch.jagged:
+        return torch.nested.as_nested_tensor(picked, layout=like.layout)
+    ragged_dim = _ragged_dim(like)
+    sizes = [int(row.shape[ragged_dim - 1]) for row in picked]
+    values = torch.cat(picked, dim=ragged_dim - 1)
+    offsets = torch.tensor([0, *itertools.accumulate(sizes)], device=values.device)
+    return _jagged(values, offsets, ragged_dim, sizes)
+
+
+def _rows(part: Any) -> int:
+    if isinstance(part, TensorDict):
+        return _batch_size(part)
+    return int(part.size(0))
+
+
+def _restore_parts(parts: list[Any], batch_idx_list: Sequence[Sequence[int]]) -> Any:
+    """:func:`restore_dynamic_batch` for a list of per-micro-batch outputs."""
+    lists = [list(part) for part in batch_idx_list]
+    if len(parts) != len(lists):
+        raise ValueError(
+            f"data holds {len(parts)} micro-batch outputs but batch_idx_list has {len(lists)} "
+            "index lists; pass one output per micro-batch, in the order they were returned"
         )
-    return data[order.to(data.device)]
+    if not parts:
+        raise ValueError("data is an empty list; pass one output per micro-batch")
+    first = parts[0]
+    for m, part in enumerate(parts):
+        if not isinstance(part, (torch.Tensor, TensorDict)):
+            raise TypeError(
+                f"micro-batch {m}: output must be a torch.Tensor or a TensorDict, got {type(part).__name__}"
+            )
+        if type(part) is not type(first) and not (
+            isinstance(part, torch.Tensor) and isinstance(first, torch.Tensor)
+        ):
+            raise ValueError(
+                f"micro-batch {m}: output is a {type(part).__name__}, micro-batch 0's a "
+                f"{type(first).__name__}"
+            )
+        if isinstance(part, torch.Tensor) and part.dim() == 0:
+            raise ValueError(f"micro-batch {m}: output is a 0-d tensor; it needs one row per sample")
+        if _rows(part) != len(lists[m]):
+            raise ValueError(
+                f"micro-batch {m}: output has {_rows(part)} rows but batch_idx_list[{m}] holds "
+                f"{len(lists[m])} indices; pass the outputs in the order the micro-batches came"
+            )
+    flat = non_negative_ints(
+        (i for part in lists for i in part), "batch_idx_list (flattened)", "indices"
+    )
+    order: list[int] = get_reverse_idx(flat)
+    if isinstance(first, TensorDict):
+        return _restore_tensordicts(parts, order)
+    return _restore_tensors(parts, order)
+
+
+def _restore_tensors(parts: list[torch.Tensor], order: list[int]) -> torch.Tensor:
+    first = parts[0]
+    for m, part in enumerate(parts):
+        if part.is_nested != first.is_nested or part.layout != first.layout or (
+            part.is_nested and _ragged_dim(part) != _ragged_dim(first)
+        ):
+            raise ValueError(
+                f"micro-batch {m}: output is {_kind(part)} but micro-batch 0's is {_kind(first)}"
+            )
+        if not part.is_nested and part.shape[1:] != first.shape[1:]:
+            raise ValueError(
+                f"micro-batch {m}: output rows have shape {tuple(part.shape[1:])} but micro-batch "
+                f"0's have {tuple(first.shape[1:])}; pad them to one shape or return nested tensors"
+            )
+    if first.is_nested:
+        return _join_rows([row for part in parts for row in part.unbind()], order, first)
+    joined = torch.cat(parts)
+    return joined[torch.tensor(order, dtype=torch.long, device=joined.device)]
+
+
+def _kind(tensor: torch.Tensor) -> str:
+    if not tensor.is_nested:
+        return "a dense tensor"
+    if tensor.layout != torch.jagged:
+        return "a strided nested tensor"
+    return f"a jagged nested tensor ragged in dim {_ragged_dim(tensor)}"
+
+
+def _restore_tensordicts(parts: list[TensorDict], order: list[int]) -> TensorDict:
+    keys = sorted(parts[0].keys(include_nested=True, leaves_only=True), key=str)
+    out = TensorDict({}, batch_size=[len(order)])
+    for m, part in enumerate(parts):
+        part_keys = sorted(part.keys(include_nested=True, leaves_only=True), key=str)
+        if part_keys != keys:
+            raise ValueError(
+                f"micro-batch {m}: output has keys {part_keys} but micro-batch 0's has {keys}"
+            )
+    for key in keys:
+        values = [part.get(key) for part in parts]
+        if all(isinstance(value, torch.Tensor) for value in values):
+            out.set(key, _restore_tensors(values, order))
+        elif all(isinstance(value, NonTensorData) for value in values) and all(
+            value.data == values[0].data for value in values
+        ):
+            out.set(key, values[0])  # one scalar for the whole batch, as cut
+        else:
+            objects = [item for value in values for item in _per_row(value)]
+            out.set(key, NonTensorStack(*(NonTensorData(objects[i]) for i in order)))
+    return out
+
+
+def _per_row(value: Any) -> list[Any]:
+    tolist = getattr(value, "tolist", None)
+    if not callable(tolist):
+        raise TypeError(f"cannot restore a {type(value).__name__} entry row by row")
+    rows: list[Any] = tolist()
+    return rows
 
 
 def _dataproto_problem(data: Any) -> PlanError | None:

@@ -8,11 +8,18 @@ cap-respecting packing lives in :mod:`seqlen_balancing.packing`.
 from __future__ import annotations
 
 import heapq
-from bisect import insort
+from bisect import bisect_left, insort
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from seqlen_balancing._checks import as_list, k_partitions_in_range, non_negative_ints
+from seqlen_balancing._checks import (
+    _integer_or_none,
+    as_list,
+    describe,
+    k_partitions_in_range,
+    non_negative_ints,
+    whole_numbers,
+)
 
 __all__ = [
     "WORKLOAD_LINEAR_COEF",
@@ -73,29 +80,57 @@ def roundup_divisible(a: int, b: int) -> int:
     return ceildiv(a, b) * b
 
 
-def get_reverse_idx(idx_map: Sequence[int] | Any) -> list[int]:
-    """Inverse of a permutation: ``out[idx_map[i]] == i``.
+def get_reverse_idx(idx_map: Sequence[int] | Any) -> Any:
+    """Inverse of a permutation: ``out[idx_map[i]] == i``, of the type given (verl's contract).
 
     Use it to put rows back in their original order after concatenating micro-batches:
     ``torch.cat(micro_batches)[get_reverse_idx(flat_indices)]``.
 
     Args:
-        idx_map: a permutation of ``range(n)`` (list, tuple or 1-D tensor).
+        idx_map: a permutation of ``range(n)``: a list, a tuple, a 1-D tensor or a 1-D
+            NumPy array.
 
     Returns:
-        The inverse permutation, a list of ``n`` ints.
+        The inverse permutation as the same type: a list for a list, a tuple for a tuple,
+        a tensor (same dtype and device) for a tensor, an array (same dtype) for an array.
+        Other iterables give a list.
 
     Raises:
         TypeError: an element is not an integer.
         ValueError: ``idx_map`` is not a permutation of ``range(n)`` (a repeated, missing,
             negative or too large index).
 
-    Complexity: O(n).
+    Complexity: O(n), one host copy for a tensor.
+
+    References:
+        verl 0.9.1 ``get_reverse_idx`` (writes into a deep copy of its input, hence the type).
 
     Example:
         >>> get_reverse_idx([2, 0, 1])
         [1, 2, 0]
+        >>> import torch
+        >>> get_reverse_idx(torch.tensor([2, 0, 1]))
+        tensor([1, 2, 0])
     """
+    reverse = _inverse_permutation(idx_map)
+    if isinstance(idx_map, list):
+        return reverse
+    if isinstance(idx_map, tuple):
+        return tuple(reverse)
+    given: Any = idx_map
+    module = type(given).__module__
+    if module.startswith("torch"):
+        import torch  # the module needs no torch; a tensor input means it is installed
+
+        return torch.tensor(reverse, dtype=given.dtype, device=given.device)
+    if module == "numpy":
+        out = given.copy()  # same dtype, as verl's deep copy gives
+        out[:] = reverse
+        return out
+    return reverse
+
+
+def _inverse_permutation(idx_map: Any) -> list[int]:
     values = non_negative_ints(as_list(idx_map, "idx_map"), "idx_map", "indices")
     n = len(values)
     reverse = [-1] * n
@@ -114,7 +149,7 @@ def get_reverse_idx(idx_map: Sequence[int] | Any) -> list[int]:
 
 
 def _checked_items(seqlen_list: Any, k_partitions: Any, equal_size: bool) -> tuple[list[int], int]:
-    values = non_negative_ints(as_list(seqlen_list, "seqlen_list"), "seqlen_list")
+    values = whole_numbers(seqlen_list, "seqlen_list")
     k = k_partitions_in_range(k_partitions, len(values))
     if equal_size and len(values) % k != 0:
         raise ValueError(
@@ -221,7 +256,8 @@ def karmarkar_karp(
     O(non-empty parts) rather than O(k).
 
     Args:
-        seqlen_list: ``n`` non-negative integers (tokens or workloads), one per item.
+        seqlen_list: ``n`` whole numbers >= 0 (tokens or workloads), one per item: a list,
+            a tensor or a NumPy array, integer or float dtype (``5.0`` counts as 5).
         k_partitions: number of partitions, ``1 <= k_partitions <= n``.
         equal_size: if True, every partition gets exactly ``n / k_partitions`` items.
 
@@ -231,8 +267,8 @@ def karmarkar_karp(
         partition are in merge order, not sorted.
 
     Raises:
-        TypeError: an item or ``k_partitions`` is not an integer.
-        ValueError: an item is negative, ``k_partitions`` is outside ``1..n``, or
+        TypeError: an item is not a number, or ``k_partitions`` is not an integer.
+        ValueError: an item is negative or not whole, ``k_partitions`` is outside ``1..n``, or
             ``equal_size`` is True and ``n`` is not divisible by ``k_partitions``.
 
     Complexity: O(n log n + n k) time in the worst case, O(n + k) memory for the states.
@@ -252,41 +288,66 @@ def karmarkar_karp(
 def greedy_partition(
     seqlen_list: Sequence[int] | Any, k_partitions: int, equal_size: bool
 ) -> list[list[int]]:
-    """Longest-processing-time greedy: each item, largest first, goes to the lightest part.
+    """verl's in-order greedy: each item, in input order, goes to the lightest partition.
+
+    Items are taken in the order given (not sorted); each joins the partition with the
+    smallest current sum, the lowest partition index on a tie. With ``equal_size`` every
+    item counts ``sum(seqlen_list) + 1`` more than its value (verl's bias), so the item
+    count of a partition outweighs its sum and the partitions take turns: every one ends
+    with ``n / k`` items. The output is identical to verl 0.9.1's on every input it
+    accepts, including ``k_partitions > n`` (the extra partitions are empty).
 
     Args:
-        seqlen_list: ``n`` non-negative integers, one per item.
-        k_partitions: number of partitions, ``1 <= k_partitions <= n``.
-        equal_size: if True, a part stops taking items once it holds ``n / k`` of them.
+        seqlen_list: ``n >= 0`` whole numbers >= 0 (tokens or workloads): a list, a
+            tensor or a NumPy array, integer or float dtype.
+        k_partitions: number of partitions, ``>= 1``.
+        equal_size: if True, every partition gets ``n / k_partitions`` items.
 
     Returns:
-        ``k_partitions`` lists of item indices, an exact cover of ``range(n)``, each in the
-        order the items were placed.
+        ``k_partitions`` lists of item indices, an exact cover of ``range(n)``, each in
+        input order.
 
     Raises:
-        TypeError: an item or ``k_partitions`` is not an integer.
-        ValueError: an item is negative, ``k_partitions`` is outside ``1..n``, or
+        TypeError: an item or ``k_partitions`` is not a number.
+        ValueError: an item is negative or not whole, ``k_partitions < 1``, or
             ``equal_size`` is True and ``n`` is not divisible by ``k_partitions``.
 
-    Complexity: O(n log n + n log k).
+    Complexity: O(n log k).
 
     References:
-        R. L. Graham, "Bounds on multiprocessing timing anomalies", 1969 (LPT rule).
+        verl 0.9.1 ``greedy_partition`` (the rule and its ``equal_size`` bias);
+        R. L. Graham, "Bounds on certain multiprocessing anomalies", 1966 (list scheduling).
 
     Example:
         >>> greedy_partition([5, 1, 4, 2], 2, equal_size=True)
-        [[0, 1], [2, 3]]
+        [[0, 3], [1, 2]]
+        >>> greedy_partition([5, 1, 4, 2, 3], 2, equal_size=False)
+        [[0, 3], [1, 2, 4]]
     """
-    values, k = _checked_items(seqlen_list, k_partitions, equal_size)
-    per_part = len(values) // k
+    values = whole_numbers(seqlen_list, "seqlen_list")
+    k = _at_least_one(k_partitions)
+    if equal_size and len(values) % k != 0:
+        raise ValueError(
+            f"equal_size=True needs len(seqlen_list) divisible by k_partitions, got "
+            f"{len(values)} items and k_partitions={k}; pass equal_size=False or pad the list"
+        )
+    bias = sum(values) + 1 if equal_size else 0
     parts: list[list[int]] = [[] for _ in range(k)]
-    heap = [(0, p) for p in range(k)]
-    for i in sorted(range(len(values)), key=lambda i: (-values[i], i)):
-        total, p = heapq.heappop(heap)
+    heap = [(0, p) for p in range(k)]  # (sum, partition): the lowest index wins a tie
+    for i, value in enumerate(values):
+        total, p = heap[0]
         parts[p].append(i)
-        if not equal_size or len(parts[p]) < per_part:
-            heapq.heappush(heap, (total + values[i], p))
+        heapq.heapreplace(heap, (total + value + bias, p))
     return parts
+
+
+def _at_least_one(k_partitions: Any) -> int:
+    k = _integer_or_none(k_partitions)
+    if k is None:
+        raise TypeError(f"k_partitions must be an integer, got {describe(k_partitions)}")
+    if k < 1:
+        raise ValueError(f"k_partitions must be >= 1, got {k}")
+    return k
 
 
 def get_seqlen_balanced_partitions(
@@ -299,7 +360,8 @@ def get_seqlen_balanced_partitions(
     into micro-batches by workload.
 
     Args:
-        seqlen_list: ``n`` non-negative integers (tokens or workloads), one per item.
+        seqlen_list: ``n`` whole numbers >= 0 (tokens or workloads), one per item: a list,
+            a tensor or a NumPy array, integer or float dtype (``5.0`` counts as 5).
         k_partitions: number of partitions, ``1 <= k_partitions <= n``.
         equal_size: if True, every partition holds exactly ``n / k_partitions`` items.
 
@@ -308,11 +370,16 @@ def get_seqlen_balanced_partitions(
         together covering ``range(n)``.
 
     Raises:
-        TypeError: an item or ``k_partitions`` is not an integer.
-        ValueError: empty list, ``k_partitions`` outside ``1..n``, a negative item, or
-            ``equal_size`` with ``n`` not divisible by ``k_partitions``.
+        TypeError: an item is not a number, or ``k_partitions`` is not an integer.
+        ValueError: empty list, ``k_partitions`` outside ``1..n``, a negative or non-whole
+            item, or ``equal_size`` with ``n`` not divisible by ``k_partitions``.
 
     Complexity: O(n log n + n k).
+
+    References:
+        verl 0.9.1 ``get_seqlen_balanced_partitions``: the same method and contract; ties
+        are broken differently, so the index lists can differ (README, "What behaves
+        differently").
 
     Example:
         >>> get_seqlen_balanced_partitions([3, 1, 2, 2], 2, equal_size=True)
@@ -324,33 +391,51 @@ def get_seqlen_balanced_partitions(
 def get_group_balanced_partitions(
     seqlen_list: Sequence[int] | Any, uid_list: Sequence[Hashable] | Any, k_partitions: int
 ) -> list[list[int]]:
-    """Balanced partitions that keep every uid group (e.g. a GRPO prompt's responses) whole.
+    """Equal-size partitions balanced on workload that keep every uid group whole.
 
-    A group is the set of all indices that share one uid, wherever they stand in the list
-    (rows of one prompt are usually contiguous, but repeats further on join the same group).
-    Groups are balanced by their total length with Karmarkar-Karp.
+    verl's trainer reorders the batch by these partitions and cuts it into ``k``
+    contiguous chunks of ``n / k`` samples, one per DP rank, so every partition holds
+    exactly ``n / k`` samples. A group is the set of all indices that share one uid,
+    wherever they stand (rows of one prompt are usually contiguous; a repeat further on
+    joins the same group). Groups are balanced on their workload, the sum of
+    ``24576*s + s**2`` over their samples, as verl does:
+
+    - every group the same size (GRPO: ``rollout.n`` responses per prompt): equal-size
+      Karmarkar-Karp over the group workloads, ``groups / k`` groups per partition;
+    - sizes differ: the heaviest group first into the lightest partition with room left,
+      or, where that gets stuck, an exact-fill search over the group sizes;
+
+    then groups of equal size are swapped between the heaviest and the lightest
+    partition while that narrows the gap (the spread never grows).
 
     Args:
-        seqlen_list: ``n`` non-negative integers (tokens), one per sample.
+        seqlen_list: ``n`` whole numbers >= 0 (tokens), one per sample: a list, a tensor or
+            a NumPy array, integer or float dtype.
         uid_list: ``n`` hashable group ids, one per sample.
-        k_partitions: number of partitions, ``1 <= k_partitions <= number of groups``.
+        k_partitions: number of partitions (DP ranks), ``1 <= k_partitions <= groups``.
 
     Returns:
-        ``k_partitions`` non-empty lists of sample indices, each sorted ascending; every
-        group lies inside one partition.
+        ``k_partitions`` lists of sample indices, each sorted ascending and ``n / k`` long;
+        every group lies inside one partition.
 
     Raises:
-        TypeError: a length or ``k_partitions`` is not an integer, or a uid is unhashable.
-        ValueError: ``uid_list`` and ``seqlen_list`` differ in length, a length is negative,
-            or ``k_partitions`` is outside ``1..number of groups``.
+        TypeError: a length or ``k_partitions`` is not a number, or a uid is unhashable.
+        ValueError: ``uid_list`` and ``seqlen_list`` differ in length, a length is negative
+            or not whole, ``k_partitions`` is outside ``1..number of groups``, or the groups
+            cannot be dealt into ``k`` partitions of ``n / k`` samples.
 
-    Complexity: O(n + g log g + g k) for ``g`` groups.
+    Complexity: O(n + g log g + g k) for ``g`` groups of one size; the exact-fill search
+    for mixed sizes is bounded (``ValueError`` when it gives up).
+
+    References:
+        verl 0.9.1 ``get_group_balanced_partitions`` (workload, equal-size Karmarkar-Karp
+        over groups); N. Karmarkar and R. M. Karp, 1982.
 
     Example:
-        >>> get_group_balanced_partitions([4, 4, 1, 1, 3, 3], ["a", "a", "b", "b", "c", "c"], 2)
-        [[2, 3, 4, 5], [0, 1]]
+        >>> get_group_balanced_partitions([4, 4, 1, 1, 3, 3, 2, 2], list("aabbccdd"), 2)
+        [[0, 1, 2, 3], [4, 5, 6, 7]]
     """
-    values = non_negative_ints(as_list(seqlen_list, "seqlen_list"), "seqlen_list")
+    values = whole_numbers(seqlen_list, "seqlen_list")
     uids = as_list(uid_list, "uid_list")
     if len(uids) != len(values):
         raise ValueError(
@@ -368,9 +453,132 @@ def get_group_balanced_partitions(
             members.append([])
         members[group].append(index)
     k = k_partitions_in_range(k_partitions, len(members), what="uid groups")
-    totals = [sum(values[i] for i in group) for group in members]
-    parts = _largest_differencing(totals, k, equal_size=False)
+    sizes = [len(group) for group in members]
+    loads = [sum(workload(values[i]) for i in group) for group in members]
+    parts = _deal_groups(sizes, loads, k)
     return [sorted(i for g in part for i in members[g]) for part in parts]
+
+
+def _deal_groups(sizes: list[int], loads: list[int], k: int) -> list[list[int]]:
+    """Groups into ``k`` partitions of ``sum(sizes) / k`` samples each, balanced on load."""
+    n, g = sum(sizes), len(sizes)
+    per = n // k
+    if n % k or max(sizes) > per:
+        raise _undealable(sizes, k, f"{n} samples do not split into {k} partitions"
+                          if n % k else f"a group of {max(sizes)} samples exceeds {per}")
+    if min(sizes) == max(sizes):
+        # One size: the same number of groups per partition, equal-size Karmarkar-Karp.
+        if g % k:
+            raise _undealable(sizes, k, f"{g} groups of {sizes[0]} do not split into {k} equal counts")
+        parts = _largest_differencing(loads, k, equal_size=True)
+    else:
+        dealt = _lpt_with_room(sizes, loads, k, per) or _exact_fill(sizes, k, per)
+        if dealt is None:
+            raise _undealable(sizes, k, "no way to fill every partition exactly was found")
+        parts = dealt
+    return _swap_equal_sizes(parts, sizes, loads)
+
+
+def _undealable(sizes: list[int], k: int, why: str) -> ValueError:
+    shown = sizes if len(sizes) <= 12 else [*sizes[:12], "..."]
+    return ValueError(
+        f"the uid groups cannot be dealt into {k} partitions of equal size ({why}; group "
+        f"sizes {shown}); verl's trainer cuts the batch into {k} equal chunks, so make the "
+        f"number of samples per partition reachable (e.g. the same rollout.n for every uid)"
+    )
+
+
+def _lpt_with_room(sizes: list[int], loads: list[int], k: int, per: int) -> list[list[int]] | None:
+    """Heaviest group first into the lightest partition with room; ``None`` if stuck."""
+    parts: list[list[int]] = [[] for _ in range(k)]
+    room, total = [per] * k, [0] * k
+    for group in sorted(range(len(sizes)), key=lambda x: (-sizes[x], -loads[x], x)):
+        fits = [p for p in range(k) if room[p] >= sizes[group]]
+        if not fits:
+            return None
+        p = min(fits, key=lambda q: (total[q], q))
+        parts[p].append(group)
+        room[p] -= sizes[group]
+        total[p] += loads[group]
+    return parts
+
+
+def _exact_fill(sizes: list[int], k: int, per: int, budget: int = 200_000) -> list[list[int]] | None:
+    """Depth-first search for ``k`` partitions of exactly ``per`` samples (largest group
+    first; partitions with the same room left are tried once). ``None`` if none is found
+    within ``budget`` steps, or for more than 500 groups (where the room-aware LPT that
+    runs first has not found one either)."""
+    if len(sizes) > 500:  # the search recurses once per group; beyond this, give up
+        return None
+    order = sorted(range(len(sizes)), key=lambda x: -sizes[x])
+    room = [per] * k
+    placed: list[int] = [0] * len(order)
+    steps = 0
+
+    def place(position: int) -> bool:
+        nonlocal steps
+        if position == len(order):
+            return True
+        size, tried = sizes[order[position]], set()
+        for p in range(k):
+            steps += 1
+            if steps > budget:
+                return False
+            if room[p] < size or room[p] in tried:
+                continue
+            tried.add(room[p])
+            room[p] -= size
+            placed[position] = p
+            if place(position + 1):
+                return True
+            room[p] += size
+        return False
+
+    if not place(0):
+        return None
+    parts: list[list[int]] = [[] for _ in range(k)]
+    for position, group in enumerate(order):
+        parts[placed[position]].append(group)
+    return parts
+
+
+def _swap_equal_sizes(parts: list[list[int]], sizes: list[int], loads: list[int]) -> list[list[int]]:
+    """Swap groups of one size between the heaviest and the lightest partition while the
+    gap narrows: each swap moves less than the gap, so the spread never grows.
+    At most ``8 k`` swaps of O(m log m) each for ``m`` groups per partition."""
+    totals = [sum(loads[x] for x in part) for part in parts]
+    ids = range(len(parts))
+    for _ in range(8 * len(parts)):
+        heavy = max(ids, key=lambda p: (totals[p], -p))
+        light = min(ids, key=lambda p: (totals[p], p))
+        gap = totals[heavy] - totals[light]
+        if gap <= 0:
+            break
+        by_size: dict[int, list[tuple[int, int]]] = {}
+        for x in parts[light]:
+            by_size.setdefault(sizes[x], []).append((loads[x], x))
+        for candidates in by_size.values():
+            candidates.sort()
+        best: tuple[int, int, int] | None = None  # (distance from gap / 2, a, b)
+        for a in parts[heavy]:
+            candidates = by_size.get(sizes[a], [])
+            # Moving d = loads[a] - loads[b] narrows the gap when 0 < d < gap; d = gap / 2 is best.
+            target = 2 * loads[a] - gap
+            spot = bisect_left(candidates, (target // 2, -1))
+            for load_b, b in candidates[max(spot - 1, 0) : spot + 2]:
+                d = loads[a] - load_b
+                if 0 < d < gap:
+                    score = abs(2 * d - gap)
+                    if best is None or (score, a, b) < best:
+                        best = (score, a, b)
+        if best is None:
+            break
+        _, a, b = best
+        parts[heavy][parts[heavy].index(a)] = b
+        parts[light][parts[light].index(b)] = a
+        totals[heavy] -= loads[a] - loads[b]
+        totals[light] += loads[a] - loads[b]
+    return parts
 
 
 def log_seqlen_unbalance(
@@ -382,7 +590,8 @@ def log_seqlen_unbalance(
     of ``n // k`` items (as the data arrived); the "balanced" figures are the partition sums.
 
     Args:
-        seqlen_list: ``n`` non-negative integers (tokens), one per item.
+        seqlen_list: ``n`` whole numbers >= 0 (tokens), one per item (list, tensor or NumPy
+            array, integer or float dtype).
         partitions: ``k >= 1`` lists of indices into ``seqlen_list``.
         prefix: key prefix, e.g. ``"global_seqlen"``.
 
@@ -392,8 +601,8 @@ def log_seqlen_unbalance(
         (total tokens / k).
 
     Raises:
-        ValueError: no partitions, fewer items than partitions, a negative length, or an
-            index outside ``range(n)``.
+        ValueError: no partitions, fewer items than partitions, a negative or non-whole
+            length, or an index outside ``range(n)``.
 
     Complexity: O(n).
 
@@ -401,7 +610,7 @@ def log_seqlen_unbalance(
         >>> log_seqlen_unbalance([1, 2, 3, 4], [[0, 3], [1, 2]], "s")["s/minmax_diff"]
         4
     """
-    values = non_negative_ints(as_list(seqlen_list, "seqlen_list"), "seqlen_list")
+    values = whole_numbers(seqlen_list, "seqlen_list")
     k = len(partitions)
     if k == 0 or len(values) < k:
         raise ValueError(

@@ -429,27 +429,56 @@ def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
 
 
 def order_micro_batches(
-    micro_batches: list[list[int]], workloads: Sequence[int], use_dynamic_bsz_balance: bool
+    micro_batches: list[list[int]],
+    workloads: Sequence[int],
+    use_dynamic_bsz_balance: bool,
+    force_group_size: int = 1,
 ) -> list[list[int]]:
-    """Order micro-batches (lists of sample indices) as verl does.
+    """Order micro-batches (lists of sample indices) exactly as verl 0.9.1 does.
 
-    With ``use_dynamic_bsz_balance``: sorted by workload, then the 1st, 3rd, 5th, ...
-    lightest from the front and the 2nd, 4th, ... from the back, so the lightest
-    micro-batches sit at both ends and the heaviest in the middle (short pipeline-parallel
-    warm-up and cool-down). Otherwise by their smallest sample index. Ties are broken by
-    the smallest sample index, so the order is deterministic.
+    With ``use_dynamic_bsz_balance``: sort by ``(workload, first sample index)``
+    descending, then take the even positions reversed followed by the odd positions, so
+    the lightest micro-batches sit at both ends and the heaviest in the middle (short
+    pipeline-parallel warm-up and cool-down). For the same micro-batches the result is
+    verl's list, for any count, even or odd, ties included. Without it: by the smallest
+    sample index (verl keeps Karmarkar-Karp's order there; see the README).
+
+    Args:
+        micro_batches: lists of sample indices, each sorted ascending.
+        workloads: with ``force_group_size == 1``, the workload of each sample; otherwise
+            that of each group of ``force_group_size`` consecutive samples, and a
+            micro-batch's workload is that of the groups starting at its positions
+            ``0, force_group_size, 2 * force_group_size, ...`` (verl's rule).
+        use_dynamic_bsz_balance: verl's balanced order, or the smallest-index order.
+        force_group_size: samples per forced group.
+
+    Returns:
+        The same lists, reordered.
+
+    Complexity: O(n + m log m) for ``m`` micro-batches.
+
+    References:
+        verl 0.9.1 ``rearrange_micro_batches`` (its ordering step).
 
     Example:
-        >>> order_micro_batches([[0], [1], [2], [3]], [4, 1, 3, 2], True)
-        [[1], [2], [0], [3]]
+        >>> order_micro_batches([[0], [1], [2], [3]], [60, 50, 40, 30], True)
+        [[2], [0], [1], [3]]
+        >>> order_micro_batches([[0], [1], [2], [3]], [5, 5, 5, 5], True)  # ties: by index
+        [[1], [3], [2], [0]]
     """
-    def first(mb: list[int]) -> int:
-        return mb[0] if mb else -1
-
     if not use_dynamic_bsz_balance:
-        return sorted(micro_batches, key=first)
-    by_load = sorted(micro_batches, key=lambda mb: (sum(workloads[i] for i in mb), first(mb)))
-    return by_load[0::2] + by_load[1::2][::-1]
+        return sorted(micro_batches, key=lambda mb: mb[0] if mb else -1)
+    group = force_group_size
+
+    def key(mb: list[int]) -> tuple[int, int]:
+        if group == 1:
+            load = sum(workloads[i] for i in mb)
+        else:
+            load = sum(workloads[i // group] for i in mb[::group])
+        return load, mb[0] if mb else 0
+
+    by_load = sorted(micro_batches, key=key, reverse=True)
+    return by_load[::2][::-1] + by_load[1::2]
 
 
 def build_plan(
@@ -488,11 +517,7 @@ def build_plan(
     group = result.force_group_size
     bins = _balanced_bins(result, count)
     micro_batches = [sorted(s for g in b for s in range(g * group, (g + 1) * group)) for b in bins]
-    sample_workloads = [0] * result.n_samples
-    for g, w in enumerate(result.group_workloads):
-        # Any split of a group's workload over its samples orders micro-batches alike.
-        sample_workloads[g * group] = w
-    return order_micro_batches(micro_batches, sample_workloads, use_dynamic_bsz_balance)
+    return order_micro_batches(micro_batches, result.group_workloads, use_dynamic_bsz_balance, group)
 
 
 def plan_micro_batches(
@@ -534,9 +559,9 @@ def plan_micro_batches(
 
     Example:
         >>> plan_micro_batches([7] * 4, 8)
-        [[0], [2], [3], [1]]
+        [[1], [3], [2], [0]]
         >>> plan_micro_batches([2, 6, 6, 5, 5], 12)
-        [[0, 3, 4], [1, 2]]
+        [[1, 2], [0, 3, 4]]
     """
     result = analyse(
         seq_lens,
