@@ -285,7 +285,8 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     truncated = sum(n > cap for n in drawn)
     clipped = [min(n, cap) for n in drawn]
     positions = step.positions
-    if args.balance_batch and step.dp_size > 1:
+    # A rank batch that force_group_size does not divide is the planner's error (exit 1).
+    if args.balance_batch and step.dp_size > 1 and step.batch_size % args.force_group_size == 0:
         order = balance_order(clipped, step.dp_size, args.force_group_size)
         positions = [positions[i] for i in order]
         clipped = [clipped[i] for i in order]
