@@ -102,7 +102,8 @@ def _rank(lengths: list[int], rank: int, cap: int, group: int, floor: int | None
     start = max(1, min(len(sizes), -(-sum(sizes) // cap)))
     if floor is not None:
         start = max(floor, start)
-    return _Rank(sizes, loads, start, l2_lower_bound(sizes, cap))
+    bound = l2_lower_bound(sizes, cap) if max(sizes) <= cap else 0  # else _search raises
+    return _Rank(sizes, loads, start, bound)
 
 
 def _search(ranks: list[_Rank], start: int, cap: int, step: int, max_tries: int) -> tuple[int, int]:
