@@ -74,7 +74,8 @@ def dispatched(result: dict[str, Any], lengths: list[int], positions: list[int])
     if not result["balance_batch"] or result["dp_size"] == 1:
         return positions
     cap = result["cap"]
-    order = verl_balanced([min(lengths[p], cap) for p in positions], result["dp_size"], result["force_group_size"])
+    clipped = [min(lengths[p], cap) for p in positions]
+    order = verl_balanced(clipped, result["dp_size"], result["force_group_size"])
     return [positions[i] for i in order]
 
 

@@ -77,7 +77,9 @@ def test_case1_a_file_alone_plans_the_whole_file(tmp_path: Path, capsys: pytest.
     code, out, err = run(capsys, "plan", "--lengths", path, "--dp-size", "2", "--max-token-len", "40")
     assert (code, err) == (0, "")
     lines = out.splitlines()
-    assert lines[0].startswith(f"2 DP ranks x 4 samples from {path} (8 lengths; all 8 rows once, in file order)")
+    assert lines[0].startswith(
+        f"2 DP ranks x 4 samples from {path} (8 lengths; all 8 rows once, in file order)"
+    )
     result = run_json(capsys, "plan", "--lengths", path, "--dp-size", "2", "--max-token-len", "40")
     assert (result["sampling"], result["dp_size"], result["batch_size"]) == ("whole_file", 2, 4)
     assert [r["samples"] for r in result["ranks"]] == [4, 4]
@@ -97,7 +99,9 @@ def test_case1_a_file_alone_plans_the_whole_file(tmp_path: Path, capsys: pytest.
     ]
 
 
-def test_case1_a_remainder_is_an_error_naming_both(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_case1_a_remainder_is_an_error_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = write_lines(tmp_path / "nine.txt", [5] * 9)
     code, out, err = run(capsys, "plan", "--lengths", path, "--dp-size", "2", "--max-token-len", "40")
     assert code == 2 and out == ""
@@ -123,7 +127,9 @@ def test_case2_verl_count_is_never_below_ours_on_the_bundled_data(capsys: pytest
     assert summary["counts"] == verl
     assert summary["total_micro_batches"] == sum(verl)
     assert summary["saved_micro_batches"] == sum(verl) - result["total_micro_batches"]
-    assert summary["saved_percent"] == pytest.approx(100 * summary["saved_micro_batches"] / sum(verl), abs=1e-3)
+    assert summary["saved_percent"] == pytest.approx(
+        100 * summary["saved_micro_batches"] / sum(verl), abs=1e-3
+    )
     code, out, _ = run(capsys, "plan", "--compare-verl")
     assert code == 0
     header = next(line for line in out.splitlines() if line.lstrip().startswith("rank"))
@@ -158,11 +164,15 @@ def test_compare_verl_in_sweep(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[3].endswith(f"{first['saved_micro_batches']} ({first['saved_percent']:.1f}%)")
 
 
-def test_verl_search_limit_is_reported_not_waited_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verl_search_limit_is_reported_not_waited_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # 3 + 3 + 3 + 3 + 2 at cap 6: ceil(14 / 6) = 3, L2 = 3; Karmarkar-Karp on workloads puts
     # 3+3 | 3+2 | 3 at k = 3 (fits: 6, 5, 3), so verl needs 1 round; at cap 5 it needs more.
     path = write_lines(tmp_path / "l.txt", [3, 3, 3, 3, 2])
-    result = run_json(capsys, "plan", "--lengths", path, "--dp-size", "1", "--max-token-len", "5", "--compare-verl")
+    result = run_json(
+        capsys, "plan", "--lengths", path, "--dp-size", "1", "--max-token-len", "5", "--compare-verl"
+    )
     assert result["verl"]["counts"] == verl_model([[3, 3, 3, 3, 2]], 5) == [4]
     limited = run_json(
         capsys, "plan", "--lengths", path, "--dp-size", "1", "--max-token-len", "5", "--compare-verl",
@@ -193,12 +203,14 @@ def test_case3_balancing_never_raises_the_agreed_count(capsys: pytest.CaptureFix
     off = run_json(capsys, "plan", "--no-balance-batch")
     assert (on["balance_batch"], off["balance_batch"]) == (True, False)
     assert on["agreed_count"] <= off["agreed_count"]
+
     # the same rows, only dealt differently; every rank keeps 256 samples
     def rows(result: dict[str, Any]) -> list[int]:
         return sorted(i for r in result["ranks"] for mb in r["micro_batches"] for i in mb["indices"])
 
     assert rows(on) == rows(off)
     assert {r["samples"] for r in on["ranks"]} == {256}
+
     # balancing evens the ranks' workloads (verl's cost model)
     def spread(result: dict[str, Any]) -> int:
         loads = [sum(workload(n) for n in lens) for lens in rank_lengths(result, CHAMP)]
@@ -212,15 +224,33 @@ def test_balancing_keeps_forced_groups_whole(tmp_path: Path, capsys: pytest.Capt
     lengths = [rng.randint(1, 600) for _ in range(48)]
     path = write_lines(tmp_path / "l.txt", lengths)
     result = run_json(
-        capsys, "plan", "--lengths", path, "--dp-size", "4", "--max-token-len", "2000", "--force-group-size", "3"
+        capsys,
+        "plan",
+        "--lengths",
+        path,
+        "--dp-size",
+        "4",
+        "--max-token-len",
+        "2000",
+        "--force-group-size",
+        "3",
     )
     for rank in result["ranks"]:
         indices = sorted(i for mb in rank["micro_batches"] for i in mb["indices"])
         groups = {i // 3 for i in indices}
         assert indices == sorted(3 * g + j for g in groups for j in range(3))  # whole groups
         assert len(groups) == 4  # 16 groups, 4 per rank: equal sample counts
-    code, out, _ = run(
-        capsys, "plan", "--lengths", path, "--dp-size", "4", "--max-token-len", "2000", "--force-group-size", "3"
+    _, out, _ = run(
+        capsys,
+        "plan",
+        "--lengths",
+        path,
+        "--dp-size",
+        "4",
+        "--max-token-len",
+        "2000",
+        "--force-group-size",
+        "3",
     )
     assert "Karmarkar-Karp on workload, groups of 3 rows kept whole" in out.splitlines()[1]
 
@@ -256,7 +286,11 @@ def test_help_explains_every_column(capsys: pytest.CaptureFixture[str]) -> None:
         epilog = out[out.index(f"columns of the {command} table:") :]
         for column in columns:
             assert f"  {column.header}  " in epilog.replace(column.header + " ", column.header + "  ", 1)
-        fill = "tokens / (micro-batches x cap)" if command == "plan" else "total tokens / (total micro-batches x cap)"
+        fill = (
+            "tokens / (micro-batches x cap)"
+            if command == "plan"
+            else "total tokens / (total micro-batches x cap)"
+        )
         for words in ("L2 lower bound", fill, "verl 0.9.1"):
             assert words in " ".join(epilog.split())
 
@@ -281,7 +315,9 @@ def test_singular_and_plural(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 def test_sweep_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     png = tmp_path / "sweep.png"
-    code, out, err = run(capsys, "sweep", "--plot", str(png), "--dp-size", "2", "--batch-size", "64", "--compare-verl")
+    code, _, err = run(
+        capsys, "sweep", "--plot", str(png), "--dp-size", "2", "--batch-size", "64", "--compare-verl"
+    )
     if importlib.util.find_spec("matplotlib") is None:
         assert code == 2 and "seqlen-balancing[plot]" in err and not png.exists()
         return
