@@ -93,22 +93,39 @@ def _kind(value: Any) -> str:
     return f"{type(value).__name__} {short(text, 40, False)}"
 
 
-def _ids_lengths(encoded: Any) -> list[int]:
-    ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
-    return [len(row) for row in ids]
+def _encoder(tokenizer: Any) -> Callable[[list[str], bool], list[int]]:
+    """Token counts of a batch of texts, with or without the tokenizer's special tokens."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and hasattr(backend, "encode_batch"):
+        # The Rust tokenizer directly: no Python lists of ids (twice as fast on long rows).
+        # Truncation or padding saved in tokenizer.json would change the count: off, as
+        # transformers turns them off for a plain tokenizer(texts) call.
+        backend.no_truncation()
+        backend.no_padding()
+
+        def fast(texts: list[str], special: bool) -> list[int]:
+            return [len(encoding) for encoding in backend.encode_batch(texts, add_special_tokens=special)]
+
+        return fast
+
+    def slow(texts: list[str], special: bool) -> list[int]:
+        return [len(ids) for ids in tokenizer(texts, add_special_tokens=special)["input_ids"]]
+
+    return slow
 
 
 def _counter(tokenizer: Any, kind: str) -> Callable[[list[Any]], list[int]]:
     """A function from a batch of field values to token counts."""
+    encode = _encoder(tokenizer)
 
     def text_counts(texts: list[str]) -> list[int]:
-        return _ids_lengths(tokenizer(texts))
+        return encode(texts, True)
 
     def chat_counts(conversations: list[list[dict[str, Any]]], generation: bool) -> list[int]:
         rendered = tokenizer.apply_chat_template(
             conversations, tokenize=False, add_generation_prompt=generation
         )
-        return _ids_lengths(tokenizer(rendered, add_special_tokens=False))
+        return encode(rendered, False)
 
     if kind == "text":
         return text_counts

@@ -1,0 +1,117 @@
+"""Tokens counted per second by ``seqlen-balancing plan --tokenizer`` on a Parquet file of chat
+conversations. Prints a table.
+
+Run: ``python benchmarks/bench_tokenize.py`` (needs the extras: ``pip install -e '.[data,tokenize]'``;
+about a minute). ``--rows N`` changes the file size (default 100,000).
+
+Nothing is downloaded: the script writes, in a temporary directory (or ``--workdir``),
+
+* a Parquet file of ``N`` synthetic conversations (``messages``: 2-8 turns of user /
+  assistant text, 5-400 words per turn, drawn with a fixed seed from a 5,000-word vocabulary);
+* a byte-level BPE tokenizer (vocabulary 16,000) trained with the ``tokenizers`` library on
+  2,000 of those conversations, saved as a Hugging Face tokenizer directory with a ChatML
+  chat template (``<|im_start|>role ... <|im_end|>``, the layout Qwen models use).
+
+It then times the command line on that file (``--messages-field messages``: every row
+rendered with the chat template and encoded), in a fresh process, and the counting step
+alone in-process (:func:`seqlen_balancing.cli.tokens.count_dataset`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def conversations(n: int, seed: int = 0) -> list[list[dict[str, str]]]:
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 10))) for _ in range(5000)]
+    out = []
+    for _ in range(n):
+        turns = []
+        for t in range(rng.choice([2, 2, 4, 4, 6, 8])):
+            words = rng.choices(vocab, k=rng.randint(5, 400))
+            turns.append({"role": "user" if t % 2 == 0 else "assistant", "content": " ".join(words) + "."})
+        out.append(turns)
+    return out
+
+
+def build(workdir: Path, rows: int) -> tuple[Path, Path]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    data = conversations(rows)
+    parquet = workdir / "conversations.parquet"
+    pq.write_table(pa.table({"messages": data}), parquet)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    specials = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+    trainer = trainers.BpeTrainer(vocab_size=16000, special_tokens=specials)
+    tokenizer.train_from_iterator((m["content"] for c in data[:2000] for m in c), trainer)
+    directory = workdir / "tokenizer"
+    directory.mkdir(exist_ok=True)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHATML, "eos_token": specials[1]}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return parquet, directory
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000, help="conversations in the file")
+    parser.add_argument("--workdir", type=Path, help="where to write the files (default: a temp dir)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        parquet, directory = build(workdir, args.rows)
+        print(f"built {args.rows:,} conversations and a BPE tokenizer in {time.perf_counter() - start:.1f} s")
+        lengths_file = workdir / "lengths.txt"
+        command = [
+            sys.executable, "-m", "seqlen_balancing", "plan", "--lengths", str(parquet),
+            "--tokenizer", str(directory), "--messages-field", "messages", "--dp-size", "1",
+            "--batch-size", "256", "--max-token-len", "65536", "--truncate",
+            "--save-lengths", str(lengths_file),
+        ]  # fmt: skip
+        start = time.perf_counter()
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        cli_seconds = time.perf_counter() - start
+        lengths = [int(x) for x in lengths_file.read_text().split()]
+
+        from seqlen_balancing.cli.arguments import build_parser
+        from seqlen_balancing.cli.tokens import count_dataset
+
+        parsed = build_parser().parse_args(command[command.index("plan") :])
+        start = time.perf_counter()
+        counted, _ = count_dataset(parsed)
+        count_seconds = time.perf_counter() - start
+        assert counted == lengths  # the two runs must agree
+        tokens = sum(lengths)
+        print()
+        print(f"{'what':<34}{'rows':>10}{'tokens':>14}{'seconds':>10}{'rows/s':>10}{'tokens/s':>13}")
+        timings = (("count_dataset (in-process)", count_seconds), ("CLI plan, whole command", cli_seconds))
+        for what, seconds in timings:
+            print(
+                f"{what:<34}{len(lengths):>10,}{tokens:>14,}{seconds:>10.1f}"
+                f"{len(lengths) / seconds:>10,.0f}{tokens / seconds:>13,.0f}"
+            )
+        print(f"\nmean {tokens / len(lengths):,.0f} tokens per conversation, longest {max(lengths):,}")
+
+
+if __name__ == "__main__":
+    main()
