@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -174,7 +175,14 @@ def columns_help(command: str) -> str:
     columns: Sequence[Column[Any]] = PLAN_COLUMNS if command == "plan" else SWEEP_COLUMNS
     width = max(len(c.header) for c in columns)
     lines = [f"columns of the {command} table:"]
-    lines += [f"  {c.header.ljust(width)}  {c.help}" for c in columns]
+    for c in columns:
+        lines += textwrap.wrap(
+            c.help,
+            96,
+            break_on_hyphens=False,
+            initial_indent=f"  {c.header.ljust(width)}  ",
+            subsequent_indent=" " * (width + 4),
+        )
     lines.append("exit codes: 0 planned; 1 the step cannot be planned under the cap; 2 bad usage or input")
     return "\n".join(lines)
 
