@@ -82,7 +82,7 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
             hint = (
                 f"a --dp-size that divides {n} ({', '.join(map(str, divisors))})"
                 if divisors
-                else (f"--dp-size 1 ({n} is prime)")
+                else "--dp-size 1"
             )
             raise CliError(
                 f"{loaded.name} holds {plural(n, 'row')}, not divisible by --dp-size {dp} "
