@@ -79,6 +79,8 @@ def save_sweep_plot(figure_class: Callable[..., Any], results: Sequence[StepResu
     if verl:
         ax.plot(*zip(*verl, strict=True), "s--", color="tab:orange", label="verl 0.9.1 per rank (max)")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(caps, [str(c) for c in caps])
+    ax.minorticks_off()
     ax.set_xlabel("cap: tokens per micro-batch")
     ax.set_ylabel("micro-batches per rank")
     ax.set_ylim(bottom=0)
@@ -88,6 +90,6 @@ def save_sweep_plot(figure_class: Callable[..., Any], results: Sequence[StepResu
     fill.set_ylim(0, 105)
     handles, labels = ax.get_legend_handles_labels()
     more, more_labels = fill.get_legend_handles_labels()
-    ax.legend(handles + more, labels + more_labels, loc="upper right")
+    ax.legend(handles + more, labels + more_labels, loc="center right")
     ax.set_title("micro-batches per rank and mean fill against the cap")
     _save(fig, path)
