@@ -20,7 +20,9 @@ import pytest
 from seqlen_balancing.cli import main
 
 CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'bad' %}{{ raise_exception('role bad is refused') }}{% endif %}"
+    "<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
     "{% if add_generation_prompt %}<|assistant|> {% endif %}"
 )
 WORDS = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"] + [
@@ -320,6 +322,36 @@ def test_tokenizer_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFix
              "--messages-field", "m", "--dp-size", "1")
     )  # fmt: skip
     assert f"{path}, line 1, field 'm': expected a non-empty list of chat messages" in err
+    # a row the chat template refuses is named, in a batch of good rows
+    good = {"role": "user", "content": "w1"}
+    path.write_text(
+        "".join(
+            json.dumps({"m": [good, {"role": r, "content": "w2"}]}) + "\n" for r in ("user", "bad", "user")
+        )
+    )
+    err = one_line_error(
+        *run(capsys, "plan", "--lengths", str(path), "--tokenizer", str(tmp_path / "t2"),
+             "--messages-field", "m", "--dp-size", "1")
+    )  # fmt: skip
+    assert f"{path}, line 2, field 'm': cannot render or encode: role bad is refused" in err
+    # prompts as text need no chat template; prompts as messages do
+    path.write_text(json.dumps({"p": "w1 w2"}) + "\n" + json.dumps({"p": [good]}) + "\n")
+    argv = [
+        "plan",
+        "--lengths",
+        str(path),
+        "--tokenizer",
+        str(plain),
+        "--prompt-field",
+        "p",
+        "--dp-size",
+        "1",
+    ]
+    err = one_line_error(*run(capsys, *argv))
+    assert "the tokenizer has no chat template" in err
+    path.write_text(json.dumps({"p": "w1 w2"}) + "\n")
+    assert run(capsys, *argv, "--response-tokens", "4", "--save-lengths", str(saved))[0] == 0
+    assert saved.read_text() == "6\n"
 
 
 @pytest.mark.extras

@@ -122,6 +122,11 @@ def _counter(tokenizer: Any, kind: str) -> Callable[[list[Any]], list[int]]:
         return encode(texts, True)
 
     def chat_counts(conversations: list[list[dict[str, Any]]], generation: bool) -> list[int]:
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise CliError(
+                "the tokenizer has no chat template (tokenizer_config.json or chat_template.jinja) "
+                "to render chat messages; use --text-field for plain text"
+            )
         rendered = tokenizer.apply_chat_template(
             conversations, tokenize=False, add_generation_prompt=generation
         )
@@ -171,10 +176,10 @@ def count_dataset(args: argparse.Namespace) -> tuple[list[int], str]:
         if getattr(args, f"{k}_field")
     )
     tokenizer = load_tokenizer(args.tokenizer)
-    if kind != "text" and getattr(tokenizer, "chat_template", None) is None:
+    if kind == "messages" and getattr(tokenizer, "chat_template", None) is None:
         raise CliError(
             f"tokenizer {args.tokenizer!r} has no chat template (tokenizer_config.json or "
-            f"chat_template.jinja) to render --{kind}-field; use --text-field for plain text"
+            "chat_template.jinja) to render --messages-field; use --text-field for plain text"
         )
     total, batches = records(args.lengths, field)
     count = _counter(tokenizer, kind)
@@ -185,7 +190,9 @@ def count_dataset(args: argparse.Namespace) -> tuple[list[int], str]:
             values = [_checked(kind, where, value) for where, value in batch]
             try:
                 counts = count(values)
-            except Exception:
+            except CliError:
+                raise
+            except Exception:  # a row the template or tokenizer refuses: find it
                 counts = []
                 for (where, _), value in zip(batch, values, strict=True):
                     try:
