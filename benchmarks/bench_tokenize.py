@@ -12,9 +12,11 @@ Nothing is downloaded: the script writes, in a temporary directory (or ``--workd
   2,000 of those conversations, saved as a Hugging Face tokenizer directory with a ChatML
   chat template (``<|im_start|>role ... <|im_end|>``, the layout Qwen models use).
 
-It then times the command line on that file (``--messages-field messages``: every row
-rendered with the chat template and encoded), in a fresh process, and the counting step
-alone in-process (:func:`seqlen_balancing.cli.tokens.count_dataset`).
+It then times the command line on that file, in a fresh process: every row rendered with
+the chat template and encoded (``--messages-field messages``), the whole file dealt to 8
+DP ranks and planned at 16,384 tokens (``--truncate`` clips the few longer rows).
+``--in-process`` also times the counting step alone
+(:func:`seqlen_balancing.cli.tokens.count_dataset`).
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000, help="conversations in the file")
     parser.add_argument("--workdir", type=Path, help="where to write the files (default: a temp dir)")
+    parser.add_argument(
+        "--in-process", action="store_true", help="also time count_dataset alone, in this process"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or Path(tmp)
@@ -84,32 +89,35 @@ def main() -> None:
         lengths_file = workdir / "lengths.txt"
         command = [
             sys.executable, "-m", "seqlen_balancing", "plan", "--lengths", str(parquet),
-            "--tokenizer", str(directory), "--messages-field", "messages", "--dp-size", "1",
-            "--batch-size", "256", "--max-token-len", "65536", "--truncate",
-            "--save-lengths", str(lengths_file),
+            "--tokenizer", str(directory), "--messages-field", "messages", "--dp-size", "8",
+            "--max-token-len", "16384", "--truncate", "--save-lengths", str(lengths_file),
         ]  # fmt: skip
+        print("$ seqlen-balancing " + " ".join(command[3:]).replace(str(workdir), "DIR"))
+        header = f"{'what':<34}{'rows':>10}{'tokens':>14}{'seconds':>10}{'rows/s':>10}{'tokens/s':>13}"
+        print("\n" + header, flush=True)
         start = time.perf_counter()
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-        cli_seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start
         lengths = [int(x) for x in lengths_file.read_text().split()]
-
-        from seqlen_balancing.cli.arguments import build_parser
-        from seqlen_balancing.cli.tokens import count_dataset
-
-        parsed = build_parser().parse_args(command[command.index("plan") :])
-        start = time.perf_counter()
-        counted, _ = count_dataset(parsed)
-        count_seconds = time.perf_counter() - start
-        assert counted == lengths  # the two runs must agree
         tokens = sum(lengths)
-        print()
-        print(f"{'what':<34}{'rows':>10}{'tokens':>14}{'seconds':>10}{'rows/s':>10}{'tokens/s':>13}")
-        timings = (("count_dataset (in-process)", count_seconds), ("CLI plan, whole command", cli_seconds))
-        for what, seconds in timings:
+
+        def row(what: str, seconds: float) -> None:
             print(
                 f"{what:<34}{len(lengths):>10,}{tokens:>14,}{seconds:>10.1f}"
-                f"{len(lengths) / seconds:>10,.0f}{tokens / seconds:>13,.0f}"
+                f"{len(lengths) / seconds:>10,.0f}{tokens / seconds:>13,.0f}",
+                flush=True,
             )
+
+        row("CLI plan, whole command", seconds)
+        if args.in_process:
+            from seqlen_balancing.cli.arguments import build_parser
+            from seqlen_balancing.cli.tokens import count_dataset
+
+            parsed = build_parser().parse_args(command[command.index("plan") :])
+            start = time.perf_counter()
+            counted, _ = count_dataset(parsed)
+            row("count_dataset (in-process)", time.perf_counter() - start)
+            assert counted == lengths  # the two runs must agree
         print(f"\nmean {tokens / len(lengths):,.0f} tokens per conversation, longest {max(lengths):,}")
 
 
