@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,12 @@ def build(workdir: Path, rows: int) -> tuple[Path, Path]:
     return parquet, directory
 
 
+def _children_cpu() -> float:
+    """CPU seconds (user + system, all threads) of finished child processes."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000, help="conversations in the file")
@@ -93,30 +100,33 @@ def main() -> None:
             "--max-token-len", "16384", "--truncate", "--save-lengths", str(lengths_file),
         ]  # fmt: skip
         print("$ seqlen-balancing " + " ".join(command[3:]).replace(str(workdir), "DIR"))
-        header = f"{'what':<34}{'rows':>10}{'tokens':>14}{'seconds':>10}{'rows/s':>10}{'tokens/s':>13}"
+        header = (
+            f"{'what':<28}{'rows':>9}{'tokens':>12}{'wall s':>8}{'rows/s':>8}{'tokens/s':>11}"
+            f"{'CPU s':>8}{'tokens/CPU s':>14}"
+        )
         print("\n" + header, flush=True)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _children_cpu()
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, _children_cpu() - cpu
         lengths = [int(x) for x in lengths_file.read_text().split()]
         tokens = sum(lengths)
 
-        def row(what: str, seconds: float) -> None:
+        def row(what: str, seconds: float, cpu: float) -> None:
             print(
-                f"{what:<34}{len(lengths):>10,}{tokens:>14,}{seconds:>10.1f}"
-                f"{len(lengths) / seconds:>10,.0f}{tokens / seconds:>13,.0f}",
+                f"{what:<28}{len(lengths):>9,}{tokens:>12,}{seconds:>8.1f}"
+                f"{len(lengths) / seconds:>8,.0f}{tokens / seconds:>11,.0f}{cpu:>8.1f}{tokens / cpu:>14,.0f}",
                 flush=True,
             )
 
-        row("CLI plan, whole command", seconds)
+        row("CLI plan, whole command", seconds, cpu)
         if args.in_process:
             from seqlen_balancing.cli.arguments import build_parser
             from seqlen_balancing.cli.tokens import count_dataset
 
             parsed = build_parser().parse_args(command[command.index("plan") :])
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             counted, _ = count_dataset(parsed)
-            row("count_dataset (in-process)", time.perf_counter() - start)
+            row("count_dataset (in-process)", time.perf_counter() - start, time.process_time() - cpu)
             assert counted == lengths  # the two runs must agree
         print(f"\nmean {tokens / len(lengths):,.0f} tokens per conversation, longest {max(lengths):,}")
 
