@@ -274,8 +274,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
 
     Raises:
         CliError: (exit 1) a sample is over the cap without ``--truncate``, or the library
-            cannot plan the step (its message, naming the rank at fault); (exit 2) groups
-            that the ranks cannot share when balancing.
+            cannot plan the step (its message, naming the rank at fault).
     """
     drawn = [step.lengths[p] for p in step.positions]
     if not args.truncate:
