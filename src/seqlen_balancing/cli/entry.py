@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.code
+    except KeyboardInterrupt:  # Ctrl-C during a long count: no traceback
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader (e.g. `| head`) left early: not an error of ours, and no traceback.
         devnull = os.open(os.devnull, os.O_WRONLY)
