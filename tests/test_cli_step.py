@@ -324,3 +324,13 @@ def test_sweep_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot written to {png}" in err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("seqlen_balancing.cli.inputs.load_lengths", interrupted)
+    assert run(capsys, "plan") == (130, "", "seqlen-balancing: interrupted\n")
