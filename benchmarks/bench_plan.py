@@ -48,6 +48,7 @@ from seqlen_balancing import (
 from seqlen_balancing.data import load_champ_lengths
 from seqlen_balancing.partition import karmarkar_karp, workload
 from seqlen_balancing.planner import spread
+from seqlen_balancing.verl_rule import verl_counts
 
 
 def draw(n: int, scale: int, cap: int, seed: int, replace: bool = False) -> list[int]:
@@ -69,13 +70,7 @@ def bimodal(n: int, seed: int) -> list[int]:
 
 def retry_count(lengths: Sequence[int], cap: int) -> int:
     """verl 0.9.1's strict-cap rule: KK from ceil(total/cap) upwards until every part fits."""
-    work = [workload(s) for s in lengths]
-    k = max(1, -(-sum(lengths) // cap))
-    while True:
-        parts = karmarkar_karp(work, k, equal_size=False)
-        if max(sum(lengths[i] for i in p) for p in parts) <= cap:
-            return k
-        k += 1
+    return verl_counts([lengths], cap, max_tries=1 << 30).counts[0]  # seqlen_balancing.verl_rule
 
 
 def timed(fn: Callable[[], object], repeat: int) -> float:

@@ -24,6 +24,7 @@ from seqlen_balancing.agreement import plan_data_parallel
 from seqlen_balancing.cli import main
 from seqlen_balancing.data import load_champ_lengths
 from seqlen_balancing.packing import l2_lower_bound
+from seqlen_balancing.partition import get_seqlen_balanced_partitions
 
 CHAMP = load_champ_lengths()
 PLOT_HINT = "pip install 'seqlen-balancing[plot]'"
@@ -49,10 +50,42 @@ def write_lines(path: Path, values: list[Any]) -> str:
     return str(path)
 
 
+def verl_balanced(lengths: list[int], dp: int, group: int = 1) -> list[int]:
+    """Model of verl 0.9.1's ``_balance_batch`` (trainer.balance_batch): the new row order.
+
+    Karmarkar-Karp on workloads ``24576*s + s**2`` into ``dp`` parts of equal size; each part
+    sorted by workload and laid out ``part[::2] + part[1::2][::-1]``. With groups of
+    ``group`` rows: the groups are balanced (equal group counts), rows kept in order.
+    """
+    loads = [24576 * s + s * s for s in lengths]
+    if group == 1:
+        order: list[int] = []
+        for part in get_seqlen_balanced_partitions(loads, dp, equal_size=True):
+            part = sorted(part, key=lambda i: (loads[i], i))
+            order += part[::2] + part[1::2][::-1]
+        return order
+    group_loads = [sum(loads[g : g + group]) for g in range(0, len(loads), group)]
+    parts = get_seqlen_balanced_partitions(group_loads, dp, equal_size=True)
+    return [g * group + j for part in parts for g in part for j in range(group)]
+
+
+def dispatched(result: dict[str, Any], lengths: list[int], positions: list[int]) -> list[int]:
+    """The step's positions in rank order: balanced as verl's trainer does when it is on."""
+    if not result["balance_batch"] or result["dp_size"] == 1:
+        return positions
+    cap = result["cap"]
+    clipped = [min(lengths[p], cap) for p in positions]
+    order = verl_balanced(clipped, result["dp_size"], result["force_group_size"])
+    return [positions[i] for i in order]
+
+
 def check_plan(result: dict[str, Any], lengths: list[int], positions: list[int]) -> None:
-    """Strict cap, exact cover of each rank's drawn positions, and every derived figure."""
-    cap = result["max_token_len"]
+    """Strict cap, exact cover of each rank's positions (after verl's balancing when it is
+    on), and every derived figure."""
+    cap = result["cap"]
+    assert cap == result["max_token_len"] * result["sp_size"]
     batch = result["batch_size"]
+    positions = dispatched(result, lengths, positions)
     assert len(result["ranks"]) == result["dp_size"]
     total_tokens = 0
     for r, rank in enumerate(result["ranks"]):
@@ -61,6 +94,7 @@ def check_plan(result: dict[str, Any], lengths: list[int], positions: list[int])
         got = [i for mb in rank["micro_batches"] for i in mb["indices"]]
         assert Counter(got) == Counter(drawn)  # exact cover, positions in the input list
         assert rank["samples"] == batch
+        assert rank["count"] == len(rank["micro_batches"])
         rank_lengths = [lengths[i] for i in drawn]
         assert rank["tokens"] == sum(rank_lengths)
         assert rank["l2_lower_bound"] == l2_lower_bound(rank_lengths, cap)
@@ -103,6 +137,8 @@ def test_default_plan_json_is_the_documented_draw_of_champ(
     counts = {len(rank["micro_batches"]) for rank in result["ranks"]}
     assert counts == {result["agreed_count"]}
     # the agreed count is the library's: plan_data_parallel on the same per-rank lengths
+    assert result["balance_batch"] is True  # verl's trainer default
+    positions = dispatched(result, CHAMP, positions)
     per_rank = [[CHAMP[p] for p in positions[r * 256 : (r + 1) * 256]] for r in range(8)]
     library = plan_data_parallel(per_rank, 16384)
     assert [len(p) for p in library] == [result["agreed_count"]] * 8
@@ -120,11 +156,13 @@ def test_default_plan_table_agrees_with_json(capsys: pytest.CaptureFixture[str])
     assert "8 DP ranks x 256 samples" in lines[0]
     assert "seed 0" in lines[0]
     assert "max_token_len 16384" in lines[0]
-    assert lines[1].split() == [
+    assert "19440 lengths" in lines[0]
+    assert lines[1].startswith("step: balanced across DP ranks as verl's trainer.balance_batch")
+    assert lines[2].split() == [
         "rank", "samples", "tokens", "micro-batches", "L2", "bound", "largest", "mb", "fill",
         "workload", "spread",
     ]  # fmt: skip
-    rows = [line.split() for line in lines[2:-1]]
+    rows = [line.split() for line in lines[3:-1]]
     assert len(rows) == 8
     for row, rank in zip(rows, result["ranks"], strict=True):
         assert row[:6] == [
@@ -178,7 +216,7 @@ def test_agreement_on_gives_equal_counts_off_may_differ(
 ) -> None:
     path = write_lines(tmp_path / "two_ranks.txt", [90, 90, 90, 90, 10, 10, 10, 10])
     base = ["plan", "--lengths", path, "--dp-size", "2", "--batch-size", "4", "--in-order",
-            "--max-token-len", "100"]  # fmt: skip
+            "--max-token-len", "100", "--no-balance-batch"]  # fmt: skip
     on = run_json(capsys, *base)
     off = run_json(capsys, *base, "--no-same-micro-num-in-dp")
     assert on["sampling"] == off["sampling"] == "in_order"
@@ -236,10 +274,17 @@ def test_in_order_uses_the_first_lengths(tmp_path: Path, capsys: pytest.CaptureF
     lengths = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     path = write_lines(tmp_path / "l.txt", lengths)
     result = run_json(
-        capsys, "plan", "--lengths", path, "--dp-size", "2", "--batch-size", "3", "--in-order"
-    )
+        capsys, "plan", "--lengths", path, "--dp-size", "2", "--batch-size", "3", "--in-order",
+        "--no-balance-batch",
+    )  # fmt: skip
     check_plan(result, lengths, [0, 1, 2, 3, 4, 5])
     assert [r["tokens"] for r in result["ranks"]] == [18, 27]
+    balanced = run_json(
+        capsys, "plan", "--lengths", path, "--dp-size", "2", "--batch-size", "3", "--in-order"
+    )
+    check_plan(balanced, lengths, [0, 1, 2, 3, 4, 5])
+    # workloads of 5..10: KK puts 10 and 5 with the median, 9+8+... on the other side
+    assert sorted(r["tokens"] for r in balanced["ranks"]) == [22, 23]
 
 
 # --------------------------------------------------------------------------- input formats
@@ -290,7 +335,7 @@ def test_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[st
     monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f" {n} \n" for n in lengths)))
     result = run_json(
         capsys, "plan", "--lengths", "-", "--dp-size", "3", "--batch-size", "2",
-        "--max-token-len", "1000", "--in-order",
+        "--max-token-len", "1000", "--in-order", "--no-balance-batch",
     )  # fmt: skip
     assert result["source"] == "-"
     check_plan(result, lengths, list(range(6)))
@@ -316,7 +361,7 @@ def test_truncate_clips_to_the_cap(tmp_path: Path, capsys: pytest.CaptureFixture
     lengths = [250, 50, 100, 30, 101, 7]
     path = write_lines(tmp_path / "l.txt", lengths)
     base = ["plan", "--lengths", path, "--dp-size", "2", "--batch-size", "3", "--in-order",
-            "--max-token-len", "100"]  # fmt: skip
+            "--max-token-len", "100", "--no-balance-batch"]  # fmt: skip
     code, _, err = run(capsys, *base)
     assert code == 1
     assert "--truncate" in err
@@ -544,8 +589,9 @@ def test_sweep_table(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "sweep", "--max-token-len", "8192,16384,32768")
     assert (code, err) == (0, "")
     lines = out.splitlines()
-    assert lines[1].split()[:3] == ["max_token_len", "count/rank", "total"]
-    rows = [line.split() for line in lines[2:]]
+    assert lines[1].startswith("step: balanced")
+    assert lines[2].split()[:3] == ["max_token_len", "count/rank", "total"]
+    rows = [line.split() for line in lines[3:]]
     assert [row[0] for row in rows] == ["8192", "16384", "32768"]
     assert all(row[-1] == "ms" for row in rows)
 
@@ -567,9 +613,9 @@ def test_sweep_marks_infeasible_caps_and_goes_on(
     code, out, err = run(capsys, *base, "--max-token-len", "1000,100,200")
     assert code == 0 and err == ""
     assert "max_token_len 100: 2 of the 4 drawn samples exceed max_token_len=100" in out
-    assert "max_token_len 200: 1 of the 4 drawn samples exceed max_token_len=200" in out
+    assert "max_token_len 200: 1 of the 4 drawn samples exceeds max_token_len=200" in out
     result = run_json(capsys, *base, "--max-token-len", "1000,100,200")
-    assert [sorted(r) == ["error", "max_token_len"] for r in result["rows"]] == [True, True, False]
+    assert [sorted(r) == ["cap", "error", "max_token_len"] for r in result["rows"]] == [True, True, False]
     assert result["rows"][2]["total_micro_batches"] == 2
     code, out, err = run(capsys, *base, "--max-token-len", "100,200")
     assert_one_line_error(code, out, err, 1)

@@ -1,0 +1,63 @@
+"""Command-line planner: ``seqlen-balancing plan`` and ``seqlen-balancing sweep``.
+
+Both commands simulate one training step of a data-parallel (DP) group as verl 0.9.1's
+trainer runs it and plan every rank's micro-batches with this library's planner and DP
+agreement. ``plan`` shows one cap in detail; ``sweep`` repeats the step for several caps
+(comma-separated ``--max-token-len``, sorted ascending, duplicates dropped) so you can see
+where a larger token budget stops saving micro-batches. Nothing here imports torch.
+
+The package, one job per module:
+
+* :mod:`~seqlen_balancing.cli.arguments`: the parser and option checks;
+* :mod:`~seqlen_balancing.cli.inputs`: lengths files, JSON (Lines), Parquet;
+  :mod:`~seqlen_balancing.cli.tokens`: counting tokens with a local tokenizer;
+* :mod:`~seqlen_balancing.cli.step`: the step's rows, verl's balancing and dispatch, planning;
+* :mod:`~seqlen_balancing.cli.report`: tables and JSON; :mod:`~seqlen_balancing.cli.plot`: charts;
+* :mod:`~seqlen_balancing.cli.entry`: :func:`main`, the console script.
+
+The step: the bundled CHAMP lengths (19,440 conversations, Qwen3 tokenizer) give
+``dp_size * batch_size`` rows drawn with ``random.Random(seed).sample`` (with ``.choices``
+when the data is too short; ``--in-order``: the first ones). ``--lengths FILE`` without
+``--batch-size`` uses every row once, in file order (``--dp-size`` must divide the row
+count); with ``--batch-size`` it is drawn like the bundled data (too short is an error).
+``--scale X`` multiplies every length by ``X`` and rounds (halves up); ``--truncate`` clips
+each length to the cap instead of failing. Then, unless ``--no-balance-batch``, the rows
+are reordered as verl's ``trainer.balance_batch`` does, and rank ``r`` gets the ``r``-th of
+``dp_size`` equal contiguous chunks (verl's dispatch). The cap is ``max_token_len * sp_size``.
+
+Exit codes: 0 success; 1 the step cannot be planned (a sample longer than the cap, or a
+planning error from the library, e.g. too few samples for the agreed count); 2 bad usage or
+bad input (unreadable or malformed file, naming the row and field; a missing optional
+dependency, naming the extra to install). Errors are one line on stderr.
+
+JSON output (``--json``, one object on stdout; keys are stable). Fills are fractions in
+[0, 1]; the tables print them as percentages.
+
+``plan --json``:
+
+* ``source``: ``"champ"``, the ``--lengths`` path or ``"-"``; ``n_lengths``: rows in the
+  input; ``sampling``: ``"without_replacement"``, ``"with_replacement"``, ``"in_order"`` or
+  ``"whole_file"``; ``seed``, ``scale``; ``counted``: how ``--tokenizer`` counted (or null).
+* ``max_token_len`` (per GPU), ``cap`` (``max_token_len * sp_size``), ``dp_size``,
+  ``batch_size`` (per rank), ``sp_size``, ``balance_batch``, ``same_micro_num_in_dp``,
+  ``force_group_size``, ``num_batches_divided_by`` and ``min_num_micro_batch`` (null when
+  not given), ``dynamic_bsz_balance``; ``truncated``: rows ``--truncate`` clipped.
+* ``ranks``: per DP rank: ``rank``, ``samples``, ``tokens``, ``count`` (micro-batches),
+  ``verl_count`` (with ``--compare-verl``), ``l2_lower_bound``, ``largest_micro_batch``,
+  ``fill``, ``workload_spread``, ``micro_batches`` in run order, each ``{"indices",
+  "tokens"}`` with positions in the input list (0-based; repeats possible with replacement).
+* ``agreed_count`` (null when ranks differ), ``total_micro_batches``, ``mean_fill``,
+  ``largest_micro_batch``, ``l2_lower_bound_total``; with ``--compare-verl``, ``verl``:
+  ``counts``, ``total_micro_batches``, ``saved_micro_batches``, ``saved_percent``,
+  ``count_above`` (the search stopped: verl's count is above this) and ``error``.
+
+``sweep --json``: the same settings, plus ``rows``, one per cap: ``max_token_len``, ``cap``,
+``agreed_count``, ``micro_batches_per_rank``, ``total_micro_batches``,
+``l2_lower_bound_total``, ``mean_fill``, ``largest_micro_batch``, ``truncated``, ``seconds``
+and ``verl`` (with ``--compare-verl``); an infeasible cap is ``{max_token_len, cap, error}``.
+``plan --json`` holds no timing, so its output is reproducible byte for byte.
+"""
+
+from seqlen_balancing.cli.entry import main
+
+__all__ = ["main"]

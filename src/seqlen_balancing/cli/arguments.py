@@ -1,0 +1,303 @@
+"""The ``seqlen-balancing`` argument parser: subcommands, options and their checks."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import NoReturn
+
+from seqlen_balancing.cli._text import PROG, CliError, int_text, short
+from seqlen_balancing.cli.report import columns_help
+from seqlen_balancing.verl_rule import DEFAULT_MAX_TRIES
+
+__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_CAP", "DEFAULT_DP_SIZE", "DEFAULT_SWEEP_CAPS", "build_parser"]
+
+DEFAULT_DP_SIZE = 8
+DEFAULT_BATCH_SIZE = 256  # per rank, for the bundled data
+DEFAULT_CAP = 16384
+DEFAULT_SWEEP_CAPS = (8192, 16384, 32768, 65536)
+PLOT_HINT = "pip install 'seqlen-balancing[plot]'"
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors become a one-line :class:`CliError` (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{message} (see '{self.prog} --help')", 2)
+
+
+def _positive_int(text: str) -> int:
+    number = int_text(text)
+    if number is None or number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {short(text)}")
+    return number
+
+
+def _non_negative_int(text: str) -> int:
+    number = int_text(text)
+    if number is None or number < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {short(text)}")
+    return number
+
+
+def _cap_list(text: str) -> list[int]:
+    caps: set[int] = set()
+    for part in text.split(","):
+        number = int_text(part)
+        if number is None or number < 1:
+            raise argparse.ArgumentTypeError(
+                f"must be positive integers separated by commas, got {short(text)}"
+            )
+        caps.add(number)
+    return sorted(caps)
+
+
+def _single_cap(text: str) -> int:
+    if "," in text:
+        raise argparse.ArgumentTypeError(
+            f"plan takes one cap, got {text!r}; use 'seqlen-balancing sweep' to compare caps"
+        )
+    return _positive_int(text)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def _add_input(parser: argparse.ArgumentParser) -> None:
+    data = parser.add_argument_group(
+        "input (default: the bundled CHAMP lengths, 256 samples per rank drawn at random)"
+    )
+    data.add_argument(
+        "--lengths",
+        metavar="FILE",
+        help="a file of lengths or a dataset: one integer per line, a JSON list, JSON Lines, "
+        "or Parquet (extra 'data': pip install 'seqlen-balancing[data]'); '-' reads stdin. "
+        "Without --batch-size every row is used once, in file order, dealt to the DP ranks "
+        "in equal contiguous chunks as verl's dispatch does",
+    )
+    data.add_argument(
+        "--field", metavar="NAME", help="JSON Lines key or Parquet column holding each length (tokens)"
+    )
+    data.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="count tokens with a local Hugging Face tokenizer (a directory or a tokenizer.json; "
+        "extra 'tokenize': pip install 'seqlen-balancing[tokenize]'); never downloads, never "
+        "runs code from PATH",
+    )
+    data.add_argument(
+        "--messages-field",
+        metavar="NAME",
+        help="with --tokenizer: a chat conversation (list of {role, content}) rendered with the "
+        "tokenizer's chat template, as verl's multi-turn SFT dataset does",
+    )
+    data.add_argument("--text-field", metavar="NAME", help="with --tokenizer: plain text, encoded")
+    data.add_argument(
+        "--prompt-field",
+        metavar="NAME",
+        help="with --tokenizer: an RL prompt (chat messages, rendered with the generation prompt, "
+        "or text); add --response-tokens",
+    )
+    data.add_argument(
+        "--response-tokens",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="tokens added to each --prompt-field length, e.g. the rollout's maximum response "
+        "length (default: 0)",
+    )
+    data.add_argument(
+        "--progress",
+        action="store_true",
+        help="show a progress bar while counting tokens (default: only on a terminal)",
+    )
+    data.add_argument(
+        "--save-lengths",
+        metavar="FILE",
+        help="write the lengths read or counted (before --scale), one per line, for reuse with --lengths",
+    )
+    data.add_argument(
+        "--scale",
+        type=_positive_float,
+        default=1.0,
+        metavar="X",
+        help="multiply every length by X and round (halves up), e.g. 2 to mimic rollouts "
+        "twice as long (default: 1)",
+    )
+    data.add_argument("--seed", type=int, default=0, help="seed of the random draw (default: 0)")
+    data.add_argument(
+        "--in-order",
+        action="store_true",
+        help="with --batch-size: take the first dp-size x batch-size lengths in input order "
+        "instead of a seeded random draw",
+    )
+    data.add_argument(
+        "--truncate",
+        action="store_true",
+        help="clip lengths longer than the cap to the cap instead of failing",
+    )
+
+
+def _add_step(parser: argparse.ArgumentParser) -> None:
+    step = parser.add_argument_group("training step (verl's settings)")
+    step.add_argument(
+        "--dp-size",
+        type=_positive_int,
+        default=DEFAULT_DP_SIZE,
+        metavar="N",
+        help=f"data-parallel ranks (default: {DEFAULT_DP_SIZE})",
+    )
+    step.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        metavar="N",
+        help=f"samples per rank, drawn at random (default: {DEFAULT_BATCH_SIZE} for the bundled "
+        "data; with --lengths, the whole file)",
+    )
+    step.add_argument(
+        "--sp-size",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="Ulysses sequence-parallel size: the cap is max_token_len x N, as "
+        "prepare_micro_batches computes it (default: 1)",
+    )
+    step.add_argument(
+        "--balance-batch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="balance the step across DP ranks first, as verl's trainer does by default "
+        "(trainer.balance_batch: equal sample counts, Karmarkar-Karp on workload) (default: on)",
+    )
+    step.add_argument(
+        "--same-micro-num-in-dp",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="agree on one micro-batch count across the DP ranks (default: on)",
+    )
+    step.add_argument(
+        "--force-group-size",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="consecutive samples that must share a micro-batch (and a DP rank) (default: 1)",
+    )
+    step.add_argument(
+        "--num-batches-divided-by",
+        type=_positive_int,
+        metavar="N",
+        help="round every micro-batch count up to a multiple of N",
+    )
+    step.add_argument(
+        "--min-num-micro-batch",
+        type=_positive_int,
+        metavar="N",
+        help="at least N micro-batches per rank",
+    )
+    step.add_argument(
+        "--dynamic-bsz-balance",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="verl's micro-batch ordering, lightest at both ends (default: on)",
+    )
+
+
+def _add_output(parser: argparse.ArgumentParser, plot_help: str) -> None:
+    out = parser.add_argument_group("output")
+    out.add_argument(
+        "--compare-verl",
+        action="store_true",
+        help="also show the count verl 0.9.1's rule gives on the same step and the saving",
+    )
+    out.add_argument(
+        "--verl-max-tries",
+        type=_positive_int,
+        default=DEFAULT_MAX_TRIES,
+        metavar="N",
+        help="Karmarkar-Karp rounds verl's rule may take per cap before it is reported as "
+        f"'>K' (default: {DEFAULT_MAX_TRIES})",
+    )
+    out.add_argument("--json", action="store_true", help="write one JSON object to stdout")
+    out.add_argument("--plot", metavar="FILE.png", help=plot_help + " (extra 'plot': " + PLOT_HINT + ")")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``seqlen-balancing`` argument parser (``plan`` and ``sweep`` subcommands)."""
+    from seqlen_balancing import __version__
+
+    parser = _Parser(
+        prog=PROG,
+        description="Plan strict-cap, DP-agreed micro-batches for one training step, as verl's "
+        "trainer would run it, to choose max_token_len_per_gpu.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="{plan,sweep}")
+    formatter = argparse.RawDescriptionHelpFormatter
+    plan = commands.add_parser(
+        "plan",
+        help="plan one step and show every rank's micro-batches",
+        description="Plan one training step: one table row per DP rank, then a summary.",
+        epilog=columns_help("plan"),
+        formatter_class=formatter,
+    )
+    plan.add_argument(
+        "--max-token-len",
+        type=_single_cap,
+        default=DEFAULT_CAP,
+        metavar="TOKENS",
+        help=f"max_token_len_per_gpu: hard cap on tokens per micro-batch (default: {DEFAULT_CAP})",
+    )
+    _add_input(plan)
+    _add_step(plan)
+    _add_output(plan, "save tokens per micro-batch for each rank as a bar chart")
+    sweep = commands.add_parser(
+        "sweep",
+        help="plan the same step for several caps, one row per cap",
+        description="Plan the same training step for several caps, one table row per cap.",
+        epilog=columns_help("sweep"),
+        formatter_class=formatter,
+    )
+    sweep.add_argument(
+        "--max-token-len",
+        type=_cap_list,
+        default=list(DEFAULT_SWEEP_CAPS),
+        metavar="T1,T2,...",
+        help="caps to compare, comma-separated (default: " + ",".join(map(str, DEFAULT_SWEEP_CAPS)) + ")",
+    )
+    _add_input(sweep)
+    _add_step(sweep)
+    _add_output(sweep, "plot micro-batches per rank and mean fill against the cap")
+    return parser
+
+
+def check_combinations(args: argparse.Namespace) -> None:
+    """Options that only make sense together (CliError, exit 2, naming what to add)."""
+    token_fields = [
+        name for name in ("messages_field", "text_field", "prompt_field") if getattr(args, name) is not None
+    ]
+    flags = ["--" + name.replace("_", "-") for name in token_fields]
+    if args.lengths is None:
+        for name in ("field", "tokenizer", *token_fields, "save_lengths"):
+            if getattr(args, name) is not None:
+                raise CliError(f"--{name.replace('_', '-')} applies to --lengths FILE; pass --lengths too")
+    if len(token_fields) > 1:
+        raise CliError(f"{' and '.join(flags)} exclude each other; pass one")
+    if args.tokenizer is not None and not token_fields:
+        raise CliError(
+            "--tokenizer needs the field to count: --messages-field, --text-field or --prompt-field"
+        )
+    if token_fields and args.tokenizer is None:
+        raise CliError(
+            f"{flags[0]} counts tokens; pass --tokenizer PATH too (or --field for a column of counts)"
+        )
+    if token_fields and args.field is not None:
+        raise CliError(f"--field (a column of counts) and {flags[0]} (text to count) exclude each other")
+    if args.response_tokens and "prompt_field" not in token_fields:
+        raise CliError("--response-tokens adds to prompt lengths; pass --prompt-field NAME too")

@@ -1,0 +1,95 @@
+"""Charts (extra ``plot``, matplotlib): tokens per micro-batch (``plan --plot``) and count
+per rank and mean fill against the cap (``sweep --plot``). Uses ``matplotlib.figure.Figure``
+directly: no pyplot, no display needed."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from seqlen_balancing.cli._text import CliError, missing_extra, pct
+
+if TYPE_CHECKING:
+    from seqlen_balancing.cli.step import StepResult
+
+__all__ = ["load_figure_class", "save_plan_plot", "save_sweep_plot"]
+
+
+def load_figure_class() -> Callable[..., Any]:
+    """matplotlib's Figure class, or a CliError (exit 2) naming the ``plot`` extra."""
+    try:
+        module: Any = importlib.import_module("matplotlib.figure")
+    except ImportError:
+        raise missing_extra("--plot", "matplotlib", "plot") from None
+    figure_class: Callable[..., Any] = module.Figure
+    return figure_class
+
+
+def _save(fig: Any, path: str) -> None:
+    try:
+        fig.savefig(path)
+    except (OSError, ValueError) as exc:  # ValueError: an unknown image format
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CliError(f"cannot write plot {path!r}: {reason}") from None
+
+
+def save_plan_plot(figure_class: Callable[..., Any], result: StepResult, path: str) -> None:
+    """Bars of tokens per micro-batch, rank by rank, with the cap as a horizontal line."""
+    n_bars = result.total_micro_batches + len(result.ranks)
+    fig = figure_class(figsize=(min(max(7.0, 0.12 * n_bars), 30.0), 4.5), layout="constrained")
+    ax = fig.subplots()
+    colours = ["tab:blue", "tab:orange"]
+    x, centres = 0, []
+    for r in result.ranks:
+        xs = list(range(x, x + len(r.micro_batch_tokens)))
+        ax.bar(xs, r.micro_batch_tokens, width=0.85, color=colours[r.rank % 2])
+        centres.append((xs[0] + xs[-1]) / 2 if xs else x)
+        x += len(xs) + 1
+    cap = result.max_token_len
+    ax.axhline(cap, color="tab:red", linestyle="--")
+    ax.set_ylim(0, cap * 1.08)
+    step = max(1, len(result.ranks) // 16)
+    ax.set_xticks(centres[::step], [f"rank {r.rank}" for r in result.ranks][::step])
+    ax.set_ylabel("tokens per micro-batch")
+    ax.set_title(
+        f"{result.total_micro_batches} micro-batches on {len(result.ranks)} ranks, "
+        f"mean fill {pct(result.mean_fill)}\n(dashed line: cap = {cap} tokens)"
+    )
+    _save(fig, path)
+
+
+def save_sweep_plot(figure_class: Callable[..., Any], results: Sequence[StepResult], path: str) -> None:
+    """Micro-batches per rank (and verl's, when compared) and mean fill against the cap."""
+    fig = figure_class(figsize=(8.0, 4.5), layout="constrained")
+    ax = fig.subplots()
+    caps = [r.max_token_len for r in results]
+    ax.plot(
+        caps, [max(r.counts) for r in results], "o-", color="tab:blue", label="micro-batches per rank (max)"
+    )
+    if any(min(r.counts) != max(r.counts) for r in results):
+        ax.plot(
+            caps,
+            [min(r.counts) for r in results],
+            "o:",
+            color="tab:blue",
+            label="micro-batches per rank (min)",
+        )
+    verl = [(r.max_token_len, max(r.verl.counts)) for r in results if r.verl and r.verl.counts]
+    if verl:
+        ax.plot(*zip(*verl, strict=True), "s--", color="tab:orange", label="verl 0.9.1 per rank (max)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(caps, [str(c) for c in caps])
+    ax.minorticks_off()
+    ax.set_xlabel("cap: tokens per micro-batch")
+    ax.set_ylabel("micro-batches per rank")
+    ax.set_ylim(bottom=0)
+    fill = ax.twinx()
+    fill.plot(caps, [100 * r.mean_fill for r in results], "^-", color="tab:green", label="mean fill")
+    fill.set_ylabel("mean fill (%)")
+    fill.set_ylim(0, 105)
+    handles, labels = ax.get_legend_handles_labels()
+    more, more_labels = fill.get_legend_handles_labels()
+    ax.legend(handles + more, labels + more_labels, loc="center right")
+    ax.set_title("micro-batches per rank and mean fill against the cap")
+    _save(fig, path)

@@ -1,0 +1,419 @@
+"""What the commands print: the tables (one column per entry of a list) and the JSON.
+
+Each table is a list of :class:`Column`; a column is its header, the line ``--help``
+prints for it, and how to compute a cell. Adding a column is adding one entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from seqlen_balancing.cli._text import pct, plural
+
+if TYPE_CHECKING:  # the step module imports the planner; --help should not need it
+    from seqlen_balancing.cli.step import RankResult, Step, StepResult
+
+__all__ = [
+    "PLAN_COLUMNS",
+    "SWEEP_COLUMNS",
+    "Column",
+    "columns_help",
+    "plan_json",
+    "print_plan",
+    "print_sweep",
+    "sweep_json",
+]
+
+Row = TypeVar("Row")
+
+
+@dataclass(frozen=True)
+class Column(Generic[Row]):
+    """One table column: header, help line, cell text, and when it is shown."""
+
+    header: str
+    help: str
+    cell: Callable[[Row, argparse.Namespace], str]
+    shown: Callable[[argparse.Namespace], bool] = lambda args: True
+
+
+def _verl_on(args: argparse.Namespace) -> bool:
+    return bool(args.compare_verl)
+
+
+def _saving(ours: int, verl: int | None) -> str:
+    if verl is None:
+        return "-"
+    return f"{verl - ours} ({pct((verl - ours) / verl) if verl else '0.0%'})"
+
+
+def _verl_rank(r: RankResult, result: StepResult) -> str:
+    verl = result.verl
+    if verl is None or verl.counts is None:
+        return f">{verl.above}" if verl is not None and verl.above is not None else "fails"
+    return str(verl.counts[r.rank])
+
+
+# Plan rows carry the rank and the step result (for verl's counts).
+PlanRow = tuple["RankResult", "StepResult"]
+
+PLAN_COLUMNS: list[Column[PlanRow]] = [
+    Column("rank", "DP rank", lambda x, a: str(x[0].rank)),
+    Column("samples", "rows the rank got", lambda x, a: str(x[0].samples)),
+    Column("tokens", "tokens on the rank (sum of its lengths)", lambda x, a: str(x[0].tokens)),
+    Column(
+        "micro-batches",
+        "this library's count (the same on every rank unless --no-same-micro-num-in-dp)",
+        lambda x, a: str(x[0].count),
+    ),
+    Column(
+        "L2 bound",
+        "Martello-Toth L2 lower bound: no plan under the cap has fewer micro-batches",
+        lambda x, a: str(x[0].l2_lower_bound),
+    ),
+    Column(
+        "largest mb",
+        "tokens in the fullest micro-batch (never above the cap)",
+        lambda x, a: str(x[0].largest),
+    ),
+    Column("fill", "tokens / (micro-batches x cap): how full the passes are", lambda x, a: pct(x[0].fill)),
+    Column(
+        "workload spread",
+        "(max - min) / mean of the micro-batches' workloads (verl's cost 24576*s + s**2 per "
+        "sample); 0 is perfectly balanced",
+        lambda x, a: f"{x[0].workload_spread:.3f}",
+    ),
+    Column(
+        "verl count",
+        "--compare-verl: micro-batches verl 0.9.1's rule uses on the same rank (Karmarkar-"
+        "Karp from ceil(total / cap) upwards until every micro-batch fits, same DP "
+        "agreement); '>K': the search stopped (--verl-max-tries); 'fails': verl raises",
+        lambda x, a: _verl_rank(x[0], x[1]),
+        _verl_on,
+    ),
+    Column(
+        "saved",
+        "--compare-verl: verl count - micro-batches, and that as a percent of verl's count",
+        lambda x, a: _saving(
+            x[0].count, x[1].verl.counts[x[0].rank] if x[1].verl and x[1].verl.counts else None
+        ),
+        _verl_on,
+    ),
+]
+
+
+def _count_text(result: StepResult) -> str:
+    agreed = result.agreed_count
+    if agreed is not None:
+        return str(agreed)
+    return f"{min(result.counts)}-{max(result.counts)}"
+
+
+def _verl_count_text(result: StepResult) -> str:
+    verl = result.verl
+    if verl is None or verl.counts is None:
+        return f">{verl.above}" if verl is not None and verl.above is not None else "fails"
+    low, high = min(verl.counts), max(verl.counts)
+    return str(low) if low == high else f"{low}-{high}"
+
+
+SWEEP_COLUMNS: list[Column[StepResult]] = [
+    Column(
+        "max_token_len", "max_token_len_per_gpu in tokens", lambda r, a: str(r.max_token_len // a.sp_size)
+    ),
+    Column(
+        "cap",
+        "--sp-size N: tokens per micro-batch, max_token_len x N",
+        lambda r, a: str(r.max_token_len),
+        lambda a: a.sp_size > 1,
+    ),
+    Column(
+        "count/rank",
+        "this library's micro-batches per rank (a range when the ranks differ)",
+        lambda r, a: _count_text(r),
+    ),
+    Column("total mbs", "micro-batches on all ranks together", lambda r, a: str(r.total_micro_batches)),
+    Column(
+        "L2 bound",
+        "sum over ranks of the Martello-Toth L2 lower bound",
+        lambda r, a: str(r.l2_lower_bound_total),
+    ),
+    Column("mean fill", "total tokens / (total micro-batches x cap)", lambda r, a: pct(r.mean_fill)),
+    Column("largest mb", "tokens in the fullest micro-batch", lambda r, a: str(r.largest)),
+    Column(
+        "time", "wall time of this library's planning for the cap", lambda r, a: f"{1000 * r.seconds:.1f} ms"
+    ),
+    Column(
+        "truncated",
+        "--truncate: samples clipped to the cap",
+        lambda r, a: str(r.truncated),
+        lambda a: a.truncate,
+    ),
+    Column(
+        "verl count/rank",
+        "--compare-verl: verl 0.9.1's micro-batches per rank on the same step",
+        lambda r, a: _verl_count_text(r),
+        _verl_on,
+    ),
+    Column(
+        "saved",
+        "--compare-verl: verl's total - this library's total micro-batches (percent of verl's)",
+        lambda r, a: _saving(r.total_micro_batches, r.verl_total),
+        _verl_on,
+    ),
+]
+
+
+def columns_help(command: str) -> str:
+    """The ``--help`` epilog: one line per column of ``command``'s table."""
+    columns: Sequence[Column[Any]] = PLAN_COLUMNS if command == "plan" else SWEEP_COLUMNS
+    width = max(len(c.header) for c in columns)
+    lines = [f"columns of the {command} table:"]
+    for c in columns:
+        lines += textwrap.wrap(
+            c.help,
+            96,
+            break_on_hyphens=False,
+            initial_indent=f"  {c.header.ljust(width)}  ",
+            subsequent_indent=" " * (width + 4),
+        )
+    lines.append("exit codes: 0 planned; 1 the step cannot be planned under the cap; 2 bad usage or input")
+    return "\n".join(lines)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(lines)
+
+
+def _render(columns: Sequence[Column[Row]], rows: Sequence[Row], args: argparse.Namespace) -> str:
+    shown = [c for c in columns if c.shown(args)]
+    return _table([c.header for c in shown], [[c.cell(row, args) for c in shown] for row in rows])
+
+
+def _cap_text(args: argparse.Namespace, cap: int | None) -> str:
+    if args.sp_size == 1:
+        return f"max_token_len {cap}" if cap is not None else "max_token_len as in each row"
+    if cap is None:
+        return f"cap per micro-batch = max_token_len x sp_size {args.sp_size}"
+    per_gpu = cap // args.sp_size
+    return f"max_token_len {per_gpu} x sp_size {args.sp_size} = cap {cap} tokens per micro-batch"
+
+
+def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]:
+    """The header lines: what was read, how the step was formed, the cap."""
+    source = "bundled CHAMP lengths" if step.source == "champ" else step.source
+    n = len(step.lengths)
+    how = {
+        "without_replacement": f"drawn without replacement, seed {args.seed}",
+        "with_replacement": f"drawn with replacement, seed {args.seed}",
+        "in_order": "the first ones in input order",
+        "whole_file": f"all {plural(n, 'row')} once, in file order",
+    }[step.sampling]
+    scale = f", lengths x {args.scale:g}" if args.scale != 1.0 else ""
+    first = (
+        f"{plural(step.dp_size, 'DP rank')} x {plural(step.batch_size, 'sample')} from {source} "
+        f"({plural(n, 'length')}; {how}{scale}); {_cap_text(args, cap)}"
+    )
+    lines = [first]
+    if step.counted:
+        lines.append(step.counted)
+    if args.balance_batch and step.dp_size > 1:
+        grouped = f", groups of {args.force_group_size} rows kept whole" if args.force_group_size > 1 else ""
+        balance = (
+            "balanced across DP ranks as verl's trainer.balance_batch (equal sample counts, "
+            f"Karmarkar-Karp on workload{grouped})"
+        )
+    else:
+        balance = "not balanced across DP ranks (--no-balance-batch)" if step.dp_size > 1 else "one DP rank"
+    agree = "on" if args.same_micro_num_in_dp else "off"
+    lines.append(
+        f"step: {balance}; equal contiguous chunks per rank (verl's dispatch); same_micro_num_in_dp {agree}"
+    )
+    return lines
+
+
+def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None:
+    """The ``plan`` report: header, one row per rank, summary (and verl's, if asked)."""
+    cap = result.max_token_len
+    for line in describe(step, args, cap):
+        print(line)
+    if result.truncated:
+        print(f"{plural(result.truncated, 'drawn sample')} longer than {cap} tokens truncated to the cap")
+    print(_render(PLAN_COLUMNS, [(r, result) for r in result.ranks], args))
+    agreed = result.agreed_count
+    if not args.same_micro_num_in_dp:
+        counts = f"no agreement (per-rank counts {_count_text(result)})"
+    elif agreed is not None:
+        counts = f"agreed count {plural(agreed, 'micro-batch')} per rank"
+    else:
+        counts = f"no agreed count (per-rank counts {_count_text(result)})"
+    print(
+        f"{counts}; total {plural(result.total_micro_batches, 'micro-batch')} "
+        f"(L2 bound {result.l2_lower_bound_total}); mean fill {pct(result.mean_fill)}; "
+        f"largest micro-batch {result.largest} tokens"
+    )
+    if result.verl is not None:
+        print(_verl_summary(result))
+
+
+def _verl_summary(result: StepResult) -> str:
+    verl = result.verl
+    if verl is None:
+        return ""
+    if verl.counts is None:
+        if verl.above is not None:
+            return f"verl 0.9.1's rule: count above {verl.above} (search stopped; raise --verl-max-tries)"
+        return f"verl 0.9.1's rule fails on this step: {verl.error}"
+    total = sum(verl.counts)
+    ours = result.total_micro_batches
+    low, high = min(verl.counts), max(verl.counts)
+    per_rank = plural(low, "micro-batch") if low == high else f"{low}-{high} micro-batches"
+    return (
+        f"verl 0.9.1's rule: {per_rank} per rank, total {total}; this library saves "
+        f"{plural(total - ours, 'micro-batch')} ({pct((total - ours) / total) if total else '0.0%'})"
+    )
+
+
+def print_sweep(
+    step: Step, args: argparse.Namespace, outcomes: Sequence[StepResult | tuple[int, str]]
+) -> None:
+    """The ``sweep`` report: header, one row per cap, notes for infeasible caps."""
+    for line in describe(step, args, None):
+        print(line)
+    shown = [c for c in SWEEP_COLUMNS if c.shown(args)]
+    rows, notes = [], []
+    for r in outcomes:
+        if isinstance(r, tuple):
+            first = [str(r[0] // args.sp_size)] + ([str(r[0])] if args.sp_size > 1 else [])
+            rows.append([*first, "infeasible"] + ["-"] * (len(shown) - len(first) - 1))
+            notes.append(f"max_token_len {r[0] // args.sp_size}: {r[1]}")
+        else:
+            rows.append([c.cell(r, args) for c in shown])
+    print(_table([c.header for c in shown], rows))
+    for note in notes:
+        print(note)
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def settings(step: Step, args: argparse.Namespace) -> dict[str, Any]:
+    """The input and step settings shared by ``plan --json`` and ``sweep --json``."""
+    return {
+        "source": step.source,
+        "n_lengths": len(step.lengths),
+        "sampling": step.sampling,
+        "seed": args.seed,
+        "scale": args.scale,
+        "counted": step.counted,
+        "dp_size": step.dp_size,
+        "batch_size": step.batch_size,
+        "sp_size": args.sp_size,
+        "balance_batch": args.balance_batch,
+        "same_micro_num_in_dp": args.same_micro_num_in_dp,
+        "force_group_size": args.force_group_size,
+        "num_batches_divided_by": args.num_batches_divided_by,
+        "min_num_micro_batch": args.min_num_micro_batch,
+        "dynamic_bsz_balance": args.dynamic_bsz_balance,
+    }
+
+
+def _verl_json(result: StepResult) -> dict[str, Any]:
+    verl = result.verl
+    if verl is None:
+        return {}
+    total = result.verl_total
+    ours = result.total_micro_batches
+    return {
+        "verl": {
+            "counts": verl.counts,
+            "total_micro_batches": total,
+            "saved_micro_batches": None if total is None else total - ours,
+            "saved_percent": None if not total else round(100 * (total - ours) / total, 3),
+            "count_above": verl.above,
+            "error": verl.error,
+        }
+    }
+
+
+def emit_json(obj: dict[str, Any]) -> None:
+    """One JSON object, one line, on stdout."""
+    sys.stdout.write(json.dumps(obj) + "\n")
+
+
+def plan_json(step: Step, args: argparse.Namespace, result: StepResult) -> dict[str, Any]:
+    """The ``plan --json`` object (keys documented in :mod:`seqlen_balancing.cli`)."""
+    info = settings(step, args)
+    head = {k: info[k] for k in ("source", "n_lengths", "sampling", "seed", "scale", "counted")}
+    rest = {k: v for k, v in info.items() if k not in head}
+    verl = result.verl
+    return {
+        **head,
+        "max_token_len": result.max_token_len // args.sp_size,
+        "cap": result.max_token_len,
+        **rest,
+        "truncated": result.truncated,
+        "ranks": [
+            {
+                "rank": r.rank,
+                "samples": r.samples,
+                "tokens": r.tokens,
+                "count": r.count,
+                **({"verl_count": verl.counts[r.rank] if verl.counts else None} if verl else {}),
+                "l2_lower_bound": r.l2_lower_bound,
+                "largest_micro_batch": r.largest,
+                "fill": round(r.fill, 6),
+                "workload_spread": round(r.workload_spread, 6),
+                "micro_batches": [
+                    {"indices": mb, "tokens": t}
+                    for mb, t in zip(r.micro_batches, r.micro_batch_tokens, strict=True)
+                ],
+            }
+            for r in result.ranks
+        ],
+        "agreed_count": result.agreed_count,
+        "total_micro_batches": result.total_micro_batches,
+        "mean_fill": round(result.mean_fill, 6),
+        "largest_micro_batch": result.largest,
+        "l2_lower_bound_total": result.l2_lower_bound_total,
+        **_verl_json(result),
+    }
+
+
+def sweep_row_json(result: StepResult, sp_size: int) -> dict[str, Any]:
+    """One ``sweep --json`` row."""
+    return {
+        "max_token_len": result.max_token_len // sp_size,
+        "cap": result.max_token_len,
+        "agreed_count": result.agreed_count,
+        "micro_batches_per_rank": result.counts,
+        "total_micro_batches": result.total_micro_batches,
+        "l2_lower_bound_total": result.l2_lower_bound_total,
+        "mean_fill": round(result.mean_fill, 6),
+        "largest_micro_batch": result.largest,
+        "truncated": result.truncated,
+        "seconds": round(result.seconds, 6),
+        **_verl_json(result),
+    }
+
+
+def sweep_json(
+    step: Step, args: argparse.Namespace, outcomes: Sequence[StepResult | tuple[int, str]]
+) -> dict[str, Any]:
+    """The ``sweep --json`` object."""
+    rows = [
+        {"max_token_len": o[0] // args.sp_size, "cap": o[0], "error": o[1]}
+        if isinstance(o, tuple)
+        else sweep_row_json(o, args.sp_size)
+        for o in outcomes
+    ]
+    return {**settings(step, args), "rows": rows}

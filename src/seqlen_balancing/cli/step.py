@@ -1,0 +1,320 @@
+"""Simulating one training step: which rows each DP rank gets, and planning every rank.
+
+1. **Rows of the step** (:func:`make_step`): with the bundled data, or with ``--batch-size``,
+   ``dp_size * batch_size`` positions drawn with ``random.Random(seed).sample`` (the bundled
+   data, when too short, with ``.choices``), or the first ones with ``--in-order``. With
+   ``--lengths`` and no ``--batch-size``, every row once, in file order.
+2. **verl's dispatch**: rank ``r`` gets the ``r``-th of ``dp_size`` equal contiguous chunks.
+3. **verl's ``_balance_batch``** (default on, ``--no-balance-batch`` off), before dispatch:
+   Karmarkar-Karp on the rows' workloads (``24576*s + s**2``) into ``dp_size`` parts of equal
+   sample counts (:func:`~seqlen_balancing.partition.get_seqlen_balanced_partitions`); each
+   part is sorted by workload and laid out lightest at both ends
+   (``part[::2] + part[1::2][::-1]``), as verl 0.9.1 does. With ``--force-group-size N``
+   the groups of ``N`` consecutive rows are balanced instead, each kept whole and in order
+   (verl's group-balanced path: equal group counts, Karmarkar-Karp on group workloads).
+4. **Planning** (:func:`plan_step`): every rank with this library's planner and the DP
+   agreement of :mod:`seqlen_balancing.agreement` (the same encode/MAX/decode a real group
+   runs); with ``--compare-verl`` also verl 0.9.1's count (:mod:`seqlen_balancing.verl_rule`).
+
+The cap is ``max_token_len * sp_size`` (``prepare_micro_batches``). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from seqlen_balancing.agreement import combine, decode, encode
+from seqlen_balancing.cli._text import CliError, plural
+from seqlen_balancing.cli.inputs import Loaded
+from seqlen_balancing.packing import l2_lower_bound
+from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
+from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, local_count, spread
+from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
+
+__all__ = ["RankResult", "Step", "StepResult", "VerlResult", "balance_order", "make_step", "plan_step"]
+
+
+def scale_lengths(lengths: Sequence[int], scale: float) -> list[int]:
+    """Each length times ``scale``, rounded to the nearest integer (halves up)."""
+    if scale == 1.0:
+        return list(lengths)
+    scaled = [n * scale + 0.5 for n in lengths]
+    if not all(math.isfinite(x) and x < 2**62 for x in scaled):
+        raise CliError(f"--scale {scale:g} makes a length too large (over 2**62 tokens)")
+    return [math.floor(x) for x in scaled]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One training step: the input lengths and the positions of the step's rows."""
+
+    source: str
+    lengths: list[int]  # the whole input list, after --scale
+    positions: list[int]  # the step's rows, before balancing; dispatch cuts equal chunks
+    sampling: str  # "without_replacement", "with_replacement", "in_order" or "whole_file"
+    dp_size: int
+    batch_size: int
+    counted: str | None = None  # how --tokenizer counted the lengths
+
+
+def _divisors(n: int, limit: int = 6) -> list[int]:
+    small = [d for d in range(2, min(n, 4096) + 1) if n % d == 0]
+    return small[:limit]
+
+
+def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
+    """The rows of the step (see the module docstring).
+
+    Raises:
+        CliError: (exit 2) too few lengths for the draw, or a whole file whose row count
+            ``--dp-size`` does not divide (naming both, the rows to drop and divisors).
+    """
+    lengths = scale_lengths(loaded.lengths, args.scale)
+    n, dp = len(lengths), args.dp_size
+    if args.lengths is not None and args.batch_size is None:
+        if n % dp:
+            divisors = _divisors(n)
+            hint = (
+                f"a --dp-size that divides {n} ({', '.join(map(str, divisors))})"
+                if divisors
+                else "--dp-size 1"
+            )
+            raise CliError(
+                f"{loaded.name} holds {plural(n, 'row')}, not divisible by --dp-size {dp} "
+                f"(verl's dispatch gives every rank an equal contiguous chunk): drop {n % dp} "
+                f"(keep {n - n % dp}), use {hint}, or pass --batch-size"
+            )
+        return Step(loaded.source, lengths, list(range(n)), "whole_file", dp, n // dp, loaded.counted)
+    batch = args.batch_size or 256
+    needed = dp * batch
+    rng = random.Random(args.seed)
+    if n >= needed:
+        if args.in_order:
+            return Step(loaded.source, lengths, list(range(needed)), "in_order", dp, batch, loaded.counted)
+        positions = rng.sample(range(n), needed)
+        return Step(loaded.source, lengths, positions, "without_replacement", dp, batch, loaded.counted)
+    if args.lengths is None and not args.in_order:
+        positions = rng.choices(range(n), k=needed)
+        return Step(loaded.source, lengths, positions, "with_replacement", dp, batch)
+    how = "taken in input order" if args.in_order else "drawn without replacement"
+    raise CliError(
+        f"{loaded.name} holds {n} lengths but --dp-size {dp} x --batch-size "
+        f"{batch} needs {needed} ({how}); pass at least "
+        f"{needed} lengths or lower --dp-size/--batch-size"
+    )
+
+
+def balance_order(lengths: Sequence[int], dp_size: int, group: int = 1) -> list[int]:
+    """verl 0.9.1's ``_balance_batch`` order of the step's rows (indices into ``lengths``).
+
+    Args:
+        lengths: tokens of each row of the step, in dispatch order.
+        dp_size: DP ranks; ``len(lengths) / dp_size`` rows go to each, in contiguous chunks.
+        group: rows per forced group (kept whole, in order, on one rank).
+
+    Returns:
+        A permutation of ``range(len(lengths))``: rank ``r`` gets its ``r``-th equal chunk.
+
+    Raises:
+        CliError: (exit 2) the groups cannot be shared equally by the ranks.
+    """
+    n = len(lengths)
+    if group == 1:
+        loads = [workload(s) for s in lengths]
+        parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
+        order: list[int] = []
+        for part in parts:
+            part = sorted(part, key=lambda i: (loads[i], i))
+            order += part[::2] + part[1::2][::-1]
+        return order
+    groups = n // group
+    if n % group or groups % dp_size:
+        raise CliError(
+            f"balancing keeps groups of --force-group-size {group} rows whole: the step's "
+            f"{n} rows make {groups} groups, which {dp_size} DP ranks cannot share equally; "
+            "pass a --batch-size that is a multiple of the group size, or --no-balance-batch"
+        )
+    loads = [sum(workload(s) for s in lengths[g * group : (g + 1) * group]) for g in range(groups)]
+    parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
+    return [g * group + j for part in parts for g in part for j in range(group)]
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One rank's plan and the figures the report shows."""
+
+    rank: int
+    analysis: RankAnalysis  # the planner's view of this rank (bounds, counts)
+    samples: int
+    tokens: int
+    l2_lower_bound: int
+    micro_batches: list[list[int]]  # positions in the input lengths list
+    micro_batch_tokens: list[int]
+    largest: int
+    fill: float
+    workload_spread: float
+
+    @property
+    def count(self) -> int:
+        return len(self.micro_batches)
+
+
+@dataclass(frozen=True)
+class VerlResult:
+    """verl 0.9.1's counts on the same step, or why it has none."""
+
+    counts: list[int] | None  # per rank; None when verl fails or the search stopped
+    above: int | None = None  # the search stopped: verl's count is above this
+    error: str | None = None  # verl would raise
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Every rank's plan at one cap."""
+
+    max_token_len: int  # the cap used: --max-token-len x --sp-size
+    ranks: list[RankResult]
+    truncated: int
+    seconds: float
+    verl: VerlResult | None = None
+
+    @property
+    def counts(self) -> list[int]:
+        return [r.count for r in self.ranks]
+
+    @property
+    def agreed_count(self) -> int | None:
+        counts = set(self.counts)
+        return counts.pop() if len(counts) == 1 else None
+
+    @property
+    def total_micro_batches(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def mean_fill(self) -> float:
+        total = self.total_micro_batches
+        tokens = sum(r.tokens for r in self.ranks)
+        return tokens / (total * self.max_token_len) if total else 0.0
+
+    @property
+    def largest(self) -> int:
+        return max((r.largest for r in self.ranks), default=0)
+
+    @property
+    def l2_lower_bound_total(self) -> int:
+        return sum(r.l2_lower_bound for r in self.ranks)
+
+    @property
+    def verl_total(self) -> int | None:
+        return sum(self.verl.counts) if self.verl is not None and self.verl.counts else None
+
+
+def _over_cap_error(drawn: list[int], cap: int) -> CliError | None:
+    over = [n for n in drawn if n > cap]
+    if not over:
+        return None
+    largest = max(over)
+    return CliError(
+        f"{len(over)} of the {plural(len(drawn), 'drawn sample')} exceed{'s' if len(over) == 1 else ''} "
+        f"max_token_len={cap} (the largest has {largest} tokens); raise --max-token-len to at "
+        f"least {largest} or pass --truncate to clip lengths to the cap",
+        1,
+    )
+
+
+def _plan_ranks(
+    per_rank: list[list[int]], cap: int, args: argparse.Namespace
+) -> tuple[list[RankAnalysis], list[list[list[int]]]]:
+    """:func:`~seqlen_balancing.agreement.plan_data_parallel`, keeping each rank's analysis."""
+    analyses = [
+        analyse(
+            lens,
+            cap,
+            force_group_size=args.force_group_size,
+            min_num_micro_batch=args.min_num_micro_batch,
+            num_batches_divided_by=args.num_batches_divided_by,
+        )
+        for lens in per_rank
+    ]
+    balance = args.dynamic_bsz_balance
+    if args.same_micro_num_in_dp:
+        count, error, rank = decode(combine([encode(a, r) for r, a in enumerate(analyses)]))
+        if error is not None:
+            raise error.exception(rank)
+        return analyses, [build_plan(a, count, balance) for a in analyses]
+    return analyses, [build_plan(a, local_count(a, r), balance) for r, a in enumerate(analyses)]
+
+
+def _verl(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -> VerlResult:
+    try:
+        found = verl_counts(
+            per_rank,
+            cap,
+            same_micro_num_in_dp=args.same_micro_num_in_dp,
+            num_batches_divided_by=args.num_batches_divided_by,
+            min_num_micro_batch=args.min_num_micro_batch,
+            force_group_size=args.force_group_size,
+            max_tries=args.verl_max_tries,
+        )
+    except VerlSearchLimit as exc:
+        return VerlResult(None, above=exc.last_tried)
+    except ValueError as exc:
+        return VerlResult(None, error=str(exc))
+    return VerlResult(found.counts)
+
+
+def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
+    """Balance (unless ``--no-balance-batch``), dispatch and plan every rank at ``cap``.
+
+    Raises:
+        CliError: (exit 1) a sample is over the cap without ``--truncate``, or the library
+            cannot plan the step (its message, naming the rank at fault).
+    """
+    drawn = [step.lengths[p] for p in step.positions]
+    if not args.truncate:
+        error = _over_cap_error(drawn, cap)
+        if error is not None:
+            raise error
+    truncated = sum(n > cap for n in drawn)
+    clipped = [min(n, cap) for n in drawn]
+    positions = step.positions
+    # A rank batch that force_group_size does not divide is the planner's error (exit 1).
+    if args.balance_batch and step.dp_size > 1 and step.batch_size % args.force_group_size == 0:
+        order = balance_order(clipped, step.dp_size, args.force_group_size)
+        positions = [positions[i] for i in order]
+        clipped = [clipped[i] for i in order]
+    batch = step.batch_size
+    per_rank = [clipped[r * batch : (r + 1) * batch] for r in range(step.dp_size)]
+    start = time.perf_counter()
+    try:
+        analyses, plans = _plan_ranks(per_rank, cap, args)
+    except (ValueError, TypeError) as exc:
+        raise CliError(f"{exc}", 1) from None
+    seconds = time.perf_counter() - start
+    ranks: list[RankResult] = []
+    for rank, (lens, analysis, plan) in enumerate(zip(per_rank, analyses, plans, strict=True)):
+        mine = positions[rank * batch : (rank + 1) * batch]
+        mb_tokens = [sum(lens[i] for i in mb) for mb in plan]
+        tokens = sum(lens)
+        ranks.append(
+            RankResult(
+                rank=rank,
+                analysis=analysis,
+                samples=len(lens),
+                tokens=tokens,
+                l2_lower_bound=l2_lower_bound(lens, cap),
+                micro_batches=[[mine[i] for i in mb] for mb in plan],
+                micro_batch_tokens=mb_tokens,
+                largest=max(mb_tokens, default=0),
+                fill=tokens / (len(plan) * cap) if plan else 0.0,
+                workload_spread=spread([sum(workload(lens[i]) for i in mb) for mb in plan]),
+            )
+        )
+    verl = _verl(per_rank, cap, args) if args.compare_verl else None
+    return StepResult(cap, ranks, truncated, seconds, verl)

@@ -1,0 +1,217 @@
+"""Counting tokens with a local Hugging Face tokenizer (extra ``tokenize``).
+
+Loading never runs code from the tokenizer's directory and never touches the network:
+``trust_remote_code=False``, ``local_files_only=True`` and ``HF_HUB_OFFLINE=1``. ``PATH``
+is a directory (``AutoTokenizer``; its chat template comes from ``tokenizer_config.json``
+or ``chat_template.jinja``) or a ``tokenizer.json`` file (``PreTrainedTokenizerFast``, no
+chat template).
+
+What is counted per row:
+
+* ``--messages-field``: a conversation (list of ``{"role", "content"}`` objects) rendered
+  with the chat template, no generation prompt, then encoded without extra special tokens:
+  the length of ``tokenizer.apply_chat_template(messages, tokenize=True)``, as verl's
+  multi-turn SFT dataset checks its per-turn tokenization against;
+* ``--text-field``: ``len(tokenizer(text)["input_ids"])`` (the tokenizer's own special
+  tokens, e.g. BOS, included);
+* ``--prompt-field``: chat messages rendered with the generation prompt (as verl's RL
+  dataset renders prompts), or a plain string encoded as text; plus ``--response-tokens``.
+
+Rows are rendered and encoded ``ROWS_PER_BATCH`` at a time (the fast tokenizer encodes a
+batch in parallel). A progress bar (tqdm, rows/s, on stderr) shows on a terminal or with
+``--progress``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from seqlen_balancing.cli._text import CliError, missing_extra, short
+
+__all__ = ["count_dataset", "load_tokenizer"]
+
+
+def load_tokenizer(path: str) -> Any:
+    """The tokenizer at ``path``, loaded offline without remote code.
+
+    Raises:
+        CliError: (exit 2) transformers is missing (naming the ``tokenize`` extra), or the
+            path is not a loadable tokenizer.
+    """
+    os.environ["HF_HUB_OFFLINE"] = "1"  # read before huggingface_hub is first imported
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    try:
+        transformers: Any = importlib.import_module("transformers")
+    except ImportError:
+        raise missing_extra("--tokenizer", "transformers", "tokenize") from None
+    where = Path(path)
+    try:
+        if where.is_file():
+            return transformers.PreTrainedTokenizerFast(tokenizer_file=str(where))
+        if where.is_dir():
+            return transformers.AutoTokenizer.from_pretrained(
+                str(where), trust_remote_code=False, local_files_only=True
+            )
+    except Exception as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise CliError(f"cannot load tokenizer {path!r}: {short(reason, 160, False)}") from None
+    raise CliError(f"cannot load tokenizer {path!r}: no such file or directory")
+
+
+def _progress(total: int, show: bool) -> Any:
+    """A tqdm bar on stderr, or None when not shown (or tqdm is missing and not asked for)."""
+    if not show:
+        return None
+    try:
+        tqdm: Any = importlib.import_module("tqdm")
+    except ImportError:
+        return None
+    return tqdm.tqdm(total=total, unit="rows", file=sys.stderr, dynamic_ncols=True)
+
+
+def _messages(value: Any, where: str) -> list[dict[str, Any]]:
+    ok = (
+        isinstance(value, list)
+        and value
+        and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)
+    )
+    if not ok:
+        raise CliError(
+            f"{where}: expected a non-empty list of chat messages with a 'role', got {_kind(value)}"
+        )
+    return list(value)
+
+
+def _kind(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {short(text, 40, False)}"
+
+
+def _encoder(tokenizer: Any) -> Callable[[list[str], bool], list[int]]:
+    """Token counts of a batch of texts, with or without the tokenizer's special tokens."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and hasattr(backend, "encode_batch"):
+        # The Rust tokenizer directly: no Python lists of ids (twice as fast on long rows).
+        # Truncation or padding saved in tokenizer.json would change the count: off, as
+        # transformers turns them off for a plain tokenizer(texts) call.
+        backend.no_truncation()
+        backend.no_padding()
+
+        def fast(texts: list[str], special: bool) -> list[int]:
+            return [len(encoding) for encoding in backend.encode_batch(texts, add_special_tokens=special)]
+
+        return fast
+
+    def slow(texts: list[str], special: bool) -> list[int]:
+        return [len(ids) for ids in tokenizer(texts, add_special_tokens=special)["input_ids"]]
+
+    return slow
+
+
+def _counter(tokenizer: Any, kind: str) -> Callable[[list[Any]], list[int]]:
+    """A function from a batch of field values to token counts."""
+    encode = _encoder(tokenizer)
+
+    def text_counts(texts: list[str]) -> list[int]:
+        return encode(texts, True)
+
+    def chat_counts(conversations: list[list[dict[str, Any]]], generation: bool) -> list[int]:
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise CliError(
+                "the tokenizer has no chat template (tokenizer_config.json or chat_template.jinja) "
+                "to render chat messages; use --text-field for plain text"
+            )
+        rendered = tokenizer.apply_chat_template(
+            conversations, tokenize=False, add_generation_prompt=generation
+        )
+        return encode(rendered, False)
+
+    if kind == "text":
+        return text_counts
+    if kind == "messages":
+        return lambda values: chat_counts(values, False)
+
+    def prompt_counts(values: list[Any]) -> list[int]:
+        # A batch may mix strings (plain text) and conversations: count each kind apart.
+        out = [0] * len(values)
+        chats = [i for i, v in enumerate(values) if not isinstance(v, str)]
+        texts = [i for i, v in enumerate(values) if isinstance(v, str)]
+        for group, counts in (
+            (chats, chat_counts([values[i] for i in chats], True) if chats else []),
+            (texts, text_counts([values[i] for i in texts]) if texts else []),
+        ):
+            for i, n in zip(group, counts, strict=True):
+                out[i] = n
+        return out
+
+    return prompt_counts
+
+
+def _checked(kind: str, where: str, value: Any) -> Any:
+    if kind == "text" or (kind == "prompt" and isinstance(value, str)):
+        if not isinstance(value, str):
+            raise CliError(f"{where}: expected text, got {_kind(value)}")
+        return value
+    return _messages(value, where)
+
+
+def count_dataset(args: argparse.Namespace) -> tuple[list[int], str]:
+    """Token counts of every row of ``args.lengths`` and a one-line description of how.
+
+    Raises:
+        CliError: (exit 2) a missing extra, a tokenizer that cannot load, a row whose field
+            is missing or of the wrong kind, or a row the chat template cannot render.
+    """
+    from seqlen_balancing.cli.inputs import records
+
+    kind, field = next(
+        (k, getattr(args, f"{k}_field"))
+        for k in ("messages", "text", "prompt")
+        if getattr(args, f"{k}_field")
+    )
+    tokenizer = load_tokenizer(args.tokenizer)
+    if kind == "messages" and getattr(tokenizer, "chat_template", None) is None:
+        raise CliError(
+            f"tokenizer {args.tokenizer!r} has no chat template (tokenizer_config.json or "
+            "chat_template.jinja) to render --messages-field; use --text-field for plain text"
+        )
+    total, batches = records(args.lengths, field)
+    count = _counter(tokenizer, kind)
+    bar = _progress(total, args.progress or sys.stderr.isatty())
+    lengths: list[int] = []
+    try:
+        for batch in batches:
+            values = [_checked(kind, where, value) for where, value in batch]
+            try:
+                counts = count(values)
+            except CliError:
+                raise
+            except Exception:  # a row the template or tokenizer refuses: find it
+                counts = []
+                for (where, _), value in zip(batch, values, strict=True):
+                    try:
+                        counts.extend(count([value]))
+                    except Exception as exc:
+                        reason = " ".join(str(exc).split()) or type(exc).__name__
+                        raise CliError(
+                            f"{where}: cannot render or encode: {short(reason, 120, False)}"
+                        ) from None
+            lengths.extend(counts)
+            if bar is not None:
+                bar.update(len(batch))
+    finally:
+        if bar is not None:
+            bar.close()
+    if kind == "prompt":
+        lengths = [n + args.response_tokens for n in lengths]
+    what = {"messages": "chat template", "text": "text", "prompt": "prompt, generation prompt"}[kind]
+    how = f"tokens counted with {args.tokenizer} ({what}, field {field!r})"
+    if args.response_tokens:
+        how += f" + {args.response_tokens} response tokens"
+    return lengths, how
