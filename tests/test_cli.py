@@ -159,18 +159,20 @@ def test_default_plan_table_agrees_with_json(capsys: pytest.CaptureFixture[str])
     assert "19440 lengths" in lines[0]
     assert lines[1].startswith("step: balanced across DP ranks as verl's trainer.balance_batch")
     assert lines[2].split() == [
-        "rank", "samples", "tokens", "micro-batches", "L2", "bound", "largest", "mb", "fill",
-        "workload", "spread",
+        "rank", "samples", "tokens", "micro-batches", "L2", "bound", "bound", "by", "largest", "mb",
+        "fill", "workload", "spread",
     ]  # fmt: skip
     rows = [line.split() for line in lines[3:-1]]
     assert len(rows) == 8
     for row, rank in zip(rows, result["ranks"], strict=True):
-        assert row[:6] == [
+        star = "*" if rank["proven_optimal"] else ""
+        assert row[:8] == [
             str(rank["rank"]), "256", str(rank["tokens"]), str(len(rank["micro_batches"])),
-            str(rank["l2_lower_bound"]), str(rank["largest_micro_batch"]),
+            str(rank["l2_lower_bound"]), f"{rank['lower_bound']}{star}", rank["bound_name"],
+            str(rank["largest_micro_batch"]),
         ]  # fmt: skip
-        assert row[6] == f"{100 * rank['fill']:.1f}%"
-        assert float(row[7]) == pytest.approx(rank["workload_spread"], abs=5e-4)
+        assert row[8] == f"{100 * rank['fill']:.1f}%"
+        assert float(row[9]) == pytest.approx(rank["workload_spread"], abs=5e-4)
     summary = lines[-1]
     assert f"agreed count {result['agreed_count']} micro-batches per rank" in summary
     assert f"total {result['total_micro_batches']} micro-batches" in summary

@@ -300,7 +300,7 @@ def test_singular_and_plural(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     code, out, _ = run(capsys, "plan", "--lengths", path, "--dp-size", "1", "--max-token-len", "100")
     assert code == 0
     assert out.startswith(f"1 DP rank x 1 sample from {path} (1 length; all 1 row once, in file order)")
-    assert "agreed count 1 micro-batch per rank; total 1 micro-batch (L2 bound 1)" in out
+    assert "agreed count 1 micro-batch per rank; total 1 micro-batch (L2 bound 1, lower bound 1: " in out
     code, out, _ = run(
         capsys, "plan", "--lengths", path, "--dp-size", "1", "--max-token-len", "50", "--truncate"
     )

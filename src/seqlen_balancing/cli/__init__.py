@@ -43,17 +43,25 @@ JSON output (``--json``, one object on stdout; keys are stable). Fills are fract
   ``force_group_size``, ``num_batches_divided_by`` and ``min_num_micro_batch`` (null when
   not given), ``dynamic_bsz_balance``; ``truncated``: rows ``--truncate`` clipped.
 * ``ranks``: per DP rank: ``rank``, ``samples``, ``tokens``, ``count`` (micro-batches),
-  ``verl_count`` (with ``--compare-verl``), ``l2_lower_bound``, ``largest_micro_batch``,
+  ``verl_count`` (with ``--compare-verl``), ``l2_lower_bound``, ``lower_bound`` (the
+  strongest bound the rank needed, see :func:`~seqlen_balancing.packing.lower_bound`),
+  ``bound_name`` (which one), ``proven_optimal`` (the rank's own smallest count meets
+  ``lower_bound``), ``largest_micro_batch``,
   ``fill``, ``workload_spread``, ``micro_batches`` in run order, each ``{"indices",
   "tokens"}`` with positions in the input list (0-based; repeats possible with replacement).
 * ``agreed_count`` (null when ranks differ), ``total_micro_batches``, ``mean_fill``,
-  ``largest_micro_batch``, ``l2_lower_bound_total``; with ``--compare-verl``, ``verl``:
+  ``largest_micro_batch``, ``l2_lower_bound_total``, ``lower_bound_total`` (no plan of
+  the step under the same rules has fewer micro-batches in all: each rank's
+  ``lower_bound`` rounded up to ``num_batches_divided_by``, the largest on every rank under
+  agreement), ``proven_optimal`` (``total_micro_batches == lower_bound_total``); with
+  ``--compare-verl``, ``verl``:
   ``counts``, ``total_micro_batches``, ``saved_micro_batches``, ``saved_percent``,
   ``count_above`` (the search stopped: verl's count is above this) and ``error``.
 
 ``sweep --json``: the same settings, plus ``rows``, one per cap: ``max_token_len``, ``cap``,
 ``agreed_count``, ``micro_batches_per_rank``, ``total_micro_batches``,
-``l2_lower_bound_total``, ``mean_fill``, ``largest_micro_batch``, ``truncated``, ``seconds``
+``l2_lower_bound_total``, ``lower_bound_total``, ``proven_optimal``, ``mean_fill``,
+``largest_micro_batch``, ``truncated``, ``seconds``
 and ``verl`` (with ``--compare-verl``); an infeasible cap is ``{max_token_len, cap, error}``.
 ``plan --json`` holds no timing, so its output is reproducible byte for byte.
 """

@@ -78,6 +78,19 @@ PLAN_COLUMNS: list[Column[PlanRow]] = [
         lambda x, a: str(x[0].l2_lower_bound),
     ),
     Column(
+        "bound",
+        "the strongest lower bound this rank needed: no plan of its batch has fewer "
+        "micro-batches; '*' when the rank's own smallest count meets it (proven optimal)",
+        lambda x, a: f"{x[0].analysis.lower_bound}" + ("*" if x[0].analysis.proven_optimal else ""),
+    ),
+    Column(
+        "by",
+        "which bound that is: L2, cardinality (most samples per micro-batch), matching (samples "
+        "over cap/3 pair at most two to a micro-batch), reduction (Martello-Toth), "
+        "Fekete-Schepers (dual feasible functions), min_num_micro_batch, or one",
+        lambda x, a: x[0].analysis.bound_name,
+    ),
+    Column(
         "largest mb",
         "tokens in the fullest micro-batch (never above the cap)",
         lambda x, a: str(x[0].largest),
@@ -143,6 +156,18 @@ SWEEP_COLUMNS: list[Column[StepResult]] = [
         "L2 bound",
         "sum over ranks of the Martello-Toth L2 lower bound",
         lambda r, a: str(r.l2_lower_bound_total),
+    ),
+    Column(
+        "bound",
+        "lower bound on total micro-batches: each rank's strongest bound (rounded up to "
+        "--num-batches-divided-by; the largest on every rank under agreement)",
+        lambda r, a: str(r.lower_bound_total),
+    ),
+    Column(
+        "optimal",
+        "'yes' when total mbs meets the bound: proven optimal; 'no': a gap remains (the count "
+        "may still be optimal)",
+        lambda r, a: "yes" if r.proven_optimal else "no",
     ),
     Column("mean fill", "total tokens / (total micro-batches x cap)", lambda r, a: pct(r.mean_fill)),
     Column("largest mb", "tokens in the fullest micro-batch", lambda r, a: str(r.largest)),
@@ -258,11 +283,17 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
         counts = f"no agreed count (per-rank counts {_count_text(result)})"
     print(
         f"{counts}; total {plural(result.total_micro_batches, 'micro-batch')} "
-        f"(L2 bound {result.l2_lower_bound_total}); mean fill {pct(result.mean_fill)}; "
+        f"(L2 bound {result.l2_lower_bound_total}, lower bound {result.lower_bound_total}: "
+        f"{_proven_text(result)}); mean fill {pct(result.mean_fill)}; "
         f"largest micro-batch {result.largest} tokens"
     )
     if result.verl is not None:
         print(_verl_summary(result))
+
+
+def _proven_text(result: StepResult) -> str:
+    gap = result.total_micro_batches - result.lower_bound_total
+    return "proven optimal" if gap == 0 else f"{plural(gap, 'micro-batch')} above it"
 
 
 def _verl_summary(result: StepResult) -> str:
@@ -370,6 +401,9 @@ def plan_json(step: Step, args: argparse.Namespace, result: StepResult) -> dict[
                 "count": r.count,
                 **({"verl_count": verl.counts[r.rank] if verl.counts else None} if verl else {}),
                 "l2_lower_bound": r.l2_lower_bound,
+                "lower_bound": r.analysis.lower_bound,
+                "bound_name": r.analysis.bound_name,
+                "proven_optimal": r.analysis.proven_optimal,
                 "largest_micro_batch": r.largest,
                 "fill": round(r.fill, 6),
                 "workload_spread": round(r.workload_spread, 6),
@@ -385,6 +419,8 @@ def plan_json(step: Step, args: argparse.Namespace, result: StepResult) -> dict[
         "mean_fill": round(result.mean_fill, 6),
         "largest_micro_batch": result.largest,
         "l2_lower_bound_total": result.l2_lower_bound_total,
+        "lower_bound_total": result.lower_bound_total,
+        "proven_optimal": result.proven_optimal,
         **_verl_json(result),
     }
 
@@ -398,6 +434,8 @@ def sweep_row_json(result: StepResult, sp_size: int) -> dict[str, Any]:
         "micro_batches_per_rank": result.counts,
         "total_micro_batches": result.total_micro_batches,
         "l2_lower_bound_total": result.l2_lower_bound_total,
+        "lower_bound_total": result.lower_bound_total,
+        "proven_optimal": result.proven_optimal,
         "mean_fill": round(result.mean_fill, 6),
         "largest_micro_batch": result.largest,
         "truncated": result.truncated,

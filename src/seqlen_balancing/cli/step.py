@@ -182,6 +182,8 @@ class StepResult:
     truncated: int
     seconds: float
     verl: VerlResult | None = None
+    num_batches_divided_by: int = 1  # the count is a multiple of this
+    agreed: bool = True  # same_micro_num_in_dp: every rank runs the largest count
 
     @property
     def counts(self) -> list[int]:
@@ -209,6 +211,22 @@ class StepResult:
     @property
     def l2_lower_bound_total(self) -> int:
         return sum(r.l2_lower_bound for r in self.ranks)
+
+    @property
+    def lower_bound_total(self) -> int:
+        """No plan of this step has fewer micro-batches in all (the same rules: agreement,
+        ``num_batches_divided_by``): each rank's ``RankAnalysis.lower_bound`` rounded up to
+        the divisor; under agreement every rank runs the largest."""
+        bounds = [-(-r.analysis.lower_bound // self.num_batches_divided_by) * self.num_batches_divided_by
+                  for r in self.ranks]
+        if self.agreed:
+            return max(bounds, default=0) * len(bounds)
+        return sum(bounds)
+
+    @property
+    def proven_optimal(self) -> bool:
+        """True when the step's total meets :attr:`lower_bound_total`: no fewer is possible."""
+        return self.total_micro_batches == self.lower_bound_total
 
     @property
     def verl_total(self) -> int | None:
@@ -317,4 +335,12 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
             )
         )
     verl = _verl(per_rank, cap, args) if args.compare_verl else None
-    return StepResult(cap, ranks, truncated, seconds, verl)
+    return StepResult(
+        cap,
+        ranks,
+        truncated,
+        seconds,
+        verl,
+        num_batches_divided_by=args.num_batches_divided_by or 1,
+        agreed=args.same_micro_num_in_dp,
+    )
