@@ -10,6 +10,7 @@ sequence gets the same logits whatever micro-batch it lands in.
 from __future__ import annotations
 
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -66,7 +67,8 @@ def init_distributed() -> tuple[int, int, torch.device]:
     """Join the process group torchrun set up: NCCL when every local rank has its own GPU,
     else gloo on the CPU. Returns ``(rank, world_size, device)``."""
     if "RANK" not in os.environ:
-        raise SystemExit("launch with torchrun, e.g. `torchrun --nproc-per-node 2 examples/sft_step.py`")
+        script = os.path.relpath(sys.argv[0])
+        raise SystemExit(f"launch with torchrun, e.g. `torchrun --nproc-per-node 2 {script}`")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if torch.cuda.is_available() and torch.cuda.device_count() >= local_world:

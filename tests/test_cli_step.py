@@ -8,6 +8,7 @@ tests/test_cli_data.py.
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import math
 import random
@@ -111,6 +112,26 @@ def test_case1_a_remainder_is_an_error_naming_both(
     assert "a --dp-size that divides 9 (3, 9)" in err
     # with --batch-size the file is drawn from, as before
     assert run(capsys, "plan", "--lengths", path, "--dp-size", "2", "--batch-size", "4")[0] == 0
+
+
+def test_fewer_rows_than_ranks_never_advises_keeping_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_lines(tmp_path / "two.txt", [5, 5])
+    code, out, err = run(capsys, "plan", "--lengths", path, "--dp-size", "8", "--max-token-len", "40")
+    assert code == 2 and out == ""
+    assert "holds 2 rows, not divisible by --dp-size 8" in err
+    assert "keep" not in err
+    assert "a --dp-size that divides 2 (2)" in err
+
+
+def test_parquet_on_stdin_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("PAR1\x00\x15binary"))
+    code, out, err = run(capsys, "plan", "--lengths", "-", "--field", "n")
+    assert code == 2 and out == ""
+    assert err.strip().endswith("Parquet cannot be read from stdin: pass the file's path to --lengths")
 
 
 # --------------------------------------------------------------------------- case 2: --compare-verl

@@ -46,9 +46,12 @@ def read_text(path: str) -> tuple[str, str]:
     """The text at ``path`` (``-``: stdin) and the name to use in messages."""
     if path == "-":
         try:
-            return sys.stdin.read(), "<stdin>"
+            text = sys.stdin.read()
         except (OSError, UnicodeDecodeError) as exc:
             raise CliError(f"cannot read stdin: {exc}") from None
+        if text.startswith("PAR1"):  # Parquet's magic bytes: the reader needs a seekable file
+            raise CliError("Parquet cannot be read from stdin: pass the file's path to --lengths")
+        return text, "<stdin>"
     try:
         with open(path, encoding="utf-8") as handle:
             return handle.read(), path

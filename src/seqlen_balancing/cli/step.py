@@ -84,10 +84,11 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
                 if divisors
                 else "--dp-size 1"
             )
+            drop = f"drop {n % dp} (keep {n - n % dp}), " if n > dp else ""
             raise CliError(
                 f"{loaded.name} holds {plural(n, 'row')}, not divisible by --dp-size {dp} "
-                f"(verl's dispatch gives every rank an equal contiguous chunk): drop {n % dp} "
-                f"(keep {n - n % dp}), use {hint}, or pass --batch-size"
+                f"(verl's dispatch gives every rank an equal contiguous chunk): {drop}"
+                f"use {hint}, or pass --batch-size"
             )
         return Step(loaded.source, lengths, list(range(n)), "whole_file", dp, n // dp, loaded.counted)
     batch = args.batch_size or 256
