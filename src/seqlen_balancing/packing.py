@@ -1001,15 +1001,19 @@ def split_to_count(sizes: Sequence[int], bins: list[list[int]], count: int) -> l
     Raises:
         ValueError: ``count`` is below ``len(bins)`` or above the number of items.
 
-    Complexity: O((count - len(bins)) * (bins + m log m)).
+    Complexity: O(bins + (count - len(bins)) * log(count) + sum of m log m over the split
+    bins), with m a split bin's item count: O(n log^2 n) at worst, when one bin of n items
+    is split down to single items.
     """
     result = [list(b) for b in bins]
     n_items = sum(len(b) for b in result)
     if not len(result) <= count <= n_items:
         raise ValueError(f"cannot split {len(result)} bins of {n_items} items into {count}")
+    # Splittable bins keyed by (-load, index): the heaviest first, the lowest index on ties.
+    heap = [(-sum(sizes[i] for i in b), k) for k, b in enumerate(result) if len(b) > 1]
+    heapq.heapify(heap)
     while len(result) < count:
-        loads = [sum(sizes[i] for i in b) if len(b) > 1 else -1 for b in result]
-        heaviest = max(range(len(result)), key=lambda b: (loads[b], -b))
+        heaviest = heapq.heappop(heap)[1]
         ordered = sorted(result[heaviest], key=lambda i: (-sizes[i], i))
         first: list[int] = []
         second: list[int] = []
@@ -1024,4 +1028,7 @@ def split_to_count(sizes: Sequence[int], bins: list[list[int]], count: int) -> l
                 load_second += sizes[i]
         result[heaviest] = first
         result.append(second)
+        for k, load in ((heaviest, load_first), (len(result) - 1, load_second)):
+            if len(result[k]) > 1:
+                heapq.heappush(heap, (-load, k))
     return result
