@@ -355,3 +355,15 @@ def test_ctrl_c_is_one_line_and_exit_130(
 
     monkeypatch.setattr("seqlen_balancing.cli.inputs.load_lengths", interrupted)
     assert run(capsys, "plan") == (130, "", "seqlen-balancing: interrupted\n")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--dp-size", "999999999999999999"], ["--batch-size", "999999999999999999"],
+     ["--dp-size", "10001", "--batch-size", "1000"]],
+)  # fmt: skip
+def test_a_huge_drawn_step_is_a_one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, err = run(capsys, "plan", *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1
+    assert "a drawn step holds at most 10,000,000: lower --dp-size or --batch-size" in err

@@ -62,6 +62,9 @@ class Step:
     counted: str | None = None  # how --tokenizer counted the lengths
 
 
+MAX_DRAWN_ROWS = 10_000_000  # a drawn step's rows (dp_size x batch_size): bounded memory
+
+
 def _divisors(n: int, limit: int = 6) -> list[int]:
     small = [d for d in range(2, min(n, 4096) + 1) if n % d == 0]
     return small[:limit]
@@ -93,6 +96,11 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
         return Step(loaded.source, lengths, list(range(n)), "whole_file", dp, n // dp, loaded.counted)
     batch = args.batch_size or 256
     needed = dp * batch
+    if needed > MAX_DRAWN_ROWS:
+        raise CliError(
+            f"--dp-size {dp} x --batch-size {batch} asks for {needed} rows; a drawn step holds "
+            f"at most {MAX_DRAWN_ROWS:,}: lower --dp-size or --batch-size"
+        )
     rng = random.Random(args.seed)
     if n >= needed:
         if args.in_order:
