@@ -330,7 +330,8 @@ def _cut_inputs(
         if not (isinstance(value, torch.Tensor) and value.is_nested):
             continue
         if value.device.type == "meta":
-            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_ON_META, *key_values(key))), offsets, None
+            problem = (BatchProblem.ENTRY_ON_META, *key_values(key))
+            return PlanError(ErrorCode.BAD_BATCH, problem), offsets, None
         if key in offsets or value.layout != torch.jagged:
             continue
         try:
@@ -460,9 +461,11 @@ def rearrange_micro_batches(
             (``forced group exceeds max_token_len``) over the cap, an empty batch, ``n`` not
             divisible by ``force_group_size``, more micro-batches needed than samples, a bad
             ``min_num_micro_batch``/``num_batches_divided_by``, no length source, lengths
-            that cannot be read (e.g. a mask on the meta device), or this process is not a
-            member of ``dp_group`` (raised at once). Under DP agreement every rank raises
-            the same error, naming the DP group rank and the global rank at fault:
+            that cannot be read (e.g. a mask on the meta device), a nested entry that
+            cannot be cut (on the meta device, or its offsets unreadable; the message names
+            its key), or this process is not a member of ``dp_group`` (raised at once).
+            Under DP agreement every rank raises the same error, naming the DP group rank
+            and the global rank at fault:
             ``rank 1 of the DP group (global rank 3): sample 1 has 60 tokens, ...``.
             Nothing but ``TypeError``/``ValueError`` is raised.
 
@@ -607,7 +610,9 @@ def restore_dynamic_batch(
             a TensorDict of them; or
             the list of per-micro-batch outputs, one per index list: dense tensors with
             equal trailing shapes, nested tensors of one layout (``torch.cat`` cannot join
-            jagged tensors), or TensorDicts (every entry restored alike).
+            jagged tensors), or TensorDicts (every entry restored alike: tensors,
+            per-sample ``NonTensorStack`` entries in the original order, a scalar
+            ``NonTensorData`` kept as it is).
         batch_idx_list: the index lists returned with the micro-batches.
 
     Returns:
