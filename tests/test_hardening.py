@@ -18,6 +18,7 @@ from seqlen_balancing import (
     get_seqlen_balanced_partitions,
     karmarkar_karp,
     plan_micro_batches,
+    prepare_micro_batches,
     rearrange_micro_batches,
     restore_dynamic_batch,
 )
@@ -446,3 +447,130 @@ def test_mode_and_static_count_are_part_of_the_agreed_vector() -> None:
         "rank 2 of the DP group (global rank 12): sample 1 has 20 tokens, which exceeds "
         "max_token_len=16"
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Fixes from adversarial testing
+# ---------------------------------------------------------------------------------------
+
+
+def _non_tensor_batch(n: int) -> TensorDict:
+    from tensordict import NonTensorData, NonTensorStack
+
+    mask = torch.zeros(n, 8, dtype=torch.long)
+    for row in range(n):
+        mask[row, : 1 + (row * 5) % 8] = 1
+    sub = TensorDict({"names": NonTensorStack(*[NonTensorData(f"n{i}") for i in range(n)]),
+                      "score": torch.arange(n) * 10}, batch_size=[n])
+    return TensorDict({"attention_mask": mask,
+                       "uid": NonTensorStack(*[NonTensorData(f"u{i}") for i in range(n)]),
+                       "tag": NonTensorData("run1"), "sub": sub}, batch_size=[n])
+
+
+def _plain(value: Any) -> Any:
+    """A non-tensor entry as plain Python data: the object of a scalar NonTensorData, the
+    list of a NonTensorStack's rows."""
+    from tensordict import NonTensorData, NonTensorStack
+
+    if isinstance(value, NonTensorData):
+        return value.data
+    return value.tolist() if isinstance(value, NonTensorStack) else None
+
+
+def test_restore_list_of_tensordicts_keeps_non_tensor_entries() -> None:
+    batch = _non_tensor_batch(7)
+    micro_batches, plan = rearrange_micro_batches(batch, max_token_len=10)
+    assert len(plan) > 1 and sorted(i for part in plan for i in part) == list(range(7))
+    restored = restore_dynamic_batch(micro_batches, plan)
+    # The oracle: the input's own rows, in input order.
+    assert _plain(restored.get("uid")) == [f"u{i}" for i in range(7)]
+    assert _plain(restored.get(("sub", "names"))) == [f"n{i}" for i in range(7)]
+    assert _plain(restored.get("tag")) == "run1"
+    assert restored[("sub", "score")].tolist() == [10 * i for i in range(7)]
+    assert torch.equal(restored["attention_mask"], batch["attention_mask"])
+    # The concatenated form restores them too.
+    joined = restore_dynamic_batch(torch.cat(micro_batches), plan)  # type: ignore[arg-type]
+    assert _plain(joined.get("uid")) == [f"u{i}" for i in range(7)]
+
+
+def _meta_jagged(lengths: list[int]) -> torch.Tensor:
+    return torch.nested.nested_tensor(
+        [torch.ones(k, device="meta") for k in lengths], layout=torch.jagged
+    )
+
+
+@pytest.mark.parametrize("key", ["extra", ("sub", "extra")])
+def test_meta_jagged_entry_is_refused_before_cutting(masked_batch: Batch, key: Any) -> None:
+    from tensordict import NonTensorData
+
+    batch = masked_batch([3, 4, 5])
+    batch.set(key, _meta_jagged([2, 3, 1]))
+    name = key if isinstance(key, str) else ".".join(key)
+    fragment = f"entry '{name}' is on the meta device"
+    with pytest.raises(ValueError, match=fragment):
+        rearrange_micro_batches(batch, 8)
+    # The static path of prepare_micro_batches cuts the same way: the same check.
+    batch["use_dynamic_bsz"] = NonTensorData(False)
+    batch["micro_batch_size_per_gpu"] = NonTensorData(1)
+    with pytest.raises(ValueError, match=fragment):
+        prepare_micro_batches(batch)
+
+
+def test_unreadable_jagged_offsets_are_an_error_naming_the_key(
+    masked_batch: Batch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch = masked_batch([3, 4, 5])
+    batch["extra"] = torch.nested.nested_tensor([torch.ones(k) for k in [2, 3, 1]], layout=torch.jagged)
+
+    def refuse(self: torch.Tensor) -> Any:
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(type(batch["extra"]), "offsets", refuse)  # the jagged tensor class
+    with pytest.raises(ValueError, match="entry 'extra' could not be read") as info:
+        rearrange_micro_batches(batch, 8)
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_long_keys_are_named_shortened_the_same_way() -> None:
+    from seqlen_balancing.errors import BatchProblem, ErrorCode, PlanError, key_values
+
+    long_key = ("a" * 30, "é" * 10)
+    error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_ON_META, *key_values(long_key)))
+    assert all(0 <= v < 2**76 - 1 for v in error.values)
+    text = "a" * 30 + "." + "é" * 10
+    shown = text.encode()[:33].decode(errors="ignore") + "..."
+    assert f"entry '{shown}' is on the meta device" in error.message()
+    short = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_ON_META, *key_values("x")))
+    assert "entry 'x' is on the meta device" in short.message()
+
+
+def test_calculate_workload_refuses_unreadable_and_reports_true_values() -> None:
+    for meta in (torch.ones(3, device="meta"), torch.ones(3, dtype=torch.long, device="meta")):
+        with pytest.raises(TypeError, match="seqlen_list cannot be read"):
+            calculate_workload(meta)
+    big = 2**63 + 5
+    with pytest.raises(ValueError, match=f"holds a length of {big} tokens"):
+        calculate_workload(torch.tensor([7, big, 2**63 + 1], dtype=torch.uint64))
+    for lengths, value in (([2**70], 2**70), ([3, 2**64 + 1], 2**64 + 1)):
+        with pytest.raises(ValueError, match=f"holds a length of {value} tokens; the workload overflows"):
+            calculate_workload(lengths)
+    with pytest.raises(ValueError, match=r"seqlen_list\[1\] is -1267650600228229401496703205376"):
+        calculate_workload([4, -(2**100)])
+    fits = torch.tensor([3, 2**31 + 7], dtype=torch.uint64)
+    assert calculate_workload(fits).tolist() == [24576 * 3 + 9, 24576 * (2**31 + 7) + (2**31 + 7) ** 2]
+    with pytest.raises(ValueError, match=f"holds a length of {2**70} tokens"):
+        calculate_workload(2**70)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.uint16, torch.uint32, torch.uint64])
+def test_unsigned_masks_count_non_zero_entries(dtype: torch.dtype) -> None:
+    rows = [[1, 1, 1, 1, 1, 0], [0, 7, 7, 0, 0, 0], [1, 0, 1, 0, 1, 0], [0, 0, 0, 0, 0, 200]]
+    mask = torch.tensor(rows, dtype=torch.int64).to(dtype)  # any non-zero value counts once
+    lengths = [int((row != 0).sum()) for row in mask.to(torch.int64)]  # the oracle
+    assert lengths == [5, 2, 3, 1]
+    from seqlen_balancing import effective_lengths
+
+    assert effective_lengths(TensorDict({"attention_mask": mask}, batch_size=[4])) == (None, lengths)
+    _, plan = rearrange_micro_batches(TensorDict({"attention_mask": mask}, batch_size=[4]), 6)
+    assert all(sum(lengths[i] for i in part) <= 6 for part in plan)
+    assert len(plan) == 2

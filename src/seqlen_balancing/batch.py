@@ -19,7 +19,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from seqlen_balancing import distributed
 from seqlen_balancing._checks import as_switch, describe, non_negative_ints
-from seqlen_balancing.errors import Argument, BatchProblem, ErrorCode, PlanError
+from seqlen_balancing.errors import Argument, BatchProblem, ErrorCode, PlanError, key_values
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, get_reverse_idx
 from seqlen_balancing.planner import RankAnalysis, analyse, argument_error, build_plan, local_count
 
@@ -56,7 +56,8 @@ def calculate_workload(seqlen_list: torch.Tensor | Sequence[int] | Any) -> Any:
         NumPy output of the same rule (float dtype kept, integers as int64).
 
     Raises:
-        TypeError: bool, complex, nested or non-numeric input.
+        TypeError: bool, complex, nested or non-numeric input, or a tensor that cannot be
+            read (``seqlen_list cannot be read``: e.g. on the meta device).
         ValueError: a negative length, a length that is not a whole number (``2.5``,
             ``nan``, ``inf``; the message names its index and value), or one above
             ~3.04e9 tokens (the int64 workload would overflow).
@@ -79,9 +80,20 @@ def calculate_workload(seqlen_list: torch.Tensor | Sequence[int] | Any) -> Any:
     try:
         lengths = torch.as_tensor(seqlen_list)
     except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        _check_python_ints(seqlen_list)  # an int beyond int64 is a ValueError, as documented
         raise TypeError(f"seqlen_list must be a tensor or list of integer lengths: {exc}") from None
     if lengths.dtype.is_complex or lengths.dtype == torch.bool:
         raise TypeError(f"seqlen_list must hold whole token counts, got dtype {lengths.dtype}")
+    if lengths.device.type == "meta":
+        raise TypeError("seqlen_list cannot be read: it is on the meta device, which holds no data")
+    try:
+        return _workload(lengths, seqlen_list, from_numpy)
+    except (RuntimeError, NotImplementedError) as exc:  # a tensor torch cannot read back
+        raise TypeError(f"seqlen_list cannot be read: {exc}") from None
+
+
+def _workload(lengths: torch.Tensor, seqlen_list: Any, from_numpy: bool) -> Any:
+    """:func:`calculate_workload` of ``lengths`` (``seqlen_list`` as a tensor)."""
     if lengths.numel() == 0:
         given_float = lengths.dtype.is_floating_point and (
             isinstance(seqlen_list, torch.Tensor) or from_numpy
@@ -92,9 +104,12 @@ def calculate_workload(seqlen_list: torch.Tensor | Sequence[int] | Any) -> Any:
         _check_whole(lengths)
         work = WORKLOAD_LINEAR_COEF * lengths + lengths**2  # verl's expression, in verl's dtype
     else:
+        unsigned = not lengths.dtype.is_signed
         lengths = lengths.to(torch.int64)
         low, high = torch.stack(list(torch.aminmax(lengths))).tolist()
-        if low < 0:
+        if low < 0 and unsigned:  # uint64 values from 2**63 up wrap to negatives, in order
+            high = int(lengths[lengths < 0].max()) + 2**64
+        elif low < 0:
             _check_whole(lengths)  # names the first negative length
         if high > _MAX_WORKLOAD_LENGTH:
             raise ValueError(
@@ -106,6 +121,27 @@ def calculate_workload(seqlen_list: torch.Tensor | Sequence[int] | Any) -> Any:
         out = work.numpy()
         return out[()] if out.ndim == 0 else out
     return work
+
+
+def _check_python_ints(values: Any) -> None:
+    """Raise naming a Python int of ``values`` (an int, or a flat list or tuple) that is
+    negative or too long for a workload: torch refuses ints beyond int64 before any check."""
+    flat = [values] if isinstance(values, int) else values
+    if not isinstance(flat, (list, tuple)):
+        return
+    ints = [(i, v) for i, v in enumerate(flat) if isinstance(v, int) and not isinstance(v, bool)]
+    for index, value in ints:
+        if value < 0:
+            raise ValueError(
+                f"seqlen_list[{index}] is {value!r}, a negative length; lengths must be whole "
+                "numbers of tokens >= 0"
+            )
+    high = max((v for _, v in ints), default=0)
+    if high > _MAX_WORKLOAD_LENGTH:
+        raise ValueError(
+            f"seqlen_list holds a length of {high} tokens; the workload overflows int64 "
+            f"above {_MAX_WORKLOAD_LENGTH} tokens"
+        )
 
 
 def _check_whole(lengths: torch.Tensor) -> None:
@@ -202,20 +238,27 @@ def _read_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int], list[
     return None, values, None
 
 
+#: Integer dtypes torch cannot take ``aminmax`` of (the wide unsigned ones): counted exactly.
+_NO_AMINMAX = tuple(
+    getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)
+)
+
+
 def _mask_row_counts(mask: torch.Tensor) -> list[int]:
     """Non-zero entries per row of a 2-D mask, with one device-to-host copy.
 
     ``(mask != 0).sum(-1)`` writes a temporary and reduces bools, which is slow on CPU
     (~80 ms for 2,048 x 6,704). Bool masks are summed as bytes; integer masks are summed
     directly when their values are all 0/1 (checked in the same copy); anything else (float
-    masks, other values) takes the exact but slower comparison.
+    masks, unsigned masks wider than 8 bits, other values) takes the exact but slower
+    comparison.
     """
     if mask.numel() == 0:
         return [0] * mask.shape[0]
     if mask.dtype == torch.bool:
         counts: list[int] = mask.view(torch.uint8).sum(dim=-1, dtype=torch.int64).tolist()
         return counts
-    if not (mask.dtype.is_floating_point or mask.dtype.is_complex):
+    if not (mask.dtype.is_floating_point or mask.dtype.is_complex or mask.dtype in _NO_AMINMAX):
         low, high = torch.aminmax(mask)
         bounds = torch.stack([low, high]).to(torch.int64)
         packed: list[int] = torch.cat([mask.sum(dim=-1, dtype=torch.int64), bounds]).tolist()
@@ -268,6 +311,38 @@ def _rows_of(
         return torch.split(values, sizes, dim=dim), sizes
     rows = tensor.unbind()
     return rows, [int(row.shape[dim]) for row in rows]
+
+
+def _cut_inputs(
+    batch: TensorDict, known: dict[Any, list[int]]
+) -> tuple[PlanError | None, dict[Any, list[int]], BaseException | None]:
+    """Read what :func:`_cut` reads from the host, before any rank commits to a plan.
+
+    Every nested entry is checked: one on the meta device holds no rows to cut; a packed
+    jagged one has its offsets read (one host copy per key, kept in the returned dict for
+    the cut, ``known`` entries reused). Returns ``(error, offsets, cause)``; the error
+    names the entry's key, so that it can be agreed on like any other batch problem.
+    Dense entries, ``NonTensorStack`` and ``NonTensorData`` are gathered by tensordict
+    without a host read (a dense meta tensor is cut into meta tensors, as verl cuts it).
+    """
+    offsets = dict(known)
+    for key, value in batch.items(include_nested=True, leaves_only=True):
+        if not (isinstance(value, torch.Tensor) and value.is_nested):
+            continue
+        if value.device.type == "meta":
+            problem = (BatchProblem.ENTRY_ON_META, *key_values(key))
+            return PlanError(ErrorCode.BAD_BATCH, problem), offsets, None
+        if key in offsets or value.layout != torch.jagged:
+            continue
+        try:
+            if getattr(value, "lengths")() is None:  # noqa: B009 (nested-only API)
+                offsets[key] = getattr(value, "offsets")().tolist()  # noqa: B009
+        except _READ_ERRORS as exc:
+            error = PlanError(
+                ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_UNREADABLE, *key_values(key)), describe(exc)
+            )
+            return error, offsets, exc
+    return None, offsets, None
 
 
 def _cut(
@@ -386,9 +461,11 @@ def rearrange_micro_batches(
             (``forced group exceeds max_token_len``) over the cap, an empty batch, ``n`` not
             divisible by ``force_group_size``, more micro-batches needed than samples, a bad
             ``min_num_micro_batch``/``num_batches_divided_by``, no length source, lengths
-            that cannot be read (e.g. a mask on the meta device), or this process is not a
-            member of ``dp_group`` (raised at once). Under DP agreement every rank raises
-            the same error, naming the DP group rank and the global rank at fault:
+            that cannot be read (e.g. a mask on the meta device), a nested entry that
+            cannot be cut (on the meta device, or its offsets unreadable; the message names
+            its key), or this process is not a member of ``dp_group`` (raised at once).
+            Under DP agreement every rank raises the same error, naming the DP group rank
+            and the global rank at fault:
             ``rank 1 of the DP group (global rank 3): sample 1 has 60 tokens, ...``.
             Nothing but ``TypeError``/``ValueError`` is raised.
 
@@ -501,6 +578,10 @@ def _rearrange(
             # The peers must hear of it: turn it into a plan error (the cause is chained).
             cause = exc
             error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
+    known: dict[Any, list[int]] = {} if offsets is None else {"input_ids": offsets}
+    if error is None:
+        # Everything the cut reads, read before the agreement: a failure is agreed on.
+        error, known, cause = _cut_inputs(batch, known)
     if error is None:
         analysis = analyse(
             lengths,
@@ -513,8 +594,8 @@ def _rearrange(
         analysis = RankAnalysis(error)
     count = _finish(analysis, sync, dp_group, cause)
     plan = build_plan(analysis, count, bool(as_switch(use_dynamic_bsz_balance)))
-    # Offsets read with the lengths of packed jagged input_ids: no second host copy.
-    return _cut(batch, plan, None if offsets is None else {"input_ids": offsets}), plan
+    # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
+    return _cut(batch, plan, known), plan
 
 
 def restore_dynamic_batch(
@@ -529,7 +610,9 @@ def restore_dynamic_batch(
             a TensorDict of them; or
             the list of per-micro-batch outputs, one per index list: dense tensors with
             equal trailing shapes, nested tensors of one layout (``torch.cat`` cannot join
-            jagged tensors), or TensorDicts (every entry restored alike).
+            jagged tensors), or TensorDicts (every entry restored alike: tensors,
+            per-sample ``NonTensorStack`` entries in the original order, a scalar
+            ``NonTensorData`` kept as it is).
         batch_idx_list: the index lists returned with the micro-batches.
 
     Returns:
@@ -667,11 +750,24 @@ def _kind(tensor: torch.Tensor) -> str:
     return f"a jagged nested tensor ragged in dim {_ragged_dim(tensor)}"
 
 
+def _entry_keys(part: TensorDict) -> list[Any]:
+    """The keys of every entry to restore: tensors and non-tensor data, nested ones too.
+
+    ``keys(leaves_only=True)`` leaves out ``NonTensorData``/``NonTensorStack`` entries
+    (they are TensorDict-like), so the keys are filtered by what each entry holds.
+    """
+    keys = [
+        key for key in part.keys(include_nested=True)
+        if isinstance(part.get(key), (torch.Tensor, NonTensorData, NonTensorStack))
+    ]
+    return sorted(keys, key=str)
+
+
 def _restore_tensordicts(parts: list[TensorDict], order: list[int]) -> TensorDict:
-    keys = sorted(parts[0].keys(include_nested=True, leaves_only=True), key=str)
+    keys = _entry_keys(parts[0])
     out = TensorDict({}, batch_size=[len(order)])
     for m, part in enumerate(parts):
-        part_keys = sorted(part.keys(include_nested=True, leaves_only=True), key=str)
+        part_keys = _entry_keys(part)
         if part_keys != keys:
             raise ValueError(
                 f"micro-batch {m}: output has keys {part_keys} but micro-batch 0's has {keys}"
@@ -921,6 +1017,10 @@ def prepare_micro_batches(
     n = int(data.batch_size[0])
     if error is None and (n == 0 or n % chunk):
         error = PlanError(ErrorCode.STATIC_NOT_DIVISIBLE, (n, value, force_group_size))
+    known: dict[Any, list[int]] = {}
+    if error is None:
+        error, known, cause = _cut_inputs(data, known)
     static_count = n // chunk if error is None else 0
     _finish(RankAnalysis(error), sync, dp_group, cause, static_count)
-    return _cut(data, [list(range(start, start + chunk)) for start in range(0, n, chunk)]), None
+    chunks = [list(range(start, start + chunk)) for start in range(0, n, chunk)]
+    return _cut(data, chunks, known), None

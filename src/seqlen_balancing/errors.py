@@ -24,6 +24,7 @@ __all__ = [
     "BatchProblem",
     "ErrorCode",
     "PlanError",
+    "key_values",
 ]
 
 #: Number of integers a :class:`PlanError` carries (the width of its slot in the agreement).
@@ -87,11 +88,38 @@ class BatchProblem(IntEnum):
     NON_TENSOR_ROWS = 5  # (rows of a non_tensor_batch array, batch size)
     NOT_TENSORDICT = 6  # the batch is not a TensorDict with a batch dimension (TypeError)
     NON_TENSOR_NOT_ARRAY = 7  # a non_tensor_batch entry is not a NumPy array (TypeError)
+    ENTRY_ON_META = 8  # (key bytes, see key_values): an entry to cut is on the meta device
+    ENTRY_UNREADABLE = 9  # (key bytes): reading an entry to cut raised (cause chained)
 
 
 #: BAD_BATCH problems that are wrong types (raised as TypeError).
 _TYPE_PROBLEMS = (BatchProblem.NOT_TENSORDICT, BatchProblem.NOT_DATAPROTO,
                   BatchProblem.NON_TENSOR_NOT_ARRAY)
+
+
+#: Bytes of an entry's key carried in an error (4 values of 9 bytes each, 72 bits).
+_KEY_CHUNK = 9
+_KEY_BYTES = 4 * _KEY_CHUNK
+
+
+def key_values(key: str | tuple[str, ...]) -> tuple[int, int, int, int]:
+    """A TensorDict key (nested keys joined by ``.``) as 4 error values, so that every rank
+    names the same entry: its UTF-8 bytes, shortened to 33 bytes plus ``...`` when longer
+    than 36."""
+    text = key if isinstance(key, str) else ".".join(str(part) for part in key)
+    raw = text.encode("utf-8", errors="replace")
+    if len(raw) > _KEY_BYTES:
+        raw = raw[: _KEY_BYTES - 3] + b"..."
+    raw = raw.ljust(_KEY_BYTES, b"\0")
+    chunks = (raw[i : i + _KEY_CHUNK] for i in range(0, _KEY_BYTES, _KEY_CHUNK))
+    a, b, c, d = (int.from_bytes(chunk, "big") for chunk in chunks)
+    return a, b, c, d
+
+
+def _key_text(values: tuple[int, ...]) -> str:
+    """The key :func:`key_values` encoded (a cut multi-byte character is dropped)."""
+    raw = b"".join(v.to_bytes(_KEY_CHUNK, "big") if v < 1 << 72 else b"" for v in values)
+    return raw.rstrip(b"\0").decode("utf-8", errors="ignore")
 
 
 def _n(value: int) -> str:
@@ -154,6 +182,16 @@ def _bad_batch(v: tuple[int, ...]) -> str:
         return (
             "every non_tensor_batch entry must be a NumPy array with one row per sample (as "
             "verl's DataProto holds), got one that is not; convert it with numpy.asarray"
+        )
+    if problem is BatchProblem.ENTRY_ON_META:
+        return (
+            f"entry '{_key_text(v[1:5])}' is on the meta device, which holds no data, so its "
+            "rows cannot be cut into micro-batches; move it to a real device or drop it"
+        )
+    if problem is BatchProblem.ENTRY_UNREADABLE:
+        return (
+            f"entry '{_key_text(v[1:5])}' could not be read to cut it into micro-batches (its "
+            "row offsets); pass a readable nested tensor or drop the entry"
         )
     if problem is BatchProblem.MASK_NOT_2D:
         return f"attention_mask must be 2-D (batch, seq_len), got a {v[1]}-D tensor"

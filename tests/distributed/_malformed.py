@@ -134,6 +134,14 @@ def _meta_mask(rng: random.Random) -> Call:
     return rearrange(TensorDict({"attention_mask": torch.ones(n, 4, device="meta")}, batch_size=[n]))
 
 
+def _meta_jagged_entry(rng: random.Random) -> Call:
+    import torch
+
+    lens = lengths(rng)
+    rows = [torch.ones(k + 1, device="meta") for k in lens]
+    return rearrange(masked(lens, {"extra": torch.nested.nested_tensor(rows, layout=torch.jagged)}))
+
+
 def _dense_ids_only(rng: random.Random) -> Call:
     import torch
     from tensordict import TensorDict
@@ -237,6 +245,8 @@ KINDS: list[Kind] = [
     Kind("mask_3d", _r(_mask_3d), "ValueError", "attention_mask must be 2-D"),
     Kind("mask_rows", _r(_mask_rows), "ValueError", "rows but the batch has"),
     Kind("mask_on_meta_device", _r(_meta_mask), "ValueError", "the effective lengths could not be read"),
+    Kind("jagged_entry_on_meta_device", _r(_meta_jagged_entry), "ValueError",
+         "entry 'extra' is on the meta device"),
     Kind("empty_batch", _r(lambda rng: rearrange(masked([]))), "ValueError", "the batch has no samples"),
     Kind("sample_over_cap", _r(_over_cap), "ValueError", f"exceeds max_token_len={CAP}"),
     Kind("jagged_sample_over_cap", _r(_jagged_over_cap), "ValueError", f"exceeds max_token_len={CAP}"),

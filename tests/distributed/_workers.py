@@ -77,6 +77,7 @@ COLLECTIVES = (
 #                  {"lengths": [...]}            attention_mask built from the lengths
 #                  {"no_mask": n}                only a dense input_ids of n rows
 #                  {"plain_dict": [...]}         a dict, not a TensorDict
+#                  {"lengths": [...], "meta_jagged": key}  plus a jagged meta tensor at key
 #   kwargs:      keyword arguments of rearrange_micro_batches common to every rank
 #   rank_kwargs: {rank: {...}} per-rank overrides (optional)
 #   group:       None (the world group passed as dp_group), "local" (dp_group=None: no
@@ -260,6 +261,22 @@ PAIR_SCENARIOS += [
         "name": "meta_mask",
         "batches": {0: {"lengths": [10] * 4}, 1: {"lengths": [10] * 4, "meta": True}},
         "kwargs": {"max_token_len": CAP},
+    },
+    {  # a jagged entry (not the length source) on the meta device on rank 1: it cannot
+       # be cut, which must be known before the agreement, not found after it
+        "name": "meta_jagged_entry",
+        "batches": {0: {"lengths": [10] * 4}, 1: {"lengths": [10] * 4, "meta_jagged": "extra"}},
+        "kwargs": {"max_token_len": CAP},
+    },
+    {  # the same on the static path of prepare_micro_batches, rank 0 at fault
+        "name": "meta_jagged_entry_static",
+        "call": "prepare_micro_batches",
+        "batches": {
+            0: {"lengths": [5] * 4, "meta_jagged": "extra",
+                "settings": {"use_dynamic_bsz": False, "micro_batch_size_per_gpu": 2}},
+            1: {"lengths": [5] * 4, "settings": {"use_dynamic_bsz": False, "micro_batch_size_per_gpu": 2}},
+        },
+        "kwargs": {},
     },
     {  # a cap of -2**70 on rank 0: reported as given, not clipped
         "name": "cap_beyond_int64",
@@ -473,6 +490,9 @@ def build_batch(spec: dict[str, Any], rank: int) -> Any:
         else:
             mask[row, :length] = 1  # right padding
     tensors = {"attention_mask": mask, "sample_id": torch.arange(n, dtype=torch.long)}
+    if "meta_jagged" in spec:  # a jagged entry on the meta device, rows of 1..n tokens
+        rows = [torch.ones(i + 1, device="meta") for i in range(n)]
+        tensors[spec["meta_jagged"]] = torch.nested.nested_tensor(rows, layout=torch.jagged)
     if "plain_dict" in spec:
         return tensors
     return TensorDict(tensors, batch_size=[n])

@@ -667,6 +667,8 @@ def test_issue10_case4_none_batch_on_rank_1_is_a_type_error_on_both(pair: SuiteR
         ("dataproto_non_tensor_rows", "ValueError", 1,
          "a non_tensor_batch array has 3 rows but the batch has 4 samples"),
         ("meta_mask", "ValueError", 1, "the effective lengths could not be read"),
+        ("meta_jagged_entry", "ValueError", 1, "entry 'extra' is on the meta device"),
+        ("meta_jagged_entry_static", "ValueError", 0, "entry 'extra' is on the meta device"),
         ("cap_beyond_int64", "ValueError", 0,
          f"max_token_len must be a positive integer (>= 1), got {-(2**70)}"),
     ],
