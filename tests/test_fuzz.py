@@ -20,6 +20,10 @@ from seqlen_balancing import rearrange_micro_batches
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "200"))
 
+
+#: Needs torch and tensordict: selected out by `-m "not torch"` (see conftest.py).
+pytestmark = pytest.mark.torch
+
 ARGUMENT = st.one_of(
     st.none(),
     st.integers(-3, 12),

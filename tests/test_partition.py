@@ -6,7 +6,6 @@ import itertools
 import random
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,7 +117,10 @@ def test_greedy_partition_equal_size() -> None:
     assert sorted(sum([9, 1, 8, 2, 7, 3][i] for i in part) for part in parts) == [10, 10, 10]
 
 
+@pytest.mark.torch
 def test_partitions_accept_tensors() -> None:
+    import torch
+
     parts = get_seqlen_balanced_partitions(torch.tensor([4, 1, 3, 2]), 2, equal_size=True)
     assert sorted(map(sorted, parts)) == [[0, 1], [2, 3]]
 
