@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from seqlen_balancing.packing import split_to_count
+from seqlen_balancing.packing import best_fit_decreasing, minimum_bin_slack, split_to_count
 
 
 def model_split(sizes: list[int], bins: list[list[int]], count: int) -> list[list[int]]:
@@ -55,3 +55,16 @@ def test_split_to_count_hand_checked() -> None:
         split_to_count([1, 1, 1], [[0, 1], [2]], 4)
     with pytest.raises(ValueError, match=r"^cannot split 2 bins of 3 items into 1$"):
         split_to_count([1, 1, 1], [[0, 1], [2]], 1)
+
+
+def test_minimum_bin_slack_budget_and_largest_item_first() -> None:
+    sizes, cap = [49, 41, 34, 33, 29, 26, 26, 22, 20, 19], 100
+    assert len(minimum_bin_slack(sizes, cap)) == 3
+    # No budget: every item is packed by best-fit decreasing (4 bins here).
+    assert minimum_bin_slack(sizes, cap, budget=0) == best_fit_decreasing(sizes, cap)
+    rng = random.Random(3)
+    for _ in range(200):
+        items = [rng.randint(1, 30) for _ in range(rng.randint(1, 12))]
+        bins = minimum_bin_slack(items, 40)
+        for k, b in enumerate(bins):  # each bin opens with the largest item left
+            assert items[b[0]] == max(items[i] for later in bins[k:] for i in later), (items, bins)

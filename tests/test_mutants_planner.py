@@ -23,6 +23,7 @@ from seqlen_balancing.planner import (
     local_count,
     order_micro_batches,
     plan_micro_batches,
+    spread,
 )
 
 
@@ -175,3 +176,15 @@ def test_num_micro_batches_is_checked() -> None:
     with pytest.raises(ValueError, match="4 micro-batches are needed but only 3"):
         plan_micro_batches([1, 1, 1], 4, num_micro_batches=3, num_batches_divided_by=2)
 
+
+
+def test_spread() -> None:
+    assert spread([]) == 0.0
+    assert spread([0, 0]) == 0.0
+    assert spread([90, 100, 110]) == pytest.approx(0.2)
+    assert spread([1, 3]) == 1.0
+    assert spread([5]) == 0.0
+
+
+def test_num_micro_batches_is_rounded_to_the_divisor() -> None:
+    assert len(plan_micro_batches([1, 1, 1, 1], 4, num_micro_batches=3, num_batches_divided_by=2)) == 4
