@@ -188,3 +188,46 @@ def test_spread() -> None:
 
 def test_num_micro_batches_is_rounded_to_the_divisor() -> None:
     assert len(plan_micro_batches([1, 1, 1, 1], 4, num_micro_batches=3, num_batches_divided_by=2)) == 4
+
+
+class _SubInt(int):
+    """An int subclass: not ``type(v) is int``, still a whole number."""
+
+
+@pytest.mark.parametrize(
+    ("lengths", "cap", "kwargs", "error", "message"),
+    [
+        (["x"], 8, {}, TypeError,
+         "seq_lens[0] is not an integer; lengths are whole numbers of tokens ('x' (str))"),
+        (5, 8, {}, TypeError, "seq_lens[0] is not an integer; lengths are whole numbers of tokens "
+         "(seq_lens must be a sequence, got 5 (int))"),
+        ([1, 1.5], 8, {}, TypeError,
+         "seq_lens[1] is not an integer; lengths are whole numbers of tokens (1.5 (float))"),
+        ([1, -3], 8, {}, ValueError, "seq_lens[1] is -3; lengths must be >= 0 tokens"),
+        ([1], 1.5, {}, TypeError,
+         "max_token_len must be a positive integer, got a value that is not an integer (1.5 (float))"),
+        ([1], 0, {}, ValueError, "max_token_len must be a positive integer (>= 1), got 0"),
+        ([1], -5, {}, ValueError, "max_token_len must be a positive integer (>= 1), got -5"),
+        ([1], 8, {"force_group_size": 0}, ValueError,
+         "force_group_size must be a positive integer (>= 1), got 0"),
+        ([1], 8, {"force_group_size": 2.0}, TypeError,
+         "force_group_size must be a positive integer, got a value that is not an integer (2.0 (float))"),
+        ([1], 8, {"min_num_micro_batch": -1}, ValueError,
+         "min_num_micro_batch must be a positive integer (>= 1), got -1"),
+        ([1], 8, {"num_batches_divided_by": "a"}, TypeError,
+         "num_batches_divided_by must be a positive integer, got a value that is not an integer ('a' (str))"),
+        ([1, 9, 9, 2], 8, {}, ValueError,
+         "sample 1 has 9 tokens, which exceeds max_token_len=8 (2 samples over the cap, the largest 9 "
+         "tokens); raise max_token_len to at least 9 or truncate the sequences"),
+    ],
+)
+def test_input_errors_exactly(
+    lengths: object, cap: object, kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as caught:
+        plan_micro_batches(lengths, cap, **kwargs)  # type: ignore[arg-type]
+    assert str(caught.value) == message
+
+
+def test_whole_numbers_of_any_int_type_are_lengths() -> None:
+    assert plan_micro_batches([_SubInt(3), 5], 8) == [[0, 1]]
