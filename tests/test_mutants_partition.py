@@ -6,6 +6,7 @@ the property tests; README, Development). No torch.
 
 from __future__ import annotations
 
+import random
 import re
 from typing import Any
 
@@ -103,3 +104,25 @@ def test_log_seqlen_unbalance_edges() -> None:
         log_seqlen_unbalance([1, 2], [[0], [2]], "p")
     with raises(ValueError, "partition index -1 is outside range(2)"):
         log_seqlen_unbalance([1, 2], [[0], [-1]], "p")
+
+
+def model_karmarkar_karp_sums(values: list[int], k: int) -> list[int]:
+    """The largest differencing method on k-tuples of sums (Karmarkar & Karp 1982), slowly:
+    every item is the state (v, 0, ..., 0); the two states of largest spread (max - min)
+    merge, the largest sum of one joining the smallest of the other; the last state's sums."""
+    states = [sorted([v] + [0] * (k - 1)) for v in values]
+    while len(states) > 1:
+        states.sort(key=lambda s: s[-1] - s[0])
+        first, second = states.pop(), states.pop()
+        states.append(sorted(a + b for a, b in zip(first, reversed(second), strict=True)))
+    return states[0]
+
+
+def test_karmarkar_karp_sums_match_the_method() -> None:
+    rng = random.Random(19)
+    for _ in range(300):
+        k = rng.randint(2, 5)
+        values = rng.sample(range(1, 10**6), rng.randint(k, 14))  # distinct: no spread ties
+        parts = karmarkar_karp(values, k, equal_size=False)
+        assert sorted(sum(values[i] for i in part) for part in parts) == model_karmarkar_karp_sums(values, k)
+        assert sorted(i for part in parts for i in part) == list(range(len(values)))
