@@ -88,7 +88,7 @@ def test_lowest_failing_rank_wins_and_its_values_come_whole() -> None:
     vectors = [
         encode(analyse([1, 2], 4), 0),
         encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (9, 1, 4, 1, 9)), 1),
-        encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (99, 0, 4, 2, 120)), 2),
+        encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (1 << 45, 1 << 40, 4, 2, (1 << 62) + 1)), 2),
         encode(error_analysis(ErrorCode.BAD_LENGTH, (3, 1, 5)), 3),
     ]
     count, error, rank = decode(combine(vectors))

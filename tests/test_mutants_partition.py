@@ -87,6 +87,7 @@ def test_group_partitions_messages_and_unequal_group_counts() -> None:
         get_group_balanced_partitions([1, 2], [1, 2], 3)
     # Three groups into two partitions: one partition holds two groups (not equal-size).
     assert get_group_balanced_partitions([10, 1, 1], ["a", "b", "c"], 2) == [[0], [1, 2]]
+    assert get_group_balanced_partitions([10, 1, 1, 1], ["a", "b", "c", "d"], 2) == [[0], [1, 2, 3]]
 
 
 def test_log_seqlen_unbalance_edges() -> None:
@@ -106,11 +107,16 @@ def test_log_seqlen_unbalance_edges() -> None:
         log_seqlen_unbalance([1, 2], [[0], [-1]], "p")
 
 
-def model_karmarkar_karp_sums(values: list[int], k: int) -> list[int]:
+def model_karmarkar_karp_sums(values: list[int], k: int, equal_size: bool = False) -> list[int]:
     """The largest differencing method on k-tuples of sums (Karmarkar & Karp 1982), slowly:
-    every item is the state (v, 0, ..., 0); the two states of largest spread (max - min)
-    merge, the largest sum of one joining the smallest of the other; the last state's sums."""
-    states = [sorted([v] + [0] * (k - 1)) for v in values]
+    every item is the state (v, 0, ..., 0) (equal size: every k consecutive items of the
+    descending order form one state); the two states of largest spread (max - min) merge,
+    the largest sum of one joining the smallest of the other; the last state's sums."""
+    if equal_size:
+        ordered = sorted(values, reverse=True)
+        states = [sorted(ordered[s : s + k]) for s in range(0, len(values), k)]
+    else:
+        states = [sorted([v] + [0] * (k - 1)) for v in values]
     while len(states) > 1:
         states.sort(key=lambda s: s[-1] - s[0])
         first, second = states.pop(), states.pop()
@@ -126,3 +132,15 @@ def test_karmarkar_karp_sums_match_the_method() -> None:
         parts = karmarkar_karp(values, k, equal_size=False)
         assert sorted(sum(values[i] for i in part) for part in parts) == model_karmarkar_karp_sums(values, k)
         assert sorted(i for part in parts for i in part) == list(range(len(values)))
+
+
+def test_equal_size_karmarkar_karp_sums_match_the_method() -> None:
+    rng = random.Random(23)
+    for _ in range(300):
+        k = rng.randint(2, 5)
+        values = rng.sample(range(1, 10**6), k * rng.randint(1, 4))
+        parts = karmarkar_karp(values, k, equal_size=True)
+        assert sorted(sum(values[i] for i in part) for part in parts) == model_karmarkar_karp_sums(
+            values, k, equal_size=True
+        )
+        assert sorted(len(part) for part in parts) == [len(values) // k] * k

@@ -231,3 +231,9 @@ def test_input_errors_exactly(
 
 def test_whole_numbers_of_any_int_type_are_lengths() -> None:
     assert plan_micro_batches([_SubInt(3), 5], 8) == [[0, 1]]
+
+
+def test_analysis_records_its_lower_bound() -> None:
+    assert analyse([6, 6, 6], 10).lower_bound == 3
+    assert analyse([6, 6, 6], 10, min_num_micro_batch=3).lower_bound == 3
+    assert analyse([1, 1, 1], 10, min_num_micro_batch=2).lower_bound == 2
