@@ -68,3 +68,9 @@ def test_minimum_bin_slack_budget_and_largest_item_first() -> None:
         bins = minimum_bin_slack(items, 40)
         for k, b in enumerate(bins):  # each bin opens with the largest item left
             assert items[b[0]] == max(items[i] for later in bins[k:] for i in later), (items, bins)
+
+
+def test_minimum_bin_slack_falls_back_to_best_fit_on_wide_bitsets() -> None:
+    # cap / gcd above 65,536 bits: best-fit decreasing, as documented.
+    sizes, cap = [70_000, 30_001, 3, 99_999], 100_001
+    assert minimum_bin_slack(sizes, cap) == best_fit_decreasing(sizes, cap) == [[3], [0, 1], [2]]
