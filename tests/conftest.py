@@ -1,13 +1,106 @@
-"""Shared fixtures: TensorDict batches built from lists of effective lengths."""
+"""Shared fixtures, and the rule that keeps torch out of ``-m "not torch"`` runs.
+
+Tests that need torch (or tensordict, or ``torch.distributed``) say so per module with
+``pytestmark = pytest.mark.torch`` (a ``distributed`` mark implies ``torch``), or per test
+with ``@pytest.mark.torch`` and a local ``import torch``. With a ``-m`` expression that
+deselects every torch test (``-m "not torch"``, as CI's Python 3.10/3.13 stage runs), a
+module marked torch is never imported: :func:`pytest_ignore_collect` reads its marks from
+the source, without running it. ``tests/test_torch_free.py`` fails when a module uses
+torch without the mark.
+
+The fixtures build TensorDict batches from lists of effective lengths; they import torch
+when called, so this file itself never does.
+"""
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib.util
+import itertools
+import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
-from tensordict import TensorDict
+
+if TYPE_CHECKING:
+    import torch
+    from tensordict import TensorDict
+
+#: Marks that mean "needs torch": ``distributed`` tests spawn torch.distributed processes.
+TORCH_MARKS = frozenset({"torch", "distributed"})
+#: Fixtures of this file that import torch; a test using one must be marked torch.
+TORCH_FIXTURES = frozenset({"masked_batch", "jagged_batch"})
+
+
+def _mark_names(node: ast.AST) -> set[str]:
+    """Names ``X`` of every ``pytest.mark.X`` (called or not) inside ``node``."""
+    names = set()
+    for sub in ast.walk(node):
+        if (
+            isinstance(sub, ast.Attribute)
+            and isinstance(sub.value, ast.Attribute)
+            and sub.value.attr == "mark"
+            and isinstance(sub.value.value, ast.Name)
+            and sub.value.value.id == "pytest"
+        ):
+            names.add(sub.attr)
+    return names
+
+
+@functools.cache
+def module_marks(path: Path) -> frozenset[str]:
+    """The marks a test module's ``pytestmark = ...`` assigns, read without importing it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    marks: set[str] = set()
+    for node in tree.body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign)
+            else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in targets):
+            marks |= _mark_names(node)
+    return frozenset(marks)
+
+
+def _never_selects(markexpr: str, marks: frozenset[str]) -> bool:
+    """True when ``-m markexpr`` deselects every test carrying ``marks``, whatever other
+    marks a test adds (each other name in the expression is tried both ways)."""
+    from _pytest.mark.expression import Expression
+
+    expression = Expression.compile(markexpr)
+    names = set(re.findall(r"[A-Za-z_][\w.]*", markexpr)) - {"and", "or", "not"}
+    free = sorted(names - marks)
+    for values in itertools.product((False, True), repeat=len(free)):
+        chosen = marks | {name for name, on in zip(free, values, strict=True) if on}
+
+        def matcher(name: str, /, chosen: set[str] = chosen, **kwargs: Any) -> bool:
+            return name in chosen
+
+        if expression.evaluate(matcher):
+            return False
+    return True
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Do not import a torch module when the ``-m`` expression deselects all its tests."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    markexpr = config.getoption("markexpr", "") or ""
+    marks = module_marks(collection_path)
+    if marks & TORCH_MARKS and markexpr and _never_selects(markexpr, marks | {"torch"}):
+        return True
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A ``distributed`` test needs torch too, so ``-m "not torch"`` deselects it."""
+    for item in items:
+        if item.get_closest_marker("distributed") and not item.get_closest_marker("torch"):
+            item.add_marker(pytest.mark.torch)
 
 # tests/compat/ runs this library side by side with verl 0.9.1 itself. verl is not a
 # dependency, so where it is not installed the directory is not collected at all (not
@@ -18,11 +111,14 @@ collect_ignore = [] if importlib.util.find_spec("verl") is not None else ["compa
 
 def _masked(
     lengths: Sequence[int], width: int | None = None, left_pad: bool = False,
-    dtype: torch.dtype = torch.long,
+    dtype: torch.dtype | None = None,
 ) -> TensorDict:
+    import torch
+    from tensordict import TensorDict
+
     n = len(lengths)
     width = max([*lengths, 1]) + 3 if width is None else width
-    mask = torch.zeros(n, width, dtype=dtype)
+    mask = torch.zeros(n, width, dtype=torch.long if dtype is None else dtype)
     for row, length in enumerate(lengths):
         if left_pad:
             mask[row, width - length :] = 1
@@ -33,6 +129,9 @@ def _masked(
 
 
 def _jagged(lengths: Sequence[int]) -> TensorDict:
+    import torch
+    from tensordict import TensorDict
+
     rows = [torch.arange(length, dtype=torch.long) + 1000 * i for i, length in enumerate(lengths)]
     ids = torch.nested.nested_tensor(rows, layout=torch.jagged)
     return TensorDict({"input_ids": ids}, batch_size=[len(lengths)])

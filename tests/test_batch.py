@@ -22,6 +22,10 @@ from seqlen_balancing import (
 Batch = Callable[..., TensorDict]
 
 
+#: Needs torch and tensordict: selected out by `-m "not torch"` (see conftest.py).
+pytestmark = pytest.mark.torch
+
+
 def token_sums(lengths: list[int], plan: list[list[int]]) -> list[int]:
     return [sum(lengths[i] for i in part) for part in plan]
 

@@ -26,6 +26,10 @@ from seqlen_balancing import (
 Batch = Callable[..., TensorDict]
 
 
+#: Needs torch and tensordict: selected out by `-m "not torch"` (see conftest.py).
+pytestmark = pytest.mark.torch
+
+
 @pytest.mark.parametrize(
     ("cap", "error", "fragment"),
     [

@@ -7,7 +7,6 @@ import random
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -157,7 +156,10 @@ def test_greedy_partition_refuses_indivisible_equal_size_and_zero_k() -> None:
         greedy_partition([1], 0, equal_size=False)
 
 
+@pytest.mark.torch
 def test_partitions_accept_tensors() -> None:
+    import torch
+
     parts = get_seqlen_balanced_partitions(torch.tensor([4, 1, 3, 2]), 2, equal_size=True)
     assert sorted(map(sorted, parts)) == [[0, 1], [2, 3]]
 
