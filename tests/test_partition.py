@@ -170,7 +170,7 @@ def test_negative_and_non_whole_items_are_refused() -> None:
     with pytest.raises(ValueError, match=r"seqlen_list\[0\] is 1.5, not a whole number"):
         karmarkar_karp([1.5, 2], 1, equal_size=False)
     with pytest.raises(ValueError, match=r"seqlen_list\[2\] is 2.5, not a whole number"):
-        greedy_partition(torch.tensor([1.0, 2.0, 2.5]), 1, equal_size=False)
+        greedy_partition(np.array([1.0, 2.0, 2.5]), 1, equal_size=False)
     with pytest.raises(ValueError, match=r"seqlen_list\[1\] is -4; lengths and workloads must be >= 0"):
         get_seqlen_balanced_partitions(np.array([1.0, -4.0]), 1, equal_size=False)
     with pytest.raises(ValueError, match=r"seqlen_list\[0\] is inf, not a whole number"):
@@ -179,8 +179,19 @@ def test_negative_and_non_whole_items_are_refused() -> None:
         karmarkar_karp(["7"], 1, equal_size=False)
 
 
+@pytest.mark.torch
+def test_a_non_whole_float_tensor_is_refused() -> None:
+    import torch
+
+    with pytest.raises(ValueError, match=r"seqlen_list\[2\] is 2.5, not a whole number"):
+        greedy_partition(torch.tensor([1.0, 2.0, 2.5]), 1, equal_size=False)
+
+
 # Issue 9, case 3: what verl's SFT trainer passes (float32 tensors of whole numbers).
+@pytest.mark.torch
 def test_whole_floats_tensors_and_numpy_are_accepted() -> None:
+    import torch
+
     floats = torch.Tensor([5.0, 7.0, 3.0, 9.0])
     assert floats.dtype == torch.float32
     parts = get_seqlen_balanced_partitions(floats.tolist(), 2, equal_size=True)
@@ -315,7 +326,10 @@ def test_ceildiv_and_roundup() -> None:
 
 
 # Issue 9, case 7: the type given comes back.
+@pytest.mark.torch
 def test_reverse_index_keeps_the_type() -> None:
+    import torch
+
     out = get_reverse_idx(torch.tensor([2, 0, 1]))
     assert isinstance(out, torch.Tensor) and torch.equal(out, torch.tensor([1, 2, 0]))
     as_int32 = get_reverse_idx(torch.tensor([2, 0, 1], dtype=torch.int32))

@@ -68,7 +68,9 @@ def test_core_and_cli_import_and_plan_without_torch() -> None:
         "import importlib\n"
         "for name in names: importlib.import_module(name)\n"
         "from seqlen_balancing import plan_micro_batches, plan_data_parallel\n"
-        "assert plan_micro_batches([7, 7, 7, 7], 8) == [[0], [2], [3], [1]]\n"
+        # verl's order: by (workload, first index) descending [3, 2, 1, 0], then the even
+        # positions reversed [1, 3] and the odd ones [2, 0]
+        "assert plan_micro_batches([7, 7, 7, 7], 8) == [[1], [3], [2], [0]]\n"
         "assert [len(p) for p in plan_data_parallel([[95] * 5, [20] * 5], 100)] == [5, 5]\n"
         "from seqlen_balancing.cli import main\n"
         "assert main(['plan', '--dp-size', '2', '--batch-size', '16']) == 0\n"

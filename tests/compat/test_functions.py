@@ -6,7 +6,10 @@ import random
 from types import ModuleType
 
 import numpy as np
+import pytest
 import torch
+
+pytestmark = pytest.mark.torch  # with torch and verl only (tests/conftest.py)
 
 
 def random_lengths(rng: random.Random, n: int) -> list[int]:

@@ -8,10 +8,13 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 from seqlen_balancing.planner import order_micro_batches
+
+pytestmark = pytest.mark.torch  # with torch and verl only (tests/conftest.py)
 
 
 def jagged(rows: list[torch.Tensor], ragged_dim: int = 1) -> torch.Tensor:

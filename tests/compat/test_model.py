@@ -12,6 +12,8 @@ import torch
 import transformers  # verl's modules import it; CI's compat stage installs it with verl
 from tensordict import TensorDict
 
+pytestmark = pytest.mark.torch  # with torch and verl only (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def model() -> torch.nn.Module:

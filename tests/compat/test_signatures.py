@@ -7,6 +7,8 @@ from types import ModuleType
 
 import pytest
 
+pytestmark = pytest.mark.torch  # with torch and verl only (tests/conftest.py)
+
 MIRRORED = [
     "calculate_workload",
     "karmarkar_karp",

@@ -111,4 +111,10 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Every record is fsynced and the group destroyed; skip interpreter teardown, where a
+    # gloo worker thread still alive can abort the process (SIGABRT, "terminate called
+    # without an active exception") after the work is done.
+    os._exit(code)

@@ -753,4 +753,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Records are written and the group destroyed; skip interpreter teardown, where a gloo
+    # worker thread still alive can abort the process (SIGABRT) after the work is done.
+    os._exit(code)

@@ -208,4 +208,6 @@ def test_agreement_matches_each_rank_planning_alone(world_size: int, tmp_path: P
             assert text.startswith(
                 f"{want['count']} micro-batches are needed but only {want['groups']} samples/groups"
             ), where
-            assert f"rank {want['rank_needing']} needs {want['needed']}" in text, where
+            # the rank needing the count, named by group rank (and global rank, equal here)
+            needing = f"rank {want['rank_needing']} (global rank {want['rank_needing']}) needs"
+            assert f"{needing} {want['needed']}" in text, where
