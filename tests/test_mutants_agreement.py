@@ -248,3 +248,34 @@ def test_plan_data_parallel_errors_name_the_rank() -> None:
     for same in (True, False):
         with pytest.raises(ValueError, match=r"^rank 1 of the DP group\b.*: sample 0 has 9 tokens"):
             plan_data_parallel([[1], [9]], 8, same_micro_num_in_dp=same)
+
+
+def test_static_counts_agree_or_name_the_largest_and_smallest() -> None:
+    static = RankAnalysis(None)
+    same = [encode(static, r, static_count=4) for r in range(3)]
+    assert decode(combine(same)) == (4, None, None)
+    counts = {0: 3, 1: 5, 2: 3, 3: 5, 4: 2}
+    vectors = [encode(static, r, static_count=c) for r, c in counts.items()]
+    assert vectors == [model_vector(r, static=c) for r, c in counts.items()]
+    count, error, rank = decode(combine(vectors), lambda r: 100 + r)
+    assert (count, rank) == (0, None)
+    # Largest 5 (lowest rank 1), smallest 2 (rank 4); global ranks + 1 follow.
+    assert error == PlanError(ErrorCode.STATIC_COUNT_MISMATCH, (1, 5, 4, 2, 102, 105))
+    assert "rank 1 (global rank 101) has 5 and rank 4 (global rank 104) has 2" in error.message()
+
+
+def test_a_group_mixing_modes_names_one_rank_of_each() -> None:
+    vectors = [
+        encode(analyse([1, 1], 4), 0),
+        encode(RankAnalysis(None), 1, static_count=2),
+        encode(analyse([1, 1], 4), 2),
+        encode(RankAnalysis(None), 3, static_count=2),
+    ]
+    count, error, rank = decode(combine(vectors))
+    assert (count, rank) == (0, None)
+    # The static rank is the lowest one with mode 2, the dynamic one the lowest with mode 1.
+    assert error == PlanError(ErrorCode.MODE_MISMATCH, (1, 0, 0, 0))
+    assert "rank 1 cuts its batch statically" in error.message()
+    assert "but rank 0 dynamically" in error.message()
+    _, error, _ = decode(combine(vectors[1:]), lambda r: 7 * r)
+    assert error == PlanError(ErrorCode.MODE_MISMATCH, (1, 2, 8, 15))
