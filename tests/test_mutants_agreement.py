@@ -66,7 +66,8 @@ def test_rank_range_is_inclusive_of_the_last_rank() -> None:
 def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
     # Dynamic: [8, 8, 1] under a cap of 9 needs 2 micro-batches of 3 samples.
     assert encode(analyse([8, 8, 1], 9), rank) == model_vector(rank, dynamic=(2, 3, 1))
-    assert encode(analyse([1] * 5, 9, num_batches_divided_by=3), rank) == model_vector(rank, dynamic=(1, 5, 3))
+    five = analyse([1] * 5, 9, num_batches_divided_by=3)
+    assert encode(five, rank) == model_vector(rank, dynamic=(1, 5, 3))
     assert encode(analyse([1], 4), rank, static_count=7) == model_vector(rank, static=7)
     values = (1 << 40, (1 << 38) - 1, 3, TOP - 1, 1 << 80)
     assert encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, values), rank) == model_vector(
@@ -150,7 +151,8 @@ def test_values_beyond_the_range_arrive_out_of_range_not_clipped() -> None:
 def test_short_error_values_are_padded_with_zeros_not_clipped_up() -> None:
     _, error, _ = decode(encode(error_analysis(ErrorCode.NOT_DIVISIBLE, (7, 2)), 0))
     assert error is not None and error.values == (7, 2, 0, 0, 0)
-    assert error.message() == "rank 0 of the DP group: " + PlanError(ErrorCode.NOT_DIVISIBLE, (7, 2)).message()
+    local = PlanError(ErrorCode.NOT_DIVISIBLE, (7, 2)).message()
+    assert error.message() == "rank 0 of the DP group: " + local
 
 
 def test_negative_error_values_travel_as_out_of_range() -> None:
