@@ -12,6 +12,43 @@ from seqlen_balancing.planner import RankAnalysis, analyse
 
 MASK = (1 << 20) - 1
 INT64 = (-(1 << 63), (1 << 63) - 1)
+HALF = 38  # bits in each half of an error value (module docstring)
+TOP = (1 << 76) - 1  # "out of range"; values 0..TOP-1 travel whole
+NONE = -(1 << 62)  # a negated slot of a rank with nothing to say
+
+
+def model_vector(
+    rank: int,
+    error: tuple[ErrorCode, tuple[int, ...]] | None = None,
+    dynamic: tuple[int, int, int] | None = None,
+    static: int | None = None,
+) -> list[int]:
+    """The 19 slots as agreement.py's docstring lays them out, written out by hand:
+    ``dynamic`` is (needed count, groups, num_batches_divided_by)."""
+    tag = MASK - rank
+    v = [0] * 19
+    if error is not None:
+        code, values = error
+        key = 1 << 24 | tag << 4 | int(code)
+        v[0] = key
+        padded = list(values) + [0] * (5 - len(values))
+        for j, value in enumerate(padded):
+            value = value if 0 <= value < TOP else TOP
+            v[1 + 2 * j] = key * 2**HALF + value // 2**HALF
+            v[2 + 2 * j] = key * 2**HALF + value % 2**HALF
+        v[12] = v[14] = v[16] = v[18] = NONE
+    elif static is not None:
+        v[15], v[16] = 2 * 2**20 + tag, -2 * 2**20 + tag
+        v[17], v[18] = static * 2**20 + tag, -static * 2**20 + tag
+        v[12] = v[14] = NONE
+    else:
+        assert dynamic is not None
+        needed, groups, divisor = dynamic
+        v[11], v[12] = needed * 2**20 + tag, -groups * 2**20 + tag
+        v[13], v[14] = divisor, -divisor
+        v[15], v[16] = 1 * 2**20 + tag, -1 * 2**20 + tag
+        v[18] = NONE
+    return v
 
 
 def error_analysis(code: ErrorCode, values: tuple[int, ...]) -> RankAnalysis:
@@ -19,10 +56,23 @@ def error_analysis(code: ErrorCode, values: tuple[int, ...]) -> RankAnalysis:
 
 
 def test_rank_range_is_inclusive_of_the_last_rank() -> None:
-    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE
+    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE == 19
     for rank in (MASK + 1, -1):
         with pytest.raises(ValueError, match=f"DP rank must be in 0..{MASK}, got {rank}"):
             encode(analyse([1], 4), rank)
+
+
+@pytest.mark.parametrize("rank", [0, 1, 4096, 70000, MASK])
+def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
+    # Dynamic: [8, 8, 1] under a cap of 9 needs 2 micro-batches of 3 samples.
+    assert encode(analyse([8, 8, 1], 9), rank) == model_vector(rank, dynamic=(2, 3, 1))
+    five = analyse([1] * 5, 9, num_batches_divided_by=3)
+    assert encode(five, rank) == model_vector(rank, dynamic=(1, 5, 3))
+    assert encode(analyse([1], 4), rank, static_count=7) == model_vector(rank, static=7)
+    values = (1 << 40, (1 << 38) - 1, 3, TOP - 1, 1 << 80)
+    assert encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, values), rank) == model_vector(
+        rank, error=(ErrorCode.SAMPLE_OVER_CAP, values)
+    )
 
 
 @pytest.mark.parametrize("rank", [0, 1, 4096, 5000, 70000, MASK])
@@ -34,9 +84,16 @@ def test_error_key_layout(rank: int, code: ErrorCode) -> None:
     assert key >> 24 == 1
     assert (key >> 4) & MASK == MASK - rank
     assert key & 15 == int(code)
-    count, error, at_fault = decode(vector)
-    assert (count, at_fault) == (0, rank)
-    assert error is not None and error.code is code and error.values == (1, 2, 3, 4, 5)
+    assert vector == model_vector(rank, error=(code, (1, 2, 3, 4, 5)))
+    # COUNT_ABOVE_GROUPS names the rank needing the count (values[3]); its last slot is
+    # that rank's global rank + 1 (0: unknown), filled in by decode.
+    for global_rank, last in ((None, 0), (lambda r: 3 * r + 7, 3 * 4 + 7 + 1)):
+        count, error, at_fault = decode(vector, global_rank)
+        assert (count, at_fault) == (0, rank)
+        want = (1, 2, 3, 4, last if code is ErrorCode.COUNT_ABOVE_GROUPS else 5)
+        assert error is not None and error.code is code and error.values == want
+        assert error.rank == rank
+        assert error.global_rank == (None if global_rank is None else 3 * rank + 7)
 
 
 def test_every_slot_is_int64_even_for_huge_values() -> None:
@@ -44,12 +101,21 @@ def test_every_slot_is_int64_even_for_huge_values() -> None:
     vectors = [
         encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (big, big, big, big, big)), MASK),
         encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (1 << 70, 0, 3, 1, 1 << 70)), 0),
+        encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (TOP - 1, TOP, 1 << 90, 0, 1)), MASK),
         encode(analyse([1, 2], 4, num_batches_divided_by=(1 << 63) + 5), 3),
-        encode(analyse([1, 2], 4, num_batches_divided_by=1 << 62), 3),
+        encode(analyse([1, 2], 4, num_batches_divided_by=1 << 42), 3),
+        encode(analyse([1, 2], 4, num_batches_divided_by=(1 << 42) + 1), 3),
+        encode(analyse([1, 2], 4), 0, static_count=1 << 42),
     ]
     for vector in vectors:
         assert all(INT64[0] <= value <= INT64[1] for value in vector), vector
-    assert vectors[3][13] == 1 << 62 and vectors[3][14] == -(1 << 62)
+    # 2**42 is the largest divisor the vector carries; one more is the rank's own error.
+    assert vectors[4] == model_vector(3, dynamic=(1, 2, 1 << 42))
+    assert vectors[5][0] == 1 << 24 | (MASK - 3) << 4 | int(ErrorCode.COUNT_ABOVE_GROUPS)
+    _, error, rank = decode(vectors[5])
+    assert rank == 3 and error is not None
+    # (agreed count, groups, count before rounding, rank needing it, its global rank + 1)
+    assert error.values == ((1 << 42) + 1, 2, 1, 3, 0)
 
 
 @pytest.mark.parametrize(
@@ -59,6 +125,7 @@ def test_every_slot_is_int64_even_for_huge_values() -> None:
         (1, 2, 3, 4, 5),
         ((1 << 38) - 1, 1 << 38, (1 << 38) + 1, (1 << 62) + 12345, (1 << 63) - 1),
         (7, 0, 9, 0, (1 << 50) + 3),
+        (TOP - 1, (1 << 75) + 1, (1 << 64) + (1 << 38) - 1, 1 << 76 - 38, 2),
     ],
 )
 def test_error_values_round_trip_whole(values: tuple[int, ...]) -> None:
@@ -67,21 +134,34 @@ def test_error_values_round_trip_whole(values: tuple[int, ...]) -> None:
         faulty = encode(error_analysis(code, values), 1)
         count, error, rank = decode(combine([fine, faulty]))
         assert (count, rank) == (0, 1)
-        assert error == PlanError(code, values)
-        assert len(error.values) == N_ERROR_VALUES
+        assert error == PlanError(code, values, rank=1)
+        assert error.values == values and len(error.values) == N_ERROR_VALUES
+        _, error, _ = decode(combine([faulty, fine]), lambda r: r + 40)
+        assert error == PlanError(code, values, rank=1, global_rank=41)
+
+
+def test_values_beyond_the_range_arrive_out_of_range_not_clipped() -> None:
+    values = (TOP, TOP + 1, 1 << 100, TOP - 1, 0)
+    _, error, _ = decode(encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, values), 0))
+    assert error is not None and error.values == (TOP, TOP, TOP, TOP - 1, 0)
+    assert "sample out of range has out of range tokens" in error.message()
+    assert "the largest 0 tokens" in error.message() and str(TOP - 1) in error.message()
 
 
 def test_short_error_values_are_padded_with_zeros_not_clipped_up() -> None:
     _, error, _ = decode(encode(error_analysis(ErrorCode.NOT_DIVISIBLE, (7, 2)), 0))
     assert error is not None and error.values == (7, 2, 0, 0, 0)
-    assert error.message() == PlanError(ErrorCode.NOT_DIVISIBLE, (7, 2)).message()
+    local = PlanError(ErrorCode.NOT_DIVISIBLE, (7, 2)).message()
+    assert error.message() == "rank 0 of the DP group: " + local
 
 
-def test_negative_error_values_travel_as_zero() -> None:
-    # COUNT_ABOVE_GROUPS keeps -1 ("no rank") in its last slot; the vector carries 0.
-    vector = encode(error_analysis(ErrorCode.COUNT_ABOVE_GROUPS, (4, 3, 4, -1)), 2)
+def test_negative_error_values_travel_as_out_of_range() -> None:
+    # Only 0..2**76-2 travel; a negative value arrives as "out of range", never 0 or clipped.
+    vector = encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (4, -1, 4, 1, 4)), 2)
+    assert vector == model_vector(2, error=(ErrorCode.SAMPLE_OVER_CAP, (4, TOP, 4, 1, 4)))
     _, error, rank = decode(vector)
-    assert rank == 2 and error is not None and error.values == (4, 3, 4, 0, 0)
+    assert rank == 2 and error is not None and error.values == (4, TOP, 4, 1, 4)
+    assert "sample out of range has 4 tokens" in error.message()
 
 
 def test_lowest_failing_rank_wins_and_its_values_come_whole() -> None:
@@ -93,7 +173,13 @@ def test_lowest_failing_rank_wins_and_its_values_come_whole() -> None:
     ]
     count, error, rank = decode(combine(vectors))
     assert (count, rank) == (0, 1)
-    assert error == PlanError(ErrorCode.SAMPLE_OVER_CAP, (9, 1, 4, 1, 9))
+    assert error == PlanError(ErrorCode.SAMPLE_OVER_CAP, (9, 1, 4, 1, 9), rank=1)
+    # Without rank 1, rank 2's huge values arrive whole (not mixed with rank 3's).
+    count, error, rank = decode(combine([vectors[0], vectors[3], vectors[2]]), lambda r: 10 + r)
+    assert (count, rank) == (0, 2)
+    assert error == PlanError(
+        ErrorCode.SAMPLE_OVER_CAP, (1 << 45, 1 << 40, 4, 2, (1 << 62) + 1), rank=2, global_rank=12
+    )
 
 
 def test_combine_refuses_vectors_of_different_lengths() -> None:
@@ -105,10 +191,18 @@ def test_combine_refuses_vectors_of_different_lengths() -> None:
 def test_agreed_count_and_the_ranks_named() -> None:
     # Rank 2 needs the most (3), rank 1 has the fewest samples (2): 3 > 2 is an error.
     analyses = [analyse([8, 8], 8), analyse([8, 1], 8), analyse([8, 8, 8], 8)]
-    count, error, rank = decode(combine([encode(a, r) for r, a in enumerate(analyses)]))
+    vectors = [encode(a, r) for r, a in enumerate(analyses)]
+    count, error, rank = decode(combine(vectors))
     assert count == 0 and rank == 0  # ranks 0 and 1 both have 2; the lowest is named
-    assert error == PlanError(ErrorCode.COUNT_ABOVE_GROUPS, (3, 2, 3, 2))
-    assert "rank 2 needs 3" in error.message()
+    assert error == PlanError(ErrorCode.COUNT_ABOVE_GROUPS, (3, 2, 3, 2, 0), rank=0)
+    assert error.message().startswith("rank 0 of the DP group: 3 micro-batches are needed but only 2")
+    assert "(rank 2 needs 3)" in error.message()
+    # With global ranks (group rank r is global rank 5 + 2r): both ranks named with theirs.
+    count, error, rank = decode(combine(vectors), lambda r: 5 + 2 * r)
+    assert (count, rank) == (0, 0)
+    assert error == PlanError(ErrorCode.COUNT_ABOVE_GROUPS, (3, 2, 3, 2, 10), rank=0, global_rank=5)
+    assert error.message().startswith("rank 0 of the DP group (global rank 5): ")
+    assert "(rank 2 (global rank 9) needs 3)" in error.message()
     analyses = [analyse([8, 8, 8], 8), analyse([1, 1, 1, 1], 8, num_batches_divided_by=1)]
     assert decode(combine([encode(a, r) for r, a in enumerate(analyses)])) == (3, None, None)
 
@@ -134,8 +228,10 @@ def test_plan_data_parallel_passes_every_setting_on() -> None:
 
 def test_plan_data_parallel_orders_as_verl_by_default() -> None:
     # Workloads grow with the index: balanced order puts the lightest at both ends.
+    # verl 0.9.1: by workload descending [3], [2], [1], [0]; positions 0, 2 reversed
+    # ([1], [3]), then positions 1, 3 ([2], [0]).
     lengths = [[1, 2, 3, 4], [1, 2, 3, 4]]
-    balanced = [[[0], [2], [3], [1]]] * 2
+    balanced = [[[1], [3], [2], [0]]] * 2
     in_order = [[[0], [1], [2], [3]]] * 2
     assert plan_data_parallel(lengths, 4, min_num_micro_batch=4) == balanced
     assert plan_data_parallel(lengths, 4, min_num_micro_batch=4, use_dynamic_bsz_balance=False) == in_order
@@ -154,3 +250,34 @@ def test_plan_data_parallel_errors_name_the_rank() -> None:
     for same in (True, False):
         with pytest.raises(ValueError, match=r"^rank 1 of the DP group\b.*: sample 0 has 9 tokens"):
             plan_data_parallel([[1], [9]], 8, same_micro_num_in_dp=same)
+
+
+def test_static_counts_agree_or_name_the_largest_and_smallest() -> None:
+    static = RankAnalysis(None)
+    same = [encode(static, r, static_count=4) for r in range(3)]
+    assert decode(combine(same)) == (4, None, None)
+    counts = {0: 3, 1: 5, 2: 3, 3: 5, 4: 2}
+    vectors = [encode(static, r, static_count=c) for r, c in counts.items()]
+    assert vectors == [model_vector(r, static=c) for r, c in counts.items()]
+    count, error, rank = decode(combine(vectors), lambda r: 100 + r)
+    assert (count, rank) == (0, None)
+    # Largest 5 (lowest rank 1), smallest 2 (rank 4); global ranks + 1 follow.
+    assert error == PlanError(ErrorCode.STATIC_COUNT_MISMATCH, (1, 5, 4, 2, 102, 105))
+    assert "rank 1 (global rank 101) has 5 and rank 4 (global rank 104) has 2" in error.message()
+
+
+def test_a_group_mixing_modes_names_one_rank_of_each() -> None:
+    vectors = [
+        encode(analyse([1, 1], 4), 0),
+        encode(RankAnalysis(None), 1, static_count=2),
+        encode(analyse([1, 1], 4), 2),
+        encode(RankAnalysis(None), 3, static_count=2),
+    ]
+    count, error, rank = decode(combine(vectors))
+    assert (count, rank) == (0, None)
+    # The static rank is the lowest one with mode 2, the dynamic one the lowest with mode 1.
+    assert error == PlanError(ErrorCode.MODE_MISMATCH, (1, 0, 0, 0))
+    assert "rank 1 cuts its batch statically" in error.message()
+    assert "but rank 0 dynamically" in error.message()
+    _, error, _ = decode(combine(vectors[1:]), lambda r: 7 * r)
+    assert error == PlanError(ErrorCode.MODE_MISMATCH, (1, 2, 8, 15))

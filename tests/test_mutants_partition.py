@@ -6,6 +6,7 @@ the property tests; README, Development). No torch.
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from typing import Any
@@ -85,9 +86,39 @@ def test_group_partitions_messages_and_unequal_group_counts() -> None:
         "k_partitions must be in 1..2 (one partition needs at least one of the 2 uid groups), got 3",
     ):
         get_group_balanced_partitions([1, 2], [1, 2], 3)
-    # Three groups into two partitions: one partition holds two groups (not equal-size).
-    assert get_group_balanced_partitions([10, 1, 1], ["a", "b", "c"], 2) == [[0], [1, 2]]
-    assert get_group_balanced_partitions([10, 1, 1, 1], ["a", "b", "c", "d"], 2) == [[0], [1, 2, 3]]
+    # Every partition holds exactly n / k samples (verl's trainer cuts k equal chunks).
+    undealable = (
+        "the uid groups cannot be dealt into 2 partitions of equal size ({}; group sizes {}); "
+        "verl's trainer cuts the batch into 2 equal chunks, so make the number of samples per "
+        "partition reachable (e.g. the same rollout.n for every uid)"
+    )
+    with raises(ValueError, undealable.format("3 samples do not split into 2 partitions", [1, 1, 1])):
+        get_group_balanced_partitions([10, 1, 1], ["a", "b", "c"], 2)
+    with raises(ValueError, undealable.format("a group of 3 samples exceeds 2", [3, 1])):
+        get_group_balanced_partitions([1, 1, 1, 1], ["a", "a", "a", "b"], 2)
+    with raises(ValueError, undealable.format("3 groups of 2 do not split into 2 equal counts", [2, 2, 2])):
+        get_group_balanced_partitions([1] * 6, list("aabbcc"), 2)
+    # Sizes 2, 1, 1 with 2 per partition: the pair alone (the largest group is dealt first,
+    # into partition 0), the singles together.
+    assert get_group_balanced_partitions([10, 10, 1, 1], ["a", "a", "b", "c"], 2) == [[0, 1], [2, 3]]
+    assert get_group_balanced_partitions([1, 10, 10, 1], ["b", "a", "a", "c"], 2) == [[1, 2], [0, 3]]
+
+
+def test_group_partitions_are_equal_size_and_as_balanced_as_brute_force_on_small_cases() -> None:
+    # Four single-sample groups into two: 2 + 2 samples; with one heavy sample every 2 + 2
+    # split has the same spread, the heavy one with a light one.
+    parts = get_group_balanced_partitions([10, 1, 1, 1], ["a", "b", "c", "d"], 2)
+    assert sorted(len(p) for p in parts) == [2, 2] and any(0 in p and len(p) == 2 for p in parts)
+    # Workloads 24576*s + s**2 (verl's): 8 samples in 2 partitions of 4, spread as small as brute force.
+    lengths = [100, 90, 60, 50, 40, 30, 10, 5]
+    w = [24576 * s + s * s for s in lengths]
+    best = min(
+        abs(sum(w[i] for i in c) - (sum(w) - sum(w[i] for i in c)))
+        for c in itertools.combinations(range(8), 4)
+    )
+    parts = get_group_balanced_partitions(lengths, list(range(8)), 2)
+    assert [len(p) for p in parts] == [4, 4] and sorted(parts[0] + parts[1]) == list(range(8))
+    assert abs(sum(w[i] for i in parts[0]) - sum(w[i] for i in parts[1])) == best
 
 
 def test_log_seqlen_unbalance_edges() -> None:

@@ -7,6 +7,7 @@ These kill the ``mutmut`` mutants that the property tests let through (README, D
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -131,20 +132,69 @@ def test_agreed_count() -> None:
     assert "the cap needs 9" in error.message()
 
 
+def model_order(micro_batches: list[list[int]], workloads: list[int], group: int = 1) -> list[list[int]]:
+    """verl 0.9.1's balanced order, slowly (planner docstring): compare two micro-batches by
+    workload (the sum over the forced groups they hold), then by first sample index (0 for
+    an empty one), heaviest first; deal that list out, the 1st, 3rd, 5th... each to the
+    front of the result, the 2nd, 4th, 6th... after them in turn."""
+
+    def load(mb: list[int]) -> int:
+        return sum(workloads[x] for x in {i // group for i in mb})
+
+    def heavier_first(a: list[int], b: list[int]) -> int:
+        ka, kb = (load(a), a[0] if a else 0), (load(b), b[0] if b else 0)
+        return -1 if ka > kb else 1 if ka < kb else 0
+
+    ranked = sorted(micro_batches, key=functools.cmp_to_key(heavier_first))
+    front: list[list[int]] = []
+    back: list[list[int]] = []
+    for position, mb in enumerate(ranked):
+        if position % 2 == 0:
+            front.insert(0, mb)
+        else:
+            back.append(mb)
+    return front + back
+
+
 def test_order_micro_batches() -> None:
     # In order: by the smallest sample index, an empty micro-batch first.
     assert order_micro_batches([[2], [0, 3], [1]], [1, 1, 1, 1], False) == [[0, 3], [1], [2]]
     assert order_micro_batches([[1], []], [1, 1], False) == [[], [1]]
-    # Balanced: lightest at both ends (1st, 3rd from the front; 2nd, 4th from the back).
-    assert order_micro_batches([[0], [1], [2], [3]], [4, 1, 3, 2], True) == [[1], [2], [0], [3]]
-    # Equal loads: the smaller first index comes first.
-    assert order_micro_batches([[3], [1]], [0, 5, 0, 5], True) == [[1], [3]]
-    assert order_micro_batches([[], [1]], [0, 0], True) == [[], [1]]
+    # Balanced, hand-checked: by load descending [0] 4, [2] 3, [3] 2, [1] 1; positions 0, 2
+    # reversed ([3], [0]), then positions 1, 3 ([2], [1]).
+    assert order_micro_batches([[0], [1], [2], [3]], [4, 1, 3, 2], True) == [[3], [0], [2], [1]]
+    # Five: [0] 9, [1] 7, [2] 5, [3] 3, [4] 1 -> [4], [2], [0] then [1], [3].
+    assert order_micro_batches([[0], [1], [2], [3], [4]], [9, 7, 5, 3, 1], True) == [[4], [2], [0], [1], [3]]
+    # Equal loads: the larger first index ranks heavier.
+    assert order_micro_batches([[3], [1]], [0, 5, 0, 5], True) == [[3], [1]]
+    assert order_micro_batches([[], [1]], [0, 0], True) == [[1], []]
+    # Forced pairs: a micro-batch's load is that of its groups (workloads per group).
+    mbs = [[0, 1], [2, 3, 4, 5], [6, 7]]
+    assert order_micro_batches(mbs, [5, 1, 1, 5], True, 2) == [[2, 3, 4, 5], [6, 7], [0, 1]]
+    assert model_order(mbs, [5, 1, 1, 5], 2) == [[2, 3, 4, 5], [6, 7], [0, 1]]
+
+
+def test_order_micro_batches_matches_the_model() -> None:
+    rng = random.Random(5)
+    for _ in range(300):
+        group = rng.choice([1, 1, 2, 3])
+        n_groups = rng.randint(1, 9)
+        workloads = [rng.randint(0, 4) for _ in range(n_groups)]  # small: many ties
+        order = list(range(n_groups))
+        rng.shuffle(order)
+        cuts = sorted(rng.sample(range(1, n_groups), rng.randint(0, n_groups - 1))) if n_groups > 1 else []
+        mbs = []
+        for a, b in zip([0, *cuts], [*cuts, n_groups], strict=True):
+            groups = sorted(order[a:b])
+            mbs.append(sorted(i for g in groups for i in range(g * group, (g + 1) * group)))
+        assert order_micro_batches(mbs, workloads, True, group) == model_order(mbs, workloads, group)
 
 
 def test_default_order_is_balanced() -> None:
     lengths = [1, 2, 3, 4]
-    balanced, in_order = [[0], [2], [3], [1]], [[0], [1], [2], [3]]
+    in_order = [[0], [1], [2], [3]]
+    balanced = model_order(in_order, [24576 * s + s * s for s in lengths])
+    assert balanced == [[1], [3], [2], [0]]
     assert plan_micro_batches(lengths, 4, min_num_micro_batch=4) == balanced
     assert plan_micro_batches(lengths, 4, min_num_micro_batch=4, use_dynamic_bsz_balance=False) == in_order
     analysis = analyse(lengths, 4, min_num_micro_batch=4)
