@@ -348,37 +348,6 @@ def test_bimodal_batch_count_is_proven_optimal() -> None:
     assert_packing(result._packing, sizes, cap)
 
 
-def _split_model(sizes: list[int], bins: list[list[int]], count: int) -> list[list[int]]:
-    """Slow model of split_to_count's rule: halve the heaviest splittable bin (lowest index on
-    ties), items by size descending, the two largest seeding the halves, each next item to
-    the lighter half (the first half on ties)."""
-    result = [list(b) for b in bins]
-    while len(result) < count:
-        splittable = [k for k, b in enumerate(result) if len(b) > 1]
-        k = max(splittable, key=lambda j: (sum(sizes[i] for i in result[j]), -j))
-        ordered = sorted(result[k], key=lambda i: (-sizes[i], i))
-        halves: list[list[int]] = [[ordered[0]], [ordered[1]]]
-        for i in ordered[2:]:
-            lighter = 0 if sum(sizes[x] for x in halves[0]) <= sum(sizes[x] for x in halves[1]) else 1
-            halves[lighter].append(i)
-        result[k] = halves[0]
-        result.append(halves[1])
-    return result
-
-
-def test_split_to_count_follows_its_rule_on_random_packings() -> None:
-    rng = random.Random(7)
-    for _ in range(300):
-        n = rng.randint(1, 30)
-        sizes = [rng.choice([0, 1, 5, rng.randint(0, 100)]) for _ in range(n)]
-        order = list(range(n))
-        rng.shuffle(order)
-        cuts = sorted(rng.sample(range(1, n), rng.randint(0, n - 1))) if n > 1 else []
-        bins = [order[a:b] for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
-        count = rng.randint(len(bins), n)
-        assert split_to_count(sizes, bins, count) == _split_model(sizes, bins, count)
-
-
 def test_split_to_count_many_splits_is_not_quadratic() -> None:
     # One bin of 20,000 items split to single items: the old rule re-summed every bin per split.
     n = 20_000
