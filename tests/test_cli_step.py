@@ -244,35 +244,14 @@ def test_balancing_keeps_forced_groups_whole(tmp_path: Path, capsys: pytest.Capt
     rng = random.Random(4)
     lengths = [rng.randint(1, 600) for _ in range(48)]
     path = write_lines(tmp_path / "l.txt", lengths)
-    result = run_json(
-        capsys,
-        "plan",
-        "--lengths",
-        path,
-        "--dp-size",
-        "4",
-        "--max-token-len",
-        "2000",
-        "--force-group-size",
-        "3",
-    )
+    argv = ["plan", "--lengths", path, "--dp-size", "4", "--max-token-len", "2000", "--force-group-size", "3"]
+    result = run_json(capsys, *argv)
     for rank in result["ranks"]:
         indices = sorted(i for mb in rank["micro_batches"] for i in mb["indices"])
         groups = {i // 3 for i in indices}
         assert indices == sorted(3 * g + j for g in groups for j in range(3))  # whole groups
         assert len(groups) == 4  # 16 groups, 4 per rank: equal sample counts
-    _, out, _ = run(
-        capsys,
-        "plan",
-        "--lengths",
-        path,
-        "--dp-size",
-        "4",
-        "--max-token-len",
-        "2000",
-        "--force-group-size",
-        "3",
-    )
+    _, out, _ = run(capsys, *argv)
     assert "Karmarkar-Karp on workload, groups of 3 rows kept whole" in out.splitlines()[1]
 
 
