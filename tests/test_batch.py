@@ -429,6 +429,49 @@ def test_jagged_entries_keep_layout_dtype_and_rows(
     assert all(torch.equal(a, b) for a, b in zip(restored.unbind(), rows, strict=True))
 
 
+def test_jagged_micro_batches_behave_like_torch_built_tensors() -> None:
+    """Each micro-batch's jagged entries work as ones built with torch's public
+    ``nested_tensor_from_jagged``: same class, the row lengths' min and max recorded, one
+    offsets tensor shared by the entries with the same row lengths (so that they can be
+    combined), and padding gives the rows back."""
+    lengths = [5, 2, 7, 1, 4, 6]
+    ids = jagged_rows([torch.arange(n) + 100 * i for i, n in enumerate(lengths)], 1)
+    position_ids = jagged_rows([torch.arange(3 * n).reshape(3, n) + 100 * i for i, n in enumerate(lengths)], 2)
+    batch = TensorDict({"input_ids": ids, "position_ids": position_ids}, [len(lengths)])
+    micro_batches, plan = rearrange_micro_batches(batch, max_token_len=8)
+    assert len(plan) == 4  # 25 tokens at 8 per micro-batch: 7+1, 6+2, 5, 4 (L2 = 4)
+    public = type(torch.nested.nested_tensor_from_jagged(torch.zeros(2), torch.tensor([0, 2])))
+    for micro_batch, part in zip(micro_batches, plan, strict=True):
+        got, positions = micro_batch["input_ids"], micro_batch["position_ids"]
+        assert type(got) is public and type(positions) is public
+        assert got.offsets() is positions.offsets()
+        assert got._min_seqlen == min(lengths[i] for i in part)
+        assert got._max_seqlen == max(lengths[i] for i in part)
+        width = max(lengths[i] for i in part)
+        padded = torch.nested.to_padded_tensor(got, -1)
+        for row, i in zip(padded.tolist(), part, strict=True):
+            assert row == [100 * i + t for t in range(lengths[i])] + [-1] * (width - lengths[i])
+        assert (got * 2).values().tolist() == [2 * (100 * i + t) for i in part for t in range(lengths[i])]
+
+
+def test_jagged_entry_with_gradient_keeps_the_graph() -> None:
+    lengths = [3, 5, 2, 4]
+    ids = jagged_rows([torch.zeros(n, dtype=torch.long) for n in lengths], 1)
+    values = torch.arange(14, dtype=torch.float32).requires_grad_()
+    logits = torch.nested.nested_tensor_from_jagged(values, ids.offsets())
+    batch = TensorDict({"input_ids": ids, "logits": logits}, [4])
+    micro_batches, plan = rearrange_micro_batches(batch, max_token_len=7)
+    assert len(plan) == 2
+    loss = sum((mb["logits"].values() * (m + 1)).sum() for m, mb in enumerate(micro_batches))
+    loss.backward()
+    starts = [0, 3, 8, 10]
+    expected = [0.0] * 14
+    for m, part in enumerate(plan):
+        for i in part:
+            expected[starts[i] : starts[i] + lengths[i]] = [float(m + 1)] * lengths[i]
+    assert values.grad is not None and values.grad.tolist() == expected
+
+
 def test_static_path_keeps_ragged_dim_two() -> None:
     lengths = [2, 3, 4, 5]
     ids = torch.nested.nested_tensor([torch.zeros(n, dtype=torch.long) for n in lengths], layout=torch.jagged)
