@@ -22,14 +22,18 @@ Columns:
             least any call can do: read the lengths (attention_mask.sum(-1) to a list) and
             gather every row once (one index-select of the batch in plan order); ratio:
             padded ms / read+gather ms
+  j r+g ms  the same floor for the jagged batch: its offsets read to the host and its token
+            values gathered once in plan order (a split and one cat) into one jagged tensor;
+            j ratio: call ms / j r+g ms (the call builds one jagged tensor per micro-batch)
 
 Times are the best of ``--repeat`` runs (default 5; 1 with ``--quick``), each case's
-padded call and read+gather measured in the same run, alternately.
+call and its read+gather floor measured in the same run, alternately.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import statistics
 import time
@@ -101,6 +105,18 @@ def read_and_gather(batch: TensorDict, order: torch.Tensor) -> object:
     return lengths, batch[order]
 
 
+def jagged_read_and_gather(batch: TensorDict, order: list[int]) -> torch.Tensor:
+    """The floor for jagged ``input_ids``: the offsets read to the host, the token values
+    gathered once in plan order (a split and one cat), one jagged tensor built on them."""
+    ids = batch["input_ids"]
+    offsets = ids.offsets().tolist()
+    sizes = [b - a for a, b in itertools.pairwise(offsets)]
+    rows = torch.split(ids.values(), sizes)
+    values = torch.cat([rows[i] for i in order])
+    new_offsets = torch.tensor([0, *itertools.accumulate(sizes[i] for i in order)])
+    return torch.nested.nested_tensor_from_jagged(values, new_offsets)
+
+
 def jagged_batch(lengths: Sequence[int]) -> TensorDict:
     """A batch as verl's remove-padding path holds it: jagged ``input_ids`` (int32)."""
     offsets = torch.tensor([0, *torch.tensor(list(lengths)).cumsum(0).tolist()])
@@ -127,11 +143,16 @@ def case_row(name: str, lengths: list[int], cap: int, repeat: int, with_retry: b
     kk_spread = f"{spread([sum(work[i] for i in p) for p in kk]):.4f}" if kk_fits else "-"
     plan_ms = timed(lambda: plan_micro_batches(lengths, cap), repeat)
     batch = jagged_batch(lengths)
-    call_ms = timed(lambda: rearrange_micro_batches(batch, cap), repeat)
+    plan_order = [i for part in plan for i in part]
+    call_ms, jagged_floor_ms = timed_pair(
+        lambda: rearrange_micro_batches(batch, cap),
+        lambda: jagged_read_and_gather(batch, plan_order),
+        repeat,
+    )
     padded_ms = floor_ms = ratio = "-"
     if len(lengths) * max(lengths) <= 40_000_000:  # skip padded copies above ~200 MB
         padded = padded_batch(lengths)
-        order = torch.tensor([i for part in plan for i in part])
+        order = torch.tensor(plan_order)
         padded_time, floor_time = timed_pair(
             lambda: rearrange_micro_batches(padded, cap),
             lambda: read_and_gather(padded, order),
@@ -145,7 +166,7 @@ def case_row(name: str, lengths: list[int], cap: int, repeat: int, with_retry: b
     return (
         f"{name:<18}{len(lengths):>6}{cap:>7}{l2:>6}{bound:>6}{ours:>7}{bfd:>6}{retry:>7}"
         f"{max(tokens):>9}{spread(loads):>9.4f}{kk_spread:>9}{plan_ms:>9.1f}{call_ms:>9.1f}"
-        f"{padded_ms:>10}{floor_ms:>8}{ratio:>7}"
+        f"{jagged_floor_ms:>9.1f}{call_ms / jagged_floor_ms:>8.2f}{padded_ms:>10}{floor_ms:>8}{ratio:>7}"
     )
 
 
@@ -202,7 +223,8 @@ def main() -> None:
     print(f"Cases (seed 0), times best of {repeat}; * = count meets lower_bound (optimal)")
     print(
         f"{'case':<18}{'n':>6}{'cap':>7}{'L2':>6}{'bound':>6}{'ours':>7}{'BFD':>6}{'retry':>7}"
-        f"{'largest':>9}{'spread':>9}{'KK':>9}{'plan ms':>9}{'call ms':>9}{'padded ms':>10}"
+        f"{'largest':>9}{'spread':>9}{'KK':>9}{'plan ms':>9}{'call ms':>9}{'j r+g ms':>9}{'j ratio':>8}"
+        f"{'padded ms':>10}"
         f"{'r+g ms':>8}{'ratio':>7}"
     )
     cases: list[tuple[str, list[int], int, bool]] = [
