@@ -228,8 +228,10 @@ def _largest_differencing(values: list[int], k: int, equal_size: bool) -> list[l
             spread = (parts[-1] >> _NODE_BITS) - (parts[0] >> _NODE_BITS)
             heap.append((-spread, seq, parts))
     else:
+        # For k = 1 every spread is 0, but keys -v pop the items in the same order (by seq)
+        # and all before the merged states (key 0, larger seq), so one key serves every k.
         for seq, i in enumerate(order):
-            heap.append((-values[i] if k > 1 else 0, seq, [values[i] << _NODE_BITS | i]))
+            heap.append((-values[i], seq, [values[i] << _NODE_BITS | i]))
     heapq.heapify(heap)
     seq = len(heap)
     while len(heap) > 1:
