@@ -178,6 +178,8 @@ def _expand(node: int, n_leaves: int, children: list[tuple[int, int]]) -> list[i
 # (sum, node) tuples, and the node in the low bits keeps the order total and deterministic.
 _NODE_BITS = 34
 _NODE_MASK = (1 << _NODE_BITS) - 1
+# n items make at most 2n - 1 nodes (items and unions), all of which must fit in the mask.
+_MAX_ITEMS = _NODE_MASK // 2
 
 
 def _merge_states(first: list[int], second: list[int], k: int, n: int,
@@ -214,8 +216,8 @@ def _merge_states(first: list[int], second: list[int], k: int, n: int,
 def _largest_differencing(values: list[int], k: int, equal_size: bool) -> list[list[int]]:
     """Karmarkar-Karp for ``k`` partitions; ``values`` already checked."""
     n = len(values)
-    if 2 * n > _NODE_MASK:
-        raise ValueError(f"cannot partition more than {_NODE_MASK // 2} items, got {n}")
+    if n > _MAX_ITEMS:
+        raise ValueError(f"cannot partition more than {_MAX_ITEMS} items, got {n}")
     order = sorted(range(n), key=lambda i: (-values[i], i))
     # A state is a list of parts sorted ascending. Parts that hold no item are left out
     # (implicit zeros), so growing a state by a few items costs O(log k), not O(k).
@@ -228,8 +230,10 @@ def _largest_differencing(values: list[int], k: int, equal_size: bool) -> list[l
             spread = (parts[-1] >> _NODE_BITS) - (parts[0] >> _NODE_BITS)
             heap.append((-spread, seq, parts))
     else:
+        # For k = 1 every spread is 0, but keys -v pop the items in the same order (by seq)
+        # and all before the merged states (key 0, larger seq), so one key serves every k.
         for seq, i in enumerate(order):
-            heap.append((-values[i] if k > 1 else 0, seq, [values[i] << _NODE_BITS | i]))
+            heap.append((-values[i], seq, [values[i] << _NODE_BITS | i]))
     heapq.heapify(heap)
     seq = len(heap)
     while len(heap) > 1:
