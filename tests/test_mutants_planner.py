@@ -465,6 +465,17 @@ def test_count_reaches_the_volume_bound(sizes: list[int], cap: int) -> None:
     assert len(analysis._packing) == volume and _is_packing(analysis._packing, sizes, cap)
 
 
+def test_minimum_bin_slack_runs_up_to_4096_groups() -> None:
+    # 4,084 empty samples and twelve that need 4 micro-batches by volume (ceil(526 / 133)),
+    # which minimum-bin-slack packing reaches and best fit and closing fit miss (5 each).
+    # 4,096 groups is the largest batch that packing runs on; the empty samples cost it
+    # nothing.
+    sizes = [0] * 4084 + [51, 23, 27, 54, 63, 24, 58, 41, 58, 35, 47, 45]
+    analysis = analyse(sizes, 133)
+    assert (analysis.n_groups, analysis.min_count, analysis.proven_optimal) == (4096, 4, True)
+    assert _is_packing(analysis._packing, sizes, 133)
+
+
 def test_count_without_dominant_bins_matches_brute_force() -> None:
     # No item is too large to share a bin with two others, so the search runs on the whole
     # batch; it cannot prove its count (the volume bound is ceil(90 / 23) = 4) but reaches
@@ -486,6 +497,29 @@ def test_close_gap_never_returns_more_bins_than_it_was_given() -> None:
     assert [sum(sizes[g] for g in b) for b in given] == [61, 58, 59, 61]
     got = _close_gap(sizes, cap, [list(b) for b in given], 4)
     assert len(got) == 4 and _is_packing(got, sizes, cap)
+
+
+def test_close_gap_starts_from_the_given_packing_restricted() -> None:
+    # Same batch; the given packing holds an optimal packing of the ten items besides the
+    # reduction's bin (loads 61, 58, 59) and 48 and 13 alone: 5 bins. Restricted to those
+    # ten items it has 3 bins, which the fresh packings of them miss, so with the reduction's
+    # bin 48 + 13 the result has 4, the volume bound ceil(239 / 61).
+    sizes, cap = [13, 16, 19, 21, 23, 17, 15, 18, 18, 18, 48, 13], 61
+    given = [[0, 1, 5, 6], [2, 3, 7], [4, 8, 9], [10], [11]]
+    got = _close_gap(sizes, cap, [list(b) for b in given], 4)
+    assert len(got) == 4 and _is_packing(got, sizes, cap)
+
+
+def test_close_gap_starts_from_the_best_fresh_packing() -> None:
+    # 110 cannot share a bin with two others (110 + 23 + 23 > 133): the reduction fixes the
+    # bin 110 + 23 and packs the twelve other items (526 tokens) afresh; the given packing
+    # (one item per bin) restricts to nothing useful. The twelve fit the 4 bins their volume
+    # needs (the minimum-bin-slack packing reaches it where best fit and closing fit leave
+    # 5 the search cannot close), so the result has 5 bins, the volume bound ceil(659 / 133).
+    sizes = [51, 23, 27, 54, 63, 24, 58, 41, 58, 35, 47, 45, 110, 23]
+    cap = 133
+    got = _close_gap(sizes, cap, [[g] for g in range(len(sizes))], 5)
+    assert len(got) == 5 and _is_packing(got, sizes, cap)
 
 
 def test_local_count_names_the_rank_when_the_count_exceeds_the_groups() -> None:
