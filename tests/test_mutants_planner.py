@@ -93,8 +93,9 @@ def test_rebalance_keeps_its_contract_on_random_plans() -> None:
     # Oracle: the contract, not the rule. The plan is a rearrangement of the same groups into
     # the same number of micro-batches, every micro-batch stays within the cap, each move
     # narrows a gap (so the sum of squared loads falls: moving w from a load H to a load
-    # L < H - w changes it by 2w(w - (H - L)) < 0), and it stops either after 2 * count moves
-    # or when the lightest micro-batch can take nothing more.
+    # L < H - w changes it by 2w(w - (H - L)) < 0; the lightest load only rises and the
+    # heaviest only falls), and it stops either after 2 * count moves or when the lightest
+    # micro-batch can take nothing more.
     rng = random.Random(7)
     moved = 0
     for _ in range(400):
@@ -155,7 +156,7 @@ def test_rebalance_breaks_ties_by_lowest_index() -> None:
     # Loads 10, 10, 1, 1. Round 1: lightest bin 2 (lowest index of the two), heaviest bin 0,
     # gap 9: groups 0 and 1 (5 each) are as close to 4.5, group 0 moves. Round 2: lightest
     # bin 3, heaviest bin 1 (10), gap 9: group 2 moves. Loads 5, 5, 6, 6: the lightest (bin
-    # 0) could only take from a bin 1 heavier, below 1 workload: stop.
+    # 0) is 1 below bins 2 and 3, and no group's workload is below 1: stop.
     got = _rebalance([[0, 1], [2, 3], [4], [5]], [1] * 6, [5, 5, 5, 5, 1, 1], 10)
     assert got == [[1], [3], [4, 0], [5, 2]]
 
