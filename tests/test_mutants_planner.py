@@ -1,8 +1,11 @@
 """planner.py: ordering, the balancing fallbacks and the count rules, pinned exactly.
 
-The rebalancing and the capacity-aware LPT packing are compared with slow models written
-here from their docstrings, on random small inputs; the rest with hand-checked values.
-These kill the ``mutmut`` mutants that the property tests let through (README, Development).
+The capacity-aware LPT packing is compared with a slow model written here from its
+docstring, on random small inputs. The rebalancing is checked against its contract (a
+rearrangement within the cap that narrows gaps and stops by its stated rule) on random
+inputs and against hand-traced cases; counts and bounds against brute force or the volume
+bound ``ceil(total / cap)``; the rest with hand-checked values. These kill the ``mutmut``
+mutants that the property tests let through (README, Development).
 """
 
 from __future__ import annotations
@@ -12,46 +15,22 @@ import random
 
 import pytest
 
-from seqlen_balancing.errors import ErrorCode, PlanError
+from seqlen_balancing.errors import Argument, ErrorCode, PlanError
 from seqlen_balancing.planner import (
     RankAnalysis,
+    _close_gap,
     _fits,
     _lpt_with_cap,
     _rebalance,
     agreed_count,
     analyse,
+    argument_error,
     build_plan,
     local_count,
     order_micro_batches,
     plan_micro_batches,
     spread,
 )
-
-
-def model_rebalance(bins: list[list[int]], sizes: list[int], work: list[int], cap: int) -> list[list[int]]:
-    """The docstring's rule, slowly: each round, the lightest bin takes from the heaviest bin
-    that can give (more than one group, a group with positive workload below the gap that
-    fits the lightest bin's room) the group whose workload is closest to half the gap
-    (lowest index on a tie); at most 2 * count rounds."""
-    bins = [list(b) for b in bins]
-    for _ in range(2 * len(bins)):
-        loads = [sum(work[g] for g in b) for b in bins]
-        light = min(range(len(bins)), key=lambda b: (loads[b], b))
-        room = cap - sum(sizes[g] for g in bins[light])
-        move = None
-        for heavy in sorted(range(len(bins)), key=lambda b: (-loads[b], b)):
-            gap = loads[heavy] - loads[light]
-            if gap <= 0:
-                break
-            can = [g for g in bins[heavy] if sizes[g] <= room and 0 < work[g] < gap]
-            if can and len(bins[heavy]) > 1:
-                move = heavy, min(can, key=lambda g: (abs(2 * work[g] - gap), g))
-                break
-        if move is None:
-            break
-        bins[move[0]].remove(move[1])
-        bins[light].append(move[1])
-    return bins
 
 
 def model_lpt(sizes: list[int], work: list[int], cap: int, count: int) -> list[list[int]] | None:
@@ -82,17 +61,62 @@ def random_case(rng: random.Random) -> tuple[list[list[int]], list[int], list[in
     return bins, sizes, work, cap
 
 
-def test_rebalance_follows_its_rule() -> None:
+class _CountingBin(list[int]):
+    """A micro-batch that counts the groups appended to it (one per move of ``_rebalance``)."""
+
+    moves = 0
+
+    def append(self, item: int) -> None:
+        _CountingBin.moves += 1
+        super().append(item)
+
+
+def _loads(bins: list[list[int]], values: list[int]) -> list[int]:
+    return [sum(values[g] for g in b) for b in bins]
+
+
+def _move_left(bins: list[list[int]], sizes: list[int], work: list[int], cap: int) -> bool:
+    """The docstring's stopping rule, checked on a finished plan: the lightest micro-batch
+    (lowest index on a tie) could still take a group from a heavier one that holds more
+    than one group, has the tokens for it and whose workload is positive and below the
+    gap between the two."""
+    loads, tokens = _loads(bins, work), _loads(bins, sizes)
+    light = loads.index(min(loads))
+    return any(
+        len(bins[b]) > 1 and 0 < work[g] < loads[b] - loads[light] and sizes[g] <= cap - tokens[light]
+        for b in range(len(bins))
+        for g in bins[b]
+    )
+
+
+def test_rebalance_keeps_its_contract_on_random_plans() -> None:
+    # Oracle: the contract, not the rule. The plan is a rearrangement of the same groups into
+    # the same number of micro-batches, every micro-batch stays within the cap, each move
+    # narrows a gap (so the sum of squared loads falls: moving w from a load H to a load
+    # L < H - w changes it by 2w(w - (H - L)) < 0; the lightest load only rises and the
+    # heaviest only falls), and it stops either after 2 * count moves or when the lightest
+    # micro-batch can take nothing more.
     rng = random.Random(7)
     moved = 0
     for _ in range(400):
         bins, sizes, work, cap = random_case(rng)
         if any(sum(sizes[i] for i in b) > cap for b in bins):
             continue
-        want = model_rebalance(bins, sizes, work, cap)
-        got = _rebalance([list(b) for b in bins], sizes, work, cap)
-        assert got == want, (bins, sizes, work, cap)
-        moved += got != bins
+        _CountingBin.moves = 0
+        got = _rebalance([_CountingBin(b) for b in bins], sizes, work, cap)
+        moves = _CountingBin.moves
+        assert len(got) == len(bins)
+        assert sorted(g for b in got for g in b) == sorted(g for b in bins for g in b)
+        assert all(sum(sizes[g] for g in b) <= cap for b in got)
+        before, after = _loads(bins, work), _loads(got, work)
+        assert max(after) <= max(before) and min(after) >= min(before)
+        if moves:
+            assert sum(x * x for x in after) < sum(x * x for x in before)
+        else:
+            assert got == bins
+        assert moves <= 2 * len(bins)
+        assert moves == 2 * len(bins) or not _move_left(got, sizes, work, cap), (bins, sizes, work, cap)
+        moved += moves > 0
     assert moved > 50  # the cases exercise the moves, not only the early exits
 
 
@@ -102,6 +126,39 @@ def test_rebalance_hand_checked() -> None:
     assert _rebalance([[0, 1, 2], [3]], [3, 3, 3, 1], [30, 20, 10, 5], 10) == [[1, 2], [3, 0]]
     # Room limits the move: group 0 (6 tokens) cannot join a bin with 5 of 10 tokens.
     assert _rebalance([[0, 1], [2]], [6, 1, 5], [60, 40, 1], 10) == [[0], [2, 1]]
+
+
+def test_rebalance_stops_after_two_rounds_per_micro_batch() -> None:
+    # 20 groups of workload 1 in bin 0, bin 1 empty: each round moves one group (every group
+    # is equally close to half the gap, so the lowest index goes) and the gap stays >= 12,
+    # so only the limit of 2 * 2 = 4 rounds stops it: groups 0..3 move.
+    bins: list[list[int]] = [list(range(20)), []]
+    assert _rebalance(bins, [1] * 20, [1] * 20, 100) == [list(range(4, 20)), [0, 1, 2, 3]]
+
+
+def test_rebalance_tries_the_next_heaviest_bin() -> None:
+    # Loads 70, 35, 1 and tokens 18, 4, 10 of 18. The lightest bin (2) has room 8: the
+    # 9-token groups of bin 0 do not fit, so bin 1 gives, with gap 34: group 3 (workload
+    # 15, |30 - 34| = 4) beats group 2 (20, |40 - 34| = 6). Then loads 70, 20, 16, room 6:
+    # bin 0 still cannot give, bin 1's only group (20) is not below its gap of 4, and bin
+    # 2 is the lightest itself: stop.
+    got = _rebalance([[0, 1], [2, 3], [4]], [9, 9, 2, 2, 10], [40, 30, 20, 15, 1], 18)
+    assert got == [[0, 1], [2], [4, 3]]
+
+
+def test_rebalance_leaves_zero_workload_groups() -> None:
+    # Gap 49 between loads 50 and 1: group 1 (50) is not below it and group 0 has no
+    # workload (moving it would narrow nothing), so nothing moves.
+    assert _rebalance([[0, 1], [2]], [1, 1, 1], [0, 50, 1], 10) == [[0, 1], [2]]
+
+
+def test_rebalance_breaks_ties_by_lowest_index() -> None:
+    # Loads 10, 10, 1, 1. Round 1: lightest bin 2 (lowest index of the two), heaviest bin 0,
+    # gap 9: groups 0 and 1 (5 each) are as close to 4.5, group 0 moves. Round 2: lightest
+    # bin 3, heaviest bin 1 (10), gap 9: group 2 moves. Loads 5, 5, 6, 6: the lightest (bin
+    # 0) is 1 below bins 2 and 3, and no group's workload is below 1: stop.
+    got = _rebalance([[0, 1], [2, 3], [4], [5]], [1] * 6, [5, 5, 5, 5, 1, 1], 10)
+    assert got == [[1], [3], [4, 0], [5, 2]]
 
 
 def test_lpt_with_cap_follows_its_rule() -> None:
@@ -287,3 +344,191 @@ def test_analysis_records_its_lower_bound() -> None:
     assert analyse([6, 6, 6], 10).lower_bound == 3
     assert analyse([6, 6, 6], 10, min_num_micro_batch=3).lower_bound == 3
     assert analyse([1, 1, 1], 10, min_num_micro_batch=2).lower_bound == 2
+
+
+def fewest_bins(sizes: list[int], cap: int) -> int:
+    """Brute force: the fewest bins of ``cap`` for ``sizes`` (dynamic programming over the
+    subsets packed so far, keeping the fewest bins and then the lightest open bin)."""
+    n = len(sizes)
+    best: list[tuple[int, int] | None] = [None] * (1 << n)
+    best[0] = (1, 0)
+    for mask in range(1 << n):
+        state = best[mask]
+        if state is None:
+            continue
+        bins, load = state
+        for i in range(n):
+            if not mask >> i & 1:
+                step = (bins, load + sizes[i]) if load + sizes[i] <= cap else (bins + 1, sizes[i])
+                seen = best[mask | 1 << i]
+                if seen is None or step < seen:
+                    best[mask | 1 << i] = step
+    last = best[-1]
+    assert last is not None
+    return last[0]
+
+
+def _is_packing(bins: list[list[int]], sizes: list[int], cap: int) -> bool:
+    return sorted(g for b in bins for g in b) == list(range(len(sizes))) and all(
+        b and sum(sizes[g] for g in b) <= cap for b in bins
+    )
+
+
+def test_argument_error_returns_the_error_and_zero() -> None:
+    # The docstring: (None, the int) for a positive integer, (None, 1) for an allowed None,
+    # else (error, 0) with (argument, 0 = wrong type / 1 = below 1, -value).
+    assert argument_error(7, Argument.MAX_TOKEN_LEN, False) == (None, 7)
+    assert argument_error(None, Argument.MIN_NUM_MICRO_BATCH, True) == (None, 1)
+    assert argument_error(1.5, Argument.MAX_TOKEN_LEN, False) == (
+        PlanError(ErrorCode.BAD_ARGUMENT, (Argument.MAX_TOKEN_LEN, 0, 0), "1.5 (float)"), 0)
+    assert argument_error(None, Argument.FORCE_GROUP_SIZE, False) == (
+        PlanError(ErrorCode.BAD_ARGUMENT, (Argument.FORCE_GROUP_SIZE, 0, 0), "None (NoneType)"), 0)
+    assert argument_error(-3, Argument.NUM_BATCHES_DIVIDED_BY, True) == (
+        PlanError(ErrorCode.BAD_ARGUMENT, (Argument.NUM_BATCHES_DIVIDED_BY, 1, 3)), 0)
+
+
+def test_length_errors_are_recorded_exactly() -> None:
+    # BAD_LENGTH values: (index, 0 = not an integer / 1 = negative, -value); the agreement
+    # carries these integers, so they must be exact, not only the message.
+    assert analyse(["x"], 8).error == PlanError(ErrorCode.BAD_LENGTH, (0, 0, 0), "'x' (str)")
+    assert analyse(5, 8).error == PlanError(  # type: ignore[arg-type]
+        ErrorCode.BAD_LENGTH, (0, 0, 0), "seq_lens must be a sequence, got 5 (int)")
+    assert analyse([1, 2, -3], 8).error == PlanError(ErrorCode.BAD_LENGTH, (2, 1, 3))
+
+
+def test_cap_and_group_size_cannot_be_none() -> None:
+    # Only min_num_micro_batch and num_batches_divided_by are optional.
+    with pytest.raises(TypeError) as caught:
+        plan_micro_batches([1], None)  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        "max_token_len must be a positive integer, got a value that is not an integer (None (NoneType))")
+    assert analyse([1], 8, force_group_size=None).error == PlanError(
+        ErrorCode.BAD_ARGUMENT, (Argument.FORCE_GROUP_SIZE, 0, 0), "None (NoneType)")
+
+
+def test_analysis_counts_samples_and_groups() -> None:
+    analysis = analyse([1, 2, 3, 4, 5, 6], 20, force_group_size=3)
+    assert (analysis.n_samples, analysis.n_groups, analysis.group_sizes) == (6, 2, [6, 15])
+
+
+def test_bound_name_on_a_tie_with_the_floor() -> None:
+    # bound_name is the floor only when the floor is larger than the bound. [1, 1] under 10:
+    # L2 = ceil(2 / 10) = 1 equals the floor of 1 ("one" is for zero-length batches).
+    assert (analyse([1, 1], 10).lower_bound, analyse([1, 1], 10).bound_name) == (1, "L2")
+    assert (analyse([0, 0], 10).lower_bound, analyse([0, 0], 10).bound_name) == (1, "one")
+    # Three items above half the cap: L2 = 3, equal to min_num_micro_batch=3.
+    tie = analyse([6, 6, 6], 10, min_num_micro_batch=3)
+    assert (tie.lower_bound, tie.bound_name) == (3, "L2")
+
+
+def test_a_floor_at_the_packing_count_stops_the_bounds_early() -> None:
+    # Best-fit decreasing packs [6, 6, 2, 2, 2] under 9 into 3 bins (6+2, 6+2, 2); with
+    # min_num_micro_batch=3 the floor decides the count, so only L2 (ceil(18 / 9) = 2) and
+    # the cardinality bound (the 3 smallest items fit a bin: ceil(5 / 3) = 2) are evaluated.
+    # Both are below 3, so the floor is named, although the matching bound (each 6 takes at
+    # most one 2, the third 2 needs a bin: 3) would have met it.
+    analysis = analyse([6, 6, 2, 2, 2], 9, min_num_micro_batch=3)
+    assert (analysis.min_count, analysis.lower_bound, analysis.bound_name) == (
+        3, 3, "min_num_micro_batch")
+
+
+def test_the_strongest_bound_proves_a_count() -> None:
+    # Brute force: 4 bins; the volume bound says only ceil(113 / 38) = 3. The library's
+    # bound (Fekete-Schepers here) must reach the optimum to prove it.
+    sizes, cap = [7, 21, 14, 20, 14, 11, 18, 8], 38
+    analysis = analyse(sizes, cap)
+    assert fewest_bins(sizes, cap) == 4
+    assert (analysis.min_count, analysis.lower_bound, analysis.proven_optimal) == (4, 4, True)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "cap"),
+    [
+        # One dominant bin (39 + 37); the search reaches 4 only from the reduced items.
+        ([22, 37, 23, 28, 31, 28, 39, 35, 35, 19], 77),
+        # The closing-fit packing of the reduced items is the one the search completes.
+        ([47, 60, 34, 39, 49, 30, 31, 54, 50, 55, 31, 34, 44, 30, 50, 40, 50, 41, 55, 33,
+          59, 54, 30, 45, 30, 54, 42, 33, 38, 35, 45, 29, 37, 49, 43, 33, 50, 31], 116),
+        # The minimum-bin-slack packing wins the tie with best fit (its waste sits last).
+        ([26, 25, 42, 35, 27, 30, 29, 41, 39, 32, 39, 34, 28, 16, 41, 38, 17, 21, 25, 22,
+          22, 29, 30, 18, 43, 41, 44, 16, 30, 33, 28, 15, 32, 22, 40, 34, 16, 18], 75),
+        # Closing fit is kept only when strictly better than best fit.
+        ([31, 24, 23, 27, 28, 17, 16, 32, 32, 24, 15, 31, 22, 18, 28, 15, 22, 29, 26, 27,
+          19, 31, 30, 25, 21, 27, 28, 33, 22, 19, 31, 33, 33, 21, 24, 17, 23, 15, 23, 15], 63),
+    ],
+)
+def test_count_reaches_the_volume_bound(sizes: list[int], cap: int) -> None:
+    # Oracle: ceil(total / cap) bins are needed by volume alone; these batches fit exactly
+    # that many, which best fit decreasing alone misses.
+    volume = -(-sum(sizes) // cap)
+    analysis = analyse(sizes, cap)
+    assert (analysis.min_count, analysis.lower_bound, analysis.proven_optimal) == (volume, volume, True)
+    assert len(analysis._packing) == volume and _is_packing(analysis._packing, sizes, cap)
+
+
+def test_minimum_bin_slack_runs_up_to_4096_groups() -> None:
+    # 4,084 empty samples and twelve that need 4 micro-batches by volume (ceil(526 / 133)),
+    # which minimum-bin-slack packing reaches and best fit and closing fit miss (5 each).
+    # 4,096 groups is the largest batch that packing runs on; the empty samples cost it
+    # nothing.
+    sizes = [0] * 4084 + [51, 23, 27, 54, 63, 24, 58, 41, 58, 35, 47, 45]
+    analysis = analyse(sizes, 133)
+    assert (analysis.n_groups, analysis.min_count, analysis.proven_optimal) == (4096, 4, True)
+    assert _is_packing(analysis._packing, sizes, 133)
+
+
+def test_count_without_dominant_bins_matches_brute_force() -> None:
+    # No item is too large to share a bin with two others, so the search runs on the whole
+    # batch; it cannot prove its count (the volume bound is ceil(90 / 23) = 4) but reaches
+    # the optimum of 5 that brute force finds.
+    sizes, cap = [9, 8, 10, 11, 11, 7, 5, 11, 10, 8], 23
+    analysis = analyse(sizes, cap)
+    assert fewest_bins(sizes, cap) == 5
+    assert analysis.min_count == 5 and _is_packing(analysis._packing, sizes, cap)
+
+
+def test_close_gap_never_returns_more_bins_than_it_was_given() -> None:
+    # 48 cannot share a bin with two others (48 + 13 + 13 > 61), so the reduction fixes the
+    # bin 48 + 13 (item 11, the last 13) and searches the other ten items, where it finds 4
+    # bins (their optimum is 3: 13+16+17+15, 19+21+18, 23+18+18, but the search misses it).
+    # The given packing (hand-checked loads 61, 58, 59, 61) pairs 48 with the other 13 and
+    # has 4 bins, the volume bound ceil(239 / 61): the result must not be worse.
+    sizes, cap = [13, 16, 19, 21, 23, 17, 15, 18, 18, 18, 48, 13], 61
+    given = [[11, 1, 5, 6], [2, 3, 7], [4, 8, 9], [10, 0]]
+    assert [sum(sizes[g] for g in b) for b in given] == [61, 58, 59, 61]
+    got = _close_gap(sizes, cap, [list(b) for b in given], 4)
+    assert len(got) == 4 and _is_packing(got, sizes, cap)
+
+
+def test_close_gap_starts_from_the_given_packing_restricted() -> None:
+    # Same batch; the given packing holds an optimal packing of the ten items besides the
+    # reduction's bin (loads 61, 58, 59) and 48 and 13 alone: 5 bins. Restricted to those
+    # ten items it has 3 bins, which the fresh packings of them miss, so with the reduction's
+    # bin 48 + 13 the result has 4, the volume bound ceil(239 / 61).
+    sizes, cap = [13, 16, 19, 21, 23, 17, 15, 18, 18, 18, 48, 13], 61
+    given = [[0, 1, 5, 6], [2, 3, 7], [4, 8, 9], [10], [11]]
+    got = _close_gap(sizes, cap, [list(b) for b in given], 4)
+    assert len(got) == 4 and _is_packing(got, sizes, cap)
+
+
+def test_close_gap_starts_from_the_best_fresh_packing() -> None:
+    # 110 cannot share a bin with two others (110 + 23 + 23 > 133): the reduction fixes the
+    # bin 110 + 23 and packs the twelve other items (526 tokens) afresh; the given packing
+    # (one item per bin) restricts to nothing useful. The twelve fit the 4 bins their volume
+    # needs (the minimum-bin-slack packing reaches it where best fit and closing fit leave
+    # 5 the search cannot close), so the result has 5 bins, the volume bound ceil(659 / 133).
+    sizes = [51, 23, 27, 54, 63, 24, 58, 41, 58, 35, 47, 45, 110, 23]
+    cap = 133
+    got = _close_gap(sizes, cap, [[g] for g in range(len(sizes))], 5)
+    assert len(got) == 5 and _is_packing(got, sizes, cap)
+
+
+def test_local_count_names_the_rank_when_the_count_exceeds_the_groups() -> None:
+    # 3 samples of 3 tokens under 4 need 3 micro-batches, rounded up to 4 > 3 samples.
+    analysis = analyse([3, 3, 3], 4, num_batches_divided_by=2)
+    with pytest.raises(ValueError, match=(
+        r"^rank 1 of the DP group: 4 micro-batches are needed but only 3 samples/groups are "
+        r"available and a micro-batch cannot be empty \(the cap needs 3, rounded up to 4 for "
+        r"num_batches_divided_by\)"
+    )):
+        local_count(analysis, 1)

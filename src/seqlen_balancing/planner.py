@@ -334,13 +334,14 @@ def _rebalance(
         light = min(ids, key=loads.__getitem__)
         room = cap - tokens[light]
         move = None
-        # The heaviest bin that can give: single-group bins and groups too big are skipped.
+        # The heaviest bin that can give: groups too big are skipped. A bin of one group
+        # never gives: its group's workload is the gap plus the lightest load, not below it.
         for heavy in sorted(ids, key=lambda b: (-loads[b], b)):
             gap = loads[heavy] - loads[light]
             if gap <= 0:
                 break
             movable = [g for g in bins[heavy] if sizes[g] <= room and 0 < workloads[g] < gap]
-            if movable and len(bins[heavy]) > 1:
+            if movable:
                 move = heavy, min(movable, key=lambda g: (abs(2 * workloads[g] - gap), g))
                 break
         if move is None:
@@ -367,10 +368,9 @@ def local_count(result: RankAnalysis, rank: int | None = None) -> int:
     Raises:
         TypeError, ValueError: ``result``'s error, or more micro-batches than groups.
     """
-    error = result.error
-    count = 0
-    if error is None:
-        count, error = agreed_count(result.min_count, result.n_groups, result.num_batches_divided_by)
+    if result.error is not None:
+        raise result.error.exception(rank)
+    count, error = agreed_count(result.min_count, result.n_groups, result.num_batches_divided_by)
     if error is not None:
         raise error.exception(rank)
     return count
