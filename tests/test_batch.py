@@ -436,7 +436,8 @@ def test_jagged_micro_batches_behave_like_torch_built_tensors() -> None:
     combined), and padding gives the rows back."""
     lengths = [5, 2, 7, 1, 4, 6]
     ids = jagged_rows([torch.arange(n) + 100 * i for i, n in enumerate(lengths)], 1)
-    position_ids = jagged_rows([torch.arange(3 * n).reshape(3, n) + 100 * i for i, n in enumerate(lengths)], 2)
+    rope_rows = [torch.arange(3 * n).reshape(3, n) + 100 * i for i, n in enumerate(lengths)]
+    position_ids = jagged_rows(rope_rows, 2)
     batch = TensorDict({"input_ids": ids, "position_ids": position_ids}, [len(lengths)])
     micro_batches, plan = rearrange_micro_batches(batch, max_token_len=8)
     assert len(plan) == 4  # 25 tokens at 8 per micro-batch: 7+1, 6+2, 5, 4 (L2 = 4)
