@@ -15,6 +15,7 @@ import random
 
 import pytest
 
+import seqlen_balancing.planner as planner
 from seqlen_balancing.errors import Argument, ErrorCode, PlanError
 from seqlen_balancing.planner import (
     RankAnalysis,
@@ -532,3 +533,46 @@ def test_local_count_names_the_rank_when_the_count_exceeds_the_groups() -> None:
         r"num_batches_divided_by\)"
     )):
         local_count(analysis, 1)
+
+
+def _skipping_case(skippers: int) -> tuple[list[int], list[int], int, int]:
+    """A batch on which the capacity-aware LPT packing skips exactly ``9 * skippers`` full
+    micro-batches (count 10, cap 5,000; see ``test_lpt_gives_up_after_8n_plus_4096_skips``)."""
+    sizes = [1] + [5000] * 9 + [1] * skippers
+    work = [3] + [2] * 9 + [1] * skippers
+    return sizes, work, 5000, 10
+
+
+@pytest.mark.parametrize(("skippers", "gives_up"), [(4176, False), (4177, True)])
+def test_lpt_gives_up_after_8n_plus_4096_skips(skippers: int, gives_up: bool) -> None:
+    # Hand count. Order: group 0 (workload 3), groups 1..9 (workload 2, 5,000 tokens, a full
+    # micro-batch each), then the `skippers` groups of 1 token (workload 1). Group 0 takes
+    # empty bin 0, groups 1..9 the empty bins 1..9 (an empty bin always heads the heap, so no
+    # skip). Each 1-token group then finds bins 1..9 (load 2) ahead of bin 0 (load >= 3) and
+    # full: 9 skips, then bin 0, which has room for all of them (1 + 4,177 <= 5,000).
+    # With t = skippers, n = 10 + t and the skips are 9 t: 9 t = 8 n + 4096 gives t = 4176,
+    # the last skip the budget allows; one group more makes 9 skips for 8 more allowed, so
+    # the run skips 8 n + 4097 times and gives up on the last one.
+    sizes, work, cap, count = _skipping_case(skippers)
+    n = len(sizes)
+    assert 9 * skippers == 8 * n + 4096 + (1 if gives_up else 0)
+    got = _lpt_with_cap(sizes, work, cap, count)
+    if gives_up:
+        assert got is None
+    else:
+        assert got == [[0, *range(10, n)]] + [[g] for g in range(1, 10)]
+
+
+def test_karmarkar_karp_only_up_to_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lengths 8, 7, 6, 5, 4 (workload 24576 s + s^2) into 2 micro-batches of at most 17
+    # tokens; n * count = 10. Hand-traced, both fit the cap and differ:
+    # - Karmarkar-Karp: 8-7 and 6-5 leave differences 24591 and 24587 beside w(4) = 98320;
+    #   98320 - 24591 puts 4 with 7 against 8, then 6 joins 8 and 5 joins 7: {8, 6} | {7, 5, 4}.
+    # - LPT: 8 -> A, 7 -> B, 6 -> B (lighter), 5 -> A (lighter), then 4 -> B, as
+    #   w(7) + w(6) = 24576 * 13 + 85 < w(8) + w(5) = 24576 * 13 + 89: {8, 5} | {7, 6, 4}.
+    lengths = [8, 7, 6, 5, 4]
+    karmarkar_karp_plan, lpt_plan = [[0, 2], [1, 3, 4]], [[0, 3], [1, 2, 4]]
+    for budget, expected in ((10, karmarkar_karp_plan), (9, lpt_plan)):
+        monkeypatch.setattr(planner, "_KK_BUDGET", budget)
+        got = plan_micro_batches(lengths, 17, num_micro_batches=2, use_dynamic_bsz_balance=False)
+        assert got == expected, budget
