@@ -532,3 +532,14 @@ def optimum_by_search(sizes: list[int], cap: int) -> int:
 
     place(0, sorted(sizes, reverse=True))
     return best
+
+
+def test_minimum_bin_slack_default_budget_is_20_n_plus_50000() -> None:
+    # 600 items of 601 and 6,200 of 2, cap 1000: each 601 leaves room 399 (odd), which no
+    # set of 2s fills exactly, so its bin scans all 6,200 positions of 2s (placed or not)
+    # and takes 199 of them. The budget, 20 * 6,800 + 50,000 = 186,000 = 30 * 6,200, is
+    # spent by exactly 30 such bins; best-fit decreasing packs the rest: the 570 other 601s
+    # alone, then the 230 2s into the newest bin first (199 fill it to 999, 31 go to the
+    # one before it).
+    bins = minimum_bin_slack([601] * 600 + [2] * 6200, 1000)
+    assert [len(b) for b in bins] == [200] * 30 + [1] * 568 + [32, 200]
