@@ -259,9 +259,16 @@ def test_fekete_schepers_bound_matches_its_definition() -> None:
     for _ in range(150):
         sizes, cap = random_instance(rng)
         assert _dff_sorted(sorted(sizes), cap) == dff_by_definition(sizes, cap), (sizes, cap)
-    # Many items above cap/2 (phi_e sums its pieces over thresholds when that is cheaper).
-    sizes = [52, 53, 53, 55, 60, 70, 75, 80, 90, 99, 25, 27, 32, 33, 35]
-    assert _dff_sorted(sorted(sizes), 101) == dff_by_definition(sizes, 101)
+    # Larger cases: k = 1 decides (1); k stops at 12 (2); more items above cap/2 than
+    # pieces of phi_e, which then counts them per piece (3, 4).
+    for sizes, cap in [
+        ([17, 18, 27, 28, 28, 31, 32, 33, 33, 35, 36, 37, 39, 40, 40, 41, 43, *[44] * 3, 45, 47,
+          48, 50, 50], 50),
+        ([7, 10, 14, 15, 18, 19, 29, 34, 47, 47, 49], 93),
+        ([3, 18, 20, 20, 21, 53, 54, 74, 76, 81, 83], 91),
+        ([2, 13, 15, *[16] * 8, 18, 26, *[33] * 5, 42, 47, 47, 49, 50, 55, 57, 62], 64),
+    ]:
+        assert _dff_sorted(sorted(sizes), cap) == dff_by_definition(sizes, cap), (sizes, cap)
     # 2s and 3s against a prime cap: every u_k maps them to 0 and phi_2, phi_3 count
     # 43 / 50 and 17 / 33 of a bin: 1, although the volume (103 tokens) needs 2 bins.
     sizes = [2] * 26 + [3] * 17

@@ -187,8 +187,10 @@ def _matching_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
         j -= 1
     n_large = n - large
     best = n_large - matched
-    # Room beside the t smallest large items, t = 0, 1, 2 (negative: t of them cannot fit).
-    rooms = [cap - sum(ordered[large : large + t]) if large + t <= n else -1 for t in range(3)]
+    # Room beside the t smallest large items, t = 0, 1, 2. q_t is only used when there are
+    # t large items that fit together (t <= n_large, and t = 2 only when they pair), so a
+    # room for fewer items, or a negative one (q_2 = -1), changes no count.
+    rooms = [cap - sum(ordered[large : large + t]) for t in range(3)]
     for alpha in [0, *_thresholds(ordered, large)]:
         lo = bisect_left(ordered, alpha)
         j1_start = bisect_right(ordered, cap - alpha)
@@ -198,10 +200,7 @@ def _matching_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
         # Counts: beside t large items a bin holds at most q_t items of [alpha, cap/3]
         # (zero-size items left out: they need no bin of their own).
         lo = lo or bisect_left(ordered, 1)
-        q0, q1, q2 = (
-            bisect_right(prefix, prefix[lo] + room, lo, large + 1) - 1 - lo if room >= 0 else 0
-            for room in rooms
-        )
+        q0, q1, q2 = (bisect_right(prefix, prefix[lo] + room, lo, large + 1) - 1 - lo for room in rooms)
         best = max(best, _fewest_bins(n_large, large - lo, matched, q0, q1, q2))
     return best
 
