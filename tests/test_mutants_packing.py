@@ -24,6 +24,7 @@ from seqlen_balancing.packing import (
     l1_lower_bound,
     l2_lower_bound,
     minimum_bin_slack,
+    reduce_bins,
     split_to_count,
 )
 
@@ -550,3 +551,19 @@ def test_minimum_bin_slack_default_budget_is_20_n_plus_50000() -> None:
     # one before it).
     bins = minimum_bin_slack([601] * 600 + [2] * 6200, 1000)
     assert [len(b) for b in bins] == [200] * 30 + [1] * 568 + [32, 200]
+
+
+# --- Reducing the bin count --------------------------------------------------------------
+
+
+def test_reduce_bins_is_deterministic_where_its_kicks_matter() -> None:
+    # Documented: the random kicks use a seed derived from the input, so equal inputs give
+    # equal packings (here the kicks run until the budget is spent).
+    sizes = [31, 26, 36, 33, 21, 36, 37, 32, 30, 39, 38, 60, 43, 25, 58, 41]
+    start = [[i] for i in range(len(sizes))]
+    first = reduce_bins(sizes, 100, start, 1, budget=10_000)
+    assert sorted(i for b in first for i in b) == list(range(len(sizes)))
+    assert all(sum(sizes[i] for i in b) <= 100 for b in first)
+    assert optimum_by_search(sizes, 100) <= len(first) < len(start)
+    for _ in range(2):
+        assert reduce_bins(sizes, 100, start, 1, budget=10_000) == first
