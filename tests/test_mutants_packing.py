@@ -15,6 +15,7 @@ import pytest
 from seqlen_balancing.packing import (
     _dff_sorted,
     _fewest_bins,
+    _FixedCount,
     _matching_sorted,
     _prefix,
     _thresholds,
@@ -567,3 +568,75 @@ def test_reduce_bins_is_deterministic_where_its_kicks_matter() -> None:
     assert optimum_by_search(sizes, 100) <= len(first) < len(start)
     for _ in range(2):
         assert reduce_bins(sizes, 100, start, 1, budget=10_000) == first
+
+
+def test_free_sums_offers_every_sum_of_one_to_three_free_items() -> None:
+    rng = random.Random(17)
+    for f in (1, 2, 3, 15, 16, 17, 63, 64, 65):
+        sizes = [rng.randint(1, 10_000) for _ in range(f + 3)]
+        free = rng.sample(range(len(sizes)), f)
+        search = _FixedCount(sizes, 20_000, [], list(free), seed=0)
+        keys, codes = search._free_sums()
+        # Documented: pairs for pools of up to 64 items, triples for up to 16.
+        most = 3 if f <= 16 else 2 if f <= 64 else 1
+        expected = {
+            sum(sizes[i] for i in subset)
+            for r in range(1, most + 1)
+            for subset in itertools.combinations(free, r)
+        }
+        assert keys == sorted(expected), f
+        for key, code in zip(keys, codes, strict=True):
+            subset = search._decode(code)
+            assert 1 <= len(subset) <= most and len(set(subset)) == len(subset)
+            assert set(subset) <= set(free) and sum(sizes[i] for i in subset) == key
+
+
+def test_outs_offers_every_set_of_up_to_two_items_of_a_bin() -> None:
+    rng = random.Random(18)
+    for m in (0, 1, 2, 5, 12, 13):
+        sizes = [rng.randint(1, 100) for _ in range(m + 2)]
+        items = rng.sample(range(len(sizes)), m)
+        search = _FixedCount(sizes, 10_000, [list(items)], [], seed=0)
+        out_sizes, out_codes = search._outs(0)
+        most = 2 if m <= 12 else 1  # documented: pairs for bins of up to 12 items
+        expected = sorted(
+            (sum(sizes[i] for i in subset), tuple(sorted(subset)))
+            for r in range(most + 1)
+            for subset in itertools.combinations(items, r)
+        )
+        got = sorted(
+            (size, tuple(sorted(search._decode(code))))
+            for size, code in zip(out_sizes, out_codes, strict=True)
+        )
+        assert got == expected, m
+        assert search._outs(0) == (out_sizes, out_codes)  # cached until the bin changes
+
+
+def test_best_move_gains_the_most_load() -> None:
+    rng = random.Random(19)
+    for _ in range(300):
+        cap = rng.randint(10, 60)
+        sizes = [rng.randint(1, cap // 2) for _ in range(rng.randint(2, 9))]
+        order = list(range(len(sizes)))
+        rng.shuffle(order)
+        cut = rng.randint(1, len(order) - 1)
+        packed, free = order[:cut], order[cut:]
+        while sum(sizes[i] for i in packed) > cap:
+            free.append(packed.pop())
+        search = _FixedCount(sizes, cap, [packed], free, seed=0)
+        keys, codes = search._free_sums()
+        gain, out_code, in_code = search._best_move(0, keys, codes)
+        load = sum(sizes[i] for i in packed)
+        best = 0  # every exchange of up to two packed items for one to three free ones
+        for r_out in range(3):
+            for out in itertools.combinations(packed, r_out):
+                for r_in in range(1, 4):
+                    for into in itertools.combinations(free, r_in):
+                        delta = sum(sizes[i] for i in into) - sum(sizes[i] for i in out)
+                        if load + delta <= cap:
+                            best = max(best, delta)
+        assert gain == best, (sizes, cap, packed, free)
+        if gain:
+            given, taken = search._decode(out_code), search._decode(in_code)
+            assert set(given) <= set(packed) and set(taken) <= set(free)
+            assert sum(sizes[i] for i in taken) - sum(sizes[i] for i in given) == gain
