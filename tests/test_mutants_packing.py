@@ -640,3 +640,57 @@ def test_best_move_gains_the_most_load() -> None:
             given, taken = search._decode(out_code), search._decode(in_code)
             assert set(given) <= set(packed) and set(taken) <= set(free)
             assert sum(sizes[i] for i in taken) - sum(sizes[i] for i in given) == gain
+
+
+def best_exchange_gain(sizes: list[int], cap: int, packed: list[int], free: list[int]) -> int:
+    """Largest load increase of a bin by swapping up to two of its items for one to three
+    free items (0: none), trying every such exchange."""
+    load = sum(sizes[i] for i in packed)
+    best = 0
+    for r_out in range(3):
+        for out in itertools.combinations(packed, r_out):
+            for r_in in range(1, 4):
+                for into in itertools.combinations(free, r_in):
+                    delta = sum(sizes[i] for i in into) - sum(sizes[i] for i in out)
+                    if load + delta <= cap:
+                        best = max(best, delta)
+    return best
+
+
+def test_descend_stops_only_where_no_exchange_gains() -> None:
+    rng = random.Random(20)
+    for _ in range(300):
+        cap = rng.randint(10, 40)
+        sizes = [rng.randint(1, rng.choice([cap // 4, cap // 2, cap])) for _ in range(rng.randint(3, 12))]
+        n_bins = rng.randint(1, 5)
+        bins: list[list[int]] = [[] for _ in range(n_bins)]
+        free: list[int] = []
+        for i in rng.sample(range(len(sizes)), len(sizes)):
+            b = rng.randrange(n_bins + 1)
+            if b < n_bins and sum(sizes[j] for j in bins[b]) + sizes[i] <= cap:
+                bins[b].append(i)
+            else:
+                free.append(i)
+        weight = sum(sizes[i] for i in free)
+        search = _FixedCount(sizes, cap, [list(b) for b in bins], list(free), seed=0)
+        search.descend(10**9)
+        placed = sorted(i for b in search.bins for i in b)
+        assert sorted(placed + search.free) == list(range(len(sizes)))
+        assert all(sum(sizes[i] for i in b) <= cap for b in search.bins)
+        assert search.free_weight() <= weight
+        if search.free:  # a local optimum: no bin gains from any exchange
+            for packed in search.bins:
+                assert best_exchange_gain(sizes, cap, packed, search.free) == 0, (sizes, bins, free)
+
+
+def test_descend_spends_no_more_than_its_budget() -> None:
+    # Two bins with room and three free items: several exchanges would gain.
+    sizes, cap = [5, 5, 3, 4, 2], 10
+    search = _FixedCount(sizes, cap, [[0], [1]], [2, 3, 4], seed=0)
+    search.descend(0)  # no budget: no exchange
+    assert (search.bins, search.free) == ([[0], [1]], [2, 3, 4])
+    # Budget 1: the budget is checked after each exchange, so exactly one is applied (the
+    # lighter-or-first bin [0] takes the free pair of the largest total that fits: 3 + 2).
+    search.descend(1)
+    assert [sorted(b) for b in search.bins] == [[0, 2, 4], [1]]
+    assert search.free == [3]
