@@ -694,3 +694,12 @@ def test_descend_spends_no_more_than_its_budget() -> None:
     search.descend(1)
     assert [sorted(b) for b in search.bins] == [[0, 2, 4], [1]]
     assert search.free == [3]
+
+
+def test_reduce_bins_honours_a_small_budget() -> None:
+    # Budget 0: no move is evaluated, the packing comes back as given (empty bins dropped).
+    assert reduce_bins([5, 5], 10, [[0], [], [1]], 1, budget=0) == [[0], [1]]
+    # Budget 1: one descent step, enough to move the lighter (here: the later) bin's one
+    # item into the other bin.
+    assert [sorted(b) for b in reduce_bins([5, 5], 10, [[0], [1]], 1, budget=1)] == [[0, 1]]
+    assert reduce_bins([5, 5], 10, [[0], [1]], 1) == [[0, 1]]
