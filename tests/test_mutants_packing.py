@@ -703,3 +703,5 @@ def test_reduce_bins_honours_a_small_budget() -> None:
     # item into the other bin.
     assert [sorted(b) for b in reduce_bins([5, 5], 10, [[0], [1]], 1, budget=1)] == [[0, 1]]
     assert reduce_bins([5, 5], 10, [[0], [1]], 1) == [[0, 1]]
+    # The search stops at the target even where fewer bins would do (1 here).
+    assert len(reduce_bins([1, 1, 1], 10, [[0], [1], [2]], 2)) == 2
