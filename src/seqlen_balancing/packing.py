@@ -11,7 +11,7 @@ import heapq
 import random
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from math import gcd
+from math import gcd, inf
 
 from seqlen_balancing._checks import as_list, non_negative_ints, positive_int
 
@@ -98,7 +98,7 @@ def l2_lower_bound(sizes: Sequence[int], cap: int) -> int:
     """
     sizes, cap = _checked(sizes, cap)
     ordered = _in_range(sorted(sizes), cap)
-    return _l2_sorted(ordered, _prefix(ordered), cap) if ordered else 0
+    return _l2_sorted(ordered, _prefix(ordered), cap)
 
 
 def _in_range(ordered: list[int], cap: int) -> list[int]:
@@ -135,7 +135,7 @@ def _l2_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
     """L2 on ascending sizes with prefix sums (see :func:`l2_lower_bound`)."""
     n = len(ordered)
     half = bisect_right(ordered, cap // 2)  # items [0, half) have 2*s <= cap
-    best = -(prefix[n] // -cap)
+    best = 0  # alpha = 0 gives max(|J2|, ceil(sum / cap)), so L2 >= L1 needs no start value
     thresholds = [0, *sorted(set(ordered[:half]))]
     for alpha in thresholds:
         j1_start = bisect_right(ordered, cap - alpha)  # items > cap - alpha
@@ -158,7 +158,7 @@ def _cardinality_sorted(ordered: list[int], cap: int) -> int:
             break
         total += size
         per_bin += 1
-    return -(-len(ordered) // per_bin) if per_bin else 0
+    return -(-len(ordered) // per_bin)  # per_bin >= 1: the smallest item fits (<= cap)
 
 
 def _matching_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
@@ -187,8 +187,10 @@ def _matching_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
         j -= 1
     n_large = n - large
     best = n_large - matched
-    # Room beside the t smallest large items, t = 0, 1, 2 (negative: t of them cannot fit).
-    rooms = [cap - sum(ordered[large : large + t]) if large + t <= n else -1 for t in range(3)]
+    # Room beside the t smallest large items, t = 0, 1, 2. q_t is only used when there are
+    # t large items that fit together (t <= n_large, and t = 2 only when they pair), so a
+    # room for fewer items, or a negative one (q_2 = -1), changes no count.
+    rooms = [cap - sum(ordered[large : large + t]) for t in range(3)]
     for alpha in [0, *_thresholds(ordered, large)]:
         lo = bisect_left(ordered, alpha)
         j1_start = bisect_right(ordered, cap - alpha)
@@ -198,10 +200,7 @@ def _matching_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
         # Counts: beside t large items a bin holds at most q_t items of [alpha, cap/3]
         # (zero-size items left out: they need no bin of their own).
         lo = lo or bisect_left(ordered, 1)
-        q0, q1, q2 = (
-            bisect_right(prefix, prefix[lo] + room, lo, large + 1) - 1 - lo if room >= 0 else 0
-            for room in rooms
-        )
+        q0, q1, q2 = (bisect_right(prefix, prefix[lo] + room, lo, large + 1) - 1 - lo for room in rooms)
         best = max(best, _fewest_bins(n_large, large - lo, matched, q0, q1, q2))
     return best
 
@@ -214,8 +213,8 @@ def _fewest_bins(n_large: int, n_small: int, pairs: int, q0: int, q1: int, q2: i
     With ``n1 = n_large - 2 n2`` the count is ``n_large - n2 + ceil(max(0, A + n2 B) / q0)``,
     ``A = n_small - n_large q1``, ``B = 2 q1 - q2 >= 0``: it falls with ``n2`` while
     ``A + n2 B <= 0``, and beyond that it never rises when ``B < q0`` and never falls when
-    ``B >= q0``. So the least value is at ``n2`` in ``{0, pairs, n*, n* + 1}``,
-    ``n* = floor(-A / B)``.
+    ``B >= q0`` (and ``n* + 1`` is never below ``n*``: its ceiling is at least 1). So the
+    least value is at ``n2`` in ``{0, pairs, min(n*, pairs)}``, ``n* = floor(-A / B)``.
     """
     if not n_small:
         return n_large - pairs
@@ -223,13 +222,13 @@ def _fewest_bins(n_large: int, n_small: int, pairs: int, q0: int, q1: int, q2: i
     candidates = {0, pairs}
     if b > 0 and a < 0:
         star = (-a) // b
-        candidates.update((min(star, pairs), min(star + 1, pairs)))
+        candidates.add(min(star, pairs))
     return min(
         n_large - n2 + max(0, -(-(a + n2 * b) // q0)) for n2 in candidates
     )
 
 
-def _dff_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
+def _dff_sorted(ordered: list[int], cap: int) -> int:
     """Best bound ``ceil(sum f(size / cap))`` over dual feasible functions ``f`` of the
     Fekete-Schepers family, on ascending sizes (integer arithmetic throughout).
 
@@ -257,23 +256,19 @@ def _dff_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
         steps.append((k, starts, [(s, counts[s]) for s in multiples if s in counts]))
     best = 0
     for e in [0, *distinct]:
-        lo = bisect_left(ordered, e) if e else 0
+        lo = bisect_left(ordered, e)
         hi = bisect_right(ordered, cap - e)  # items [hi, n) map to cap
         for k, starts, exact in steps:
             # Value of each item scaled by k * cap: k * cap above cap - e, else
             # floor((k + 1) s / cap) * cap, or k * s when (k + 1) s is a multiple of cap.
             floors = 0
             for start in starts:
-                first = start if start > lo else lo
-                if first < hi:
-                    floors += hi - first
+                floors += max(0, hi - max(start, lo))
             total = (n - hi) * k * cap + floors * cap
             for size, count in exact:
                 if e <= size <= cap - e:
                     total -= count * size  # (k + 1) s counted, k s is the value
-            value = -(-total // (k * cap))
-            if value > best:
-                best = value
+            best = max(best, -(-total // (k * cap)))
         if e:
             q = cap // e
             big = n - half  # items above cap/2: q - floor((cap - s) / e) each
@@ -286,9 +281,7 @@ def _dff_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
             else:
                 lost = sum((cap - ordered[i]) // e for i in range(half, n))
             total = big * q - lost + (half - lo)
-            value = -(-total // q)
-            if value > best:
-                best = value
+            best = max(best, -(-total // q))
     return best
 
 
@@ -431,7 +424,7 @@ def _best_lower_bound(
     ordered = _in_range(sorted(sizes), cap)
     if not ordered:
         return 0, BOUND_NAMES[0]
-    goal = float("inf") if enough is None else enough
+    goal = inf if enough is None else enough
     prefix = _prefix(ordered)
     best, name = _l2_sorted(ordered, prefix, cap), BOUND_NAMES[0]
 
@@ -451,16 +444,17 @@ def _best_lower_bound(
     residual_prefix = _prefix(residual)
     reduced = len(fixed)
     if fixed and residual:
+        # No cardinality bound: the matching bound's counts at alpha = 0 dominate ceil(n / p)
+        # (a bin with t large items holds at most q_t + t <= p nonzero items).
         reduced += max(
             _l2_sorted(residual, residual_prefix, cap),
-            _cardinality_sorted(residual, cap),
             _matching_sorted(residual, residual_prefix, cap),
         )
     if better(reduced, "reduction"):
         return best, name
-    value = _dff_sorted(ordered, prefix, cap)
+    value = _dff_sorted(ordered, cap)
     if fixed and residual:
-        value = max(value, len(fixed) + _dff_sorted(residual, residual_prefix, cap))
+        value = max(value, len(fixed) + _dff_sorted(residual, cap))
     better(value, "Fekete-Schepers")
     return best, name
 
@@ -750,7 +744,7 @@ def minimum_bin_slack(
                 total -= sizes[order[pos]] // unit
         current.extend(reversed(taken))
         bins.append(current)
-    rest = [order[pos] for pos in range(head, m) if alive[pos]]
+    rest = [order[pos] for pos in range(m) if alive[pos]]
     if rest:
         tail = best_fit_decreasing([sizes[i] for i in rest], cap)
         bins.extend([rest[j] for j in b] for b in tail)
