@@ -558,7 +558,8 @@ def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
 
     Each bin opens with the largest remaining item; then, while some item fits the room
     ``r``, it is closed by one remaining item of size exactly ``r``, else by two of total
-    exactly ``r`` (the larger of the two as large as possible), else it takes the largest
+    exactly ``r`` (the most even such pair: the smaller item as large as possible, so
+    ``[10, 7, 6, 4, 3]`` at cap 20 closes ``10`` with ``6 + 4``), else it takes the largest
     item that fits and tries again. Early bins are thus filled to the token, and the waste
     piles up in the last bins, which suits many-items-per-bin batches where best-fit
     decreasing leaves a small gap in every bin. The pair search tries at most
