@@ -473,6 +473,27 @@ def test_jagged_entry_with_gradient_keeps_the_graph() -> None:
     assert values.grad is not None and values.grad.tolist() == expected
 
 
+def test_restored_jagged_entries_with_equal_lengths_share_offsets() -> None:
+    """A restored TensorDict's input_ids and RoPE position_ids (rows of equal lengths) get
+    one offsets tensor, as verl builds them, so they can be combined after restoring."""
+    lengths = [5, 2, 7, 1, 4, 6]
+    ids = jagged_rows([torch.arange(n) + 100 * i for i, n in enumerate(lengths)], 1)
+    rope_rows = [torch.arange(3 * n).reshape(3, n) + 100 * i for i, n in enumerate(lengths)]
+    other = jagged_rows([torch.zeros(n + 1) for n in lengths], 1)
+    batch = TensorDict({"input_ids": ids, "position_ids": jagged_rows(rope_rows, 2), "other": other}, [6])
+    micro_batches, plan = rearrange_micro_batches(batch, max_token_len=8)
+    assert len(plan) == 4
+    from_list = restore_dynamic_batch(micro_batches, plan)
+    for restored in (from_list, restore_dynamic_batch(torch.cat(micro_batches), plan)):
+        got_ids, got_positions = restored["input_ids"], restored["position_ids"]
+        assert got_ids.offsets() is got_positions.offsets()
+        assert restored["other"].offsets() is not got_ids.offsets()  # other lengths
+        assert got_ids.offsets().tolist() == [0, 5, 7, 14, 15, 19, 25]
+        summed = got_positions.select(1, 0) + got_ids
+        expected = [2 * (100 * i) + t + t for i, n in enumerate(lengths) for t in range(n)]
+        assert summed.values().tolist() == expected
+
+
 def test_static_path_keeps_ragged_dim_two() -> None:
     lengths = [2, 3, 4, 5]
     ids = torch.nested.nested_tensor([torch.zeros(n, dtype=torch.long) for n in lengths], layout=torch.jagged)

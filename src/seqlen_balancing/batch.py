@@ -718,15 +718,34 @@ def restore_dynamic_batch(
     return tensor[torch.tensor(order, dtype=torch.long, device=tensor.device)]
 
 
-def _join_rows(rows: Sequence[torch.Tensor], order: list[int], like: torch.Tensor) -> torch.Tensor:
-    """A nested tensor of ``rows`` taken in ``order``, with ``like``'s layout and ragged dim."""
+#: Offsets already made in one restore, by device and row lengths (see :func:`_join_rows`).
+_SharedOffsets = dict[tuple[torch.device, tuple[int, ...]], torch.Tensor]
+
+
+def _join_rows(
+    rows: Sequence[torch.Tensor],
+    order: list[int],
+    like: torch.Tensor,
+    shared: _SharedOffsets | None = None,
+) -> torch.Tensor:
+    """A nested tensor of ``rows`` taken in ``order``, with ``like``'s layout and ragged dim.
+
+    With ``shared``, jagged tensors whose rows have the same lengths get one offsets tensor,
+    as tensors built together do, so that they can be combined (``input_ids`` and
+    ``position_ids`` of a restored TensorDict).
+    """
     picked = [rows[i] for i in order]
     if like.layout != torch.jagged:
         return torch.nested.as_nested_tensor(picked, layout=like.layout)
     ragged_dim = _ragged_dim(like)
     sizes = [int(row.shape[ragged_dim - 1]) for row in picked]
     values = torch.cat(picked, dim=ragged_dim - 1)
-    offsets = torch.tensor([0, *itertools.accumulate(sizes)], device=values.device)
+    key = (values.device, tuple(sizes))
+    offsets = None if shared is None else shared.get(key)
+    if offsets is None:
+        offsets = torch.tensor([0, *itertools.accumulate(sizes)], device=values.device)
+        if shared is not None:
+            shared[key] = offsets
     return _jagged(values, offsets, ragged_dim, sizes)
 
 
@@ -775,7 +794,9 @@ def _restore_parts(parts: list[Any], batch_idx_list: Sequence[Sequence[int]]) ->
     return _restore_tensors(parts, order)
 
 
-def _restore_tensors(parts: list[torch.Tensor], order: list[int]) -> torch.Tensor:
+def _restore_tensors(
+    parts: list[torch.Tensor], order: list[int], shared: _SharedOffsets | None = None
+) -> torch.Tensor:
     first = parts[0]
     for m, part in enumerate(parts):
         if part.is_nested != first.is_nested or part.layout != first.layout or (
@@ -790,7 +811,7 @@ def _restore_tensors(parts: list[torch.Tensor], order: list[int]) -> torch.Tenso
                 f"0's have {tuple(first.shape[1:])}; pad them to one shape or return nested tensors"
             )
     if first.is_nested:
-        return _join_rows([row for part in parts for row in part.unbind()], order, first)
+        return _join_rows([row for part in parts for row in part.unbind()], order, first, shared)
     joined = torch.cat(parts)
     return joined[torch.tensor(order, dtype=torch.long, device=joined.device)]
 
@@ -825,10 +846,11 @@ def _restore_tensordicts(parts: list[TensorDict], order: list[int]) -> TensorDic
             raise ValueError(
                 f"micro-batch {m}: output has keys {part_keys} but micro-batch 0's has {keys}"
             )
+    shared: _SharedOffsets = {}
     for key in keys:
         values = [part.get(key) for part in parts]
         if all(isinstance(value, torch.Tensor) for value in values):
-            out.set(key, _restore_tensors(values, order))
+            out.set(key, _restore_tensors(values, order, shared))
         elif all(isinstance(value, NonTensorData) for value in values) and all(
             value.data == values[0].data for value in values
         ):
