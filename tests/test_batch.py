@@ -484,7 +484,18 @@ def test_restored_jagged_entries_with_equal_lengths_share_offsets() -> None:
     micro_batches, plan = rearrange_micro_batches(batch, max_token_len=8)
     assert len(plan) == 4
     from_list = restore_dynamic_batch(micro_batches, plan)
-    for restored in (from_list, restore_dynamic_batch(torch.cat(micro_batches), plan)):
+    # The concatenated form, built by hand (torch.cat of jagged TensorDicts needs a recent
+    # tensordict): rows in micro-batch order.
+    order = [i for part in plan for i in part]
+    joined = TensorDict(
+        {
+            "input_ids": jagged_rows([torch.arange(lengths[i]) + 100 * i for i in order], 1),
+            "position_ids": jagged_rows([rope_rows[i] for i in order], 2),
+            "other": jagged_rows([torch.zeros(lengths[i] + 1) for i in order], 1),
+        },
+        [6],
+    )
+    for restored in (from_list, restore_dynamic_batch(joined, plan)):
         got_ids, got_positions = restored["input_ids"], restored["position_ids"]
         assert got_ids.offsets() is got_positions.offsets()
         assert restored["other"].offsets() is not got_ids.offsets()  # other lengths
