@@ -12,6 +12,7 @@ from fractions import Fraction
 
 import pytest
 
+from oracles import brute_force_optimum
 from seqlen_balancing.packing import (
     _dff_sorted,
     _fewest_bins,
@@ -514,33 +515,8 @@ def test_best_lower_bound_hand_checked(
 ) -> None:
     assert best_lower_bound(sizes, cap, upto=upto) == expected
     if upto == "Fekete-Schepers":
-        assert optimum_by_search(sizes, cap) == expected[0]  # each bound is tight here
-
-
-def optimum_by_search(sizes: list[int], cap: int) -> int:
-    """Fewest bins, trying every bin for every item (largest first, empty bins once)."""
-    best = len(sizes)
-    loads: list[int] = []
-
-    def place(k: int, order: list[int]) -> None:
-        nonlocal best
-        if len(loads) >= best:
-            return
-        if k == len(order):
-            best = len(loads)
-            return
-        size = order[k]
-        for b in range(len(loads)):
-            if loads[b] + size <= cap:
-                loads[b] += size
-                place(k + 1, order)
-                loads[b] -= size
-        loads.append(size)
-        place(k + 1, order)
-        loads.pop()
-
-    place(0, sorted(sizes, reverse=True))
-    return best
+        # each bound is tight here
+        assert brute_force_optimum(sorted(sizes, reverse=True), cap) == expected[0]
 
 
 def test_minimum_bin_slack_default_budget_is_20_n_plus_50000() -> None:
@@ -565,7 +541,7 @@ def test_reduce_bins_is_deterministic_where_its_kicks_matter() -> None:
     first = reduce_bins(sizes, 100, start, 1, budget=10_000)
     assert sorted(i for b in first for i in b) == list(range(len(sizes)))
     assert all(sum(sizes[i] for i in b) <= 100 for b in first)
-    assert optimum_by_search(sizes, 100) <= len(first) < len(start)
+    assert brute_force_optimum(sorted(sizes, reverse=True), 100) <= len(first) < len(start)
     for _ in range(2):
         assert reduce_bins(sizes, 100, start, 1, budget=10_000) == first
 

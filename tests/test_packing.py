@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oracles import brute_force_optimum
 from seqlen_balancing.packing import (
     BOUND_NAMES,
     best_fit_decreasing,
@@ -23,36 +24,6 @@ from seqlen_balancing.packing import (
     split_to_count,
 )
 from seqlen_balancing.planner import analyse, plan_micro_batches
-
-
-def brute_force_optimum(sizes: list[int], cap: int) -> int:
-    """Fewest bins over every set partition of the items (restricted growth strings).
-
-    Obviously correct and exponential: each item joins one of the blocks opened so far or
-    opens a new one; a partition counts only if every block fits the cap. One bin at least,
-    also for an empty or all-zero list (a micro-batch count is never 0).
-    """
-    best = max(1, len(sizes))
-    loads: list[int] = []
-
-    def extend(pos: int) -> None:
-        nonlocal best
-        if len(loads) >= best:
-            return  # cannot beat the best partition found so far
-        if pos == len(sizes):
-            best = max(1, len(loads))
-            return
-        for b in range(len(loads)):
-            if loads[b] + sizes[pos] <= cap:
-                loads[b] += sizes[pos]
-                extend(pos + 1)
-                loads[b] -= sizes[pos]
-        loads.append(sizes[pos])
-        extend(pos + 1)
-        loads.pop()
-
-    extend(0)
-    return best
 
 
 def assert_packing(bins: list[list[int]], sizes: list[int], cap: int) -> None:

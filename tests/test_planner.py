@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oracles import brute_force_optimum
 from seqlen_balancing import (
     best_fit_decreasing,
     l2_lower_bound,
@@ -196,26 +197,6 @@ def test_proven_counts_on_real_batches_are_optimal_by_a_slow_check() -> None:
     from seqlen_balancing.data import load_champ_lengths
     from seqlen_balancing.packing import lower_bound
     from seqlen_balancing.planner import analyse
-
-    def brute_force_optimum(sizes: list[int], cap: int) -> int:
-        """Fewest bins over every assignment of items to bins (each item, in order, joins
-        an open bin or opens the next one)."""
-        best = len(sizes)
-
-        def place(pos: int, loads: list[int]) -> None:
-            nonlocal best
-            if len(loads) >= best:
-                return
-            if pos == len(sizes):
-                best = len(loads)
-                return
-            for b, load in enumerate(loads):
-                if load + sizes[pos] <= cap:
-                    place(pos + 1, [*loads[:b], load + sizes[pos], *loads[b + 1 :]])
-            place(pos + 1, [*loads, sizes[pos]])
-
-        place(0, [])
-        return best
 
     lengths = load_champ_lengths()
     proven = 0
