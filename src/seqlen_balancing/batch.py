@@ -373,20 +373,22 @@ def _cut_inputs(
 
 def _local_offsets(
     offsets: list[int],
+    sizes: list[int],
     bounds: list[int],
     device: torch.device,
     shared: dict[tuple[int, torch.device, tuple[int, ...]], torch.Tensor],
 ) -> list[torch.Tensor]:
-    """Each micro-batch's offsets (from 0), on ``device``: ``offsets`` are those of the
-    rows in plan order and micro-batch ``m`` holds rows ``bounds[m]:bounds[m + 1]``.
+    """Each micro-batch's offsets (from 0), on ``device``: ``offsets`` and ``sizes`` are
+    those of the rows in plan order and micro-batch ``m`` holds rows
+    ``bounds[m]:bounds[m + 1]``.
 
     A micro-batch whose row lengths an earlier key had in it reuses that key's tensor
     (``shared``, keyed by micro-batch, device and lengths), as nested tensors built
-    together share their offsets;
-    the others are made in one host tensor and one copy to ``device``, then split.
+    together share their offsets; the others are made in one host tensor and one copy to
+    ``device``, then split.
     """
     keys = [
-        (m, device, tuple(b - a for a, b in itertools.pairwise(offsets[start : stop + 1])))
+        (m, device, tuple(sizes[start:stop]))
         for m, (start, stop) in enumerate(itertools.pairwise(bounds))
     ]
     missing = [m for m, key in enumerate(keys) if key not in shared]
@@ -453,7 +455,7 @@ def _cut(
             sizes = [row_sizes[i] for i in order]
             joined = torch.cat([rows[i] for i in order]) if ragged_dim == 1 else None
         new_offsets = [0, *itertools.accumulate(sizes)]
-        local = _local_offsets(new_offsets, bounds, tensor.device, shared_offsets)
+        local = _local_offsets(new_offsets, sizes, bounds, tensor.device, shared_offsets)
         for m, (micro_batch, part) in enumerate(zip(micro_batches, plan, strict=True)):
             start, stop = bounds[m], bounds[m + 1]
             first, last = new_offsets[start], new_offsets[stop]
