@@ -1,6 +1,6 @@
 """What any call returning k micro-batches must spend on top of one gather. Prints a table.
 
-Run: ``python benchmarks/bench_floor.py`` (about a minute; ``--repeat N``, default 7).
+Run: ``python benchmarks/bench_floor.py`` (about 20 s; ``--repeat N``, default 7).
 
 The speed targets of issues 9 and 13 hold the padded call to 1.5x (issue 13) or 2x (issue
 9) of ``r+g``: reading the lengths and gathering every row once, in one index-select. But
@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import time
-from collections.abc import Callable
 
 import torch
 from bench_plan import (
@@ -46,23 +44,12 @@ from bench_plan import (
     jagged_read_and_gather,
     padded_batch,
     read_and_gather,
+    timed_rounds,
 )
 from tensordict import TensorDict
 
 from seqlen_balancing import plan_micro_batches, rearrange_micro_batches
 from seqlen_balancing.batch import _jagged  # the cheapest known build of one jagged tensor
-
-
-def timed_rounds(functions: list[Callable[[], object]], repeat: int) -> list[float]:
-    """Best time in ms of each function over ``repeat`` rounds, each round running all of
-    them one after another, so that every column sees the same machine load."""
-    best = [float("inf")] * len(functions)
-    for _ in range(repeat):
-        for j, function in enumerate(functions):
-            start = time.perf_counter()
-            function()
-            best[j] = min(best[j], time.perf_counter() - start)
-    return [b * 1000 for b in best]
 
 
 def jagged_pieces(batch: TensorDict, order: list[int], sizes: list[int]) -> list[torch.Tensor]:

@@ -77,26 +77,16 @@ def retry_count(lengths: Sequence[int], cap: int) -> int:
     return verl_counts([lengths], cap, max_tries=1 << 30).counts[0]  # seqlen_balancing.verl_rule
 
 
-def timed(fn: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
+def timed_rounds(functions: list[Callable[[], object]], repeat: int) -> list[float]:
+    """Best time in ms of each function over ``repeat`` rounds, each round running all of
+    them one after another, so that every column sees the same machine load."""
+    best = [float("inf")] * len(functions)
     for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best * 1000
-
-
-def timed_pair(first: Callable[[], object], second: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """Best of ``repeat`` runs of each, alternating, so both see the same machine load."""
-    best_first = best_second = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        first()
-        best_first = min(best_first, time.perf_counter() - start)
-        start = time.perf_counter()
-        second()
-        best_second = min(best_second, time.perf_counter() - start)
-    return best_first * 1000, best_second * 1000
+        for j, function in enumerate(functions):
+            start = time.perf_counter()
+            function()
+            best[j] = min(best[j], time.perf_counter() - start)
+    return [b * 1000 for b in best]
 
 
 def read_and_gather(batch: TensorDict, order: torch.Tensor) -> tuple[list[int], TensorDict]:
@@ -141,21 +131,25 @@ def case_row(name: str, lengths: list[int], cap: int, repeat: int, with_retry: b
     kk = karmarkar_karp(work, len(plan), equal_size=False)
     kk_fits = max(sum(lengths[i] for i in p) for p in kk) <= cap
     kk_spread = f"{spread([sum(work[i] for i in p) for p in kk]):.4f}" if kk_fits else "-"
-    plan_ms = timed(lambda: plan_micro_batches(lengths, cap), repeat)
+    [plan_ms] = timed_rounds([lambda: plan_micro_batches(lengths, cap)], repeat)
     batch = jagged_batch(lengths)
     plan_order = [i for part in plan for i in part]
-    call_ms, jagged_floor_ms = timed_pair(
-        lambda: rearrange_micro_batches(batch, cap),
-        lambda: jagged_read_and_gather(batch, plan_order),
+    call_ms, jagged_floor_ms = timed_rounds(
+        [
+            lambda: rearrange_micro_batches(batch, cap),
+            lambda: jagged_read_and_gather(batch, plan_order),
+        ],
         repeat,
     )
     padded_ms = floor_ms = ratio = "-"
     if len(lengths) * max(lengths) <= 40_000_000:  # skip padded copies above ~200 MB
         padded = padded_batch(lengths)
         order = torch.tensor(plan_order)
-        padded_time, floor_time = timed_pair(
-            lambda: rearrange_micro_batches(padded, cap),
-            lambda: read_and_gather(padded, order),
+        padded_time, floor_time = timed_rounds(
+            [
+                lambda: rearrange_micro_batches(padded, cap),
+                lambda: read_and_gather(padded, order),
+            ],
             repeat,
         )
         padded_ms, floor_ms = f"{padded_time:.1f}", f"{floor_time:.1f}"
@@ -204,8 +198,13 @@ def scaling_rows(sizes: Sequence[int], cap: int) -> list[str]:
     for n in sizes:
         lengths = draw(n, 1, cap, seed=7, replace=True)
         batch = jagged_batch(lengths)
-        plan_ms = timed(lambda lengths=lengths: plan_micro_batches(lengths, cap), 5)
-        call_ms = timed(lambda batch=batch: rearrange_micro_batches(batch, cap), 5)
+        plan_ms, call_ms = timed_rounds(
+            [
+                lambda lengths=lengths: plan_micro_batches(lengths, cap),
+                lambda batch=batch: rearrange_micro_batches(batch, cap),
+            ],
+            5,
+        )
         count = len(plan_micro_batches(lengths, cap))
         rows.append(
             f"{n:>7}{count:>8}{plan_ms:>11.1f}{call_ms:>11.1f}{1000 * call_ms / n:>13.2f}"
