@@ -22,11 +22,14 @@ def model_vector(
     error: tuple[ErrorCode, tuple[int, ...]] | None = None,
     dynamic: tuple[int, int, int] | None = None,
     static: int | None = None,
+    largest: int = 0,
 ) -> list[int]:
-    """The 19 slots as agreement.py's docstring lays them out, written out by hand:
-    ``dynamic`` is (needed count, groups, num_batches_divided_by)."""
+    """The 20 slots as agreement.py's docstring lays them out, written out by hand:
+    ``dynamic`` is (needed count, groups, num_batches_divided_by); ``largest`` the longest
+    sample or group (slot 19, capped at 2**62)."""
     tag = MASK - rank
-    v = [0] * 19
+    v = [0] * 20
+    v[19] = min(largest, 2**62)
     if error is not None:
         code, values = error
         key = 1 << 24 | tag << 4 | int(code)
@@ -56,7 +59,7 @@ def error_analysis(code: ErrorCode, values: tuple[int, ...]) -> RankAnalysis:
 
 
 def test_rank_range_is_inclusive_of_the_last_rank() -> None:
-    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE == 19
+    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE == 20
     for rank in (MASK + 1, -1):
         with pytest.raises(ValueError, match=f"DP rank must be in 0..{MASK}, got {rank}"):
             encode(analyse([1], 4), rank)
@@ -65,10 +68,17 @@ def test_rank_range_is_inclusive_of_the_last_rank() -> None:
 @pytest.mark.parametrize("rank", [0, 1, 4096, 70000, MASK])
 def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
     # Dynamic: [8, 8, 1] under a cap of 9 needs 2 micro-batches of 3 samples.
-    assert encode(analyse([8, 8, 1], 9), rank) == model_vector(rank, dynamic=(2, 3, 1))
+    assert encode(analyse([8, 8, 1], 9), rank) == model_vector(rank, dynamic=(2, 3, 1), largest=8)
     five = analyse([1] * 5, 9, num_batches_divided_by=3)
-    assert encode(five, rank) == model_vector(rank, dynamic=(1, 5, 3))
-    assert encode(analyse([1], 4), rank, static_count=7) == model_vector(rank, static=7)
+    assert encode(five, rank) == model_vector(rank, dynamic=(1, 5, 3), largest=1)
+    assert encode(analyse([1], 4), rank, static_count=7) == model_vector(rank, static=7, largest=1)
+    grouped = analyse([3, 4, 9, 1], 20, force_group_size=2)  # groups of 7 and 10 tokens
+    assert encode(grouped, rank) == model_vector(rank, dynamic=(1, 2, 1), largest=10)
+    over = analyse([3, 40, 9], 20)  # the longest sample (40) travels with the error
+    assert over.error is not None
+    assert encode(over, rank)[19] == 40
+    huge = analyse([2**63], 2**64)
+    assert encode(huge, rank)[19] == 2**62
     values = (1 << 40, (1 << 38) - 1, 3, TOP - 1, 1 << 80)
     assert encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, values), rank) == model_vector(
         rank, error=(ErrorCode.SAMPLE_OVER_CAP, values)
@@ -110,7 +120,7 @@ def test_every_slot_is_int64_even_for_huge_values() -> None:
     for vector in vectors:
         assert all(INT64[0] <= value <= INT64[1] for value in vector), vector
     # 2**42 is the largest divisor the vector carries; one more is the rank's own error.
-    assert vectors[4] == model_vector(3, dynamic=(1, 2, 1 << 42))
+    assert vectors[4] == model_vector(3, dynamic=(1, 2, 1 << 42), largest=2)
     assert vectors[5][0] == 1 << 24 | (MASK - 3) << 4 | int(ErrorCode.COUNT_ABOVE_GROUPS)
     _, error, rank = decode(vectors[5])
     assert rank == 3 and error is not None
@@ -133,11 +143,16 @@ def test_error_values_round_trip_whole(values: tuple[int, ...]) -> None:
         fine = encode(analyse([1, 2, 3], 8), 0)
         faulty = encode(error_analysis(code, values), 1)
         count, error, rank = decode(combine([fine, faulty]))
+        # An over-cap error's last value becomes the longest sample of the group (the fine
+        # rank's 3 where the faulty rank's own is smaller); the others travel whole.
+        want = values
+        if code is ErrorCode.SAMPLE_OVER_CAP:
+            want = (*values[:4], max(values[4], 3))
         assert (count, rank) == (0, 1)
-        assert error == PlanError(code, values, rank=1)
-        assert error.values == values and len(error.values) == N_ERROR_VALUES
+        assert error == PlanError(code, want, rank=1)
+        assert error.values == want and len(error.values) == N_ERROR_VALUES
         _, error, _ = decode(combine([faulty, fine]), lambda r: r + 40)
-        assert error == PlanError(code, values, rank=1, global_rank=41)
+        assert error == PlanError(code, want, rank=1, global_rank=41)
 
 
 def test_values_beyond_the_range_arrive_out_of_range_not_clipped() -> None:
@@ -145,7 +160,7 @@ def test_values_beyond_the_range_arrive_out_of_range_not_clipped() -> None:
     _, error, _ = decode(encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, values), 0))
     assert error is not None and error.values == (TOP, TOP, TOP, TOP - 1, 0)
     assert "sample out of range has out of range tokens" in error.message()
-    assert "the largest 0 tokens" in error.message() and str(TOP - 1) in error.message()
+    assert "to at least 0 (the longest sample" in error.message() and str(TOP - 1) in error.message()
 
 
 def test_short_error_values_are_padded_with_zeros_not_clipped_up() -> None:
@@ -195,7 +210,10 @@ def test_agreed_count_and_the_ranks_named() -> None:
     count, error, rank = decode(combine(vectors))
     assert count == 0 and rank == 0  # ranks 0 and 1 both have 2; the lowest is named
     assert error == PlanError(ErrorCode.COUNT_ABOVE_GROUPS, (3, 2, 3, 2, 0), rank=0)
-    assert error.message().startswith("rank 0 of the DP group: 3 micro-batches are needed but only 2")
+    assert error.message().startswith(
+        "rank 0 of the DP group: Cannot satisfy max_token_len while keeping forced groups atomic: "
+        "3 micro-batches are needed but only 2"
+    )
     assert "(rank 2 needs 3)" in error.message()
     # With global ranks (group rank r is global rank 5 + 2r): both ranks named with theirs.
     count, error, rank = decode(combine(vectors), lambda r: 5 + 2 * r)

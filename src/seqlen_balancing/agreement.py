@@ -22,7 +22,11 @@ the same reduced vector and so reaches the same verdict:
   rank of each;
 * slots 17 and 18, the static count as ``count << 20 | tag`` and ``-count << 20 | tag``:
   static ranks whose counts differ are an error on every rank, naming the largest and the
-  smallest.
+  smallest;
+* slot 19, the longest sample or forced group (tokens) the rank holds, capped at
+  ``2**62``, error or not: an over-cap error's advice ("raise max_token_len to at least
+  X") then names the longest in the whole DP group, so following it cannot fail again on
+  another rank.
 
 The agreed count is the largest needed count rounded up to ``num_batches_divided_by``; if a
 rank has fewer samples/groups than that, every rank raises the same ``ValueError``.
@@ -57,10 +61,13 @@ _NO_GROUPS = -(1 << 62)  # a "negated" slot of a rank that has nothing to say: n
 _DIVISOR_LIMIT = 1 << 42
 _COUNT, _GROUPS, _DIVISOR, _NEG_DIVISOR = 11, 12, 13, 14
 _MODE, _NEG_MODE, _STATIC, _NEG_STATIC = 15, 16, 17, 18
+_LARGEST = 19
+_LARGEST_LIMIT = 1 << 62
 _DYNAMIC_MODE, _STATIC_MODE = 1, 2
+_OVER_CAP = (ErrorCode.SAMPLE_OVER_CAP, ErrorCode.GROUP_OVER_CAP)
 
 #: Length of the int64 vector each rank contributes.
-VECTOR_SIZE = 9 + 2 * N_ERROR_VALUES
+VECTOR_SIZE = 10 + 2 * N_ERROR_VALUES
 
 
 def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -> list[int]:
@@ -83,6 +90,7 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
         raise ValueError(f"DP rank must be in 0..{_RANK_MASK}, got {rank}")
     tag = _RANK_MASK - rank
     vector = [0] * VECTOR_SIZE
+    vector[_LARGEST] = min(analysis.largest, _LARGEST_LIMIT)
     error = analysis.error
     if error is None and static_count is None and analysis.num_batches_divided_by > _DIVISOR_LIMIT:
         # No batch has that many samples: this rank's own count is already impossible.
@@ -163,6 +171,8 @@ def decode(
         )
         if code is ErrorCode.COUNT_ABOVE_GROUPS:  # made by encode: names its own rank
             values = (*values[:4], plus_one(values[3]))
+        elif code in _OVER_CAP:  # the advice must suit every rank: the group's longest
+            values = (*values[:4], max(values[4], reduced[_LARGEST]))
         return at_fault(PlanError(code, values), rank)
     mode, rank_most = _split(reduced[_MODE])
     neg_mode, rank_least = _split(reduced[_NEG_MODE])

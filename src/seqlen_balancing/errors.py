@@ -45,8 +45,8 @@ class ErrorCode(IntEnum):
     BAD_LENGTH = 3  # (index, 0 = not an integer / 1 = negative, -value)
     EMPTY_BATCH = 4  # ()
     NOT_DIVISIBLE = 5  # (batch size, force_group_size)
-    SAMPLE_OVER_CAP = 6  # (length, index, cap, count over cap, largest length)
-    GROUP_OVER_CAP = 7  # (group tokens, first sample index, cap, groups over cap, largest)
+    SAMPLE_OVER_CAP = 6  # (length, index, cap, count over cap, largest length in the DP group)
+    GROUP_OVER_CAP = 7  # (group tokens, first sample index, cap, groups over cap, largest in group)
     MIN_ABOVE_GROUPS = 8  # (min_num_micro_batch, groups)
     COUNT_ABOVE_GROUPS = 9  # (agreed count, groups, count before rounding, rank needing it)
     DIVISOR_MISMATCH = 10  # (smallest num_batches_divided_by, largest)
@@ -213,8 +213,9 @@ def _over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
     length, index, cap, count, largest = (_n(x) for x in v[:5])
     return (
         f"{what} {index} has {length} tokens, which exceeds max_token_len={cap} "
-        f"({count} {unit}{'s' if count != '1' else ''} over the cap, the largest {largest} "
-        f"tokens); raise max_token_len to at least {largest} or truncate the sequences"
+        f"({count} {unit}{'s' if count != '1' else ''} over the cap in this batch); raise "
+        f"max_token_len to at least {largest} (the longest {unit} of the call, on every DP "
+        "rank of the group when they agree) or truncate the sequences"
     )
 
 
@@ -222,6 +223,7 @@ def _count_above_groups(v: tuple[int, ...]) -> str:
     needing = f"{_rank(v[3], v[4])} needs {_n(v[2])}" if v[3] >= 0 else f"the cap needs {_n(v[2])}"
     rounded = f", rounded up to {_n(v[0])} for num_batches_divided_by" if v[0] != v[2] else ""
     return (
+        "Cannot satisfy max_token_len while keeping forced groups atomic: "
         f"{_n(v[0])} micro-batches are needed but only {_n(v[1])} samples/groups are available "
         f"and a micro-batch cannot be empty ({needing}{rounded}); raise max_token_len, lower "
         "num_batches_divided_by or min_num_micro_batch, or pass more samples"

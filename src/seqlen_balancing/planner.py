@@ -71,6 +71,9 @@ class RankAnalysis:
             ``"min_num_micro_batch"`` when that argument is larger, or ``"one"`` for a
             batch of zero-length samples ("" on error).
         min_count: the smallest count this rank reached under the cap (0 on error).
+        largest: the longest forced group (a sample when ``force_group_size`` is 1) in
+            tokens, also on an over-cap error (0 when the lengths could not be read): what
+            the DP group's advice on the cap is built from.
     """
 
     error: PlanError | None
@@ -83,6 +86,7 @@ class RankAnalysis:
     lower_bound: int = 0
     bound_name: str = ""
     min_count: int = 0
+    largest: int = 0
     # Packing over groups with ``min_count`` bins (the fallback of build_plan).
     _packing: list[list[int]] = field(default_factory=list, repr=False)
 
@@ -126,6 +130,16 @@ def _lengths(seq_lens: Sequence[Any]) -> tuple[PlanError | None, list[int]]:
             return PlanError(ErrorCode.BAD_LENGTH, (index, 1, -as_int)), []
         out.append(as_int)
     return None, out
+
+
+def _longest(lengths: list[int], group: int | None) -> int:
+    """The longest forced group in tokens (its samples summed; the longest sample when the
+    groups cannot be formed), 0 for no lengths."""
+    if not lengths:
+        return 0
+    if group is None or group < 1 or len(lengths) % group:
+        return max(lengths)
+    return max(sum(lengths[g : g + group]) for g in range(0, len(lengths), group))
 
 
 def _over_cap(sizes: list[int], cap: int, code: ErrorCode, stride: int) -> PlanError | None:
@@ -180,26 +194,29 @@ def analyse(
         (min_num_micro_batch, Argument.MIN_NUM_MICRO_BATCH, True),
         (num_batches_divided_by, Argument.NUM_BATCHES_DIVIDED_BY, True),
     )
+    length_error, lengths = _lengths(seq_lens)
+    # Read even when an argument is bad: the DP group's advice on the cap counts this rank.
+    largest = _longest(lengths, _integer_or_none(force_group_size))
     ints: list[int] = []
     for value, argument, optional in checks:
         error, as_int = argument_error(value, argument, optional)
         if error is not None:
-            return RankAnalysis(error)
+            return RankAnalysis(error, largest=largest)
         ints.append(as_int)
     cap, group, floor, divisor = ints
-    result = RankAnalysis(None, cap, group, divisor)
-    error, lengths = _lengths(seq_lens)
+    result = RankAnalysis(None, cap, group, divisor, largest=largest)
+    error = length_error
     if error is None and not lengths:
         error = PlanError(ErrorCode.EMPTY_BATCH)
     if error is None and len(lengths) % group:
         error = PlanError(ErrorCode.NOT_DIVISIBLE, (len(lengths), group))
+    sizes = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
     if error is None:
         error = _over_cap(lengths, cap, ErrorCode.SAMPLE_OVER_CAP, 1)
     if error is not None:
         result.error = error
         return result
     result.n_samples = len(lengths)
-    sizes = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
     result.group_sizes = sizes
     result.group_workloads = [
         sum(workload(s) for s in lengths[g : g + group]) for g in range(0, len(lengths), group)
