@@ -32,3 +32,74 @@ def brute_force_optimum(sizes: list[int], cap: int) -> int:
 
     extend(0)
     return best
+
+
+def model_karmarkar_karp(values: list[int], k: int, equal_size: bool) -> list[list[int]]:
+    """verl 0.9.1's largest differencing method, written plainly on lists of item indices.
+
+    A part is a list of indices in the order they joined it; parts compare by (sum, number
+    of items, first index), an empty part below every other. A state is its k parts, largest
+    first. The state to merge next has the largest spread (largest - smallest part); on a
+    tie, the larger largest part. It takes the other state's parts in reverse (its i-th
+    largest part joins the other's i-th smallest), and the joined parts are sorted again.
+    Equal size: the first states are runs of k items in ascending (value, index) order.
+    """
+
+    def part_key(part: list[int]) -> tuple[int, int, int]:
+        return (sum(values[i] for i in part), len(part), part[0] if part else -1)
+
+    def state(parts: list[list[int]]) -> list[list[int]]:
+        return sorted(parts, key=part_key, reverse=True)
+
+    ascending = sorted(range(len(values)), key=lambda i: (values[i], i))
+    if equal_size:
+        states = [state([[i] for i in ascending[s : s + k]]) for s in range(0, len(values), k)]
+    else:
+        states = [state([[i]] + [[] for _ in range(k - 1)]) for i in ascending]
+
+    def order(parts: list[list[int]]) -> tuple[int, tuple[int, int, int]]:
+        spread = part_key(parts[0])[0] - part_key(parts[-1])[0]
+        top = part_key(parts[0])
+        return (-spread, (-top[0], -top[1], -top[2]))
+
+    while len(states) > 1:
+        states.sort(key=order)
+        first, second = states[0], states[1]
+        states = [*states[2:], state([first[i] + second[k - 1 - i] for i in range(k)])]
+    return states[0]
+
+
+def workload(s: int) -> int:
+    """verl's cost of one sequence of ``s`` tokens."""
+    return 24576 * s + s * s
+
+
+def model_verl_plan(
+    lengths: list[int],
+    cap: int,
+    num_batches_divided_by: int | None = None,
+    min_num_micro_batch: int | None = None,
+    force_group_size: int = 1,
+) -> list[list[int]] | None:
+    """verl 0.9.1's rearrange_micro_batches on one rank, as a plain model of its rule:
+    start at min(groups, ceil(total / cap)), raised to min_num_micro_batch, rounded up to
+    the divisor; Karmarkar-Karp (:func:`model_karmarkar_karp`) on the groups' workloads;
+    next count (by the divisor) until every part fits the cap. Returns the partition of
+    group indices, or ``None`` where verl raises (a count above the groups, or a group
+    over the cap). Small inputs only."""
+    groups = [lengths[g : g + force_group_size] for g in range(0, len(lengths), force_group_size)]
+    sizes = [sum(group) for group in groups]
+    loads = [sum(workload(s) for s in group) for group in groups]
+    if max(sizes) > cap or sum(sizes) == 0:
+        return None  # verl raises (over the cap), or asks for 0 parts (all empty)
+    count = min(len(groups), -(-sum(sizes) // cap))
+    if min_num_micro_batch is not None:
+        count = max(count, min_num_micro_batch)
+    step = num_batches_divided_by or 1
+    count = -(-count // step) * step
+    while count <= len(groups):
+        parts = model_karmarkar_karp(loads, count, False)
+        if all(sum(sizes[g] for g in part) <= cap for part in parts):
+            return parts
+        count += step
+    return None

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import seqlen_balancing.partition as partition_module
+from oracles import model_karmarkar_karp
 from seqlen_balancing.partition import (
     ceildiv,
     get_group_balanced_partitions,
@@ -244,41 +245,6 @@ def test_group_partitions_message_shows_at_most_twelve_group_sizes() -> None:
     cut = [*([1] * 12), "..."]
     with raises(ValueError, UNDEALABLE.format(k=2, why=why, sizes=cut)):
         get_group_balanced_partitions([1] * 13, list(range(13)), 2)
-
-
-def model_karmarkar_karp(values: list[int], k: int, equal_size: bool) -> list[list[int]]:
-    """verl 0.9.1's largest differencing method, written plainly on lists of item indices.
-
-    A part is a list of indices in the order they joined it; parts compare by (sum, number
-    of items, first index), an empty part below every other. A state is its k parts, largest
-    first. The state to merge next has the largest spread (largest - smallest part); on a
-    tie, the larger largest part. It takes the other state's parts in reverse (its i-th
-    largest part joins the other's i-th smallest), and the joined parts are sorted again.
-    Equal size: the first states are runs of k items in ascending (value, index) order.
-    """
-
-    def part_key(part: list[int]) -> tuple[int, int, int]:
-        return (sum(values[i] for i in part), len(part), part[0] if part else -1)
-
-    def state(parts: list[list[int]]) -> list[list[int]]:
-        return sorted(parts, key=part_key, reverse=True)
-
-    ascending = sorted(range(len(values)), key=lambda i: (values[i], i))
-    if equal_size:
-        states = [state([[i] for i in ascending[s : s + k]]) for s in range(0, len(values), k)]
-    else:
-        states = [state([[i]] + [[] for _ in range(k - 1)]) for i in ascending]
-
-    def order(parts: list[list[int]]) -> tuple[int, tuple[int, int, int]]:
-        spread = part_key(parts[0])[0] - part_key(parts[-1])[0]
-        top = part_key(parts[0])
-        return (-spread, (-top[0], -top[1], -top[2]))
-
-    while len(states) > 1:
-        states.sort(key=order)
-        first, second = states[0], states[1]
-        states = [*states[2:], state([first[i] + second[k - 1 - i] for i in range(k)])]
-    return states[0]
 
 
 def test_karmarkar_karp_is_verls_index_list_for_index_list() -> None:

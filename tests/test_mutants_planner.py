@@ -278,11 +278,18 @@ def test_local_count_raises_the_error_with_the_rank() -> None:
 def test_num_micro_batches_is_checked() -> None:
     with pytest.raises(ValueError, match=r"num_micro_batches must be a positive integer \(>= 1\), got 0"):
         plan_micro_batches([1, 2], 4, num_micro_batches=0)
-    with pytest.raises(ValueError, match="num_micro_batches=1 is below the 2 micro-batches"):
+    with pytest.raises(ValueError, match=(
+        r"num_micro_batches=1 is below the lower bound of 2 micro-batches \(L2\) for this batch "
+        r"under max_token_len=4: no plan with fewer exists; pass at least 2"
+    )):
         plan_micro_batches([3, 3], 4, num_micro_batches=1)
     assert len(plan_micro_batches([1, 1, 1], 4, num_micro_batches=2)) == 2
-    with pytest.raises(ValueError, match="4 micro-batches are needed but only 3"):
+    # An exact count must already be a multiple of the divisor (issue 19, case 8) ...
+    with pytest.raises(ValueError, match="num_micro_batches=3 is not a multiple of num_batches_divided_by=2"):
         plan_micro_batches([1, 1, 1], 4, num_micro_batches=3, num_batches_divided_by=2)
+    # ... and at most the samples.
+    with pytest.raises(ValueError, match="4 micro-batches are needed but only 3"):
+        plan_micro_batches([1, 1, 1], 4, num_micro_batches=4, num_batches_divided_by=2)
 
 
 
@@ -294,8 +301,12 @@ def test_spread() -> None:
     assert spread([5]) == 0.0
 
 
-def test_num_micro_batches_is_rounded_to_the_divisor() -> None:
-    assert len(plan_micro_batches([1, 1, 1, 1], 4, num_micro_batches=3, num_batches_divided_by=2)) == 4
+def test_num_micro_batches_is_exact_never_rounded_to_the_divisor() -> None:
+    # Issue 19, case 8: "exactly this count" is exact; a count the divisor does not divide
+    # is an error naming both (it used to be rounded up silently).
+    assert len(plan_micro_batches([1, 1, 1, 1], 4, num_micro_batches=4, num_batches_divided_by=2)) == 4
+    with pytest.raises(ValueError, match="num_micro_batches=3 is not a multiple of num_batches_divided_by=2"):
+        plan_micro_batches([1, 1, 1, 1], 4, num_micro_batches=3, num_batches_divided_by=2)
 
 
 class _SubInt(int):

@@ -85,7 +85,7 @@ def test_best_fit_count_is_a_ceiling_on_real_shapes() -> None:
 def test_num_micro_batches_forces_a_larger_count() -> None:
     plan = plan_micro_batches([1] * 8, 8, num_micro_batches=8)
     assert len(plan) == 8
-    with pytest.raises(ValueError, match="num_micro_batches=1 is below the 2 micro-batches"):
+    with pytest.raises(ValueError, match="num_micro_batches=1 is below the lower bound of 2 micro-batches"):
         plan_micro_batches([5, 5], 8, num_micro_batches=1)
 
 

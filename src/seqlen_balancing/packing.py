@@ -979,6 +979,85 @@ def reduce_bins(
     return current
 
 
+def exact_packing(
+    sizes: Sequence[int], cap: int, count: int, budget: int = 50_000
+) -> tuple[list[list[int]] | None, bool]:
+    """Depth-first search for a packing of ``sizes`` into at most ``count`` bins of ``cap``.
+
+    Items go in decreasing size, each into every bin it fits in turn; bins with the same
+    load are tried once per item (they are interchangeable), and a branch stops when the
+    room no remaining item can use (bins whose free space is below the smallest item left)
+    leaves too little for the items left. Exhausting the search proves that no packing
+    into ``count`` bins exists: a lower bound of ``count + 1`` bins.
+
+    Args:
+        sizes: item sizes in tokens, each in ``0..cap``.
+        cap: bin capacity in tokens (>= 1).
+        count: bins available (>= 1).
+        budget: items placed over the whole search before it gives up.
+
+    Returns:
+        ``(packing, False)`` with at most ``count`` non-empty bins (an exact cover of the
+        items) when one is found; ``(None, True)`` when none exists; ``(None, False)``
+        when the budget ran out first.
+
+    Complexity: O(budget * count).
+
+    References:
+        S. Martello and P. Toth, "Knapsack problems" (1990), ch. 8 (branch and bound for
+        bin packing: first-fit order, dominance of equal bins).
+    """
+    items = sorted((i for i in range(len(sizes)) if sizes[i] > 0), key=lambda i: (-sizes[i], i))
+    zeros = [i for i in range(len(sizes)) if sizes[i] == 0]
+    if sum(sizes[i] for i in items) > count * cap:
+        return None, True
+    loads = [0] * count
+    where = [0] * len(items)
+    left = [0] * (len(items) + 1)  # tokens of items[j:]
+    for j in range(len(items) - 1, -1, -1):
+        left[j] = left[j + 1] + sizes[items[j]]
+    spent = 0
+
+    def place(j: int) -> bool | None:
+        """True: all placed; False: no way from here; None: the budget ran out."""
+        nonlocal spent
+        if j == len(items):
+            return True
+        size, smallest = sizes[items[j]], sizes[items[-1]]
+        usable = sum(cap - load for load in loads if cap - load >= smallest)
+        if usable < left[j]:
+            return False
+        tried: set[int] = set()
+        for b in range(count):
+            if loads[b] + size > cap or loads[b] in tried:
+                continue
+            tried.add(loads[b])
+            spent += 1
+            if spent > budget:
+                return None
+            loads[b] += size
+            where[j] = b
+            found = place(j + 1)
+            loads[b] -= size
+            if found is not False:
+                return found
+        return False
+
+    outcome = place(0)
+    if outcome is not True:
+        return None, outcome is False
+    bins: list[list[int]] = [[] for _ in range(count)]
+    for j, i in enumerate(items):
+        bins[where[j]].append(i)
+    packing = [b for b in bins if b]
+    if zeros:
+        if packing:
+            packing[0].extend(zeros)
+        else:
+            packing = [zeros]
+    return packing, False
+
+
 def split_to_count(sizes: Sequence[int], bins: list[list[int]], count: int) -> list[list[int]]:
     """Split bins until there are exactly ``count`` (splitting never breaks a cap).
 

@@ -14,6 +14,29 @@ Steps, each a function here:
    orders it.
 
 :func:`plan_micro_batches` runs all three for one rank.
+
+**Never worse than verl 0.9.1, by construction.** verl's rule tries Karmarkar-Karp on the
+groups' workloads at ``k = start, start + d, ...`` (``d = num_batches_divided_by`` or 1)
+and stops at the first ``k`` where every part fits the cap; with a DP group, where every
+rank's parts fit. :func:`~seqlen_balancing.partition.karmarkar_karp` returns verl's
+partitions exactly, and this module uses it twice:
+
+* *Count.* Where the packings stop at ``U`` above the lower bound ``L``, Karmarkar-Karp is
+  tried at every multiple of ``d`` in ``[L, U)`` (:func:`_verl_candidates`), and the first
+  that fits becomes the count. verl's count ``V`` is a multiple of ``d`` at which
+  Karmarkar-Karp fits on this rank and ``V >= L`` (nothing below ``L`` fits), so either
+  ``V >= U`` or ``V`` was among the tries: this rank's count, rounded up to ``d``, is at
+  most ``V``, and so is the largest over a DP group. The tries are bounded:
+  ``(U - L) / d + 1`` of them (``U - L`` is 0-2 on real batches; best-fit decreasing is
+  within ``11/9 OPT + 6/9``), each O(n log n + n k).
+* *Balance.* At the count finally used, verl's partition is a candidate whenever it fits
+  the cap, and the plan with the smaller workload gap (heaviest minus lightest micro-batch)
+  wins, verl's on a tie. At verl's own count it always fits, so the spread is never above
+  verl's at the same count.
+
+Both hold where ``n * k <= 2**22`` (:data:`_KK_BUDGET`: 2,048 samples into 2,048
+micro-batches, 16,384 into 256); above it Karmarkar-Karp is not run (verl's own
+implementation needs over 10 s per count there) and the cap-aware packings alone decide.
 """
 
 from __future__ import annotations
@@ -31,11 +54,17 @@ from seqlen_balancing.packing import (
     best_fit_decreasing,
     closing_fit_decreasing,
     dominant_bins,
+    exact_packing,
     minimum_bin_slack,
     reduce_bins,
     split_to_count,
 )
-from seqlen_balancing.partition import _largest_differencing, roundup_divisible, workload
+from seqlen_balancing.partition import (
+    WORKLOAD_LINEAR_COEF,
+    _capped_largest_differencing,
+    roundup_divisible,
+    workload,
+)
 
 __all__ = [
     "RankAnalysis",
@@ -137,7 +166,7 @@ def _longest(lengths: list[int], group: int | None) -> int:
     groups cannot be formed), 0 for no lengths."""
     if not lengths:
         return 0
-    if group is None or group < 1 or len(lengths) % group:
+    if group is None or group <= 1 or len(lengths) % group:
         return max(lengths)
     return max(sum(lengths[g : g + group]) for g in range(0, len(lengths), group))
 
@@ -210,17 +239,21 @@ def analyse(
         error = PlanError(ErrorCode.EMPTY_BATCH)
     if error is None and len(lengths) % group:
         error = PlanError(ErrorCode.NOT_DIVISIBLE, (len(lengths), group))
-    sizes = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
     if error is None:
         error = _over_cap(lengths, cap, ErrorCode.SAMPLE_OVER_CAP, 1)
     if error is not None:
         result.error = error
         return result
     result.n_samples = len(lengths)
+    if group == 1:  # the common case, without a slice per sample
+        sizes = lengths
+        result.group_workloads = [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
+    else:
+        sizes = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
+        result.group_workloads = [
+            sum(workload(s) for s in lengths[g : g + group]) for g in range(0, len(lengths), group)
+        ]
     result.group_sizes = sizes
-    result.group_workloads = [
-        sum(workload(s) for s in lengths[g : g + group]) for g in range(0, len(lengths), group)
-    ]
     if group > 1:
         result.error = _over_cap(sizes, cap, ErrorCode.GROUP_OVER_CAP, group)
     if result.error is None and min_num_micro_batch is not None and floor > len(sizes):
@@ -271,10 +304,74 @@ def _search_count(result: RankAnalysis, floor: int | None) -> None:
         lower = hold(BOUND_NAMES[-1])
     if len(packing) > lower:
         packing = _close_gap(sizes, cap, packing, lower)
+    if len(packing) > lower and len(sizes) <= _EXACT_GROUPS:
+        # Few groups: an exhaustive search finds the optimum, or proves the bound too low.
+        packing, proven = _exact_search(sizes, cap, packing, lower)
+        if proven > lower:
+            result.lower_bound, result.bound_name = proven, EXHAUSTIVE
+            lower = proven
+    if len(packing) > lower:
+        # verl's own construction at every count it could stop at below ours: never more
+        # micro-batches than verl's rule (see plan_micro_batches).
+        found = _verl_candidates(result, lower, len(packing))
+        if found is not None:
+            packing = found
     if len(packing) < lower:
         packing = split_to_count(sizes, packing, lower)
     result.min_count = len(packing)
     result._packing = packing
+
+
+#: Largest number of groups the exhaustive search (:func:`_exact_search`) is tried on.
+_EXACT_GROUPS = 40
+
+#: Items the exhaustive search may place in one planning call before it gives up.
+_EXACT_BUDGET = 50_000
+
+#: ``bound_name`` of a lower bound proven by the exhaustive search.
+EXHAUSTIVE = "exhaustive search"
+
+
+def _exact_search(
+    sizes: list[int], cap: int, packing: list[list[int]], lower: int
+) -> tuple[list[list[int]], int]:
+    """``(best packing, proven lower bound)``: counts from ``lower`` up to one below the
+    packing's are searched exhaustively (:func:`~seqlen_balancing.packing.exact_packing`)
+    within :data:`_EXACT_BUDGET` placed items in all; a count whose search is exhausted
+    without a packing raises the bound above it."""
+    budget = _EXACT_BUDGET
+    for count in range(lower, len(packing)):
+        found, impossible = exact_packing(sizes, cap, count, budget)
+        if found is not None:
+            return found, lower
+        if not impossible:
+            break  # out of budget: nothing proven beyond what is known
+        lower = count + 1
+    return packing, lower
+
+
+def _verl_candidates(result: RankAnalysis, lower: int, upper: int) -> list[list[int]] | None:
+    """Karmarkar-Karp on the groups' workloads (verl 0.9.1's construction, identical
+    partitions) at each count from ``lower`` up to ``upper - 1`` that verl's rule could stop
+    at (the multiples of ``num_batches_divided_by``); the first that fits the cap, or
+    ``None``. At most ``(upper - lower) / num_batches_divided_by + 1`` tries, each
+    O(n log n + n count), and none where ``n * count`` exceeds :data:`_KK_BUDGET`."""
+    step = result.num_batches_divided_by
+    first = roundup_divisible(lower, step)
+    for count in range(first, upper, step):
+        kk = _fitting_kk(result, count)
+        if kk is not None:
+            return kk
+    return None
+
+
+def _fitting_kk(result: RankAnalysis, count: int) -> list[list[int]] | None:
+    """verl's Karmarkar-Karp partition of the groups into ``count`` micro-batches if it
+    keeps every micro-batch within the cap (and ``n * count <= _KK_BUDGET``), else ``None``."""
+    sizes = result.group_sizes
+    if len(sizes) * count > _KK_BUDGET or count > len(sizes):
+        return None
+    return _capped_largest_differencing(result.group_workloads, count, sizes, result.max_token_len)
 
 
 def _close_gap(sizes: list[int], cap: int, packing: list[list[int]], lower: int) -> list[list[int]]:
@@ -429,20 +526,26 @@ def _lpt_with_cap(
 _KK_BUDGET = 1 << 22
 
 
+def _workload_gap(bins: list[list[int]], workloads: list[int]) -> int:
+    """Heaviest minus lightest micro-batch workload (the spread at a fixed count)."""
+    loads = [sum(workloads[g] for g in b) for b in bins]
+    return max(loads) - min(loads)
+
+
 def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
     sizes, workloads, cap = result.group_sizes, result.group_workloads, result.max_token_len
     if count == len(sizes):
         return [[g] for g in range(count)]
+    # verl's own partition at this count whenever it fits the cap: at verl's count it
+    # always does, so the plan is never less balanced than verl's.
+    candidates = [kk] if (kk := _fitting_kk(result, count)) is not None else []
     lpt = _lpt_with_cap(sizes, workloads, cap, count)
-    if lpt is None:
-        # A tight count: neither balancer fits (Karmarkar-Karp never fitted where the
-        # cap-aware LPT did not, in 600 CHAMP trials), so skip both and rebalance.
+    if lpt is not None:
+        candidates.append(lpt)
+    if not candidates:
+        # A tight count where neither balancer fits: the count's packing, rebalanced.
         return _rebalance(split_to_count(sizes, result._packing, count), sizes, workloads, cap)
-    if len(sizes) * count <= _KK_BUDGET:
-        kk = _largest_differencing(workloads, count, equal_size=False)
-        if _fits(kk, sizes, cap):
-            return kk
-    return lpt
+    return min(candidates, key=lambda bins: _workload_gap(bins, workloads))  # verl's on a tie
 
 
 def order_micro_batches(
@@ -550,7 +653,9 @@ def plan_micro_batches(
     """Plan one rank's micro-batches on a plain list of lengths (no torch needed).
 
     The same plan :func:`~seqlen_balancing.rearrange_micro_batches` makes for a TensorDict
-    with these effective lengths and no DP group.
+    with these effective lengths and no DP group. Never more micro-batches than verl
+    0.9.1's rule on the same lengths, and at the same count never a larger workload spread
+    (the module docstring says why).
 
     Args:
         seq_lens: effective length in tokens of each of the ``n`` samples.
@@ -560,7 +665,10 @@ def plan_micro_batches(
         force_group_size: consecutive samples ``[g*size, (g+1)*size)`` stay together.
         use_dynamic_bsz_balance: lightest micro-batches at both ends (verl's order).
         num_micro_batches: use exactly this count (e.g. agreed by a DP group) instead of
-            the smallest; must be at least the smallest feasible count.
+            the smallest: a multiple of ``num_batches_divided_by``, at most the number of
+            samples/groups, and a count this library can plan (where its own count is
+            higher, it searches for a plan with this many: verl's Karmarkar-Karp at that
+            count, an exhaustive search on up to 40 groups, the exchange search).
 
     Returns:
         Micro-batches as lists of sample indices (each sorted, non-empty, at most
@@ -572,7 +680,10 @@ def plan_micro_batches(
             (``exceeds max_token_len``), ``n`` not divisible by ``force_group_size``, or
             more micro-batches needed than samples/groups.
 
-    Complexity: O(n log n) plus Karmarkar-Karp's O(n * count).
+    Complexity: O(n log n) plus Karmarkar-Karp's O(n * count), once per count tried between
+    the lower bound and the packings' count (none when they meet; see the module
+    docstring), plus an exhaustive search of at most 50,000 steps on up to 40 groups when a
+    gap remains.
 
     Example:
         >>> plan_micro_batches([7] * 4, 8)
@@ -589,18 +700,57 @@ def plan_micro_batches(
     )
     count = local_count(result)
     if num_micro_batches is not None:
-        error, wanted = argument_error(num_micro_batches, Argument.NUM_MICRO_BATCHES, False)
-        if error is not None:
-            raise error.exception()
-        if wanted < result.min_count:
-            raise ValueError(
-                f"num_micro_batches={wanted} is below the {result.min_count} micro-batches this "
-                f"batch needs under max_token_len={result.max_token_len}"
-            )
-        count, error = agreed_count(wanted, result.n_groups, result.num_batches_divided_by)
-        if error is not None:
-            raise error.exception()
+        count = _exact_count(result, num_micro_batches)
     return build_plan(result, count, use_dynamic_bsz_balance)
+
+
+def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> int:
+    """``num_micro_batches`` checked against the batch, searching for a packing with that
+    many micro-batches where the analysis stopped above it (``result`` then holds it)."""
+    error, wanted = argument_error(num_micro_batches, Argument.NUM_MICRO_BATCHES, False)
+    if error is not None:
+        raise error.exception()
+    divisor, cap = result.num_batches_divided_by, result.max_token_len
+    if wanted % divisor:
+        raise ValueError(
+            f"num_micro_batches={wanted} is not a multiple of num_batches_divided_by={divisor}; "
+            f"pass a multiple (e.g. {roundup_divisible(wanted, divisor)}) or drop "
+            "num_batches_divided_by"
+        )
+    count, error = agreed_count(wanted, result.n_groups, divisor)
+    if error is not None:
+        raise error.exception()
+    if wanted < result.lower_bound:
+        raise ValueError(
+            f"num_micro_batches={wanted} is below the lower bound of {result.lower_bound} "
+            f"micro-batches ({result.bound_name}) for this batch under max_token_len={cap}: no "
+            f"plan with fewer exists; pass at least {result.lower_bound}"
+        )
+    if wanted < result.min_count and not _reach(result, wanted):
+        raise ValueError(
+            f"num_micro_batches={wanted}: no plan with {wanted} micro-batches under "
+            f"max_token_len={cap} was found (the fewest found is {result.min_count}; the "
+            f"lower bound, {result.lower_bound}, does not rule {wanted} out); pass at least "
+            f"{result.min_count}"
+        )
+    return count
+
+
+def _reach(result: RankAnalysis, count: int) -> bool:
+    """Look for a packing with at most ``count`` micro-batches (``count`` below the
+    analysis' own): verl's Karmarkar-Karp at ``count``, the exhaustive search on few
+    groups, then the exchange search; store it in ``result`` when found."""
+    sizes, cap = result.group_sizes, result.max_token_len
+    found = _fitting_kk(result, count)
+    if found is None and len(sizes) <= _EXACT_GROUPS:
+        found, _ = exact_packing(sizes, cap, count, _EXACT_BUDGET)
+    if found is None:
+        packed = reduce_bins(sizes, cap, result._packing, target=count)
+        found = packed if len(packed) <= count else None
+    if found is None:
+        return False
+    result._packing, result.min_count = found, len(found)
+    return True
 
 
 def spread(values: Sequence[int]) -> float:
