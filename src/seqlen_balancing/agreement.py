@@ -55,8 +55,9 @@ _NO_GROUPS = -(1 << 62)  # a "negated" slot of a rank that has nothing to say: n
 #: Largest num_batches_divided_by (and static count) the vector carries; a larger divisor
 #: makes the count exceed any batch, which the rank reports as its own error.
 _DIVISOR_LIMIT = 1 << 42
-_COUNT, _GROUPS, _DIVISOR, _NEG_DIVISOR = 11, 12, 13, 14
-_MODE, _NEG_MODE, _STATIC, _NEG_STATIC = 15, 16, 17, 18
+# The fixed slots follow the error's 2 * N_ERROR_VALUES parts (slots 1..2N).
+_COUNT, _GROUPS, _DIVISOR, _NEG_DIVISOR = (2 * N_ERROR_VALUES + k for k in (1, 2, 3, 4))
+_MODE, _NEG_MODE, _STATIC, _NEG_STATIC = (2 * N_ERROR_VALUES + k for k in (5, 6, 7, 8))
 _DYNAMIC_MODE, _STATIC_MODE = 1, 2
 
 #: Length of the int64 vector each rank contributes.
@@ -199,6 +200,9 @@ def plan_data_parallel(
     min_num_micro_batch: int | None = None,
     force_group_size: int = 1,
     use_dynamic_bsz_balance: bool = True,
+    pad_to_multiple_of: int = 1,
+    micro_batch_multiple_of: int = 1,
+    costs: Sequence[Sequence[int]] | None = None,
 ) -> list[list[list[int]]]:
     """Plan every DP rank's micro-batches in one process, with the real agreement rule.
 
@@ -215,9 +219,16 @@ def plan_data_parallel(
         min_num_micro_batch: at least this many micro-batches per rank.
         force_group_size: consecutive samples that must share a micro-batch.
         use_dynamic_bsz_balance: verl's ordering (lightest micro-batches at both ends).
+        pad_to_multiple_of: per-sequence alignment in tokens: a sample costs its length
+            rounded up to this (see :mod:`seqlen_balancing.cost`).
+        micro_batch_multiple_of: a micro-batch's summed cost is rounded up to this before
+            it meets the cap (usable cap ``max_token_len // it * it``).
+        costs: for each rank, one cost in tokens per sample (same shape as
+            ``seq_lens_per_rank``) instead of the aligned lengths, or ``None``.
 
     Returns:
-        For each rank, its micro-batches as lists of that rank's sample indices.
+        For each rank, its micro-batches as lists of that rank's sample indices; every
+        micro-batch's cost is at most ``max_token_len``.
 
     Raises:
         TypeError, ValueError: as on a real DP group: the message names the rank at fault
@@ -232,8 +243,18 @@ def plan_data_parallel(
         "force_group_size": force_group_size,
         "min_num_micro_batch": min_num_micro_batch,
         "num_batches_divided_by": num_batches_divided_by,
+        "pad_to_multiple_of": pad_to_multiple_of,
+        "micro_batch_multiple_of": micro_batch_multiple_of,
     }
-    analyses = [analyse(lens, max_token_len, **kwargs) for lens in seq_lens_per_rank]
+    if costs is not None and len(costs) != len(seq_lens_per_rank):
+        raise ValueError(
+            f"costs has {len(costs)} lists but seq_lens_per_rank has {len(seq_lens_per_rank)} "
+            "ranks; give one list of costs per DP rank"
+        )
+    analyses = [
+        analyse(lens, max_token_len, costs=None if costs is None else costs[rank], **kwargs)
+        for rank, lens in enumerate(seq_lens_per_rank)
+    ]
     if not analyses:
         raise ValueError("seq_lens_per_rank is empty; pass one list of lengths per DP rank")
     if same_micro_num_in_dp:
