@@ -5,7 +5,9 @@ directly: no pyplot, no display needed."""
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqlen_balancing.cli._text import CliError, missing_extra, pct
@@ -13,7 +15,7 @@ from seqlen_balancing.cli._text import CliError, missing_extra, pct
 if TYPE_CHECKING:
     from seqlen_balancing.cli.step import StepResult
 
-__all__ = ["load_figure_class", "save_plan_plot", "save_sweep_plot"]
+__all__ = ["check_plot_path", "load_figure_class", "save_plan_plot", "save_sweep_plot"]
 
 
 def load_figure_class() -> Callable[..., Any]:
@@ -24,6 +26,34 @@ def load_figure_class() -> Callable[..., Any]:
         raise missing_extra("--plot", "matplotlib", "plot") from None
     figure_class: Callable[..., Any] = module.Figure
     return figure_class
+
+
+def check_plot_path(figure_class: Callable[..., Any] | None, path: str) -> None:
+    """Fail before planning when ``path`` cannot take the plot: a directory, a folder that
+    does not exist or cannot be written, a file that cannot be written, or an image format
+    matplotlib does not know. Nothing is written.
+
+    Raises:
+        CliError: (exit 2) naming the path and what to change.
+    """
+    where = Path(path)
+    folder = where.parent if str(where.parent) else Path(".")
+    reason = None
+    if where.is_dir():
+        reason = "it is a directory; name a file such as plot.png"
+    elif not folder.is_dir():
+        reason = f"folder {str(folder)!r} does not exist"
+    elif where.exists() and not os.access(where, os.W_OK):
+        reason = "the file is not writable"
+    elif not where.exists() and not os.access(folder, os.W_OK):
+        reason = f"folder {str(folder)!r} is not writable"
+    if reason is None and figure_class is not None:
+        suffix = where.suffix.lstrip(".").lower()
+        formats = figure_class().canvas.get_supported_filetypes()
+        if suffix and suffix not in formats:
+            reason = f"unknown image format {suffix!r} (use one of {', '.join(sorted(formats))})"
+    if reason is not None:
+        raise CliError(f"cannot write plot {path!r}: {reason}")
 
 
 def _save(fig: Any, path: str) -> None:
@@ -59,8 +89,13 @@ def save_plan_plot(figure_class: Callable[..., Any], result: StepResult, path: s
     _save(fig, path)
 
 
-def save_sweep_plot(figure_class: Callable[..., Any], results: Sequence[StepResult], path: str) -> None:
-    """Micro-batches per rank (and verl's, when compared) and mean fill against the cap."""
+def save_sweep_plot(
+    figure_class: Callable[..., Any], outcomes: Sequence[StepResult | tuple[int, str]], path: str
+) -> None:
+    """Micro-batches per rank (and verl's, when compared) and mean fill against the cap; a cap
+    that cannot be planned stays on the axis, marked with a red cross at zero."""
+    results = [o for o in outcomes if not isinstance(o, tuple)]
+    failed = [o[0] for o in outcomes if isinstance(o, tuple)]
     fig = figure_class(figsize=(8.0, 4.5), layout="constrained")
     ax = fig.subplots()
     caps = [r.max_token_len for r in results]
@@ -78,8 +113,12 @@ def save_sweep_plot(figure_class: Callable[..., Any], results: Sequence[StepResu
     verl = [(r.max_token_len, max(r.verl.counts)) for r in results if r.verl and r.verl.counts]
     if verl:
         ax.plot(*zip(*verl, strict=True), "s--", color="tab:orange", label="verl 0.9.1 per rank (max)")
+    if failed:
+        ax.plot(failed, [0] * len(failed), "x", color="tab:red", markersize=10, clip_on=False,
+                label="cannot be planned")
+    every = sorted(caps + failed)
     ax.set_xscale("log", base=2)
-    ax.set_xticks(caps, [str(c) for c in caps])
+    ax.set_xticks(every, [str(c) for c in every])
     ax.minorticks_off()
     ax.set_xlabel("cap: tokens per micro-batch")
     ax.set_ylabel("micro-batches per rank")
