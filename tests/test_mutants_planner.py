@@ -325,8 +325,9 @@ class _SubInt(int):
         ([1], 8, {"num_batches_divided_by": "a"}, TypeError,
          "num_batches_divided_by must be a positive integer, got a value that is not an integer ('a' (str))"),
         ([1, 9, 9, 2], 8, {}, ValueError,
-         "sample 1 has 9 tokens, which exceeds max_token_len=8 (2 samples over the cap, the largest 9 "
-         "tokens); raise max_token_len to at least 9 or truncate the sequences"),
+         "sample 1 has 9 tokens, which exceeds max_token_len=8 (2 samples over the cap in this batch); "
+         "raise max_token_len to at least 9 (the longest sample of the call, on every DP rank of the "
+         "group when they agree) or truncate the sequences"),
     ],
 )
 def test_input_errors_exactly(
@@ -528,7 +529,8 @@ def test_local_count_names_the_rank_when_the_count_exceeds_the_groups() -> None:
     # 3 samples of 3 tokens under 4 need 3 micro-batches, rounded up to 4 > 3 samples.
     analysis = analyse([3, 3, 3], 4, num_batches_divided_by=2)
     with pytest.raises(ValueError, match=(
-        r"^rank 1 of the DP group: 4 micro-batches are needed but only 3 samples/groups are "
+        r"^rank 1 of the DP group: Cannot satisfy max_token_len while keeping forced groups atomic: "
+        r"4 micro-batches are needed but only 3 samples/groups are "
         r"available and a micro-batch cannot be empty \(the cap needs 3, rounded up to 4 for "
         r"num_batches_divided_by\)"
     )):

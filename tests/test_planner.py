@@ -98,7 +98,10 @@ def test_simulated_data_parallel_agreement() -> None:
 
 
 def test_simulated_agreement_names_the_rank_with_too_few_samples() -> None:
-    with pytest.raises(ValueError, match=r"^rank 1 of the DP group: 3 micro-batches are needed but only 2"):
+    with pytest.raises(ValueError, match=(
+        r"^rank 1 of the DP group: Cannot satisfy max_token_len while keeping forced groups "
+        r"atomic: 3 micro-batches are needed but only 2"
+    )):
         plan_data_parallel([[100] * 8, [100] * 2], 300)
 
 
@@ -230,3 +233,19 @@ def test_unproven_counts_report_the_strongest_bound() -> None:
         assert result.proven_optimal == (result.min_count == full)
         outcomes.add(result.proven_optimal)
     assert outcomes == {True, False}  # both kinds occur in this setting
+
+
+def test_issue19_case6_advice_names_the_longest_sample_of_the_group() -> None:
+    # Rank 0 is named (the lowest rank at fault); the cap it advises must also hold rank 1's
+    # 12,000-token sample, which a cap of 10,987 would refuse again.
+    with pytest.raises(ValueError, match="exceeds max_token_len=9216") as caught:
+        plan_data_parallel([[10_987, 500], [12_000, 700]], 9_216)
+    message = str(caught.value)
+    assert message.startswith("rank 0 of the DP group: sample 0 has 10987 tokens")
+    assert "raise max_token_len to at least 12000 " in message
+    # Forced groups: the advice is the longest group's tokens (7,000 + 6,000), not a sample's.
+    with pytest.raises(ValueError, match="at least 13000 "):
+        plan_data_parallel([[10_000, 100], [7_000, 6_000]], 9_216, force_group_size=2)
+    # Alone, a rank is advised its own longest.
+    with pytest.raises(ValueError, match="at least 10987 "):
+        plan_micro_batches([10_987, 500], 9_216)

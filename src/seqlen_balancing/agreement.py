@@ -8,21 +8,25 @@ the same reduced vector and so reaches the same verdict:
 
 * slot 0, the error key: 0 without an error, else ``1 << 24 | (2**20-1-rank) << 4 | code``,
   so MAX picks an error over none and, among errors, the lowest rank at fault;
-* slots 1-10, the error's integers, each split in a high and a low part (38 bits each)
+* slots 1-16, the error's 8 integers, each split in a high and a low part (38 bits each)
   stored as ``error key << 38 | part``: the key in the high bits makes MAX take every part
   from the rank whose error won, and the split carries values up to ``2**76 - 1`` whole
   (:data:`~seqlen_balancing.errors.MAX_ERROR_VALUE`; larger ones arrive as "out of range");
-* slot 11, ``count << 20 | (2**20-1-rank)``: the largest needed count and the lowest rank
+* slot 17, ``count << 20 | (2**20-1-rank)``: the largest needed count and the lowest rank
   needing it;
-* slot 12, ``-groups << 20 | (2**20-1-rank)``: the fewest samples/groups and its rank;
-* slots 13 and 14, ``num_batches_divided_by`` and its negation: ranks that disagree on it
+* slot 18, ``-groups << 20 | (2**20-1-rank)``: the fewest samples/groups and its rank;
+* slots 19 and 20, ``num_batches_divided_by`` and its negation: ranks that disagree on it
   would round to different counts, so a mismatch is an error on every rank;
-* slots 15 and 16, the mode (1 dynamic, 2 static) as ``mode << 20 | tag`` and
+* slots 21 and 22, the mode (1 dynamic, 2 static) as ``mode << 20 | tag`` and
   ``-mode << 20 | tag``: a group mixing both modes is an error on every rank, naming one
   rank of each;
-* slots 17 and 18, the static count as ``count << 20 | tag`` and ``-count << 20 | tag``:
+* slots 23 and 24, the static count as ``count << 20 | tag`` and ``-count << 20 | tag``:
   static ranks whose counts differ are an error on every rank, naming the largest and the
-  smallest.
+  smallest;
+* slot 25, the costliest sample or forced group (tokens of cost) the rank holds, capped at
+  ``2**62``, error or not: an over-cap error's advice ("raise max_token_len to at least
+  X") then names the longest in the whole DP group, so following it cannot fail again on
+  another rank.
 
 The agreed count is the largest needed count rounded up to ``num_batches_divided_by``; if a
 rank has fewer samples/groups than that, every rank raises the same ``ValueError``.
@@ -58,10 +62,13 @@ _DIVISOR_LIMIT = 1 << 42
 # The fixed slots follow the error's 2 * N_ERROR_VALUES parts (slots 1..2N).
 _COUNT, _GROUPS, _DIVISOR, _NEG_DIVISOR = (2 * N_ERROR_VALUES + k for k in (1, 2, 3, 4))
 _MODE, _NEG_MODE, _STATIC, _NEG_STATIC = (2 * N_ERROR_VALUES + k for k in (5, 6, 7, 8))
+_LARGEST = 2 * N_ERROR_VALUES + 9
+_LARGEST_LIMIT = 1 << 62
 _DYNAMIC_MODE, _STATIC_MODE = 1, 2
+_OVER_CAP = (ErrorCode.SAMPLE_OVER_CAP, ErrorCode.GROUP_OVER_CAP)
 
 #: Length of the int64 vector each rank contributes.
-VECTOR_SIZE = 9 + 2 * N_ERROR_VALUES
+VECTOR_SIZE = 10 + 2 * N_ERROR_VALUES
 
 
 def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -> list[int]:
@@ -84,6 +91,7 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
         raise ValueError(f"DP rank must be in 0..{_RANK_MASK}, got {rank}")
     tag = _RANK_MASK - rank
     vector = [0] * VECTOR_SIZE
+    vector[_LARGEST] = min(analysis.largest, _LARGEST_LIMIT)
     error = analysis.error
     if error is None and static_count is None and analysis.num_batches_divided_by > _DIVISOR_LIMIT:
         # No batch has that many samples: this rank's own count is already impossible.
@@ -163,7 +171,9 @@ def decode(
             for j in range(N_ERROR_VALUES)
         )
         if code is ErrorCode.COUNT_ABOVE_GROUPS:  # made by encode: names its own rank
-            values = (*values[:4], plus_one(values[3]))
+            values = (*values[:4], plus_one(values[3]), *values[5:])
+        elif code in _OVER_CAP:  # the advice must suit every rank: the group's longest
+            values = (*values[:4], max(values[4], reduced[_LARGEST]), *values[5:])
         return at_fault(PlanError(code, values), rank)
     mode, rank_most = _split(reduced[_MODE])
     neg_mode, rank_least = _split(reduced[_NEG_MODE])

@@ -50,8 +50,9 @@ class ErrorCode(IntEnum):
     BAD_LENGTH = 3
     EMPTY_BATCH = 4  # ()
     NOT_DIVISIBLE = 5  # (batch size, force_group_size)
-    # (tokens, index, cap, count over cap, largest cost, cost, micro_batch_multiple_of,
-    #  pad_to_multiple_of or 0 for caller-given costs); the cost is the tokens by default
+    # (tokens, index, cap, count over cap, largest cost in the DP group, cost,
+    #  micro_batch_multiple_of (0/1: none), how the cost is made: 0 = the tokens,
+    #  1 = caller-given costs, p >= 2 = tokens aligned to p); 5 values: the cost is the tokens
     SAMPLE_OVER_CAP = 6
     GROUP_OVER_CAP = 7  # as SAMPLE_OVER_CAP, for the group starting at sample ``index``
     MIN_ABOVE_GROUPS = 8  # (min_num_micro_batch, groups)
@@ -243,20 +244,21 @@ def _round_up(value: int, multiple: int) -> int:
 
 def _over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
     length, index, cap, count = (_n(x) for x in v[:4])
-    largest_cost, cost, bucket, pad = v[4], v[5], max(v[6], 1), v[7]
-    plain = pad == 1 and bucket == 1
-    if plain:  # the cost is the effective length: verl's words
+    largest_cost, cost, bucket, kind = v[4], v[5], max(v[6], 1), v[7]
+    over = f"{count} {unit}{'s' if count != '1' else ''} over the cap in this batch"
+    longest = f"the longest {unit} of the call, on every DP rank of the group when they agree"
+    if kind == 0 and bucket == 1:  # the cost is the effective length: the plain words
         return (
-            f"{what} {index} has {length} tokens, which exceeds max_token_len={cap} "
-            f"({count} {unit}{'s' if count != '1' else ''} over the cap, the largest "
-            f"{_n(largest_cost)} tokens); raise max_token_len to at least {_n(largest_cost)} or "
-            "truncate the sequences"
+            f"{what} {index} has {length} tokens, which exceeds max_token_len={cap} ({over}); "
+            f"raise max_token_len to at least {_n(largest_cost)} ({longest}) or truncate the "
+            "sequences"
         )
-    if pad == 0:
-        costs = f"and costs {_n(cost)} tokens (the costs given)"
-        lower = "lower the costs"
+    if kind == 0:
+        costs, lower = "", "lower micro_batch_multiple_of"
+    elif kind == 1:
+        costs, lower = f" and costs {_n(cost)} tokens (the costs given)", "lower the costs"
     else:
-        costs = f"and costs {_n(cost)} tokens aligned to a multiple of pad_to_multiple_of={pad}"
+        costs = f" and costs {_n(cost)} tokens aligned to a multiple of pad_to_multiple_of={kind}"
         lower = "lower the alignment"
     usable = ""
     if bucket > 1:
@@ -267,10 +269,9 @@ def _over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
         )
     needed = _n(_round_up(largest_cost, bucket))
     return (
-        f"{what} {index} has {length} tokens {costs}, which exceeds max_token_len={cap}{usable} "
-        f"({count} {unit}{'s' if count != '1' else ''} over the cap, the largest costing "
-        f"{_n(largest_cost)} tokens); raise max_token_len to at least {needed}, {lower} or "
-        "truncate the sequences"
+        f"{what} {index} has {length} tokens{costs}, which exceeds max_token_len={cap}{usable} "
+        f"({over}); raise max_token_len to at least {needed} ({longest}, in aligned tokens), "
+        f"{lower} or truncate the sequences"
     )
 
 
@@ -278,6 +279,7 @@ def _count_above_groups(v: tuple[int, ...]) -> str:
     needing = f"{_rank(v[3], v[4])} needs {_n(v[2])}" if v[3] >= 0 else f"the cap needs {_n(v[2])}"
     rounded = f", rounded up to {_n(v[0])} for num_batches_divided_by" if v[0] != v[2] else ""
     return (
+        "Cannot satisfy max_token_len while keeping forced groups atomic: "
         f"{_n(v[0])} micro-batches are needed but only {_n(v[1])} samples/groups are available "
         f"and a micro-batch cannot be empty ({needing}{rounded}); raise max_token_len, lower "
         "num_batches_divided_by or min_num_micro_batch, or pass more samples"

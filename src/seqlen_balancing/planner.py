@@ -79,6 +79,10 @@ class RankAnalysis:
             ``"min_num_micro_batch"`` when that argument is larger, or ``"one"`` for a
             batch of zero-length samples ("" on error).
         min_count: the smallest count this rank reached under the cap (0 on error).
+        largest: the costliest forced group (a sample when ``force_group_size`` is 1) in
+            tokens of cost (effective tokens by default), also on an over-cap error (0 when
+            the lengths could not be read): what the DP group's advice on the cap is built
+            from.
         requested_max_token_len: the ``max_token_len`` given (0 when invalid).
         pad_to_multiple_of: per-sequence alignment in tokens (1: none).
         micro_batch_multiple_of: per-micro-batch rounding in tokens (1: none).
@@ -96,6 +100,7 @@ class RankAnalysis:
     lower_bound: int = 0
     bound_name: str = ""
     min_count: int = 0
+    largest: int = 0
     # Packing over groups with ``min_count`` bins (the fallback of build_plan).
     _packing: list[list[int]] = field(default_factory=list, repr=False)
     requested_max_token_len: int = 0
@@ -134,18 +139,29 @@ def _lengths(
     seq_lens: Sequence[Any], source: LengthSource = LengthSource.SEQ_LENS
 ) -> tuple[PlanError | None, list[int]]:
     out: list[int] = []
+    which = (source,) if source else ()  # seq_lens errors keep their three values
     try:
         values = as_list(seq_lens, source.name.lower())
     except (TypeError, ValueError) as exc:
-        return PlanError(ErrorCode.BAD_LENGTH, (0, 0, 0, source), str(exc)), []
+        return PlanError(ErrorCode.BAD_LENGTH, (0, 0, 0, *which), str(exc)), []
     for index, value in enumerate(values):
         as_int = value if type(value) is int else _integer_or_none(value)
         if as_int is None:
-            return PlanError(ErrorCode.BAD_LENGTH, (index, 0, 0, source), describe(value)), []
+            return PlanError(ErrorCode.BAD_LENGTH, (index, 0, 0, *which), describe(value)), []
         if as_int < 0:
-            return PlanError(ErrorCode.BAD_LENGTH, (index, 1, -as_int, source)), []
+            return PlanError(ErrorCode.BAD_LENGTH, (index, 1, -as_int, *which)), []
         out.append(as_int)
     return None, out
+
+
+def _longest(sizes: list[int], group: int | None) -> int:
+    """The costliest forced group in tokens (its samples' costs summed; the costliest
+    sample when the groups cannot be formed), 0 for no samples."""
+    if not sizes:
+        return 0
+    if group is None or group < 1 or len(sizes) % group:
+        return max(sizes)
+    return max(sum(sizes[g : g + group]) for g in range(0, len(sizes), group))
 
 
 def _sample_costs(
@@ -171,7 +187,7 @@ def _cost_over_cap(
         return None
     first = over[0]
     largest = max(costs[i] for i in over)
-    kind = 0 if result.custom_costs else result.pad_to_multiple_of
+    kind = 1 if result.custom_costs else (0 if result.pad_to_multiple_of == 1 else result.pad_to_multiple_of)
     values = (lengths[first], first * stride, result.requested_max_token_len, len(over), largest,
               costs[first], result.micro_batch_multiple_of, kind)
     return PlanError(code, values)
@@ -237,25 +253,29 @@ def analyse(
         (pad_to_multiple_of, Argument.PAD_TO_MULTIPLE_OF, True),
         (micro_batch_multiple_of, Argument.MICRO_BATCH_MULTIPLE_OF, True),
     )
+    length_error, lengths = _lengths(seq_lens)
+    as_pad = _integer_or_none(pad_to_multiple_of) if pad_to_multiple_of is not None else 1
+    cost_error, sizes_of = (
+        (length_error, []) if length_error else _sample_costs(lengths, max(as_pad or 1, 1), costs)
+    )
+    # Read even when an argument is bad: the DP group's advice on the cap counts this rank.
+    largest = _longest(lengths if cost_error else sizes_of, _integer_or_none(force_group_size))
     ints: list[int] = []
     for value, argument, optional in checks:
         error, as_int = argument_error(value, argument, optional)
         if error is not None:
-            return RankAnalysis(error)
+            return RankAnalysis(error, largest=largest)
         ints.append(as_int)
     cap, group, floor, divisor, pad, bucket = ints
     usable = micro_batch_capacity(cap, bucket)
     if usable == 0:
         error = PlanError(ErrorCode.BAD_ARGUMENT, (Argument.MICRO_BATCH_MULTIPLE_OF, 3, bucket, cap))
-        return RankAnalysis(error)
-    result = RankAnalysis(None, usable, group, divisor)
+        return RankAnalysis(error, largest=largest)
+    result = RankAnalysis(None, usable, group, divisor, largest=largest)
     result.requested_max_token_len = cap
     result.pad_to_multiple_of, result.micro_batch_multiple_of = pad, bucket
     result.custom_costs = costs is not None
-    error, lengths = _lengths(seq_lens)
-    sizes_of: list[int] = []
-    if error is None:
-        error, sizes_of = _sample_costs(lengths, pad, costs)
+    error = cost_error
     if error is None and not lengths:
         error = PlanError(ErrorCode.EMPTY_BATCH)
     if error is None and len(lengths) % group:

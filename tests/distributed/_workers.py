@@ -174,6 +174,14 @@ PAIR_SCENARIOS: list[dict[str, Any]] = [
 ]
 
 PAIR_SCENARIOS += [
+    {  # issue 19, case 6: both ranks over the cap; the advice must suit rank 1's 12,000 too
+        "name": "advice_covers_the_group",
+        "batches": {0: {"lengths": [10_987, 500, 9_000]}, 1: {"lengths": [12_000, 700, 300]}},
+        "kwargs": {"max_token_len": 9_216},
+    },
+]
+
+PAIR_SCENARIOS += [
     {  # prepare_micro_batches: rank 1's batch lacks its token budget setting
         "name": "prepare_missing_budget",
         "call": "prepare_micro_batches",

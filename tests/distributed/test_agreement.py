@@ -500,6 +500,19 @@ def test_ranks_disagreeing_on_num_batches_divided_by_raise_together(pair: SuiteR
 # ---------------------------------------------------------------------------------------
 
 
+def test_issue19_case6_over_cap_advice_covers_every_rank(pair: SuiteRun) -> None:
+    # Rank 0 is at fault (lowest rank), but its own longest (10,987) would fail on rank 1.
+    records = pair.scenario("advice_covers_the_group")
+    message = _assert_same_error(
+        records, "ValueError", 0, "sample 0 has 10987 tokens, which exceeds max_token_len=9216",
+        "raise max_token_len to at least 12000 ",
+    )
+    assert "10987 (" not in message and "at least 10987" not in message
+    for record in records:
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+    _assert_matches_reference("pair", "advice_covers_the_group", records, [0, 1])
+
+
 def test_case5_sample_over_cap_on_rank_2_raises_on_all_four(quad: SuiteRun) -> None:
     records = quad.scenario("case5_sample_over_cap")
     _assert_same_error(records, "ValueError", 2, "exceeds max_token_len=100", "sample 1 has 120 tokens")

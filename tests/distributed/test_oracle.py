@@ -162,6 +162,26 @@ def run_world(world_size: int, rounds: list[dict[str, Any]], directory: Path) ->
     return records
 
 
+def _longest(spec: dict[str, Any]) -> int:
+    """The longest forced group of a rank (its longest sample where groups cannot form)."""
+    lengths, group = spec["lengths"], spec["force_group_size"]
+    if not lengths:
+        return 0
+    if len(lengths) % group:
+        return max(lengths)
+    return max(sum(lengths[g : g + group]) for g in range(0, len(lengths), group))
+
+
+def _group_advice(local: str, specs: list[dict[str, Any]]) -> str:
+    """A rank's own over-cap message as the group raises it: the advice names the longest
+    sample or group of every rank, not only the rank at fault's."""
+    marker = "raise max_token_len to at least "
+    if marker not in local:
+        return local
+    head, tail = local.split(marker, 1)
+    return f"{head}{marker}{max(_longest(spec) for spec in specs)}{tail[tail.index(' '):]}"
+
+
 def _text_after_rank(message: str) -> str:
     # "rank R of the DP group[ (global rank G)]: text": what follows the group rank may grow.
     return message.split(": ", 1)[1]
@@ -200,12 +220,13 @@ def test_agreement_matches_each_rank_planning_alone(world_size: int, tmp_path: P
         assert message.startswith(f"rank {want['rank']} of the DP group"), where
         text = _text_after_rank(message)
         if want["kind"] == "rank_error":
-            local = str(want["error"])
+            local = _group_advice(str(want["error"]), round_["ranks"])
             assert raised == type(want["error"]).__name__, where
             assert local == text or local.startswith(text + " ("), where
         else:
             assert raised == "ValueError", where
             assert text.startswith(
+                "Cannot satisfy max_token_len while keeping forced groups atomic: "
                 f"{want['count']} micro-batches are needed but only {want['groups']} samples/groups"
             ), where
             # the rank needing the count, named by group rank (and global rank, equal here)

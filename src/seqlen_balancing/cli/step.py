@@ -301,7 +301,7 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
     size = args.force_group_size
     largest = max((sum(costs[g : g + size]) for g in range(0, len(costs), size)), default=0)
     needed = max(aligned_length(largest, bucket), bucket, 1)
-    return -(-needed // args.sp_size)
+    return -(-needed // int(args.sp_size))
 
 
 def _plan_ranks(
