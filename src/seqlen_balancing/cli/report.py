@@ -366,12 +366,10 @@ def print_sweep(
     step: Step, args: argparse.Namespace, outcomes: Sequence[StepResult | tuple[int, str]],
     smallest: int | None = None,
 ) -> None:
-    """The ``sweep`` report: header, the smallest cap that can be planned, one row per cap
-    (infeasible ones included, marked), notes for infeasible caps."""
+    """The ``sweep`` report: header, one row per cap (infeasible ones included, marked), the
+    smallest cap that can be planned at all, notes for infeasible caps."""
     for line in describe(step, args, None):
         print(line)
-    if smallest is not None:
-        print(_smallest_text(args, smallest))
     shown = [c for c in SWEEP_COLUMNS if c.shown(args)]
     rows, notes = [], []
     for r in outcomes:
@@ -382,6 +380,8 @@ def print_sweep(
         else:
             rows.append([c.cell(r, args) for c in shown])
     print(_table([c.header for c in shown], rows))
+    if smallest is not None:
+        print(_smallest_text(args, smallest))
     for note in notes:
         print(note)
 
