@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from seqlen_balancing.cli._text import PROG, CliError
 from seqlen_balancing.cli.arguments import build_parser, check_combinations
@@ -12,14 +13,25 @@ from seqlen_balancing.cli.arguments import build_parser, check_combinations
 __all__ = ["main"]
 
 
+def _plot_checked(args: argparse.Namespace) -> Any:
+    """matplotlib's Figure class when ``--plot`` is given (else ``None``), after checking,
+    before anything is read or planned, that the plot can be written where asked."""
+    from seqlen_balancing.cli import plot
+
+    if not args.plot:
+        return None
+    plot.check_plot_path(args.plot)
+    figure_class = plot.load_figure_class()
+    plot.check_plot_format(figure_class, args.plot)
+    return figure_class
+
+
 def _run_plan(args: argparse.Namespace) -> int:
     from seqlen_balancing.cli import plot, report
     from seqlen_balancing.cli.inputs import load_lengths
     from seqlen_balancing.cli.step import make_step, plan_step
 
-    figure_class = plot.load_figure_class() if args.plot else None
-    if args.plot:
-        plot.check_plot_path(figure_class, args.plot)  # before any reading or planning
+    figure_class = _plot_checked(args)
     step = make_step(args, load_lengths(args))
     result = plan_step(step, args.max_token_len * args.sp_size, args)
     if args.json:
@@ -37,9 +49,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
     from seqlen_balancing.cli.inputs import load_lengths
     from seqlen_balancing.cli.step import StepResult, make_step, plan_step, smallest_cap
 
-    figure_class = plot.load_figure_class() if args.plot else None
-    if args.plot:
-        plot.check_plot_path(figure_class, args.plot)  # before any reading or planning
+    figure_class = _plot_checked(args)
     step = make_step(args, load_lengths(args))
     smallest = smallest_cap(step, args)
     outcomes: list[StepResult | tuple[int, str]] = []

@@ -15,7 +15,7 @@ from seqlen_balancing.cli._text import CliError, missing_extra, pct
 if TYPE_CHECKING:
     from seqlen_balancing.cli.step import StepResult
 
-__all__ = ["check_plot_path", "load_figure_class", "save_plan_plot", "save_sweep_plot"]
+__all__ = ["check_plot_format", "check_plot_path", "load_figure_class", "save_plan_plot", "save_sweep_plot"]
 
 
 def load_figure_class() -> Callable[..., Any]:
@@ -28,16 +28,16 @@ def load_figure_class() -> Callable[..., Any]:
     return figure_class
 
 
-def check_plot_path(figure_class: Callable[..., Any] | None, path: str) -> None:
-    """Fail before planning when ``path`` cannot take the plot: a directory, a folder that
-    does not exist or cannot be written, a file that cannot be written, or an image format
-    matplotlib does not know. Nothing is written.
+def check_plot_path(path: str) -> None:
+    """Fail before reading or planning when ``path`` cannot take the plot: a directory, a
+    folder that does not exist or cannot be written, or a file that cannot be written.
+    Nothing is written.
 
     Raises:
         CliError: (exit 2) naming the path and what to change.
     """
     where = Path(path)
-    folder = where.parent if str(where.parent) else Path(".")
+    folder = where.parent
     reason = None
     if where.is_dir():
         reason = "it is a directory; name a file such as plot.png"
@@ -47,13 +47,23 @@ def check_plot_path(figure_class: Callable[..., Any] | None, path: str) -> None:
         reason = "the file is not writable"
     elif not where.exists() and not os.access(folder, os.W_OK):
         reason = f"folder {str(folder)!r} is not writable"
-    if reason is None and figure_class is not None:
-        suffix = where.suffix.lstrip(".").lower()
-        formats = figure_class().canvas.get_supported_filetypes()
-        if suffix and suffix not in formats:
-            reason = f"unknown image format {suffix!r} (use one of {', '.join(sorted(formats))})"
     if reason is not None:
         raise CliError(f"cannot write plot {path!r}: {reason}")
+
+
+def check_plot_format(figure_class: Callable[..., Any], path: str) -> None:
+    """Fail before planning when matplotlib cannot write ``path``'s image format.
+
+    Raises:
+        CliError: (exit 2) naming the format and the ones matplotlib knows.
+    """
+    suffix = Path(path).suffix.lstrip(".").lower()
+    formats = figure_class().canvas.get_supported_filetypes()
+    if suffix and suffix not in formats:
+        raise CliError(
+            f"cannot write plot {path!r}: unknown image format {suffix!r} (use one of "
+            f"{', '.join(sorted(formats))})"
+        )
 
 
 def _save(fig: Any, path: str) -> None:
