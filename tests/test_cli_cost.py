@@ -173,3 +173,40 @@ def test_plot_to_an_unwritable_path_fails_before_planning(
         code, _, err = run(capsys, "plan", "--plot", str(locked / "p.png"))
         assert code == 2 and "is not writable" in err
     assert not missing.parent.exists()
+
+
+class _Recorder:
+    """A stand-in for matplotlib's Figure and Axes: records every call (no matplotlib)."""
+
+    def __init__(self, calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]], *_: Any, **__: Any) -> None:
+        self.calls = calls
+
+    def __getattr__(self, name: str) -> Any:
+        def record(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, args, kwargs))
+            if name in ("subplots", "twinx"):
+                return _Recorder(self.calls)
+            if name == "get_legend_handles_labels":
+                return [], []
+            return None
+
+        return record
+
+
+def test_sweep_plot_keeps_infeasible_caps_marked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from seqlen_balancing.cli import plot
+    from seqlen_balancing.cli.arguments import build_parser
+    from seqlen_balancing.cli.inputs import load_lengths
+    from seqlen_balancing.cli.step import make_step, plan_step
+
+    path = lengths_file(tmp_path, [1000, 20, 30, 40])
+    args = build_parser().parse_args(["sweep", "--lengths", path, "--dp-size", "2"])
+    step = make_step(args, load_lengths(args))
+    outcomes: list[Any] = [(500, "too small"), plan_step(step, 1024, args), (800, "too small")]
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+    plot.save_sweep_plot(lambda *a, **k: _Recorder(calls), outcomes, str(tmp_path / "s.png"))
+    crosses = [c for c in calls if c[0] == "plot" and c[2].get("label") == "cannot be planned"]
+    assert len(crosses) == 1 and list(crosses[0][1][0]) == [500, 800]
+    ticks = [c for c in calls if c[0] == "set_xticks"]
+    assert list(ticks[0][1][0]) == [500, 800, 1024]  # every cap stays on the axis
+    assert any(c[0] == "savefig" for c in calls)

@@ -75,15 +75,18 @@ def _save(fig: Any, path: str) -> None:
 
 
 def save_plan_plot(figure_class: Callable[..., Any], result: StepResult, path: str) -> None:
-    """Bars of tokens per micro-batch, rank by rank, with the cap as a horizontal line."""
+    """Bars of tokens per micro-batch (aligned tokens with an alignment option), rank by
+    rank, with the cap as a horizontal line."""
     n_bars = result.total_micro_batches + len(result.ranks)
     fig = figure_class(figsize=(min(max(7.0, 0.12 * n_bars), 30.0), 4.5), layout="constrained")
     ax = fig.subplots()
     colours = ["tab:blue", "tab:orange"]
     x, centres = 0, []
     for r in result.ranks:
-        xs = list(range(x, x + len(r.micro_batch_tokens)))
-        ax.bar(xs, r.micro_batch_tokens, width=0.85, color=colours[r.rank % 2])
+        # With alignment, what each micro-batch holds on the GPU: the figure the cap bounds.
+        heights = r.micro_batch_costs if result.aligned else r.micro_batch_tokens
+        xs = list(range(x, x + len(heights)))
+        ax.bar(xs, heights, width=0.85, color=colours[r.rank % 2])
         centres.append((xs[0] + xs[-1]) / 2 if xs else x)
         x += len(xs) + 1
     cap = result.max_token_len
@@ -91,7 +94,7 @@ def save_plan_plot(figure_class: Callable[..., Any], result: StepResult, path: s
     ax.set_ylim(0, cap * 1.08)
     step = max(1, len(result.ranks) // 16)
     ax.set_xticks(centres[::step], [f"rank {r.rank}" for r in result.ranks][::step])
-    ax.set_ylabel("tokens per micro-batch")
+    ax.set_ylabel("aligned tokens per micro-batch" if result.aligned else "tokens per micro-batch")
     ax.set_title(
         f"{result.total_micro_batches} micro-batches on {len(result.ranks)} ranks, "
         f"mean fill {pct(result.mean_fill)}\n(dashed line: cap = {cap} tokens)"
