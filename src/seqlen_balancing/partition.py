@@ -160,7 +160,8 @@ def _checked_items(seqlen_list: Any, k_partitions: Any, equal_size: bool) -> tup
 
 
 def _expand(node: int, n_leaves: int, children: list[tuple[int, int]]) -> list[int]:
-    """Leaves (item indices) under ``node`` of the merge forest."""
+    """Leaves (item indices) under ``node`` of the merge forest, in merge order: the part
+    popped first keeps its items ahead of the part joined to it."""
     leaves: list[int] = []
     stack = [node]
     while stack:
@@ -168,27 +169,44 @@ def _expand(node: int, n_leaves: int, children: list[tuple[int, int]]) -> list[i
         if current < n_leaves:
             leaves.append(current)
         else:
-            left, right = children[current - n_leaves]
-            stack.append(left)
-            stack.append(right)
+            first, second = children[current - n_leaves]
+            stack.append(second)
+            stack.append(first)
     return leaves
 
 
-# A part is one int, ``sum << _NODE_BITS | node``: ints sort and compare much faster than
-# (sum, node) tuples, and the node in the low bits keeps the order total and deterministic.
-_NODE_BITS = 34
-_NODE_MASK = (1 << _NODE_BITS) - 1
-# n items make at most 2n - 1 nodes (items and unions), all of which must fit in the mask.
-_MAX_ITEMS = _NODE_MASK // 2
+class _Layout:
+    """How a part is packed into one int, ``((sum, items, first item), node)`` from the high
+    bits down, each field ``bits`` wide but the sum: ints sort and compare much faster than
+    tuples, and their order is the order of parts that decides every tie (sum, then number of
+    items, then the index of the part's first item; a part's node is unique, so two parts are
+    never equal)."""
+
+    def __init__(self, n: int) -> None:
+        bits = max(2 * n, 1).bit_length()  # nodes (items and unions) number below 2n
+        self.mask = (1 << bits) - 1
+        self.first = bits  # shift of the first item's index
+        self.count = 2 * bits  # shift of the number of items
+        self.sum = 3 * bits  # shift of the sum
+
+    def leaf(self, index: int, value: int) -> int:
+        return value << self.sum | 1 << self.count | index << self.first | index
+
+    def join(self, first: int, second: int, node: int) -> int:
+        """The union of two parts, ``first``'s items ahead (so its first item leads)."""
+        # Sum and item count add in one step: the count field cannot carry into the sum.
+        counted = (first >> self.count) + (second >> self.count)
+        return counted << self.count | (first >> self.first & self.mask) << self.first | node
 
 
 def _merge_states(first: list[int], second: list[int], k: int, n: int,
-                  children: list[tuple[int, int]]) -> list[int]:
-    """Join two states (parts sorted ascending; missing parts are empty).
+                  children: list[tuple[int, int]], layout: _Layout) -> list[int]:
+    """Join two states (parts sorted ascending; missing parts are empty and smallest).
 
     Conceptually both states are padded with empty parts to ``k`` and the i-th largest part
-    of one is joined with the i-th smallest of the other. Only the ``a + b - k`` smallest
-    real parts of each state meet a real part; the others meet an empty one and are kept.
+    of ``first`` is joined with the i-th smallest of ``second``. Only the ``a + b - k``
+    smallest real parts of each state meet a real part; the others meet an empty one and
+    are kept as they are.
     """
     overlap = len(first) + len(second) - k
     if overlap <= 0:
@@ -201,50 +219,58 @@ def _merge_states(first: list[int], second: list[int], k: int, n: int,
         merged = first + second
     else:
         base = n + len(children)
+        mask = layout.mask
         pairs = [(first[t], second[overlap - 1 - t]) for t in range(overlap)]
-        children.extend((a & _NODE_MASK, b & _NODE_MASK) for a, b in pairs)
-        merged = [
-            ((a >> _NODE_BITS) + (b >> _NODE_BITS)) << _NODE_BITS | (base + t)
-            for t, (a, b) in enumerate(pairs)
-        ]
+        children.extend((a & mask, b & mask) for a, b in pairs)
+        merged = [layout.join(a, b, base + t) for t, (a, b) in enumerate(pairs)]
         merged += first[overlap:]
         merged += second[overlap:]
     merged.sort()
     return merged
 
 
+def _state_key(parts: list[int], k: int, layout: _Layout) -> tuple[int, int]:
+    """Heap key of a state: the largest spread (largest part - smallest, an empty part
+    counting 0) pops first; among equal spreads the state with the larger largest part."""
+    low = parts[0] >> layout.sum if len(parts) == k else 0
+    return low - (parts[-1] >> layout.sum), -parts[-1]
+
+
 def _largest_differencing(values: list[int], k: int, equal_size: bool) -> list[list[int]]:
-    """Karmarkar-Karp for ``k`` partitions; ``values`` already checked."""
+    """Karmarkar-Karp for ``k`` partitions; ``values`` already checked.
+
+    Every choice is made as verl 0.9.1 makes it, so the partitions are verl's, index list
+    for index list: the state with the largest spread merges first (ties: the larger
+    largest part, compared by sum, then item count, then first item index), the popped
+    state's i-th largest part takes the other's i-th smallest, and the final parts come
+    largest first, each listing its items in merge order.
+    """
     n = len(values)
-    if n > _MAX_ITEMS:
-        raise ValueError(f"cannot partition more than {_MAX_ITEMS} items, got {n}")
-    order = sorted(range(n), key=lambda i: (-values[i], i))
+    layout = _Layout(n)
     # A state is a list of parts sorted ascending. Parts that hold no item are left out
-    # (implicit zeros), so growing a state by a few items costs O(log k), not O(k).
-    # Nodes below n are items; the others are unions recorded in ``children``.
+    # (implicit empties, the smallest parts), so growing a state by a few items costs
+    # O(log k), not O(k). Nodes below n are items; the others are unions in ``children``.
     children: list[tuple[int, int]] = []
-    heap: list[tuple[int, int, list[int]]] = []
+    states: list[list[int]]
     if equal_size:
-        for seq, start in enumerate(range(0, n, k)):
-            parts = sorted(values[i] << _NODE_BITS | i for i in order[start : start + k])
-            spread = (parts[-1] >> _NODE_BITS) - (parts[0] >> _NODE_BITS)
-            heap.append((-spread, seq, parts))
+        ascending = sorted(range(n), key=lambda i: (values[i], i))
+        states = [
+            sorted(layout.leaf(i, values[i]) for i in ascending[start : start + k])
+            for start in range(0, n, k)
+        ]
     else:
-        # For k = 1 every spread is 0, but keys -v pop the items in the same order (by seq)
-        # and all before the merged states (key 0, larger seq), so one key serves every k.
-        for seq, i in enumerate(order):
-            heap.append((-values[i], seq, [values[i] << _NODE_BITS | i]))
+        states = [[layout.leaf(i, values[i])] for i in range(n)]
+    # Keys are unique (parts of two states never share an item), so the lists never compare.
+    heap = [(*_state_key(parts, k, layout), parts) for parts in states]
     heapq.heapify(heap)
-    seq = len(heap)
     while len(heap) > 1:
-        _, _, first = heapq.heappop(heap)
-        _, _, second = heapq.heappop(heap)
-        merged = _merge_states(first, second, k, n, children)
-        low = merged[0] >> _NODE_BITS if len(merged) == k else 0
-        heapq.heappush(heap, (low - (merged[-1] >> _NODE_BITS), seq, merged))
-        seq += 1
+        first = heapq.heappop(heap)[2]
+        second = heapq.heappop(heap)[2]
+        merged = _merge_states(first, second, k, n, children, layout)
+        heapq.heappush(heap, (*_state_key(merged, k, layout), merged))
     final = heap[0][2]
-    return [_expand(part & _NODE_MASK, n, children) for part in reversed(final)]
+    parts = [_expand(part & layout.mask, n, children) for part in reversed(final)]
+    return parts + [[] for _ in range(k - len(parts))]
 
 
 def karmarkar_karp(
@@ -259,6 +285,13 @@ def karmarkar_karp(
     every part ends with ``n / k`` items. Empty parts are kept implicit, so a merge costs
     O(non-empty parts) rather than O(k).
 
+    Every tie is broken as verl 0.9.1 breaks it, so the output is verl's, index list for
+    index list: of two states with equal spread, the one whose largest part is larger
+    (by sum, then number of items, then index of its first item) merges first; the state
+    popped first gives each joined part its leading items; parts of equal sum are ordered
+    by item count, then first index. verl compares Python objects for this (seconds for
+    4,096 items into 256 parts); here a part is one packed int (~0.02 s).
+
     Args:
         seqlen_list: ``n`` whole numbers >= 0 (tokens or workloads), one per item: a list,
             a tensor or a NumPy array, integer or float dtype (``5.0`` counts as 5).
@@ -267,8 +300,8 @@ def karmarkar_karp(
 
     Returns:
         ``k_partitions`` lists of item indices (each non-empty, together an exact cover of
-        ``range(n)``), in the order of the final state (largest sum first); indices inside a
-        partition are in merge order, not sorted.
+        ``range(n)``), in the order of the final state (largest part first, as verl
+        returns them); indices inside a partition are in merge order, not sorted.
 
     Raises:
         TypeError: an item is not a number, or ``k_partitions`` is not an integer.
@@ -280,8 +313,11 @@ def karmarkar_karp(
     References:
         N. Karmarkar and R. M. Karp, "The differencing method of set partitioning", 1982.
         R. E. Korf, "A complete anytime algorithm for number partitioning", 1998.
+        verl 0.9.1 ``karmarkar_karp`` (its tie-breaks and output order, mirrored).
 
     Example:
+        >>> karmarkar_karp([11, 10, 6, 3, 5, 10, 16, 6], 3, equal_size=False)
+        [[3, 1, 5], [4, 0, 7], [2, 6]]
         >>> sorted(sorted(p) for p in karmarkar_karp([8, 7, 6, 5, 4], 2, equal_size=False))
         [[0, 2], [1, 3, 4]]
     """
@@ -381,13 +417,13 @@ def get_seqlen_balanced_partitions(
     Complexity: O(n log n + n k).
 
     References:
-        verl 0.9.1 ``get_seqlen_balanced_partitions``: the same method and contract; ties
-        are broken differently, so the index lists can differ (README, "What behaves
-        differently").
+        verl 0.9.1 ``get_seqlen_balanced_partitions``: the same method, contract and
+        tie-breaks, so the same index lists (``k_partitions > n`` is a ``ValueError`` here,
+        an ``AssertionError`` there).
 
     Example:
         >>> get_seqlen_balanced_partitions([3, 1, 2, 2], 2, equal_size=True)
-        [[0, 1], [2, 3]]
+        [[2, 3], [0, 1]]
     """
     return [sorted(part) for part in karmarkar_karp(seqlen_list, k_partitions, equal_size)]
 
