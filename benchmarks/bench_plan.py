@@ -26,6 +26,12 @@ Columns:
             values gathered once in plan order (a split and one cat) into one jagged tensor;
             j ratio: call ms / j r+g ms (the call builds one jagged tensor per micro-batch)
 
+The alignment table (issue 21) plans the CHAMP cases with ``pad_to_multiple_of`` 1 (verl's
+rule), 8, 16 and 32 (Megatron's per-sequence THD alignment: tp, or tp*cp*2): aligned is the
+tokens the GPU holds once every sequence is padded; bound and ours are in those aligned
+tokens; today over: micro-batches of the unaligned plan whose aligned total exceeds the cap
+(the risk a plan that ignores alignment carries; see benchmarks/alignment_risk.py).
+
 Times are the best of ``--repeat`` runs (default 5; 1 with ``--quick``), each case's
 call and its read+gather floor measured in the same run, alternately.
 """
@@ -164,6 +170,33 @@ def case_row(name: str, lengths: list[int], cap: int, repeat: int, with_retry: b
     )
 
 
+ALIGNMENTS = (1, 8, 16, 32)
+
+
+def alignment_rows(quick: bool, repeat: int) -> list[str]:
+    """The CHAMP cases planned under each per-sequence alignment (issue 21)."""
+    rows = []
+    cases = [c for c in bench_cases(quick) if c[0].startswith("CHAMP")]
+    for name, lengths, cap, _ in cases:
+        today = plan_micro_batches(lengths, cap)
+        for pad in ALIGNMENTS:
+            costs = [-(-n // pad) * pad for n in lengths]
+            bound = lower_bound(lengths, cap, pad_to_multiple_of=pad)
+            plan = plan_micro_batches(lengths, cap, pad_to_multiple_of=pad)
+            def aligned_plan(lengths: list[int] = lengths, cap: int = cap, pad: int = pad) -> object:
+                return plan_micro_batches(lengths, cap, pad_to_multiple_of=pad)
+
+            [plan_ms] = timed_rounds([aligned_plan], repeat)
+            over = sum(sum(costs[i] for i in part) > cap for part in today)
+            largest = max(sum(costs[i] for i in part) for part in plan)
+            ours = f"{len(plan)}{'*' if len(plan) == bound else ' '}"
+            rows.append(
+                f"{name:<12}{len(lengths):>6}{cap:>7}{pad:>5}{sum(lengths):>10}{sum(costs):>10}"
+                f"{bound:>7}{ours:>7}{largest:>9}{over:>7}/{len(today):<5}{plan_ms:>9.1f}"
+            )
+    return rows
+
+
 def rate_rows(trials: int) -> list[str]:
     settings = [
         ("x1", 1, 256, 16384), ("x1", 1, 1024, 16384), ("x4", 4, 2048, 24576),
@@ -246,6 +279,14 @@ def main() -> None:
     )
     for name, lengths, cap, with_retry in bench_cases(args.quick):
         print(case_row(name, lengths, cap, repeat, with_retry), flush=True)
+
+    print("\nAlignment (issue 21): the cap on aligned tokens; * = count meets lower_bound")
+    print(
+        f"{'case':<12}{'n':>6}{'cap':>7}{'pad':>5}{'tokens':>10}{'aligned':>10}{'bound':>7}{'ours':>7}"
+        f"{'largest':>9}{'today over':>13}{'plan ms':>9}"
+    )
+    for row in alignment_rows(args.quick, repeat):
+        print(row, flush=True)
 
     trials = 20 if args.quick else 100
     print(f"\nRate at the L2 bound and proven optimal over {trials} random batches (seeds 0..{trials - 1})")

@@ -103,3 +103,39 @@ def model_verl_plan(
             return parts
         count += step
     return None
+
+
+def brute_force_optimum_cost(
+    lengths: list[int], cap: int, pad: int = 1, bucket: int = 1, costs: list[int] | None = None
+) -> int:
+    """Fewest micro-batches under the cap on what the GPU holds, checked the literal way:
+    each sample costs ``costs[i]`` (or its length rounded up to ``pad``), and a micro-batch
+    fits when its summed cost rounded up to ``bucket`` is at most ``cap``. Independent of the
+    library's ``cap // bucket * bucket`` shortcut (it never forms that number). Exponential.
+    """
+    weights = list(costs) if costs is not None else [-(-n // pad) * pad for n in lengths]
+    best = max(1, len(weights))
+    loads: list[int] = []
+
+    def fits(load: int) -> bool:
+        return -(-load // bucket) * bucket <= cap
+
+    def extend(pos: int) -> None:
+        nonlocal best
+        if len(loads) >= best:
+            return
+        if pos == len(weights):
+            best = max(1, len(loads))
+            return
+        for b in range(len(loads)):
+            if fits(loads[b] + weights[pos]):
+                loads[b] += weights[pos]
+                extend(pos + 1)
+                loads[b] -= weights[pos]
+        if fits(weights[pos]):
+            loads.append(weights[pos])
+            extend(pos + 1)
+            loads.pop()
+
+    extend(0)
+    return best

@@ -37,9 +37,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str, expected_code: int = 0) -> dict[str, Any]:
     code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
+    assert code == expected_code, err
     assert out.count("\n") == 1  # one JSON object, one line
     result: dict[str, Any] = json.loads(out)
     return result
@@ -593,9 +593,11 @@ def test_sweep_table(capsys: pytest.CaptureFixture[str]) -> None:
     lines = out.splitlines()
     assert lines[1].startswith("step: balanced")
     assert lines[2].split()[:3] == ["max_token_len", "count/rank", "total"]
-    rows = [line.split() for line in lines[3:]]
+    rows = [line.split() for line in lines[3:6]]
     assert [row[0] for row in rows] == ["8192", "16384", "32768"]
     assert all(row[-1] == "ms" for row in rows)
+    # The bundled draw's longest sample: below it no cap can be planned (issue 21).
+    assert lines[6].startswith("smallest max_token_len that can be planned at all: 6704 ")
 
 
 def test_sweep_default_caps_and_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -619,9 +621,20 @@ def test_sweep_marks_infeasible_caps_and_goes_on(
     result = run_json(capsys, *base, "--max-token-len", "1000,100,200")
     assert [sorted(r) == ["cap", "error", "max_token_len"] for r in result["rows"]] == [True, True, False]
     assert result["rows"][2]["total_micro_batches"] == 2
+    # Every cap fails: the table is still printed (issue 21), and the exit code says so.
     code, out, err = run(capsys, *base, "--max-token-len", "100,200")
-    assert_one_line_error(code, out, err, 1)
-    assert "2 of the 4 drawn samples exceed max_token_len=100" in err
+    assert code == 1
+    assert err == (
+        "seqlen-balancing: error: no cap of the sweep can be planned (smallest that can: "
+        "max_token_len 500)\n"
+    )
+    rows = [line.split() for line in out.splitlines()[3:5]]
+    assert rows == [["100", "infeasible", *["-"] * 7], ["200", "infeasible", *["-"] * 7]]
+    assert "smallest max_token_len that can be planned at all: 500 " in out
+    assert "max_token_len 100: 2 of the 4 drawn samples exceed max_token_len=100" in out
+    result = run_json(capsys, *base, "--max-token-len", "100,200", expected_code=1)
+    assert result["smallest_max_token_len"] == 500
+    assert [sorted(r) for r in result["rows"]] == [["cap", "error", "max_token_len"]] * 2
     result = run_json(capsys, *base, "--max-token-len", "1000,100,200", "--truncate")
     assert [r["truncated"] for r in result["rows"]] == [2, 1, 0]
     assert [r["largest_micro_batch"] <= r["max_token_len"] for r in result["rows"]] == [True] * 3

@@ -395,3 +395,32 @@ def test_progress_bar_on_request(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert code == 0, err
     assert json.loads(out)["n_lengths"] == 3000  # stdout stays pure JSON
     assert "3000/3000" in err and "rows/s" in err
+
+
+@pytest.mark.extras
+def test_tokenizer_json_takes_the_chat_template_beside_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21: ``--tokenizer DIR/tokenizer.json`` finds the chat template in the
+    ``tokenizer_config.json`` beside it (the same counts as ``--tokenizer DIR``), or says to
+    pass the directory when there is none."""
+    directory = build_tokenizer(tmp_path / "tok")
+    conversations = [conversation(i) for i in range(8)]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"m": c}) + "\n" for c in conversations), encoding="utf-8")
+    counts = []
+    for where in (directory, directory / "tokenizer.json"):
+        saved = tmp_path / "n.txt"
+        code, _, err = run(
+            capsys, "plan", "--lengths", str(path), "--tokenizer", str(where), "--messages-field", "m",
+            "--dp-size", "1", "--save-lengths", str(saved),
+        )  # fmt: skip
+        assert code == 0, err
+        counts.append([int(x) for x in saved.read_text().split()])
+    assert counts[0] == counts[1] and len(set(counts[0])) > 2
+    plain = build_tokenizer(tmp_path / "plain", chat_template=False)
+    err = one_line_error(
+        *run(capsys, "plan", "--lengths", str(path), "--tokenizer", str(plain / "tokenizer.json"),
+             "--messages-field", "m", "--dp-size", "1")
+    )  # fmt: skip
+    assert "has no chat template beside it" in err and "pass the model directory" in err

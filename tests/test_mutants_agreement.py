@@ -24,34 +24,39 @@ def model_vector(
     static: int | None = None,
     largest: int = 0,
 ) -> list[int]:
-    """The 20 slots as agreement.py's docstring lays them out, written out by hand:
+    """The 26 slots as agreement.py's docstring lays them out, written out by hand:
     ``dynamic`` is (needed count, groups, num_batches_divided_by); ``largest`` the longest
-    sample or group (slot 19, capped at 2**62)."""
+    sample or group (slot 25, capped at 2**62)."""
     tag = MASK - rank
-    v = [0] * 20
-    v[19] = min(largest, 2**62)
+    v = [0] * 26
+    v[25] = min(largest, 2**62)
     if error is not None:
         code, values = error
         key = 1 << 24 | tag << 4 | int(code)
         v[0] = key
-        padded = list(values) + [0] * (5 - len(values))
+        padded = list(values) + [0] * (8 - len(values))
         for j, value in enumerate(padded):
             value = value if 0 <= value < TOP else TOP
             v[1 + 2 * j] = key * 2**HALF + value // 2**HALF
             v[2 + 2 * j] = key * 2**HALF + value % 2**HALF
-        v[12] = v[14] = v[16] = v[18] = NONE
+        v[18] = v[20] = v[22] = v[24] = NONE
     elif static is not None:
-        v[15], v[16] = 2 * 2**20 + tag, -2 * 2**20 + tag
-        v[17], v[18] = static * 2**20 + tag, -static * 2**20 + tag
-        v[12] = v[14] = NONE
+        v[21], v[22] = 2 * 2**20 + tag, -2 * 2**20 + tag
+        v[23], v[24] = static * 2**20 + tag, -static * 2**20 + tag
+        v[18] = v[20] = NONE
     else:
         assert dynamic is not None
         needed, groups, divisor = dynamic
-        v[11], v[12] = needed * 2**20 + tag, -groups * 2**20 + tag
-        v[13], v[14] = divisor, -divisor
-        v[15], v[16] = 1 * 2**20 + tag, -1 * 2**20 + tag
-        v[18] = NONE
+        v[17], v[18] = needed * 2**20 + tag, -groups * 2**20 + tag
+        v[19], v[20] = divisor, -divisor
+        v[21], v[22] = 1 * 2**20 + tag, -1 * 2**20 + tag
+        v[24] = NONE
     return v
+
+
+def full(*values: int) -> tuple[int, ...]:
+    """Error values as decode returns them: all N_ERROR_VALUES slots, zeros after the given."""
+    return values + (0,) * (N_ERROR_VALUES - len(values))
 
 
 def error_analysis(code: ErrorCode, values: tuple[int, ...]) -> RankAnalysis:
@@ -59,7 +64,7 @@ def error_analysis(code: ErrorCode, values: tuple[int, ...]) -> RankAnalysis:
 
 
 def test_rank_range_is_inclusive_of_the_last_rank() -> None:
-    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE == 20
+    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE == 26
     for rank in (MASK + 1, -1):
         with pytest.raises(ValueError, match=f"DP rank must be in 0..{MASK}, got {rank}"):
             encode(analyse([1], 4), rank)
@@ -76,9 +81,9 @@ def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
     assert encode(grouped, rank) == model_vector(rank, dynamic=(1, 2, 1), largest=10)
     over = analyse([3, 40, 9], 20)  # the longest sample (40) travels with the error
     assert over.error is not None
-    assert encode(over, rank)[19] == 40
+    assert encode(over, rank)[25] == 40
     huge = analyse([2**63], 2**64)
-    assert encode(huge, rank)[19] == 2**62
+    assert encode(huge, rank)[25] == 2**62
     values = (1 << 40, (1 << 38) - 1, 3, TOP - 1, 1 << 80)
     assert encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, values), rank) == model_vector(
         rank, error=(ErrorCode.SAMPLE_OVER_CAP, values)
@@ -100,7 +105,7 @@ def test_error_key_layout(rank: int, code: ErrorCode) -> None:
     for global_rank, last in ((None, 0), (lambda r: 3 * r + 7, 3 * 4 + 7 + 1)):
         count, error, at_fault = decode(vector, global_rank)
         assert (count, at_fault) == (0, rank)
-        want = (1, 2, 3, 4, last if code is ErrorCode.COUNT_ABOVE_GROUPS else 5)
+        want = full(1, 2, 3, 4, last if code is ErrorCode.COUNT_ABOVE_GROUPS else 5)
         assert error is not None and error.code is code and error.values == want
         assert error.rank == rank
         assert error.global_rank == (None if global_rank is None else 3 * rank + 7)
@@ -125,7 +130,7 @@ def test_every_slot_is_int64_even_for_huge_values() -> None:
     _, error, rank = decode(vectors[5])
     assert rank == 3 and error is not None
     # (agreed count, groups, count before rounding, rank needing it, its global rank + 1)
-    assert error.values == ((1 << 42) + 1, 2, 1, 3, 0)
+    assert error.values == full((1 << 42) + 1, 2, 1, 3, 0)
 
 
 @pytest.mark.parametrize(
@@ -139,6 +144,7 @@ def test_every_slot_is_int64_even_for_huge_values() -> None:
     ],
 )
 def test_error_values_round_trip_whole(values: tuple[int, ...]) -> None:
+    values = (*values, 11, (1 << 40) + 1, 13)  # all N_ERROR_VALUES slots in use
     for code in (ErrorCode.SAMPLE_OVER_CAP, ErrorCode.BAD_ARGUMENT, ErrorCode.MIN_ABOVE_GROUPS):
         fine = encode(analyse([1, 2, 3], 8), 0)
         faulty = encode(error_analysis(code, values), 1)
@@ -147,7 +153,7 @@ def test_error_values_round_trip_whole(values: tuple[int, ...]) -> None:
         # rank's 3 where the faulty rank's own is smaller); the others travel whole.
         want = values
         if code is ErrorCode.SAMPLE_OVER_CAP:
-            want = (*values[:4], max(values[4], 3))
+            want = (*values[:4], max(values[4], 3), *values[5:])
         assert (count, rank) == (0, 1)
         assert error == PlanError(code, want, rank=1)
         assert error.values == want and len(error.values) == N_ERROR_VALUES
@@ -158,14 +164,14 @@ def test_error_values_round_trip_whole(values: tuple[int, ...]) -> None:
 def test_values_beyond_the_range_arrive_out_of_range_not_clipped() -> None:
     values = (TOP, TOP + 1, 1 << 100, TOP - 1, 0)
     _, error, _ = decode(encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, values), 0))
-    assert error is not None and error.values == (TOP, TOP, TOP, TOP - 1, 0)
+    assert error is not None and error.values == full(TOP, TOP, TOP, TOP - 1, 0)
     assert "sample out of range has out of range tokens" in error.message()
     assert "to at least 0 (the longest sample" in error.message() and str(TOP - 1) in error.message()
 
 
 def test_short_error_values_are_padded_with_zeros_not_clipped_up() -> None:
     _, error, _ = decode(encode(error_analysis(ErrorCode.NOT_DIVISIBLE, (7, 2)), 0))
-    assert error is not None and error.values == (7, 2, 0, 0, 0)
+    assert error is not None and error.values == full(7, 2)
     local = PlanError(ErrorCode.NOT_DIVISIBLE, (7, 2)).message()
     assert error.message() == "rank 0 of the DP group: " + local
 
@@ -175,7 +181,7 @@ def test_negative_error_values_travel_as_out_of_range() -> None:
     vector = encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (4, -1, 4, 1, 4)), 2)
     assert vector == model_vector(2, error=(ErrorCode.SAMPLE_OVER_CAP, (4, TOP, 4, 1, 4)))
     _, error, rank = decode(vector)
-    assert rank == 2 and error is not None and error.values == (4, TOP, 4, 1, 4)
+    assert rank == 2 and error is not None and error.values == full(4, TOP, 4, 1, 4)
     assert "sample out of range has 4 tokens" in error.message()
 
 
@@ -188,12 +194,12 @@ def test_lowest_failing_rank_wins_and_its_values_come_whole() -> None:
     ]
     count, error, rank = decode(combine(vectors))
     assert (count, rank) == (0, 1)
-    assert error == PlanError(ErrorCode.SAMPLE_OVER_CAP, (9, 1, 4, 1, 9), rank=1)
+    assert error == PlanError(ErrorCode.SAMPLE_OVER_CAP, full(9, 1, 4, 1, 9), rank=1)
     # Without rank 1, rank 2's huge values arrive whole (not mixed with rank 3's).
     count, error, rank = decode(combine([vectors[0], vectors[3], vectors[2]]), lambda r: 10 + r)
     assert (count, rank) == (0, 2)
     assert error == PlanError(
-        ErrorCode.SAMPLE_OVER_CAP, (1 << 45, 1 << 40, 4, 2, (1 << 62) + 1), rank=2, global_rank=12
+        ErrorCode.SAMPLE_OVER_CAP, full(1 << 45, 1 << 40, 4, 2, (1 << 62) + 1), rank=2, global_rank=12
     )
 
 

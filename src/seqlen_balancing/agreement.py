@@ -8,22 +8,22 @@ the same reduced vector and so reaches the same verdict:
 
 * slot 0, the error key: 0 without an error, else ``1 << 24 | (2**20-1-rank) << 4 | code``,
   so MAX picks an error over none and, among errors, the lowest rank at fault;
-* slots 1-10, the error's integers, each split in a high and a low part (38 bits each)
+* slots 1-16, the error's 8 integers, each split in a high and a low part (38 bits each)
   stored as ``error key << 38 | part``: the key in the high bits makes MAX take every part
   from the rank whose error won, and the split carries values up to ``2**76 - 1`` whole
   (:data:`~seqlen_balancing.errors.MAX_ERROR_VALUE`; larger ones arrive as "out of range");
-* slot 11, ``count << 20 | (2**20-1-rank)``: the largest needed count and the lowest rank
+* slot 17, ``count << 20 | (2**20-1-rank)``: the largest needed count and the lowest rank
   needing it;
-* slot 12, ``-groups << 20 | (2**20-1-rank)``: the fewest samples/groups and its rank;
-* slots 13 and 14, ``num_batches_divided_by`` and its negation: ranks that disagree on it
+* slot 18, ``-groups << 20 | (2**20-1-rank)``: the fewest samples/groups and its rank;
+* slots 19 and 20, ``num_batches_divided_by`` and its negation: ranks that disagree on it
   would round to different counts, so a mismatch is an error on every rank;
-* slots 15 and 16, the mode (1 dynamic, 2 static) as ``mode << 20 | tag`` and
+* slots 21 and 22, the mode (1 dynamic, 2 static) as ``mode << 20 | tag`` and
   ``-mode << 20 | tag``: a group mixing both modes is an error on every rank, naming one
   rank of each;
-* slots 17 and 18, the static count as ``count << 20 | tag`` and ``-count << 20 | tag``:
+* slots 23 and 24, the static count as ``count << 20 | tag`` and ``-count << 20 | tag``:
   static ranks whose counts differ are an error on every rank, naming the largest and the
   smallest;
-* slot 19, the longest sample or forced group (tokens) the rank holds, capped at
+* slot 25, the costliest sample or forced group (tokens of cost) the rank holds, capped at
   ``2**62``, error or not: an over-cap error's advice ("raise max_token_len to at least
   X") then names the longest in the whole DP group, so following it cannot fail again on
   another rank.
@@ -59,9 +59,10 @@ _NO_GROUPS = -(1 << 62)  # a "negated" slot of a rank that has nothing to say: n
 #: Largest num_batches_divided_by (and static count) the vector carries; a larger divisor
 #: makes the count exceed any batch, which the rank reports as its own error.
 _DIVISOR_LIMIT = 1 << 42
-_COUNT, _GROUPS, _DIVISOR, _NEG_DIVISOR = 11, 12, 13, 14
-_MODE, _NEG_MODE, _STATIC, _NEG_STATIC = 15, 16, 17, 18
-_LARGEST = 19
+# The fixed slots follow the error's 2 * N_ERROR_VALUES parts (slots 1..2N).
+_COUNT, _GROUPS, _DIVISOR, _NEG_DIVISOR = (2 * N_ERROR_VALUES + k for k in (1, 2, 3, 4))
+_MODE, _NEG_MODE, _STATIC, _NEG_STATIC = (2 * N_ERROR_VALUES + k for k in (5, 6, 7, 8))
+_LARGEST = 2 * N_ERROR_VALUES + 9
 _LARGEST_LIMIT = 1 << 62
 _DYNAMIC_MODE, _STATIC_MODE = 1, 2
 _OVER_CAP = (ErrorCode.SAMPLE_OVER_CAP, ErrorCode.GROUP_OVER_CAP)
@@ -170,9 +171,9 @@ def decode(
             for j in range(N_ERROR_VALUES)
         )
         if code is ErrorCode.COUNT_ABOVE_GROUPS:  # made by encode: names its own rank
-            values = (*values[:4], plus_one(values[3]))
+            values = (*values[:4], plus_one(values[3]), *values[5:])
         elif code in _OVER_CAP:  # the advice must suit every rank: the group's longest
-            values = (*values[:4], max(values[4], reduced[_LARGEST]))
+            values = (*values[:4], max(values[4], reduced[_LARGEST]), *values[5:])
         return at_fault(PlanError(code, values), rank)
     mode, rank_most = _split(reduced[_MODE])
     neg_mode, rank_least = _split(reduced[_NEG_MODE])
@@ -209,6 +210,9 @@ def plan_data_parallel(
     min_num_micro_batch: int | None = None,
     force_group_size: int = 1,
     use_dynamic_bsz_balance: bool = True,
+    pad_to_multiple_of: int = 1,
+    micro_batch_multiple_of: int = 1,
+    costs: Sequence[Sequence[int]] | None = None,
 ) -> list[list[list[int]]]:
     """Plan every DP rank's micro-batches in one process, with the real agreement rule.
 
@@ -225,9 +229,16 @@ def plan_data_parallel(
         min_num_micro_batch: at least this many micro-batches per rank.
         force_group_size: consecutive samples that must share a micro-batch.
         use_dynamic_bsz_balance: verl's ordering (lightest micro-batches at both ends).
+        pad_to_multiple_of: per-sequence alignment in tokens: a sample costs its length
+            rounded up to this (see :mod:`seqlen_balancing.cost`).
+        micro_batch_multiple_of: a micro-batch's summed cost is rounded up to this before
+            it meets the cap (usable cap ``max_token_len // it * it``).
+        costs: for each rank, one cost in tokens per sample (same shape as
+            ``seq_lens_per_rank``) instead of the aligned lengths, or ``None``.
 
     Returns:
-        For each rank, its micro-batches as lists of that rank's sample indices.
+        For each rank, its micro-batches as lists of that rank's sample indices; every
+        micro-batch's cost is at most ``max_token_len``.
 
     Raises:
         TypeError, ValueError: as on a real DP group: the message names the rank at fault
@@ -242,8 +253,18 @@ def plan_data_parallel(
         "force_group_size": force_group_size,
         "min_num_micro_batch": min_num_micro_batch,
         "num_batches_divided_by": num_batches_divided_by,
+        "pad_to_multiple_of": pad_to_multiple_of,
+        "micro_batch_multiple_of": micro_batch_multiple_of,
     }
-    analyses = [analyse(lens, max_token_len, **kwargs) for lens in seq_lens_per_rank]
+    if costs is not None and len(costs) != len(seq_lens_per_rank):
+        raise ValueError(
+            f"costs has {len(costs)} lists but seq_lens_per_rank has {len(seq_lens_per_rank)} "
+            "ranks; give one list of costs per DP rank"
+        )
+    analyses = [
+        analyse(lens, max_token_len, costs=None if costs is None else costs[rank], **kwargs)
+        for rank, lens in enumerate(seq_lens_per_rank)
+    ]
     if not analyses:
         raise ValueError("seq_lens_per_rank is empty; pass one list of lengths per DP rank")
     if same_micro_num_in_dp:

@@ -476,6 +476,10 @@ def rearrange_micro_batches(
     min_num_micro_batch: int | None = None,
     use_dynamic_bsz_balance: bool = True,
     force_group_size: int = 1,
+    *,
+    pad_to_multiple_of: int = 1,
+    micro_batch_multiple_of: int = 1,
+    costs: Sequence[int] | torch.Tensor | None = None,
 ) -> tuple[list[TensorDict], list[list[int]]]:
     """Cut a batch into micro-batches of at most ``max_token_len`` effective tokens.
 
@@ -502,6 +506,17 @@ def rearrange_micro_batches(
             ends of the list and the heaviest in the middle.
         force_group_size: consecutive samples ``[g*size, (g+1)*size)`` stay in one
             micro-batch.
+        pad_to_multiple_of: keyword-only. Each sample costs its effective length rounded up
+            to a multiple of this (Megatron's packed THD alignment: 16 for ``tp=4, cp=2``, see
+            :func:`~seqlen_balancing.cost.megatron_alignment`). Default 1: verl's rule.
+        micro_batch_multiple_of: keyword-only. A micro-batch's summed cost is rounded up to a
+            multiple of this before it meets the cap (verl's ``pad_to_length_bucket``, FP8's
+            total alignment); a cap that is not a multiple is usable as
+            ``max_token_len // micro_batch_multiple_of * micro_batch_multiple_of``. Default 1.
+        costs: keyword-only. One non-negative cost in tokens per sample (a list or a 1-D
+            tensor, read once to the host), replacing the aligned lengths: e.g. image plus
+            text tokens, or a memory estimate. Default ``None``. Balance stays on the
+            effective lengths.
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: the micro-batches (TensorDicts) and, for each,
@@ -542,6 +557,7 @@ def rearrange_micro_batches(
         min_num_micro_batch,
         use_dynamic_bsz_balance,
         force_group_size,
+        cost=(pad_to_multiple_of, micro_batch_multiple_of, costs),
     )
 
 
@@ -610,11 +626,14 @@ def _rearrange(
     use_dynamic_bsz_balance: Any,
     force_group_size: Any,
     pre_error: PlanError | None = None,
+    cost: tuple[Any, Any, Any] = (1, 1, None),
 ) -> tuple[list[TensorDict], list[list[int]]]:
     """Plan (agreeing with the DP group when asked), then cut.
 
     ``pre_error`` is a problem the caller found before planning (a bad setting, a bad
     DataProto); like every other error it goes through the agreement before anyone raises.
+    ``cost`` is ``(pad_to_multiple_of, micro_batch_multiple_of, costs)``, checked by
+    :func:`~seqlen_balancing.planner.analyse` (a bad one is agreed on too).
     """
     sync = _begin(dp_group, same_micro_num_in_dp)
     cause: BaseException | None = None
@@ -644,6 +663,9 @@ def _rearrange(
             force_group_size=force_group_size,
             min_num_micro_batch=min_num_micro_batch,
             num_batches_divided_by=num_batches_divided_by,
+            pad_to_multiple_of=cost[0],
+            micro_batch_multiple_of=cost[1],
+            costs=cost[2],
         )
     else:
         analysis = RankAnalysis(error)
@@ -902,12 +924,18 @@ def prepare_dynamic_batch(
     same_micro_num_in_dp: bool = True,
     min_num_micro_batch: int | None = None,
     use_dynamic_bsz_balance: bool = True,
+    *,
+    pad_to_multiple_of: int = 1,
+    micro_batch_multiple_of: int = 1,
+    costs: Sequence[int] | torch.Tensor | None = None,
 ) -> tuple[list[T], list[list[int]]]:
     """:func:`rearrange_micro_batches` for a DataProto-like object (verl's DataProto).
 
     ``data`` needs ``.batch`` (TensorDict), ``.non_tensor_batch`` (dict of NumPy arrays,
     first axis = samples), ``.meta_info`` (dict) and a classmethod
     ``from_dict(tensors, non_tensors, meta_info=...)``. verl is not imported.
+    ``pad_to_multiple_of``, ``micro_batch_multiple_of`` and ``costs`` (keyword-only) are
+    as in :func:`rearrange_micro_batches`: the cap holds on what the GPU holds.
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: objects of ``type(data)`` whose tensors and
@@ -949,6 +977,7 @@ def prepare_dynamic_batch(
         use_dynamic_bsz_balance,
         1,
         problem,
+        cost=(pad_to_multiple_of, micro_batch_multiple_of, costs),
     )
     out: list[T] = []
     for micro_batch, indices in zip(batches, plan, strict=True):
@@ -1010,6 +1039,22 @@ def _settings(data: TensorDict) -> tuple[PlanError | None, bool, int | None, int
     return group_error or size_error, False, size, force_group_size
 
 
+def _cost_settings(data: TensorDict, given: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+    """``(pad_to_multiple_of, micro_batch_multiple_of, costs)``: each argument given (not
+    ``None``), else the batch's setting of that name (plain entry or NonTensorData), else
+    verl's default (1, 1, no costs). Checked later, by the planner, like every setting."""
+    pad, bucket, costs = given
+    if pad is None:
+        pad = _setting(data, "pad_to_multiple_of", 1)
+    if bucket is None:
+        bucket = _setting(data, "micro_batch_multiple_of", 1)
+    if costs is None and "costs" in data.keys():
+        costs = data.get("costs")  # per sample: never turned into a scalar
+        if isinstance(costs, NonTensorData):
+            costs = costs.data
+    return pad, bucket, costs
+
+
 def prepare_micro_batches(
     data: TensorDict,
     dp_group: Any = None,
@@ -1017,13 +1062,20 @@ def prepare_micro_batches(
     same_micro_num_in_dp: bool = True,
     min_num_micro_batch: int | None = None,
     use_dynamic_bsz_balance: bool = True,
+    *,
+    pad_to_multiple_of: int | None = None,
+    micro_batch_multiple_of: int | None = None,
+    costs: Sequence[int] | torch.Tensor | None = None,
 ) -> tuple[list[TensorDict], list[list[int]] | None]:
     """verl's ``prepare_micro_batches``: settings are read from the TensorDict itself.
 
     Settings (plain entries or ``NonTensorData``): ``use_dynamic_bsz`` (default True),
     ``sp_size`` (default 1), ``force_group_size`` (default 1), ``max_token_len_per_gpu``
     (required when dynamic; the cap is ``max_token_len_per_gpu * sp_size`` tokens) and
-    ``micro_batch_size_per_gpu`` (required when not dynamic).
+    ``micro_batch_size_per_gpu`` (required when not dynamic). The cap on what the GPU holds
+    (dynamic path, see :func:`rearrange_micro_batches`): ``pad_to_multiple_of`` and
+    ``micro_batch_multiple_of`` (default 1 each) and a per-sample ``costs`` entry (default:
+    none), each used when the keyword argument of that name is ``None``.
 
     Dynamic: :func:`rearrange_micro_batches` with that cap. Static: consecutive chunks of
     ``micro_batch_size_per_gpu * force_group_size`` samples; the batch size must be a
@@ -1043,6 +1095,13 @@ def prepare_micro_batches(
         same_micro_num_in_dp: agree with the group (needs ``dp_group``).
         min_num_micro_batch: dynamic path: at least this many micro-batches.
         use_dynamic_bsz_balance: dynamic path: verl's workload order.
+        pad_to_multiple_of: keyword-only, dynamic path: per-sequence alignment in tokens
+            (as in :func:`rearrange_micro_batches`). ``None``: the batch's
+            ``pad_to_multiple_of`` setting, else 1.
+        micro_batch_multiple_of: keyword-only, dynamic path: per-micro-batch rounding in
+            tokens. ``None``: the batch's ``micro_batch_multiple_of`` setting, else 1.
+        costs: keyword-only, dynamic path: one cost in tokens per sample. ``None``: the
+            batch's ``costs`` entry (a per-sample tensor, cut with the batch), else none.
 
     Returns:
         ``(micro_batches, indices)``; ``indices`` is ``None`` on the static path.
@@ -1073,6 +1132,13 @@ def prepare_micro_batches(
             cause = exc
             error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
     if dynamic:
+        cost = (pad_to_multiple_of, micro_batch_multiple_of, costs)
+        if error is None:
+            try:
+                cost = _cost_settings(data, cost)
+            except _READ_ERRORS as exc:
+                cause = exc
+                error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
         return _rearrange(
             data if error is None else None,
             value,
@@ -1083,6 +1149,7 @@ def prepare_micro_batches(
             use_dynamic_bsz_balance,
             force_group_size,
             error,
+            cost=cost,
         )
     # The static path: chunks of micro_batch_size_per_gpu * force_group_size samples.
     error = (

@@ -23,12 +23,13 @@ __all__ = [
     "Argument",
     "BatchProblem",
     "ErrorCode",
+    "LengthSource",
     "PlanError",
     "key_values",
 ]
 
 #: Number of integers a :class:`PlanError` carries (the width of its slot in the agreement).
-N_ERROR_VALUES = 5
+N_ERROR_VALUES = 8
 
 #: Largest integer an error value may hold (76 bits: two 38-bit halves in the agreement).
 MAX_ERROR_VALUE = (1 << 76) - 1
@@ -40,13 +41,20 @@ OUT_OF_RANGE = MAX_ERROR_VALUE
 class ErrorCode(IntEnum):
     """Why a rank cannot plan. The numeric values are part of the agreement encoding."""
 
-    BAD_ARGUMENT = 1  # (argument, 0 = wrong type / 1 = below 1 / 2 = missing, -value)
+    # (argument, 0 = wrong type / 1 = below 1 / 2 = missing, -value), or
+    # (MICRO_BATCH_MULTIPLE_OF, 3 = above the cap, bucket, cap)
+    BAD_ARGUMENT = 1
     BAD_BATCH = 2  # (BatchProblem, a, b)
-    BAD_LENGTH = 3  # (index, 0 = not an integer / 1 = negative, -value)
+    # (index, 0 = not an integer / 1 = negative, -value, LengthSource), or
+    # (number of costs, 2 = not one per sample, samples, LengthSource.COSTS)
+    BAD_LENGTH = 3
     EMPTY_BATCH = 4  # ()
     NOT_DIVISIBLE = 5  # (batch size, force_group_size)
-    SAMPLE_OVER_CAP = 6  # (length, index, cap, count over cap, largest length in the DP group)
-    GROUP_OVER_CAP = 7  # (group tokens, first sample index, cap, groups over cap, largest in group)
+    # (tokens, index, cap, count over cap, largest cost in the DP group, cost,
+    #  micro_batch_multiple_of (0/1: none), how the cost is made: 0 = the tokens,
+    #  1 = caller-given costs, p >= 2 = tokens aligned to p); 5 values: the cost is the tokens
+    SAMPLE_OVER_CAP = 6
+    GROUP_OVER_CAP = 7  # as SAMPLE_OVER_CAP, for the group starting at sample ``index``
     MIN_ABOVE_GROUPS = 8  # (min_num_micro_batch, groups)
     COUNT_ABOVE_GROUPS = 9  # (agreed count, groups, count before rounding, rank needing it)
     DIVISOR_MISMATCH = 10  # (smallest num_batches_divided_by, largest)
@@ -70,6 +78,15 @@ class Argument(IntEnum):
     MICRO_BATCH_SIZE_PER_GPU = 8
     SAME_MICRO_NUM_IN_DP = 9
     USE_DYNAMIC_BSZ_BALANCE = 10
+    PAD_TO_MULTIPLE_OF = 11
+    MICRO_BATCH_MULTIPLE_OF = 12
+
+
+class LengthSource(IntEnum):
+    """Which per-sample list a BAD_LENGTH error is about."""
+
+    SEQ_LENS = 0  # the effective lengths
+    COSTS = 1  # the caller's costs
 
 
 #: Arguments that are switches: a bool (or 0/1), not a positive integer.
@@ -139,6 +156,12 @@ def _bad_argument(v: tuple[int, ...]) -> str:
     name = argument.name.lower()
     if argument in _SWITCHES:
         return f"{name} must be a bool (or 0/1), got a value that is not"
+    if v[1] == 3:
+        return (
+            f"micro_batch_multiple_of={_n(v[2])} is larger than max_token_len={_n(v[3])}: every "
+            "micro-batch is rounded up to at least one bucket, so none fits; raise "
+            f"max_token_len to at least {_n(v[2])} or lower micro_batch_multiple_of"
+        )
     if v[1] == 2:
         return (
             f"the batch has no {name!r} setting; store it in the TensorDict (verl's "
@@ -202,20 +225,53 @@ def _bad_batch(v: tuple[int, ...]) -> str:
 
 
 def _bad_length(v: tuple[int, ...]) -> str:
+    name, what = ("costs", "costs") if v[3] == LengthSource.COSTS else ("seq_lens", "lengths")
+    if v[1] == 2:
+        return (
+            f"costs has {_n(v[0])} entries but the batch has {_n(v[2])} samples; give one cost "
+            "per sample"
+        )
     if v[1] == 0:
-        return f"seq_lens[{_n(v[0])}] is not an integer; lengths are whole numbers of tokens"
+        return f"{name}[{_n(v[0])}] is not an integer; {what} are whole numbers of tokens"
     if v[2] == OUT_OF_RANGE:
-        return f"seq_lens[{_n(v[0])}] is negative and out of range; lengths must be >= 0 tokens"
-    return f"seq_lens[{_n(v[0])}] is {-v[2]}; lengths must be >= 0 tokens"
+        return f"{name}[{_n(v[0])}] is negative and out of range; {what} must be >= 0 tokens"
+    return f"{name}[{_n(v[0])}] is {-v[2]}; {what} must be >= 0 tokens"
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return value if value == OUT_OF_RANGE or multiple <= 1 else -(-value // multiple) * multiple
 
 
 def _over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
-    length, index, cap, count, largest = (_n(x) for x in v[:5])
+    length, index, cap, count = (_n(x) for x in v[:4])
+    largest_cost, cost, bucket, kind = v[4], v[5], max(v[6], 1), v[7]
+    over = f"{count} {unit}{'s' if count != '1' else ''} over the cap in this batch"
+    longest = f"the longest {unit} of the call, on every DP rank of the group when they agree"
+    if kind == 0 and bucket == 1:  # the cost is the effective length: the plain words
+        return (
+            f"{what} {index} has {length} tokens, which exceeds max_token_len={cap} ({over}); "
+            f"raise max_token_len to at least {_n(largest_cost)} ({longest}) or truncate the "
+            "sequences"
+        )
+    if kind == 0:
+        costs, lower = "", "lower micro_batch_multiple_of"
+    elif kind == 1:
+        costs, lower = f" and costs {_n(cost)} tokens (the costs given)", "lower the costs"
+    else:
+        costs = f" and costs {_n(cost)} tokens aligned to a multiple of pad_to_multiple_of={kind}"
+        lower = "lower the alignment"
+    usable = ""
+    if bucket > 1:
+        usable_cap = _n(v[2] // bucket * bucket) if v[2] != OUT_OF_RANGE else "out of range"
+        usable = (
+            f", usable as {usable_cap} tokens since each micro-batch is rounded up to a multiple "
+            f"of micro_batch_multiple_of={bucket}"
+        )
+    needed = _n(_round_up(largest_cost, bucket))
     return (
-        f"{what} {index} has {length} tokens, which exceeds max_token_len={cap} "
-        f"({count} {unit}{'s' if count != '1' else ''} over the cap in this batch); raise "
-        f"max_token_len to at least {largest} (the longest {unit} of the call, on every DP "
-        "rank of the group when they agree) or truncate the sequences"
+        f"{what} {index} has {length} tokens{costs}, which exceeds max_token_len={cap}{usable} "
+        f"({over}); raise max_token_len to at least {needed} ({longest}, in aligned tokens), "
+        f"{lower} or truncate the sequences"
     )
 
 

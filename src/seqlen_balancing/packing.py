@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from math import gcd, inf
 
 from seqlen_balancing._checks import as_list, non_negative_ints, positive_int
+from seqlen_balancing.cost import micro_batch_capacity, sample_costs
 
 __all__ = [
     "BOUND_NAMES",
@@ -459,7 +460,14 @@ def _best_lower_bound(
     return best, name
 
 
-def lower_bound(sizes: Sequence[int], cap: int) -> int:
+def lower_bound(
+    sizes: Sequence[int],
+    cap: int,
+    *,
+    pad_to_multiple_of: int = 1,
+    micro_batch_multiple_of: int = 1,
+    costs: Sequence[int] | None = None,
+) -> int:
     """Lower bound on the number of bins of capacity ``cap``: the best of L2, the
     cardinality bound, the large-item matching bound, the Martello-Toth reduction and the
     Fekete-Schepers dual feasible functions (see :func:`best_lower_bound` for each).
@@ -467,16 +475,28 @@ def lower_bound(sizes: Sequence[int], cap: int) -> int:
     Every packing of ``sizes`` into bins of ``cap`` tokens uses at least this many bins, so
     a packing with this many is optimal. Never below :func:`l2_lower_bound`.
 
+    With the costs of :mod:`seqlen_balancing.cost`, the bound is on micro-batches whose
+    cost is at most ``cap``: item ``i`` weighs ``costs[i]`` when given, else ``sizes[i]``
+    rounded up to ``pad_to_multiple_of``, and a bin's total rounded up to
+    ``micro_batch_multiple_of`` must stay within ``cap``, that is its plain total within
+    ``cap // micro_batch_multiple_of * micro_batch_multiple_of``. The defaults give the
+    plain bound.
+
     Args:
         sizes: item sizes in tokens, each in ``0..cap``.
         cap: bin capacity in tokens (>= 1).
+        pad_to_multiple_of: per-item alignment in tokens (>= 1).
+        micro_batch_multiple_of: per-bin rounding in tokens (>= 1).
+        costs: one non-negative cost per item, replacing the aligned sizes, or ``None``.
 
     Returns:
         The bound (0 for an empty list or all-zero sizes).
 
     Raises:
-        TypeError: a size or ``cap`` is not an integer.
-        ValueError: a negative size, a size above ``cap``, or ``cap < 1``.
+        TypeError: a size, a cost, ``cap`` or a multiple is not an integer.
+        ValueError: a negative size or cost, ``costs`` not one per item, a multiple below
+            1, ``cap < 1``, or an item whose cost exceeds the usable cap (the message gives
+            its size, its cost and that cap).
 
     Complexity: as :func:`best_lower_bound`: O(n log n) for a bounded family of bounds,
     plus the reduction's O(n) list removals.
@@ -492,8 +512,24 @@ def lower_bound(sizes: Sequence[int], cap: int) -> int:
         2
         >>> lower_bound([66, 46, 37, 25, 18], 100)   # 66 takes one more item, 46 too
         3
+        >>> lower_bound([250] * 65, 16384), lower_bound([250] * 65, 16384, pad_to_multiple_of=32)
+        (1, 2)
     """
-    return best_lower_bound(sizes, cap)[0]
+    if pad_to_multiple_of == 1 and micro_batch_multiple_of == 1 and costs is None:
+        return best_lower_bound(sizes, cap)[0]
+    weights = sample_costs(sizes, pad_to_multiple_of=pad_to_multiple_of, costs=costs)
+    given = positive_int(cap, "cap")
+    usable = micro_batch_capacity(given, positive_int(micro_batch_multiple_of, "micro_batch_multiple_of"))
+    over = [i for i, w in enumerate(weights) if w > usable]
+    if over:
+        i = over[0]
+        size = sample_costs(sizes)[i]
+        raise ValueError(
+            f"item {i} has size {size} and cost {weights[i]}, larger than the usable capacity "
+            f"{usable} (cap {given} rounded down to a multiple of micro_batch_multiple_of="
+            f"{micro_batch_multiple_of})"
+        )
+    return best_lower_bound(weights, usable)[0] if usable else 0
 
 
 def best_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:

@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seqlen_balancing._checks import _integer_or_none, as_list, describe
-from seqlen_balancing.errors import Argument, ErrorCode, PlanError
+from seqlen_balancing.cost import aligned_length, micro_batch_capacity
+from seqlen_balancing.errors import Argument, ErrorCode, LengthSource, PlanError
 from seqlen_balancing.packing import (
     BOUND_NAMES,
     _best_lower_bound,
@@ -83,12 +84,19 @@ class RankAnalysis:
 
     Attributes:
         error: why this rank cannot plan, or ``None``.
-        max_token_len: the cap in tokens (0 when the cap itself is invalid).
+        max_token_len: the cap the plan holds every micro-batch's summed cost to, in tokens:
+            the ``max_token_len`` given, rounded down to a multiple of
+            ``micro_batch_multiple_of`` (see :func:`~seqlen_balancing.cost.micro_batch_capacity`;
+            0 when an argument is invalid). Equal to the cap given by default.
         force_group_size: samples per forced group (1: every sample is its own group).
         num_batches_divided_by: the count must be a multiple of this (1 when not given).
         n_samples: samples on this rank.
-        group_sizes: tokens per group, ``n_samples / force_group_size`` entries.
-        group_workloads: verl workload per group (sum over its samples).
+        group_sizes: cost per group in tokens (the sum of its samples' costs: effective
+            lengths by default, aligned lengths with ``pad_to_multiple_of``, or the
+            ``costs`` given), ``n_samples / force_group_size`` entries. The packing, the
+            bounds and the agreement all work on these.
+        group_workloads: verl workload per group (sum over its samples), on the effective
+            lengths whatever the costs: balance is about compute, the cap about memory.
         lower_bound: ``max(bin-packing bound, min_num_micro_batch, 1)`` micro-batches: no
             plan of this batch under the cap has fewer. The bin-packing bound is the best
             of :func:`~seqlen_balancing.packing.best_lower_bound`, evaluated only as far
@@ -100,9 +108,15 @@ class RankAnalysis:
             ``"min_num_micro_batch"`` when that argument is larger, or ``"one"`` for a
             batch of zero-length samples ("" on error).
         min_count: the smallest count this rank reached under the cap (0 on error).
-        largest: the longest forced group (a sample when ``force_group_size`` is 1) in
-            tokens, also on an over-cap error (0 when the lengths could not be read): what
-            the DP group's advice on the cap is built from.
+        largest: the costliest forced group (a sample when ``force_group_size`` is 1) in
+            tokens of cost (effective tokens by default), also on an over-cap error (0 when
+            the lengths could not be read): what the DP group's advice on the cap is built
+            from.
+        requested_max_token_len: the ``max_token_len`` given (0 when invalid).
+        pad_to_multiple_of: per-sequence alignment in tokens (1: none).
+        micro_batch_multiple_of: per-micro-batch rounding in tokens (1: none).
+        custom_costs: True when the caller gave ``costs``.
+        sample_costs: cost of each sample in tokens (empty on error).
     """
 
     error: PlanError | None
@@ -118,6 +132,11 @@ class RankAnalysis:
     largest: int = 0
     # Packing over groups with ``min_count`` bins (the fallback of build_plan).
     _packing: list[list[int]] = field(default_factory=list, repr=False)
+    requested_max_token_len: int = 0
+    pad_to_multiple_of: int = 1
+    micro_batch_multiple_of: int = 1
+    custom_costs: bool = False
+    sample_costs: list[int] = field(default_factory=list, repr=False)
 
     @property
     def n_groups(self) -> int:
@@ -145,38 +164,62 @@ def argument_error(value: Any, argument: Argument, optional: bool) -> tuple[Plan
     return None, as_int
 
 
-def _lengths(seq_lens: Sequence[Any]) -> tuple[PlanError | None, list[int]]:
+def _lengths(
+    seq_lens: Sequence[Any], source: LengthSource = LengthSource.SEQ_LENS
+) -> tuple[PlanError | None, list[int]]:
     out: list[int] = []
+    which = (source,) if source else ()  # seq_lens errors keep their three values
     try:
-        values = as_list(seq_lens, "seq_lens")
+        values = as_list(seq_lens, source.name.lower())
     except (TypeError, ValueError) as exc:
-        return PlanError(ErrorCode.BAD_LENGTH, (0, 0, 0), str(exc)), []
+        return PlanError(ErrorCode.BAD_LENGTH, (0, 0, 0, *which), str(exc)), []
     for index, value in enumerate(values):
         as_int = value if type(value) is int else _integer_or_none(value)
         if as_int is None:
-            return PlanError(ErrorCode.BAD_LENGTH, (index, 0, 0), describe(value)), []
+            return PlanError(ErrorCode.BAD_LENGTH, (index, 0, 0, *which), describe(value)), []
         if as_int < 0:
-            return PlanError(ErrorCode.BAD_LENGTH, (index, 1, -as_int)), []
+            return PlanError(ErrorCode.BAD_LENGTH, (index, 1, -as_int, *which)), []
         out.append(as_int)
     return None, out
 
 
-def _longest(lengths: list[int], group: int | None) -> int:
-    """The longest forced group in tokens (its samples summed; the longest sample when the
-    groups cannot be formed), 0 for no lengths."""
-    if not lengths:
+def _longest(sizes: list[int], group: int | None) -> int:
+    """The costliest forced group in tokens (its samples' costs summed; the costliest
+    sample when the groups cannot be formed), 0 for no samples."""
+    if not sizes:
         return 0
-    if group is None or group <= 1 or len(lengths) % group:
-        return max(lengths)
-    return max(sum(lengths[g : g + group]) for g in range(0, len(lengths), group))
+    if group is None or group <= 1 or len(sizes) % group:
+        return max(sizes)
+    return max(sum(sizes[g : g + group]) for g in range(0, len(sizes), group))
 
 
-def _over_cap(sizes: list[int], cap: int, code: ErrorCode, stride: int) -> PlanError | None:
-    over = [i for i, size in enumerate(sizes) if size > cap]
+def _sample_costs(
+    lengths: list[int], pad: int, costs: Any
+) -> tuple[PlanError | None, list[int]]:
+    """Each sample's cost (:func:`~seqlen_balancing.cost.sample_costs`), or the error to agree on."""
+    if costs is None:
+        return None, [aligned_length(n, pad) for n in lengths] if pad > 1 else lengths
+    error, given = _lengths(costs, LengthSource.COSTS)
+    if error is None and len(given) != len(lengths):
+        error = PlanError(ErrorCode.BAD_LENGTH, (len(given), 2, len(lengths), LengthSource.COSTS))
+    return error, given
+
+
+def _cost_over_cap(
+    result: RankAnalysis, lengths: list[int], costs: list[int], code: ErrorCode, stride: int
+) -> PlanError | None:
+    """The error for items (samples or groups) whose cost exceeds the usable cap, naming
+    the first one's tokens and cost, the cap given, how many and the largest cost."""
+    cap = result.max_token_len
+    over = [i for i, cost in enumerate(costs) if cost > cap]
     if not over:
         return None
-    largest = max(sizes[i] for i in over)
-    return PlanError(code, (sizes[over[0]], over[0] * stride, cap, len(over), largest))
+    first = over[0]
+    largest = max(costs[i] for i in over)
+    kind = 1 if result.custom_costs else (0 if result.pad_to_multiple_of == 1 else result.pad_to_multiple_of)
+    values = (lengths[first], first * stride, result.requested_max_token_len, len(over), largest,
+              costs[first], result.micro_batch_multiple_of, kind)
+    return PlanError(code, values)
 
 
 def _fits(bins: list[list[int]], sizes: list[int], cap: int) -> bool:
@@ -190,6 +233,9 @@ def analyse(
     force_group_size: Any = 1,
     min_num_micro_batch: Any = None,
     num_batches_divided_by: Any = None,
+    pad_to_multiple_of: Any = 1,
+    micro_batch_multiple_of: Any = 1,
+    costs: Any = None,
 ) -> RankAnalysis:
     """Check one rank's input and find its smallest micro-batch count under the cap.
 
@@ -204,12 +250,23 @@ def analyse(
     stopping as soon as they meet it. Every count between the result and the number of
     groups is feasible, since splitting a micro-batch never breaks the cap.
 
+    The cap holds on what the GPU holds (:mod:`seqlen_balancing.cost`): each sample costs
+    its effective length rounded up to ``pad_to_multiple_of``, or the ``costs`` given, and a
+    micro-batch's summed cost, rounded up to ``micro_batch_multiple_of``, is at most
+    ``max_token_len``; that is, the summed cost is at most ``max_token_len //
+    micro_batch_multiple_of * micro_batch_multiple_of`` (``result.max_token_len``). The
+    search above runs on those costs and that cap.
+
     Args:
         seq_lens: effective length in tokens of each sample on this rank.
         max_token_len: cap in tokens per micro-batch.
         force_group_size: consecutive samples that must share a micro-batch.
         min_num_micro_batch: lower limit on the count, or ``None``.
         num_batches_divided_by: the final count must be a multiple of this, or ``None``.
+        pad_to_multiple_of: per-sequence alignment in tokens (``None`` or 1: none).
+        micro_batch_multiple_of: per-micro-batch rounding in tokens (``None`` or 1: none).
+        costs: one non-negative cost in tokens per sample (replacing the aligned lengths),
+            or ``None``.
 
     Returns:
         A :class:`RankAnalysis`.
@@ -222,40 +279,55 @@ def analyse(
         (force_group_size, Argument.FORCE_GROUP_SIZE, False),
         (min_num_micro_batch, Argument.MIN_NUM_MICRO_BATCH, True),
         (num_batches_divided_by, Argument.NUM_BATCHES_DIVIDED_BY, True),
+        (pad_to_multiple_of, Argument.PAD_TO_MULTIPLE_OF, True),
+        (micro_batch_multiple_of, Argument.MICRO_BATCH_MULTIPLE_OF, True),
     )
     length_error, lengths = _lengths(seq_lens)
+    as_pad = _integer_or_none(pad_to_multiple_of) if pad_to_multiple_of is not None else 1
+    cost_error, sizes_of = (
+        (length_error, []) if length_error else _sample_costs(lengths, max(as_pad or 1, 1), costs)
+    )
     # Read even when an argument is bad: the DP group's advice on the cap counts this rank.
-    largest = _longest(lengths, _integer_or_none(force_group_size))
+    largest = _longest(lengths if cost_error else sizes_of, _integer_or_none(force_group_size))
     ints: list[int] = []
     for value, argument, optional in checks:
         error, as_int = argument_error(value, argument, optional)
         if error is not None:
             return RankAnalysis(error, largest=largest)
         ints.append(as_int)
-    cap, group, floor, divisor = ints
-    result = RankAnalysis(None, cap, group, divisor, largest=largest)
-    error = length_error
+    cap, group, floor, divisor, pad, bucket = ints
+    usable = micro_batch_capacity(cap, bucket)
+    if usable == 0:
+        error = PlanError(ErrorCode.BAD_ARGUMENT, (Argument.MICRO_BATCH_MULTIPLE_OF, 3, bucket, cap))
+        return RankAnalysis(error, largest=largest)
+    result = RankAnalysis(None, usable, group, divisor, largest=largest)
+    result.requested_max_token_len = cap
+    result.pad_to_multiple_of, result.micro_batch_multiple_of = pad, bucket
+    result.custom_costs = costs is not None
+    error = cost_error
     if error is None and not lengths:
         error = PlanError(ErrorCode.EMPTY_BATCH)
     if error is None and len(lengths) % group:
         error = PlanError(ErrorCode.NOT_DIVISIBLE, (len(lengths), group))
     if error is None:
-        error = _over_cap(lengths, cap, ErrorCode.SAMPLE_OVER_CAP, 1)
+        error = _cost_over_cap(result, lengths, sizes_of, ErrorCode.SAMPLE_OVER_CAP, 1)
     if error is not None:
         result.error = error
         return result
     result.n_samples = len(lengths)
+    result.sample_costs = sizes_of
     if group == 1:  # the common case, without a slice per sample
-        sizes = lengths
+        sizes = sizes_of
         result.group_workloads = [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
     else:
-        sizes = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
+        sizes = [sum(sizes_of[g : g + group]) for g in range(0, len(lengths), group)]
         result.group_workloads = [
             sum(workload(s) for s in lengths[g : g + group]) for g in range(0, len(lengths), group)
         ]
     result.group_sizes = sizes
     if group > 1:
-        result.error = _over_cap(sizes, cap, ErrorCode.GROUP_OVER_CAP, group)
+        tokens = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
+        result.error = _cost_over_cap(result, tokens, sizes, ErrorCode.GROUP_OVER_CAP, group)
     if result.error is None and min_num_micro_batch is not None and floor > len(sizes):
         result.error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(sizes)))
     if result.error is not None:
@@ -649,6 +721,9 @@ def plan_micro_batches(
     force_group_size: int = 1,
     use_dynamic_bsz_balance: bool = True,
     num_micro_batches: int | None = None,
+    pad_to_multiple_of: int = 1,
+    micro_batch_multiple_of: int = 1,
+    costs: Sequence[int] | None = None,
 ) -> list[list[int]]:
     """Plan one rank's micro-batches on a plain list of lengths (no torch needed).
 
@@ -669,16 +744,28 @@ def plan_micro_batches(
             samples/groups, and a count this library can plan (where its own count is
             higher, it searches for a plan with this many: verl's Karmarkar-Karp at that
             count, an exhaustive search on up to 40 groups, the exchange search).
+        pad_to_multiple_of: each sample costs its length rounded up to a multiple of this
+            (Megatron's per-sequence THD alignment, see
+            :func:`~seqlen_balancing.cost.megatron_alignment`); 1 (verl's rule): its length.
+        micro_batch_multiple_of: a micro-batch's summed cost is rounded up to a multiple of
+            this before it meets the cap (verl's ``pad_to_length_bucket``; FP8's total
+            alignment); a cap that is not a multiple of it is usable as
+            ``max_token_len // micro_batch_multiple_of * micro_batch_multiple_of``.
+        costs: one non-negative cost in tokens per sample instead of the (aligned)
+            lengths, e.g. image plus text tokens or a memory estimate; ``None``: none.
 
     Returns:
-        Micro-batches as lists of sample indices (each sorted, non-empty, at most
-        ``max_token_len`` tokens), together an exact cover of ``range(n)``.
+        Micro-batches as lists of sample indices (each sorted, non-empty, its cost at most
+        ``max_token_len`` tokens: ``micro_batch_cost`` of its samples' costs), together an
+        exact cover of ``range(n)``. Balance and order use the effective lengths.
 
     Raises:
         TypeError: an argument or length is not an integer.
-        ValueError: empty input, a negative length, a sample or forced group over the cap
-            (``exceeds max_token_len``), ``n`` not divisible by ``force_group_size``, or
-            more micro-batches needed than samples/groups.
+        ValueError: empty input, a negative length or cost, ``costs`` not one per sample,
+            a sample or forced group whose cost is over the cap (``exceeds
+            max_token_len``, giving its tokens and its cost), a ``micro_batch_multiple_of``
+            above the cap, ``n`` not divisible by ``force_group_size``, or more
+            micro-batches needed than samples/groups.
 
     Complexity: O(n log n) plus Karmarkar-Karp's O(n * count), once per count tried between
     the lower bound and the packings' count (none when they meet; see the module
@@ -690,6 +777,9 @@ def plan_micro_batches(
         [[1], [3], [2], [0]]
         >>> plan_micro_batches([2, 6, 6, 5, 5], 12)
         [[1, 2], [0, 3, 4]]
+        >>> len(plan_micro_batches([250] * 65, 16384)), len(plan_micro_batches([250] * 65, 16384,
+        ...                                                                    pad_to_multiple_of=32))
+        (1, 2)
     """
     result = analyse(
         seq_lens,
@@ -697,6 +787,9 @@ def plan_micro_batches(
         force_group_size=force_group_size,
         min_num_micro_batch=min_num_micro_batch,
         num_batches_divided_by=num_batches_divided_by,
+        pad_to_multiple_of=pad_to_multiple_of,
+        micro_batch_multiple_of=micro_batch_multiple_of,
+        costs=costs,
     )
     count = local_count(result)
     if num_micro_batches is not None:
@@ -710,7 +803,7 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> int:
     error, wanted = argument_error(num_micro_batches, Argument.NUM_MICRO_BATCHES, False)
     if error is not None:
         raise error.exception()
-    divisor, cap = result.num_batches_divided_by, result.max_token_len
+    divisor, cap = result.num_batches_divided_by, result.requested_max_token_len
     if wanted % divisor:
         raise ValueError(
             f"num_micro_batches={wanted} is not a multiple of num_batches_divided_by={divisor}; "

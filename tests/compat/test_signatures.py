@@ -1,4 +1,6 @@
-"""Every mirrored name has verl 0.9.1's parameters: names, kinds, order and defaults."""
+"""Every mirrored name has verl 0.9.1's parameters: names, kinds, order and defaults, as a
+prefix; anything after them is keyword-only with a default (DESIGN.md: extensions stay out of
+verl's way), so every call verl makes is unchanged."""
 
 from __future__ import annotations
 
@@ -33,17 +35,39 @@ def parameters(function: object) -> list[tuple[str, object, object]]:
     return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
 
 
+def assert_extends(ours: object, theirs: object) -> None:
+    """verl's parameters are a prefix of ours; each extra one is keyword-only, defaulted."""
+    mine, verls = parameters(ours), parameters(theirs)
+    assert mine[: len(verls)] == verls
+    extras = mine[len(verls) :]
+    for name, kind, default in extras:
+        assert kind is inspect.Parameter.KEYWORD_ONLY, name
+        assert default is not inspect.Parameter.empty, name
+
+
+#: The extensions each mirrored function adds (issue 21: the cap on what the GPU holds).
+EXTENDED = {
+    "rearrange_micro_batches": ["pad_to_multiple_of", "micro_batch_multiple_of", "costs"],
+    "prepare_dynamic_batch": ["pad_to_multiple_of", "micro_batch_multiple_of", "costs"],
+    "prepare_micro_batches": ["pad_to_multiple_of", "micro_batch_multiple_of", "costs"],
+}
+
+
 @pytest.mark.parametrize("name", MIRRORED)
-def test_signature_matches_verl(verl: ModuleType, ours: ModuleType, name: str) -> None:
-    assert parameters(getattr(ours, name)) == parameters(getattr(verl, name))
+def test_signature_extends_verl(verl: ModuleType, ours: ModuleType, name: str) -> None:
+    assert_extends(getattr(ours, name), getattr(verl, name))
+    extras = parameters(getattr(ours, name))[len(parameters(getattr(verl, name))) :]
+    assert [p[0] for p in extras] == EXTENDED.get(name, [])
 
 
-def test_prepare_micro_batches_signature_matches_verl(
+def test_prepare_micro_batches_signature_extends_verl(
     verl_engine_utils_module: ModuleType, ours: ModuleType
 ) -> None:
-    assert parameters(ours.prepare_micro_batches) == parameters(
-        verl_engine_utils_module.prepare_micro_batches
-    )
+    assert_extends(ours.prepare_micro_batches, verl_engine_utils_module.prepare_micro_batches)
+    extras = parameters(ours.prepare_micro_batches)[
+        len(parameters(verl_engine_utils_module.prepare_micro_batches)) :
+    ]
+    assert [p[0] for p in extras] == EXTENDED["prepare_micro_batches"]
 
 
 def test_every_public_verl_function_is_mirrored(verl: ModuleType, ours: ModuleType) -> None:

@@ -181,6 +181,30 @@ PAIR_SCENARIOS += [
     },
 ]
 
+ALIGNED_SETTINGS = {"max_token_len_per_gpu": 16_384, "pad_to_multiple_of": 32}
+
+PAIR_SCENARIOS += [
+    {  # issue 21: 65 x 250 tokens fit 16,384 as tokens, not aligned to 32 (65 x 256 = 16,640)
+        "name": "aligned_agree",
+        "batches": {0: {"lengths": [250] * 65}, 1: {"lengths": [100] * 10}},
+        "kwargs": {"max_token_len": 16_384, "pad_to_multiple_of": 32},
+    },
+    {  # issue 21: rank 1's 1,000 tokens cost 1,024 aligned to 64, over a cap of 1,010
+        "name": "aligned_sample_over_cap",
+        "batches": {0: {"lengths": [100] * 4}, 1: {"lengths": [1_000, 10]}},
+        "kwargs": {"max_token_len": 1_010, "pad_to_multiple_of": 64},
+    },
+    {  # issue 21: prepare_micro_batches reads the alignment from the batch's settings
+        "name": "aligned_prepare_settings",
+        "call": "prepare_micro_batches",
+        "batches": {
+            0: {"lengths": [250] * 65, "settings": ALIGNED_SETTINGS},
+            1: {"lengths": [100] * 10, "settings": ALIGNED_SETTINGS},
+        },
+        "kwargs": {},
+    },
+]
+
 PAIR_SCENARIOS += [
     {  # prepare_micro_batches: rank 1's batch lacks its token budget setting
         "name": "prepare_missing_budget",

@@ -513,6 +513,37 @@ def test_issue19_case6_over_cap_advice_covers_every_rank(pair: SuiteRun) -> None
     _assert_matches_reference("pair", "advice_covers_the_group", records, [0, 1])
 
 
+def _aligned_sums(lengths: list[int], indices: list[list[int]], pad: int) -> list[int]:
+    return [sum(-(-lengths[i] // pad) * pad for i in part) for part in indices]
+
+
+def test_alignment_one_agreed_count_every_micro_batch_under_the_cap_aligned(pair: SuiteRun) -> None:
+    # Issue 21: rank 0's 65 x 250 tokens (16,250) would fit one micro-batch; aligned to 32
+    # they cost 16,640, so it needs 2, and rank 1 follows.
+    for name in ("aligned_agree", "aligned_prepare_settings"):
+        records = pair.scenario(name)
+        assert [r["n_micro"] for r in records] == [2, 2], name
+        for record in records:
+            lengths = _lengths("pair", name, record["rank"])
+            _assert_plan(record, lengths, 16_384)
+            assert max(_aligned_sums(lengths, record["indices"], 32)) <= 16_384
+            _assert_collectives(record, sync=True, group_ranks=[0, 1])
+    _assert_matches_reference("pair", "aligned_agree", pair.scenario("aligned_agree"), [0, 1])
+
+
+def test_alignment_sample_over_cap_raises_the_same_error_on_both(pair: SuiteRun) -> None:
+    records = pair.scenario("aligned_sample_over_cap")
+    _assert_same_error(
+        records, "ValueError", 1,
+        "sample 0 has 1000 tokens and costs 1024 tokens aligned to a multiple of "
+        "pad_to_multiple_of=64, which exceeds max_token_len=1010",
+        "raise max_token_len to at least 1024 ",
+    )  # fmt: skip
+    for record in records:
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+    _assert_matches_reference("pair", "aligned_sample_over_cap", records, [0, 1])
+
+
 def test_case5_sample_over_cap_on_rank_2_raises_on_all_four(quad: SuiteRun) -> None:
     records = quad.scenario("case5_sample_over_cap")
     _assert_same_error(records, "ValueError", 2, "exceeds max_token_len=100", "sample 1 has 120 tokens")

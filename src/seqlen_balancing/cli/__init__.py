@@ -25,8 +25,23 @@ each length to the cap instead of failing. Then, unless ``--no-balance-batch``, 
 are reordered as verl's ``trainer.balance_batch`` does, and rank ``r`` gets the ``r``-th of
 ``dp_size`` equal contiguous chunks (verl's dispatch). The cap is ``max_token_len * sp_size``.
 
+The cap on what the GPU holds (:mod:`seqlen_balancing.cost`): ``--pad-to-multiple-of N``
+makes each sample cost its length rounded up to a multiple of ``N``; ``--tp N``, ``--cp N``
+and ``--fp8`` derive verl's Megatron THD alignment instead (``tp*cp*2`` with ``cp > 1``,
+else ``tp``; FP8: ``lcm(16, align)`` per sequence and ``align*128`` for the micro-batch's
+total); ``--micro-batch-multiple-of N`` rounds each micro-batch's total up to a multiple of
+``N`` (verl's ``pad_to_length_bucket``; combined with FP8's by least common multiple), so a
+cap is usable as ``cap // N * N``. The plan, the bounds and the messages are then in aligned
+tokens; the tables add ``aligned`` and ``aligned mb`` columns. ``sweep`` prints the smallest
+``max_token_len`` that can be planned at all (the costliest sample or forced group of the
+step, aligned, rounded up to the bucket, divided by ``--sp-size``). ``--plot`` checks its
+path before anything is read or planned. ``--tokenizer DIR/tokenizer.json`` takes the chat
+template and special tokens from the ``tokenizer_config.json`` (or ``chat_template.jinja``)
+beside it; without one, ``--messages-field`` says to pass the directory.
+
 Exit codes: 0 success; 1 the step cannot be planned (a sample longer than the cap, or a
-planning error from the library, e.g. too few samples for the agreed count); 2 bad usage or
+planning error from the library, e.g. too few samples for the agreed count; ``sweep``: only
+when no cap can be planned, after printing its table); 2 bad usage or
 bad input (unreadable or malformed file, naming the row and field; a missing optional
 dependency, naming the extra to install). Errors are one line on stderr.
 
@@ -41,16 +56,22 @@ JSON output (``--json``, one object on stdout; keys are stable). Fills are fract
 * ``max_token_len`` (per GPU), ``cap`` (``max_token_len * sp_size``), ``dp_size``,
   ``batch_size`` (per rank), ``sp_size``, ``balance_batch``, ``same_micro_num_in_dp``,
   ``force_group_size``, ``num_batches_divided_by`` and ``min_num_micro_batch`` (null when
-  not given), ``dynamic_bsz_balance``; ``truncated``: rows ``--truncate`` clipped.
-* ``ranks``: per DP rank: ``rank``, ``samples``, ``tokens``, ``count`` (micro-batches),
+  not given), ``dynamic_bsz_balance``, ``pad_to_multiple_of`` and
+  ``micro_batch_multiple_of`` (as planned; 1: none), ``tp``, ``cp`` (null when not given),
+  ``fp8``; ``truncated``: rows ``--truncate`` clipped.
+* ``ranks``: per DP rank: ``rank``, ``samples``, ``tokens``, ``aligned_tokens`` (the
+  samples' costs summed), ``count`` (micro-batches),
   ``verl_count`` (with ``--compare-verl``), ``l2_lower_bound``, ``lower_bound`` (the
   strongest bound the rank needed, see :func:`~seqlen_balancing.packing.lower_bound`),
   ``bound_name`` (which one), ``proven_optimal`` (the rank's own smallest count meets
-  ``lower_bound``), ``largest_micro_batch``,
-  ``fill``, ``workload_spread``, ``micro_batches`` in run order, each ``{"indices",
-  "tokens"}`` with positions in the input list (0-based; repeats possible with replacement).
+  ``lower_bound``; bounds in aligned tokens), ``largest_micro_batch``,
+  ``largest_micro_batch_cost``, ``fill``, ``workload_spread``, ``micro_batches`` in run
+  order, each ``{"indices", "tokens", "cost"}`` with positions in the input list (0-based;
+  repeats possible with replacement); ``cost``: aligned tokens rounded up to the bucket, at
+  most ``cap``.
 * ``agreed_count`` (null when ranks differ), ``total_micro_batches``, ``mean_fill``,
-  ``largest_micro_batch``, ``l2_lower_bound_total``, ``lower_bound_total`` (no plan of
+  ``largest_micro_batch``, ``largest_micro_batch_cost``, ``l2_lower_bound_total``,
+  ``lower_bound_total`` (no plan of
   the step under the same rules has fewer micro-batches in all: each rank's
   ``lower_bound`` rounded up to ``num_batches_divided_by``, the largest on every rank under
   agreement), ``proven_optimal`` (``total_micro_batches == lower_bound_total``); with
@@ -58,10 +79,11 @@ JSON output (``--json``, one object on stdout; keys are stable). Fills are fract
   ``counts``, ``total_micro_batches``, ``saved_micro_batches``, ``saved_percent``,
   ``count_above`` (the search stopped: verl's count is above this) and ``error``.
 
-``sweep --json``: the same settings, plus ``rows``, one per cap: ``max_token_len``, ``cap``,
+``sweep --json``: the same settings, plus ``smallest_max_token_len`` (below it the step
+cannot be planned) and ``rows``, one per cap: ``max_token_len``, ``cap``,
 ``agreed_count``, ``micro_batches_per_rank``, ``total_micro_batches``,
 ``l2_lower_bound_total``, ``lower_bound_total``, ``proven_optimal``, ``mean_fill``,
-``largest_micro_batch``, ``truncated``, ``seconds``
+``largest_micro_batch``, ``largest_micro_batch_cost``, ``truncated``, ``seconds``
 and ``verl`` (with ``--compare-verl``); an infeasible cap is ``{max_token_len, cap, error}``.
 ``plan --json`` holds no timing, so its output is reproducible byte for byte.
 """

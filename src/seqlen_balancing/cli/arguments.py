@@ -209,6 +209,46 @@ def _add_step(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_cost(parser: argparse.ArgumentParser) -> None:
+    cost = parser.add_argument_group(
+        "the cap on what the GPU holds (default: effective tokens, verl's rule)"
+    )
+    cost.add_argument(
+        "--pad-to-multiple-of",
+        type=_positive_int,
+        metavar="N",
+        help="each sample costs its length rounded up to a multiple of N tokens (per-sequence "
+        "alignment of packed THD input) (default: 1)",
+    )
+    cost.add_argument(
+        "--tp",
+        type=_positive_int,
+        metavar="N",
+        help="Megatron tensor-parallel size: derive verl's per-sequence alignment (tp*cp*2 when "
+        "cp > 1, else tp)",
+    )
+    cost.add_argument(
+        "--cp",
+        type=_positive_int,
+        metavar="N",
+        help="Megatron context-parallel size (with --tp; default 1)",
+    )
+    cost.add_argument(
+        "--fp8",
+        action="store_true",
+        help="with --tp: FP8 padding, each sequence to lcm(16, align) and each micro-batch's "
+        "total to a multiple of align*128",
+    )
+    cost.add_argument(
+        "--micro-batch-multiple-of",
+        type=_positive_int,
+        metavar="N",
+        help="each micro-batch's total is rounded up to a multiple of N tokens before it meets "
+        "the cap (verl's pad_to_length_bucket); a cap that is not a multiple of N is usable as "
+        "cap // N * N (default: 1)",
+    )
+
+
 def _add_output(parser: argparse.ArgumentParser, plot_help: str) -> None:
     out = parser.add_argument_group("output")
     out.add_argument(
@@ -256,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_input(plan)
     _add_step(plan)
+    _add_cost(plan)
     _add_output(plan, "save tokens per micro-batch for each rank as a bar chart")
     sweep = commands.add_parser(
         "sweep",
@@ -273,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_input(sweep)
     _add_step(sweep)
+    _add_cost(sweep)
     _add_output(sweep, "plot micro-batches per rank and mean fill against the cap")
     return parser
 
@@ -301,3 +343,26 @@ def check_combinations(args: argparse.Namespace) -> None:
         raise CliError(f"--field (a column of counts) and {flags[0]} (text to count) exclude each other")
     if args.response_tokens and "prompt_field" not in token_fields:
         raise CliError("--response-tokens adds to prompt lengths; pass --prompt-field NAME too")
+    if args.tp is None and (args.cp is not None or args.fp8):
+        raise CliError(
+            f"{'--cp' if args.cp is not None else '--fp8'} derives Megatron's alignment with "
+            "--tp; pass --tp N too (1 without tensor parallelism)"
+        )
+    if args.tp is not None and args.pad_to_multiple_of is not None:
+        raise CliError(
+            "--pad-to-multiple-of and --tp/--cp/--fp8 both set the per-sequence alignment; pass one"
+        )
+
+
+def alignment(args: argparse.Namespace) -> tuple[int, int]:
+    """``(pad_to_multiple_of, micro_batch_multiple_of)`` the options ask for: Megatron's from
+    ``--tp``/``--cp``/``--fp8`` (:func:`~seqlen_balancing.cost.megatron_alignment`), with
+    ``--micro-batch-multiple-of`` combined by least common multiple."""
+    from seqlen_balancing.cost import megatron_alignment
+
+    pad = args.pad_to_multiple_of or 1
+    bucket = args.micro_batch_multiple_of or 1
+    if args.tp is not None:
+        pad, total = megatron_alignment(args.tp, args.cp or 1, bool(args.fp8))
+        bucket = math.lcm(bucket, total)
+    return pad, bucket

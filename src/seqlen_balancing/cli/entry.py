@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from seqlen_balancing.cli._text import PROG, CliError
 from seqlen_balancing.cli.arguments import build_parser, check_combinations
@@ -12,12 +13,25 @@ from seqlen_balancing.cli.arguments import build_parser, check_combinations
 __all__ = ["main"]
 
 
+def _plot_checked(args: argparse.Namespace) -> Any:
+    """matplotlib's Figure class when ``--plot`` is given (else ``None``), after checking,
+    before anything is read or planned, that the plot can be written where asked."""
+    from seqlen_balancing.cli import plot
+
+    if not args.plot:
+        return None
+    plot.check_plot_path(args.plot)
+    figure_class = plot.load_figure_class()
+    plot.check_plot_format(figure_class, args.plot)
+    return figure_class
+
+
 def _run_plan(args: argparse.Namespace) -> int:
     from seqlen_balancing.cli import plot, report
     from seqlen_balancing.cli.inputs import load_lengths
     from seqlen_balancing.cli.step import make_step, plan_step
 
-    figure_class = plot.load_figure_class() if args.plot else None
+    figure_class = _plot_checked(args)
     step = make_step(args, load_lengths(args))
     result = plan_step(step, args.max_token_len * args.sp_size, args)
     if args.json:
@@ -33,10 +47,11 @@ def _run_plan(args: argparse.Namespace) -> int:
 def _run_sweep(args: argparse.Namespace) -> int:
     from seqlen_balancing.cli import plot, report
     from seqlen_balancing.cli.inputs import load_lengths
-    from seqlen_balancing.cli.step import StepResult, make_step, plan_step
+    from seqlen_balancing.cli.step import StepResult, make_step, plan_step, smallest_cap
 
-    figure_class = plot.load_figure_class() if args.plot else None
+    figure_class = _plot_checked(args)
     step = make_step(args, load_lengths(args))
+    smallest = smallest_cap(step, args)
     outcomes: list[StepResult | tuple[int, str]] = []
     for cap in args.max_token_len:
         try:
@@ -46,16 +61,17 @@ def _run_sweep(args: argparse.Namespace) -> int:
                 raise
             outcomes.append((cap * args.sp_size, str(exc)))  # an infeasible cap is a row, not the end
     planned = [o for o in outcomes if not isinstance(o, tuple)]
-    failures = [o for o in outcomes if isinstance(o, tuple)]
-    if not planned:
-        raise CliError(failures[0][1], 1)
     if args.json:
-        report.emit_json(report.sweep_json(step, args, outcomes))
+        report.emit_json(report.sweep_json(step, args, outcomes, smallest))
     else:
-        report.print_sweep(step, args, outcomes)
+        report.print_sweep(step, args, outcomes, smallest)
     if figure_class is not None:
-        plot.save_sweep_plot(figure_class, planned, args.plot)
+        plot.save_sweep_plot(figure_class, outcomes, args.plot)
         print(f"{PROG}: plot written to {args.plot}", file=sys.stderr)
+    if not planned:  # the table (every row infeasible) is printed; the exit code says so
+        print(f"{PROG}: error: no cap of the sweep can be planned (smallest that can: "
+              f"max_token_len {smallest})", file=sys.stderr)
+        return 1
     return 0
 
 

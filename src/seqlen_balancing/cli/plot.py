@@ -5,7 +5,9 @@ directly: no pyplot, no display needed."""
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqlen_balancing.cli._text import CliError, missing_extra, pct
@@ -13,7 +15,7 @@ from seqlen_balancing.cli._text import CliError, missing_extra, pct
 if TYPE_CHECKING:
     from seqlen_balancing.cli.step import StepResult
 
-__all__ = ["load_figure_class", "save_plan_plot", "save_sweep_plot"]
+__all__ = ["check_plot_format", "check_plot_path", "load_figure_class", "save_plan_plot", "save_sweep_plot"]
 
 
 def load_figure_class() -> Callable[..., Any]:
@@ -26,6 +28,44 @@ def load_figure_class() -> Callable[..., Any]:
     return figure_class
 
 
+def check_plot_path(path: str) -> None:
+    """Fail before reading or planning when ``path`` cannot take the plot: a directory, a
+    folder that does not exist or cannot be written, or a file that cannot be written.
+    Nothing is written.
+
+    Raises:
+        CliError: (exit 2) naming the path and what to change.
+    """
+    where = Path(path)
+    folder = where.parent
+    reason = None
+    if where.is_dir():
+        reason = "it is a directory; name a file such as plot.png"
+    elif not folder.is_dir():
+        reason = f"folder {str(folder)!r} does not exist"
+    elif where.exists() and not os.access(where, os.W_OK):
+        reason = "the file is not writable"
+    elif not where.exists() and not os.access(folder, os.W_OK):
+        reason = f"folder {str(folder)!r} is not writable"
+    if reason is not None:
+        raise CliError(f"cannot write plot {path!r}: {reason}")
+
+
+def check_plot_format(figure_class: Callable[..., Any], path: str) -> None:
+    """Fail before planning when matplotlib cannot write ``path``'s image format.
+
+    Raises:
+        CliError: (exit 2) naming the format and the ones matplotlib knows.
+    """
+    suffix = Path(path).suffix.lstrip(".").lower()
+    formats = figure_class().canvas.get_supported_filetypes()
+    if suffix and suffix not in formats:
+        raise CliError(
+            f"cannot write plot {path!r}: unknown image format {suffix!r} (use one of "
+            f"{', '.join(sorted(formats))})"
+        )
+
+
 def _save(fig: Any, path: str) -> None:
     try:
         fig.savefig(path)
@@ -35,15 +75,18 @@ def _save(fig: Any, path: str) -> None:
 
 
 def save_plan_plot(figure_class: Callable[..., Any], result: StepResult, path: str) -> None:
-    """Bars of tokens per micro-batch, rank by rank, with the cap as a horizontal line."""
+    """Bars of tokens per micro-batch (aligned tokens with an alignment option), rank by
+    rank, with the cap as a horizontal line."""
     n_bars = result.total_micro_batches + len(result.ranks)
     fig = figure_class(figsize=(min(max(7.0, 0.12 * n_bars), 30.0), 4.5), layout="constrained")
     ax = fig.subplots()
     colours = ["tab:blue", "tab:orange"]
     x, centres = 0, []
     for r in result.ranks:
-        xs = list(range(x, x + len(r.micro_batch_tokens)))
-        ax.bar(xs, r.micro_batch_tokens, width=0.85, color=colours[r.rank % 2])
+        # With alignment, what each micro-batch holds on the GPU: the figure the cap bounds.
+        heights = r.micro_batch_costs if result.aligned else r.micro_batch_tokens
+        xs = list(range(x, x + len(heights)))
+        ax.bar(xs, heights, width=0.85, color=colours[r.rank % 2])
         centres.append((xs[0] + xs[-1]) / 2 if xs else x)
         x += len(xs) + 1
     cap = result.max_token_len
@@ -51,7 +94,7 @@ def save_plan_plot(figure_class: Callable[..., Any], result: StepResult, path: s
     ax.set_ylim(0, cap * 1.08)
     step = max(1, len(result.ranks) // 16)
     ax.set_xticks(centres[::step], [f"rank {r.rank}" for r in result.ranks][::step])
-    ax.set_ylabel("tokens per micro-batch")
+    ax.set_ylabel("aligned tokens per micro-batch" if result.aligned else "tokens per micro-batch")
     ax.set_title(
         f"{result.total_micro_batches} micro-batches on {len(result.ranks)} ranks, "
         f"mean fill {pct(result.mean_fill)}\n(dashed line: cap = {cap} tokens)"
@@ -59,8 +102,13 @@ def save_plan_plot(figure_class: Callable[..., Any], result: StepResult, path: s
     _save(fig, path)
 
 
-def save_sweep_plot(figure_class: Callable[..., Any], results: Sequence[StepResult], path: str) -> None:
-    """Micro-batches per rank (and verl's, when compared) and mean fill against the cap."""
+def save_sweep_plot(
+    figure_class: Callable[..., Any], outcomes: Sequence[StepResult | tuple[int, str]], path: str
+) -> None:
+    """Micro-batches per rank (and verl's, when compared) and mean fill against the cap; a cap
+    that cannot be planned stays on the axis, marked with a red cross at zero."""
+    results = [o for o in outcomes if not isinstance(o, tuple)]
+    failed = [o[0] for o in outcomes if isinstance(o, tuple)]
     fig = figure_class(figsize=(8.0, 4.5), layout="constrained")
     ax = fig.subplots()
     caps = [r.max_token_len for r in results]
@@ -78,8 +126,12 @@ def save_sweep_plot(figure_class: Callable[..., Any], results: Sequence[StepResu
     verl = [(r.max_token_len, max(r.verl.counts)) for r in results if r.verl and r.verl.counts]
     if verl:
         ax.plot(*zip(*verl, strict=True), "s--", color="tab:orange", label="verl 0.9.1 per rank (max)")
+    if failed:
+        ax.plot(failed, [0] * len(failed), "x", color="tab:red", markersize=10, clip_on=False,
+                label="cannot be planned")
+    every = sorted(caps + failed)
     ax.set_xscale("log", base=2)
-    ax.set_xticks(caps, [str(c) for c in caps])
+    ax.set_xticks(every, [str(c) for c in every])
     ax.minorticks_off()
     ax.set_xlabel("cap: tokens per micro-batch")
     ax.set_ylabel("micro-batches per rank")

@@ -47,6 +47,13 @@ def _verl_on(args: argparse.Namespace) -> bool:
     return bool(args.compare_verl)
 
 
+def _aligned_on(args: argparse.Namespace) -> bool:
+    """The cap is on aligned tokens (an alignment option was given): show both."""
+    return bool(
+        (args.pad_to_multiple_of or 1) > 1 or args.tp is not None or (args.micro_batch_multiple_of or 1) > 1
+    )
+
+
 def _saving(ours: int, verl: int | None) -> str:
     if verl is None:
         return "-"
@@ -67,6 +74,13 @@ PLAN_COLUMNS: list[Column[PlanRow]] = [
     Column("rank", "DP rank", lambda x, a: str(x[0].rank)),
     Column("samples", "rows the rank got", lambda x, a: str(x[0].samples)),
     Column("tokens", "tokens on the rank (sum of its lengths)", lambda x, a: str(x[0].tokens)),
+    Column(
+        "aligned",
+        "with an alignment option: what the rank's samples cost on the GPU (each length rounded "
+        "up to --pad-to-multiple-of or Megatron's alignment)",
+        lambda x, a: str(x[0].aligned_tokens),
+        _aligned_on,
+    ),
     Column(
         "micro-batches",
         "this library's count (the same on every rank unless --no-same-micro-num-in-dp)",
@@ -94,6 +108,13 @@ PLAN_COLUMNS: list[Column[PlanRow]] = [
         "largest mb",
         "tokens in the fullest micro-batch (never above the cap)",
         lambda x, a: str(x[0].largest),
+    ),
+    Column(
+        "aligned mb",
+        "with an alignment option: the costliest micro-batch in aligned tokens, its total rounded "
+        "up to --micro-batch-multiple-of (never above the cap: the cap holds on this)",
+        lambda x, a: str(x[0].largest_cost),
+        _aligned_on,
     ),
     Column("fill", "tokens / (micro-batches x cap): how full the passes are", lambda x, a: pct(x[0].fill)),
     Column(
@@ -172,6 +193,12 @@ SWEEP_COLUMNS: list[Column[StepResult]] = [
     Column("mean fill", "total tokens / (total micro-batches x cap)", lambda r, a: pct(r.mean_fill)),
     Column("largest mb", "tokens in the fullest micro-batch", lambda r, a: str(r.largest)),
     Column(
+        "aligned mb",
+        "with an alignment option: the costliest micro-batch in aligned tokens (never above the cap)",
+        lambda r, a: str(r.largest_cost),
+        _aligned_on,
+    ),
+    Column(
         "time", "wall time of this library's planning for the cap", lambda r, a: f"{1000 * r.seconds:.1f} ms"
     ),
     Column(
@@ -233,6 +260,24 @@ def _cap_text(args: argparse.Namespace, cap: int | None) -> str:
     return f"max_token_len {per_gpu} x sp_size {args.sp_size} = cap {cap} tokens per micro-batch"
 
 
+def _alignment_text(args: argparse.Namespace) -> str:
+    from seqlen_balancing.cli.arguments import alignment
+
+    pad, bucket = alignment(args)
+    if args.tp is not None:
+        fp8 = ", fp8" if args.fp8 else ""
+        source = f" (verl's Megatron THD rule for tp {args.tp}, cp {args.cp or 1}{fp8})"
+    else:
+        source = ""
+    parts = [f"each sample costs its length rounded up to a multiple of {pad} tokens{source}"]
+    if bucket > 1:
+        parts.append(
+            f"each micro-batch's total is rounded up to a multiple of {bucket} (a cap is usable "
+            f"as cap // {bucket} * {bucket})"
+        )
+    return "cap on what the GPU holds: " + "; ".join(parts)
+
+
 def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]:
     """The header lines: what was read, how the step was formed, the cap."""
     source = "bundled CHAMP lengths" if step.source == "champ" else step.source
@@ -251,6 +296,8 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
     lines = [first]
     if step.counted:
         lines.append(step.counted)
+    if _aligned_on(args):
+        lines.append(_alignment_text(args))
     if args.balance_batch and step.dp_size > 1:
         grouped = f", groups of {args.force_group_size} rows kept whole" if args.force_group_size > 1 else ""
         balance = (
@@ -286,6 +333,7 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
         f"(L2 bound {result.l2_lower_bound_total}, lower bound {result.lower_bound_total}: "
         f"{_proven_text(result)}); mean fill {pct(result.mean_fill)}; "
         f"largest micro-batch {result.largest} tokens"
+        + (f" (costliest {result.largest_cost} aligned tokens)" if _aligned_on(args) else "")
     )
     if result.verl is not None:
         print(_verl_summary(result))
@@ -315,9 +363,11 @@ def _verl_summary(result: StepResult) -> str:
 
 
 def print_sweep(
-    step: Step, args: argparse.Namespace, outcomes: Sequence[StepResult | tuple[int, str]]
+    step: Step, args: argparse.Namespace, outcomes: Sequence[StepResult | tuple[int, str]],
+    smallest: int | None = None,
 ) -> None:
-    """The ``sweep`` report: header, one row per cap, notes for infeasible caps."""
+    """The ``sweep`` report: header, one row per cap (infeasible ones included, marked), the
+    smallest cap that can be planned at all, notes for infeasible caps."""
     for line in describe(step, args, None):
         print(line)
     shown = [c for c in SWEEP_COLUMNS if c.shown(args)]
@@ -330,8 +380,19 @@ def print_sweep(
         else:
             rows.append([c.cell(r, args) for c in shown])
     print(_table([c.header for c in shown], rows))
+    if smallest is not None:
+        print(_smallest_text(args, smallest))
     for note in notes:
         print(note)
+
+
+def _smallest_text(args: argparse.Namespace, smallest: int) -> str:
+    unit = "aligned tokens" if _aligned_on(args) else "tokens"
+    truncate = " without --truncate" if args.truncate else ""
+    return (
+        f"smallest max_token_len that can be planned at all{truncate}: {smallest} (the costliest "
+        f"sample or forced group of the step, in {unit}); below it the step cannot be planned"
+    )
 
 
 # --------------------------------------------------------------------------- JSON
@@ -355,6 +416,20 @@ def settings(step: Step, args: argparse.Namespace) -> dict[str, Any]:
         "num_batches_divided_by": args.num_batches_divided_by,
         "min_num_micro_batch": args.min_num_micro_batch,
         "dynamic_bsz_balance": args.dynamic_bsz_balance,
+        **_alignment_json(args),
+    }
+
+
+def _alignment_json(args: argparse.Namespace) -> dict[str, Any]:
+    from seqlen_balancing.cli.arguments import alignment
+
+    pad, bucket = alignment(args)
+    return {
+        "pad_to_multiple_of": pad,
+        "micro_batch_multiple_of": bucket,
+        "tp": args.tp,
+        "cp": args.cp,
+        "fp8": bool(args.fp8),
     }
 
 
@@ -398,6 +473,7 @@ def plan_json(step: Step, args: argparse.Namespace, result: StepResult) -> dict[
                 "rank": r.rank,
                 "samples": r.samples,
                 "tokens": r.tokens,
+                "aligned_tokens": r.aligned_tokens,
                 "count": r.count,
                 **({"verl_count": verl.counts[r.rank] if verl.counts else None} if verl else {}),
                 "l2_lower_bound": r.l2_lower_bound,
@@ -405,11 +481,13 @@ def plan_json(step: Step, args: argparse.Namespace, result: StepResult) -> dict[
                 "bound_name": r.analysis.bound_name,
                 "proven_optimal": r.analysis.proven_optimal,
                 "largest_micro_batch": r.largest,
+                "largest_micro_batch_cost": r.largest_cost,
                 "fill": round(r.fill, 6),
                 "workload_spread": round(r.workload_spread, 6),
                 "micro_batches": [
-                    {"indices": mb, "tokens": t}
-                    for mb, t in zip(r.micro_batches, r.micro_batch_tokens, strict=True)
+                    {"indices": mb, "tokens": t, "cost": c}
+                    for mb, t, c in zip(r.micro_batches, r.micro_batch_tokens, r.micro_batch_costs,
+                                        strict=True)
                 ],
             }
             for r in result.ranks
@@ -418,6 +496,7 @@ def plan_json(step: Step, args: argparse.Namespace, result: StepResult) -> dict[
         "total_micro_batches": result.total_micro_batches,
         "mean_fill": round(result.mean_fill, 6),
         "largest_micro_batch": result.largest,
+        "largest_micro_batch_cost": result.largest_cost,
         "l2_lower_bound_total": result.l2_lower_bound_total,
         "lower_bound_total": result.lower_bound_total,
         "proven_optimal": result.proven_optimal,
@@ -438,6 +517,7 @@ def sweep_row_json(result: StepResult, sp_size: int) -> dict[str, Any]:
         "proven_optimal": result.proven_optimal,
         "mean_fill": round(result.mean_fill, 6),
         "largest_micro_batch": result.largest,
+        "largest_micro_batch_cost": result.largest_cost,
         "truncated": result.truncated,
         "seconds": round(result.seconds, 6),
         **_verl_json(result),
@@ -445,7 +525,8 @@ def sweep_row_json(result: StepResult, sp_size: int) -> dict[str, Any]:
 
 
 def sweep_json(
-    step: Step, args: argparse.Namespace, outcomes: Sequence[StepResult | tuple[int, str]]
+    step: Step, args: argparse.Namespace, outcomes: Sequence[StepResult | tuple[int, str]],
+    smallest: int | None = None,
 ) -> dict[str, Any]:
     """The ``sweep --json`` object."""
     rows = [
@@ -454,4 +535,4 @@ def sweep_json(
         else sweep_row_json(o, args.sp_size)
         for o in outcomes
     ]
-    return {**settings(step, args), "rows": rows}
+    return {**settings(step, args), "smallest_max_token_len": smallest, "rows": rows}

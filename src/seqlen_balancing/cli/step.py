@@ -16,7 +16,10 @@
    agreement of :mod:`seqlen_balancing.agreement` (the same encode/MAX/decode a real group
    runs); with ``--compare-verl`` also verl 0.9.1's count (:mod:`seqlen_balancing.verl_rule`).
 
-The cap is ``max_token_len * sp_size`` (``prepare_micro_batches``). Nothing here imports torch.
+The cap is ``max_token_len * sp_size`` (``prepare_micro_batches``), on what the GPU holds:
+with ``--pad-to-multiple-of`` (or ``--tp``/``--cp``/``--fp8``) each sample costs its aligned
+length, and with ``--micro-batch-multiple-of`` each micro-batch's total is rounded up to the
+bucket (:mod:`seqlen_balancing.cost`). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from seqlen_balancing.agreement import combine, decode, encode
 from seqlen_balancing.cli._text import CliError, plural
+from seqlen_balancing.cli.arguments import alignment
 from seqlen_balancing.cli.inputs import Loaded
+from seqlen_balancing.cost import aligned_length, micro_batch_capacity, micro_batch_cost
 from seqlen_balancing.packing import l2_lower_bound
 from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
 from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, local_count, spread
@@ -167,6 +172,9 @@ class RankResult:
     largest: int
     fill: float
     workload_spread: float
+    aligned_tokens: int = 0  # the rank's samples' costs summed (aligned tokens)
+    micro_batch_costs: list[int] = field(default_factory=list)  # what each holds on the GPU
+    largest_cost: int = 0  # the costliest micro-batch (never above the cap)
 
     @property
     def count(self) -> int:
@@ -193,6 +201,17 @@ class StepResult:
     verl: VerlResult | None = None
     num_batches_divided_by: int = 1  # the count is a multiple of this
     agreed: bool = True  # same_micro_num_in_dp: every rank runs the largest count
+    pad_to_multiple_of: int = 1  # per-sequence alignment (tokens)
+    micro_batch_multiple_of: int = 1  # per-micro-batch rounding (tokens)
+
+    @property
+    def aligned(self) -> bool:
+        """True when the cost of a sample or a micro-batch can differ from its tokens."""
+        return self.pad_to_multiple_of > 1 or self.micro_batch_multiple_of > 1
+
+    @property
+    def largest_cost(self) -> int:
+        return max((r.largest_cost for r in self.ranks), default=0)
 
     @property
     def counts(self) -> list[int]:
@@ -242,23 +261,54 @@ class StepResult:
         return sum(self.verl.counts) if self.verl is not None and self.verl.counts else None
 
 
-def _over_cap_error(drawn: list[int], cap: int) -> CliError | None:
-    over = [n for n in drawn if n > cap]
+def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliError | None:
+    usable = micro_batch_capacity(cap, bucket)
+    if usable == 0:
+        return CliError(
+            f"--micro-batch-multiple-of {bucket} is larger than the cap {cap}: every micro-batch "
+            f"is rounded up to at least {bucket} tokens; raise --max-token-len or lower the bucket",
+            1,
+        )
+    over = [n for n in drawn if aligned_length(n, pad) > usable]
     if not over:
         return None
     largest = max(over)
+    fits = f"max_token_len={cap}"
+    if bucket > 1:
+        fits += f" (usable as {usable} with micro-batches rounded up to {bucket})"
+    if pad > 1:
+        cost = aligned_length(largest, pad)
+        what = f"(the largest has {largest} tokens, {cost} aligned to {pad})"
+    else:
+        cost, what = largest, f"(the largest has {largest} tokens)"
     return CliError(
         f"{len(over)} of the {plural(len(drawn), 'drawn sample')} exceed{'s' if len(over) == 1 else ''} "
-        f"max_token_len={cap} (the largest has {largest} tokens); raise --max-token-len to at "
-        f"least {largest} or pass --truncate to clip lengths to the cap",
+        f"{fits} {what}; raise --max-token-len to at least {aligned_length(cost, bucket)} or pass "
+        "--truncate to clip lengths to the cap",
         1,
     )
+
+
+def smallest_cap(step: Step, args: argparse.Namespace) -> int:
+    """The smallest ``max_token_len`` (per GPU, tokens) at which no sample or forced group
+    of the step is over the cap: below it the step cannot be planned at all (without
+    ``--truncate``). Forced groups are the step's consecutive rows, as balancing keeps them.
+
+    Complexity: O(rows).
+    """
+    pad, bucket = alignment(args)
+    costs = [aligned_length(step.lengths[p], pad) for p in step.positions]
+    size = args.force_group_size
+    largest = max((sum(costs[g : g + size]) for g in range(0, len(costs), size)), default=0)
+    needed = max(aligned_length(largest, bucket), bucket, 1)
+    return -(-needed // int(args.sp_size))
 
 
 def _plan_ranks(
     per_rank: list[list[int]], cap: int, args: argparse.Namespace
 ) -> tuple[list[RankAnalysis], list[list[list[int]]]]:
     """:func:`~seqlen_balancing.agreement.plan_data_parallel`, keeping each rank's analysis."""
+    pad, bucket = alignment(args)
     analyses = [
         analyse(
             lens,
@@ -266,6 +316,8 @@ def _plan_ranks(
             force_group_size=args.force_group_size,
             min_num_micro_batch=args.min_num_micro_batch,
             num_batches_divided_by=args.num_batches_divided_by,
+            pad_to_multiple_of=pad,
+            micro_batch_multiple_of=bucket,
         )
         for lens in per_rank
     ]
@@ -304,12 +356,15 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
             cannot plan the step (its message, naming the rank at fault).
     """
     drawn = [step.lengths[p] for p in step.positions]
-    if not args.truncate:
-        error = _over_cap_error(drawn, cap)
+    pad, bucket = alignment(args)
+    usable = micro_batch_capacity(cap, bucket)
+    if not args.truncate or usable == 0:
+        error = _over_cap_error(drawn, cap, pad, bucket)
         if error is not None:
             raise error
-    truncated = sum(n > cap for n in drawn)
-    clipped = [min(n, cap) for n in drawn]
+    clip = usable // pad * pad  # the longest length whose aligned cost fits
+    truncated = sum(n > clip for n in drawn)
+    clipped = [min(n, clip) for n in drawn]
     positions = step.positions
     # A rank batch that force_group_size does not divide is the planner's error (exit 1).
     if args.balance_batch and step.dp_size > 1 and step.batch_size % args.force_group_size == 0:
@@ -327,7 +382,9 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     ranks: list[RankResult] = []
     for rank, (lens, analysis, plan) in enumerate(zip(per_rank, analyses, plans, strict=True)):
         mine = positions[rank * batch : (rank + 1) * batch]
+        costs = analysis.sample_costs
         mb_tokens = [sum(lens[i] for i in mb) for mb in plan]
+        mb_costs = [micro_batch_cost([costs[i] for i in mb], bucket) for mb in plan]
         tokens = sum(lens)
         ranks.append(
             RankResult(
@@ -335,12 +392,15 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
                 analysis=analysis,
                 samples=len(lens),
                 tokens=tokens,
-                l2_lower_bound=l2_lower_bound(lens, cap),
+                l2_lower_bound=l2_lower_bound(costs, usable),
                 micro_batches=[[mine[i] for i in mb] for mb in plan],
                 micro_batch_tokens=mb_tokens,
                 largest=max(mb_tokens, default=0),
                 fill=tokens / (len(plan) * cap) if plan else 0.0,
                 workload_spread=spread([sum(workload(lens[i]) for i in mb) for mb in plan]),
+                aligned_tokens=sum(costs),
+                micro_batch_costs=mb_costs,
+                largest_cost=max(mb_costs, default=0),
             )
         )
     verl = _verl(per_rank, cap, args) if args.compare_verl else None
@@ -352,4 +412,6 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         verl,
         num_batches_divided_by=args.num_batches_divided_by or 1,
         agreed=args.same_micro_num_in_dp,
+        pad_to_multiple_of=pad,
+        micro_batch_multiple_of=bucket,
     )

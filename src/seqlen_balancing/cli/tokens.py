@@ -3,8 +3,9 @@
 Loading never runs code from the tokenizer's directory and never touches the network:
 ``trust_remote_code=False``, ``local_files_only=True`` and ``HF_HUB_OFFLINE=1``. ``PATH``
 is a directory (``AutoTokenizer``; its chat template comes from ``tokenizer_config.json``
-or ``chat_template.jinja``) or a ``tokenizer.json`` file (``PreTrainedTokenizerFast``, no
-chat template).
+or ``chat_template.jinja``) or a ``tokenizer.json`` file (``PreTrainedTokenizerFast``; its
+chat template and special tokens come from the ``tokenizer_config.json`` or
+``chat_template.jinja`` beside it, when there is one).
 
 What is counted per row:
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -53,7 +55,9 @@ def load_tokenizer(path: str) -> Any:
     where = Path(path)
     try:
         if where.is_file():
-            return transformers.PreTrainedTokenizerFast(tokenizer_file=str(where))
+            tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(where))
+            _template_beside(tokenizer, where)
+            return tokenizer
         if where.is_dir():
             return transformers.AutoTokenizer.from_pretrained(
                 str(where), trust_remote_code=False, local_files_only=True
@@ -62,6 +66,35 @@ def load_tokenizer(path: str) -> Any:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise CliError(f"cannot load tokenizer {path!r}: {short(reason, 160, False)}") from None
     raise CliError(f"cannot load tokenizer {path!r}: no such file or directory")
+
+
+def _template_beside(tokenizer: Any, file: Path) -> None:
+    """Give a tokenizer loaded from ``DIR/tokenizer.json`` the chat template and special
+    tokens of ``DIR/tokenizer_config.json`` (or ``DIR/chat_template.jinja``), as loading
+    ``DIR`` would. Only plain data is read: no code runs."""
+    config_path = file.parent / "tokenizer_config.json"
+    config: dict[str, Any] = {}
+    if config_path.is_file():
+        try:
+            loaded = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CliError(f"cannot read {str(config_path)!r}: {short(str(exc), 120, False)}") from None
+        config = loaded if isinstance(loaded, dict) else {}
+    for name in ("bos_token", "eos_token", "unk_token", "pad_token"):
+        value = config.get(name)
+        if isinstance(value, dict):
+            value = value.get("content")
+        if isinstance(value, str):
+            setattr(tokenizer, name, value)
+    template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: the default one
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default", next(iter(named.values()), None))
+    jinja = file.parent / "chat_template.jinja"
+    if not isinstance(template, str) and jinja.is_file():
+        template = jinja.read_text(encoding="utf-8")
+    if isinstance(template, str):
+        tokenizer.chat_template = template
 
 
 def _progress(total: int, show: bool) -> Any:
@@ -177,6 +210,13 @@ def count_dataset(args: argparse.Namespace) -> tuple[list[int], str]:
     )
     tokenizer = load_tokenizer(args.tokenizer)
     if kind == "messages" and getattr(tokenizer, "chat_template", None) is None:
+        if Path(args.tokenizer).is_file():
+            raise CliError(
+                f"tokenizer {args.tokenizer!r} has no chat template beside it (no "
+                "tokenizer_config.json with a chat_template, nor chat_template.jinja, in "
+                f"{str(Path(args.tokenizer).parent)!r}) to render --messages-field; pass the "
+                "model directory that holds it as --tokenizer, or use --text-field for plain text"
+            )
         raise CliError(
             f"tokenizer {args.tokenizer!r} has no chat template (tokenizer_config.json or "
             "chat_template.jinja) to render --messages-field; use --text-field for plain text"
