@@ -12,11 +12,12 @@ import importlib
 import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from seqlen_balancing import distributed
 from seqlen_balancing._checks import as_switch, describe, non_negative_ints
@@ -211,14 +212,14 @@ def _read_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int], list[
     (read in the same copy, so cutting needs no second one)."""
     n = _batch_size(batch)
     keys = set(batch.keys())
-    ids = batch.get("input_ids") if "input_ids" in keys else None
+    ids = _get_entry(batch, "input_ids") if "input_ids" in keys else None
     if isinstance(ids, torch.Tensor) and ids.is_nested:
         if _is_packed_jagged(ids):
             offsets: list[int] = getattr(ids, "offsets")().tolist()  # noqa: B009
             return None, [b - a for a, b in itertools.pairwise(offsets)], offsets
         lengths = _jagged_row_lengths(ids)
     elif "attention_mask" in keys:
-        mask = batch.get("attention_mask")
+        mask = _get_entry(batch, "attention_mask")
         if isinstance(mask, NonTensorData):
             mask = mask.data
         if not isinstance(mask, torch.Tensor):
@@ -237,6 +238,18 @@ def _read_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int], list[
         return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NO_LENGTH_SOURCE,)), [], None
     values: list[int] = lengths.tolist()
     return None, values, None
+
+
+def _get_entry(batch: TensorDict, key: str) -> Any:
+    """``batch[key]``; from a lazy stack whose rows differ in shape there, a nested tensor
+    of the rows (one row per sample, as the cut picks them)."""
+    try:
+        return batch.get(key)
+    except RuntimeError:
+        if not (_is_lazy_stack(batch) and int(batch.stack_dim) == 0):
+            raise
+        rows = [row.get(key) for row in cast(LazyStackedTensorDict, batch).tensordicts]
+        return torch.nested.as_nested_tensor(rows)
 
 
 #: Integer dtypes torch cannot take ``aminmax`` of (the wide unsigned ones): counted exactly.
@@ -339,36 +352,134 @@ def _rows_of(
     return rows, [int(row.shape[dim]) for row in rows]
 
 
+#: Sparse layouts whose rows are picked through the COO layout (2-D, no dense dimensions).
+_COMPRESSED = (torch.sparse_csr, torch.sparse_csc)
+
+
+@dataclass
+class _Entries:
+    """What the cut needs to know about a batch, read before the agreement.
+
+    ``offsets``: host offsets of packed jagged entries, by key. ``by_rows``: the batch is a
+    lazy stack along dim 0, cut by picking its rows (each row a TensorDict). ``apart``: the
+    entries tensordict's own indexing cannot cut (nested and sparse tensors, lazy stacks
+    along dim 0), with how to cut each: ``"nested"``, ``"coo"``, ``"compressed"``,
+    ``"stack"``.
+    """
+
+    offsets: dict[Any, list[int]] = field(default_factory=dict)
+    by_rows: bool = False
+    apart: list[tuple[Any, Any, str]] = field(default_factory=list)
+
+
+def _is_lazy_stack(value: Any) -> bool:
+    """A LazyStackedTensorDict (NonTensorStack, one of them, is cut by tensordict)."""
+    return isinstance(value, LazyStackedTensorDict) and not isinstance(value, NonTensorStack)
+
+
+def _entry_problem(key: Any, value: Any, entries: _Entries) -> PlanError | None:
+    """Why entry ``key`` cannot be cut by rows, or ``None``; records how to cut it."""
+    if isinstance(value, (NonTensorData, NonTensorStack)):
+        return None  # tensordict indexes them: a scalar is kept, a stack is picked by rows
+    if _is_lazy_stack(value):
+        if int(value.stack_dim) == 0:
+            entries.apart.append((key, value, "stack"))
+            return None
+        # Cut by tensordict's indexing of every row, which needs its entries dense.
+        try:
+            leaves = list(value.items(include_nested=True, leaves_only=True))
+        except _READ_ERRORS:
+            leaves = []
+            dense = False
+        else:
+            dense = all(_is_dense(leaf) for _, leaf in leaves)
+        if not dense:
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_STACK, *key_values(key)))
+        return None
+    if not isinstance(value, torch.Tensor):
+        return None  # a tensorclass or other collection: tensordict indexes it
+    if value.layout == torch.sparse_coo or value.layout in _COMPRESSED:
+        if value.device.type == "meta":
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_ON_META, *key_values(key)))
+        if value.layout == torch.sparse_coo:
+            entries.apart.append((key, value, "coo"))
+            return None
+        if value.dim() == 2 and value.dense_dim() == 0:
+            entries.apart.append((key, value, "compressed"))
+            return None
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_LAYOUT, *key_values(key)))
+    if value.layout != torch.strided and not value.is_nested:
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_LAYOUT, *key_values(key)))
+    if not value.is_nested:
+        return None
+    if value.device.type == "meta":
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_ON_META, *key_values(key)))
+    entries.apart.append((key, value, "nested"))
+    if key in entries.offsets or value.layout != torch.jagged:
+        return None
+    if getattr(value, "lengths")() is None:  # noqa: B009 (nested-only API)
+        entries.offsets[key] = getattr(value, "offsets")().tolist()  # noqa: B009
+    return None
+
+
+def _is_dense(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.layout == torch.strided and not value.is_nested
+
+
+def _node_problem(
+    node: TensorDictBase, prefix: tuple[str, ...], entries: _Entries
+) -> tuple[PlanError | None, BaseException | None]:
+    """:func:`_entry_problem` of every entry under ``node`` (keys nested under ``prefix``),
+    with the exception that reading an entry raised (``ENTRY_UNREADABLE``, its key)."""
+    for name in list(node.keys()):
+        key: Any = (*prefix, name) if prefix else name
+        try:
+            value = node.get(name)
+            if isinstance(value, TensorDictBase) and not isinstance(
+                value, (LazyStackedTensorDict, NonTensorData)
+            ):
+                error, cause = _node_problem(value, (*prefix, name), entries)
+            else:
+                error, cause = _entry_problem(key, value, entries), None
+        except _READ_ERRORS as exc:
+            problem = (BatchProblem.ENTRY_UNREADABLE, *key_values(key))
+            return PlanError(ErrorCode.BAD_BATCH, problem, describe(exc)), exc
+        if error is not None:
+            return error, cause
+    return None, None
+
+
 def _cut_inputs(
     batch: TensorDict, known: dict[Any, list[int]]
-) -> tuple[PlanError | None, dict[Any, list[int]], BaseException | None]:
-    """Read what :func:`_cut` reads from the host, before any rank commits to a plan.
+) -> tuple[PlanError | None, _Entries, BaseException | None]:
+    """Check every entry of ``batch`` before any rank commits to a plan (DESIGN: fail
+    before the collective), and read what :func:`_cut` reads from the host.
 
-    Every nested entry is checked: one on the meta device holds no rows to cut; a packed
-    jagged one has its offsets read (one host copy per key, kept in the returned dict for
-    the cut, ``known`` entries reused). Returns ``(error, offsets, cause)``; the error
-    names the entry's key, so that it can be agreed on like any other batch problem.
-    Dense entries, ``NonTensorStack`` and ``NonTensorData`` are gathered by tensordict
-    without a host read (a dense meta tensor is cut into meta tensors, as verl cuts it).
+    Every entry is one of the kinds the cut handles, or the error names its key:
+
+    * dense tensors (any device, the meta device included, any strides, zero-size dims),
+      ``NonTensorData`` (kept whole), ``NonTensorStack`` and other tensor collections:
+      gathered by tensordict;
+    * nested tensors (strided or jagged, any ragged dimension, with or without holes):
+      rebuilt from their rows; on the meta device they hold no rows (``ENTRY_ON_META``),
+      and a packed jagged one has its offsets read here (one host copy per key, kept for
+      the cut, ``known`` entries reused; a failure is ``ENTRY_UNREADABLE``);
+    * sparse COO tensors (picked with ``index_select``) and 2-D CSR/CSC tensors (picked
+      through COO); other sparse layouts are ``ENTRY_LAYOUT`` (TypeError);
+    * lazy stacks along dim 0 (the batch itself or a nested entry): cut by picking rows,
+      so their rows may differ in shape; a lazy stack along another dimension must hold
+      dense entries of one shape, else ``ENTRY_STACK`` (TypeError).
+
+    Returns ``(error, entries, cause)``; the error names the entry's key, so that it can be
+    agreed on like any other batch problem.
     """
-    offsets = dict(known)
-    for key, value in batch.items(include_nested=True, leaves_only=True):
-        if not (isinstance(value, torch.Tensor) and value.is_nested):
-            continue
-        if value.device.type == "meta":
-            problem = (BatchProblem.ENTRY_ON_META, *key_values(key))
-            return PlanError(ErrorCode.BAD_BATCH, problem), offsets, None
-        if key in offsets or value.layout != torch.jagged:
-            continue
-        try:
-            if getattr(value, "lengths")() is None:  # noqa: B009 (nested-only API)
-                offsets[key] = getattr(value, "offsets")().tolist()  # noqa: B009
-        except _READ_ERRORS as exc:
-            error = PlanError(
-                ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_UNREADABLE, *key_values(key)), describe(exc)
-            )
-            return error, offsets, exc
-    return None, offsets, None
+    entries = _Entries(offsets=dict(known))
+    if _is_lazy_stack(batch) and int(batch.stack_dim) == 0:
+        entries.by_rows = True  # each row is cloned whole: no entry is indexed
+        return None, entries, None
+    error, cause = _node_problem(batch, (), entries)
+    return error, entries, cause
+
 
 
 def _local_offsets(
@@ -404,37 +515,75 @@ def _local_offsets(
     return [shared[key] for key in keys]
 
 
+def _lazy_stack(rows: list[TensorDictBase]) -> TensorDictBase:
+    """A lazy stack of ``rows`` along dim 0 (``lazy_stack`` where tensordict has it)."""
+    stack = getattr(LazyStackedTensorDict, "lazy_stack", None)
+    if stack is not None:
+        return cast(TensorDictBase, stack(rows, 0))
+    return LazyStackedTensorDict(*rows, stack_dim=0)  # pragma: no cover (older tensordict)
+
+
+def _pick_rows(tensor: torch.Tensor, how: str, rows: list[int]) -> torch.Tensor:
+    """Rows ``rows`` of a sparse tensor (a copy), in its layout."""
+    index = torch.tensor(rows, dtype=torch.long, device=tensor.device)
+    if how == "coo":
+        return tensor.index_select(0, index)
+    picked = tensor.to_sparse_coo().index_select(0, index)
+    return picked.to_sparse_csr() if tensor.layout == torch.sparse_csr else picked.to_sparse_csc()
+
+
 def _cut(
-    batch: TensorDict, plan: list[list[int]], known_offsets: dict[Any, list[int]] | None = None
+    batch: TensorDict, plan: list[list[int]], entries: _Entries | None = None, copy: bool = True
 ) -> list[TensorDict]:
-    """The micro-batches of ``plan``, always copies of the batch's rows (as verl's
-    index-select makes them): one gather of the batch in plan order, then a view each.
+    """The micro-batches of ``plan``: copies of the batch's rows (as verl's index-select
+    makes them), one gather of the batch in plan order, then a view each. With
+    ``copy=False`` (the static path: ``plan`` is consecutive chunks) dense entries and
+    lazy-stack rows are views of the input, as verl's ``chunk`` makes them.
 
     Dense tensors, ``NonTensorStack`` entries and nested TensorDicts are gathered by
     tensordict; scalar ``NonTensorData`` stays as it is. Jagged tensors keep their layout,
     ragged dimension, dtype and device: rows ragged in dim 1 are joined by one cat in plan
     order (no index tensor of every token) and sliced per micro-batch; rows ragged in a
     later dim (``(C, length)`` rows) are joined per micro-batch. Offsets come from the
-    host (read once per key, or from ``known_offsets``), so no device-to-host copy happens
+    host (read once per key, or from ``entries``), so no device-to-host copy happens
     per micro-batch, and keys with the same row lengths share one offsets tensor per
     micro-batch, as tensors built together do. Strided nested tensors are rebuilt from
-    their rows.
+    their rows, sparse tensors picked by ``index_select`` (CSR/CSC through COO), and
+    lazy stacks along dim 0 (the batch or an entry) by picking their rows.
+
+    Nothing here raises for a batch :func:`_cut_inputs` passed: every entry kind it lets
+    through has its cutting below.
     """
+    entries = entries or _Entries()
+    if entries.by_rows:
+        rows = list(cast(LazyStackedTensorDict, batch).tensordicts)
+        parts = [_lazy_stack([rows[i] for i in part]) for part in plan]
+        return [part.clone() if copy else part for part in parts]
     order = [i for part in plan for i in part]
     bounds = [0, *itertools.accumulate(len(part) for part in plan)]
-    nested = [
-        (key, value)
-        for key, value in batch.items(include_nested=True, leaves_only=True)
-        if isinstance(value, torch.Tensor) and value.is_nested
-    ]
-    rest = batch.exclude(*(key for key, _ in nested)) if nested else batch
+    apart = entries.apart
+    rest = batch.exclude(*(key for key, _, _ in apart)) if apart else batch
     identity = order == list(range(len(order)))
-    # A copy even when nothing moves: writes into a micro-batch never reach the input.
-    permuted = rest.clone() if identity else rest[torch.tensor(order, dtype=torch.long)]
+    if not copy:
+        permuted = rest
+    else:
+        # A copy even when nothing moves: writes into a micro-batch never reach the input.
+        permuted = rest.clone() if identity else rest[torch.tensor(order, dtype=torch.long)]
     # One split (views of the gathered copy): ~2x faster than a slice per micro-batch.
     micro_batches = list(permuted.split([len(part) for part in plan], dim=0))
     shared_offsets: dict[tuple[int, torch.device, tuple[int, ...]], torch.Tensor] = {}
-    for key, tensor in nested:
+    for key, value, how in apart:
+        if how == "stack":
+            stack_rows = list(value.tensordicts)
+            for micro_batch, part in zip(micro_batches, plan, strict=True):
+                picked_stack = _lazy_stack([stack_rows[i] for i in part])
+                micro_batch.set(key, picked_stack.clone() if copy else picked_stack)
+            continue
+        if how != "nested":
+            for micro_batch, part in zip(micro_batches, plan, strict=True):
+                micro_batch.set(key, _pick_rows(value, how, part))
+            continue
+        tensor = value
         if tensor.layout != torch.jagged:
             strided_rows = tensor.unbind()
             for micro_batch, part in zip(micro_batches, plan, strict=True):
@@ -442,18 +591,18 @@ def _cut(
                 micro_batch.set(key, torch.nested.as_nested_tensor(picked, layout=tensor.layout))
             continue
         ragged_dim = _ragged_dim(tensor)
-        given = known_offsets.get(key) if known_offsets else None
+        given = entries.offsets.get(key)
         joined: torch.Tensor | None
         if identity and ragged_dim == 1 and getattr(tensor, "lengths")() is None:  # noqa: B009
             # Rows already in plan order: one copy of the token range, no split and cat.
             offsets = given or getattr(tensor, "offsets")().tolist()  # noqa: B009
             sizes = [b - a for a, b in itertools.pairwise(offsets)]
             joined = tensor.values()[offsets[0] : offsets[-1]].clone()
-            rows: Sequence[torch.Tensor] = ()
+            rows_of: Sequence[torch.Tensor] = ()
         else:
-            rows, row_sizes = _rows_of(tensor, given)
+            rows_of, row_sizes = _rows_of(tensor, given)
             sizes = [row_sizes[i] for i in order]
-            joined = torch.cat([rows[i] for i in order]) if ragged_dim == 1 else None
+            joined = torch.cat([rows_of[i] for i in order]) if ragged_dim == 1 else None
         new_offsets = [0, *itertools.accumulate(sizes)]
         local = _local_offsets(new_offsets, sizes, bounds, tensor.device, shared_offsets)
         for m, (micro_batch, part) in enumerate(zip(micro_batches, plan, strict=True)):
@@ -462,9 +611,10 @@ def _cut(
             if joined is not None:
                 values = joined[first:last]
             else:
-                values = torch.cat([rows[i] for i in part], dim=ragged_dim - 1)
+                values = torch.cat([rows_of[i] for i in part], dim=ragged_dim - 1)
             micro_batch.set(key, _jagged(values, local[m], ragged_dim, sizes[start:stop]))
     return micro_batches
+
 
 
 def rearrange_micro_batches(
@@ -634,9 +784,11 @@ def _rearrange(
             cause = exc
             error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
     known: dict[Any, list[int]] = {} if offsets is None else {"input_ids": offsets}
+    entries = _Entries(offsets=known)
     if error is None:
-        # Everything the cut reads, read before the agreement: a failure is agreed on.
-        error, known, cause = _cut_inputs(batch, known)
+        # Every entry checked and everything the cut reads read before the agreement: a
+        # failure is agreed on, and the cut after it cannot fail.
+        error, entries, cause = _cut_inputs(batch, known)
     if error is None:
         analysis = analyse(
             lengths,
@@ -650,7 +802,7 @@ def _rearrange(
     count = _finish(analysis, sync, dp_group, cause)
     plan = build_plan(analysis, count, bool(as_switch(use_dynamic_bsz_balance)))
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
-    return _cut(batch, plan, known), plan
+    return _cut(batch, plan, entries), plan
 
 
 def restore_dynamic_batch(
@@ -1094,10 +1246,12 @@ def prepare_micro_batches(
     n = int(data.batch_size[0])
     if error is None and (n == 0 or n % chunk):
         error = PlanError(ErrorCode.STATIC_NOT_DIVISIBLE, (n, value, force_group_size))
-    known: dict[Any, list[int]] = {}
+    entries = _Entries()
     if error is None:
-        error, known, cause = _cut_inputs(data, known)
+        error, entries, cause = _cut_inputs(data, {})
     static_count = n // chunk if error is None else 0
     _finish(RankAnalysis(error), sync, dp_group, cause, static_count)
     chunks = [list(range(start, start + chunk)) for start in range(0, n, chunk)]
-    return _cut(data, chunks, known), None
+    # Dense entries are views of the input, as verl's chunk makes them (nested and sparse
+    # entries are rebuilt per chunk: copies, as verl rebuilds nested ones).
+    return _cut(data, chunks, entries, copy=False), None
