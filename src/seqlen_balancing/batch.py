@@ -11,7 +11,7 @@ import copy
 import importlib
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -848,7 +848,7 @@ def restore_dynamic_batch(
     """
     if isinstance(data, (list, tuple)):
         return _restore_parts(list(data), batch_idx_list)
-    if isinstance(data, TensorDict):
+    if isinstance(data, TensorDictBase):
         return _restore_parts([data], [[i for part in batch_idx_list for i in part]])
     if not isinstance(data, torch.Tensor):
         raise TypeError(
@@ -867,9 +867,12 @@ def restore_dynamic_batch(
             "pass the index lists returned with these micro-batches"
         )
     order: list[int] = get_reverse_idx(flat)
-    if tensor.is_nested:
-        return _join_rows(tensor.unbind(), order, tensor)
-    return tensor[torch.tensor(order, dtype=torch.long, device=tensor.device)]
+    try:
+        if tensor.is_nested:
+            return _join_rows(tensor.unbind(), order, tensor)
+        return _take(tensor, order)
+    except (RuntimeError, NotImplementedError) as exc:  # a layout torch cannot index by rows
+        raise ValueError(f"data ({_kind(tensor)}) cannot be put back in order by rows: {exc}") from exc
 
 
 #: Offsets already made in one restore, by device and row lengths (see :func:`_join_rows`).
@@ -904,7 +907,7 @@ def _join_rows(
 
 
 def _rows(part: Any) -> int:
-    if isinstance(part, TensorDict):
+    if isinstance(part, TensorDictBase):
         return _batch_size(part)
     return int(part.size(0))
 
@@ -921,19 +924,19 @@ def _restore_parts(parts: list[Any], batch_idx_list: Sequence[Sequence[int]]) ->
         raise ValueError("data is an empty list; pass one output per micro-batch")
     first = parts[0]
     for m, part in enumerate(parts):
-        if not isinstance(part, (torch.Tensor, TensorDict)):
+        if not isinstance(part, (torch.Tensor, TensorDictBase)):
             raise TypeError(
                 f"micro-batch {m}: output must be a torch.Tensor or a TensorDict, got {type(part).__name__}"
             )
-        if type(part) is not type(first) and not (
-            isinstance(part, torch.Tensor) and isinstance(first, torch.Tensor)
-        ):
+        if isinstance(part, TensorDictBase) != isinstance(first, TensorDictBase):
             raise ValueError(
                 f"micro-batch {m}: output is a {type(part).__name__}, micro-batch 0's a "
                 f"{type(first).__name__}"
             )
         if isinstance(part, torch.Tensor) and part.dim() == 0:
             raise ValueError(f"micro-batch {m}: output is a 0-d tensor; it needs one row per sample")
+        if isinstance(part, TensorDictBase) and len(part.batch_size) == 0:
+            raise ValueError(f"micro-batch {m}: output has batch_size=(); it needs one row per sample")
         if _rows(part) != len(lists[m]):
             raise ValueError(
                 f"micro-batch {m}: output has {_rows(part)} rows but batch_idx_list[{m}] holds "
@@ -943,76 +946,180 @@ def _restore_parts(parts: list[Any], batch_idx_list: Sequence[Sequence[int]]) ->
         (i for part in lists for i in part), "batch_idx_list (flattened)", "indices"
     )
     order: list[int] = get_reverse_idx(flat)
-    if isinstance(first, TensorDict):
+    if isinstance(first, TensorDictBase):
         return _restore_tensordicts(parts, order)
     return _restore_tensors(parts, order)
 
 
 def _restore_tensors(
-    parts: list[torch.Tensor], order: list[int], shared: _SharedOffsets | None = None
+    parts: list[torch.Tensor], order: list[int], shared: _SharedOffsets | None = None,
+    key: Any = None,
 ) -> torch.Tensor:
+    """Rows of ``parts`` (one tensor per micro-batch) joined in ``order``; every mismatch
+    torch would raise on is a ``ValueError`` naming the micro-batch (and ``key``)."""
     first = parts[0]
+    where = "" if key is None else f" (entry {_key_name(key)!r})"
     for m, part in enumerate(parts):
         if part.is_nested != first.is_nested or part.layout != first.layout or (
             part.is_nested and _ragged_dim(part) != _ragged_dim(first)
         ):
             raise ValueError(
-                f"micro-batch {m}: output is {_kind(part)} but micro-batch 0's is {_kind(first)}"
+                f"micro-batch {m}{where}: output is {_kind(part)} but micro-batch 0's is {_kind(first)}"
             )
-        if not part.is_nested and part.shape[1:] != first.shape[1:]:
+        if part.device != first.device:
             raise ValueError(
-                f"micro-batch {m}: output rows have shape {tuple(part.shape[1:])} but micro-batch "
-                f"0's have {tuple(first.shape[1:])}; pad them to one shape or return nested tensors"
+                f"micro-batch {m}{where}: output is on {part.device} but micro-batch 0's is on "
+                f"{first.device}; move the outputs to one device"
             )
+        if part.dim() != first.dim() or (not part.is_nested and part.shape[1:] != first.shape[1:]):
+            raise ValueError(
+                f"micro-batch {m}{where}: output rows have shape {tuple(part.shape[1:])} but "
+                f"micro-batch 0's have {tuple(first.shape[1:])}; pad them to one shape or return "
+                "nested tensors"
+            )
+        if part.layout == torch.jagged:
+            ragged = _ragged_dim(part)
+            fixed = [(d, int(part.shape[d])) for d in range(1, part.dim()) if d != ragged]
+            if fixed != [(d, int(first.shape[d])) for d in range(1, first.dim()) if d != ragged]:
+                raise ValueError(
+                    f"micro-batch {m}{where}: jagged output rows have the fixed dimensions "
+                    f"{[size for _, size in fixed]} but micro-batch 0's have "
+                    f"{[int(first.shape[d]) for d, _ in fixed]}; every row must match outside "
+                    f"its ragged dimension {ragged}"
+                )
     if first.is_nested:
         return _join_rows([row for part in parts for row in part.unbind()], order, first, shared)
-    joined = torch.cat(parts)
-    return joined[torch.tensor(order, dtype=torch.long, device=joined.device)]
+    return _take(_cat(parts), order)
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat`` along dim 0, for sparse CSR/CSC parts too (through COO)."""
+    if parts[0].layout in _COMPRESSED:
+        return torch.cat([part.to_sparse_coo() for part in parts])
+    return torch.cat(parts)
+
+
+def _take(tensor: torch.Tensor, order: list[int], layout: torch.layout | None = None) -> torch.Tensor:
+    """Rows ``order`` of a dense or sparse tensor, back in ``layout`` (default: its own)."""
+    index = torch.tensor(order, dtype=torch.long, device=tensor.device)
+    layout = layout or tensor.layout
+    if tensor.layout in _COMPRESSED:
+        tensor = tensor.to_sparse_coo()
+    if tensor.layout != torch.sparse_coo:
+        return tensor[index]
+    picked = tensor.index_select(0, index)
+    if layout == torch.sparse_csr:
+        return picked.to_sparse_csr()
+    return picked.to_sparse_csc() if layout == torch.sparse_csc else picked
+
+
+def _key_name(key: Any) -> str:
+    return key if isinstance(key, str) else ".".join(str(part) for part in key)
 
 
 def _kind(tensor: torch.Tensor) -> str:
     if not tensor.is_nested:
-        return "a dense tensor"
+        return "a dense tensor" if tensor.layout == torch.strided else f"a {tensor.layout} tensor"
     if tensor.layout != torch.jagged:
         return "a strided nested tensor"
     return f"a jagged nested tensor ragged in dim {_ragged_dim(tensor)}"
 
 
-def _entry_keys(part: TensorDict) -> list[Any]:
-    """The keys of every entry to restore: tensors and non-tensor data, nested ones too.
+def _restore_entries(part: TensorDictBase) -> dict[Any, Any]:
+    """The entries of a micro-batch output to restore, by key: tensors, non-tensor data
+    and lazy stacks along dim 0 (restored by rows), nested ones too."""
+    found: dict[Any, Any] = {}
 
-    ``keys(leaves_only=True)`` leaves out ``NonTensorData``/``NonTensorStack`` entries
-    (they are TensorDict-like), so the keys are filtered by what each entry holds.
-    """
-    keys = [
-        key for key in part.keys(include_nested=True)
-        if isinstance(part.get(key), (torch.Tensor, NonTensorData, NonTensorStack))
-    ]
-    return sorted(keys, key=str)
+    def walk(node: TensorDictBase, prefix: tuple[str, ...]) -> None:
+        for name in list(node.keys()):
+            key: Any = (*prefix, name) if prefix else name
+            value = node.get(name)
+            if _is_lazy_stack(value) and int(value.stack_dim) != 0:
+                value = value.contiguous()  # dense entries of one shape (as the cut requires)
+            if isinstance(value, TensorDictBase) and not isinstance(
+                value, (LazyStackedTensorDict, NonTensorData)
+            ):
+                walk(value, (*prefix, name))
+            else:
+                found[key] = value
+
+    walk(part, ())
+    return found
 
 
-def _restore_tensordicts(parts: list[TensorDict], order: list[int]) -> TensorDict:
-    keys = _entry_keys(parts[0])
+def _restore_tensordicts(parts: list[TensorDictBase], order: list[int]) -> TensorDictBase:
+    if all(_is_lazy_stack(part) and int(part.stack_dim) == 0 for part in parts):
+        rows = [row for part in parts for row in cast(LazyStackedTensorDict, part).tensordicts]
+        return _lazy_stack([rows[i] for i in order])
+    try:
+        found = [_restore_entries(part) for part in parts]
+    except _READ_ERRORS as exc:
+        raise ValueError(f"the micro-batch outputs cannot be read entry by entry: {exc}") from exc
+    keys = sorted(found[0], key=str)
     out = TensorDict({}, batch_size=[len(order)])
-    for m, part in enumerate(parts):
-        part_keys = _entry_keys(part)
+    for m, entries in enumerate(found):
+        part_keys = sorted(entries, key=str)
         if part_keys != keys:
             raise ValueError(
                 f"micro-batch {m}: output has keys {part_keys} but micro-batch 0's has {keys}"
             )
     shared: _SharedOffsets = {}
     for key in keys:
-        values = [part.get(key) for part in parts]
-        if all(isinstance(value, torch.Tensor) for value in values):
-            out.set(key, _restore_tensors(values, order, shared))
-        elif all(isinstance(value, NonTensorData) for value in values) and all(
-            value.data == values[0].data for value in values
-        ):
-            out.set(key, values[0])  # one scalar for the whole batch, as cut
-        else:
-            objects = [item for value in values for item in _per_row(value)]
-            out.set(key, NonTensorStack(*(NonTensorData(objects[i]) for i in order)))
+        values = [entries[key] for entries in found]
+        try:
+            out.set(key, _restore_entry(key, values, order, shared))
+        except (RuntimeError, NotImplementedError) as exc:  # what torch or tensordict refuse
+            raise ValueError(
+                f"entry {_key_name(key)!r} of the micro-batch outputs cannot be joined back: {exc}"
+            ) from exc
     return out
+
+
+def _restore_entry(key: Any, values: list[Any], order: list[int], shared: _SharedOffsets) -> Any:
+    """One entry of the restored TensorDict, from its value in every micro-batch."""
+    if all(isinstance(value, torch.Tensor) for value in values):
+        return _restore_tensors(values, order, shared, key)
+    if all(_is_lazy_stack(value) for value in values):
+        rows = [row for value in values for row in value.tensordicts]
+        return _lazy_stack([rows[i] for i in order])
+    if all(isinstance(value, NonTensorData) for value in values) and all(
+        _same_data(value.data, values[0].data) for value in values
+    ):
+        return values[0]  # one scalar for the whole batch, as cut
+    if any(isinstance(value, torch.Tensor) for value in values):
+        raise ValueError(
+            f"entry {_key_name(key)!r} is a tensor in some micro-batch outputs but not in "
+            "others; return the same kind of entry from every micro-batch"
+        )
+    objects = [item for value in values for item in _per_row(value)]
+    return NonTensorStack(*(NonTensorData(objects[i]) for i in order))
+
+
+def _same_data(a: Any, b: Any) -> bool:
+    """Whether two ``NonTensorData`` payloads are the same value (arrays and tensors
+    compared element by element; their truth value is ambiguous)."""
+    if a is b:
+        return True
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if (a.shape, a.dtype, a.device, a.layout) != (b.shape, b.dtype, b.device, b.layout):
+            return False
+        if a.device.type == "meta":
+            return True  # no data to differ
+        try:
+            return bool(torch.equal(a.to_dense(), b.to_dense()))
+        except (RuntimeError, NotImplementedError, TypeError):
+            return False
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+            and bool(np.array_equal(a, b))
+        )
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 (any __eq__/__bool__ of a foreign object)
+        return False
 
 
 def _per_row(value: Any) -> list[Any]:
@@ -1023,27 +1130,41 @@ def _per_row(value: Any) -> list[Any]:
     return rows
 
 
-def _dataproto_problem(data: Any) -> PlanError | None:
-    """Why ``data`` is not DataProto-like enough to cut, or ``None``."""
+def _dataproto_parts(data: Any) -> tuple[PlanError | None, dict[Any, Any], Any]:
+    """``(error, non_tensor_batch, meta_info)`` of a DataProto-like ``data``, read before
+    the agreement: why it cannot be cut (or ``None``), its non-tensor arrays as a dict, and
+    a deep copy of its ``meta_info``. The cut after the agreement uses only these, so
+    nothing about ``data`` is read (or can fail) once the peers have returned."""
     for attribute in ("batch", "non_tensor_batch", "meta_info", "from_dict"):
         if not hasattr(data, attribute):
-            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), f"no {attribute!r}")
+            return PlanError(
+                ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), f"no {attribute!r}"
+            ), {}, None
     problem = _batch_problem(data.batch)
     if problem is not None:
-        return problem
+        return problem, {}, None
     n = int(data.batch.batch_size[0])
+    given = data.non_tensor_batch
+    if not isinstance(given, Mapping):
+        detail = f"non_tensor_batch is a {type(given).__name__}, not a dict"
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), detail), {}, None
     try:
-        arrays = list(dict(data.non_tensor_batch).values())
+        arrays = dict(given.items())
     except _READ_ERRORS as exc:
-        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), describe(exc))
-    for array in arrays:
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), describe(exc)), {}, None
+    for array in arrays.values():
         if not isinstance(array, np.ndarray) or array.ndim == 0:
             return PlanError(
                 ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_NOT_ARRAY,), f"got {describe(array)}"
-            )
+            ), {}, None
         if len(array) != n:
-            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_ROWS, len(array), n))
-    return None
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_ROWS, len(array), n)), {}, None
+    try:
+        meta_info = copy.deepcopy(data.meta_info)
+    except Exception as exc:  # noqa: BLE001 (any object's __deepcopy__ / __reduce_ex__)
+        error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.META_INFO_NOT_COPYABLE,), describe(exc))
+        return error, {}, None
+    return None, arrays, meta_info
 
 
 def prepare_dynamic_batch(
@@ -1068,10 +1189,13 @@ def prepare_dynamic_batch(
 
     Raises:
         TypeError: ``data`` lacks one of the attributes above, its ``batch`` is not a
-            TensorDict, or a ``non_tensor_batch`` entry is not a NumPy array (under DP
-            agreement, on every rank).
+            TensorDict, ``non_tensor_batch`` is not a dict (mapping) or one of its entries
+            is not a NumPy array, ``meta_info`` cannot be deep-copied, or as
+            :func:`rearrange_micro_batches` (under DP agreement, on every rank).
         ValueError: a ``non_tensor_batch`` array does not have one row per sample, or as
             :func:`rearrange_micro_batches` (under DP agreement, on every rank).
+        Whatever ``type(data).from_dict`` itself raises is passed on as it is: it is the
+        caller's class, called after the agreement with the micro-batches' parts.
 
     Example:
         >>> class Proto:
@@ -1090,7 +1214,7 @@ def prepare_dynamic_batch(
         [1, 2]
     """
     source: Any = data
-    problem = _dataproto_problem(source)
+    problem, arrays, meta_info = _dataproto_parts(source)
     batches, plan = _rearrange(
         source.batch if problem is None else None,
         max_token_len,
@@ -1103,12 +1227,12 @@ def prepare_dynamic_batch(
         problem,
     )
     out: list[T] = []
-    for micro_batch, indices in zip(batches, plan, strict=True):
+    for m, (micro_batch, indices) in enumerate(zip(batches, plan, strict=True)):
         tensors = {key: micro_batch[key] for key in micro_batch.keys()}
-        non_tensors = {key: value[indices] for key, value in source.non_tensor_batch.items()}
-        out.append(
-            type(source).from_dict(tensors, non_tensors, meta_info=copy.deepcopy(source.meta_info))
-        )
+        non_tensors = {key: value[indices] for key, value in arrays.items()}
+        # The copy checked before the agreement, then copies of it (copyable, as it was).
+        own = meta_info if m == 0 else copy.deepcopy(meta_info)
+        out.append(type(source).from_dict(tensors, non_tensors, meta_info=own))
     return out, plan
 
 

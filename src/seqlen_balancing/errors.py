@@ -212,7 +212,7 @@ def _bad_batch(v: tuple[int, ...]) -> str:
     if problem is BatchProblem.META_INFO_NOT_COPYABLE:
         return (
             "meta_info cannot be deep-copied, and every micro-batch gets its own deep copy (as "
-            "verl's DataProto does); drop or replace the entry that cannot be copied"
+            "verl's prepare_dynamic_batch gives it); drop or replace the entry that cannot be copied"
         )
     if problem is BatchProblem.MASK_NOT_2D:
         return f"attention_mask must be 2-D (batch, seq_len), got a {v[1]}-D tensor"

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from seqlen_balancing._checks import _integer_or_none, as_list, describe
+from seqlen_balancing._checks import _integer_or_none, as_list, describe, switch
 from seqlen_balancing.errors import Argument, ErrorCode, PlanError
 from seqlen_balancing.packing import (
     BOUND_NAMES,
@@ -550,7 +550,8 @@ def plan_micro_batches(
         ``max_token_len`` tokens), together an exact cover of ``range(n)``.
 
     Raises:
-        TypeError: an argument or length is not an integer.
+        TypeError: an argument or length is not an integer, or ``use_dynamic_bsz_balance``
+            is not a bool (or 0/1).
         ValueError: empty input, a negative length, a sample or forced group over the cap
             (``exceeds max_token_len``), ``n`` not divisible by ``force_group_size``, or
             more micro-batches needed than samples/groups.
@@ -563,6 +564,7 @@ def plan_micro_batches(
         >>> plan_micro_batches([2, 6, 6, 5, 5], 12)
         [[1, 2], [0, 3, 4]]
     """
+    balance = switch(use_dynamic_bsz_balance, "use_dynamic_bsz_balance")
     result = analyse(
         seq_lens,
         max_token_len,
@@ -583,7 +585,7 @@ def plan_micro_batches(
         count, error = agreed_count(wanted, result.n_groups, result.num_batches_divided_by)
         if error is not None:
             raise error.exception()
-    return build_plan(result, count, use_dynamic_bsz_balance)
+    return build_plan(result, count, balance)
 
 
 def spread(values: Sequence[int]) -> float:
