@@ -989,7 +989,7 @@ def _restore_tensors(
                 )
     if first.is_nested:
         return _join_rows([row for part in parts for row in part.unbind()], order, first, shared)
-    return _take(_cat(parts), order)
+    return _take(_cat(parts), order, first.layout)
 
 
 def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -1025,54 +1025,49 @@ def _kind(tensor: torch.Tensor) -> str:
     return f"a jagged nested tensor ragged in dim {_ragged_dim(tensor)}"
 
 
-def _restore_entries(part: TensorDictBase) -> dict[Any, Any]:
-    """The entries of a micro-batch output to restore, by key: tensors, non-tensor data
-    and lazy stacks along dim 0 (restored by rows), nested ones too."""
-    found: dict[Any, Any] = {}
-
-    def walk(node: TensorDictBase, prefix: tuple[str, ...]) -> None:
-        for name in list(node.keys()):
-            key: Any = (*prefix, name) if prefix else name
-            value = node.get(name)
-            if _is_lazy_stack(value) and int(value.stack_dim) != 0:
-                value = value.contiguous()  # dense entries of one shape (as the cut requires)
-            if isinstance(value, TensorDictBase) and not isinstance(
-                value, (LazyStackedTensorDict, NonTensorData)
-            ):
-                walk(value, (*prefix, name))
-            else:
-                found[key] = value
-
-    walk(part, ())
-    return found
-
-
-def _restore_tensordicts(parts: list[TensorDictBase], order: list[int]) -> TensorDictBase:
+def _restore_tensordicts(
+    parts: list[TensorDictBase], order: list[int], prefix: tuple[str, ...] = (),
+    shared: _SharedOffsets | None = None,
+) -> TensorDictBase:
+    """The rows of TensorDict outputs joined in ``order``, entry by entry (nested
+    TensorDicts keep their batch size); lazy stacks along dim 0 are joined by rows."""
     if all(_is_lazy_stack(part) and int(part.stack_dim) == 0 for part in parts):
         rows = [row for part in parts for row in cast(LazyStackedTensorDict, part).tensordicts]
         return _lazy_stack([rows[i] for i in order])
+    shared = {} if shared is None else shared
     try:
-        found = [_restore_entries(part) for part in parts]
+        # A lazy stack along another dim holds dense entries of one shape (as cut).
+        parts = [part.contiguous() if _is_lazy_stack(part) else part for part in parts]
+        found = [{name: part.get(name) for name in part.keys()} for part in parts]
     except _READ_ERRORS as exc:
         raise ValueError(f"the micro-batch outputs cannot be read entry by entry: {exc}") from exc
     keys = sorted(found[0], key=str)
-    out = TensorDict({}, batch_size=[len(order)])
     for m, entries in enumerate(found):
-        part_keys = sorted(entries, key=str)
-        if part_keys != keys:
+        if sorted(entries, key=str) != keys:
+            shown = [(*prefix, k) if prefix else k for k in sorted(entries, key=str)]
+            expected = [(*prefix, k) if prefix else k for k in keys]
             raise ValueError(
-                f"micro-batch {m}: output has keys {part_keys} but micro-batch 0's has {keys}"
+                f"micro-batch {m}: output has keys {shown} but micro-batch 0's has {expected}"
             )
-    shared: _SharedOffsets = {}
-    for key in keys:
-        values = [entries[key] for entries in found]
+    out = TensorDict({}, batch_size=[len(order), *parts[0].batch_size[1:]])
+    for name in keys:
+        key: Any = (*prefix, name) if prefix else name
+        values = [entries[name] for entries in found]
+        if all(_is_node(value) for value in values):
+            out.set(name, _restore_tensordicts(values, order, (*prefix, name), shared))
+            continue
         try:
-            out.set(key, _restore_entry(key, values, order, shared))
+            out.set(name, _restore_entry(key, values, order, shared))
         except (RuntimeError, NotImplementedError) as exc:  # what torch or tensordict refuse
             raise ValueError(
                 f"entry {_key_name(key)!r} of the micro-batch outputs cannot be joined back: {exc}"
             ) from exc
     return out
+
+
+def _is_node(value: Any) -> bool:
+    """A TensorDict entry holding entries of its own (not non-tensor data)."""
+    return isinstance(value, TensorDictBase) and not isinstance(value, (NonTensorData, NonTensorStack))
 
 
 def _restore_entry(key: Any, values: list[Any], order: list[int], shared: _SharedOffsets) -> Any:
