@@ -26,6 +26,9 @@ LENGTHS = [5, 3, 7, 2, 6, 4]
 #: Micro-batches of the static path: 6 rows in chunks of ``micro_batch_size_per_gpu=2``.
 STATIC_COUNT = 3
 
+#: Micro-batches of the valid peer's call, by path: under agreement both ranks get the larger.
+PEER_COUNT = {"dynamic": 4, "proto": 4, "static": STATIC_COUNT}
+
 #: (call name, positional args, keyword args); the caller adds ``dp_group``.
 Call = tuple[str, tuple[Any, ...], dict[str, Any]]
 
