@@ -528,8 +528,14 @@ def _pick_rows(tensor: torch.Tensor, how: str, rows: list[int]) -> torch.Tensor:
     index = torch.tensor(rows, dtype=torch.long, device=tensor.device)
     if how == "coo":
         return tensor.index_select(0, index)
-    picked = tensor.to_sparse_coo().index_select(0, index)
-    return picked.to_sparse_csr() if tensor.layout == torch.sparse_csr else picked.to_sparse_csc()
+    picked = tensor.to_sparse(layout=torch.sparse_coo).index_select(0, index)
+    return picked.to_sparse(layout=tensor.layout)
+
+
+def _gathered(rest: TensorDictBase, order: list[int], identity: bool) -> TensorDictBase:
+    """The rows of ``rest`` in ``order``: a copy even when nothing moves, so that writes
+    into a micro-batch never reach the input."""
+    return rest.clone() if identity else rest[torch.tensor(order, dtype=torch.long)]
 
 
 def _cut(
@@ -564,11 +570,7 @@ def _cut(
     apart = entries.apart
     rest = batch.exclude(*(key for key, _, _ in apart)) if apart else batch
     identity = order == list(range(len(order)))
-    if not copy:
-        permuted = rest
-    else:
-        # A copy even when nothing moves: writes into a micro-batch never reach the input.
-        permuted = rest.clone() if identity else rest[torch.tensor(order, dtype=torch.long)]
+    permuted = _gathered(rest, order, identity) if copy else rest
     # One split (views of the gathered copy): ~2x faster than a slice per micro-batch.
     micro_batches = list(permuted.split([len(part) for part in plan], dim=0))
     shared_offsets: dict[tuple[int, torch.device, tuple[int, ...]], torch.Tensor] = {}
@@ -995,7 +997,7 @@ def _restore_tensors(
 def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
     """``torch.cat`` along dim 0, for sparse CSR/CSC parts too (through COO)."""
     if parts[0].layout in _COMPRESSED:
-        return torch.cat([part.to_sparse_coo() for part in parts])
+        return torch.cat([part.to_sparse(layout=torch.sparse_coo) for part in parts])
     return torch.cat(parts)
 
 
@@ -1004,13 +1006,11 @@ def _take(tensor: torch.Tensor, order: list[int], layout: torch.layout | None = 
     index = torch.tensor(order, dtype=torch.long, device=tensor.device)
     layout = layout or tensor.layout
     if tensor.layout in _COMPRESSED:
-        tensor = tensor.to_sparse_coo()
+        tensor = tensor.to_sparse(layout=torch.sparse_coo)
     if tensor.layout != torch.sparse_coo:
         return tensor[index]
     picked = tensor.index_select(0, index)
-    if layout == torch.sparse_csr:
-        return picked.to_sparse_csr()
-    return picked.to_sparse_csc() if layout == torch.sparse_csc else picked
+    return picked.to_sparse(layout=layout) if layout in _COMPRESSED else picked
 
 
 def _key_name(key: Any) -> str:
@@ -1113,7 +1113,7 @@ def _same_data(a: Any, b: Any) -> bool:
         )
     try:
         return bool(a == b)
-    except Exception:  # noqa: BLE001 (any __eq__/__bool__ of a foreign object)
+    except Exception:  # any __eq__ / __bool__ of a foreign object
         return False
 
 
@@ -1156,7 +1156,7 @@ def _dataproto_parts(data: Any) -> tuple[PlanError | None, dict[Any, Any], Any]:
             return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_ROWS, len(array), n)), {}, None
     try:
         meta_info = copy.deepcopy(data.meta_info)
-    except Exception as exc:  # noqa: BLE001 (any object's __deepcopy__ / __reduce_ex__)
+    except Exception as exc:  # any object's __deepcopy__ / __reduce_ex__
         error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.META_INFO_NOT_COPYABLE,), describe(exc))
         return error, {}, None
     return None, arrays, meta_info
