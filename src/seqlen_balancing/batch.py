@@ -3,6 +3,27 @@
 The plan itself comes from :mod:`seqlen_balancing.planner` (pure Python); this module reads
 the lengths from tensors (one device-to-host copy), takes part in the DP agreement, and
 indexes the batch.
+
+The rule (DESIGN section 3, "Fail before the collective" and "Errors are collective"):
+every public call here runs in three steps, and only the first may find a problem.
+
+1. **Check** (before the one ``all_reduce``): the arguments, the batch's type and batch
+   dimension, its length source (mask or jagged ``input_ids``), every entry's kind, layout
+   and device (:func:`_cut_inputs`: dense, nested, sparse COO and 2-D CSR/CSC tensors,
+   lazy stacks, non-tensor data; anything else is refused naming its key), the host
+   offsets the cut will need, and a DataProto's parts (``non_tensor_batch`` a dict of
+   arrays with one row per sample, ``meta_info`` deep-copied once). Whatever fails becomes
+   a :class:`~seqlen_balancing.errors.PlanError`, a code plus integers (an entry's key as
+   :func:`~seqlen_balancing.errors.key_values`), so that it travels through the agreement.
+2. **Agree**: one ``all_reduce`` of the error codes and counts; every rank of the group
+   raises the same ``ValueError``/``TypeError``, or none does.
+3. **Cut** (after the agreement): only what step 1 read and let through is used, and every
+   entry kind step 1 lets through has its cutting here, so nothing raises for a batch that
+   passed: a rank never fails alone while its peers return.
+
+Local calls (no ``dp_group``) follow the same steps without the collective, so a bad batch
+raises before any data is touched. :func:`restore_dynamic_batch` takes no part in an
+agreement; it raises ``ValueError``/``TypeError`` naming the micro-batch or entry at fault.
 """
 
 from __future__ import annotations
@@ -197,13 +218,18 @@ def effective_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int]]:
 
     Returns:
         ``(None, lengths)`` with ``n`` ints, or ``(error, [])`` for a batch whose lengths
-        cannot be read (no source, mask not 2-D, mask rows != n). One device-to-host copy
+        cannot be read (no source, mask not 2-D, mask rows != n, a mask torch cannot
+        count, e.g. a sparse or meta one). One device-to-host copy
         of the ``n`` lengths, never one per element.
 
     Raises:
         TypeError: ``batch`` has no batch dimension (not a TensorDict-like object).
     """
-    error, lengths, _ = _read_lengths(batch)
+    _batch_size(batch)
+    try:
+        error, lengths, _ = _read_lengths(batch)
+    except _READ_ERRORS as exc:  # e.g. a sparse mask: the same error the planners agree on
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc)), []
     return error, lengths
 
 
@@ -658,19 +684,26 @@ def rearrange_micro_batches(
     Returns:
         ``(micro_batches, micro_bsz_idx)``: the micro-batches (TensorDicts) and, for each,
         the sorted original row indices; the index lists are an exact cover of
-        ``range(n)``. Jagged tensors and per-sample ``NonTensorStack`` entries are indexed
-        row by row; scalar ``NonTensorData`` entries are kept unchanged.
+        ``range(n)``. The micro-batches are copies. Jagged tensors and per-sample
+        ``NonTensorStack`` entries are indexed row by row, sparse COO and 2-D CSR/CSC
+        tensors keep their layout, lazy stacks along dim 0 (the batch itself or an entry)
+        are cut by picking their rows; scalar ``NonTensorData`` entries are kept unchanged.
 
     Raises:
         TypeError: an argument has a wrong type (e.g. a float ``max_token_len``, a
-            non-bool switch), or ``batch`` is not a TensorDict with a batch dimension.
+            non-bool switch), ``batch`` is not a TensorDict with a batch dimension, or an
+            entry cannot be cut by rows (a block-sparse or batched CSR/CSC layout, a lazy
+            stack along another dim whose entries differ in shape; the message names its
+            key and what to store instead).
         ValueError: a sample (``exceeds max_token_len``) or forced group
             (``forced group exceeds max_token_len``) over the cap, an empty batch, ``n`` not
             divisible by ``force_group_size``, more micro-batches needed than samples, a bad
             ``min_num_micro_batch``/``num_batches_divided_by``, no length source, lengths
-            that cannot be read (e.g. a mask on the meta device), a nested entry that
-            cannot be cut (on the meta device, or its offsets unreadable; the message names
-            its key), or this process is not a member of ``dp_group`` (raised at once).
+            that cannot be read (e.g. a mask on the meta device), an entry that cannot be
+            cut (a nested or sparse one on the meta device, or one that cannot be read; the
+            message names its key), or this process is not a member of ``dp_group``
+            (raised at once). Every check runs before the agreement; the cut after it does
+            not raise for a batch that passed them.
             Under DP agreement every rank raises the same error, naming the DP group rank
             and the global rank at fault:
             ``rank 1 of the DP group (global rank 3): sample 1 has 60 tokens, ...``.
@@ -817,11 +850,12 @@ def restore_dynamic_batch(
         data: either the micro-batch outputs already concatenated along dim 0, shape
             ``(n, ...)`` (dense, or a jagged/strided nested tensor), as verl takes it, or
             a TensorDict of them; or
-            the list of per-micro-batch outputs, one per index list: dense tensors with
-            equal trailing shapes, nested tensors of one layout (``torch.cat`` cannot join
-            jagged tensors), or TensorDicts (every entry restored alike: tensors,
-            per-sample ``NonTensorStack`` entries in the original order, a scalar
-            ``NonTensorData`` kept as it is).
+            the list of per-micro-batch outputs, one per index list: dense or sparse
+            tensors with equal trailing shapes, nested tensors of one layout (``torch.cat``
+            cannot join jagged tensors), or TensorDicts (every entry restored alike:
+            tensors, per-sample ``NonTensorStack`` entries in the original order, a scalar
+            ``NonTensorData`` kept as it is, whatever it holds, nested TensorDicts with
+            their batch size, lazy stacks along dim 0 row by row), all on one device.
         batch_idx_list: the index lists returned with the micro-batches.
 
     Returns:
@@ -834,8 +868,10 @@ def restore_dynamic_batch(
         ValueError: ``data`` is 0-d, the index lists are not a permutation of
             ``range(n)``, the list holds a different number of outputs than there are index
             lists, or micro-batch ``i``'s output has a different number of rows than
-            ``batch_idx_list[i]`` (or a different trailing shape, layout or key set from
-            micro-batch 0); the message names the micro-batch.
+            ``batch_idx_list[i]`` (or a different trailing shape, fixed dims of jagged rows,
+            layout, device or key set from micro-batch 0); the message names the
+            micro-batch (and the entry). Whatever torch refuses to join is reported as a
+            ``ValueError`` naming the entry; nothing else is raised.
 
     Complexity: O(n) indices plus one gather (one cat and one gather for a list).
 
@@ -1298,7 +1334,10 @@ def prepare_micro_batches(
 
     Dynamic: :func:`rearrange_micro_batches` with that cap. Static: consecutive chunks of
     ``micro_batch_size_per_gpu * force_group_size`` samples; the batch size must be a
-    multiple of the chunk (so every micro-batch has the same number of samples).
+    multiple of the chunk (so every micro-batch has the same number of samples). As verl's
+    ``chunk_tensordict`` makes them, a static micro-batch's dense entries are views of
+    the input (writing into one writes into the input); nested and sparse entries are
+    rebuilt per chunk (copies). The dynamic path always copies.
 
     Under DP agreement (``dp_group`` given, ``same_micro_num_in_dp`` true,
     ``torch.distributed`` initialised) both paths take part in the same single
