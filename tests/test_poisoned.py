@@ -9,7 +9,7 @@ The same catalogue runs on 2 gloo ranks in ``distributed/test_agreement.py``.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,14 +25,11 @@ pytestmark = pytest.mark.torch
 
 
 def _load_poisons() -> Any:
-    path = Path(__file__).resolve().parent / "distributed" / "_poisoned.py"
-    spec = importlib.util.spec_from_file_location("_seqlen_balancing_poisoned_local", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """``distributed/_poisoned.py`` (and ``_malformed.py`` it imports), by their folder."""
+    folder = str(Path(__file__).resolve().parent / "distributed")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module("_poisoned")
 
 
 P = _load_poisons()

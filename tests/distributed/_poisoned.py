@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from _malformed import Proto  # whoever imports this module puts its folder on sys.path
+
 #: The cap every dynamic call uses; :data:`LENGTHS` need 4 micro-batches under it.
 CAP = 8
 LENGTHS = [5, 3, 7, 2, 6, 4]
@@ -112,22 +114,6 @@ def static(batch: Any) -> Call:
     batch["use_dynamic_bsz"] = NonTensorData(False)
     batch["micro_batch_size_per_gpu"] = NonTensorData(2)
     return "prepare_micro_batches", (batch,), {}
-
-
-class Proto:
-    """A minimal DataProto stand-in (no verl import)."""
-
-    def __init__(self, batch: Any, non_tensor_batch: Any = None, meta_info: Any = None) -> None:
-        self.batch = batch
-        self.non_tensor_batch = {} if non_tensor_batch is None else non_tensor_batch
-        self.meta_info = {} if meta_info is None else meta_info
-
-    @classmethod
-    def from_dict(cls, tensors: Any, non_tensors: Any, meta_info: Any = None) -> Proto:
-        from tensordict import TensorDict
-
-        size = next(iter(tensors.values())).shape[0]
-        return cls(TensorDict(tensors, batch_size=[size]), non_tensors, meta_info)
 
 
 def proto(non_tensor_batch: Any = None, meta_info: Any = None, **extra: Any) -> Call:
@@ -251,6 +237,8 @@ POISONS: list[Poison] = [
     Poison("non_tensor_stack_arrays",
            lambda: rearrange(masked(obj=_non_tensor_stack(
                [__import__("numpy").arange(i) for i in range(6)])))),
+    Poison("non_tensor_stack_tensors",
+           lambda: rearrange(masked(obj=_non_tensor_stack([_t().arange(i) for i in range(6)])))),
     # nested tensors
     Poison("nested_strided", lambda: rearrange(masked(ns=_t().nested.nested_tensor(
         [_t().ones(i + 1, 2) * i for i in range(6)])))),
@@ -278,6 +266,10 @@ POISONS: list[Poison] = [
     Poison("requires_grad_leaf", lambda: rearrange(masked(g=rows().requires_grad_()))),
     Poison("nested_tensordict", lambda: rearrange(masked(sub=_td().TensorDict(
         {"a": rows(), "deeper": _td().TensorDict({"b": rows(2)}, [6])}, [6])))),
+    Poison("memory_mapped_entry", lambda: rearrange(masked(mm=_td().MemoryMappedTensor.from_tensor(rows())))),
+    Poison("batch_with_a_device", lambda: rearrange(masked().to("cpu"))),
+    Poison("bfloat16_mask", lambda: rearrange(masked(attention_mask=masked()["attention_mask"]
+                                                     .to(_t().bfloat16)))),
     Poison("empty_batch", lambda: rearrange(masked([])), None, "ValueError", "the batch has no samples"),
     # issue 20, case 6: DataProto parts
     Poison("proto_non_tensor_pairs",

@@ -689,11 +689,7 @@ def run_fuzz(rank: int, world_size: int, out: Any) -> None:
         record["collectives"] = [event["name"] for event in events]
         out.write(json.dumps(record) + "\n")
         out.flush()
-        names: list[Any] = [None] * world_size
-        dist.all_gather_object(names, round_index)  # fence, not counted
-        if names != [round_index] * world_size:
-            _write(out, {"scenario": "__desync__", "rank": rank, "names": names})
-            raise RuntimeError(f"fuzz round {round_index} desynchronised: {names}")
+        _fence(out, rank, world_size, round_index)
     _write(out, {"scenario": "__fuzz_time__", "rank": rank, "seconds": time.perf_counter() - start,
                  "rounds": rounds})
 
@@ -726,12 +722,19 @@ def run_poison(rank: int, world_size: int, out: Any) -> None:
         record["seconds"] = time.perf_counter() - began
         record["collectives"] = [event["name"] for event in events]
         _write(out, record)
-        names: list[Any] = [None] * world_size
-        dist.all_gather_object(names, round_index)  # fence, not counted
-        if names != [round_index] * world_size:
-            _write(out, {"scenario": "__desync__", "rank": rank, "names": names})
-            raise RuntimeError(f"poison round {round_index} desynchronised: {names}")
+        _fence(out, rank, world_size, round_index)
     _write(out, {"scenario": "__poison_time__", "rank": rank, "seconds": time.perf_counter() - start})
+
+
+def _fence(out: Any, rank: int, world_size: int, round_index: int) -> None:
+    """An uncounted ``all_gather_object`` of the round: a desynchronised round raises."""
+    import torch.distributed as dist
+
+    names: list[Any] = [None] * world_size
+    dist.all_gather_object(names, round_index)
+    if names != [round_index] * world_size:
+        _write(out, {"scenario": "__desync__", "rank": rank, "names": names})
+        raise RuntimeError(f"round {round_index} desynchronised: {names}")
 
 
 def _write(handle: Any, record: dict[str, Any]) -> None:

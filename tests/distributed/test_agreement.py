@@ -815,17 +815,9 @@ def test_fuzz_every_rank_raises_the_identical_error(fuzz: SuiteRun) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def _load_poisons() -> Any:
-    spec = importlib.util.spec_from_file_location("_seqlen_balancing_poisoned", _HERE / "_poisoned.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-POISONED = _load_poisons()
+if str(_HERE) not in sys.path:  # _poisoned imports _malformed, as the worker does
+    sys.path.insert(0, str(_HERE))
+POISONED = importlib.import_module("_poisoned")
 
 #: Seconds the poison suite may take (spawn, import, rendezvous and every round).
 POISON_DEADLINE_S = 120
