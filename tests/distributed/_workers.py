@@ -678,20 +678,27 @@ def run_fuzz(rank: int, world_size: int, out: Any) -> None:
         rng = random.Random(FUZZ_SEED + 1000 * round_index + rank)
         record: dict[str, Any] = {"scenario": f"fuzz{round_index}", "rank": rank,
                                   "kind": kind.name, "faulty": faulty}
-        entry = kind.build(rank == faulty, rng)
-        with count_collectives() as events:
-            try:
-                micro_batches, _ = _malformed.call(entry, dp_group=dist.group.WORLD)
-            except Exception as exc:  # recorded for the parent to judge
-                record.update(ok=False, error_type=type(exc).__name__, error_message=str(exc))
-            else:
-                record.update(ok=True, n_micro=len(micro_batches))
-        record["collectives"] = [event["name"] for event in events]
+        _record_call(record, _malformed.call, kind.build(rank == faulty, rng), dist.group.WORLD)
         out.write(json.dumps(record) + "\n")
         out.flush()
         _fence(out, rank, world_size, round_index)
     _write(out, {"scenario": "__fuzz_time__", "rank": rank, "seconds": time.perf_counter() - start,
                  "rounds": rounds})
+
+
+def _record_call(record: dict[str, Any], call: Callable[..., Any], entry: Any, group: Any) -> None:
+    """Run one catalogue call with ``dp_group=group`` and note in ``record`` how it ended
+    (the count, or the exception's type and message), its seconds and its collectives."""
+    began = time.perf_counter()
+    with count_collectives() as events:
+        try:
+            micro_batches, _ = call(entry, dp_group=group)
+        except Exception as exc:  # recorded for the parent to judge
+            record.update(ok=False, error_type=type(exc).__name__, error_message=str(exc))
+        else:
+            record.update(ok=True, n_micro=len(micro_batches))
+    record["seconds"] = time.perf_counter() - began
+    record["collectives"] = [event["name"] for event in events]
 
 
 def run_poison(rank: int, world_size: int, out: Any) -> None:
@@ -711,16 +718,7 @@ def run_poison(rank: int, world_size: int, out: Any) -> None:
         record: dict[str, Any] = {"scenario": f"poison{round_index}", "rank": rank,
                                   "kind": poison.name, "faulty": faulty}
         entry = poison.build() if rank == faulty else _poisoned.peer_call(poison)
-        began = time.perf_counter()
-        with count_collectives() as events:
-            try:
-                micro_batches, _ = _poisoned.call(entry, dp_group=dist.group.WORLD)
-            except Exception as exc:  # recorded for the parent to judge
-                record.update(ok=False, error_type=type(exc).__name__, error_message=str(exc))
-            else:
-                record.update(ok=True, n_micro=len(micro_batches))
-        record["seconds"] = time.perf_counter() - began
-        record["collectives"] = [event["name"] for event in events]
+        _record_call(record, _poisoned.call, entry, dist.group.WORLD)
         _write(out, record)
         _fence(out, rank, world_size, round_index)
     _write(out, {"scenario": "__poison_time__", "rank": rank, "seconds": time.perf_counter() - start})
