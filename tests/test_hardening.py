@@ -743,3 +743,16 @@ def test_issue20_case8_static_micro_batches_are_views_as_in_verl(masked_batch: B
     assert indices is None and [len(mb) for mb in micro_batches] == [4, 4]
     micro_batches[0]["adv"].add_(1)
     assert batch["adv"].tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
+
+
+def test_issue20_restore_names_an_entry_of_mixed_kinds() -> None:
+    from tensordict import NonTensorData
+
+    first = TensorDict({"a": torch.zeros(2, 3), "x": torch.zeros(2)}, [2])
+    second = TensorDict({"a": torch.ones(1, 3)}, [1])
+    second["x"] = NonTensorData("text")
+    with pytest.raises(ValueError, match="entry 'x' is a tensor or a TensorDict in some micro-batch outputs"):
+        restore_dynamic_batch([first, second], [[0, 2], [1]])
+    second["x"] = TensorDict({"y": torch.zeros(1)}, [1])
+    with pytest.raises(ValueError, match="entry 'x' is a tensor or a TensorDict in some micro-batch outputs"):
+        restore_dynamic_batch([first, second], [[0, 2], [1]])

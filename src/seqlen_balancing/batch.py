@@ -1110,17 +1110,14 @@ def _restore_entry(key: Any, values: list[Any], order: list[int], shared: _Share
     """One entry of the restored TensorDict, from its value in every micro-batch."""
     if all(isinstance(value, torch.Tensor) for value in values):
         return _restore_tensors(values, order, shared, key)
-    if all(_is_lazy_stack(value) for value in values):
-        rows = [row for value in values for row in value.tensordicts]
-        return _lazy_stack([rows[i] for i in order])
     if all(isinstance(value, NonTensorData) for value in values) and all(
         _same_data(value.data, values[0].data) for value in values
     ):
         return values[0]  # one scalar for the whole batch, as cut
-    if any(isinstance(value, torch.Tensor) for value in values):
+    if any(isinstance(value, torch.Tensor) or _is_node(value) for value in values):
         raise ValueError(
-            f"entry {_key_name(key)!r} is a tensor in some micro-batch outputs but not in "
-            "others; return the same kind of entry from every micro-batch"
+            f"entry {_key_name(key)!r} is a tensor or a TensorDict in some micro-batch outputs "
+            "but not in others; return the same kind of entry from every micro-batch"
         )
     objects = [item for value in values for item in _per_row(value)]
     return NonTensorStack(*(NonTensorData(objects[i]) for i in order))
