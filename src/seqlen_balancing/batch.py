@@ -1265,10 +1265,15 @@ def prepare_dynamic_batch(
 
 
 def _setting(data: TensorDict, key: str, default: Any) -> Any:
-    """A setting stored in ``data`` as verl does (plain entry or NonTensorData)."""
+    """A setting stored in ``data`` as verl does (plain entry or NonTensorData; in a lazy
+    stack, one NonTensorData per row, all equal)."""
     if key not in data.keys():
         return default
     value = data.get(key)
+    if isinstance(value, NonTensorStack):
+        rows = value.tolist()
+        if rows and all(_same_data(row, rows[0]) for row in rows):
+            value = NonTensorData(rows[0])
     if isinstance(value, NonTensorData):
         value = value.data
     if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":

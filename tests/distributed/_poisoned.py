@@ -133,6 +133,14 @@ def peer_call(poison: Poison) -> Call:
     return rearrange(masked())
 
 
+def prepare_dynamic(batch: Any) -> Call:
+    """``prepare_micro_batches`` on its dynamic path, with the cap stored in the batch."""
+    from tensordict import NonTensorData
+
+    batch["max_token_len_per_gpu"] = NonTensorData(CAP)
+    return "prepare_micro_batches", (batch,), {}
+
+
 class _NoDeepCopy:
     def __deepcopy__(self, memo: Any) -> Any:
         raise TypeError("this object cannot be deep-copied")
@@ -288,6 +296,8 @@ POISONS: list[Poison] = [
            peer="static"),
     Poison("static_lazy_stack_as_entry", lambda: static(masked(sub=lazy_rows())), STATIC_COUNT,
            peer="static"),
+    Poison("static_lazy_stack", lambda: static(lazy_rows()), STATIC_COUNT, peer="static"),
+    Poison("prepare_lazy_stack", lambda: prepare_dynamic(lazy_rows(ragged_mask=True))),
     Poison("static_sparse_bsr", lambda: static(masked(sp=rows(4).to_sparse_bsr((2, 2)))), None,
            "TypeError", "entry 'sp' has a tensor layout whose rows cannot be picked", peer="static"),
 ]
