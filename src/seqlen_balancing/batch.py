@@ -1171,6 +1171,13 @@ def _dataproto_parts(data: Any) -> tuple[PlanError | None, dict[Any, Any], Any]:
     problem = _batch_problem(data.batch)
     if problem is not None:
         return problem, {}, None
+    if _is_lazy_stack(data.batch):  # from_dict gets one tensor per key: it must stack
+        for key in list(data.batch.keys()):
+            try:
+                data.batch.get(key)
+            except _READ_ERRORS:
+                problem_key = (BatchProblem.PROTO_RAGGED_STACK, *key_values(key))
+                return PlanError(ErrorCode.BAD_BATCH, problem_key), {}, None
     n = int(data.batch.batch_size[0])
     given = data.non_tensor_batch
     if not isinstance(given, Mapping):
@@ -1218,7 +1225,9 @@ def prepare_dynamic_batch(
     Raises:
         TypeError: ``data`` lacks one of the attributes above, its ``batch`` is not a
             TensorDict, ``non_tensor_batch`` is not a dict (mapping) or one of its entries
-            is not a NumPy array, ``meta_info`` cannot be deep-copied, or as
+            is not a NumPy array, ``meta_info`` cannot be deep-copied, ``batch`` is a lazy
+            stack whose rows differ in shape at some key (``from_dict`` takes one tensor
+            per key; the message names it), or as
             :func:`rearrange_micro_batches` (under DP agreement, on every rank).
         ValueError: a ``non_tensor_batch`` array does not have one row per sample, or as
             :func:`rearrange_micro_batches` (under DP agreement, on every rank).

@@ -124,6 +124,13 @@ def proto(non_tensor_batch: Any = None, meta_info: Any = None, **extra: Any) -> 
     return "prepare_dynamic_batch", (Proto(masked(**extra), non_tensor_batch, meta_info), CAP), {}
 
 
+def proto_of(batch: Any) -> Call:
+    """``prepare_dynamic_batch`` of a DataProto around ``batch``."""
+    import numpy as np
+
+    return "prepare_dynamic_batch", (Proto(batch, {"uid": np.arange(len(LENGTHS))}), CAP), {}
+
+
 def peer_call(poison: Poison) -> Call:
     """The valid call of the rank that is not poisoned."""
     if poison.peer == "static":
@@ -285,6 +292,9 @@ POISONS: list[Poison] = [
            "data must be DataProto-like", peer="proto"),
     Poison("proto_meta_info_not_copyable", lambda: proto(meta_info={"x": _NoDeepCopy()}), None,
            "TypeError", "meta_info cannot be deep-copied", peer="proto"),
+    Poison("proto_lazy_stack_ragged", lambda: proto_of(lazy_rows()), None, "TypeError",
+           "entry 'x' of data.batch is a lazy stack whose rows differ in shape", peer="proto"),
+    Poison("proto_lazy_stack_uniform", lambda: proto_of(lazy_rows(ragged_entry=False)), peer="proto"),
     Poison("proto_with_sparse_and_jagged",
            lambda: proto(sp=rows().to_sparse(), j=jagged([2, 1, 3, 1, 2, 4])), peer="proto"),
     # the static path (use_dynamic_bsz=False) with the same entry kinds
