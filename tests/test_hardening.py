@@ -578,3 +578,181 @@ def test_unsigned_masks_count_non_zero_entries(dtype: torch.dtype) -> None:
     _, plan = rearrange_micro_batches(TensorDict({"attention_mask": mask}, batch_size=[4]), 6)
     assert all(sum(lengths[i] for i in part) <= 6 for part in plan)
     assert len(plan) == 2
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 20: nothing raises after the agreement, nothing escapes as the wrong type. The
+# 2-rank versions of cases 1, 2, 3 and 6 are in distributed/test_agreement.py (the poison
+# suite); every entry kind, in one process, in test_poisoned.py.
+# ---------------------------------------------------------------------------------------
+
+
+def test_issue20_case1_sparse_entries_are_cut_by_rows(masked_batch: Batch) -> None:
+    batch = masked_batch([3, 4, 5, 2, 1, 6])
+    dense = torch.arange(30.0).reshape(6, 5) % 4
+    batch["coo"] = dense.to_sparse()
+    batch["csr"] = dense.to_sparse_csr()
+    micro_batches, plan = rearrange_micro_batches(batch, 6)
+    assert len(plan) == 4
+    for micro_batch, part in zip(micro_batches, plan, strict=True):
+        assert micro_batch["coo"].layout == torch.sparse_coo
+        assert micro_batch["csr"].layout == torch.sparse_csr
+        assert torch.equal(micro_batch["coo"].to_dense(), dense[part])
+        assert torch.equal(micro_batch["csr"].to_dense(), dense[part])
+    restored = restore_dynamic_batch(micro_batches, plan)
+    assert restored["csr"].layout == torch.sparse_csr
+    assert torch.equal(restored["coo"].to_dense(), dense)
+
+
+def test_issue20_case1_block_sparse_is_refused_naming_the_key(masked_batch: Batch) -> None:
+    batch = masked_batch([3, 4, 5, 2])
+    batch["blocks"] = torch.ones(4, 4).to_sparse_bsr((2, 2))
+    with pytest.raises(TypeError, match="entry 'blocks' has a tensor layout whose rows cannot be picked"):
+        rearrange_micro_batches(batch, 6)
+
+
+def test_issue20_case2_lazy_stack_with_ragged_rows_is_cut_row_by_row() -> None:
+    from tensordict import LazyStackedTensorDict
+
+    rows = [
+        TensorDict({"attention_mask": torch.ones(n, dtype=torch.long), "x": torch.arange(float(n))}, [])
+        for n in (3, 5, 2, 4)
+    ]
+    batch = LazyStackedTensorDict.lazy_stack(rows, 0)
+    micro_batches, plan = rearrange_micro_batches(batch, 7)
+    assert sorted(sorted(part) for part in plan) == [[0, 3], [1, 2]]
+    for micro_batch, part in zip(micro_batches, plan, strict=True):
+        assert [row["x"].tolist() for row in micro_batch.tensordicts] == [rows[i]["x"].tolist() for i in part]
+    given = [list(map(float, range(n))) for n in (3, 5, 2, 4)]
+    restored = restore_dynamic_batch(micro_batches, plan)
+    assert [row["x"].tolist() for row in restored.tensordicts] == given
+    micro_batches[0].tensordicts[0]["x"].add_(1)  # copies: the input is not written
+    assert [row["x"].tolist() for row in rows] == given
+
+
+@pytest.mark.parametrize("payload", ["array", "tensor"])
+def test_issue20_case3_restore_undoes_the_cut_of_non_tensor_data(masked_batch: Batch, payload: str) -> None:
+    import numpy as np
+    from tensordict import NonTensorData
+
+    batch = masked_batch([3, 4, 5, 2, 1, 6])
+    batch["meta"] = NonTensorData(np.array([1, 2]) if payload == "array" else torch.tensor([1, 2]))
+    micro_batches, idx = rearrange_micro_batches(batch, 6)
+    restored = restore_dynamic_batch(micro_batches, idx)
+    assert list(restored["meta"]) == [1, 2]
+    assert type(restored.get("meta").data) is type(batch.get("meta").data)
+    assert torch.equal(restored["attention_mask"], batch["attention_mask"])
+
+
+def test_issue20_case4_restore_raises_value_error_for_mismatched_outputs() -> None:
+    first = torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(3, 3)], layout=torch.jagged)
+    wider = torch.nested.nested_tensor([torch.ones(2, 4)], layout=torch.jagged)
+    with pytest.raises(ValueError, match=r"micro-batch 1: jagged output rows have the fixed dimensions \[4\] "
+                                         r"but micro-batch 0's have \[3\]"):
+        restore_dynamic_batch([first, wider], [[0, 1], [2]])
+    with pytest.raises(ValueError, match="micro-batch 1: output is on meta but micro-batch 0's is on cpu"):
+        restore_dynamic_batch([torch.ones(2), torch.ones(1, device="meta")], [[0, 1], [2]])
+    on_meta = torch.nested.nested_tensor([torch.ones(2, 3)], layout=torch.jagged).to("meta")
+    with pytest.raises(ValueError, match="micro-batch 1: output is on meta"):
+        restore_dynamic_batch([first, on_meta], [[0, 1], [2]])
+
+
+def _switch_calls() -> list[tuple[str, Callable[[Any], Any]]]:
+    from seqlen_balancing import greedy_partition, plan_data_parallel
+
+    return [
+        ("equal_size", lambda flag: karmarkar_karp([1, 2, 3, 4], 2, flag)),
+        ("equal_size", lambda flag: greedy_partition([1, 2, 3, 4], 2, flag)),
+        ("equal_size", lambda flag: get_seqlen_balanced_partitions([1, 2, 3, 4], 2, flag)),
+        ("use_dynamic_bsz_balance",
+         lambda flag: plan_micro_batches([1, 2, 3], 5, use_dynamic_bsz_balance=flag)),
+        ("same_micro_num_in_dp", lambda flag: plan_data_parallel([[1, 2]], 5, same_micro_num_in_dp=flag)),
+        ("use_dynamic_bsz_balance",
+         lambda flag: plan_data_parallel([[1, 2]], 5, use_dynamic_bsz_balance=flag)),
+    ]
+
+
+@pytest.mark.parametrize("flag", ["False", torch.tensor([True, False]), None, 2, 0.0],
+                         ids=["str", "two_element_tensor", "none", "two", "float"])
+@pytest.mark.parametrize("call", range(6), ids=lambda i: f"call{i}")
+def test_issue20_case5_list_api_flags_are_checked_like_rearrange(call: int, flag: Any) -> None:
+    name, run = _switch_calls()[call]
+    with pytest.raises(TypeError, match=f"{name} must be a bool \\(or 0/1\\), got "):
+        run(flag)
+
+
+@pytest.mark.parametrize("flag", [True, False, 1, 0, torch.tensor(True)])
+def test_issue20_case5_bools_and_0_1_are_switches(flag: Any) -> None:
+    assert sorted(map(sorted, karmarkar_karp([4, 1, 3, 2], 2, flag))) == [[0, 1], [2, 3]]
+
+
+def test_issue20_case5_ceildiv_takes_integers_only() -> None:
+    from seqlen_balancing import ceildiv, roundup_divisible
+
+    with pytest.raises(TypeError, match=r"ceildiv: b must be an integer, got tensor\(\[8, 9\]\)"):
+        ceildiv(7, torch.tensor([8, 9]))
+    with pytest.raises(TypeError, match="roundup_divisible: a must be an integer, got '7'"):
+        roundup_divisible("7", 2)  # type: ignore[arg-type]
+    assert ceildiv(7, torch.tensor(2)) == 4 and type(ceildiv(7, torch.tensor(2))) is int
+
+
+def test_issue20_case6_dataproto_parts_are_checked_before_the_agreement() -> None:
+    import numpy as np
+
+    catalogue = CATALOGUE
+    pairs = catalogue.proto([3, 4, 5])
+    pairs.non_tensor_batch = [("uid", np.arange(3))]
+    with pytest.raises(TypeError, match=r"DataProto-like.*\(non_tensor_batch is a list, not a dict\)"):
+        catalogue.call(catalogue.dynamic(pairs))
+    uncopyable = catalogue.proto([3, 4, 5])
+    uncopyable.meta_info = {"lock": __import__("threading").Lock()}
+    with pytest.raises(TypeError, match="meta_info cannot be deep-copied"):
+        catalogue.call(catalogue.dynamic(uncopyable))
+
+
+def test_issue20_case7_absurd_k_partitions_is_refused_before_allocating() -> None:
+    from seqlen_balancing import greedy_partition
+    from seqlen_balancing.partition import MAX_EMPTY_PARTITIONS
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="k_partitions=1000000000 is above both the 3 items and 65536"):
+            greedy_partition([1, 2, 3], 10**9, False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    assert MAX_EMPTY_PARTITIONS == 65536
+    parts = greedy_partition([1, 2, 3], MAX_EMPTY_PARTITIONS, False)  # verl's empty partitions
+    assert len(parts) == 65536 and parts[:3] == [[0], [1], [2]] and parts[3] == []
+    with pytest.raises(ValueError, match="k_partitions=65537 is above both"):
+        greedy_partition([1, 2, 3], MAX_EMPTY_PARTITIONS + 1, False)
+    assert len(greedy_partition([1] * 70000, 70000, False)) == 70000  # k <= n: as many as items
+    with pytest.raises(ValueError, match=r"k_partitions must be in 1\.\.3"):
+        karmarkar_karp([1, 2, 3], 10**9, False)
+
+
+def test_issue20_case8_static_micro_batches_are_views_as_in_verl(masked_batch: Batch) -> None:
+    from tensordict import NonTensorData
+
+    batch = masked_batch([3, 4, 5, 2, 1, 6, 2, 2])
+    batch["adv"] = torch.zeros(8)
+    batch["use_dynamic_bsz"] = NonTensorData(False)
+    batch["micro_batch_size_per_gpu"] = NonTensorData(4)
+    micro_batches, indices = prepare_micro_batches(batch)
+    assert indices is None and [len(mb) for mb in micro_batches] == [4, 4]
+    micro_batches[0]["adv"].add_(1)
+    assert batch["adv"].tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
+
+
+def test_issue20_restore_names_an_entry_of_mixed_kinds() -> None:
+    from tensordict import NonTensorData
+
+    first = TensorDict({"a": torch.zeros(2, 3), "x": torch.zeros(2)}, [2])
+    second = TensorDict({"a": torch.ones(1, 3)}, [1])
+    second["x"] = NonTensorData("text")
+    with pytest.raises(ValueError, match="entry 'x' is a tensor or a TensorDict in some micro-batch outputs"):
+        restore_dynamic_batch([first, second], [[0, 2], [1]])
+    second["x"] = TensorDict({"y": torch.zeros(1)}, [1])
+    with pytest.raises(ValueError, match="entry 'x' is a tensor or a TensorDict in some micro-batch outputs"):
+        restore_dynamic_batch([first, second], [[0, 2], [1]])

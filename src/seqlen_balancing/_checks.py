@@ -59,6 +59,32 @@ def as_switch(value: Any) -> bool | None:
     return bool(as_int) if as_int in (0, 1) else None
 
 
+def switch(value: Any, name: str) -> bool:
+    """Return the on/off flag ``value`` as a bool, as :func:`as_switch` reads it.
+
+    Raises:
+        TypeError: ``value`` is not a bool, a NumPy/torch bool scalar or 0/1 (the string
+            ``"False"``, a multi-element tensor, ``None``).
+    """
+    as_bool = as_switch(value)
+    if as_bool is None:
+        raise TypeError(f"{name} must be a bool (or 0/1), got {describe(value)}; pass True or False")
+    return as_bool
+
+
+def integer(value: Any, name: str) -> int:
+    """Return ``value`` as a Python int (Python/NumPy ints, one-element integer tensors).
+
+    Raises:
+        TypeError: ``value`` is not an integer (a float, a bool, a string, a multi-element
+            tensor).
+    """
+    as_int = _integer_or_none(value)
+    if as_int is None:
+        raise TypeError(f"{name} must be an integer, got {describe(value)}")
+    return as_int
+
+
 def describe(value: Any) -> str:
     """A short, safe description of ``value`` for an error message."""
     if isinstance(value, float) and math.isnan(value):

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from seqlen_balancing._checks import switch
 from seqlen_balancing.errors import MAX_ERROR_VALUE, N_ERROR_VALUES, OUT_OF_RANGE, ErrorCode, PlanError
 from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, build_plan, local_count
 
@@ -241,6 +242,8 @@ def plan_data_parallel(
         micro-batch's cost is at most ``max_token_len``.
 
     Raises:
+        TypeError: ``same_micro_num_in_dp`` or ``use_dynamic_bsz_balance`` is not a bool
+            (or 0/1), checked first; else as below.
         TypeError, ValueError: as on a real DP group: the message names the rank at fault
             (the lowest one, when several are).
 
@@ -249,6 +252,8 @@ def plan_data_parallel(
         >>> [len(p) for p in plans]
         [5, 5]
     """
+    agree = switch(same_micro_num_in_dp, "same_micro_num_in_dp")
+    balance = switch(use_dynamic_bsz_balance, "use_dynamic_bsz_balance")
     kwargs: dict[str, Any] = {
         "force_group_size": force_group_size,
         "min_num_micro_batch": min_num_micro_batch,
@@ -267,13 +272,13 @@ def plan_data_parallel(
     ]
     if not analyses:
         raise ValueError("seq_lens_per_rank is empty; pass one list of lengths per DP rank")
-    if same_micro_num_in_dp:
+    if agree:
         reduced = combine([encode(a, rank) for rank, a in enumerate(analyses)])
         count, error, _ = decode(reduced)
         if error is not None:
             raise error.exception()
-        return [build_plan(a, count, use_dynamic_bsz_balance) for a in analyses]
+        return [build_plan(a, count, balance) for a in analyses]
     return [
-        build_plan(a, local_count(a, rank), use_dynamic_bsz_balance)
+        build_plan(a, local_count(a, rank), balance)
         for rank, a in enumerate(analyses)
     ]

@@ -3,6 +3,27 @@
 The plan itself comes from :mod:`seqlen_balancing.planner` (pure Python); this module reads
 the lengths from tensors (one device-to-host copy), takes part in the DP agreement, and
 indexes the batch.
+
+The rule (DESIGN section 3, "Fail before the collective" and "Errors are collective"):
+every public call here runs in three steps, and only the first may find a problem.
+
+1. **Check** (before the one ``all_reduce``): the arguments, the batch's type and batch
+   dimension, its length source (mask or jagged ``input_ids``), every entry's kind, layout
+   and device (:func:`_cut_inputs`: dense, nested, sparse COO and 2-D CSR/CSC tensors,
+   lazy stacks, non-tensor data; anything else is refused naming its key), the host
+   offsets the cut will need, and a DataProto's parts (``non_tensor_batch`` a dict of
+   arrays with one row per sample, ``meta_info`` deep-copied once). Whatever fails becomes
+   a :class:`~seqlen_balancing.errors.PlanError`, a code plus integers (an entry's key as
+   :func:`~seqlen_balancing.errors.key_values`), so that it travels through the agreement.
+2. **Agree**: one ``all_reduce`` of the error codes and counts; every rank of the group
+   raises the same ``ValueError``/``TypeError``, or none does.
+3. **Cut** (after the agreement): only what step 1 read and let through is used, and every
+   entry kind step 1 lets through has its cutting here, so nothing raises for a batch that
+   passed: a rank never fails alone while its peers return.
+
+Local calls (no ``dp_group``) follow the same steps without the collective, so a bad batch
+raises before any data is touched. :func:`restore_dynamic_batch` takes no part in an
+agreement; it raises ``ValueError``/``TypeError`` naming the micro-batch or entry at fault.
 """
 
 from __future__ import annotations
@@ -11,12 +32,13 @@ import copy
 import importlib
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from seqlen_balancing import distributed
 from seqlen_balancing._checks import as_switch, describe, non_negative_ints
@@ -196,13 +218,18 @@ def effective_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int]]:
 
     Returns:
         ``(None, lengths)`` with ``n`` ints, or ``(error, [])`` for a batch whose lengths
-        cannot be read (no source, mask not 2-D, mask rows != n). One device-to-host copy
+        cannot be read (no source, mask not 2-D, mask rows != n, a mask torch cannot
+        count, e.g. a sparse or meta one). One device-to-host copy
         of the ``n`` lengths, never one per element.
 
     Raises:
         TypeError: ``batch`` has no batch dimension (not a TensorDict-like object).
     """
-    error, lengths, _ = _read_lengths(batch)
+    _batch_size(batch)
+    try:
+        error, lengths, _ = _read_lengths(batch)
+    except _READ_ERRORS as exc:  # e.g. a sparse mask: the same error the planners agree on
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc)), []
     return error, lengths
 
 
@@ -211,14 +238,14 @@ def _read_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int], list[
     (read in the same copy, so cutting needs no second one)."""
     n = _batch_size(batch)
     keys = set(batch.keys())
-    ids = batch.get("input_ids") if "input_ids" in keys else None
+    ids = _get_entry(batch, "input_ids") if "input_ids" in keys else None
     if isinstance(ids, torch.Tensor) and ids.is_nested:
         if _is_packed_jagged(ids):
             offsets: list[int] = getattr(ids, "offsets")().tolist()  # noqa: B009
             return None, [b - a for a, b in itertools.pairwise(offsets)], offsets
         lengths = _jagged_row_lengths(ids)
     elif "attention_mask" in keys:
-        mask = batch.get("attention_mask")
+        mask = _get_entry(batch, "attention_mask")
         if isinstance(mask, NonTensorData):
             mask = mask.data
         if not isinstance(mask, torch.Tensor):
@@ -237,6 +264,18 @@ def _read_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int], list[
         return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NO_LENGTH_SOURCE,)), [], None
     values: list[int] = lengths.tolist()
     return None, values, None
+
+
+def _get_entry(batch: TensorDict, key: str) -> Any:
+    """``batch[key]``; from a lazy stack whose rows differ in shape there, a nested tensor
+    of the rows (one row per sample, as the cut picks them)."""
+    try:
+        return batch.get(key)
+    except RuntimeError:
+        if not (_is_lazy_stack(batch) and int(batch.stack_dim) == 0):
+            raise
+        rows = [row.get(key) for row in cast(LazyStackedTensorDict, batch).tensordicts]
+        return torch.nested.as_nested_tensor(rows)
 
 
 #: Integer dtypes torch cannot take ``aminmax`` of (the wide unsigned ones): counted exactly.
@@ -339,36 +378,134 @@ def _rows_of(
     return rows, [int(row.shape[dim]) for row in rows]
 
 
+#: Sparse layouts whose rows are picked through the COO layout (2-D, no dense dimensions).
+_COMPRESSED = (torch.sparse_csr, torch.sparse_csc)
+
+
+@dataclass
+class _Entries:
+    """What the cut needs to know about a batch, read before the agreement.
+
+    ``offsets``: host offsets of packed jagged entries, by key. ``by_rows``: the batch is a
+    lazy stack along dim 0, cut by picking its rows (each row a TensorDict). ``apart``: the
+    entries tensordict's own indexing cannot cut (nested and sparse tensors, lazy stacks
+    along dim 0), with how to cut each: ``"nested"``, ``"coo"``, ``"compressed"``,
+    ``"stack"``.
+    """
+
+    offsets: dict[Any, list[int]] = field(default_factory=dict)
+    by_rows: bool = False
+    apart: list[tuple[Any, Any, str]] = field(default_factory=list)
+
+
+def _is_lazy_stack(value: Any) -> bool:
+    """A LazyStackedTensorDict (NonTensorStack, one of them, is cut by tensordict)."""
+    return isinstance(value, LazyStackedTensorDict) and not isinstance(value, NonTensorStack)
+
+
+def _entry_problem(key: Any, value: Any, entries: _Entries) -> PlanError | None:
+    """Why entry ``key`` cannot be cut by rows, or ``None``; records how to cut it."""
+    if isinstance(value, (NonTensorData, NonTensorStack)):
+        return None  # tensordict indexes them: a scalar is kept, a stack is picked by rows
+    if _is_lazy_stack(value):
+        if int(value.stack_dim) == 0:
+            entries.apart.append((key, value, "stack"))
+            return None
+        # Cut by tensordict's indexing of every row, which needs its entries dense.
+        try:
+            leaves = list(value.items(include_nested=True, leaves_only=True))
+        except _READ_ERRORS:
+            leaves = []
+            dense = False
+        else:
+            dense = all(_is_dense(leaf) for _, leaf in leaves)
+        if not dense:
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_STACK, *key_values(key)))
+        return None
+    if not isinstance(value, torch.Tensor):
+        return None  # a tensorclass or other collection: tensordict indexes it
+    if value.layout == torch.sparse_coo or value.layout in _COMPRESSED:
+        if value.device.type == "meta":
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_ON_META, *key_values(key)))
+        if value.layout == torch.sparse_coo:
+            entries.apart.append((key, value, "coo"))
+            return None
+        if value.dim() == 2 and value.dense_dim() == 0:
+            entries.apart.append((key, value, "compressed"))
+            return None
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_LAYOUT, *key_values(key)))
+    if value.layout != torch.strided and not value.is_nested:
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_LAYOUT, *key_values(key)))
+    if not value.is_nested:
+        return None
+    if value.device.type == "meta":
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_ON_META, *key_values(key)))
+    entries.apart.append((key, value, "nested"))
+    if key in entries.offsets or value.layout != torch.jagged:
+        return None
+    if getattr(value, "lengths")() is None:  # noqa: B009 (nested-only API)
+        entries.offsets[key] = getattr(value, "offsets")().tolist()  # noqa: B009
+    return None
+
+
+def _is_dense(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.layout == torch.strided and not value.is_nested
+
+
+def _node_problem(
+    node: TensorDictBase, prefix: tuple[str, ...], entries: _Entries
+) -> tuple[PlanError | None, BaseException | None]:
+    """:func:`_entry_problem` of every entry under ``node`` (keys nested under ``prefix``),
+    with the exception that reading an entry raised (``ENTRY_UNREADABLE``, its key)."""
+    for name in list(node.keys()):
+        key: Any = (*prefix, name) if prefix else name
+        try:
+            value = node.get(name)
+            if isinstance(value, TensorDictBase) and not isinstance(
+                value, (LazyStackedTensorDict, NonTensorData)
+            ):
+                error, cause = _node_problem(value, (*prefix, name), entries)
+            else:
+                error, cause = _entry_problem(key, value, entries), None
+        except _READ_ERRORS as exc:
+            problem = (BatchProblem.ENTRY_UNREADABLE, *key_values(key))
+            return PlanError(ErrorCode.BAD_BATCH, problem, describe(exc)), exc
+        if error is not None:
+            return error, cause
+    return None, None
+
+
 def _cut_inputs(
     batch: TensorDict, known: dict[Any, list[int]]
-) -> tuple[PlanError | None, dict[Any, list[int]], BaseException | None]:
-    """Read what :func:`_cut` reads from the host, before any rank commits to a plan.
+) -> tuple[PlanError | None, _Entries, BaseException | None]:
+    """Check every entry of ``batch`` before any rank commits to a plan (DESIGN: fail
+    before the collective), and read what :func:`_cut` reads from the host.
 
-    Every nested entry is checked: one on the meta device holds no rows to cut; a packed
-    jagged one has its offsets read (one host copy per key, kept in the returned dict for
-    the cut, ``known`` entries reused). Returns ``(error, offsets, cause)``; the error
-    names the entry's key, so that it can be agreed on like any other batch problem.
-    Dense entries, ``NonTensorStack`` and ``NonTensorData`` are gathered by tensordict
-    without a host read (a dense meta tensor is cut into meta tensors, as verl cuts it).
+    Every entry is one of the kinds the cut handles, or the error names its key:
+
+    * dense tensors (any device, the meta device included, any strides, zero-size dims),
+      ``NonTensorData`` (kept whole), ``NonTensorStack`` and other tensor collections:
+      gathered by tensordict;
+    * nested tensors (strided or jagged, any ragged dimension, with or without holes):
+      rebuilt from their rows; on the meta device they hold no rows (``ENTRY_ON_META``),
+      and a packed jagged one has its offsets read here (one host copy per key, kept for
+      the cut, ``known`` entries reused; a failure is ``ENTRY_UNREADABLE``);
+    * sparse COO tensors (picked with ``index_select``) and 2-D CSR/CSC tensors (picked
+      through COO); other sparse layouts are ``ENTRY_LAYOUT`` (TypeError);
+    * lazy stacks along dim 0 (the batch itself or a nested entry): cut by picking rows,
+      so their rows may differ in shape; a lazy stack along another dimension must hold
+      dense entries of one shape, else ``ENTRY_STACK`` (TypeError).
+
+    Returns ``(error, entries, cause)``; the error names the entry's key, so that it can be
+    agreed on like any other batch problem.
     """
-    offsets = dict(known)
-    for key, value in batch.items(include_nested=True, leaves_only=True):
-        if not (isinstance(value, torch.Tensor) and value.is_nested):
-            continue
-        if value.device.type == "meta":
-            problem = (BatchProblem.ENTRY_ON_META, *key_values(key))
-            return PlanError(ErrorCode.BAD_BATCH, problem), offsets, None
-        if key in offsets or value.layout != torch.jagged:
-            continue
-        try:
-            if getattr(value, "lengths")() is None:  # noqa: B009 (nested-only API)
-                offsets[key] = getattr(value, "offsets")().tolist()  # noqa: B009
-        except _READ_ERRORS as exc:
-            error = PlanError(
-                ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_UNREADABLE, *key_values(key)), describe(exc)
-            )
-            return error, offsets, exc
-    return None, offsets, None
+    entries = _Entries(offsets=dict(known))
+    if _is_lazy_stack(batch) and int(batch.stack_dim) == 0:
+        entries.by_rows = True  # each row is cloned whole: no entry is indexed
+        return None, entries, None
+    error, cause = _node_problem(batch, (), entries)
+    return error, entries, cause
+
 
 
 def _local_offsets(
@@ -404,37 +541,77 @@ def _local_offsets(
     return [shared[key] for key in keys]
 
 
+def _lazy_stack(rows: list[TensorDictBase]) -> TensorDictBase:
+    """A lazy stack of ``rows`` along dim 0 (``lazy_stack`` where tensordict has it)."""
+    stack = getattr(LazyStackedTensorDict, "lazy_stack", None)
+    if stack is not None:
+        return cast(TensorDictBase, stack(rows, 0))
+    return LazyStackedTensorDict(*rows, stack_dim=0)  # pragma: no cover (older tensordict)
+
+
+def _pick_rows(tensor: torch.Tensor, how: str, rows: list[int]) -> torch.Tensor:
+    """Rows ``rows`` of a sparse tensor (a copy), in its layout."""
+    index = torch.tensor(rows, dtype=torch.long, device=tensor.device)
+    if how == "coo":
+        return tensor.index_select(0, index)
+    picked = tensor.to_sparse(layout=torch.sparse_coo).index_select(0, index)
+    return picked.to_sparse(layout=tensor.layout)
+
+
+def _gathered(rest: TensorDictBase, order: list[int], identity: bool) -> TensorDictBase:
+    """The rows of ``rest`` in ``order``: a copy even when nothing moves, so that writes
+    into a micro-batch never reach the input."""
+    return rest.clone() if identity else rest[torch.tensor(order, dtype=torch.long)]
+
+
 def _cut(
-    batch: TensorDict, plan: list[list[int]], known_offsets: dict[Any, list[int]] | None = None
+    batch: TensorDict, plan: list[list[int]], entries: _Entries | None = None, copy: bool = True
 ) -> list[TensorDict]:
-    """The micro-batches of ``plan``, always copies of the batch's rows (as verl's
-    index-select makes them): one gather of the batch in plan order, then a view each.
+    """The micro-batches of ``plan``: copies of the batch's rows (as verl's index-select
+    makes them), one gather of the batch in plan order, then a view each. With
+    ``copy=False`` (the static path: ``plan`` is consecutive chunks) dense entries and
+    lazy-stack rows are views of the input, as verl's ``chunk`` makes them.
 
     Dense tensors, ``NonTensorStack`` entries and nested TensorDicts are gathered by
     tensordict; scalar ``NonTensorData`` stays as it is. Jagged tensors keep their layout,
     ragged dimension, dtype and device: rows ragged in dim 1 are joined by one cat in plan
     order (no index tensor of every token) and sliced per micro-batch; rows ragged in a
     later dim (``(C, length)`` rows) are joined per micro-batch. Offsets come from the
-    host (read once per key, or from ``known_offsets``), so no device-to-host copy happens
+    host (read once per key, or from ``entries``), so no device-to-host copy happens
     per micro-batch, and keys with the same row lengths share one offsets tensor per
     micro-batch, as tensors built together do. Strided nested tensors are rebuilt from
-    their rows.
+    their rows, sparse tensors picked by ``index_select`` (CSR/CSC through COO), and
+    lazy stacks along dim 0 (the batch or an entry) by picking their rows.
+
+    Nothing here raises for a batch :func:`_cut_inputs` passed: every entry kind it lets
+    through has its cutting below.
     """
+    entries = entries or _Entries()
+    if entries.by_rows:
+        rows = list(cast(LazyStackedTensorDict, batch).tensordicts)
+        parts = [_lazy_stack([rows[i] for i in part]) for part in plan]
+        return [part.clone() if copy else part for part in parts]
     order = [i for part in plan for i in part]
     bounds = [0, *itertools.accumulate(len(part) for part in plan)]
-    nested = [
-        (key, value)
-        for key, value in batch.items(include_nested=True, leaves_only=True)
-        if isinstance(value, torch.Tensor) and value.is_nested
-    ]
-    rest = batch.exclude(*(key for key, _ in nested)) if nested else batch
+    apart = entries.apart
+    rest = batch.exclude(*(key for key, _, _ in apart)) if apart else batch
     identity = order == list(range(len(order)))
-    # A copy even when nothing moves: writes into a micro-batch never reach the input.
-    permuted = rest.clone() if identity else rest[torch.tensor(order, dtype=torch.long)]
+    permuted = _gathered(rest, order, identity) if copy else rest
     # One split (views of the gathered copy): ~2x faster than a slice per micro-batch.
     micro_batches = list(permuted.split([len(part) for part in plan], dim=0))
     shared_offsets: dict[tuple[int, torch.device, tuple[int, ...]], torch.Tensor] = {}
-    for key, tensor in nested:
+    for key, value, how in apart:
+        if how == "stack":
+            stack_rows = list(value.tensordicts)
+            for micro_batch, part in zip(micro_batches, plan, strict=True):
+                picked_stack = _lazy_stack([stack_rows[i] for i in part])
+                micro_batch.set(key, picked_stack.clone() if copy else picked_stack)
+            continue
+        if how != "nested":
+            for micro_batch, part in zip(micro_batches, plan, strict=True):
+                micro_batch.set(key, _pick_rows(value, how, part))
+            continue
+        tensor = value
         if tensor.layout != torch.jagged:
             strided_rows = tensor.unbind()
             for micro_batch, part in zip(micro_batches, plan, strict=True):
@@ -442,18 +619,18 @@ def _cut(
                 micro_batch.set(key, torch.nested.as_nested_tensor(picked, layout=tensor.layout))
             continue
         ragged_dim = _ragged_dim(tensor)
-        given = known_offsets.get(key) if known_offsets else None
+        given = entries.offsets.get(key)
         joined: torch.Tensor | None
         if identity and ragged_dim == 1 and getattr(tensor, "lengths")() is None:  # noqa: B009
             # Rows already in plan order: one copy of the token range, no split and cat.
             offsets = given or getattr(tensor, "offsets")().tolist()  # noqa: B009
             sizes = [b - a for a, b in itertools.pairwise(offsets)]
             joined = tensor.values()[offsets[0] : offsets[-1]].clone()
-            rows: Sequence[torch.Tensor] = ()
+            rows_of: Sequence[torch.Tensor] = ()
         else:
-            rows, row_sizes = _rows_of(tensor, given)
+            rows_of, row_sizes = _rows_of(tensor, given)
             sizes = [row_sizes[i] for i in order]
-            joined = torch.cat([rows[i] for i in order]) if ragged_dim == 1 else None
+            joined = torch.cat([rows_of[i] for i in order]) if ragged_dim == 1 else None
         new_offsets = [0, *itertools.accumulate(sizes)]
         local = _local_offsets(new_offsets, sizes, bounds, tensor.device, shared_offsets)
         for m, (micro_batch, part) in enumerate(zip(micro_batches, plan, strict=True)):
@@ -462,9 +639,10 @@ def _cut(
             if joined is not None:
                 values = joined[first:last]
             else:
-                values = torch.cat([rows[i] for i in part], dim=ragged_dim - 1)
+                values = torch.cat([rows_of[i] for i in part], dim=ragged_dim - 1)
             micro_batch.set(key, _jagged(values, local[m], ragged_dim, sizes[start:stop]))
     return micro_batches
+
 
 
 def rearrange_micro_batches(
@@ -521,19 +699,26 @@ def rearrange_micro_batches(
     Returns:
         ``(micro_batches, micro_bsz_idx)``: the micro-batches (TensorDicts) and, for each,
         the sorted original row indices; the index lists are an exact cover of
-        ``range(n)``. Jagged tensors and per-sample ``NonTensorStack`` entries are indexed
-        row by row; scalar ``NonTensorData`` entries are kept unchanged.
+        ``range(n)``. The micro-batches are copies. Jagged tensors and per-sample
+        ``NonTensorStack`` entries are indexed row by row, sparse COO and 2-D CSR/CSC
+        tensors keep their layout, lazy stacks along dim 0 (the batch itself or an entry)
+        are cut by picking their rows; scalar ``NonTensorData`` entries are kept unchanged.
 
     Raises:
         TypeError: an argument has a wrong type (e.g. a float ``max_token_len``, a
-            non-bool switch), or ``batch`` is not a TensorDict with a batch dimension.
+            non-bool switch), ``batch`` is not a TensorDict with a batch dimension, or an
+            entry cannot be cut by rows (a block-sparse or batched CSR/CSC layout, a lazy
+            stack along another dim whose entries differ in shape; the message names its
+            key and what to store instead).
         ValueError: a sample (``exceeds max_token_len``) or forced group
             (``forced group exceeds max_token_len``) over the cap, an empty batch, ``n`` not
             divisible by ``force_group_size``, more micro-batches needed than samples, a bad
             ``min_num_micro_batch``/``num_batches_divided_by``, no length source, lengths
-            that cannot be read (e.g. a mask on the meta device), a nested entry that
-            cannot be cut (on the meta device, or its offsets unreadable; the message names
-            its key), or this process is not a member of ``dp_group`` (raised at once).
+            that cannot be read (e.g. a mask on the meta device), an entry that cannot be
+            cut (a nested or sparse one on the meta device, or one that cannot be read; the
+            message names its key), or this process is not a member of ``dp_group``
+            (raised at once). Every check runs before the agreement; the cut after it does
+            not raise for a batch that passed them.
             Under DP agreement every rank raises the same error, naming the DP group rank
             and the global rank at fault:
             ``rank 1 of the DP group (global rank 3): sample 1 has 60 tokens, ...``.
@@ -653,9 +838,11 @@ def _rearrange(
             cause = exc
             error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
     known: dict[Any, list[int]] = {} if offsets is None else {"input_ids": offsets}
+    entries = _Entries(offsets=known)
     if error is None:
-        # Everything the cut reads, read before the agreement: a failure is agreed on.
-        error, known, cause = _cut_inputs(batch, known)
+        # Every entry checked and everything the cut reads read before the agreement: a
+        # failure is agreed on, and the cut after it cannot fail.
+        error, entries, cause = _cut_inputs(batch, known)
     if error is None:
         analysis = analyse(
             lengths,
@@ -672,7 +859,7 @@ def _rearrange(
     count = _finish(analysis, sync, dp_group, cause)
     plan = build_plan(analysis, count, bool(as_switch(use_dynamic_bsz_balance)))
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
-    return _cut(batch, plan, known), plan
+    return _cut(batch, plan, entries), plan
 
 
 def restore_dynamic_batch(
@@ -685,11 +872,12 @@ def restore_dynamic_batch(
         data: either the micro-batch outputs already concatenated along dim 0, shape
             ``(n, ...)`` (dense, or a jagged/strided nested tensor), as verl takes it, or
             a TensorDict of them; or
-            the list of per-micro-batch outputs, one per index list: dense tensors with
-            equal trailing shapes, nested tensors of one layout (``torch.cat`` cannot join
-            jagged tensors), or TensorDicts (every entry restored alike: tensors,
-            per-sample ``NonTensorStack`` entries in the original order, a scalar
-            ``NonTensorData`` kept as it is).
+            the list of per-micro-batch outputs, one per index list: dense or sparse
+            tensors with equal trailing shapes, nested tensors of one layout (``torch.cat``
+            cannot join jagged tensors), or TensorDicts (every entry restored alike:
+            tensors, per-sample ``NonTensorStack`` entries in the original order, a scalar
+            ``NonTensorData`` kept as it is, whatever it holds, nested TensorDicts with
+            their batch size, lazy stacks along dim 0 row by row), all on one device.
         batch_idx_list: the index lists returned with the micro-batches.
 
     Returns:
@@ -702,8 +890,10 @@ def restore_dynamic_batch(
         ValueError: ``data`` is 0-d, the index lists are not a permutation of
             ``range(n)``, the list holds a different number of outputs than there are index
             lists, or micro-batch ``i``'s output has a different number of rows than
-            ``batch_idx_list[i]`` (or a different trailing shape, layout or key set from
-            micro-batch 0); the message names the micro-batch.
+            ``batch_idx_list[i]`` (or a different trailing shape, fixed dims of jagged rows,
+            layout, device or key set from micro-batch 0); the message names the
+            micro-batch (and the entry). Whatever torch refuses to join is reported as a
+            ``ValueError`` naming the entry; nothing else is raised.
 
     Complexity: O(n) indices plus one gather (one cat and one gather for a list).
 
@@ -718,7 +908,7 @@ def restore_dynamic_batch(
     """
     if isinstance(data, (list, tuple)):
         return _restore_parts(list(data), batch_idx_list)
-    if isinstance(data, TensorDict):
+    if isinstance(data, TensorDictBase):
         return _restore_parts([data], [[i for part in batch_idx_list for i in part]])
     if not isinstance(data, torch.Tensor):
         raise TypeError(
@@ -737,9 +927,12 @@ def restore_dynamic_batch(
             "pass the index lists returned with these micro-batches"
         )
     order: list[int] = get_reverse_idx(flat)
-    if tensor.is_nested:
-        return _join_rows(tensor.unbind(), order, tensor)
-    return tensor[torch.tensor(order, dtype=torch.long, device=tensor.device)]
+    try:
+        if tensor.is_nested:
+            return _join_rows(tensor.unbind(), order, tensor)
+        return _take(tensor, order)
+    except (RuntimeError, NotImplementedError) as exc:  # a layout torch cannot index by rows
+        raise ValueError(f"data ({_kind(tensor)}) cannot be put back in order by rows: {exc}") from exc
 
 
 #: Offsets already made in one restore, by device and row lengths (see :func:`_join_rows`).
@@ -774,7 +967,7 @@ def _join_rows(
 
 
 def _rows(part: Any) -> int:
-    if isinstance(part, TensorDict):
+    if isinstance(part, TensorDictBase):
         return _batch_size(part)
     return int(part.size(0))
 
@@ -791,19 +984,19 @@ def _restore_parts(parts: list[Any], batch_idx_list: Sequence[Sequence[int]]) ->
         raise ValueError("data is an empty list; pass one output per micro-batch")
     first = parts[0]
     for m, part in enumerate(parts):
-        if not isinstance(part, (torch.Tensor, TensorDict)):
+        if not isinstance(part, (torch.Tensor, TensorDictBase)):
             raise TypeError(
                 f"micro-batch {m}: output must be a torch.Tensor or a TensorDict, got {type(part).__name__}"
             )
-        if type(part) is not type(first) and not (
-            isinstance(part, torch.Tensor) and isinstance(first, torch.Tensor)
-        ):
+        if isinstance(part, TensorDictBase) != isinstance(first, TensorDictBase):
             raise ValueError(
                 f"micro-batch {m}: output is a {type(part).__name__}, micro-batch 0's a "
                 f"{type(first).__name__}"
             )
         if isinstance(part, torch.Tensor) and part.dim() == 0:
             raise ValueError(f"micro-batch {m}: output is a 0-d tensor; it needs one row per sample")
+        if isinstance(part, TensorDictBase) and len(part.batch_size) == 0:
+            raise ValueError(f"micro-batch {m}: output has batch_size=(); it needs one row per sample")
         if _rows(part) != len(lists[m]):
             raise ValueError(
                 f"micro-batch {m}: output has {_rows(part)} rows but batch_idx_list[{m}] holds "
@@ -813,76 +1006,170 @@ def _restore_parts(parts: list[Any], batch_idx_list: Sequence[Sequence[int]]) ->
         (i for part in lists for i in part), "batch_idx_list (flattened)", "indices"
     )
     order: list[int] = get_reverse_idx(flat)
-    if isinstance(first, TensorDict):
+    if isinstance(first, TensorDictBase):
         return _restore_tensordicts(parts, order)
     return _restore_tensors(parts, order)
 
 
 def _restore_tensors(
-    parts: list[torch.Tensor], order: list[int], shared: _SharedOffsets | None = None
+    parts: list[torch.Tensor], order: list[int], shared: _SharedOffsets | None = None,
+    key: Any = None,
 ) -> torch.Tensor:
+    """Rows of ``parts`` (one tensor per micro-batch) joined in ``order``; every mismatch
+    torch would raise on is a ``ValueError`` naming the micro-batch (and ``key``)."""
     first = parts[0]
+    where = "" if key is None else f" (entry {_key_name(key)!r})"
     for m, part in enumerate(parts):
         if part.is_nested != first.is_nested or part.layout != first.layout or (
             part.is_nested and _ragged_dim(part) != _ragged_dim(first)
         ):
             raise ValueError(
-                f"micro-batch {m}: output is {_kind(part)} but micro-batch 0's is {_kind(first)}"
+                f"micro-batch {m}{where}: output is {_kind(part)} but micro-batch 0's is {_kind(first)}"
             )
-        if not part.is_nested and part.shape[1:] != first.shape[1:]:
+        if part.device != first.device:
             raise ValueError(
-                f"micro-batch {m}: output rows have shape {tuple(part.shape[1:])} but micro-batch "
-                f"0's have {tuple(first.shape[1:])}; pad them to one shape or return nested tensors"
+                f"micro-batch {m}{where}: output is on {part.device} but micro-batch 0's is on "
+                f"{first.device}; move the outputs to one device"
             )
+        if part.dim() != first.dim() or (not part.is_nested and part.shape[1:] != first.shape[1:]):
+            raise ValueError(
+                f"micro-batch {m}{where}: output rows have shape {tuple(part.shape[1:])} but "
+                f"micro-batch 0's have {tuple(first.shape[1:])}; pad them to one shape or return "
+                "nested tensors"
+            )
+        if part.layout == torch.jagged:
+            ragged = _ragged_dim(part)
+            fixed = [(d, int(part.shape[d])) for d in range(1, part.dim()) if d != ragged]
+            if fixed != [(d, int(first.shape[d])) for d in range(1, first.dim()) if d != ragged]:
+                raise ValueError(
+                    f"micro-batch {m}{where}: jagged output rows have the fixed dimensions "
+                    f"{[size for _, size in fixed]} but micro-batch 0's have "
+                    f"{[int(first.shape[d]) for d, _ in fixed]}; every row must match outside "
+                    f"its ragged dimension {ragged}"
+                )
     if first.is_nested:
         return _join_rows([row for part in parts for row in part.unbind()], order, first, shared)
-    joined = torch.cat(parts)
-    return joined[torch.tensor(order, dtype=torch.long, device=joined.device)]
+    return _take(_cat(parts), order, first.layout)
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat`` along dim 0, for sparse CSR/CSC parts too (through COO)."""
+    if parts[0].layout in _COMPRESSED:
+        return torch.cat([part.to_sparse(layout=torch.sparse_coo) for part in parts])
+    return torch.cat(parts)
+
+
+def _take(tensor: torch.Tensor, order: list[int], layout: torch.layout | None = None) -> torch.Tensor:
+    """Rows ``order`` of a dense or sparse tensor, back in ``layout`` (default: its own)."""
+    index = torch.tensor(order, dtype=torch.long, device=tensor.device)
+    layout = layout or tensor.layout
+    if tensor.layout in _COMPRESSED:
+        tensor = tensor.to_sparse(layout=torch.sparse_coo)
+    if tensor.layout != torch.sparse_coo:
+        return tensor[index]
+    picked = tensor.index_select(0, index)
+    return picked.to_sparse(layout=layout) if layout in _COMPRESSED else picked
+
+
+def _key_name(key: Any) -> str:
+    return key if isinstance(key, str) else ".".join(str(part) for part in key)
 
 
 def _kind(tensor: torch.Tensor) -> str:
     if not tensor.is_nested:
-        return "a dense tensor"
+        return "a dense tensor" if tensor.layout == torch.strided else f"a {tensor.layout} tensor"
     if tensor.layout != torch.jagged:
         return "a strided nested tensor"
     return f"a jagged nested tensor ragged in dim {_ragged_dim(tensor)}"
 
 
-def _entry_keys(part: TensorDict) -> list[Any]:
-    """The keys of every entry to restore: tensors and non-tensor data, nested ones too.
-
-    ``keys(leaves_only=True)`` leaves out ``NonTensorData``/``NonTensorStack`` entries
-    (they are TensorDict-like), so the keys are filtered by what each entry holds.
-    """
-    keys = [
-        key for key in part.keys(include_nested=True)
-        if isinstance(part.get(key), (torch.Tensor, NonTensorData, NonTensorStack))
-    ]
-    return sorted(keys, key=str)
-
-
-def _restore_tensordicts(parts: list[TensorDict], order: list[int]) -> TensorDict:
-    keys = _entry_keys(parts[0])
-    out = TensorDict({}, batch_size=[len(order)])
-    for m, part in enumerate(parts):
-        part_keys = _entry_keys(part)
-        if part_keys != keys:
+def _restore_tensordicts(
+    parts: list[TensorDictBase], order: list[int], prefix: tuple[str, ...] = (),
+    shared: _SharedOffsets | None = None,
+) -> TensorDictBase:
+    """The rows of TensorDict outputs joined in ``order``, entry by entry (nested
+    TensorDicts keep their batch size); lazy stacks along dim 0 are joined by rows."""
+    if all(_is_lazy_stack(part) and int(part.stack_dim) == 0 for part in parts):
+        rows = [row for part in parts for row in cast(LazyStackedTensorDict, part).tensordicts]
+        return _lazy_stack([rows[i] for i in order])
+    shared = {} if shared is None else shared
+    try:
+        # A lazy stack along another dim holds dense entries of one shape (as cut).
+        parts = [part.contiguous() if _is_lazy_stack(part) else part for part in parts]
+        found = [{name: part.get(name) for name in part.keys()} for part in parts]
+    except _READ_ERRORS as exc:
+        raise ValueError(f"the micro-batch outputs cannot be read entry by entry: {exc}") from exc
+    keys = sorted(found[0], key=str)
+    for m, entries in enumerate(found):
+        if sorted(entries, key=str) != keys:
+            shown = [(*prefix, k) if prefix else k for k in sorted(entries, key=str)]
+            expected = [(*prefix, k) if prefix else k for k in keys]
             raise ValueError(
-                f"micro-batch {m}: output has keys {part_keys} but micro-batch 0's has {keys}"
+                f"micro-batch {m}: output has keys {shown} but micro-batch 0's has {expected}"
             )
-    shared: _SharedOffsets = {}
-    for key in keys:
-        values = [part.get(key) for part in parts]
-        if all(isinstance(value, torch.Tensor) for value in values):
-            out.set(key, _restore_tensors(values, order, shared))
-        elif all(isinstance(value, NonTensorData) for value in values) and all(
-            value.data == values[0].data for value in values
-        ):
-            out.set(key, values[0])  # one scalar for the whole batch, as cut
-        else:
-            objects = [item for value in values for item in _per_row(value)]
-            out.set(key, NonTensorStack(*(NonTensorData(objects[i]) for i in order)))
+    out = TensorDict({}, batch_size=[len(order), *parts[0].batch_size[1:]])
+    for name in keys:
+        key: Any = (*prefix, name) if prefix else name
+        values = [entries[name] for entries in found]
+        if all(_is_node(value) for value in values):
+            out.set(name, _restore_tensordicts(values, order, (*prefix, name), shared))
+            continue
+        try:
+            out.set(name, _restore_entry(key, values, order, shared))
+        except (RuntimeError, NotImplementedError) as exc:  # what torch or tensordict refuse
+            raise ValueError(
+                f"entry {_key_name(key)!r} of the micro-batch outputs cannot be joined back: {exc}"
+            ) from exc
     return out
+
+
+def _is_node(value: Any) -> bool:
+    """A TensorDict entry holding entries of its own (not non-tensor data)."""
+    return isinstance(value, TensorDictBase) and not isinstance(value, (NonTensorData, NonTensorStack))
+
+
+def _restore_entry(key: Any, values: list[Any], order: list[int], shared: _SharedOffsets) -> Any:
+    """One entry of the restored TensorDict, from its value in every micro-batch."""
+    if all(isinstance(value, torch.Tensor) for value in values):
+        return _restore_tensors(values, order, shared, key)
+    if all(isinstance(value, NonTensorData) for value in values) and all(
+        _same_data(value.data, values[0].data) for value in values
+    ):
+        return values[0]  # one scalar for the whole batch, as cut
+    if any(isinstance(value, torch.Tensor) or _is_node(value) for value in values):
+        raise ValueError(
+            f"entry {_key_name(key)!r} is a tensor or a TensorDict in some micro-batch outputs "
+            "but not in others; return the same kind of entry from every micro-batch"
+        )
+    objects = [item for value in values for item in _per_row(value)]
+    return NonTensorStack(*(NonTensorData(objects[i]) for i in order))
+
+
+def _same_data(a: Any, b: Any) -> bool:
+    """Whether two ``NonTensorData`` payloads are the same value (arrays and tensors
+    compared element by element; their truth value is ambiguous)."""
+    if a is b:
+        return True
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if (a.shape, a.dtype, a.device, a.layout) != (b.shape, b.dtype, b.device, b.layout):
+            return False
+        if a.device.type == "meta":
+            return True  # no data to differ
+        try:
+            return bool(torch.equal(a.to_dense(), b.to_dense()))
+        except (RuntimeError, NotImplementedError, TypeError):
+            return False
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+            and bool(np.array_equal(a, b))
+        )
+    try:
+        return bool(a == b)
+    except Exception:  # any __eq__ / __bool__ of a foreign object
+        return False
 
 
 def _per_row(value: Any) -> list[Any]:
@@ -893,27 +1180,48 @@ def _per_row(value: Any) -> list[Any]:
     return rows
 
 
-def _dataproto_problem(data: Any) -> PlanError | None:
-    """Why ``data`` is not DataProto-like enough to cut, or ``None``."""
+def _dataproto_parts(data: Any) -> tuple[PlanError | None, dict[Any, Any], Any]:
+    """``(error, non_tensor_batch, meta_info)`` of a DataProto-like ``data``, read before
+    the agreement: why it cannot be cut (or ``None``), its non-tensor arrays as a dict, and
+    a deep copy of its ``meta_info``. The cut after the agreement uses only these, so
+    nothing about ``data`` is read (or can fail) once the peers have returned."""
     for attribute in ("batch", "non_tensor_batch", "meta_info", "from_dict"):
         if not hasattr(data, attribute):
-            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), f"no {attribute!r}")
+            return PlanError(
+                ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), f"no {attribute!r}"
+            ), {}, None
     problem = _batch_problem(data.batch)
     if problem is not None:
-        return problem
+        return problem, {}, None
+    if _is_lazy_stack(data.batch):  # from_dict gets one tensor per key: it must stack
+        for key in list(data.batch.keys()):
+            try:
+                data.batch.get(key)
+            except _READ_ERRORS:
+                problem_key = (BatchProblem.PROTO_RAGGED_STACK, *key_values(key))
+                return PlanError(ErrorCode.BAD_BATCH, problem_key), {}, None
     n = int(data.batch.batch_size[0])
+    given = data.non_tensor_batch
+    if not isinstance(given, Mapping):
+        detail = f"non_tensor_batch is a {type(given).__name__}, not a dict"
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), detail), {}, None
     try:
-        arrays = list(dict(data.non_tensor_batch).values())
+        arrays = dict(given.items())
     except _READ_ERRORS as exc:
-        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), describe(exc))
-    for array in arrays:
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), describe(exc)), {}, None
+    for array in arrays.values():
         if not isinstance(array, np.ndarray) or array.ndim == 0:
             return PlanError(
                 ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_NOT_ARRAY,), f"got {describe(array)}"
-            )
+            ), {}, None
         if len(array) != n:
-            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_ROWS, len(array), n))
-    return None
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_ROWS, len(array), n)), {}, None
+    try:
+        meta_info = copy.deepcopy(data.meta_info)
+    except Exception as exc:  # any object's __deepcopy__ / __reduce_ex__
+        error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.META_INFO_NOT_COPYABLE,), describe(exc))
+        return error, {}, None
+    return None, arrays, meta_info
 
 
 def prepare_dynamic_batch(
@@ -944,10 +1252,15 @@ def prepare_dynamic_batch(
 
     Raises:
         TypeError: ``data`` lacks one of the attributes above, its ``batch`` is not a
-            TensorDict, or a ``non_tensor_batch`` entry is not a NumPy array (under DP
-            agreement, on every rank).
+            TensorDict, ``non_tensor_batch`` is not a dict (mapping) or one of its entries
+            is not a NumPy array, ``meta_info`` cannot be deep-copied, ``batch`` is a lazy
+            stack whose rows differ in shape at some key (``from_dict`` takes one tensor
+            per key; the message names it), or as
+            :func:`rearrange_micro_batches` (under DP agreement, on every rank).
         ValueError: a ``non_tensor_batch`` array does not have one row per sample, or as
             :func:`rearrange_micro_batches` (under DP agreement, on every rank).
+        Whatever ``type(data).from_dict`` itself raises is passed on as it is: it is the
+        caller's class, called after the agreement with the micro-batches' parts.
 
     Example:
         >>> class Proto:
@@ -966,7 +1279,7 @@ def prepare_dynamic_batch(
         [1, 2]
     """
     source: Any = data
-    problem = _dataproto_problem(source)
+    problem, arrays, meta_info = _dataproto_parts(source)
     batches, plan = _rearrange(
         source.batch if problem is None else None,
         max_token_len,
@@ -980,20 +1293,25 @@ def prepare_dynamic_batch(
         cost=(pad_to_multiple_of, micro_batch_multiple_of, costs),
     )
     out: list[T] = []
-    for micro_batch, indices in zip(batches, plan, strict=True):
+    for m, (micro_batch, indices) in enumerate(zip(batches, plan, strict=True)):
         tensors = {key: micro_batch[key] for key in micro_batch.keys()}
-        non_tensors = {key: value[indices] for key, value in source.non_tensor_batch.items()}
-        out.append(
-            type(source).from_dict(tensors, non_tensors, meta_info=copy.deepcopy(source.meta_info))
-        )
+        non_tensors = {key: value[indices] for key, value in arrays.items()}
+        # The copy checked before the agreement, then copies of it (copyable, as it was).
+        own = meta_info if m == 0 else copy.deepcopy(meta_info)
+        out.append(type(source).from_dict(tensors, non_tensors, meta_info=own))
     return out, plan
 
 
 def _setting(data: TensorDict, key: str, default: Any) -> Any:
-    """A setting stored in ``data`` as verl does (plain entry or NonTensorData)."""
+    """A setting stored in ``data`` as verl does (plain entry or NonTensorData; in a lazy
+    stack, one NonTensorData per row, all equal)."""
     if key not in data.keys():
         return default
     value = data.get(key)
+    if isinstance(value, NonTensorStack):
+        rows = value.tolist()
+        if rows and all(_same_data(row, rows[0]) for row in rows):
+            value = NonTensorData(rows[0])
     if isinstance(value, NonTensorData):
         value = value.data
     if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":
@@ -1079,7 +1397,10 @@ def prepare_micro_batches(
 
     Dynamic: :func:`rearrange_micro_batches` with that cap. Static: consecutive chunks of
     ``micro_batch_size_per_gpu * force_group_size`` samples; the batch size must be a
-    multiple of the chunk (so every micro-batch has the same number of samples).
+    multiple of the chunk (so every micro-batch has the same number of samples). As verl's
+    ``chunk_tensordict`` makes them, a static micro-batch's dense entries are views of
+    the input (writing into one writes into the input); nested and sparse entries are
+    rebuilt per chunk (copies). The dynamic path always copies.
 
     Under DP agreement (``dp_group`` given, ``same_micro_num_in_dp`` true,
     ``torch.distributed`` initialised) both paths take part in the same single
@@ -1161,10 +1482,12 @@ def prepare_micro_batches(
     n = int(data.batch_size[0])
     if error is None and (n == 0 or n % chunk):
         error = PlanError(ErrorCode.STATIC_NOT_DIVISIBLE, (n, value, force_group_size))
-    known: dict[Any, list[int]] = {}
+    entries = _Entries()
     if error is None:
-        error, known, cause = _cut_inputs(data, known)
+        error, entries, cause = _cut_inputs(data, {})
     static_count = n // chunk if error is None else 0
     _finish(RankAnalysis(error), sync, dp_group, cause, static_count)
     chunks = [list(range(start, start + chunk)) for start in range(0, n, chunk)]
-    return _cut(data, chunks, known), None
+    # Dense entries are views of the input, as verl's chunk makes them (nested and sparse
+    # entries are rebuilt per chunk: copies, as verl rebuilds nested ones).
+    return _cut(data, chunks, entries, copy=False), None

@@ -107,11 +107,17 @@ class BatchProblem(IntEnum):
     NON_TENSOR_NOT_ARRAY = 7  # a non_tensor_batch entry is not a NumPy array (TypeError)
     ENTRY_ON_META = 8  # (key bytes, see key_values): an entry to cut is on the meta device
     ENTRY_UNREADABLE = 9  # (key bytes): reading an entry to cut raised (cause chained)
+    ENTRY_LAYOUT = 10  # (key bytes): a tensor layout whose rows cannot be picked (TypeError)
+    ENTRY_STACK = 11  # (key bytes): a lazy stack that cannot be cut along dim 0 (TypeError)
+    META_INFO_NOT_COPYABLE = 12  # a DataProto's meta_info cannot be deep-copied (TypeError)
+    PROTO_RAGGED_STACK = 13  # (key bytes): a DataProto's lazy-stacked batch, rows of other shapes
 
 
 #: BAD_BATCH problems that are wrong types (raised as TypeError).
 _TYPE_PROBLEMS = (BatchProblem.NOT_TENSORDICT, BatchProblem.NOT_DATAPROTO,
-                  BatchProblem.NON_TENSOR_NOT_ARRAY)
+                  BatchProblem.NON_TENSOR_NOT_ARRAY, BatchProblem.ENTRY_LAYOUT,
+                  BatchProblem.ENTRY_STACK, BatchProblem.META_INFO_NOT_COPYABLE,
+                  BatchProblem.PROTO_RAGGED_STACK)
 
 
 #: Bytes of an entry's key carried in an error (4 values of 9 bytes each, 72 bits).
@@ -215,6 +221,29 @@ def _bad_batch(v: tuple[int, ...]) -> str:
         return (
             f"entry '{_key_text(v[1:5])}' could not be read to cut it into micro-batches (its "
             "row offsets); pass a readable nested tensor or drop the entry"
+        )
+    if problem is BatchProblem.ENTRY_LAYOUT:
+        return (
+            f"entry '{_key_text(v[1:5])}' has a tensor layout whose rows cannot be picked for "
+            "micro-batches (block-sparse BSR/BSC, CSR/CSC with batch or dense dimensions, "
+            "mkldnn); store it dense, as sparse COO (.to_sparse_coo()) or as a 2-D CSR/CSC tensor"
+        )
+    if problem is BatchProblem.ENTRY_STACK:
+        return (
+            f"entry '{_key_text(v[1:5])}' is a lazy stack along a dimension other than the batch "
+            "dimension whose entries differ in shape (or are not dense tensors), so it cannot be "
+            "cut by rows; stack its rows along dim 0, or make its entries dense or nested tensors"
+        )
+    if problem is BatchProblem.META_INFO_NOT_COPYABLE:
+        return (
+            "meta_info cannot be deep-copied, and every micro-batch gets its own deep copy (as "
+            "verl's prepare_dynamic_batch gives it); drop or replace the entry that cannot be copied"
+        )
+    if problem is BatchProblem.PROTO_RAGGED_STACK:
+        return (
+            f"entry '{_key_text(v[1:5])}' of data.batch is a lazy stack whose rows differ in "
+            "shape, and from_dict takes one tensor per key; store it as a nested tensor "
+            "(torch.nested.as_nested_tensor(rows, layout=torch.jagged)) or pad it"
         )
     if problem is BatchProblem.MASK_NOT_2D:
         return f"attention_mask must be 2-D (batch, seq_len), got a {v[1]}-D tensor"

@@ -16,12 +16,15 @@ from seqlen_balancing._checks import (
     _integer_or_none,
     as_list,
     describe,
+    integer,
     k_partitions_in_range,
     non_negative_ints,
+    switch,
     whole_numbers,
 )
 
 __all__ = [
+    "MAX_EMPTY_PARTITIONS",
     "WORKLOAD_LINEAR_COEF",
     "ceildiv",
     "get_group_balanced_partitions",
@@ -36,6 +39,11 @@ __all__ = [
 
 #: Linear coefficient of verl's per-sequence cost model ``24576 * s + s**2``.
 WORKLOAD_LINEAR_COEF = 24576
+
+#: Most partitions :func:`greedy_partition` returns for fewer items (the rest are empty, as
+#: in verl): ``k_partitions`` above both ``n`` and this is a ``ValueError``, so no argument
+#: makes memory grow beyond the result a sane ``k`` needs (~9 MB of empty lists at most).
+MAX_EMPTY_PARTITIONS = 1 << 16
 
 
 def workload(seq_len: int) -> int:
@@ -59,10 +67,16 @@ def workload(seq_len: int) -> int:
 def ceildiv(a: int, b: int) -> int:
     """Ceiling of ``a / b`` for integers, as verl's ``ceildiv``.
 
+    Raises:
+        TypeError: ``a`` or ``b`` is not an integer (Python or NumPy int, or a one-element
+            integer tensor).
+        ValueError: ``b`` is 0.
+
     Example:
         >>> ceildiv(7, 2), ceildiv(8, 2)
         (4, 4)
     """
+    a, b = integer(a, "ceildiv: a"), integer(b, "ceildiv: b")
     if b == 0:
         raise ValueError(f"ceildiv({a}, 0): the divisor must be non-zero")
     return -(a // -b)
@@ -71,10 +85,15 @@ def ceildiv(a: int, b: int) -> int:
 def roundup_divisible(a: int, b: int) -> int:
     """Smallest multiple of ``b`` that is ``>= a``, as verl's ``roundup_divisible``.
 
+    Raises:
+        TypeError: ``a`` or ``b`` is not an integer.
+        ValueError: ``b`` is below 1.
+
     Example:
         >>> roundup_divisible(5, 4), roundup_divisible(8, 4)
         (8, 8)
     """
+    a, b = integer(a, "roundup_divisible: a"), integer(b, "roundup_divisible: b")
     if b < 1:
         raise ValueError(f"roundup_divisible({a}, {b}): the divisor must be >= 1")
     return ceildiv(a, b) * b
@@ -148,15 +167,16 @@ def _inverse_permutation(idx_map: Any) -> list[int]:
     return reverse
 
 
-def _checked_items(seqlen_list: Any, k_partitions: Any, equal_size: bool) -> tuple[list[int], int]:
+def _checked_items(seqlen_list: Any, k_partitions: Any, equal_size: Any) -> tuple[list[int], int, bool]:
+    equal = switch(equal_size, "equal_size")
     values = whole_numbers(seqlen_list, "seqlen_list")
     k = k_partitions_in_range(k_partitions, len(values))
-    if equal_size and len(values) % k != 0:
+    if equal and len(values) % k != 0:
         raise ValueError(
             f"equal_size=True needs len(seqlen_list) divisible by k_partitions, got "
             f"{len(values)} items and k_partitions={k}; pass equal_size=False or pad the list"
         )
-    return values, k
+    return values, k, equal
 
 
 def _expand(
@@ -353,7 +373,8 @@ def karmarkar_karp(
         returns them); indices inside a partition are in merge order, not sorted.
 
     Raises:
-        TypeError: an item is not a number, or ``k_partitions`` is not an integer.
+        TypeError: an item is not a number, ``k_partitions`` is not an integer, or
+            ``equal_size`` is not a bool (or 0/1).
         ValueError: an item is negative or not whole, ``k_partitions`` is outside ``1..n``, or
             ``equal_size`` is True and ``n`` is not divisible by ``k_partitions``.
 
@@ -370,8 +391,8 @@ def karmarkar_karp(
         >>> sorted(sorted(p) for p in karmarkar_karp([8, 7, 6, 5, 4], 2, equal_size=False))
         [[0, 2], [1, 3, 4]]
     """
-    values, k = _checked_items(seqlen_list, k_partitions, equal_size)
-    return _largest_differencing(values, k, equal_size)
+    values, k, equal = _checked_items(seqlen_list, k_partitions, equal_size)
+    return _largest_differencing(values, k, equal)
 
 
 def greedy_partition(
@@ -397,9 +418,12 @@ def greedy_partition(
         input order.
 
     Raises:
-        TypeError: an item or ``k_partitions`` is not a number.
-        ValueError: an item is negative or not whole, ``k_partitions < 1``, or
-            ``equal_size`` is True and ``n`` is not divisible by ``k_partitions``.
+        TypeError: an item or ``k_partitions`` is not a number, or ``equal_size`` is not a
+            bool (or 0/1).
+        ValueError: an item is negative or not whole, ``k_partitions < 1``, ``k_partitions``
+            above both ``n`` and :data:`MAX_EMPTY_PARTITIONS` (65,536: refused before
+            anything is allocated), or ``equal_size`` is True and ``n`` is not divisible by
+            ``k_partitions``.
 
     Complexity: O(n log k).
 
@@ -413,14 +437,21 @@ def greedy_partition(
         >>> greedy_partition([5, 1, 4, 2, 3], 2, equal_size=False)
         [[0, 3], [1, 2, 4]]
     """
+    equal = switch(equal_size, "equal_size")
     values = whole_numbers(seqlen_list, "seqlen_list")
     k = _at_least_one(k_partitions)
-    if equal_size and len(values) % k != 0:
+    if k > max(len(values), MAX_EMPTY_PARTITIONS):
+        raise ValueError(
+            f"k_partitions={k} is above both the {len(values)} items and "
+            f"{MAX_EMPTY_PARTITIONS} (the most partitions returned for fewer items, the rest "
+            "empty); pass at most max(len(seqlen_list), 65536) partitions"
+        )
+    if equal and len(values) % k != 0:
         raise ValueError(
             f"equal_size=True needs len(seqlen_list) divisible by k_partitions, got "
             f"{len(values)} items and k_partitions={k}; pass equal_size=False or pad the list"
         )
-    bias = sum(values) + 1 if equal_size else 0
+    bias = sum(values) + 1 if equal else 0
     parts: list[list[int]] = [[] for _ in range(k)]
     heap = [(0, p) for p in range(k)]  # (sum, partition): the lowest index wins a tie
     for i, value in enumerate(values):
@@ -459,7 +490,8 @@ def get_seqlen_balanced_partitions(
         together covering ``range(n)``.
 
     Raises:
-        TypeError: an item is not a number, or ``k_partitions`` is not an integer.
+        TypeError: an item is not a number, ``k_partitions`` is not an integer, or
+            ``equal_size`` is not a bool (or 0/1).
         ValueError: empty list, ``k_partitions`` outside ``1..n``, a negative or non-whole
             item, or ``equal_size`` with ``n`` not divisible by ``k_partitions``.
 

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from seqlen_balancing._checks import _integer_or_none, as_list, describe
+from seqlen_balancing._checks import _integer_or_none, as_list, describe, switch
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity
 from seqlen_balancing.errors import Argument, ErrorCode, LengthSource, PlanError
 from seqlen_balancing.packing import (
@@ -760,7 +760,8 @@ def plan_micro_batches(
         exact cover of ``range(n)``. Balance and order use the effective lengths.
 
     Raises:
-        TypeError: an argument or length is not an integer.
+        TypeError: an argument or length is not an integer, or ``use_dynamic_bsz_balance``
+            is not a bool (or 0/1).
         ValueError: empty input, a negative length or cost, ``costs`` not one per sample,
             a sample or forced group whose cost is over the cap (``exceeds
             max_token_len``, giving its tokens and its cost), a ``micro_batch_multiple_of``
@@ -781,6 +782,7 @@ def plan_micro_batches(
         ...                                                                    pad_to_multiple_of=32))
         (1, 2)
     """
+    balance = switch(use_dynamic_bsz_balance, "use_dynamic_bsz_balance")
     result = analyse(
         seq_lens,
         max_token_len,
@@ -794,7 +796,7 @@ def plan_micro_batches(
     count = local_count(result)
     if num_micro_batches is not None:
         count = _exact_count(result, num_micro_batches)
-    return build_plan(result, count, use_dynamic_bsz_balance)
+    return build_plan(result, count, balance)
 
 
 def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> int:

@@ -206,3 +206,28 @@ def test_prepare_micro_batches_equal_verls(
             assert torch.equal(a["advantages"], b["advantages"])
             for key in ("input_ids", "position_ids"):
                 assert same_nested(a[key], b[key]) and a[key]._ragged_idx == b[key]._ragged_idx
+
+
+LENGTHS_8 = [3, 1, 2, 4, 2, 1, 3, 2]
+
+
+def test_static_micro_batches_are_views_of_the_input_as_verls(
+    verl_engine_utils_module: ModuleType, ours: ModuleType
+) -> None:
+    """Issue 20, case 8: on the static path (use_dynamic_bsz=False) a write into a
+    micro-batch's dense entry reaches the input, in verl and here alike; jagged entries are
+    rebuilt (copies) in both."""
+    inputs = []
+    for prepare in (verl_engine_utils_module.prepare_micro_batches, ours.prepare_micro_batches):
+        batch = ids_batch(LENGTHS_8)
+        batch["adv"] = torch.zeros(8)
+        batch["use_dynamic_bsz"] = NonTensorData(False)
+        batch["micro_batch_size_per_gpu"] = NonTensorData(4)
+        micro_batches, indices = prepare(batch)
+        assert indices is None and len(micro_batches) == 2
+        micro_batches[0]["adv"].add_(1)
+        micro_batches[1]["input_ids"].values().add_(1)
+        inputs.append(batch)
+    for batch in inputs:
+        assert batch["adv"].tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
+        assert torch.equal(batch["input_ids"].values(), ids_batch(LENGTHS_8)["input_ids"].values())

@@ -19,7 +19,8 @@ silently shifting the collectives of the next one.
 The scenario tables (:data:`SUITES`) are plain data, imported by the test module as well,
 which computes the expected values from the same lengths. Suite ``fuzz`` (2 ranks) runs
 :data:`FUZZ_ROUNDS` rounds of the ``_malformed.py`` catalogue in one process group, one
-JSON line per round.
+JSON line per round; suite ``poison`` (2 ranks) runs every batch of ``_poisoned.py`` twice
+(poisoned on rank 0, then on rank 1), also in one process group.
 """
 
 from __future__ import annotations
@@ -709,24 +710,61 @@ def run_fuzz(rank: int, world_size: int, out: Any) -> None:
         rng = random.Random(FUZZ_SEED + 1000 * round_index + rank)
         record: dict[str, Any] = {"scenario": f"fuzz{round_index}", "rank": rank,
                                   "kind": kind.name, "faulty": faulty}
-        entry = kind.build(rank == faulty, rng)
-        with count_collectives() as events:
-            try:
-                micro_batches, _ = _malformed.call(entry, dp_group=dist.group.WORLD)
-            except Exception as exc:  # recorded for the parent to judge
-                record.update(ok=False, error_type=type(exc).__name__, error_message=str(exc))
-            else:
-                record.update(ok=True, n_micro=len(micro_batches))
-        record["collectives"] = [event["name"] for event in events]
+        _record_call(record, _malformed.call, kind.build(rank == faulty, rng), dist.group.WORLD)
         out.write(json.dumps(record) + "\n")
         out.flush()
-        names: list[Any] = [None] * world_size
-        dist.all_gather_object(names, round_index)  # fence, not counted
-        if names != [round_index] * world_size:
-            _write(out, {"scenario": "__desync__", "rank": rank, "names": names})
-            raise RuntimeError(f"fuzz round {round_index} desynchronised: {names}")
+        _fence(out, rank, world_size, round_index)
     _write(out, {"scenario": "__fuzz_time__", "rank": rank, "seconds": time.perf_counter() - start,
                  "rounds": rounds})
+
+
+def _record_call(record: dict[str, Any], call: Callable[..., Any], entry: Any, group: Any) -> None:
+    """Run one catalogue call with ``dp_group=group`` and note in ``record`` how it ended
+    (the count, or the exception's type and message), its seconds and its collectives."""
+    began = time.perf_counter()
+    with count_collectives() as events:
+        try:
+            micro_batches, _ = call(entry, dp_group=group)
+        except Exception as exc:  # recorded for the parent to judge
+            record.update(ok=False, error_type=type(exc).__name__, error_message=str(exc))
+        else:
+            record.update(ok=True, n_micro=len(micro_batches))
+    record["seconds"] = time.perf_counter() - began
+    record["collectives"] = [event["name"] for event in events]
+
+
+def run_poison(rank: int, world_size: int, out: Any) -> None:
+    """The poisoned-batch suite (issue 20): every batch of ``_poisoned.POISONS`` twice, once
+    on rank 0 and once on rank 1, the other rank holding a valid batch of the same path;
+    one process group for all of them, one JSON line per round with the outcome, the
+    call's seconds and its collectives."""
+    import torch.distributed as dist
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _poisoned
+
+    start = time.perf_counter()
+    for round_index in range(2 * len(_poisoned.POISONS)):
+        poison = _poisoned.POISONS[round_index // 2]
+        faulty = round_index % 2
+        record: dict[str, Any] = {"scenario": f"poison{round_index}", "rank": rank,
+                                  "kind": poison.name, "faulty": faulty}
+        entry = poison.build() if rank == faulty else _poisoned.peer_call(poison)
+        _record_call(record, _poisoned.call, entry, dist.group.WORLD)
+        _write(out, record)
+        _fence(out, rank, world_size, round_index)
+    _write(out, {"scenario": "__poison_time__", "rank": rank, "seconds": time.perf_counter() - start})
+
+
+def _fence(out: Any, rank: int, world_size: int, round_index: int) -> None:
+    """An uncounted ``all_gather_object`` of the round: a desynchronised round raises."""
+    import torch.distributed as dist
+
+    names: list[Any] = [None] * world_size
+    dist.all_gather_object(names, round_index)
+    if names != [round_index] * world_size:
+        _write(out, {"scenario": "__desync__", "rank": rank, "names": names})
+        raise RuntimeError(f"round {round_index} desynchronised: {names}")
 
 
 def _write(handle: Any, record: dict[str, Any]) -> None:
@@ -761,8 +799,8 @@ def main(argv: list[str]) -> int:
                 for name in ("01", "23", "02", "13"):
                     groups[name] = dist.new_group(SUBGROUPS[name])
             _write(out, {"scenario": "__ready__", "rank": rank})
-            if suite == "fuzz":
-                run_fuzz(rank, world_size, out)
+            if suite in ("fuzz", "poison"):
+                (run_fuzz if suite == "fuzz" else run_poison)(rank, world_size, out)
                 _write(out, {"scenario": "__done__", "rank": rank})
                 return 0
             for scenario in SUITES[suite]:

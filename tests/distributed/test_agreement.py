@@ -852,3 +852,52 @@ def test_fuzz_every_rank_raises_the_identical_error(fuzz: SuiteRun) -> None:
     for rank in range(2):
         assert "__done__" in fuzz.records[rank], fuzz.diagnosis(rank)
         assert fuzz.returncodes[rank] == 0, fuzz.diagnosis(rank)
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 20: poisoned batches (every entry kind TensorDict allows) on one of 2 ranks
+# ---------------------------------------------------------------------------------------
+
+
+if str(_HERE) not in sys.path:  # _poisoned imports _malformed, as the worker does
+    sys.path.insert(0, str(_HERE))
+POISONED = importlib.import_module("_poisoned")
+
+#: Seconds the poison suite may take (spawn, import, rendezvous and every round).
+POISON_DEADLINE_S = 120
+#: Seconds one call may take on either rank (issue 20: "within 10 s").
+POISON_CALL_LIMIT_S = 10
+
+
+@pytest.fixture(scope="module")
+def poison(tmp_path_factory: pytest.TempPathFactory) -> SuiteRun:
+    """The 2-rank poison suite (every round in one process group), run once."""
+    return run_ranks("poison", 2, tmp_path_factory.mktemp("poison"), POISON_DEADLINE_S)
+
+
+def test_poisoned_batch_on_one_rank_ends_the_same_on_both(poison: SuiteRun) -> None:
+    """Each poisoned batch, on rank 0 and then on rank 1, the peer valid: both ranks raise
+    the identical exception (the catalogue's type and message, naming the poisoned rank)
+    or both return the larger of the two ranks' counts, each call within 10 s and with one
+    all_reduce."""
+    for round_index in range(2 * len(POISONED.POISONS)):
+        kind = POISONED.POISONS[round_index // 2]
+        faulty = round_index % 2
+        records = poison.scenario(f"poison{round_index}")
+        where = f"round {round_index}, kind {kind.name!r}, poisoned rank {faulty}"
+        assert [(r["kind"], r["faulty"]) for r in records] == [(kind.name, faulty)] * 2, where
+        outcomes = [(r["ok"], r.get("n_micro"), r.get("error_type"), r.get("error_message"))
+                    for r in records]
+        assert len(set(outcomes)) == 1, f"{where}: ranks ended differently: {outcomes}"
+        ok, count, error_type, message = outcomes[0]
+        if kind.error is None:  # the agreed count: the larger of the two ranks' counts
+            assert ok and count == max(kind.count, POISONED.PEER_COUNT[kind.peer]), where
+        else:
+            assert not ok and error_type == kind.error, f"{where}: {outcomes[0]}"
+            assert message.startswith(f"rank {faulty} of the DP group (global rank {faulty}): ")
+            assert kind.fragment in message, f"{where}: {message!r}"
+        assert all(r["seconds"] < POISON_CALL_LIMIT_S for r in records), f"{where}: {records}"
+        assert [r["collectives"] for r in records] == [["all_reduce"]] * 2, where
+    for rank in range(2):
+        assert "__done__" in poison.records[rank], poison.diagnosis(rank)
+        assert poison.returncodes[rank] == 0, poison.diagnosis(rank)
