@@ -100,6 +100,15 @@ def render(params: list[Parameter]) -> str:
     )
 
 
+def _describe(param: Parameter) -> str:
+    text = render([param]).strip("()*/, ")
+    kind = param[1]
+    if kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.VAR_POSITIONAL,
+                inspect.Parameter.VAR_KEYWORD):
+        return text
+    return f"{text} ({kind.description})"
+
+
 def _same_default(a: Any, b: Any) -> bool:
     return a is b or (type(a) is type(b) and bool(a == b))
 
@@ -124,8 +133,7 @@ def prefix_problem(verl: list[Parameter], ours: list[Parameter]) -> str | None:
     for position, (theirs, mine) in enumerate(zip(verl, ours, strict=False), start=1):
         if theirs[:2] != mine[:2] or not _same_default(theirs[2], mine[2]):
             return (
-                f"parameter {position}: verl has {render([theirs]).strip('()*, ')}, "
-                f"the library has {render([mine]).strip('()*, ')}"
+                f"parameter {position}: verl has {_describe(theirs)}, the library has {_describe(mine)}"
             )
     if len(ours) < len(verl):
         return f"verl has {len(verl)} parameters, the library {len(ours)}"

@@ -111,7 +111,7 @@ def _verl_version() -> str:
     try:
         return importlib.metadata.version("verl")
     except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+        return "(version unknown)"
 
 
 def _verl_root() -> Path:
