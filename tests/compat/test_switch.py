@@ -241,3 +241,30 @@ def test_ray_actors_switched_through_runtime_env_agree_on_the_librarys_count() -
     assert report["driver_variable"] is None
     print(f"\nRay: counts {[r['count'] for r in ranks]} (verl's rule: {[r['verl_count'] for r in ranks]}), "
           f"{wall:.1f} s wall")
+
+
+#: The override the README gives for the Ray actors (quoted: Ray wants string env_vars).
+RAY_OVERRIDE = '+ray_kwargs.ray_init.runtime_env.env_vars.SEQLEN_BALANCING_VERL="1"'
+
+
+def test_the_readme_override_gives_ray_a_string_variable() -> None:
+    """verl composes main_ppo's config with Hydra and passes ray_kwargs.ray_init to ray.init;
+    the README's override must survive both (an unquoted 1 becomes an int, which Ray refuses)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from ray.runtime_env import RuntimeEnv
+
+    readme = (HERE.parents[1] / "README.md").read_text(encoding="utf-8")
+    assert f"'{RAY_OVERRIDE}'" in readme
+    import verl
+
+    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=[RAY_OVERRIDE])
+        unquoted = compose(config_name="ppo_trainer", overrides=[RAY_OVERRIDE.replace('"1"', "1")])
+    runtime_env = OmegaConf.to_container(config.ray_kwargs.ray_init.runtime_env)
+    assert isinstance(runtime_env, dict)
+    assert runtime_env["env_vars"] == {"SEQLEN_BALANCING_VERL": "1"}
+    RuntimeEnv(env_vars=runtime_env["env_vars"])  # what ray.init validates
+    with pytest.raises(TypeError, match="Dict\\[str, str\\]"):
+        RuntimeEnv(env_vars=OmegaConf.to_container(unquoted.ray_kwargs.ray_init.runtime_env.env_vars))
