@@ -7,8 +7,9 @@
   way) does the same as the plugin.
 - In this process: verl's own ``prepare_micro_batches``, ``prepare_dynamic_batch`` and
   ``RayPPOTrainer._balance_batch`` run the library's plan once switched, and verl's without.
-- verl's FSDP engine ``forward_backward_batch`` (``_fsdp_engine_check.py``) and two Ray
-  actors in a gloo group (``_ray_switch_check.py``), each in its own interpreter.
+- verl's FSDP engine (``FSDPEngineWithLMHead.forward_backward_batch`` on a one-layer random
+  Llama, ``_fsdp_engine_check.py``) and two Ray workers of verl's ``RayWorkerGroup`` in a
+  gloo group (``_ray_switch_check.py``), each in its own interpreter.
 """
 
 from __future__ import annotations
@@ -225,6 +226,9 @@ def test_fsdp_engine_forward_backward_batch_on_a_tiny_model() -> None:
     assert report["micro_batches"] == {"switched": OUR_COUNT, "library": OUR_COUNT, "verl": VERL_COUNT}
     assert report["loss_equal"] is True and report["grads_equal"] is True
     assert report["output_equal"] is True
+    losses, verl_losses = report["losses"], report["verl_losses"]
+    assert isinstance(losses, list) and isinstance(verl_losses, list)
+    assert len(losses) == OUR_COUNT and len(verl_losses) == VERL_COUNT
 
 
 def test_ray_actors_switched_through_runtime_env_agree_on_the_librarys_count() -> None:
