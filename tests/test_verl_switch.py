@@ -38,6 +38,8 @@ BINDINGS = {
     "verl.workers.engine.utils": ["rearrange_micro_batches", "restore_dynamic_batch"],
     "verl.trainer.binder": ["calculate_workload", "ceildiv", "pmb"],
     "verl.workers.engine.fsdp": ["ceildiv", "prepare_micro_batches"],
+    # imported by the engine utils' last line, before that module has finished (an import cycle)
+    "verl.trainer.late": ["prepare_micro_batches"],
 }
 
 EXPECTED = sorted(
@@ -83,7 +85,9 @@ def write_verl(root: Path, overrides: dict[str, str] | None = None, engine: bool
                 "from verl.utils.seqlen_balancing import rearrange_micro_batches, restore_dynamic_batch\n"
                 "\n"
                 + stubs(DEFINITIONS["verl.workers.engine.utils"])
+                + "import verl.trainer.late  # noqa: E402\n"
             ),
+            "verl/trainer/late.py": "from verl.workers.engine.utils import prepare_micro_batches\n",
             "verl/workers/engine/fsdp.py": (
                 "from verl.utils.seqlen_balancing import ceildiv\n"
                 "from .utils import prepare_micro_batches\n"
@@ -103,7 +107,7 @@ PRELUDE = textwrap.dedent(
     import seqlen_balancing.verl as switch
     from seqlen_balancing.verl.hook import PostImportFinder
     MODULES = ["verl.utils.seqlen_balancing", "verl.workers.engine.utils", "verl.trainer.binder",
-               "verl.workers.engine.fsdp"]
+               "verl.workers.engine.fsdp", "verl.trainer.late"]
     NAMES = {"pmb": "prepare_micro_batches"}
 
     def load():
