@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -70,13 +71,21 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def run_script(script: str, *args: str, timeout: float, **env: str) -> dict[str, object]:
-    proc = subprocess.run(
-        [sys.executable, str(HERE / script), *args], capture_output=True, text=True, timeout=timeout,
-        check=False, env=child_env(**env),
-    )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
-    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["stderr"] = proc.stderr
+    """Run a check in its own session; on timeout its whole process group is killed (a Ray
+    cluster or a gloo peer it started must not outlive the test)."""
+    with subprocess.Popen(
+        [sys.executable, str(HERE / script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=child_env(**env), start_new_session=True,
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"{script} ran past {timeout} s:\n{(stdout + stderr)[-5000:]}")
+    assert proc.returncode == 0, (stdout + stderr)[-5000:]
+    result: dict[str, object] = json.loads(stdout.strip().splitlines()[-1])
+    result["stderr"] = stderr
     return result
 
 
@@ -103,6 +112,7 @@ def states(table: object) -> set[str]:
     return {state for names in table.values() for state in names.values()}
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     ("mode", "env"),
     [
@@ -232,6 +242,7 @@ def test_balance_batch_returns_the_librarys_partition(verl: ModuleType) -> None:
     assert metrics == seqlen_balancing.log_seqlen_unbalance(BALANCE_LENGTHS, ours, "global_seqlen")
 
 
+@pytest.mark.timeout(300)
 def test_fsdp_engine_forward_backward_batch_on_a_tiny_model() -> None:
     report = run_script("_fsdp_engine_check.py", timeout=240, SEQLEN_BALANCING_VERL="1")
     assert report["micro_batches"] == {"switched": OUR_COUNT, "library": OUR_COUNT, "verl": VERL_COUNT}
@@ -242,6 +253,7 @@ def test_fsdp_engine_forward_backward_batch_on_a_tiny_model() -> None:
     assert len(losses) == OUR_COUNT and len(verl_losses) == VERL_COUNT
 
 
+@pytest.mark.timeout(480)  # a local Ray cluster starts in 20-40 s; the check itself takes seconds
 def test_ray_actors_switched_through_runtime_env_agree_on_the_librarys_count() -> None:
     start = time.perf_counter()
     report = run_script("_ray_switch_check.py", timeout=420)
