@@ -214,7 +214,11 @@ def _on_import(module: ModuleType) -> None:
         if _STATE.finder is None:
             return
         if module.__name__ in VERL_FUNCTIONS:
-            _check(_STATE.ours, [module.__name__])  # from the loaded functions this time
+            try:
+                _check(_STATE.ours, [module.__name__])  # from the loaded functions this time
+            except RuntimeError:  # the import fails; say so where verl's logs are read
+                logger.exception("seqlen-balancing could not switch %s on import", module.__name__)
+                raise
             _replace_definitions(module)
             for other in _loaded_verl_modules():  # import cycles may have bound verl's already
                 _rebind(other)
