@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, FrameType, ModuleType
 
 import numpy as np
 import pytest
@@ -200,13 +200,14 @@ def test_verls_call_sites_plan_with_the_library_once_switched(
     assert plan_counts(verl_engine_utils_module, verl) == (VERL_COUNT, VERL_COUNT)
 
 
-#: Two samples of length 72 (indices 1 and 3): verl's and the library's Karmarkar-Karp
-#: break the tie differently, so the two DP partitions differ.
 BALANCE_LENGTHS = [259, 72, 145, 72, 387, 49, 317, 410, 129, 466, 273, 362]
+#: What RayPPOTrainer._balance_batch calls (besides get_group_balanced_partitions).
+BALANCE_CALLS = ("calculate_workload", "get_seqlen_balanced_partitions", "log_seqlen_unbalance")
 
 
-def balanced_order() -> tuple[list[int], dict[str, float]]:
-    """The row order verl's RayPPOTrainer._balance_batch gives a batch for 2 DP ranks."""
+def balanced_order() -> tuple[list[int], dict[str, float], set[CodeType]]:
+    """The row order verl's RayPPOTrainer._balance_batch gives a batch for 2 DP ranks, its
+    metrics, and the code objects of every Python function it entered."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     trainer = object.__new__(RayPPOTrainer)  # _balance_batch reads only these two
@@ -214,31 +215,42 @@ def balanced_order() -> tuple[list[int], dict[str, float]]:
     trainer._get_dp_size = lambda worker_group, role: 2  # type: ignore[method-assign]
     batch = dataproto(BALANCE_LENGTHS)
     metrics: dict[str, float] = {}
-    trainer._balance_batch(batch, metrics)
-    return batch.batch["input_ids"][:, 0].tolist(), metrics  # type: ignore[attr-defined]
+    entered: set[CodeType] = set()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            entered.add(frame.f_code)
+
+    sys.setprofile(profile)
+    try:
+        trainer._balance_batch(batch, metrics)
+    finally:
+        sys.setprofile(None)
+    return batch.batch["input_ids"][:, 0].tolist(), metrics, entered  # type: ignore[attr-defined]
 
 
-def test_balance_batch_returns_the_librarys_partition(verl: ModuleType) -> None:
+def test_balance_batch_runs_the_librarys_partition(verl: ModuleType) -> None:
+    """The two partition functions may agree on the data (the library breaks Karmarkar-Karp's
+    ties as verl does), so what is checked is whose code ran, and the resulting partition."""
     import seqlen_balancing
 
-    lengths = torch.tensor(BALANCE_LENGTHS)
+    verl_code = {name: getattr(verl, name).__code__ for name in BALANCE_CALLS}
+    our_code = {name: getattr(seqlen_balancing, name).__code__ for name in BALANCE_CALLS}
     ours = seqlen_balancing.get_seqlen_balanced_partitions(
-        seqlen_balancing.calculate_workload(lengths), k_partitions=2, equal_size=True
+        seqlen_balancing.calculate_workload(torch.tensor(BALANCE_LENGTHS)), k_partitions=2, equal_size=True
     )
-    theirs = verl.get_seqlen_balanced_partitions(
-        verl.calculate_workload(lengths), k_partitions=2, equal_size=True
-    )
-    assert ours != theirs  # the data tells the two apart
-    verl_order, _ = balanced_order()
+    _, _, entered_off = balanced_order()
     switch.apply()
     try:
-        our_order, metrics = balanced_order()
+        our_order, metrics, entered_on = balanced_order()
     finally:
         switch.revert()
+    for name in BALANCE_CALLS:
+        assert verl_code[name] in entered_off and our_code[name] not in entered_off, name
+        assert our_code[name] in entered_on and verl_code[name] not in entered_on, name
     half = len(BALANCE_LENGTHS) // 2
     # each DP rank gets one half of the reordered batch: the library's partition, as sets
     assert [sorted(our_order[:half]), sorted(our_order[half:])] == ours
-    assert [sorted(verl_order[:half]), sorted(verl_order[half:])] == theirs
     assert metrics == seqlen_balancing.log_seqlen_unbalance(BALANCE_LENGTHS, ours, "global_seqlen")
 
 
