@@ -18,7 +18,8 @@ MODULES = sorted(
     | {
         info.name
         for info in pkgutil.walk_packages(seqlen_balancing.__path__, "seqlen_balancing.")
-        if info.name != "seqlen_balancing.__main__"
+        # importing these is what they do (run the CLI; switch verl), not a library module
+        if info.name not in ("seqlen_balancing.__main__", "seqlen_balancing.verl.enable")
     }
 )
 

@@ -1,0 +1,378 @@
+"""Switch a running verl onto this library: :func:`apply` and :func:`revert`.
+
+verl's trainers and engines bind the functions of ``verl.utils.seqlen_balancing`` and
+``verl.workers.engine.utils.prepare_micro_batches`` at import time (17 bindings in 9 modules
+in verl 0.9.1), so setting attributes on ``verl.utils.seqlen_balancing`` after import misses
+them. :func:`apply` replaces the 13 functions where verl defines them and every binding of
+them in an imported ``verl.*`` module, and installs a post-import hook
+(:class:`~seqlen_balancing.verl.hook.PostImportFinder`) that does the same to each verl module
+imported later, right after its code ran. A record of every replacement (module, name, verl's
+function) makes :func:`revert` exact.
+
+The functions are checked before anything changes: verl's parameters (names, kinds, order,
+defaults) must be a prefix of the library's, and the library's extra parameters keyword-only
+with defaults (:mod:`seqlen_balancing.verl.signatures`). A verl module not imported yet is
+checked from its source, so :func:`apply` imports no verl module: it runs inside verl's own
+``__init__`` (the ``verl.plugins`` entry point, :mod:`seqlen_balancing.verl.plugin`).
+
+Standard library only at import; the library's torch functions are loaded by :func:`apply`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import importlib.util
+import logging
+import os
+import socket
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from seqlen_balancing.verl import signatures
+from seqlen_balancing.verl.hook import PostImportFinder
+
+__all__ = ["SUPPORTED_VERL", "VERL_FUNCTIONS", "Replacement", "apply", "replacements", "revert"]
+
+logger = logging.getLogger("seqlen_balancing.verl")
+
+#: Where verl defines the functions the switch replaces, and their names.
+VERL_FUNCTIONS: dict[str, tuple[str, ...]] = {
+    "verl.utils.seqlen_balancing": (
+        "calculate_workload",
+        "karmarkar_karp",
+        "greedy_partition",
+        "get_seqlen_balanced_partitions",
+        "log_seqlen_unbalance",
+        "ceildiv",
+        "roundup_divisible",
+        "rearrange_micro_batches",
+        "get_reverse_idx",
+        "prepare_dynamic_batch",
+        "restore_dynamic_batch",
+        "get_group_balanced_partitions",
+    ),
+    "verl.workers.engine.utils": ("prepare_micro_batches",),
+}
+
+#: verl releases whose 13 signatures are known to match (others are checked, and warned of).
+SUPPORTED_VERL = ("0.7.1", "0.8.0", "0.9.0", "0.9.1")
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """One binding the switch holds: ``module.name`` was ``original`` and is ``replacement``.
+
+    ``on_import`` is true for a binding the module made itself while the switch was on
+    (``from verl.utils.seqlen_balancing import ceildiv`` after the switch): nothing was
+    replaced there, but :func:`revert` gives it verl's function back all the same.
+    """
+
+    module: str
+    name: str
+    original: Callable[..., Any]
+    replacement: Callable[..., Any]
+    on_import: bool = False
+
+
+class _State:
+    """The switch of this process (one per process; guarded by ``lock``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.finder: PostImportFinder | None = None
+        self.records: dict[tuple[str, str], Replacement] = {}
+        self.forward: dict[int, Callable[..., Any]] = {}  # id(verl's function) -> ours
+        self.back: dict[int, Callable[..., Any]] = {}  # id(ours) -> verl's function
+        self.keep: list[Callable[..., Any]] = []  # keeps the ids above alive and unique
+        self.ours: dict[str, Callable[..., Any]] = {}
+
+
+_STATE = _State()
+
+
+#: The functions that take the cost parameters: the alignment of the environment reaches them.
+_ALIGNED = ("rearrange_micro_batches", "prepare_dynamic_batch", "prepare_micro_batches")
+
+
+def _library_functions() -> dict[str, Callable[..., Any]]:
+    """The library's 13 functions; where ``SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF`` or
+    ``SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF`` is set
+    (:func:`~seqlen_balancing.cost.alignment_from_env`), the three micro-batch functions
+    plan under that alignment whenever the caller passes none (verl never does)."""
+    import seqlen_balancing  # torch and tensordict load here (verl has loaded them already)
+    from seqlen_balancing.cost import alignment_from_env
+
+    names = [name for group in VERL_FUNCTIONS.values() for name in group]
+    ours = {name: getattr(seqlen_balancing, name) for name in names}
+    pad, bucket = alignment_from_env()
+    if (pad, bucket) != (1, 1):
+        for name in _ALIGNED:
+            ours[name] = _with_alignment(ours[name], pad, bucket)
+    return ours
+
+
+def _with_alignment(function: Callable[..., Any], pad: int, bucket: int) -> Callable[..., Any]:
+    """``function`` with ``pad_to_multiple_of=pad`` and ``micro_batch_multiple_of=bucket``
+    unless the call passes them (same signature: ``functools.wraps``)."""
+
+    @functools.wraps(function)
+    def aligned(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("pad_to_multiple_of", pad)
+        kwargs.setdefault("micro_batch_multiple_of", bucket)
+        return function(*args, **kwargs)
+
+    return aligned
+
+
+def _verl_version() -> str:
+    verl = sys.modules.get("verl")
+    version = getattr(verl, "__version__", None)
+    if isinstance(version, str):
+        return version
+    try:
+        return importlib.metadata.version("verl")
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown)"
+
+
+def _verl_root() -> Path:
+    """verl's package folder, found without importing verl (it may be importing us)."""
+    verl = sys.modules.get("verl")
+    paths = list(getattr(verl, "__path__", []) or [])
+    if not paths:
+        spec = importlib.util.find_spec("verl")
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError(
+                "seqlen_balancing.verl: verl is not installed in this environment "
+                f"({sys.executable}); install verl, or do not set SEQLEN_BALANCING_VERL"
+            )
+        paths = list(spec.submodule_search_locations)
+    return Path(paths[0])
+
+
+def _check(ours: dict[str, Callable[..., Any]], module_names: Iterable[str]) -> None:
+    """Raise ``RuntimeError`` if one of verl's functions in these modules does not fit ours.
+
+    A loaded module is read with :mod:`inspect`, one not imported yet from its source file;
+    a module this verl lacks (an older layout) has nothing to switch and is skipped.
+    """
+    for module_name in module_names:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            for name in VERL_FUNCTIONS[module_name]:
+                value = getattr(module, name, None)
+                function = _STATE.back.get(id(value), value)  # verl's own, if already switched
+                params = signatures.from_function(function) if callable(function) else None
+                _raise_on_mismatch(module_name, name, params, ours[name])
+            continue
+        source = _verl_root().joinpath(*module_name.split(".")[1:]).with_suffix(".py")
+        if source.is_file():
+            for name in VERL_FUNCTIONS[module_name]:
+                _raise_on_mismatch(module_name, name, signatures.from_source(source, name), ours[name])
+
+
+def _raise_on_mismatch(
+    module_name: str, name: str, params: list[signatures.Parameter] | None, ours: Callable[..., Any]
+) -> None:
+    mine = signatures.from_function(ours)
+    if params is None:
+        problem = "verl does not define it"
+        theirs = "(missing)"
+    else:
+        problem = signatures.prefix_problem(params, mine) or ""
+        theirs = signatures.render(params)
+    if problem:
+        raise RuntimeError(
+            f"seqlen_balancing.verl cannot switch verl {_verl_version()}: {module_name}.{name}{theirs} "
+            f"does not fit seqlen_balancing.{name}{signatures.render(mine)} ({problem}); nothing was "
+            f"replaced. Supported verl releases: {', '.join(SUPPORTED_VERL)}; install one of them, "
+            "or unset SEQLEN_BALANCING_VERL to run on verl's own functions in every process."
+        )
+
+
+def _bind(module: ModuleType, name: str, original: Callable[..., Any], on_import: bool) -> None:
+    replacement = _STATE.forward[id(original)]
+    if not on_import:
+        setattr(module, name, replacement)
+    _STATE.records.setdefault(
+        (module.__name__, name), Replacement(module.__name__, name, original, replacement, on_import)
+    )
+
+
+def _replace_definitions(module: ModuleType) -> None:
+    """Put the library's functions where verl defines them (``module`` is one of those)."""
+    for name in VERL_FUNCTIONS[module.__name__]:
+        current = getattr(module, name)
+        if id(current) in _STATE.back:
+            continue  # already ours
+        ours = _STATE.ours[name]
+        _STATE.forward[id(current)] = ours
+        _STATE.back[id(ours)] = current
+        _STATE.keep += [current, ours]
+        _bind(module, name, current, on_import=False)
+
+
+def _rebind(module: ModuleType) -> None:
+    """Give every binding of one of verl's replaced functions in ``module`` the library's."""
+    for name, value in list(vars(module).items()):
+        # ids of objects kept alive in _STATE.keep: an equal id is the same object
+        if id(value) in _STATE.forward:
+            _bind(module, name, value, on_import=False)
+        elif id(value) in _STATE.back:
+            _bind(module, name, _STATE.back[id(value)], on_import=True)
+
+
+def _loaded_verl_modules() -> list[ModuleType]:
+    return [
+        module for name, module in list(sys.modules.items())
+        if (name == "verl" or name.startswith("verl.")) and isinstance(module, ModuleType)
+    ]
+
+
+def _on_import(module: ModuleType) -> None:
+    """The post-import hook: a verl module has just executed."""
+    with _STATE.lock:
+        if _STATE.finder is None:
+            return
+        if module.__name__ in VERL_FUNCTIONS:
+            try:
+                _check(_STATE.ours, [module.__name__])  # from the loaded functions this time
+            except RuntimeError:  # the import fails; say so where verl's logs are read
+                logger.exception("seqlen-balancing could not switch %s on import", module.__name__)
+                raise
+            _replace_definitions(module)
+            for other in _loaded_verl_modules():  # import cycles may have bound verl's already
+                _rebind(other)
+            logger.info(
+                "seqlen-balancing switched %s on import in process %d: %s",
+                module.__name__, os.getpid(), ", ".join(VERL_FUNCTIONS[module.__name__]),
+            )
+        else:
+            _rebind(module)
+            logger.debug("seqlen-balancing: %s imported while switched", module.__name__)
+
+
+def replacements() -> list[tuple[str, str]]:
+    """Every ``(module, name)`` of verl that holds the library's function because of the switch.
+
+    Returns:
+        Sorted pairs; empty when the switch is off.
+
+    Example:
+        >>> replacements()
+        []
+    """
+    with _STATE.lock:
+        return sorted(_STATE.records)
+
+
+def apply() -> list[tuple[str, str]]:
+    """Run this process's verl on the library: replace verl's 13 functions everywhere.
+
+    Replaces, in ``verl.utils.seqlen_balancing``: ``calculate_workload``, ``karmarkar_karp``,
+    ``greedy_partition``, ``get_seqlen_balanced_partitions``, ``log_seqlen_unbalance``,
+    ``ceildiv``, ``roundup_divisible``, ``rearrange_micro_batches``, ``get_reverse_idx``,
+    ``prepare_dynamic_batch``, ``restore_dynamic_batch``, ``get_group_balanced_partitions``;
+    in ``verl.workers.engine.utils``: ``prepare_micro_batches``; and every binding of one of
+    verl's originals in an imported ``verl.*`` module (``ray_trainer``, ``trainer_base``,
+    ``sft_trainer_ray``, the FSDP, Megatron, automodel, VeOmni and torchtitan engines in
+    verl 0.9.1). verl modules imported later are switched as they are imported. Engines a
+    verl install cannot import are never imported, hence never touched.
+
+    Idempotent: a second call changes nothing. Logs at INFO, once per switch-on, the process,
+    the verl version and what was replaced. Every DP rank of a job must be switched, or none:
+    see the README, "Use it in verl".
+
+    Returns:
+        ``(module, name)`` of every binding the switch now holds (:func:`replacements`).
+
+    Raises:
+        RuntimeError: verl is not installed, or one of verl's functions does not have a
+            prefix of the library's signature (the message names the function, both
+            signatures and the verl version); nothing is replaced then.
+
+    Example:
+        >>> import seqlen_balancing.verl
+        >>> seqlen_balancing.verl.apply()  # doctest: +SKIP
+        [('verl.utils.seqlen_balancing', 'calculate_workload'), ...]
+
+    References:
+        OpenTelemetry's ``instrument()``/``uninstrument()`` and ddtrace's ``patch()``: an
+        explicit pair, a record of each replacement, post-import hooks.
+    """
+    with _STATE.lock:
+        if _STATE.finder is not None:
+            return sorted(_STATE.records)
+        ours = _library_functions()
+        _check(ours, VERL_FUNCTIONS)
+        _STATE.ours = ours
+        for module_name in VERL_FUNCTIONS:
+            module = sys.modules.get(module_name)
+            if module is not None:
+                _replace_definitions(module)
+        for module in _loaded_verl_modules():
+            _rebind(module)
+        _STATE.finder = PostImportFinder(("verl",), _on_import)
+        _STATE.finder.install()
+        version = _verl_version()
+        if version not in SUPPORTED_VERL:
+            logger.warning(
+                "seqlen-balancing: verl %s is not among the releases it was tested with (%s); "
+                "the 13 signatures matched", version, ", ".join(SUPPORTED_VERL),
+            )
+        done = sorted(_STATE.records)
+        logger.info(
+            "seqlen-balancing %s switched on for verl %s in process %d on %s: %d bindings replaced "
+            "now%s; verl modules imported later are switched on import",
+            _library_version(), version, os.getpid(), socket.gethostname(), len(done),
+            "".join(f"\n  {module}.{name}" for module, name in done),
+        )
+        return done
+
+
+def _library_version() -> str:
+    import seqlen_balancing
+
+    return seqlen_balancing.__version__
+
+
+def revert() -> list[tuple[str, str]]:
+    """Give every binding :func:`apply` changed (or saw made) verl's own function back.
+
+    Removes the import hook. A binding someone else changed after the switch is left as it
+    is. Idempotent: with the switch off, does nothing.
+
+    Returns:
+        ``(module, name)`` of each binding restored.
+
+    Example:
+        >>> revert()
+        []
+    """
+    with _STATE.lock:
+        if _STATE.finder is None:
+            return []
+        _STATE.finder.uninstall()
+        _STATE.finder = None
+        for module in _loaded_verl_modules():  # bindings made after the last record, if any
+            _rebind(module)
+        restored = []
+        for key, record in sorted(_STATE.records.items(), reverse=True):
+            holder = sys.modules.get(record.module)
+            if holder is not None and getattr(holder, record.name, None) is record.replacement:
+                setattr(holder, record.name, record.original)
+                restored.append(key)
+        _STATE.records.clear()
+        _STATE.forward.clear()
+        _STATE.back.clear()
+        _STATE.keep.clear()
+        logger.info("seqlen-balancing switched off in process %d: %d bindings restored", os.getpid(),
+                    len(restored))
+        return sorted(restored)

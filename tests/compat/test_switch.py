@@ -1,0 +1,309 @@
+"""The verl switch on verl 0.9.1 itself (issue 18): every binding, verl's call sites, Ray.
+
+- A fresh interpreter per mode (``_switch_scan.py``): with ``SEQLEN_BALANCING_VERL=1`` the
+  ``verl.plugins`` entry point switches every binding of the 13 names in the modules that
+  import on CPU (read from verl's source, not listed by hand); without it none; after
+  ``revert()`` none; ``VERL_USE_EXTERNAL_MODULES=seqlen_balancing.verl.enable`` (verl 0.6-0.8's
+  way) does the same as the plugin.
+- In this process: verl's own ``prepare_micro_batches``, ``prepare_dynamic_batch`` and
+  ``RayPPOTrainer._balance_batch`` run the library's plan once switched, and verl's without.
+- verl's FSDP engine (``FSDPEngineWithLMHead.forward_backward_batch`` on a one-layer random
+  Llama, ``_fsdp_engine_check.py``) and two Ray workers of verl's ``RayWorkerGroup`` in a
+  gloo group (``_ray_switch_check.py``), each in its own interpreter.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import CodeType, FrameType, ModuleType
+
+import numpy as np
+import pytest
+import torch
+from tensordict import NonTensorData, TensorDict
+
+import seqlen_balancing.verl as switch
+
+pytestmark = pytest.mark.torch  # with torch and verl only (tests/conftest.py)
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parents[1] / "src"
+
+#: Lengths where verl 0.9.1's rule needs 3 micro-batches at cap 12 (Karmarkar-Karp into 2
+#: parts breaks the cap) and the library 2 ({6, 6} and {2, 5, 5}).
+LENGTHS, CAP, VERL_COUNT, OUR_COUNT = [2, 6, 6, 5, 5], 12, 3, 2
+
+#: Per module of verl 0.9.1, the bindings of the 13 names it holds once its imports ran
+#: (the two defining modules count their definitions): the closing note of issue 18.
+BINDINGS_0_9_1 = {
+    "verl.utils.seqlen_balancing": 12,
+    "verl.trainer.ppo.ray_trainer": 3,
+    "verl.trainer.ppo.v1.trainer_base": 3,
+    "verl.trainer.sft_trainer_ray": 2,
+    "verl.workers.engine.utils": 3,
+    "verl.workers.engine.fsdp.transformer_impl": 2,
+}
+#: The engines whose packages CI lacks (megatron-core, nemo_automodel, veomni, torchtitan):
+#: their bindings, read from source; the hook switches them where they import.
+NOT_IMPORTABLE_0_9_1 = {
+    "verl.workers.engine.megatron.transformer_impl": 2,
+    "verl.workers.engine.automodel.transformer_impl": 1,
+    "verl.workers.engine.veomni.transformer_impl": 1,
+    "verl.workers.engine.torchtitan.transformer_impl": 1,
+}
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment without the switch's variables, plus ``extra``."""
+    env = {
+        k: v for k, v in os.environ.items()
+        if k not in ("SEQLEN_BALANCING_VERL", "VERL_USE_EXTERNAL_MODULES", "VERL_USE_EXTERNAL_PLUGINS")
+    }
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
+    return env | {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"} | extra
+
+
+def run_script(script: str, *args: str, timeout: float, **env: str) -> dict[str, object]:
+    """Run a check in its own session; on timeout its whole process group is killed (a Ray
+    cluster or a gloo peer it started must not outlive the test)."""
+    with subprocess.Popen(
+        [sys.executable, str(HERE / script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=child_env(**env), start_new_session=True,
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"{script} ran past {timeout} s:\n{(stdout + stderr)[-5000:]}")
+    assert proc.returncode == 0, (stdout + stderr)[-5000:]
+    result: dict[str, object] = json.loads(stdout.strip().splitlines()[-1])
+    result["stderr"] = stderr
+    return result
+
+
+def test_the_package_registers_its_verl_plugin() -> None:
+    points = importlib.metadata.entry_points(group="verl.plugins", name="seqlen_balancing")
+    assert [p.value for p in points] == ["seqlen_balancing.verl.plugin"], (
+        "the installed metadata lacks the verl.plugins entry point: reinstall (pip install -e .)"
+    )
+
+
+def expected(report: dict[str, object]) -> set[str]:
+    holders = report["holders"]
+    assert isinstance(holders, dict)
+    return {f"{module}.{name}" for module, names in holders.items() for name in names}
+
+
+def counts(table: object) -> dict[str, int]:
+    assert isinstance(table, dict)
+    return {module: len(names) for module, names in table.items()}
+
+
+def states(table: object) -> set[str]:
+    assert isinstance(table, dict)
+    return {state for names in table.values() for state in names.values()}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("mode", "env"),
+    [
+        ("plugin", {"SEQLEN_BALANCING_VERL": "1"}),
+        ("external", {"VERL_USE_EXTERNAL_MODULES": "seqlen_balancing.verl.enable",
+                      "VERL_USE_EXTERNAL_PLUGINS": "none"}),
+        ("off", {}),
+    ],
+)
+def test_every_binding_in_a_fresh_interpreter(mode: str, env: dict[str, str]) -> None:
+    report = run_script("_switch_scan.py", mode, timeout=240, **env)
+    assert report["verl"] == "0.9.1"
+    # the engines whose packages are absent here were skipped, the others all imported
+    skipped = report["skipped"]
+    assert isinstance(skipped, dict)
+    assert set(skipped) == {
+        f"verl.workers.engine.{engine}.transformer_impl"
+        for engine in ("megatron", "automodel", "veomni", "torchtitan")
+    }
+    assert counts(report["holders"]) == BINDINGS_0_9_1
+    assert counts(report["not_imported"]) == NOT_IMPORTABLE_0_9_1
+    bindings = sum(BINDINGS_0_9_1.values()) - 13 + sum(NOT_IMPORTABLE_0_9_1.values())
+    assert bindings == 17  # issue 18: 17 bindings in 9 modules, besides the 13 definitions
+    if mode == "off":
+        assert states(report["holders"]) == {"verl"}
+        assert report["anywhere"] == []  # no verl module holds a library function
+        return
+    assert states(report["holders"]) == {"ours"}
+    assert set(report["anywhere"]) == expected(report)  # (list) exactly those, nowhere else
+    listed = report["replacements"]
+    assert isinstance(listed, list)
+    assert {f"{m}.{n}" for m, n in listed} == expected(report)
+    assert states(report["after_revert"]) == {"verl"} and report["anywhere_after_revert"] == []
+    stderr = str(report["stderr"])
+    assert stderr.count("switched on for verl 0.9.1 in process") == 1
+    print(f"\n{mode}: bindings per module {counts(report['holders'])}; import verl "
+          f"{report['import_verl_s']:.2f} s")
+
+
+def jagged_ids(lengths: list[int]) -> torch.Tensor:
+    rows = [torch.arange(n, dtype=torch.long) + 100 * i for i, n in enumerate(lengths)]
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+
+
+def engine_batch(lengths: list[int], cap: int) -> TensorDict:
+    batch = TensorDict({"input_ids": jagged_ids(lengths)}, batch_size=[len(lengths)])
+    batch["max_token_len_per_gpu"] = NonTensorData(cap)
+    return batch
+
+
+def dataproto(lengths: list[int]) -> object:
+    from verl.protocol import DataProto
+
+    width = max(lengths)
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        mask[row, :n] = 1
+    ids = torch.arange(len(lengths)).unsqueeze(1).expand(-1, width).contiguous()
+    return DataProto.from_dict({"attention_mask": mask, "input_ids": ids}, {"uid": np.arange(len(lengths))})
+
+
+def plan_counts(verl_engine_utils_module: ModuleType, verl: ModuleType) -> tuple[int, int]:
+    """Micro-batch counts of verl's prepare_micro_batches and prepare_dynamic_batch, called
+    through verl's own modules, as verl's engines and actors call them."""
+    micro, _ = verl_engine_utils_module.prepare_micro_batches(engine_batch(LENGTHS, CAP))
+    dynamic, _ = verl.prepare_dynamic_batch(dataproto(LENGTHS), max_token_len=CAP)
+    return len(micro), len(dynamic)
+
+
+def test_verls_call_sites_plan_with_the_library_once_switched(
+    verl_engine_utils_module: ModuleType, verl: ModuleType
+) -> None:
+    import verl.workers.engine.fsdp.transformer_impl as fsdp_engine
+
+    assert plan_counts(verl_engine_utils_module, verl) == (VERL_COUNT, VERL_COUNT)
+    switch.apply()
+    try:
+        assert plan_counts(verl_engine_utils_module, verl) == (OUR_COUNT, OUR_COUNT)
+        # the FSDP engine calls the name it bound at import: the library's too
+        import seqlen_balancing
+
+        assert fsdp_engine.prepare_micro_batches is seqlen_balancing.prepare_micro_batches
+    finally:
+        switch.revert()
+    assert plan_counts(verl_engine_utils_module, verl) == (VERL_COUNT, VERL_COUNT)
+
+
+BALANCE_LENGTHS = [259, 72, 145, 72, 387, 49, 317, 410, 129, 466, 273, 362]
+#: What RayPPOTrainer._balance_batch calls (besides get_group_balanced_partitions).
+BALANCE_CALLS = ("calculate_workload", "get_seqlen_balanced_partitions", "log_seqlen_unbalance")
+
+
+def balanced_order() -> tuple[list[int], dict[str, float], set[CodeType]]:
+    """The row order verl's RayPPOTrainer._balance_batch gives a batch for 2 DP ranks, its
+    metrics, and the code objects of every Python function it entered."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    trainer = object.__new__(RayPPOTrainer)  # _balance_batch reads only these two
+    trainer.actor_rollout_wg = None
+    trainer._get_dp_size = lambda worker_group, role: 2  # type: ignore[method-assign]
+    batch = dataproto(BALANCE_LENGTHS)
+    metrics: dict[str, float] = {}
+    entered: set[CodeType] = set()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            entered.add(frame.f_code)
+
+    sys.setprofile(profile)
+    try:
+        trainer._balance_batch(batch, metrics)
+    finally:
+        sys.setprofile(None)
+    return batch.batch["input_ids"][:, 0].tolist(), metrics, entered  # type: ignore[attr-defined]
+
+
+def test_balance_batch_runs_the_librarys_partition(verl: ModuleType) -> None:
+    """The two partition functions may agree on the data (the library breaks Karmarkar-Karp's
+    ties as verl does), so what is checked is whose code ran, and the resulting partition."""
+    import seqlen_balancing
+
+    verl_code = {name: getattr(verl, name).__code__ for name in BALANCE_CALLS}
+    our_code = {name: getattr(seqlen_balancing, name).__code__ for name in BALANCE_CALLS}
+    ours = seqlen_balancing.get_seqlen_balanced_partitions(
+        seqlen_balancing.calculate_workload(torch.tensor(BALANCE_LENGTHS)), k_partitions=2, equal_size=True
+    )
+    _, _, entered_off = balanced_order()
+    switch.apply()
+    try:
+        our_order, metrics, entered_on = balanced_order()
+    finally:
+        switch.revert()
+    for name in BALANCE_CALLS:
+        assert verl_code[name] in entered_off and our_code[name] not in entered_off, name
+        assert our_code[name] in entered_on and verl_code[name] not in entered_on, name
+    half = len(BALANCE_LENGTHS) // 2
+    # each DP rank gets one half of the reordered batch: the library's partition, as sets
+    assert [sorted(our_order[:half]), sorted(our_order[half:])] == ours
+    assert metrics == seqlen_balancing.log_seqlen_unbalance(BALANCE_LENGTHS, ours, "global_seqlen")
+
+
+@pytest.mark.timeout(300)
+def test_fsdp_engine_forward_backward_batch_on_a_tiny_model() -> None:
+    report = run_script("_fsdp_engine_check.py", timeout=240, SEQLEN_BALANCING_VERL="1")
+    assert report["micro_batches"] == {"switched": OUR_COUNT, "library": OUR_COUNT, "verl": VERL_COUNT}
+    assert report["loss_equal"] is True and report["grads_equal"] is True
+    assert report["output_equal"] is True
+    losses, verl_losses = report["losses"], report["verl_losses"]
+    assert isinstance(losses, list) and isinstance(verl_losses, list)
+    assert len(losses) == OUR_COUNT and len(verl_losses) == VERL_COUNT
+
+
+@pytest.mark.timeout(480)  # a local Ray cluster starts in 20-40 s; the check itself takes seconds
+def test_ray_actors_switched_through_runtime_env_agree_on_the_librarys_count() -> None:
+    start = time.perf_counter()
+    report = run_script("_ray_switch_check.py", timeout=420)
+    wall = time.perf_counter() - start
+    ranks = report["ranks"]
+    assert isinstance(ranks, list) and len(ranks) == 2
+    for rank in ranks:
+        assert rank["variable"] == "1"  # it came through runtime_env only: the driver has none
+        assert rank["switched"] is True and rank["replacements"] >= 13
+        assert rank["count"] == rank["library_count"] == rank["agreed"]
+        assert rank["verl_count"] != rank["count"]
+    assert report["driver_variable"] is None
+    print(f"\nRay: counts {[r['count'] for r in ranks]} (verl's rule: {[r['verl_count'] for r in ranks]}), "
+          f"{wall:.1f} s wall")
+
+
+#: The override the README gives for the Ray actors (quoted: Ray wants string env_vars).
+RAY_OVERRIDE = '+ray_kwargs.ray_init.runtime_env.env_vars.SEQLEN_BALANCING_VERL="1"'
+
+
+def test_the_readme_override_gives_ray_a_string_variable() -> None:
+    """verl composes main_ppo's config with Hydra and passes ray_kwargs.ray_init to ray.init;
+    the README's override must survive both (an unquoted 1 becomes an int, which Ray refuses)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from ray.runtime_env import RuntimeEnv
+
+    readme = (HERE.parents[1] / "README.md").read_text(encoding="utf-8")
+    assert f"'{RAY_OVERRIDE}'" in readme
+    import verl
+
+    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        config = compose(config_name="ppo_trainer", overrides=[RAY_OVERRIDE])
+        unquoted = compose(config_name="ppo_trainer", overrides=[RAY_OVERRIDE.replace('"1"', "1")])
+    runtime_env = OmegaConf.to_container(config.ray_kwargs.ray_init.runtime_env)
+    assert isinstance(runtime_env, dict)
+    assert runtime_env["env_vars"] == {"SEQLEN_BALANCING_VERL": "1"}
+    RuntimeEnv(env_vars=runtime_env["env_vars"])  # what ray.init validates
+    with pytest.raises(TypeError, match="Dict\\[str, str\\]"):
+        RuntimeEnv(env_vars=OmegaConf.to_container(unquoted.ray_kwargs.ray_init.runtime_env.env_vars))

@@ -1,0 +1,346 @@
+"""seqlen_balancing.verl on a stand-in verl: apply, the import hook, revert, the check, the plugin.
+
+The stand-in is a package named ``verl`` written to a temporary folder: the modules where
+verl defines the 13 functions (stubs with verl's parameters, returning ``"verl"``), and
+modules that bind them at import the ways verl's do (absolute, relative, aliased). Each
+scenario runs in a fresh interpreter, so the switch and the stand-in never reach this
+process. The real verl 0.9.1 is exercised in tests/compat/test_switch.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.torch  # apply() loads the library's TensorDict functions
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+DEFINITIONS = {
+    "verl.utils.seqlen_balancing": [
+        "calculate_workload", "karmarkar_karp", "greedy_partition", "get_seqlen_balanced_partitions",
+        "log_seqlen_unbalance", "ceildiv", "roundup_divisible", "rearrange_micro_batches",
+        "get_reverse_idx", "prepare_dynamic_batch", "restore_dynamic_batch",
+        "get_group_balanced_partitions",
+    ],
+    "verl.workers.engine.utils": ["prepare_micro_batches"],
+}
+
+#: The bindings the stand-in's modules make at import, besides the definitions.
+BINDINGS = {
+    "verl.workers.engine.utils": ["rearrange_micro_batches", "restore_dynamic_batch"],
+    "verl.trainer.binder": ["calculate_workload", "ceildiv", "pmb"],
+    "verl.workers.engine.fsdp": ["ceildiv", "prepare_micro_batches"],
+    # imported by the engine utils' last line, before that module has finished (an import cycle)
+    "verl.trainer.late": ["prepare_micro_batches"],
+}
+
+EXPECTED = sorted(
+    {(module, name) for module, names in DEFINITIONS.items() for name in names}
+    | {(module, name) for module, names in BINDINGS.items() for name in names}
+)
+
+
+def verl_parameters(name: str) -> str:
+    """verl's parameter list of ``name``: the library's without its keyword-only extras."""
+    import seqlen_balancing
+
+    function = getattr(seqlen_balancing, name)
+    kept = [p for p in inspect.signature(function).parameters.values() if p.kind is not p.KEYWORD_ONLY]
+    return str(inspect.Signature([p.replace(annotation=p.empty) for p in kept]))
+
+
+def write_verl(root: Path, overrides: dict[str, str] | None = None, engine: bool = True) -> None:
+    """Write the stand-in verl under ``root``; ``overrides`` replaces parameter lists."""
+    overrides = overrides or {}
+
+    def stubs(names: list[str]) -> str:
+        return "".join(
+            f"def {name}{overrides.get(name, verl_parameters(name))}:\n    return 'verl'\n\n"
+            for name in names
+        )
+
+    files = {
+        "verl/__init__.py": "__version__ = '0.9.1'\n",
+        "verl/utils/__init__.py": "",
+        "verl/utils/seqlen_balancing.py": stubs(DEFINITIONS["verl.utils.seqlen_balancing"]),
+        "verl/trainer/__init__.py": "",
+        "verl/trainer/binder.py": (
+            "from verl.utils.seqlen_balancing import calculate_workload, ceildiv\n"
+            + ("from verl.workers.engine.utils import prepare_micro_batches as pmb\n" if engine else "")
+        ),
+    }
+    if engine:
+        files |= {
+            "verl/workers/__init__.py": "",
+            "verl/workers/engine/__init__.py": "",
+            "verl/workers/engine/utils.py": (
+                "from verl.utils.seqlen_balancing import rearrange_micro_batches, restore_dynamic_batch\n"
+                "\n"
+                + stubs(DEFINITIONS["verl.workers.engine.utils"])
+                + "import verl.trainer.late  # noqa: E402\n"
+            ),
+            "verl/trainer/late.py": "from verl.workers.engine.utils import prepare_micro_batches\n",
+            "verl/workers/engine/fsdp.py": (
+                "from verl.utils.seqlen_balancing import ceildiv\n"
+                "from .utils import prepare_micro_batches\n"
+            ),
+        }
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+PRELUDE = textwrap.dedent(
+    """
+    import importlib, json, logging, sys
+    logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s %(message)s")
+    import seqlen_balancing
+    import seqlen_balancing.verl as switch
+    from seqlen_balancing.verl.hook import PostImportFinder
+    MODULES = ["verl.utils.seqlen_balancing", "verl.workers.engine.utils", "verl.trainer.binder",
+               "verl.workers.engine.fsdp", "verl.trainer.late"]
+    NAMES = {"pmb": "prepare_micro_batches"}
+
+    def load():
+        for name in MODULES:
+            importlib.import_module(name)
+
+    def holders():
+        # every (module, name) of the stand-in holding the library's function, and verl's
+        ours, verls = [], []
+        for module_name in MODULES:
+            for name, value in vars(sys.modules[module_name]).items():
+                if not callable(value) or name.startswith("_"):
+                    continue
+                if value is getattr(seqlen_balancing, NAMES.get(name, name), None):
+                    ours.append([module_name, name])
+                elif getattr(value, "__module__", "").startswith("verl."):
+                    verls.append([module_name, name])
+        return sorted(ours), sorted(verls)
+
+    def hooked():
+        return any(isinstance(finder, PostImportFinder) for finder in sys.meta_path)
+    """
+)
+
+
+def run(root: Path, body: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    """Run PRELUDE + body with the stand-in first on the path; body prints one JSON line."""
+    environment = {k: v for k, v in os.environ.items() if k != "SEQLEN_BALANCING_VERL"}
+    environment |= {"PYTHONPATH": os.pathsep.join([str(root), str(SRC)]), **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(body)], capture_output=True, text=True,
+        timeout=100, check=False, env=environment,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["stderr"] = proc.stderr
+    return result
+
+
+def pairs(value: object) -> list[tuple[str, str]]:
+    assert isinstance(value, list)
+    return sorted((str(a), str(b)) for a, b in value)
+
+
+def test_modules_imported_after_apply_bind_the_library_from_their_first_line(tmp_path: Path) -> None:
+    write_verl(tmp_path)
+    result = run(tmp_path, """
+        applied = switch.apply()
+        load()
+        on, off = holders()
+        kinds = {f"{r.module}.{r.name}": r.on_import for r in switch.switch._STATE.records.values()}
+        restored = switch.revert()
+        after_on, after_off = holders()
+        reapplied = switch.apply()
+        again_on, _ = holders()
+        print(json.dumps(dict(applied=applied, on=on, off=off, kinds=kinds, restored=restored,
+            after_on=after_on, after_off=after_off, reapplied=reapplied, again_on=again_on)))
+    """)
+    assert result["applied"] == []  # nothing of verl was imported yet
+    assert pairs(result["on"]) == EXPECTED and result["off"] == []
+    # the binder and the engine bound the library's functions themselves, on import
+    kinds = result["kinds"]
+    assert isinstance(kinds, dict)
+    assert kinds["verl.trainer.binder.ceildiv"] is True
+    assert kinds["verl.utils.seqlen_balancing.ceildiv"] is False
+    assert kinds["verl.workers.engine.utils.prepare_micro_batches"] is False
+    assert pairs(result["restored"]) == EXPECTED
+    assert result["after_on"] == [] and pairs(result["after_off"]) == EXPECTED
+    assert pairs(result["reapplied"]) == EXPECTED and pairs(result["again_on"]) == EXPECTED
+
+
+def test_apply_after_import_rebinds_everything_once_and_revert_is_exact(tmp_path: Path) -> None:
+    write_verl(tmp_path)
+    result = run(tmp_path, """
+        load()
+        before = [[m, n, getattr(sys.modules[m], n).__module__] for m, n in
+                  [("verl.trainer.binder", "pmb"), ("verl.workers.engine.fsdp", "ceildiv")]]
+        first = switch.apply()
+        second = switch.apply()
+        on, off = holders()
+        hooked_on = hooked()
+        calls = [sys.modules["verl.trainer.binder"].ceildiv(7, 2),
+                 sys.modules["verl.workers.engine.fsdp"].ceildiv(7, 2)]
+        restored = switch.revert()
+        twice = switch.revert()
+        after_on, after_off = holders()
+        after = [sys.modules["verl.trainer.binder"].ceildiv(7, 2)]
+        print(json.dumps(dict(first=first, second=second, on=on, off=off, hooked_on=hooked_on,
+            calls=calls, restored=restored, twice=twice, after_on=after_on, after_off=after_off,
+            after=after, hooked_off=hooked())))
+    """)
+    assert pairs(result["first"]) == EXPECTED
+    assert result["second"] == result["first"]
+    assert pairs(result["on"]) == EXPECTED and result["off"] == []
+    assert result["calls"] == [4, 4]  # the library's ceildiv, not the stub's "verl"
+    assert result["hooked_on"] is True and result["hooked_off"] is False
+    assert pairs(result["restored"]) == EXPECTED and result["twice"] == []
+    assert result["after_on"] == [] and pairs(result["after_off"]) == EXPECTED
+    assert result["after"] == ["verl"]
+    stderr = str(result["stderr"])
+    assert stderr.count("switched on for verl 0.9.1") == 1  # logged once, not per call
+    assert f"{len(EXPECTED)} bindings replaced now" in stderr
+    assert "verl.workers.engine.fsdp.prepare_micro_batches" in stderr
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["from-source", "from-function"])
+def test_a_signature_mismatch_replaces_nothing_and_names_both_signatures(
+    tmp_path: Path, loaded: bool
+) -> None:
+    verl_sig = verl_parameters("rearrange_micro_batches").replace(
+        "same_micro_num_in_dp=True", "same_micro_num_in_dp=False"
+    )
+    assert "same_micro_num_in_dp=False" in verl_sig
+    write_verl(tmp_path, overrides={"rearrange_micro_batches": verl_sig})
+    result = run(tmp_path, f"""
+        import verl  # as inside verl's own __init__: the version is known, nothing else loaded
+        if {loaded}:
+            load()
+        try:
+            switch.apply()
+        except RuntimeError as error:
+            message = str(error)
+        else:
+            message = None
+        load()
+        on, off = holders()
+        print(json.dumps(dict(message=message, listed=switch.replacements(), on=on, hooked=hooked())))
+    """)
+    message = str(result["message"])
+    assert "verl.utils.seqlen_balancing.rearrange_micro_batches(" in message
+    assert "same_micro_num_in_dp=False" in message and "same_micro_num_in_dp=True" in message
+    assert "verl 0.9.1" in message and "nothing was replaced" in message
+    assert result["listed"] == [] and result["on"] == [] and result["hooked"] is False
+
+
+def test_extra_parameters_must_be_keyword_only_with_defaults(tmp_path: Path) -> None:
+    # verl with one parameter fewer than the library: the library's extra one is positional
+    verl_sig = verl_parameters("restore_dynamic_batch").replace(", batch_idx_list", "")
+    write_verl(tmp_path, overrides={"restore_dynamic_batch": verl_sig})
+    result = run(tmp_path, """
+        try:
+            switch.apply()
+        except RuntimeError as error:
+            print(json.dumps(dict(message=str(error))))
+        else:
+            print(json.dumps(dict(message=None)))
+    """)
+    assert "extra parameter 'batch_idx_list' is not keyword-only" in str(result["message"])
+
+
+def test_a_verl_without_the_engine_utils_module_is_switched_where_it_can_be(tmp_path: Path) -> None:
+    write_verl(tmp_path, engine=False)
+    result = run(tmp_path, """
+        switch.apply()
+        importlib.import_module("verl.trainer.binder")
+        print(json.dumps(dict(listed=switch.replacements())))
+    """)
+    assert pairs(result["listed"]) == sorted(
+        [("verl.utils.seqlen_balancing", n) for n in DEFINITIONS["verl.utils.seqlen_balancing"]]
+        + [("verl.trainer.binder", "calculate_workload"), ("verl.trainer.binder", "ceildiv")]
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "switched"), [(None, False), ("true", False), ("1", True)]
+)
+def test_the_plugin_switches_only_on_one(tmp_path: Path, value: str | None, switched: bool) -> None:
+    write_verl(tmp_path)
+    env = {} if value is None else {"SEQLEN_BALANCING_VERL": value}
+    result = run(tmp_path, """
+        import seqlen_balancing.verl.plugin
+        load()
+        on, _ = holders()
+        print(json.dumps(dict(on=on, level=logging.getLogger("seqlen_balancing.verl").level)))
+    """, env=env)
+    assert pairs(result["on"]) == (EXPECTED if switched else [])
+    assert (result["level"] == 20) is switched  # INFO, so the line shows under verl's WARNING
+    stderr = str(result["stderr"])
+    assert ("SEQLEN_BALANCING_VERL='true' is ignored" in stderr) is (value == "true")
+
+
+def test_a_failed_switch_is_logged_at_error_before_it_propagates(tmp_path: Path) -> None:
+    write_verl(tmp_path, overrides={"ceildiv": "(a, b, c)"})
+    result = run(tmp_path, """
+        try:
+            import seqlen_balancing.verl.plugin
+        except RuntimeError as error:
+            print(json.dumps(dict(message=str(error))))
+    """, env={"SEQLEN_BALANCING_VERL": "1"})
+    assert "ceildiv(a, b, c)" in str(result["message"])
+    logged = "ERROR seqlen_balancing.verl SEQLEN_BALANCING_VERL=1 but this process could not be switched"
+    assert logged in str(result["stderr"])
+
+
+def test_the_enable_module_switches_on_import(tmp_path: Path) -> None:
+    write_verl(tmp_path)
+    result = run(tmp_path, """
+        import seqlen_balancing.verl.enable
+        load()
+        print(json.dumps(dict(on=holders()[0])))
+    """)
+    assert pairs(result["on"]) == EXPECTED
+
+
+def test_the_alignment_of_the_environment_reaches_verls_calls(tmp_path: Path) -> None:
+    # Issue 21: a verl user sets the alignment once for every process. 65 samples of 250
+    # tokens fit 16,384 as one micro-batch; aligned to 32 (256 each) they need two.
+    write_verl(tmp_path)
+    body = """
+        import torch
+        from tensordict import TensorDict
+        load()
+        switch.apply()
+        verl_function = sys.modules["verl.workers.engine.utils"].rearrange_micro_batches
+        batch = TensorDict({"attention_mask": torch.ones(65, 250, dtype=torch.long)}, [65])
+        mbs, _ = verl_function(batch, 16384)
+        explicit, _ = verl_function(batch, 16384, pad_to_multiple_of=1)  # the caller's wins
+        direct, _ = seqlen_balancing.rearrange_micro_batches(batch, 16384)
+        ours = seqlen_balancing.rearrange_micro_batches
+        wrapped = getattr(verl_function, "__wrapped__", None) is ours
+        print(json.dumps(dict(verl=len(mbs), explicit=len(explicit), direct=len(direct),
+                              wrapped=wrapped, same=verl_function is ours)))
+    """
+    aligned = run(tmp_path, body, {"SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF": "32"})
+    assert (aligned["verl"], aligned["explicit"], aligned["direct"]) == (2, 1, 1)
+    assert aligned["wrapped"] is True and aligned["same"] is False
+    plain = run(tmp_path, body)  # unset: the library's own function, nothing wrapped
+    assert (plain["verl"], plain["same"]) == (1, True)
+    bad = run(tmp_path, """
+        load()
+        try:
+            switch.apply()
+        except ValueError as error:
+            print(json.dumps(dict(error=str(error), on=holders()[0])))
+    """, {"SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF": "two"})
+    assert "SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF" in str(bad["error"]) and bad["on"] == []
