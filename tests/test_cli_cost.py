@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from seqlen_balancing.cli import main
+from seqlen_balancing.cli.plot import check_plot_path
 from seqlen_balancing.cost import aligned_length, micro_batch_cost
 
 
@@ -105,7 +106,8 @@ def test_alignment_option_errors(capsys: pytest.CaptureFixture[str]) -> None:
         code, out, err = run(capsys, "plan", *argv)
         assert code == 2 and out == "" and text in err, err
     code, out, err = run(capsys, "plan", "--micro-batch-multiple-of", "32768")
-    assert code == 1 and "--micro-batch-multiple-of 32768 is larger than the cap 16384" in err
+    assert code == 1 and "the micro-batch bucket 32768 (--micro-batch-multiple-of, combined" in err
+    assert "is larger than the cap 16384" in err
 
 
 def test_over_cap_after_alignment_names_tokens_and_aligned_cost(
@@ -173,6 +175,12 @@ def test_plot_to_an_unwritable_path_fails_before_planning(
         code, _, err = run(capsys, "plan", "--plot", str(locked / "p.png"))
         assert code == 2 and "is not writable" in err
     assert not missing.parent.exists()
+    # Where only a real open can tell (root passes os.access; /proc takes no new file), the
+    # path is still refused before anything is planned, and a good path is left untouched.
+    code, out, err = run(capsys, "sweep", "--plot", "/proc/sweep.png")
+    assert (code, out) == (2, "") and "cannot write plot '/proc/sweep.png'" in err
+    check_plot_path(str(tmp_path / "fine.png"))
+    assert not (tmp_path / "fine.png").exists()
 
 
 class _Recorder:

@@ -299,3 +299,41 @@ def test_data_parallel_over_cap_advice_covers_the_groups_costliest_sample() -> N
     message = str(info.value)
     assert message.startswith("rank 0 of the DP group: sample 0 has 1000 tokens and costs 1024 tokens")
     assert "raise max_token_len to at least 1152 " in message
+
+
+def test_a_bucket_above_the_cap_advises_a_cap_that_holds_every_group() -> None:
+    # Issue 21 follow-up: the bucket (64) alone is too small for a 100-token sample; the
+    # advice is the costliest sample of the group rounded up to the bucket, then it plans.
+    with pytest.raises(ValueError, match="raise max_token_len to at least 128 or lower"):
+        plan_data_parallel([[100]], 50, micro_batch_multiple_of=64)
+    with pytest.raises(ValueError, match="raise max_token_len to at least 320 or lower"):
+        plan_data_parallel([[100], [300]], 50, micro_batch_multiple_of=64)
+    assert [len(p) for p in plan_data_parallel([[100], [300]], 320, micro_batch_multiple_of=64)] == [1, 1]
+    with pytest.raises(ValueError, match="raise max_token_len to at least 64 or lower"):
+        plan_data_parallel([[10]], 50, micro_batch_multiple_of=64)
+
+
+@pytest.mark.parametrize("value", [True, 1.0, 1 + 0j, "1"])
+def test_lower_bound_checks_its_cost_parameters_like_the_planner(value: object) -> None:
+    for name in ("pad_to_multiple_of", "micro_batch_multiple_of"):
+        with pytest.raises(TypeError, match=f"{name} must be a positive integer"):
+            lower_bound([3, 5, 7, 2], 16, **{name: value})
+        with pytest.raises(TypeError, match=name):
+            plan_micro_batches([3, 5, 7, 2], 16, **{name: value})
+
+
+@pytest.mark.parametrize(
+    ("costs", "error", "fragment"),
+    [
+        ("abcd", TypeError, "costs must be a sequence of whole numbers of tokens, one per sample"),
+        (5, TypeError, "costs must be a sequence of whole numbers of tokens, one per sample"),
+        ([[1], [2], [3], [4]], TypeError, "costs[0] is not an integer"),
+    ],
+)
+def test_badly_shaped_costs_are_named_as_such(costs: object, error: type[Exception], fragment: str) -> None:
+    with pytest.raises(error) as caught:
+        plan_micro_batches([1, 2, 3, 4], 16, costs=costs)
+    assert fragment in str(caught.value)
+    with pytest.raises(error) as caught:
+        plan_data_parallel([[1, 2, 3, 4]], 16, costs=[costs])
+    assert str(caught.value).startswith("rank 0 of the DP group: ") and fragment in str(caught.value)

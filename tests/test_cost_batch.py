@@ -102,3 +102,16 @@ def test_prepare_dynamic_batch_with_alignment() -> None:
     assert max(aligned(lengths, indices, 32)) <= 16_384
     with pytest.raises(ValueError, match="costs 256 tokens aligned to a multiple of pad_to_multiple_of=32"):
         prepare_dynamic_batch(proto, 255, pad_to_multiple_of=32)
+
+
+def test_costs_of_another_shape_and_as_non_tensor_data() -> None:
+    from seqlen_balancing import plan_micro_batches, rearrange_micro_batches
+
+    with pytest.raises(ValueError, match=r"costs must be one-dimensional \(one value per sample\)"):
+        plan_micro_batches([1, 2, 3, 4], 16, costs=torch.ones(4, 1, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"costs must be one-dimensional \(one value per sample\)"):
+        plan_micro_batches([1, 2, 3, 4], 16, costs=torch.tensor(5))  # a 0-d tensor
+    batch = TensorDict({"attention_mask": torch.ones(4, 3, dtype=torch.long)}, batch_size=[4])
+    # A keyword NonTensorData is read as the batch's own `costs` entry is: 4 x 9 tokens at 16.
+    _, indices = rearrange_micro_batches(batch, 16, costs=NonTensorData([9, 9, 9, 9]))
+    assert len(indices) == 4

@@ -26,10 +26,10 @@ def model_vector(
 ) -> list[int]:
     """The 26 slots as agreement.py's docstring lays them out, written out by hand:
     ``dynamic`` is (needed count, groups, num_batches_divided_by); ``largest`` the longest
-    sample or group (slot 25, capped at 2**62)."""
+    sample or group (slot 25, capped at 2**62 + 1, which stands for "above 2**62")."""
     tag = MASK - rank
     v = [0] * 26
-    v[25] = min(largest, 2**62)
+    v[25] = min(largest, 2**62 + 1)
     if error is not None:
         code, values = error
         key = 1 << 24 | tag << 4 | int(code)
@@ -83,7 +83,8 @@ def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
     assert over.error is not None
     assert encode(over, rank)[25] == 40
     huge = analyse([2**63], 2**64)
-    assert encode(huge, rank)[25] == 2**62
+    assert encode(huge, rank)[25] == 2**62 + 1
+    assert encode(analyse([2**62], 2**64), rank)[25] == 2**62  # exact up to 2**62
     values = (1 << 40, (1 << 38) - 1, 3, TOP - 1, 1 << 80)
     assert encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, values), rank) == model_vector(
         rank, error=(ErrorCode.SAMPLE_OVER_CAP, values)

@@ -318,7 +318,8 @@ class _SubInt(int):
     [
         (["x"], 8, {}, TypeError,
          "seq_lens[0] is not an integer; lengths are whole numbers of tokens ('x' (str))"),
-        (5, 8, {}, TypeError, "seq_lens[0] is not an integer; lengths are whole numbers of tokens "
+        (5, 8, {}, TypeError, "seq_lens must be a sequence of whole numbers of tokens, one per sample "
+         "(a list, a tuple, a 1-D tensor or array), got something that is not "
          "(seq_lens must be a sequence, got 5 (int))"),
         ([1, 1.5], 8, {}, TypeError,
          "seq_lens[1] is not an integer; lengths are whole numbers of tokens (1.5 (float))"),
@@ -401,11 +402,11 @@ def test_argument_error_returns_the_error_and_zero() -> None:
 
 
 def test_length_errors_are_recorded_exactly() -> None:
-    # BAD_LENGTH values: (index, 0 = not an integer / 1 = negative, -value); the agreement
-    # carries these integers, so they must be exact, not only the message.
+    # BAD_LENGTH values: (index, 0 = not an integer / 1 = negative / 3 = not a sequence,
+    # -value); the agreement carries these integers, so they must be exact, not only the message.
     assert analyse(["x"], 8).error == PlanError(ErrorCode.BAD_LENGTH, (0, 0, 0), "'x' (str)")
     assert analyse(5, 8).error == PlanError(  # type: ignore[arg-type]
-        ErrorCode.BAD_LENGTH, (0, 0, 0), "seq_lens must be a sequence, got 5 (int)")
+        ErrorCode.BAD_LENGTH, (0, 3, 0), "seq_lens must be a sequence, got 5 (int)")
     assert analyse([1, 2, -3], 8).error == PlanError(ErrorCode.BAD_LENGTH, (2, 1, 3))
 
 

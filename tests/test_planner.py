@@ -249,3 +249,13 @@ def test_issue19_case6_advice_names_the_longest_sample_of_the_group() -> None:
     # Alone, a rank is advised its own longest.
     with pytest.raises(ValueError, match="at least 10987 "):
         plan_micro_batches([10_987, 500], 9_216)
+
+
+def test_advice_beyond_what_the_agreement_carries_says_so() -> None:
+    # A peer's sample above 2**62 tokens saturates its slot: no exact figure is known, and
+    # a figure that is too small would fail again on that peer.
+    with pytest.raises(ValueError, match=r"raise max_token_len beyond 2\*\*62 tokens \(the longest"):
+        plan_data_parallel([[20], [2**63]], 16)
+    # Exactly at the limit the figure is exact and enough.
+    with pytest.raises(ValueError, match=f"raise max_token_len to at least {2**62} "):
+        plan_data_parallel([[20], [2**62]], 16)

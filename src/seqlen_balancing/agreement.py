@@ -24,9 +24,9 @@ the same reduced vector and so reaches the same verdict:
   static ranks whose counts differ are an error on every rank, naming the largest and the
   smallest;
 * slot 25, the costliest sample or forced group (tokens of cost) the rank holds, capped at
-  ``2**62``, error or not: an over-cap error's advice ("raise max_token_len to at least
-  X") then names the longest in the whole DP group, so following it cannot fail again on
-  another rank.
+  ``2**62 + 1`` (which then stands for "above 2**62"), error or not: an over-cap error's
+  advice ("raise max_token_len to at least X") then names the longest in the whole DP
+  group, so following it cannot fail again on another rank.
 
 The agreed count is the largest needed count rounded up to ``num_batches_divided_by``; if a
 rank has fewer samples/groups than that, every rank raises the same ``ValueError``.
@@ -39,7 +39,14 @@ from dataclasses import replace
 from typing import Any
 
 from seqlen_balancing._checks import switch
-from seqlen_balancing.errors import MAX_ERROR_VALUE, N_ERROR_VALUES, OUT_OF_RANGE, ErrorCode, PlanError
+from seqlen_balancing.errors import (
+    MAX_ERROR_VALUE,
+    N_ERROR_VALUES,
+    OUT_OF_RANGE,
+    Argument,
+    ErrorCode,
+    PlanError,
+)
 from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, build_plan, local_count
 
 __all__ = [
@@ -64,7 +71,7 @@ _DIVISOR_LIMIT = 1 << 42
 _COUNT, _GROUPS, _DIVISOR, _NEG_DIVISOR = (2 * N_ERROR_VALUES + k for k in (1, 2, 3, 4))
 _MODE, _NEG_MODE, _STATIC, _NEG_STATIC = (2 * N_ERROR_VALUES + k for k in (5, 6, 7, 8))
 _LARGEST = 2 * N_ERROR_VALUES + 9
-_LARGEST_LIMIT = 1 << 62
+_LARGEST_LIMIT = (1 << 62) + 1  # stored for anything above 2**62: "out of range"
 _DYNAMIC_MODE, _STATIC_MODE = 1, 2
 _OVER_CAP = (ErrorCode.SAMPLE_OVER_CAP, ErrorCode.GROUP_OVER_CAP)
 
@@ -127,6 +134,14 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
     return vector
 
 
+def _group_largest(own: int, slot: int) -> int:
+    """The larger of a rank's own longest and the group's (slot 19's MAX); "out of range"
+    when the slot saturated above the rank's own, since the true value is not known."""
+    if slot >= _LARGEST_LIMIT and own < slot:
+        return OUT_OF_RANGE
+    return max(own, slot)
+
+
 def combine(vectors: Sequence[Sequence[int]]) -> list[int]:
     """Element-wise MAX of the ranks' vectors: what ``all_reduce(op=MAX)`` computes."""
     return [max(column) for column in zip(*vectors, strict=True)]
@@ -174,7 +189,13 @@ def decode(
         if code is ErrorCode.COUNT_ABOVE_GROUPS:  # made by encode: names its own rank
             values = (*values[:4], plus_one(values[3]), *values[5:])
         elif code in _OVER_CAP:  # the advice must suit every rank: the group's longest
-            values = (*values[:4], max(values[4], reduced[_LARGEST]), *values[5:])
+            values = (*values[:4], _group_largest(values[4], reduced[_LARGEST]), *values[5:])
+        elif code is ErrorCode.BAD_ARGUMENT and values[:2] == (Argument.MICRO_BATCH_MULTIPLE_OF, 3):
+            # A bucket above the cap: the advised cap must also hold the group's costliest.
+            bucket = values[2]
+            group = _group_largest(0, reduced[_LARGEST])
+            needed = group if group == OUT_OF_RANGE else -(-group // bucket) * bucket
+            values = (*values[:4], max(values[4], needed), *values[5:])
         return at_fault(PlanError(code, values), rank)
     mode, rank_most = _split(reduced[_MODE])
     neg_mode, rank_least = _split(reduced[_NEG_MODE])

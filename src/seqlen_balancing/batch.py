@@ -852,7 +852,8 @@ def _rearrange(
             num_batches_divided_by=num_batches_divided_by,
             pad_to_multiple_of=cost[0],
             micro_batch_multiple_of=cost[1],
-            costs=cost[2],
+            # costs given as NonTensorData read as the batch's own entry does
+            costs=cost[2].data if isinstance(cost[2], NonTensorData) else cost[2],
         )
     else:
         analysis = RankAnalysis(error)

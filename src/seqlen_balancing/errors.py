@@ -46,7 +46,8 @@ class ErrorCode(IntEnum):
     BAD_ARGUMENT = 1
     BAD_BATCH = 2  # (BatchProblem, a, b)
     # (index, 0 = not an integer / 1 = negative, -value, LengthSource), or
-    # (number of costs, 2 = not one per sample, samples, LengthSource.COSTS)
+    # (number of costs, 2 = not one per sample, samples, LengthSource.COSTS), or
+    # (0, 3 = not a sequence / 4 = not one-dimensional, 0, LengthSource)
     BAD_LENGTH = 3
     EMPTY_BATCH = 4  # ()
     NOT_DIVISIBLE = 5  # (batch size, force_group_size)
@@ -163,10 +164,11 @@ def _bad_argument(v: tuple[int, ...]) -> str:
     if argument in _SWITCHES:
         return f"{name} must be a bool (or 0/1), got a value that is not"
     if v[1] == 3:
+        needed = max(v[2], v[4])  # the bucket, or the costliest group rounded up to it
         return (
             f"micro_batch_multiple_of={_n(v[2])} is larger than max_token_len={_n(v[3])}: every "
             "micro-batch is rounded up to at least one bucket, so none fits; raise "
-            f"max_token_len to at least {_n(v[2])} or lower micro_batch_multiple_of"
+            f"max_token_len {_at_least(needed)} or lower micro_batch_multiple_of"
         )
     if v[1] == 2:
         return (
@@ -260,6 +262,13 @@ def _bad_length(v: tuple[int, ...]) -> str:
             f"costs has {_n(v[0])} entries but the batch has {_n(v[2])} samples; give one cost "
             "per sample"
         )
+    if v[1] == 3:
+        return (
+            f"{name} must be a sequence of whole numbers of tokens, one per sample (a list, a "
+            "tuple, a 1-D tensor or array), got something that is not"
+        )
+    if v[1] == 4:
+        return f"{name} must be one-dimensional (one value per sample), got another shape"
     if v[1] == 0:
         return f"{name}[{_n(v[0])}] is not an integer; {what} are whole numbers of tokens"
     if v[2] == OUT_OF_RANGE:
@@ -271,6 +280,13 @@ def _round_up(value: int, multiple: int) -> int:
     return value if value == OUT_OF_RANGE or multiple <= 1 else -(-value // multiple) * multiple
 
 
+def _at_least(value: int) -> str:
+    """``to at least N``, or the words for a value beyond what the agreement carries."""
+    if value == OUT_OF_RANGE:
+        return "beyond 2**62 tokens"
+    return f"to at least {value}"
+
+
 def _over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
     length, index, cap, count = (_n(x) for x in v[:4])
     largest_cost, cost, bucket, kind = v[4], v[5], max(v[6], 1), v[7]
@@ -279,7 +295,7 @@ def _over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
     if kind == 0 and bucket == 1:  # the cost is the effective length: the plain words
         return (
             f"{what} {index} has {length} tokens, which exceeds max_token_len={cap} ({over}); "
-            f"raise max_token_len to at least {_n(largest_cost)} ({longest}) or truncate the "
+            f"raise max_token_len {_at_least(largest_cost)} ({longest}) or truncate the "
             "sequences"
         )
     if kind == 0:
@@ -296,10 +312,10 @@ def _over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
             f", usable as {usable_cap} tokens since each micro-batch is rounded up to a multiple "
             f"of micro_batch_multiple_of={bucket}"
         )
-    needed = _n(_round_up(largest_cost, bucket))
+    needed = largest_cost if largest_cost == OUT_OF_RANGE else _round_up(largest_cost, bucket)
     return (
         f"{what} {index} has {length} tokens{costs}, which exceeds max_token_len={cap}{usable} "
-        f"({over}); raise max_token_len to at least {needed} ({longest}, in aligned tokens), "
+        f"({over}); raise max_token_len {_at_least(needed)} ({longest}, in aligned tokens), "
         f"{lower} or truncate the sequences"
     )
 
@@ -415,7 +431,9 @@ class PlanError:
     def is_type_error(self) -> bool:
         """True when the error is about a wrong type (raised as ``TypeError``)."""
         v = self.padded()
-        if self.code in (ErrorCode.BAD_ARGUMENT, ErrorCode.BAD_LENGTH):
+        if self.code is ErrorCode.BAD_LENGTH:
+            return v[1] in (0, 3)  # an element, or the whole, of a wrong type
+        if self.code is ErrorCode.BAD_ARGUMENT:
             return v[1] == 0
         return self.code is ErrorCode.BAD_BATCH and v[0] in _TYPE_PROBLEMS
 

@@ -515,11 +515,13 @@ def lower_bound(
         >>> lower_bound([250] * 65, 16384), lower_bound([250] * 65, 16384, pad_to_multiple_of=32)
         (1, 2)
     """
-    if pad_to_multiple_of == 1 and micro_batch_multiple_of == 1 and costs is None:
+    pad = positive_int(pad_to_multiple_of, "pad_to_multiple_of")
+    bucket = positive_int(micro_batch_multiple_of, "micro_batch_multiple_of")
+    if pad == 1 and bucket == 1 and costs is None:
         return best_lower_bound(sizes, cap)[0]
-    weights = sample_costs(sizes, pad_to_multiple_of=pad_to_multiple_of, costs=costs)
+    weights = sample_costs(sizes, pad_to_multiple_of=pad, costs=costs)
     given = positive_int(cap, "cap")
-    usable = micro_batch_capacity(given, positive_int(micro_batch_multiple_of, "micro_batch_multiple_of"))
+    usable = micro_batch_capacity(given, bucket)
     over = [i for i, w in enumerate(weights) if w > usable]
     if over:
         i = over[0]

@@ -171,8 +171,9 @@ def _lengths(
     which = (source,) if source else ()  # seq_lens errors keep their three values
     try:
         values = as_list(seq_lens, source.name.lower())
-    except (TypeError, ValueError) as exc:
-        return PlanError(ErrorCode.BAD_LENGTH, (0, 0, 0, *which), str(exc)), []
+    except (TypeError, ValueError) as exc:  # not a sequence (kind 3) or not 1-D (kind 4)
+        kind = 4 if isinstance(exc, ValueError) else 3
+        return PlanError(ErrorCode.BAD_LENGTH, (0, kind, 0, *which), str(exc)), []
     for index, value in enumerate(values):
         as_int = value if type(value) is int else _integer_or_none(value)
         if as_int is None:
@@ -298,8 +299,10 @@ def analyse(
     cap, group, floor, divisor, pad, bucket = ints
     usable = micro_batch_capacity(cap, bucket)
     if usable == 0:
-        error = PlanError(ErrorCode.BAD_ARGUMENT, (Argument.MICRO_BATCH_MULTIPLE_OF, 3, bucket, cap))
-        return RankAnalysis(error, largest=largest)
+        # The advised cap holds a bucket and the costliest group, rounded up to the bucket.
+        needed = max(bucket, -(-largest // bucket) * bucket)
+        values = (Argument.MICRO_BATCH_MULTIPLE_OF, 3, bucket, cap, needed)
+        return RankAnalysis(PlanError(ErrorCode.BAD_ARGUMENT, values), largest=largest)
     result = RankAnalysis(None, usable, group, divisor, largest=largest)
     result.requested_max_token_len = cap
     result.pad_to_multiple_of, result.micro_batch_multiple_of = pad, bucket

@@ -245,7 +245,8 @@ def _add_cost(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="each micro-batch's total is rounded up to a multiple of N tokens before it meets "
         "the cap (verl's pad_to_length_bucket); a cap that is not a multiple of N is usable as "
-        "cap // N * N (default: 1)",
+        "cap // N * N; with --fp8 the bucket is the least common multiple of N and FP8's "
+        "align*128 (both roundings hold) (default: 1)",
     )
 
 

@@ -31,7 +31,9 @@ def load_figure_class() -> Callable[..., Any]:
 def check_plot_path(path: str) -> None:
     """Fail before reading or planning when ``path`` cannot take the plot: a directory, a
     folder that does not exist or cannot be written, or a file that cannot be written.
-    Nothing is written.
+    The path is opened for writing once to be sure (root passes every permission check, and
+    ``/proc`` or a read-only mount refuse only then): an existing file is opened without
+    truncation, a new one is created and removed at once. Nothing else is written.
 
     Raises:
         CliError: (exit 2) naming the path and what to change.
@@ -47,6 +49,16 @@ def check_plot_path(path: str) -> None:
         reason = "the file is not writable"
     elif not where.exists() and not os.access(folder, os.W_OK):
         reason = f"folder {str(folder)!r} is not writable"
+    else:
+        existed = where.exists()
+        try:
+            with open(where, "ab"):
+                pass
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+        else:
+            if not existed:
+                where.unlink()
     if reason is not None:
         raise CliError(f"cannot write plot {path!r}: {reason}")
 

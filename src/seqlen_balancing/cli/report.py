@@ -269,12 +269,21 @@ def _alignment_text(args: argparse.Namespace) -> str:
         source = f" (verl's Megatron THD rule for tp {args.tp}, cp {args.cp or 1}{fp8})"
     else:
         source = ""
-    parts = [f"each sample costs its length rounded up to a multiple of {pad} tokens{source}"]
+    parts = []
+    if pad > 1 or source:
+        parts.append(f"each sample costs its length rounded up to a multiple of {pad} tokens{source}")
     if bucket > 1:
-        parts.append(
-            f"each micro-batch's total is rounded up to a multiple of {bucket} (a cap is usable "
-            f"as cap // {bucket} * {bucket})"
+        given = args.micro_batch_multiple_of
+        combined = (
+            f" (the least common multiple of --micro-batch-multiple-of {given} and FP8's total)"
+            if given and given != bucket else ""
         )
+        parts.append(
+            f"each micro-batch's total is rounded up to a multiple of {bucket}{combined} (a cap is "
+            f"usable as cap // {bucket} * {bucket})"
+        )
+    if not parts:
+        parts.append("each sample costs its length (no alignment)")
     return "cap on what the GPU holds: " + "; ".join(parts)
 
 

@@ -265,8 +265,9 @@ def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliErr
     usable = micro_batch_capacity(cap, bucket)
     if usable == 0:
         return CliError(
-            f"--micro-batch-multiple-of {bucket} is larger than the cap {cap}: every micro-batch "
-            f"is rounded up to at least {bucket} tokens; raise --max-token-len or lower the bucket",
+            f"the micro-batch bucket {bucket} (--micro-batch-multiple-of, combined with --fp8's "
+            f"total by least common multiple) is larger than the cap {cap}: every micro-batch is "
+            f"rounded up to at least {bucket} tokens; raise --max-token-len or lower the bucket",
             1,
         )
     over = [n for n in drawn if aligned_length(n, pad) > usable]
