@@ -60,8 +60,8 @@ def switch_from_environment(environ: Mapping[str, str] | None = None) -> bool:
         logger.setLevel(logging.INFO)
     try:
         apply()
-    except Exception:
-        logger.exception("%s=1 but this process could not be switched", VARIABLE)
+    except Exception as error:  # logged at ERROR (verl hides plugin errors), then re-raised
+        logger.exception("%s=1 but this process could not be switched: %s", VARIABLE, error)
         raise
     return True
 
