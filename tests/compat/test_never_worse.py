@@ -12,7 +12,9 @@ eight families, with and without ``num_batches_divided_by``, ``min_num_micro_bat
 * every micro-batch is within ``max_token_len`` (verl's too, which its retry loop ensures).
 
 The summary (batches per family; verl fails, fewer, equal; at equal count, spread better
-or equal) is printed to the terminal. The batch sizes keep verl's retry loop fast.
+or equal) is printed to the terminal, and written to the file ``NEVER_WORSE_REPORT`` names
+(CI prints it, since pytest-xdist keeps a worker's output). The batch sizes keep verl's
+retry loop fast.
 """
 
 from __future__ import annotations
@@ -192,11 +194,16 @@ def test_never_more_micro_batches_nor_worse_balance_than_verl(
             assert ours_gap <= verl_gap, f"{where}: spread {ours_gap} > verl's {verl_gap}"
             tally["spread better" if ours_gap < verl_gap else "spread equal"] += 1
     total = sum((tally for tally in counts.values()), Counter())
-    with capsys.disabled():  # the summary shows in CI's log
-        print("\nfamily        batches  verl fails  fewer  equal  spread better  spread equal")
-        for name, tally in [*counts.items(), ("all", total)]:
-            print(f"{name:<12} {tally['batches']:>8} {tally['verl fails']:>11} {tally['fewer']:>6} "
-                  f"{tally['equal']:>6} {tally['spread better']:>14} {tally['spread equal']:>13}")
+    lines = ["family        batches  verl fails  fewer  equal  spread better  spread equal"]
+    for name, tally in [*counts.items(), ("all", total)]:
+        lines.append(f"{name:<12} {tally['batches']:>8} {tally['verl fails']:>11} {tally['fewer']:>6} "
+                     f"{tally['equal']:>6} {tally['spread better']:>14} {tally['spread equal']:>13}")
+    with capsys.disabled():  # the summary shows on the terminal (not under pytest-xdist)
+        print("\n" + "\n".join(lines))
+    report = os.environ.get("NEVER_WORSE_REPORT")  # CI prints this file after the run
+    if report:
+        with open(report, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
     assert total["batches"] == len(FAMILIES) * PER_FAMILY  # 20,400 unless overridden
     # The comparison must bite: many batches where the library is strictly fewer.
     assert total["fewer"] > 0 and total["equal"] > 0
