@@ -223,10 +223,6 @@ def _cost_over_cap(
     return PlanError(code, values)
 
 
-def _fits(bins: list[list[int]], sizes: list[int], cap: int) -> bool:
-    return all(sum(sizes[i] for i in b) <= cap for b in bins)
-
-
 def analyse(
     seq_lens: Sequence[Any],
     max_token_len: Any,
@@ -397,10 +393,15 @@ def _search_count(result: RankAnalysis, floor: int | None) -> None:
     result._packing = packing
 
 
+def _fits(bins: list[list[int]], sizes: list[int], cap: int) -> bool:
+    """Every bin within ``cap`` (the capped Karmarkar-Karp checks as it merges instead)."""
+    return all(sum(sizes[i] for i in b) <= cap for b in bins)
+
+
 #: Largest number of groups the exhaustive search (:func:`_exact_search`) is tried on.
 _EXACT_GROUPS = 40
 
-#: Items the exhaustive search may place in one planning call before it gives up.
+#: Items the exhaustive search may place per count tried before it gives up.
 _EXACT_BUDGET = 50_000
 
 #: ``bound_name`` of a lower bound proven by the exhaustive search.
@@ -412,11 +413,11 @@ def _exact_search(
 ) -> tuple[list[list[int]], int]:
     """``(best packing, proven lower bound)``: counts from ``lower`` up to one below the
     packing's are searched exhaustively (:func:`~seqlen_balancing.packing.exact_packing`)
-    within :data:`_EXACT_BUDGET` placed items in all; a count whose search is exhausted
-    without a packing raises the bound above it."""
-    budget = _EXACT_BUDGET
+    within :data:`_EXACT_BUDGET` placed items per count; a count whose search is exhausted
+    without a packing raises the bound above it, and the first count that runs out of
+    budget ends the search."""
     for count in range(lower, len(packing)):
-        found, impossible = exact_packing(sizes, cap, count, budget)
+        found, impossible = exact_packing(sizes, cap, count, _EXACT_BUDGET)
         if found is not None:
             return found, lower
         if not impossible:
@@ -773,8 +774,8 @@ def plan_micro_batches(
 
     Complexity: O(n log n) plus Karmarkar-Karp's O(n * count), once per count tried between
     the lower bound and the packings' count (none when they meet; see the module
-    docstring), plus an exhaustive search of at most 50,000 steps on up to 40 groups when a
-    gap remains.
+    docstring), plus an exhaustive search of at most 50,000 steps per count between the
+    bound and the packings' count, on up to 40 groups, when a gap remains.
 
     Example:
         >>> plan_micro_batches([7] * 4, 8)
