@@ -32,7 +32,7 @@ def model_vector(
     v[25] = min(largest, 2**62 + 1)
     if error is not None:
         code, values = error
-        key = 1 << 24 | tag << 4 | int(code)
+        key = tag << 5 | int(code)
         v[0] = key
         padded = list(values) + [0] * (8 - len(values))
         for j, value in enumerate(padded):
@@ -94,12 +94,12 @@ def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
 @pytest.mark.parametrize("rank", [0, 1, 4096, 5000, 70000, MASK])
 @pytest.mark.parametrize("code", list(ErrorCode))
 def test_error_key_layout(rank: int, code: ErrorCode) -> None:
-    """Slot 0 is ``1 << 24 | (2**20-1-rank) << 4 | code`` (module docstring)."""
+    """Slot 0 is ``(2**20-1-rank) << 5 | code`` (module docstring)."""
     vector = encode(error_analysis(code, (1, 2, 3, 4, 5)), rank)
     key = vector[0]
-    assert key >> 24 == 1
-    assert (key >> 4) & MASK == MASK - rank
-    assert key & 15 == int(code)
+    assert key >> 25 == 0
+    assert (key >> 5) & MASK == MASK - rank
+    assert key & 31 == int(code)
     assert vector == model_vector(rank, error=(code, (1, 2, 3, 4, 5)))
     # COUNT_ABOVE_GROUPS names the rank needing the count (values[3]); its last slot is
     # that rank's global rank + 1 (0: unknown), filled in by decode.
@@ -127,7 +127,7 @@ def test_every_slot_is_int64_even_for_huge_values() -> None:
         assert all(INT64[0] <= value <= INT64[1] for value in vector), vector
     # 2**42 is the largest divisor the vector carries; one more is the rank's own error.
     assert vectors[4] == model_vector(3, dynamic=(1, 2, 1 << 42), largest=2)
-    assert vectors[5][0] == 1 << 24 | (MASK - 3) << 4 | int(ErrorCode.COUNT_ABOVE_GROUPS)
+    assert vectors[5][0] == (MASK - 3) << 5 | int(ErrorCode.COUNT_ABOVE_GROUPS)
     _, error, rank = decode(vectors[5])
     assert rank == 3 and error is not None
     # (agreed count, groups, count before rounding, rank needing it, its global rank + 1)

@@ -6,8 +6,9 @@ int64 values; the group reduces the vectors with MAX (one ``all_reduce`` in
 :mod:`seqlen_balancing.distributed`, or :func:`combine` in one process); every rank decodes
 the same reduced vector and so reaches the same verdict:
 
-* slot 0, the error key: 0 without an error, else ``1 << 24 | (2**20-1-rank) << 4 | code``,
-  so MAX picks an error over none and, among errors, the lowest rank at fault;
+* slot 0, the error key: 0 without an error, else ``(2**20-1-rank) << 5 | code`` (codes
+  are 1..31, so an error's key is never 0), so MAX picks an error over none and, among
+  errors, the lowest rank at fault;
 * slots 1-16, the error's 8 integers, each split in a high and a low part (38 bits each)
   stored as ``error key << 38 | part``: the key in the high bits makes MAX take every part
   from the rank whose error won, and the split carries values up to ``2**76 - 1`` whole
@@ -59,7 +60,7 @@ __all__ = [
 
 _RANK_BITS = 20
 _RANK_MASK = (1 << _RANK_BITS) - 1
-_CODE_BITS = 4
+_CODE_BITS = 5  # error codes 1..31; the key is 25 bits, its value slots 25 + 38 = 63
 _VALUE_BITS = 38
 _VALUE_MASK = (1 << _VALUE_BITS) - 1
 _NO_GROUPS = -(1 << 62)  # a "negated" slot of a rank that has nothing to say: never the MAX
@@ -73,7 +74,8 @@ _MODE, _NEG_MODE, _STATIC, _NEG_STATIC = (2 * N_ERROR_VALUES + k for k in (5, 6,
 _LARGEST = 2 * N_ERROR_VALUES + 9
 _LARGEST_LIMIT = (1 << 62) + 1  # stored for anything above 2**62: "out of range"
 _DYNAMIC_MODE, _STATIC_MODE = 1, 2
-_OVER_CAP = (ErrorCode.SAMPLE_OVER_CAP, ErrorCode.GROUP_OVER_CAP)
+_OVER_CAP = (ErrorCode.SAMPLE_OVER_CAP, ErrorCode.GROUP_OVER_CAP,
+             ErrorCode.PADDED_SAMPLE_OVER_CAP, ErrorCode.PADDED_GROUP_OVER_CAP)
 
 #: Length of the int64 vector each rank contributes.
 VECTOR_SIZE = 10 + 2 * N_ERROR_VALUES
@@ -106,7 +108,7 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
         _, error = agreed_count(analysis.min_count, analysis.n_groups,
                                 analysis.num_batches_divided_by, rank)
     if error is not None:
-        key = 1 << (_RANK_BITS + _CODE_BITS) | tag << _CODE_BITS | int(error.code)
+        key = tag << _CODE_BITS | int(error.code)
         vector[0] = key
         for j, value in enumerate(error.padded()[:N_ERROR_VALUES]):
             if not 0 <= value <= MAX_ERROR_VALUE:
@@ -235,6 +237,8 @@ def plan_data_parallel(
     pad_to_multiple_of: int = 1,
     micro_batch_multiple_of: int = 1,
     costs: Sequence[Sequence[int]] | None = None,
+    padded: bool = False,
+    max_samples_per_micro_batch: int | None = None,
 ) -> list[list[list[int]]]:
     """Plan every DP rank's micro-batches in one process, with the real agreement rule.
 
@@ -257,6 +261,10 @@ def plan_data_parallel(
             it meets the cap (usable cap ``max_token_len // it * it``).
         costs: for each rank, one cost in tokens per sample (same shape as
             ``seq_lens_per_rank``) instead of the aligned lengths, or ``None``.
+        padded: a micro-batch costs its rows times its widest row (see
+            :func:`~seqlen_balancing.plan_micro_batches`); every rank agrees on the
+            largest of the ranks' fewest padded counts.
+        max_samples_per_micro_batch: samples per micro-batch at most, or ``None``.
 
     Returns:
         For each rank, its micro-batches as lists of that rank's sample indices; every
@@ -281,6 +289,8 @@ def plan_data_parallel(
         "num_batches_divided_by": num_batches_divided_by,
         "pad_to_multiple_of": pad_to_multiple_of,
         "micro_batch_multiple_of": micro_batch_multiple_of,
+        "padded": padded,
+        "max_samples_per_micro_batch": max_samples_per_micro_batch,
     }
     if costs is not None and len(costs) != len(seq_lens_per_rank):
         raise ValueError(

@@ -63,6 +63,11 @@ class ErrorCode(IntEnum):
     STATIC_NOT_DIVISIBLE = 12  # (batch size, micro_batch_size_per_gpu, force_group_size)
     STATIC_COUNT_MISMATCH = 13  # (rank, count, rank, count, global ranks + 1): largest, smallest
     NOT_IN_GROUP = 14  # (global rank, group size): never agreed (the process is not a member)
+    # padded=True (issue 26): (tokens of the widest row, index, cap, count over cap, largest
+    # cost in the DP group, cost = rows x width, micro_batch_multiple_of (0/1: none),
+    # 2 * pad_to_multiple_of + (1 when the widths are the costs given))
+    PADDED_SAMPLE_OVER_CAP = 20
+    PADDED_GROUP_OVER_CAP = 21  # as PADDED_SAMPLE_OVER_CAP, for the group starting at ``index``
 
 
 class Argument(IntEnum):
@@ -81,6 +86,9 @@ class Argument(IntEnum):
     USE_DYNAMIC_BSZ_BALANCE = 10
     PAD_TO_MULTIPLE_OF = 11
     MICRO_BATCH_MULTIPLE_OF = 12
+    # (MAX_SAMPLES_PER_MICRO_BATCH, 4 = below force_group_size, limit, force_group_size)
+    MAX_SAMPLES_PER_MICRO_BATCH = 20
+    PADDED = 21
 
 
 class LengthSource(IntEnum):
@@ -91,7 +99,8 @@ class LengthSource(IntEnum):
 
 
 #: Arguments that are switches: a bool (or 0/1), not a positive integer.
-_SWITCHES = (Argument.USE_DYNAMIC_BSZ, Argument.SAME_MICRO_NUM_IN_DP, Argument.USE_DYNAMIC_BSZ_BALANCE)
+_SWITCHES = (Argument.USE_DYNAMIC_BSZ, Argument.SAME_MICRO_NUM_IN_DP, Argument.USE_DYNAMIC_BSZ_BALANCE,
+             Argument.PADDED)
 
 
 
@@ -163,6 +172,12 @@ def _bad_argument(v: tuple[int, ...]) -> str:
     name = argument.name.lower()
     if argument in _SWITCHES:
         return f"{name} must be a bool (or 0/1), got a value that is not"
+    if v[1] == 4:
+        return (
+            f"max_samples_per_micro_batch={_n(v[2])} is below force_group_size={_n(v[3])}: a "
+            "forced group shares one micro-batch, so none could hold it; raise "
+            f"max_samples_per_micro_batch to at least {_n(v[3])} or lower force_group_size"
+        )
     if v[1] == 3:
         needed = max(v[2], v[4])  # the bucket, or the costliest group rounded up to it
         return (
@@ -320,6 +335,36 @@ def _over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
     )
 
 
+def _padded_over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
+    """An over-cap message under ``padded=True``: the row's tokens, the width it is padded
+    to, the rows and the footprint (rows x width), the cap and the advice."""
+    index, cap, count = (_n(x) for x in v[1:4])
+    largest_cost, cost, bucket = v[4], v[5], max(v[6], 1)
+    pad, given = max(v[7] // 2, 1), v[7] % 2
+    width = v[0] if v[0] == OUT_OF_RANGE else _round_up(v[0], pad)
+    rows = "out of range" if OUT_OF_RANGE in (cost, width) or width == 0 else str(cost // width)
+    over = f"{count} {unit}{'s' if count != '1' else ''} over the cap in this batch"
+    longest = f"the costliest {unit} of the call, on every DP rank of the group when they agree"
+    source = " (the costs given)" if given else ""
+    aligned = f", each row rounded up to pad_to_multiple_of={pad}" if pad > 1 else ""
+    usable = ""
+    if bucket > 1:
+        usable_cap = _n(v[2] // bucket * bucket) if v[2] != OUT_OF_RANGE else "out of range"
+        usable = (
+            f", usable as {usable_cap} since each footprint is rounded up to a multiple of "
+            f"micro_batch_multiple_of={bucket}"
+        )
+    needed = largest_cost if largest_cost == OUT_OF_RANGE else _round_up(largest_cost, bucket)
+    has = f"has {_n(v[0])} tokens" if unit == "sample" else f"has a widest row of {_n(v[0])} tokens"
+    return (
+        f"{what} {index} {has}{source}; padded=True holds it as {rows} "
+        f"row{'s' if rows != '1' else ''} x {_n(width)} wide = {_n(cost)} token positions (a "
+        f"micro-batch costs rows x its widest row{aligned}), which exceeds max_token_len={cap}"
+        f"{usable} ({over}); raise max_token_len {_at_least(needed)} ({longest}), "
+        f"{'lower force_group_size ' if unit == 'group' else ''}or truncate the sequences"
+    )
+
+
 def _count_above_groups(v: tuple[int, ...]) -> str:
     needing = f"{_rank(v[3], v[4])} needs {_n(v[2])}" if v[3] >= 0 else f"the cap needs {_n(v[2])}"
     rounded = f", rounded up to {_n(v[0])} for num_batches_divided_by" if v[0] != v[2] else ""
@@ -344,6 +389,11 @@ _MESSAGES: dict[ErrorCode, Callable[[tuple[int, ...]], str]] = {
     ErrorCode.GROUP_OVER_CAP: lambda v: (
         "forced group exceeds max_token_len: " + _over_cap(v, "the group starting at sample",
                                                            "group")
+    ),
+    ErrorCode.PADDED_SAMPLE_OVER_CAP: lambda v: _padded_over_cap(v, "sample", "sample"),
+    ErrorCode.PADDED_GROUP_OVER_CAP: lambda v: (
+        "forced group exceeds max_token_len: "
+        + _padded_over_cap(v, "the group starting at sample", "group")
     ),
     ErrorCode.MIN_ABOVE_GROUPS: lambda v: (
         f"min_num_micro_batch={_n(v[0])} asks for more micro-batches than the {_n(v[1])} "
