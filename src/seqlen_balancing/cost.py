@@ -24,9 +24,21 @@ Balance is left on the effective lengths: verl's workload ``24576*s + s**2`` mod
 per sequence, and a caller's cost (a memory estimate) says nothing about compute, so the
 micro-batches are balanced and ordered exactly as without costs.
 
+* **Padded micro-batches** (``padded=True``): a model that runs padded tensors (verl's
+  ``use_remove_padding=False``, most plain PyTorch and TRL loops) holds every row at the
+  micro-batch's width, so a micro-batch costs its number of rows times its widest row
+  (:func:`padded_micro_batch_cost`), each row's width being its cost (its effective
+  length, or the ``costs`` given) rounded up to ``pad_to_multiple_of``. The same one rule
+  composes with the others: ``micro_batch_multiple_of`` rounds that footprint up before it
+  meets the cap (a usable cap of ``C // b * b`` again).
+* **Samples per micro-batch** (``max_samples_per_micro_batch = N``): no micro-batch holds
+  more than ``N`` samples (a forced group counts all its samples), with any of the costs
+  above.
+
 verl users (the library switched on inside verl) set the alignment once for every process
-with two environment variables, read by :func:`alignment_from_env`:
-:data:`ENV_PAD_TO_MULTIPLE_OF` and :data:`ENV_MICRO_BATCH_MULTIPLE_OF`.
+with environment variables, read by :func:`alignment_from_env` and
+:func:`max_samples_from_env`: :data:`ENV_PAD_TO_MULTIPLE_OF`,
+:data:`ENV_MICRO_BATCH_MULTIPLE_OF` and :data:`ENV_MAX_SAMPLES_PER_MICRO_BATCH`.
 """
 
 from __future__ import annotations
@@ -39,13 +51,16 @@ from typing import Any
 from seqlen_balancing._checks import as_list, describe, non_negative_ints, positive_int
 
 __all__ = [
+    "ENV_MAX_SAMPLES_PER_MICRO_BATCH",
     "ENV_MICRO_BATCH_MULTIPLE_OF",
     "ENV_PAD_TO_MULTIPLE_OF",
     "aligned_length",
     "alignment_from_env",
+    "max_samples_from_env",
     "megatron_alignment",
     "micro_batch_capacity",
     "micro_batch_cost",
+    "padded_micro_batch_cost",
     "sample_costs",
 ]
 
@@ -54,6 +69,9 @@ ENV_PAD_TO_MULTIPLE_OF = "SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF"
 
 #: Environment variable holding ``micro_batch_multiple_of`` for every process of a verl job.
 ENV_MICRO_BATCH_MULTIPLE_OF = "SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF"
+
+#: Environment variable holding ``max_samples_per_micro_batch`` for every process of a verl job.
+ENV_MAX_SAMPLES_PER_MICRO_BATCH = "SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH"
 
 
 def aligned_length(length: int, multiple: int) -> int:
@@ -119,6 +137,34 @@ def micro_batch_cost(costs: Sequence[int], micro_batch_multiple_of: int = 1) -> 
         (16384, 1024)
     """
     return aligned_length(sum(costs), micro_batch_multiple_of)
+
+
+def padded_micro_batch_cost(
+    widths: Sequence[int], pad_to_multiple_of: int = 1, micro_batch_multiple_of: int = 1
+) -> int:
+    """What a padded micro-batch holds on the GPU (``padded=True``): its number of rows
+    times its widest row, each row's width rounded up to ``pad_to_multiple_of`` first, the
+    product rounded up to ``micro_batch_multiple_of`` (token positions). The planner keeps
+    this at most ``max_token_len``.
+
+    Args:
+        widths: each row's width in tokens (its effective length, or its given cost).
+        pad_to_multiple_of: per-row alignment in tokens, >= 1.
+        micro_batch_multiple_of: the footprint's bucket in token positions, >= 1.
+
+    Returns:
+        ``ceil(len(widths) * ceil(max(widths) / p) * p / b) * b`` (0 for no rows).
+
+    Complexity: O(len(widths)).
+
+    Example:
+        >>> padded_micro_batch_cost([200] * 80), padded_micro_batch_cost([10, 10, 10])
+        (16000, 30)
+        >>> padded_micro_batch_cost([100, 10]), padded_micro_batch_cost([250, 3], 32)
+        (200, 512)
+    """
+    width = aligned_length(max(widths, default=0), pad_to_multiple_of)
+    return aligned_length(len(widths) * width, micro_batch_multiple_of)
 
 
 def sample_costs(
@@ -205,7 +251,9 @@ def megatron_alignment(tp: int, cp: int = 1, fp8: bool = False) -> tuple[int, in
     return align, 1
 
 
-def _env_int(environ: Mapping[str, str], name: str) -> int:
+def _env_int(
+    environ: Mapping[str, str], name: str, unit: str = "tokens", unset: str = "1: no alignment"
+) -> int:
     text = environ.get(name, "").strip()
     if not text:
         return 1
@@ -215,8 +263,8 @@ def _env_int(environ: Mapping[str, str], name: str) -> int:
         value = 0
     if value < 1:
         raise ValueError(
-            f"environment variable {name}={text!r} must be a positive integer (tokens); "
-            f"set it to e.g. 16 or unset it (1: no alignment)"
+            f"environment variable {name}={text!r} must be a positive integer ({unit}); "
+            f"set it to e.g. 16 or unset it ({unset})"
         )
     return value
 
@@ -253,3 +301,35 @@ def alignment_from_env(environ: Mapping[str, str] | None = None) -> tuple[int, i
     """
     env = os.environ if environ is None else environ
     return _env_int(env, ENV_PAD_TO_MULTIPLE_OF), _env_int(env, ENV_MICRO_BATCH_MULTIPLE_OF)
+
+
+def max_samples_from_env(environ: Mapping[str, str] | None = None) -> int | None:
+    """``max_samples_per_micro_batch`` from :data:`ENV_MAX_SAMPLES_PER_MICRO_BATCH`.
+
+    How a verl job limits the samples per micro-batch (e.g. to what a CUDA graph was
+    captured for, or Megatron's ``max_sequences_per_bin``) once for every process: export
+    ``SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH`` in the driver's environment and in Ray's
+    ``runtime_env.env_vars``. The verl switch reads it for calls that do not pass the
+    parameter. Unset or empty: ``None`` (no limit, verl's rule).
+
+    Args:
+        environ: the mapping to read (default ``os.environ``).
+
+    Returns:
+        A positive int (samples), or ``None``.
+
+    Raises:
+        ValueError: the variable is set to something other than a positive integer.
+
+    Complexity: O(1).
+
+    Example:
+        >>> max_samples_from_env({"SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH": "16"})
+        16
+        >>> max_samples_from_env({}) is None
+        True
+    """
+    env = os.environ if environ is None else environ
+    if not env.get(ENV_MAX_SAMPLES_PER_MICRO_BATCH, "").strip():
+        return None
+    return _env_int(env, ENV_MAX_SAMPLES_PER_MICRO_BATCH, "samples", "no limit")

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from seqlen_balancing._checks import _integer_or_none, as_list, describe, switch
+from seqlen_balancing._checks import _integer_or_none, as_list, as_switch, describe, switch
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity
 from seqlen_balancing.errors import Argument, ErrorCode, LengthSource, PlanError
 from seqlen_balancing.packing import (
@@ -59,6 +59,15 @@ from seqlen_balancing.packing import (
     minimum_bin_slack,
     reduce_bins,
     split_to_count,
+)
+from seqlen_balancing.padded import (
+    BinRule,
+    best_fit_decreasing_limited,
+    fewest_padded,
+    lpt_under_rule,
+    padded_bound,
+    rebalance_under_rule,
+    split_under_rule,
 )
 from seqlen_balancing.partition import (
     WORKLOAD_LINEAR_COEF,
@@ -116,7 +125,13 @@ class RankAnalysis:
         pad_to_multiple_of: per-sequence alignment in tokens (1: none).
         micro_batch_multiple_of: per-micro-batch rounding in tokens (1: none).
         custom_costs: True when the caller gave ``costs``.
-        sample_costs: cost of each sample in tokens (empty on error).
+        sample_costs: cost of each sample in tokens (empty on error); with ``padded``,
+            each row's width (its length or cost rounded up to ``pad_to_multiple_of``).
+        padded: a micro-batch costs rows x its widest row (``padded=True``).
+        max_samples_per_micro_batch: samples per micro-batch at most, or ``None``.
+        rule: when a micro-batch fits, for ``padded`` or a sample limit (``None``: the
+            summed cost alone, the default). With ``padded``, ``group_sizes`` holds each
+            group's footprint alone and ``rule.cost`` a micro-batch's.
     """
 
     error: PlanError | None
@@ -137,6 +152,16 @@ class RankAnalysis:
     micro_batch_multiple_of: int = 1
     custom_costs: bool = False
     sample_costs: list[int] = field(default_factory=list, repr=False)
+    padded: bool = False
+    max_samples_per_micro_batch: int | None = None
+    rule: BinRule | None = field(default=None, repr=False)
+
+    def micro_batch_cost(self, groups: Sequence[int]) -> int:
+        """What a micro-batch of these groups holds under this analysis' cost (tokens;
+        token positions with ``padded``), before ``micro_batch_multiple_of`` rounding."""
+        if self.rule is not None:
+            return self.rule.cost(groups)
+        return sum(self.group_sizes[g] for g in groups)
 
     @property
     def n_groups(self) -> int:
@@ -233,6 +258,9 @@ def analyse(
     pad_to_multiple_of: Any = 1,
     micro_batch_multiple_of: Any = 1,
     costs: Any = None,
+    padded: Any = False,
+    max_samples_per_micro_batch: Any = None,
+    padded_extents: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> RankAnalysis:
     """Check one rank's input and find its smallest micro-batch count under the cap.
 
@@ -264,6 +292,14 @@ def analyse(
         micro_batch_multiple_of: per-micro-batch rounding in tokens (``None`` or 1: none).
         costs: one non-negative cost in tokens per sample (replacing the aligned lengths),
             or ``None``.
+        padded: a micro-batch costs its rows times its widest row (each row's length, or
+            its cost, rounded up to ``pad_to_multiple_of``); the count is then the sorted
+            rule's (:func:`~seqlen_balancing.padded.fewest_padded`), optimal.
+        max_samples_per_micro_batch: samples per micro-batch at most (a forced group
+            counts its samples), or ``None``.
+        padded_extents: with ``padded``, each sample's ``(left, right)`` span around a
+            column every row shares (two lists of tokens; the TensorDict API passes them
+            for masks padded on both sides); ``None``: ``(0, length)`` (or ``(0, cost)``).
 
     Returns:
         A :class:`RankAnalysis`.
@@ -299,10 +335,27 @@ def analyse(
         needed = max(bucket, -(-largest // bucket) * bucket)
         values = (Argument.MICRO_BATCH_MULTIPLE_OF, 3, bucket, cap, needed)
         return RankAnalysis(PlanError(ErrorCode.BAD_ARGUMENT, values), largest=largest)
+    padded_on = as_switch(padded)
+    if padded_on is None:
+        bad = PlanError(ErrorCode.BAD_ARGUMENT, (Argument.PADDED, 0, 0), describe(padded))
+        return RankAnalysis(bad, largest=largest)
+    limit = None
+    if max_samples_per_micro_batch is not None:
+        error, limit = argument_error(max_samples_per_micro_batch,
+                                      Argument.MAX_SAMPLES_PER_MICRO_BATCH, False)
+        if error is None and limit < group:
+            error = PlanError(ErrorCode.BAD_ARGUMENT,
+                              (Argument.MAX_SAMPLES_PER_MICRO_BATCH, 4, limit, group))
+        if error is not None:
+            return RankAnalysis(error, largest=largest)
     result = RankAnalysis(None, usable, group, divisor, largest=largest)
     result.requested_max_token_len = cap
     result.pad_to_multiple_of, result.micro_batch_multiple_of = pad, bucket
     result.custom_costs = costs is not None
+    result.padded, result.max_samples_per_micro_batch = padded_on, limit
+    if padded_on:
+        return _analyse_padded(result, lengths, sizes_of, cost_error, floor, min_num_micro_batch,
+                               padded_extents)
     error = cost_error
     if error is None and not lengths:
         error = PlanError(ErrorCode.EMPTY_BATCH)
@@ -324,6 +377,8 @@ def analyse(
             sum(workload(s) for s in lengths[g : g + group]) for g in range(0, len(lengths), group)
         ]
     result.group_sizes = sizes
+    if limit is not None:
+        result.rule = BinRule(usable, sizes, max_groups=limit // group)
     if group > 1:
         tokens = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
         result.error = _cost_over_cap(result, tokens, sizes, ErrorCode.GROUP_OVER_CAP, group)
@@ -387,10 +442,98 @@ def _search_count(result: RankAnalysis, floor: int | None) -> None:
         found = _verl_candidates(result, lower, len(packing))
         if found is not None:
             packing = found
+    most = None if result.rule is None else result.rule.max_groups
+    if most is not None:
+        packing, lower = _limit_samples(result, most, packing, lower)
     if len(packing) < lower:
         packing = split_to_count(sizes, packing, lower)
     result.min_count = len(packing)
     result._packing = packing
+
+
+def _limit_samples(
+    result: RankAnalysis, most: int, packing: list[list[int]], lower: int
+) -> tuple[list[list[int]], int]:
+    """The packing found without the sample limit, its bins cut into runs of at most
+    ``max_groups`` groups, or best-fit decreasing under the limit, whichever has fewer
+    bins; and the bound raised to ``ceil(groups / max_groups)`` (no bin holds more)."""
+    sizes = result.group_sizes
+    cut = [b[i : i + most] for b in packing for i in range(0, len(b), most)]
+    limited = best_fit_decreasing_limited(sizes, result.max_token_len, most)
+    packing = min((cut, limited), key=len)
+    by_count = -(-len(sizes) // most)
+    if by_count > lower:
+        lower = by_count
+        result.lower_bound, result.bound_name = by_count, SAMPLE_LIMIT
+    return packing, lower
+
+
+def _analyse_padded(
+    result: RankAnalysis,
+    lengths: list[int],
+    costs: list[int],
+    cost_error: PlanError | None,
+    floor: int,
+    min_num_micro_batch: Any,
+    extents: tuple[Sequence[int], Sequence[int]] | None,
+) -> RankAnalysis:
+    """:func:`analyse`'s checks and count under ``padded=True``: each row spans
+    ``(left, right)`` around a shared column, a micro-batch of ``m`` rows costs
+    ``m * ceil((max left + max right) / p) * p``; the count is the sorted rule's."""
+    group, pad, cap = result.force_group_size, result.pad_to_multiple_of, result.max_token_len
+    error = cost_error
+    if error is None and not lengths:
+        error = PlanError(ErrorCode.EMPTY_BATCH)
+    if error is None and len(lengths) % group:
+        error = PlanError(ErrorCode.NOT_DIVISIBLE, (len(lengths), group))
+    if error is not None:
+        result.error = error
+        return result
+    if extents is not None:
+        left, right = list(extents[0]), list(extents[1])
+    else:
+        left, right = [0] * len(lengths), list(costs if result.custom_costs else lengths)
+    widths = [aligned_length(a + b, pad) for a, b in zip(left, right, strict=True)]
+    group_left = [max(left[g : g + group]) for g in range(0, len(lengths), group)]
+    group_right = [max(right[g : g + group]) for g in range(0, len(lengths), group)]
+    spans = [a + b for a, b in zip(group_left, group_right, strict=True)]
+    footprints = [group * aligned_length(span, pad) for span in spans]
+    result.largest = max(footprints)
+    kind = 2 * pad + (1 if result.custom_costs else 0)
+    for code, items, costs_of, stride in (
+        (ErrorCode.PADDED_SAMPLE_OVER_CAP, [a + b for a, b in zip(left, right, strict=True)],
+         widths, 1),
+        (ErrorCode.PADDED_GROUP_OVER_CAP, spans, footprints, group),
+    ):
+        over = [i for i, c in enumerate(costs_of) if c > cap]
+        if over and (code is ErrorCode.PADDED_SAMPLE_OVER_CAP or group > 1):
+            first = over[0]
+            values = (items[first], first * stride, result.requested_max_token_len, len(over),
+                      max(costs_of[i] for i in over), costs_of[first],
+                      result.micro_batch_multiple_of, kind)
+            result.error = PlanError(code, values)
+            return result
+    if min_num_micro_batch is not None and floor > len(spans):
+        result.error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(spans)))
+        return result
+    limit = result.max_samples_per_micro_batch
+    rule = BinRule(cap, footprints, True, group_left, group_right, group, pad,
+                   None if limit is None else limit // group)
+    result.rule, result.n_samples, result.sample_costs = rule, len(lengths), widths
+    result.group_sizes = footprints
+    result.group_workloads = [
+        sum(workload(s) for s in lengths[g : g + group]) for g in range(0, len(lengths), group)
+    ]
+    packing = fewest_padded(rule)
+    bound, name = padded_bound(rule), SORTED_RULE
+    wanted = 1 if min_num_micro_batch is None else floor
+    if wanted > bound:
+        bound, name = wanted, ("one" if min_num_micro_batch is None else "min_num_micro_batch")
+    if len(packing) < bound:
+        packing = split_under_rule(rule, packing, bound)
+    result.lower_bound, result.bound_name = bound, name
+    result.min_count, result._packing = len(packing), packing
+    return result
 
 
 def _fits(bins: list[list[int]], sizes: list[int], cap: int) -> bool:
@@ -406,6 +549,12 @@ _EXACT_BUDGET = 50_000
 
 #: ``bound_name`` of a lower bound proven by the exhaustive search.
 EXHAUSTIVE = "exhaustive search"
+
+#: ``bound_name`` of the padded count's bound (:func:`~seqlen_balancing.padded.padded_bound`).
+SORTED_RULE = "padded sorted rule"
+
+#: ``bound_name`` of ``ceil(groups / (max_samples_per_micro_batch // force_group_size))``.
+SAMPLE_LIMIT = "samples per micro-batch"
 
 
 def _exact_search(
@@ -612,6 +761,8 @@ def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
     sizes, workloads, cap = result.group_sizes, result.group_workloads, result.max_token_len
     if count == len(sizes):
         return [[g] for g in range(count)]
+    if result.rule is not None:
+        return _balanced_under_rule(result, result.rule, count)
     # verl's own partition at this count whenever it fits the cap: at verl's count it
     # always does, so the plan is never less balanced than verl's.
     candidates = [kk] if (kk := _fitting_kk(result, count)) is not None else []
@@ -622,6 +773,23 @@ def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
         # A tight count where neither balancer fits: the count's packing, rebalanced.
         return _rebalance(split_to_count(sizes, result._packing, count), sizes, workloads, cap)
     return min(candidates, key=lambda bins: _workload_gap(bins, workloads))  # verl's on a tie
+
+
+def _balanced_under_rule(result: RankAnalysis, rule: BinRule, count: int) -> list[list[int]]:
+    """The best-balanced of: verl's Karmarkar-Karp when it fits the rule, the rule-aware
+    LPT, and the count's packing split up to ``count`` and rebalanced (always fits)."""
+    workloads = result.group_workloads
+    candidates = []
+    if not rule.padded:
+        kk = _fitting_kk(result, count)
+        if kk is not None and all(rule.fits(b) for b in kk):
+            candidates.append(kk)
+    lpt = lpt_under_rule(rule, workloads, count)
+    if lpt is not None:
+        candidates.append(lpt)
+    split = split_under_rule(rule, result._packing, count)
+    candidates.append(rebalance_under_rule(rule, split, workloads))
+    return min(candidates, key=lambda bins: _workload_gap(bins, workloads))
 
 
 def order_micro_batches(
@@ -728,6 +896,8 @@ def plan_micro_batches(
     pad_to_multiple_of: int = 1,
     micro_batch_multiple_of: int = 1,
     costs: Sequence[int] | None = None,
+    padded: bool = False,
+    max_samples_per_micro_batch: int | None = None,
 ) -> list[list[int]]:
     """Plan one rank's micro-batches on a plain list of lengths (no torch needed).
 
@@ -757,11 +927,23 @@ def plan_micro_batches(
             ``max_token_len // micro_batch_multiple_of * micro_batch_multiple_of``.
         costs: one non-negative cost in tokens per sample instead of the (aligned)
             lengths, e.g. image plus text tokens or a memory estimate; ``None``: none.
+        padded: for models that run padded tensors (verl's ``use_remove_padding=False``,
+            plain PyTorch/TRL loops): a micro-batch costs its rows times its widest row,
+            each row's width its length (or its cost) rounded up to
+            ``pad_to_multiple_of``, the product rounded up to ``micro_batch_multiple_of``
+            (:func:`~seqlen_balancing.cost.padded_micro_batch_cost`). The count is then
+            the fewest possible (the sorted rule, proven in
+            :func:`~seqlen_balancing.padded.fewest_padded`), balanced as well as that
+            count allows. ``False`` (verl's rule): the summed cost.
+        max_samples_per_micro_batch: no micro-batch holds more than this many samples (a
+            forced group counts all its samples; at least ``force_group_size``), under
+            either cost; ``None``: no limit.
 
     Returns:
         Micro-batches as lists of sample indices (each sorted, non-empty, its cost at most
-        ``max_token_len`` tokens: ``micro_batch_cost`` of its samples' costs), together an
-        exact cover of ``range(n)``. Balance and order use the effective lengths.
+        ``max_token_len`` tokens: ``micro_batch_cost`` of its samples' costs, or
+        ``padded_micro_batch_cost`` of their widths), together an exact cover of
+        ``range(n)``. Balance and order use the effective lengths.
 
     Raises:
         TypeError: an argument or length is not an integer, or ``use_dynamic_bsz_balance``
@@ -785,6 +967,10 @@ def plan_micro_batches(
         >>> len(plan_micro_batches([250] * 65, 16384)), len(plan_micro_batches([250] * 65, 16384,
         ...                                                                    pad_to_multiple_of=32))
         (1, 2)
+        >>> sorted(plan_micro_batches([100, 10, 10, 10, 100], 150, padded=True))
+        [[0], [1, 2, 3], [4]]
+        >>> len(plan_micro_batches([100] * 64, 16384, max_samples_per_micro_batch=16))
+        4
     """
     balance = switch(use_dynamic_bsz_balance, "use_dynamic_bsz_balance")
     result = analyse(
@@ -796,6 +982,8 @@ def plan_micro_batches(
         pad_to_multiple_of=pad_to_multiple_of,
         micro_batch_multiple_of=micro_batch_multiple_of,
         costs=costs,
+        padded=padded,
+        max_samples_per_micro_batch=max_samples_per_micro_batch,
     )
     count = local_count(result)
     if num_micro_batches is not None:
@@ -840,6 +1028,8 @@ def _reach(result: RankAnalysis, count: int) -> bool:
     analysis' own): verl's Karmarkar-Karp at ``count``, the exhaustive search on few
     groups, then the exchange search; store it in ``result`` when found."""
     sizes, cap = result.group_sizes, result.max_token_len
+    if result.rule is not None:
+        return False  # the searches below know the summed cost only
     found = _fitting_kk(result, count)
     if found is None and len(sizes) <= _EXACT_GROUPS:
         found, _ = exact_packing(sizes, cap, count, _EXACT_BUDGET)

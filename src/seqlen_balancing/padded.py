@@ -1,0 +1,351 @@
+"""Micro-batches that cost rows x their widest row, or hold at most N samples: the sorted
+rule, its bound and cap-respecting balanced plans (pure integer lists).
+
+The planner (:mod:`seqlen_balancing.planner`) packs *groups* (``force_group_size``
+consecutive samples, or single samples) into micro-batches. Its default rule is a sum: a
+micro-batch fits when its groups' costs add up to at most the cap. This module holds the
+two rules beyond it, as a :class:`BinRule`:
+
+* ``padded``: a micro-batch of ``m`` groups of ``rows`` samples each costs
+  ``rows * m * width``, its width being ``ceil((max left + max right) / p) * p``: each
+  row spans ``left`` positions to the left of a column every row of the batch shares and
+  ``right`` to its right (a right-padded row of ``s`` tokens: ``(0, s)``; verl's
+  left-padded prompt plus right-padded response: ``(prompt, response)``), and the
+  micro-batch, cut to the smallest window holding its rows, is that wide.
+* ``max_groups``: at most this many groups per micro-batch
+  (``max_samples_per_micro_batch // force_group_size``), with either rule.
+
+Splitting a micro-batch never breaks either rule (fewer rows, no wider), so every count
+from the fewest up to the number of groups is feasible, as for the sum.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from seqlen_balancing.cost import aligned_length
+
+__all__ = [
+    "BinRule",
+    "best_fit_decreasing_limited",
+    "fewest_padded",
+    "lpt_under_rule",
+    "padded_bound",
+    "rebalance_under_rule",
+    "sorted_rule",
+    "split_under_rule",
+]
+
+
+@dataclass
+class BinRule:
+    """When a micro-batch (a list of group indices) fits.
+
+    Attributes:
+        cap: the usable cap (tokens, or token positions when ``padded``).
+        sizes: per group, its summed cost (``padded``: the footprint of the group alone).
+        padded: a micro-batch costs ``rows * groups * width`` instead of the sum.
+        left: per group, its widest extent left of the common column (``padded`` only).
+        right: per group, its widest extent right of it (``padded`` only).
+        rows: samples per group (``force_group_size``).
+        pad: a padded width is rounded up to a multiple of this (``pad_to_multiple_of``).
+        max_groups: groups per micro-batch at most, or ``None`` (no limit).
+    """
+
+    cap: int
+    sizes: list[int]
+    padded: bool = False
+    left: list[int] = field(default_factory=list)
+    right: list[int] = field(default_factory=list)
+    rows: int = 1
+    pad: int = 1
+    max_groups: int | None = None
+
+    def width(self, groups: Sequence[int]) -> int:
+        """A padded micro-batch's width in tokens (0 for no groups)."""
+        if not groups:
+            return 0
+        span = max(self.left[g] for g in groups) + max(self.right[g] for g in groups)
+        return aligned_length(span, self.pad)
+
+    def cost(self, groups: Sequence[int]) -> int:
+        """What the micro-batch holds: ``rows * len(groups) * width`` when padded, else the
+        summed costs (tokens)."""
+        if self.padded:
+            return self.rows * len(groups) * self.width(groups)
+        return sum(self.sizes[g] for g in groups)
+
+    def fits(self, groups: Sequence[int]) -> bool:
+        """True when the micro-batch holds at most ``max_groups`` groups and costs at most
+        the cap."""
+        if self.max_groups is not None and len(groups) > self.max_groups:
+            return False
+        return self.cost(groups) <= self.cap
+
+
+class _Loads:
+    """Per micro-batch state for adding groups one at a time in O(1) per check."""
+
+    def __init__(self, rule: BinRule, count: int) -> None:
+        self.rule = rule
+        self.members = [0] * count
+        self.tokens = [0] * count
+        self.left = [0] * count
+        self.right = [0] * count
+
+    def takes(self, b: int, g: int) -> bool:
+        rule = self.rule
+        if rule.max_groups is not None and self.members[b] >= rule.max_groups:
+            return False
+        if not rule.padded:
+            return self.tokens[b] + rule.sizes[g] <= rule.cap
+        span = max(self.left[b], rule.left[g]) + max(self.right[b], rule.right[g])
+        return rule.rows * (self.members[b] + 1) * aligned_length(span, rule.pad) <= rule.cap
+
+    def add(self, b: int, g: int) -> None:
+        rule = self.rule
+        self.members[b] += 1
+        self.tokens[b] += rule.sizes[g]
+        if rule.padded:
+            self.left[b] = max(self.left[b], rule.left[g])
+            self.right[b] = max(self.right[b], rule.right[g])
+
+
+def sorted_rule(rule: BinRule, order: Sequence[int]) -> list[list[int]]:
+    """Cut ``order`` into consecutive micro-batches, each as long as the rule allows.
+
+    Args:
+        rule: a :class:`BinRule` under which every single group fits.
+        order: the group indices in the order to cut them.
+
+    Returns:
+        Consecutive slices of ``order`` (non-empty lists of group indices).
+
+    Complexity: O(n).
+    """
+    bins: list[list[int]] = []
+    loads = _Loads(rule, 1)
+    for g in order:
+        if not bins or not loads.takes(0, g):
+            bins.append([])
+            loads = _Loads(rule, 1)
+        bins[-1].append(g)
+        loads.add(0, g)
+    return bins
+
+
+def _widest_first(left: Sequence[int], right: Sequence[int]) -> list[int]:
+    return sorted(range(len(right)), key=lambda g: (-(left[g] + right[g]), g))
+
+
+def fewest_padded(rule: BinRule) -> list[list[int]]:
+    """The fewest padded micro-batches: the sorted rule on the groups, widest first.
+
+    **Optimal when the rows share one side** (``left`` all equal: right-padded rows,
+    left-padded rows, or any list of lengths). Let the groups be sorted by width,
+    widest first (ties by index), and let a bin's *head* be its earliest group in that
+    order (its widest).
+
+    1. *Some optimal packing cuts the order into consecutive slices.* Take any packing
+       that fits, its bins ordered by their heads' positions ``h_1 < h_2 < ... < h_m``,
+       with ``c_1, ..., c_m`` groups. Every group before ``h_j`` lies in one of the bins
+       ``1..j-1`` (a bin whose head comes later holds nothing earlier than its head), so
+       ``h_j <= c_1 + ... + c_{j-1} + 1``. Refill the bins with consecutive slices of
+       the order, ``c_1`` groups, then ``c_2``, and so on: slice ``j`` starts at position
+       ``c_1 + ... + c_{j-1} + 1 >= h_j``, so its widest group is no wider than bin
+       ``j``'s head. Each bin keeps its number of groups (so its samples, for
+       ``max_groups``) and gets no wider, so it still fits, and there are still ``m``.
+    2. *Among slicings, each slice as long as it can be is optimal* (greedy stays ahead).
+       A sub-slice of a slice that fits fits (fewer rows, no wider head). If the first
+       ``j`` slices of an optimal slicing end at position ``o_j`` and the greedy's end at
+       ``g_j >= o_j`` (true for ``j = 0``), the greedy's next slice may run at least to
+       ``o_{j+1}``, since ``[g_j + 1, o_{j+1}]`` is a sub-slice of the optimal one; so
+       ``g_{j+1} >= o_{j+1}``, and the greedy ends no later than the optimum: with no more
+       slices.
+
+    Greedy algorithms "stay ahead", and exchanges of this kind are the two classic proofs
+    of a greedy rule's optimality (J. Kleinberg and E. Tardos, *Algorithm Design*,
+    Addison-Wesley 2006, chapter 4, sections 4.1-4.2). The argument needs only that a
+    bin's cost grows with its group count and its head's width, which holds for
+    ``rows * count * width`` with any ``rows``, ``pad`` and ``max_groups``.
+
+    Rows padded on both sides (``left`` not all equal) make the width of a bin a sum of
+    two maxima, which no single order sorts: the widest-first order, the left-first and the
+    right-first orders are each cut by the rule and the fewest bins kept (feasible, not
+    proven optimal; :func:`padded_bound` is then a bound, not the count).
+
+    Args:
+        rule: a padded :class:`BinRule` under which every single group fits.
+
+    Returns:
+        Micro-batches as lists of group indices, consecutive in the order used.
+
+    Complexity: O(n log n).
+
+    Example:
+        >>> rule = BinRule(150, [100, 10, 10, 10, 100], True, [0] * 5, [100, 10, 10, 10, 100])
+        >>> fewest_padded(rule)
+        [[0], [4], [1, 2, 3]]
+    """
+    left, right = rule.left, rule.right
+    orders = [_widest_first(left, right)]
+    if len(set(left)) > 1:
+        n = len(right)
+        orders.append(sorted(range(n), key=lambda g: (-left[g], -right[g], g)))
+        orders.append(sorted(range(n), key=lambda g: (-right[g], -left[g], g)))
+    return min((sorted_rule(rule, order) for order in orders), key=len)
+
+
+def padded_bound(rule: BinRule) -> int:
+    """A lower bound on the padded micro-batch count: the sorted rule's count when every
+    row is taken as spanning ``left + right`` on one side (a bin of two-sided rows is at
+    least as wide as its widest row's span, so that count is no larger). Equal to
+    :func:`fewest_padded`'s count, hence exact, when the rows share one side.
+
+    Complexity: O(n log n).
+
+    Example:
+        >>> padded_bound(BinRule(150, [100, 10, 10, 10, 100], True, [0] * 5, [100, 10, 10, 10, 100]))
+        3
+    """
+    spans = [a + b for a, b in zip(rule.left, rule.right, strict=True)]
+    flat = BinRule(rule.cap, rule.sizes, True, [0] * len(spans), spans, rule.rows, rule.pad,
+                   rule.max_groups)
+    return len(sorted_rule(flat, _widest_first(flat.left, spans)))
+
+
+def best_fit_decreasing_limited(sizes: Sequence[int], cap: int, max_groups: int) -> list[list[int]]:
+    """Best-fit decreasing with at most ``max_groups`` items per bin: each item, largest
+    first, into the fullest bin that has room for it and fewer than ``max_groups`` items.
+
+    Args:
+        sizes: item sizes in tokens, each at most ``cap``.
+        cap: bin capacity in tokens.
+        max_groups: items per bin at most, >= 1.
+
+    Returns:
+        Bins as lists of item indices.
+
+    Complexity: O(n log n) comparisons (list insertions move O(bins) pointers).
+
+    Example:
+        >>> len(best_fit_decreasing_limited([100] * 64, 16384, 16))
+        4
+    """
+    bins: list[list[int]] = []
+    rooms: list[tuple[int, int]] = []  # (room left, bin) of bins that can take more, sorted
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        at = bisect.bisect_left(rooms, (sizes[i], -1))
+        if at < len(rooms):
+            room, b = rooms.pop(at)
+        else:
+            room, b = cap, len(bins)
+            bins.append([])
+        bins[b].append(i)
+        if len(bins[b]) < max_groups:
+            bisect.insort(rooms, (room - sizes[i], b))
+    return bins
+
+
+def lpt_under_rule(
+    rule: BinRule, workloads: Sequence[int], count: int
+) -> list[list[int]] | None:
+    """Heaviest group first (by workload) into the lightest micro-batch that takes it
+    under ``rule``, or ``None`` when one finds no room (after skipping ``8 n + 4096``
+    micro-batches in all, which bounds the cost to O(n log count)).
+
+    Complexity: O(n log n + n log count).
+    """
+    n = len(workloads)
+    bins: list[list[int]] = [[] for _ in range(count)]
+    loads = _Loads(rule, count)
+    heap = [(0, 0, b) for b in range(count)]
+    budget = 8 * n + 4096
+    for g in sorted(range(n), key=lambda g: (-workloads[g], -rule.sizes[g], g)):
+        skipped = []
+        while heap and not loads.takes(heap[0][2], g):
+            skipped.append(heapq.heappop(heap))
+            budget -= 1
+            if budget < 0:
+                return None
+        if not heap:
+            return None
+        load, members, b = heapq.heappop(heap)
+        bins[b].append(g)
+        loads.add(b, g)
+        heapq.heappush(heap, (load + workloads[g], members + 1, b))
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+    return bins
+
+
+def split_under_rule(rule: BinRule, bins: list[list[int]], count: int) -> list[list[int]]:
+    """Split micro-batches until there are ``count``: the one with the most groups (the
+    costliest on a tie) is cut in two, its wider half and its narrower half when padded,
+    its groups dealt alternately by cost otherwise. A part of a micro-batch that fits
+    fits, so the result does.
+
+    Raises:
+        ValueError: ``count`` is below ``len(bins)`` or above the number of groups.
+
+    Complexity: O((count - len(bins)) * (bins + m log m)), m the size of a split bin.
+    """
+    result = [list(b) for b in bins]
+    n_items = sum(len(b) for b in result)
+    if not len(result) <= count <= n_items:
+        raise ValueError(f"cannot split {len(result)} micro-batches of {n_items} groups into {count}")
+    while len(result) < count:
+        k = max(range(len(result)), key=lambda k: (len(result[k]), rule.cost(result[k]), -k))
+        if rule.padded:
+            ordered = sorted(result[k], key=lambda g: (-(rule.left[g] + rule.right[g]), g))
+            half = len(ordered) // 2
+            first, second = ordered[:half], ordered[half:]
+        else:
+            ordered = sorted(result[k], key=lambda g: (-rule.sizes[g], g))
+            first, second = ordered[0::2], ordered[1::2]
+        result[k] = sorted(first)
+        result.append(sorted(second))
+    return result
+
+
+def rebalance_under_rule(
+    rule: BinRule, bins: list[list[int]], workloads: Sequence[int]
+) -> list[list[int]]:
+    """Move groups from the heaviest micro-batch (by workload) into the lightest while the
+    move narrows their gap and the lightest still fits ``rule``; at most ``2 * count``
+    moves, each O(n) to check. Never makes a micro-batch empty.
+
+    Complexity: O(count * n).
+    """
+    loads = [sum(workloads[g] for g in b) for b in bins]
+    ids = range(len(bins))
+    for _ in range(2 * len(bins)):
+        light = min(ids, key=loads.__getitem__)
+        move = None
+        for heavy in sorted(ids, key=lambda b: (-loads[b], b)):
+            gap = loads[heavy] - loads[light]
+            if gap <= 0:
+                break
+            if len(bins[heavy]) < 2:
+                continue
+            movable = sorted(
+                (g for g in bins[heavy] if 0 < workloads[g] < gap),
+                key=lambda g: (abs(2 * workloads[g] - gap), g),
+            )
+            for g in movable[:8]:
+                if rule.fits([*bins[light], g]):
+                    move = heavy, g
+                    break
+            if move is not None:
+                break
+        if move is None:
+            break
+        heavy, g = move
+        bins[heavy].remove(g)
+        bins[light].append(g)
+        loads[heavy] -= workloads[g]
+        loads[light] += workloads[g]
+    return bins
