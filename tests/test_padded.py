@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from seqlen_balancing import plan_data_parallel, plan_micro_batches
+from seqlen_balancing import lower_bound, plan_data_parallel, plan_micro_batches
 from seqlen_balancing.cost import (
     ENV_MAX_SAMPLES_PER_MICRO_BATCH,
     max_samples_from_env,
@@ -153,6 +153,28 @@ def test_padded_count_is_the_brute_force_optimum_with_every_option(seed: int) ->
             assert all(set(range(i - i % group, i - i % group + group)) <= set(mb) for i in mb)
         checked += 1
     assert checked >= 30
+
+
+def test_lower_bound_is_the_padded_optimum() -> None:
+    rng = random.Random(11)
+    for _ in range(80):
+        n = rng.randint(1, 7)
+        lengths = [rng.randint(0, 40) for _ in range(n)]
+        pad, bucket = rng.choice([1, 4]), rng.choice([1, 8])
+        limit = rng.choice([None, 1, 2, 3])
+        cap = rng.randint(40, 120)
+        want = oracle_count(lengths, cap, padded=True, pad=pad, bucket=bucket, limit=limit)
+        got = lower_bound(lengths, cap, padded=True, pad_to_multiple_of=pad,
+                          micro_batch_multiple_of=bucket, max_samples_per_micro_batch=limit)
+        assert got == want, (lengths, cap, pad, bucket, limit)
+        if limit is not None:
+            plain = lower_bound(lengths, cap, max_samples_per_micro_batch=limit)
+            assert plain >= -(-n // limit) and plain <= oracle_count(lengths, cap, padded=False,
+                                                                      limit=limit)
+    with pytest.raises(ValueError, match=r"item 1 has size 300 and, padded, a width of 320 \(1 row x "
+                                         r"320 token positions\), larger than the usable capacity 256"):
+        lower_bound([90, 300], 256, padded=True, pad_to_multiple_of=64)
+    assert lower_bound([0, 0, 0], 5, padded=True) == 1 and lower_bound([], 5, padded=True) == 0
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -14,8 +14,9 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from math import inf
 
-from seqlen_balancing._checks import as_list, non_negative_ints, positive_int
-from seqlen_balancing.cost import micro_batch_capacity, sample_costs
+from seqlen_balancing._checks import as_list, non_negative_ints, positive_int, switch
+from seqlen_balancing.cost import aligned_length, micro_batch_capacity, sample_costs
+from seqlen_balancing.padded import BinRule, padded_bound
 
 __all__ = [
     "BOUND_NAMES",
@@ -455,6 +456,8 @@ def lower_bound(
     pad_to_multiple_of: int = 1,
     micro_batch_multiple_of: int = 1,
     costs: Sequence[int] | None = None,
+    padded: bool = False,
+    max_samples_per_micro_batch: int | None = None,
 ) -> int:
     """Lower bound on the number of bins of capacity ``cap``: the best of L2, the
     cardinality bound, the large-item matching bound, the Martello-Toth reduction and the
@@ -470,15 +473,25 @@ def lower_bound(
     ``cap // micro_batch_multiple_of * micro_batch_multiple_of``. The defaults give the
     plain bound.
 
+    With ``padded=True`` a bin costs its number of items times its widest item (each
+    item's width its cost or size rounded up to ``pad_to_multiple_of``), and the bound is
+    the fewest such bins exactly: the sorted rule of
+    :func:`~seqlen_balancing.padded.fewest_padded`, optimal by the argument given there
+    (1 for a non-empty list of zero widths: rows take room even when empty). With
+    ``max_samples_per_micro_batch = N`` no bin holds more than ``N`` items, and the bound
+    is at least ``ceil(n / N)``.
+
     Args:
         sizes: item sizes in tokens, each in ``0..cap``.
         cap: bin capacity in tokens (>= 1).
         pad_to_multiple_of: per-item alignment in tokens (>= 1).
         micro_batch_multiple_of: per-bin rounding in tokens (>= 1).
         costs: one non-negative cost per item, replacing the aligned sizes, or ``None``.
+        padded: a bin costs items x its widest item instead of the sum.
+        max_samples_per_micro_batch: items per bin at most (>= 1), or ``None``.
 
     Returns:
-        The bound (0 for an empty list or all-zero sizes).
+        The bound (0 for an empty list, or all-zero sizes when not ``padded``).
 
     Raises:
         TypeError: a size, a cost, ``cap`` or a multiple is not an integer.
@@ -502,9 +515,23 @@ def lower_bound(
         3
         >>> lower_bound([250] * 65, 16384), lower_bound([250] * 65, 16384, pad_to_multiple_of=32)
         (1, 2)
+        >>> lower_bound([100, 10, 10, 10, 100], 150, padded=True)
+        3
+        >>> lower_bound([100] * 64, 16384, max_samples_per_micro_batch=16)
+        4
     """
     pad = positive_int(pad_to_multiple_of, "pad_to_multiple_of")
     bucket = positive_int(micro_batch_multiple_of, "micro_batch_multiple_of")
+    on = switch(padded, "padded")
+    most = None
+    if max_samples_per_micro_batch is not None:
+        most = positive_int(max_samples_per_micro_batch, "max_samples_per_micro_batch")
+    if on:
+        return _padded_lower_bound(sizes, cap, pad, bucket, costs, most)
+    if most is not None:
+        plain = lower_bound(sizes, cap, pad_to_multiple_of=pad, micro_batch_multiple_of=bucket,
+                            costs=costs)
+        return max(plain, -(-len(as_list(sizes, "sizes")) // most))
     if pad == 1 and bucket == 1 and costs is None:
         return best_lower_bound(sizes, cap)[0]
     weights = sample_costs(sizes, pad_to_multiple_of=pad, costs=costs)
@@ -520,3 +547,27 @@ def lower_bound(
             f"{micro_batch_multiple_of})"
         )
     return best_lower_bound(weights, usable)[0] if usable else 0
+
+
+def _padded_lower_bound(
+    sizes: Sequence[int], cap: int, pad: int, bucket: int, costs: Sequence[int] | None,
+    most: int | None,
+) -> int:
+    """:func:`lower_bound` with ``padded=True``: the sorted rule's count (exact)."""
+    lengths = sample_costs(sizes)
+    widths = sample_costs(sizes, costs=costs) if costs is not None else lengths
+    given = positive_int(cap, "cap")
+    usable = micro_batch_capacity(given, bucket)
+    for i, width in enumerate(widths):
+        if aligned_length(width, pad) > usable:
+            raise ValueError(
+                f"item {i} has size {lengths[i]} and, padded, a width of "
+                f"{aligned_length(width, pad)} (1 row x {aligned_length(width, pad)} token "
+                f"positions), larger than the usable capacity {usable} (cap {given} rounded "
+                f"down to a multiple of micro_batch_multiple_of={bucket})"
+            )
+    if not widths:
+        return 0
+    rule = BinRule(usable, [aligned_length(w, pad) for w in widths], True, [0] * len(widths),
+                   widths, 1, pad, most)
+    return padded_bound(rule)
