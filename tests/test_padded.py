@@ -15,7 +15,7 @@ from seqlen_balancing.cost import (
     padded_micro_batch_cost,
 )
 from seqlen_balancing.errors import ErrorCode
-from seqlen_balancing.planner import analyse
+from seqlen_balancing.planner import analyse, build_plan
 
 
 def up(value: int, multiple: int) -> int:
@@ -275,3 +275,32 @@ def test_the_footprint_helper_and_the_environment_variable() -> None:
     with pytest.raises(ValueError, match="SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH='0' must be "
                                          r"a positive integer \(samples\)"):
         max_samples_from_env({ENV_MAX_SAMPLES_PER_MICRO_BATCH: "0"})
+
+
+def test_rows_padded_on_both_sides_plan_on_max_left_plus_max_right() -> None:
+    # Rows around a shared column (verl's left-padded prompt + right-padded response): a
+    # micro-batch is max(left) + max(right) wide. The count is feasible and between the
+    # bound and the brute-force optimum's; equal to it when the bound meets it.
+    rng = random.Random(5)
+    for _ in range(60):
+        n = rng.randint(1, 6)
+        left = [rng.randint(0, 20) for _ in range(n)]
+        right = [rng.randint(0, 20) for _ in range(n)]
+        cap = rng.randint(40, 120)
+        if max(a + b for a, b in zip(left, right, strict=True)) > cap:
+            continue
+
+        def cost(block: list[int]) -> int:
+            return len(block) * (max(left[i] for i in block) + max(right[i] for i in block))
+
+        best = min(len(p) for p in partitions(list(range(n))) if all(cost(b) <= cap for b in p))
+        result = analyse([a + b for a, b in zip(left, right, strict=True)], cap, padded=True,
+                         padded_extents=(left, right))
+        assert result.lower_bound <= best <= result.min_count
+        assert result.min_count == best or not result.proven_optimal
+        bins = build_plan(result, result.min_count)
+        assert all(cost(mb) <= cap for mb in bins)
+        assert_cover(bins, n)
+    # The left side constant (left-padded rows): the sorted rule is exact again.
+    result = analyse([5, 9, 3, 9], 20, padded=True, padded_extents=([4, 8, 2, 8], [1, 1, 1, 1]))
+    assert (result.min_count, result.proven_optimal) == (2, True)

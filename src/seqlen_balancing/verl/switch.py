@@ -105,9 +105,15 @@ def _library_functions() -> dict[str, Callable[..., Any]]:
     """The library's 13 functions; where ``SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF`` or
     ``SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF`` is set
     (:func:`~seqlen_balancing.cost.alignment_from_env`), the three micro-batch functions
-    plan under that alignment whenever the caller passes none (verl never does)."""
+    plan under that alignment whenever the caller passes none (verl never does); where
+    ``SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH`` is set
+    (:func:`~seqlen_balancing.cost.max_samples_from_env`), under that sample limit.
+
+    ``padded`` has no variable: with it the micro-batches come back cut to their own width,
+    and verl's trainer code joins the per-micro-batch outputs at the batch's width (see
+    docs/padded.md), so the switch never turns it on."""
     import seqlen_balancing  # torch and tensordict load here (verl has loaded them already)
-    from seqlen_balancing.cost import alignment_from_env
+    from seqlen_balancing.cost import alignment_from_env, max_samples_from_env
 
     names = [name for group in VERL_FUNCTIONS.values() for name in group]
     ours = {name: getattr(seqlen_balancing, name) for name in names}
@@ -115,7 +121,22 @@ def _library_functions() -> dict[str, Callable[..., Any]]:
     if (pad, bucket) != (1, 1):
         for name in _ALIGNED:
             ours[name] = _with_alignment(ours[name], pad, bucket)
+    limit = max_samples_from_env()
+    if limit is not None:
+        for name in _ALIGNED:
+            ours[name] = _with_sample_limit(ours[name], limit)
     return ours
+
+
+def _with_sample_limit(function: Callable[..., Any], limit: int) -> Callable[..., Any]:
+    """``function`` with ``max_samples_per_micro_batch=limit`` unless the call passes it."""
+
+    @functools.wraps(function)
+    def limited(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("max_samples_per_micro_batch", limit)
+        return function(*args, **kwargs)
+
+    return limited
 
 
 def _with_alignment(function: Callable[..., Any], pad: int, bucket: int) -> Callable[..., Any]:
