@@ -290,7 +290,7 @@ def test_rows_padded_on_both_sides_plan_on_max_left_plus_max_right() -> None:
         if max(a + b for a, b in zip(left, right, strict=True)) > cap:
             continue
 
-        def cost(block: list[int]) -> int:
+        def cost(block: list[int], left: list[int] = left, right: list[int] = right) -> int:
             return len(block) * (max(left[i] for i in block) + max(right[i] for i in block))
 
         best = min(len(p) for p in partitions(list(range(n))) if all(cost(b) <= cap for b in p))
