@@ -1,5 +1,6 @@
-"""Micro-batches that cost rows x their widest row, or hold at most N samples: the sorted
-rule, its bound and cap-respecting balanced plans (pure integer lists).
+"""Micro-batches that cost rows x their widest row, or that hold at most N samples.
+
+The sorted rule, its bound and cap-respecting balanced plans, on pure integer lists.
 
 The planner (:mod:`seqlen_balancing.planner`) packs *groups* (``force_group_size``
 consecutive samples, or single samples) into micro-batches. Its default rule is a sum: a
@@ -26,14 +27,30 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from seqlen_balancing._checks import _integer_or_none, as_switch, describe
 from seqlen_balancing.cost import aligned_length
+from seqlen_balancing.errors import Argument, ErrorCode, PlanError
+from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF
+
+#: ``bound_name`` of the padded count's bound (:func:`padded_bound`).
+SORTED_RULE = "padded sorted rule"
+
+#: ``bound_name`` of ``ceil(groups / (max_samples_per_micro_batch // force_group_size))``.
+SAMPLE_LIMIT = "samples per micro-batch"
 
 __all__ = [
+    "SAMPLE_LIMIT",
+    "SORTED_RULE",
     "BinRule",
+    "balanced_under_rule",
     "best_fit_decreasing_limited",
     "fewest_padded",
+    "limit_samples",
     "lpt_under_rule",
     "padded_bound",
+    "padded_options",
+    "padded_rule",
+    "plan_padded",
     "rebalance_under_rule",
     "sorted_rule",
     "split_under_rule",
@@ -349,3 +366,185 @@ def rebalance_under_rule(
         loads[heavy] -= workloads[g]
         loads[light] += workloads[g]
     return bins
+
+
+def padded_rule(
+    lengths: list[int],
+    costs: list[int] | None,
+    extents: tuple[Sequence[int], Sequence[int]] | None,
+    group: int,
+    pad: int,
+    cap: int,
+    max_groups: int | None,
+    given: tuple[int, int],
+) -> tuple[BinRule, list[int], PlanError | None]:
+    """The padded :class:`BinRule` of a batch, each row's width, and the error for a row or
+    forced group whose footprint alone is over the cap.
+
+    Each row spans ``extents`` (``(left, right)`` per sample) or, by default, ``(0, its
+    cost)``, its cost being its length or the ``costs`` given; a group spans its rows'
+    widest left and right; alone it costs ``group * ceil((left + right) / pad) * pad``.
+
+    Args:
+        lengths: effective length of each sample in tokens.
+        costs: the caller's costs (each row's width), or ``None``.
+        extents: ``(left, right)`` lists, or ``None``.
+        group: ``force_group_size``.
+        pad: ``pad_to_multiple_of``.
+        cap: the usable cap in token positions.
+        max_groups: groups per micro-batch at most, or ``None``.
+        given: ``(max_token_len, micro_batch_multiple_of)`` as given, for the message.
+
+    Returns:
+        ``(rule, widths, error)``: ``widths`` per sample (its span rounded up to ``pad``),
+        ``error`` ``PADDED_SAMPLE_OVER_CAP`` / ``PADDED_GROUP_OVER_CAP`` or ``None``.
+
+    Complexity: O(n).
+    """
+    if extents is not None:
+        left, right = list(extents[0]), list(extents[1])
+    else:
+        left, right = [0] * len(lengths), list(costs if costs is not None else lengths)
+    spans = [a + b for a, b in zip(left, right, strict=True)]
+    widths = [aligned_length(span, pad) for span in spans]
+    starts = range(0, len(lengths), group)
+    group_left = [max(left[g : g + group]) for g in starts]
+    group_right = [max(right[g : g + group]) for g in starts]
+    group_spans = [a + b for a, b in zip(group_left, group_right, strict=True)]
+    footprints = [group * aligned_length(span, pad) for span in group_spans]
+    rule = BinRule(cap, footprints, True, group_left, group_right, group, pad, max_groups)
+    kind = 2 * pad + (costs is not None)
+    checks = [(ErrorCode.PADDED_SAMPLE_OVER_CAP, spans, widths, 1)]
+    if group > 1:
+        checks.append((ErrorCode.PADDED_GROUP_OVER_CAP, group_spans, footprints, group))
+    for code, items, footprint, stride in checks:
+        over = [i for i, cost in enumerate(footprint) if cost > cap]
+        if over:
+            first = over[0]
+            values = (items[first], first * stride, given[0], len(over),
+                      max(footprint[i] for i in over), footprint[first], given[1], kind)
+            return rule, widths, PlanError(code, values)
+    return rule, widths, None
+
+
+def limit_samples(
+    sizes: Sequence[int], cap: int, most: int, packing: list[list[int]]
+) -> tuple[list[list[int]], int]:
+    """A packing with at most ``most`` groups per bin: the given packing (made without the
+    limit) with its bins cut into runs of ``most``, or best-fit decreasing under the
+    limit, whichever has fewer bins; and the bound ``ceil(groups / most)``.
+
+    Complexity: O(n log n).
+    """
+    cut = [b[i : i + most] for b in packing for i in range(0, len(b), most)]
+    limited = best_fit_decreasing_limited(sizes, cap, most)
+    return min((cut, limited), key=len), -(-len(sizes) // most)
+
+
+def _gap(bins: list[list[int]], workloads: Sequence[int]) -> int:
+    loads = [sum(workloads[g] for g in b) for b in bins]
+    return max(loads) - min(loads)
+
+
+def balanced_under_rule(
+    rule: BinRule,
+    workloads: Sequence[int],
+    packing: list[list[int]],
+    count: int,
+    extra: list[list[int]] | None = None,
+) -> list[list[int]]:
+    """The best-balanced plan of ``count`` micro-batches under ``rule``: the smallest
+    workload gap among ``extra`` (e.g. verl's Karmarkar-Karp partition) when it fits, the
+    rule-aware LPT (:func:`lpt_under_rule`) and ``packing`` split up to ``count`` and
+    rebalanced (:func:`split_under_rule`, :func:`rebalance_under_rule`; always fits).
+
+    Args:
+        rule: when a micro-batch fits.
+        workloads: per group.
+        packing: a packing under ``rule`` with at most ``count`` bins.
+        count: micro-batches, at most the number of groups.
+        extra: one more candidate, or ``None``.
+
+    Returns:
+        ``count`` non-empty lists of group indices, each fitting ``rule``.
+
+    Complexity: O(n log n + count * n).
+    """
+    candidates = []
+    if extra is not None and all(rule.fits(b) for b in extra):
+        candidates.append(extra)
+    lpt = lpt_under_rule(rule, workloads, count)
+    if lpt is not None:
+        candidates.append(lpt)
+    candidates.append(rebalance_under_rule(rule, split_under_rule(rule, packing, count), workloads))
+    return min(candidates, key=lambda bins: _gap(bins, workloads))
+
+
+def padded_options(
+    padded: object, max_samples_per_micro_batch: object, group: int
+) -> tuple[PlanError | None, bool, int | None]:
+    """``(error, padded, limit)``: ``padded`` as a bool and ``max_samples_per_micro_batch``
+    as a positive int (``None``: no limit), at least ``force_group_size`` (``group``), or
+    the error every DP rank can agree on."""
+    on = as_switch(padded)
+    if on is None:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (Argument.PADDED, 0, 0), describe(padded)), False, None
+    if max_samples_per_micro_batch is None:
+        return None, on, None
+    limit = _integer_or_none(max_samples_per_micro_batch)
+    name = Argument.MAX_SAMPLES_PER_MICRO_BATCH
+    if limit is None:
+        error = PlanError(ErrorCode.BAD_ARGUMENT, (name, 0, 0), describe(max_samples_per_micro_batch))
+        return error, on, None
+    if limit < 1:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (name, 1, -limit)), on, None
+    if limit < group:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (name, 4, limit, group)), on, None
+    return None, on, limit
+
+
+@dataclass
+class PaddedPlan:
+    """:func:`plan_padded`'s result: the rule, each row's width, the error (or ``None``),
+    the fewest micro-batches (at least the floor), the bound and its name."""
+
+    rule: BinRule
+    widths: list[int]
+    error: PlanError | None
+    workloads: list[int] = field(default_factory=list)
+    packing: list[list[int]] = field(default_factory=list)
+    bound: int = 0
+    bound_name: str = ""
+
+
+def plan_padded(
+    lengths: list[int],
+    costs: list[int] | None,
+    extents: tuple[Sequence[int], Sequence[int]] | None,
+    group: int,
+    pad: int,
+    cap: int,
+    max_groups: int | None,
+    given: tuple[int, int],
+    floor: int | None,
+) -> PaddedPlan:
+    """The padded count of one rank: :func:`padded_rule`'s checks, then the fewest
+    micro-batches (:func:`fewest_padded`, split up to ``floor`` when it is higher) and the
+    bound (:func:`padded_bound`, or ``floor``: ``min_num_micro_batch``, ``None`` for none).
+
+    Complexity: O(n log n).
+    """
+    rule, widths, error = padded_rule(lengths, costs, extents, group, pad, cap, max_groups, given)
+    if error is None and floor is not None and floor > len(rule.sizes):
+        error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(rule.sizes)))
+    if error is not None:
+        return PaddedPlan(rule, widths, error)
+    packing = fewest_padded(rule)
+    bound, name = padded_bound(rule), SORTED_RULE
+    if (floor or 1) > bound:
+        bound, name = floor or 1, ("one" if floor is None else "min_num_micro_batch")
+    if len(packing) < bound:
+        packing = split_under_rule(rule, packing, bound)
+    loads = [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
+    workloads = [sum(loads[g : g + group]) for g in range(0, len(lengths), group)]
+    return PaddedPlan(rule, widths, None, workloads, packing, bound, name)

@@ -41,12 +41,12 @@ implementation needs over 10 s per count there) and the cap-aware packings alone
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from seqlen_balancing._checks import _integer_or_none, as_list, as_switch, describe, switch
+from seqlen_balancing._checks import _integer_or_none, as_list, describe, switch
+from seqlen_balancing.balance import _lpt_with_cap, _rebalance, _workload_gap, order_micro_batches
 from seqlen_balancing.bounds import BOUND_NAMES, _best_lower_bound, dominant_bins
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity
 from seqlen_balancing.errors import Argument, ErrorCode, LengthSource, PlanError
@@ -59,13 +59,12 @@ from seqlen_balancing.packing import (
     split_to_count,
 )
 from seqlen_balancing.padded import (
+    SAMPLE_LIMIT,
     BinRule,
-    best_fit_decreasing_limited,
-    fewest_padded,
-    lpt_under_rule,
-    padded_bound,
-    rebalance_under_rule,
-    split_under_rule,
+    balanced_under_rule,
+    limit_samples,
+    padded_options,
+    plan_padded,
 )
 from seqlen_balancing.partition import (
     WORKLOAD_LINEAR_COEF,
@@ -123,13 +122,10 @@ class RankAnalysis:
         pad_to_multiple_of: per-sequence alignment in tokens (1: none).
         micro_batch_multiple_of: per-micro-batch rounding in tokens (1: none).
         custom_costs: True when the caller gave ``costs``.
-        sample_costs: cost of each sample in tokens (empty on error); with ``padded``,
-            each row's width (its length or cost rounded up to ``pad_to_multiple_of``).
-        padded: a micro-batch costs rows x its widest row (``padded=True``).
-        max_samples_per_micro_batch: samples per micro-batch at most, or ``None``.
-        rule: when a micro-batch fits, for ``padded`` or a sample limit (``None``: the
-            summed cost alone, the default). With ``padded``, ``group_sizes`` holds each
-            group's footprint alone and ``rule.cost`` a micro-batch's.
+        sample_costs: cost of each sample in tokens (empty on error); padded: its width.
+        padded, max_samples_per_micro_batch: as given (see :mod:`seqlen_balancing.padded`).
+        rule: when a micro-batch fits under those (``None``: the summed cost alone);
+            padded, ``group_sizes`` holds each group's footprint alone.
     """
 
     error: PlanError | None
@@ -155,11 +151,8 @@ class RankAnalysis:
     rule: BinRule | None = field(default=None, repr=False)
 
     def micro_batch_cost(self, groups: Sequence[int]) -> int:
-        """What a micro-batch of these groups holds under this analysis' cost (tokens;
-        token positions with ``padded``), before ``micro_batch_multiple_of`` rounding."""
-        if self.rule is not None:
-            return self.rule.cost(groups)
-        return sum(self.group_sizes[g] for g in groups)
+        """A micro-batch's cost in tokens (padded: rows x width), before rounding."""
+        return self.rule.cost(groups) if self.rule else sum(self.group_sizes[g] for g in groups)
 
     @property
     def n_groups(self) -> int:
@@ -290,14 +283,9 @@ def analyse(
         micro_batch_multiple_of: per-micro-batch rounding in tokens (``None`` or 1: none).
         costs: one non-negative cost in tokens per sample (replacing the aligned lengths),
             or ``None``.
-        padded: a micro-batch costs its rows times its widest row (each row's length, or
-            its cost, rounded up to ``pad_to_multiple_of``); the count is then the sorted
-            rule's (:func:`~seqlen_balancing.padded.fewest_padded`), optimal.
-        max_samples_per_micro_batch: samples per micro-batch at most (a forced group
-            counts its samples), or ``None``.
+        padded, max_samples_per_micro_batch: as in :func:`plan_micro_batches`.
         padded_extents: with ``padded``, each sample's ``(left, right)`` span around a
-            column every row shares (two lists of tokens; the TensorDict API passes them
-            for masks padded on both sides); ``None``: ``(0, length)`` (or ``(0, cost)``).
+            column every row shares (:func:`~seqlen_balancing.padded.padded_rule`).
 
     Returns:
         A :class:`RankAnalysis`.
@@ -333,37 +321,27 @@ def analyse(
         needed = max(bucket, -(-largest // bucket) * bucket)
         values = (Argument.MICRO_BATCH_MULTIPLE_OF, 3, bucket, cap, needed)
         return RankAnalysis(PlanError(ErrorCode.BAD_ARGUMENT, values), largest=largest)
-    padded_on = as_switch(padded)
-    if padded_on is None:
-        bad = PlanError(ErrorCode.BAD_ARGUMENT, (Argument.PADDED, 0, 0), describe(padded))
-        return RankAnalysis(bad, largest=largest)
-    limit = None
-    if max_samples_per_micro_batch is not None:
-        error, limit = argument_error(max_samples_per_micro_batch,
-                                      Argument.MAX_SAMPLES_PER_MICRO_BATCH, False)
-        if error is None and limit < group:
-            error = PlanError(ErrorCode.BAD_ARGUMENT,
-                              (Argument.MAX_SAMPLES_PER_MICRO_BATCH, 4, limit, group))
-        if error is not None:
-            return RankAnalysis(error, largest=largest)
+    error, padded_on, limit = padded_options(padded, max_samples_per_micro_batch, group)
+    if error is not None:
+        return RankAnalysis(error, largest=largest)
     result = RankAnalysis(None, usable, group, divisor, largest=largest)
     result.requested_max_token_len = cap
     result.pad_to_multiple_of, result.micro_batch_multiple_of = pad, bucket
     result.custom_costs = costs is not None
     result.padded, result.max_samples_per_micro_batch = padded_on, limit
-    if padded_on:
-        return _analyse_padded(result, lengths, sizes_of, cost_error, floor, min_num_micro_batch,
-                               padded_extents)
     error = cost_error
     if error is None and not lengths:
         error = PlanError(ErrorCode.EMPTY_BATCH)
     if error is None and len(lengths) % group:
         error = PlanError(ErrorCode.NOT_DIVISIBLE, (len(lengths), group))
-    if error is None:
+    if error is None and not padded_on:
         error = _cost_over_cap(result, lengths, sizes_of, ErrorCode.SAMPLE_OVER_CAP, 1)
     if error is not None:
         result.error = error
         return result
+    if padded_on:
+        floor_given = None if min_num_micro_batch is None else floor
+        return _analyse_padded(result, lengths, sizes_of, floor_given, padded_extents)
     result.n_samples = len(lengths)
     result.sample_costs = sizes_of
     if group == 1:  # the common case, without a slice per sample
@@ -441,96 +419,33 @@ def _search_count(result: RankAnalysis, floor: int | None) -> None:
         if found is not None:
             packing = found
     most = None if result.rule is None else result.rule.max_groups
-    if most is not None:
-        packing, lower = _limit_samples(result, most, packing, lower)
+    if most is not None:  # no bin holds more than `most` groups: at least ceil(groups / most)
+        packing, by_count = limit_samples(sizes, cap, most, packing)
+        if by_count > lower:
+            lower = result.lower_bound = by_count
+            result.bound_name = SAMPLE_LIMIT
     if len(packing) < lower:
         packing = split_to_count(sizes, packing, lower)
     result.min_count = len(packing)
     result._packing = packing
 
 
-def _limit_samples(
-    result: RankAnalysis, most: int, packing: list[list[int]], lower: int
-) -> tuple[list[list[int]], int]:
-    """The packing found without the sample limit, its bins cut into runs of at most
-    ``max_groups`` groups, or best-fit decreasing under the limit, whichever has fewer
-    bins; and the bound raised to ``ceil(groups / max_groups)`` (no bin holds more)."""
-    sizes = result.group_sizes
-    cut = [b[i : i + most] for b in packing for i in range(0, len(b), most)]
-    limited = best_fit_decreasing_limited(sizes, result.max_token_len, most)
-    packing = min((cut, limited), key=len)
-    by_count = -(-len(sizes) // most)
-    if by_count > lower:
-        lower = by_count
-        result.lower_bound, result.bound_name = by_count, SAMPLE_LIMIT
-    return packing, lower
-
-
 def _analyse_padded(
-    result: RankAnalysis,
-    lengths: list[int],
-    costs: list[int],
-    cost_error: PlanError | None,
-    floor: int,
-    min_num_micro_batch: Any,
+    result: RankAnalysis, lengths: list[int], costs: list[int], floor: int | None,
     extents: tuple[Sequence[int], Sequence[int]] | None,
 ) -> RankAnalysis:
-    """:func:`analyse`'s checks and count under ``padded=True``: each row spans
-    ``(left, right)`` around a shared column, a micro-batch of ``m`` rows costs
-    ``m * ceil((max left + max right) / p) * p``; the count is the sorted rule's."""
-    group, pad, cap = result.force_group_size, result.pad_to_multiple_of, result.max_token_len
-    error = cost_error
-    if error is None and not lengths:
-        error = PlanError(ErrorCode.EMPTY_BATCH)
-    if error is None and len(lengths) % group:
-        error = PlanError(ErrorCode.NOT_DIVISIBLE, (len(lengths), group))
-    if error is not None:
-        result.error = error
-        return result
-    if extents is not None:
-        left, right = list(extents[0]), list(extents[1])
-    else:
-        left, right = [0] * len(lengths), list(costs if result.custom_costs else lengths)
-    widths = [aligned_length(a + b, pad) for a, b in zip(left, right, strict=True)]
-    group_left = [max(left[g : g + group]) for g in range(0, len(lengths), group)]
-    group_right = [max(right[g : g + group]) for g in range(0, len(lengths), group)]
-    spans = [a + b for a, b in zip(group_left, group_right, strict=True)]
-    footprints = [group * aligned_length(span, pad) for span in spans]
-    result.largest = max(footprints)
-    kind = 2 * pad + (1 if result.custom_costs else 0)
-    for code, items, costs_of, stride in (
-        (ErrorCode.PADDED_SAMPLE_OVER_CAP, [a + b for a, b in zip(left, right, strict=True)],
-         widths, 1),
-        (ErrorCode.PADDED_GROUP_OVER_CAP, spans, footprints, group),
-    ):
-        over = [i for i, c in enumerate(costs_of) if c > cap]
-        if over and (code is ErrorCode.PADDED_SAMPLE_OVER_CAP or group > 1):
-            first = over[0]
-            values = (items[first], first * stride, result.requested_max_token_len, len(over),
-                      max(costs_of[i] for i in over), costs_of[first],
-                      result.micro_batch_multiple_of, kind)
-            result.error = PlanError(code, values)
-            return result
-    if min_num_micro_batch is not None and floor > len(spans):
-        result.error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(spans)))
-        return result
-    limit = result.max_samples_per_micro_batch
-    rule = BinRule(cap, footprints, True, group_left, group_right, group, pad,
-                   None if limit is None else limit // group)
-    result.rule, result.n_samples, result.sample_costs = rule, len(lengths), widths
-    result.group_sizes = footprints
-    result.group_workloads = [
-        sum(workload(s) for s in lengths[g : g + group]) for g in range(0, len(lengths), group)
-    ]
-    packing = fewest_padded(rule)
-    bound, name = padded_bound(rule), SORTED_RULE
-    wanted = 1 if min_num_micro_batch is None else floor
-    if wanted > bound:
-        bound, name = wanted, ("one" if min_num_micro_batch is None else "min_num_micro_batch")
-    if len(packing) < bound:
-        packing = split_under_rule(rule, packing, bound)
-    result.lower_bound, result.bound_name = bound, name
-    result.min_count, result._packing = len(packing), packing
+    """:func:`analyse` under ``padded=True``: :func:`~seqlen_balancing.padded.plan_padded`."""
+    limit, group = result.max_samples_per_micro_batch, result.force_group_size
+    found = plan_padded(lengths, costs if result.custom_costs else None, extents, group,
+                        result.pad_to_multiple_of, result.max_token_len,
+                        None if limit is None else limit // group,
+                        (result.requested_max_token_len, result.micro_batch_multiple_of), floor)
+    result.largest, result.error, result.rule = max(found.rule.sizes), found.error, found.rule
+    if found.error is None:
+        result.n_samples, result.sample_costs = len(lengths), found.widths
+        result.group_sizes, result.group_workloads = found.rule.sizes, found.workloads
+        result.lower_bound, result.bound_name = found.bound, found.bound_name
+        result.min_count, result._packing = len(found.packing), found.packing
     return result
 
 
@@ -548,11 +463,6 @@ _EXACT_BUDGET = 50_000
 #: ``bound_name`` of a lower bound proven by the exhaustive search.
 EXHAUSTIVE = "exhaustive search"
 
-#: ``bound_name`` of the padded count's bound (:func:`~seqlen_balancing.padded.padded_bound`).
-SORTED_RULE = "padded sorted rule"
-
-#: ``bound_name`` of ``ceil(groups / (max_samples_per_micro_batch // force_group_size))``.
-SAMPLE_LIMIT = "samples per micro-batch"
 
 
 def _exact_search(
@@ -653,45 +563,6 @@ def agreed_count(
     return count, None
 
 
-def _rebalance(
-    bins: list[list[int]], sizes: list[int], workloads: list[int], cap: int
-) -> list[list[int]]:
-    """Move groups from the heaviest micro-batch into the lightest while it narrows the gap.
-
-    For a packing made for the count, not for balance (every bin nearly full, the last one
-    light): each round moves the group of the heaviest bin whose workload is closest to
-    half the gap, if the lightest bin has the tokens for it (the next heaviest bin is tried
-    when one cannot give). At most ``2 * count`` rounds of O(count log count) each; the cap
-    holds throughout.
-    """
-    loads = [sum(workloads[g] for g in b) for b in bins]
-    tokens = [sum(sizes[g] for g in b) for b in bins]
-    ids = range(len(bins))
-    for _ in range(2 * len(bins)):
-        light = min(ids, key=loads.__getitem__)
-        room = cap - tokens[light]
-        move = None
-        # The heaviest bin that can give: groups too big are skipped. A bin of one group
-        # never gives: its group's workload is the gap plus the lightest load, not below it.
-        for heavy in sorted(ids, key=lambda b: (-loads[b], b)):
-            gap = loads[heavy] - loads[light]
-            if gap <= 0:
-                break
-            movable = [g for g in bins[heavy] if sizes[g] <= room and 0 < workloads[g] < gap]
-            if movable:
-                move = heavy, min(movable, key=lambda g: (abs(2 * workloads[g] - gap), g))
-                break
-        if move is None:
-            break
-        heavy, g = move
-        bins[heavy].remove(g)
-        bins[light].append(g)
-        for b, sign in ((heavy, -1), (light, 1)):
-            loads[b] += sign * workloads[g]
-            tokens[b] += sign * sizes[g]
-    return bins
-
-
 def local_count(result: RankAnalysis, rank: int | None = None) -> int:
     """The count one rank plans alone (no DP agreement), or its error raised.
 
@@ -713,54 +584,19 @@ def local_count(result: RankAnalysis, rank: int | None = None) -> int:
     return count
 
 
-def _lpt_with_cap(
-    sizes: list[int], workloads: list[int], cap: int, count: int
-) -> list[list[int]] | None:
-    """Heaviest group first into the lightest micro-batch (by workload) that has room.
-
-    Gives up (``None``) after skipping ``8 n + 4096`` full micro-batches in all: on tight
-    counts it would fail anyway, and this bounds its cost to O(n log count).
-    """
-    bins: list[list[int]] = [[] for _ in range(count)]
-    room = [cap] * count
-    heap = [(0, 0, b) for b in range(count)]  # (workload, groups, bin): empty bins first
-    budget = 8 * len(sizes) + 4096  # full bins skipped over the whole run
-    for g in sorted(range(len(sizes)), key=lambda g: (-workloads[g], -sizes[g], g)):
-        skipped = []
-        while heap and room[heap[0][2]] < sizes[g]:
-            skipped.append(heapq.heappop(heap))
-            budget -= 1
-            if budget < 0:
-                return None
-        if not heap:
-            return None
-        load, members, b = heapq.heappop(heap)
-        bins[b].append(g)
-        room[b] -= sizes[g]
-        heapq.heappush(heap, (load + workloads[g], members + 1, b))
-        for entry in skipped:
-            heapq.heappush(heap, entry)
-    return bins
-
-
 #: Karmarkar-Karp costs O(n * count); above this product the capacity-aware LPT packing
 #: (O(n log count)) balances alone. 2**22 covers 2,048 samples into 2,048 micro-batches
 #: and 16,384 into 256.
 _KK_BUDGET = 1 << 22
 
 
-def _workload_gap(bins: list[list[int]], workloads: list[int]) -> int:
-    """Heaviest minus lightest micro-batch workload (the spread at a fixed count)."""
-    loads = [sum(workloads[g] for g in b) for b in bins]
-    return max(loads) - min(loads)
-
-
 def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
     sizes, workloads, cap = result.group_sizes, result.group_workloads, result.max_token_len
     if count == len(sizes):
         return [[g] for g in range(count)]
-    if result.rule is not None:
-        return _balanced_under_rule(result, result.rule, count)
+    if result.rule is not None:  # padded or a sample limit; verl's partition for the sum
+        kk = None if result.rule.padded else _fitting_kk(result, count)
+        return balanced_under_rule(result.rule, workloads, result._packing, count, kk)
     # verl's own partition at this count whenever it fits the cap: at verl's count it
     # always does, so the plan is never less balanced than verl's.
     candidates = [kk] if (kk := _fitting_kk(result, count)) is not None else []
@@ -771,76 +607,6 @@ def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
         # A tight count where neither balancer fits: the count's packing, rebalanced.
         return _rebalance(split_to_count(sizes, result._packing, count), sizes, workloads, cap)
     return min(candidates, key=lambda bins: _workload_gap(bins, workloads))  # verl's on a tie
-
-
-def _balanced_under_rule(result: RankAnalysis, rule: BinRule, count: int) -> list[list[int]]:
-    """The best-balanced of: verl's Karmarkar-Karp when it fits the rule, the rule-aware
-    LPT, and the count's packing split up to ``count`` and rebalanced (always fits)."""
-    workloads = result.group_workloads
-    candidates = []
-    if not rule.padded:
-        kk = _fitting_kk(result, count)
-        if kk is not None and all(rule.fits(b) for b in kk):
-            candidates.append(kk)
-    lpt = lpt_under_rule(rule, workloads, count)
-    if lpt is not None:
-        candidates.append(lpt)
-    split = split_under_rule(rule, result._packing, count)
-    candidates.append(rebalance_under_rule(rule, split, workloads))
-    return min(candidates, key=lambda bins: _workload_gap(bins, workloads))
-
-
-def order_micro_batches(
-    micro_batches: list[list[int]],
-    workloads: Sequence[int],
-    use_dynamic_bsz_balance: bool,
-    force_group_size: int = 1,
-) -> list[list[int]]:
-    """Order micro-batches (lists of sample indices) exactly as verl 0.9.1 does.
-
-    With ``use_dynamic_bsz_balance``: sort by ``(workload, first sample index)``
-    descending, then take the even positions reversed followed by the odd positions, so
-    the lightest micro-batches sit at both ends and the heaviest in the middle (short
-    pipeline-parallel warm-up and cool-down). For the same micro-batches the result is
-    verl's list, for any count, even or odd, ties included. Without it: by the smallest
-    sample index (verl keeps Karmarkar-Karp's order there; see the README).
-
-    Args:
-        micro_batches: lists of sample indices, each sorted ascending.
-        workloads: with ``force_group_size == 1``, the workload of each sample; otherwise
-            that of each group of ``force_group_size`` consecutive samples, and a
-            micro-batch's workload is that of the groups starting at its positions
-            ``0, force_group_size, 2 * force_group_size, ...`` (verl's rule).
-        use_dynamic_bsz_balance: verl's balanced order, or the smallest-index order.
-        force_group_size: samples per forced group.
-
-    Returns:
-        The same lists, reordered.
-
-    Complexity: O(n + m log m) for ``m`` micro-batches.
-
-    References:
-        verl 0.9.1 ``rearrange_micro_batches`` (its ordering step).
-
-    Example:
-        >>> order_micro_batches([[0], [1], [2], [3]], [60, 50, 40, 30], True)
-        [[2], [0], [1], [3]]
-        >>> order_micro_batches([[0], [1], [2], [3]], [5, 5, 5, 5], True)  # ties: by index
-        [[1], [3], [2], [0]]
-    """
-    if not use_dynamic_bsz_balance:
-        return sorted(micro_batches, key=lambda mb: mb[0] if mb else -1)
-    group = force_group_size
-
-    def key(mb: list[int]) -> tuple[int, int]:
-        if group == 1:
-            load = sum(workloads[i] for i in mb)
-        else:
-            load = sum(workloads[i // group] for i in mb[::group])
-        return load, mb[0] if mb else 0
-
-    by_load = sorted(micro_batches, key=key, reverse=True)
-    return by_load[::2][::-1] + by_load[1::2]
 
 
 def build_plan(
@@ -925,23 +691,17 @@ def plan_micro_batches(
             ``max_token_len // micro_batch_multiple_of * micro_batch_multiple_of``.
         costs: one non-negative cost in tokens per sample instead of the (aligned)
             lengths, e.g. image plus text tokens or a memory estimate; ``None``: none.
-        padded: for models that run padded tensors (verl's ``use_remove_padding=False``,
-            plain PyTorch/TRL loops): a micro-batch costs its rows times its widest row,
-            each row's width its length (or its cost) rounded up to
-            ``pad_to_multiple_of``, the product rounded up to ``micro_batch_multiple_of``
-            (:func:`~seqlen_balancing.cost.padded_micro_batch_cost`). The count is then
-            the fewest possible (the sorted rule, proven in
-            :func:`~seqlen_balancing.padded.fewest_padded`), balanced as well as that
-            count allows. ``False`` (verl's rule): the summed cost.
-        max_samples_per_micro_batch: no micro-batch holds more than this many samples (a
-            forced group counts all its samples; at least ``force_group_size``), under
-            either cost; ``None``: no limit.
+        padded: for models that run padded tensors: a micro-batch costs rows x its widest
+            row (:func:`~seqlen_balancing.cost.padded_micro_batch_cost`), with the fewest
+            micro-batches possible (:func:`~seqlen_balancing.padded.fewest_padded`).
+        max_samples_per_micro_batch: samples per micro-batch at most (a forced group
+            counts all its samples); ``None``: no limit.
 
     Returns:
         Micro-batches as lists of sample indices (each sorted, non-empty, its cost at most
         ``max_token_len`` tokens: ``micro_batch_cost`` of its samples' costs, or
-        ``padded_micro_batch_cost`` of their widths), together an exact cover of
-        ``range(n)``. Balance and order use the effective lengths.
+        ``padded_micro_batch_cost``), together an exact cover of ``range(n)``. Balance
+        and order use the effective lengths.
 
     Raises:
         TypeError: an argument or length is not an integer, or ``use_dynamic_bsz_balance``
@@ -1038,18 +798,3 @@ def _reach(result: RankAnalysis, count: int) -> bool:
         return False
     result._packing, result.min_count = found, len(found)
     return True
-
-
-def spread(values: Sequence[int]) -> float:
-    """Relative spread ``(max - min) / mean`` of ``values`` (0.0 for an empty or zero list).
-
-    Example:
-        >>> spread([90, 100, 110])
-        0.2
-    """
-    if not values:
-        return 0.0
-    mean = sum(values) / len(values)
-    return 0.0 if mean == 0 else (max(values) - min(values)) / mean
-
-
