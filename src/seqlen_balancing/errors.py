@@ -121,6 +121,7 @@ class BatchProblem(IntEnum):
     ENTRY_STACK = 11  # (key bytes): a lazy stack that cannot be cut along dim 0 (TypeError)
     META_INFO_NOT_COPYABLE = 12  # a DataProto's meta_info cannot be deep-copied (TypeError)
     PROTO_RAGGED_STACK = 13  # (key bytes): a DataProto's lazy-stacked batch, rows of other shapes
+    PADDED_LAZY_STACK = 20  # padded=True on a lazy stack cut by rows: no common width to cut (issue 26)
 
 
 #: BAD_BATCH problems that are wrong types (raised as TypeError).
@@ -261,6 +262,12 @@ def _bad_batch(v: tuple[int, ...]) -> str:
             f"entry '{_key_text(v[1:5])}' of data.batch is a lazy stack whose rows differ in "
             "shape, and from_dict takes one tensor per key; store it as a nested tensor "
             "(torch.nested.as_nested_tensor(rows, layout=torch.jagged)) or pad it"
+        )
+    if problem is BatchProblem.PADDED_LAZY_STACK:
+        return (
+            "padded=True cuts every micro-batch to its width, but the batch is a lazy stack "
+            "along dim 0 (its rows may differ in width); stack it into one TensorDict "
+            "(.contiguous()) or plan without padded"
         )
     if problem is BatchProblem.MASK_NOT_2D:
         return f"attention_mask must be 2-D (batch, seq_len), got a {v[1]}-D tensor"

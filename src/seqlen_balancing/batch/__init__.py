@@ -14,6 +14,7 @@ indexes the batch. One module per job:
 * :mod:`~seqlen_balancing.batch.settings`: ``prepare_micro_batches``' settings from the batch;
 * :mod:`~seqlen_balancing.batch.micro_batches`: :func:`rearrange_micro_batches`,
   :func:`prepare_micro_batches`;
+* :mod:`~seqlen_balancing.batch.trim`: padded micro-batches cut to their width, and back;
 * :mod:`~seqlen_balancing.batch.restore`: :func:`restore_dynamic_batch`;
 * :mod:`~seqlen_balancing.batch.dataproto`: :func:`prepare_dynamic_batch`.
 
@@ -49,9 +50,11 @@ from seqlen_balancing.batch.lengths import effective_lengths
 from seqlen_balancing.batch.micro_batches import prepare_micro_batches, rearrange_micro_batches
 from seqlen_balancing.batch.nested import _jagged  # noqa: F401 (benchmarks/bench_floor.py's import path)
 from seqlen_balancing.batch.restore import restore_dynamic_batch
+from seqlen_balancing.batch.trim import MicroBatchIndices
 from seqlen_balancing.batch.workload import calculate_workload
 
 __all__ = [
+    "MicroBatchIndices",
     "calculate_workload",
     "effective_lengths",
     "prepare_dynamic_batch",

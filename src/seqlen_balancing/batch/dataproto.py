@@ -81,14 +81,19 @@ def prepare_dynamic_batch(
     pad_to_multiple_of: int = 1,
     micro_batch_multiple_of: int = 1,
     costs: Sequence[int] | torch.Tensor | None = None,
+    padded: bool = False,
+    max_samples_per_micro_batch: int | None = None,
 ) -> tuple[list[T], list[list[int]]]:
     """:func:`rearrange_micro_batches` for a DataProto-like object (verl's DataProto).
 
     ``data`` needs ``.batch`` (TensorDict), ``.non_tensor_batch`` (dict of NumPy arrays,
     first axis = samples), ``.meta_info`` (dict) and a classmethod
     ``from_dict(tensors, non_tensors, meta_info=...)``. verl is not imported.
-    ``pad_to_multiple_of``, ``micro_batch_multiple_of`` and ``costs`` (keyword-only) are
-    as in :func:`rearrange_micro_batches`: the cap holds on what the GPU holds.
+    ``pad_to_multiple_of``, ``micro_batch_multiple_of``, ``costs``, ``padded`` and
+    ``max_samples_per_micro_batch`` (keyword-only) are as in
+    :func:`rearrange_micro_batches`: the cap holds on what the GPU holds (with ``padded``
+    the batch's dense entries of the mask's width come back cut to each micro-batch's
+    width; the non-tensor arrays are per sample and are not cut).
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: objects of ``type(data)`` whose tensors and
@@ -137,6 +142,7 @@ def prepare_dynamic_batch(
         1,
         problem,
         cost=(pad_to_multiple_of, micro_batch_multiple_of, costs),
+        shape=(padded, max_samples_per_micro_batch),
     )
     out: list[T] = []
     for m, (micro_batch, indices) in enumerate(zip(batches, plan, strict=True)):

@@ -17,7 +17,8 @@ from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
 from seqlen_balancing.batch.kinds import _READ_ERRORS
 from seqlen_balancing.batch.lengths import _read_lengths
-from seqlen_balancing.batch.settings import _cost_settings, _settings
+from seqlen_balancing.batch.settings import _cost_settings, _settings, _shape_settings
+from seqlen_balancing.batch.trim import Trim, trim_inputs
 from seqlen_balancing.batch.verdict import _batch_problem, _begin, _finish, _switch_error
 from seqlen_balancing.errors import Argument, BatchProblem, ErrorCode, PlanError
 from seqlen_balancing.planner import RankAnalysis, analyse, build_plan
@@ -38,6 +39,8 @@ def rearrange_micro_batches(
     pad_to_multiple_of: int = 1,
     micro_batch_multiple_of: int = 1,
     costs: Sequence[int] | torch.Tensor | None = None,
+    padded: bool = False,
+    max_samples_per_micro_batch: int | None = None,
 ) -> tuple[list[TensorDict], list[list[int]]]:
     """Cut a batch into micro-batches of at most ``max_token_len`` effective tokens.
 
@@ -75,11 +78,22 @@ def rearrange_micro_batches(
             tensor, read once to the host), replacing the aligned lengths: e.g. image plus
             text tokens, or a memory estimate. Default ``None``. Balance stays on the
             effective lengths.
+        padded: keyword-only. For models that run padded tensors: a micro-batch costs
+            its rows times its width (:func:`~seqlen_balancing.plan_micro_batches`), the
+            count is the fewest possible, and every dense entry with the mask's width
+            comes back cut to the micro-batch's width, on the side(s) the mask pads
+            (:mod:`~seqlen_balancing.batch.trim`; a row's width is the span of its real
+            tokens, around the column every row shares). Default ``False``: verl's rule.
+        max_samples_per_micro_batch: keyword-only. No micro-batch holds more samples (a
+            forced group counts all its samples). Default ``None``: no limit.
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: the micro-batches (TensorDicts) and, for each,
         the sorted original row indices; the index lists are an exact cover of
-        ``range(n)``. The micro-batches are copies. Jagged tensors and per-sample
+        ``range(n)``; with ``padded`` on a batch with a dense ``attention_mask`` they are
+        :class:`~seqlen_balancing.batch.trim.MicroBatchIndices` (lists of ints that also
+        hold the columns each micro-batch kept, for :func:`restore_dynamic_batch`).
+        The micro-batches are copies. Jagged tensors and per-sample
         ``NonTensorStack`` entries are indexed row by row, sparse COO and 2-D CSR/CSC
         tensors keep their layout, lazy stacks along dim 0 (the batch itself or an entry)
         are cut by picking their rows; scalar ``NonTensorData`` entries are kept unchanged.
@@ -123,6 +137,7 @@ def rearrange_micro_batches(
         use_dynamic_bsz_balance,
         force_group_size,
         cost=(pad_to_multiple_of, micro_batch_multiple_of, costs),
+        shape=(padded, max_samples_per_micro_batch),
     )
 
 
@@ -137,13 +152,17 @@ def _rearrange(
     force_group_size: Any,
     pre_error: PlanError | None = None,
     cost: tuple[Any, Any, Any] = (1, 1, None),
+    shape: tuple[Any, Any] = (False, None),
 ) -> tuple[list[TensorDict], list[list[int]]]:
     """Plan (agreeing with the DP group when asked), then cut.
 
     ``pre_error`` is a problem the caller found before planning (a bad setting, a bad
     DataProto); like every other error it goes through the agreement before anyone raises.
     ``cost`` is ``(pad_to_multiple_of, micro_batch_multiple_of, costs)``, checked by
-    :func:`~seqlen_balancing.planner.analyse` (a bad one is agreed on too).
+    :func:`~seqlen_balancing.planner.analyse` (a bad one is agreed on too); ``shape`` is
+    ``(padded, max_samples_per_micro_batch)``, checked there too. With ``padded`` the
+    mask's extents, the entries to cut and their pad values are read before the agreement
+    (:func:`~seqlen_balancing.batch.trim.trim_inputs`).
     """
     sync = _begin(dp_group, same_micro_num_in_dp)
     cause: BaseException | None = None
@@ -168,7 +187,11 @@ def _rearrange(
         # Every entry checked and everything the cut reads read before the agreement: a
         # failure is agreed on, and the cut after it cannot fail.
         error, entries, cause = _cut_inputs(batch, known)
+    trim: Trim | None = None
+    if error is None and as_switch(shape[0]):
+        error, trim, cause = trim_inputs(batch, entries.by_rows)
     if error is None:
+        extents = None if trim is None or cost[2] is not None else (trim.left, trim.right)
         analysis = analyse(
             lengths,
             max_token_len,
@@ -179,13 +202,20 @@ def _rearrange(
             micro_batch_multiple_of=cost[1],
             # costs given as NonTensorData read as the batch's own entry does
             costs=cost[2].data if isinstance(cost[2], NonTensorData) else cost[2],
+            padded=shape[0],
+            max_samples_per_micro_batch=shape[1],
+            padded_extents=extents,
         )
     else:
         analysis = RankAnalysis(error)
     count = _finish(analysis, sync, dp_group, cause)
     plan = build_plan(analysis, count, bool(as_switch(use_dynamic_bsz_balance)))
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
-    return _cut(batch, plan, entries), plan
+    if trim is None or not trim.dims:
+        return _cut(batch, plan, entries), plan
+    # The entries to cut by width are not gathered whole: each micro-batch takes its columns.
+    micro_batches = _cut(batch.exclude(*trim.dims), plan, entries)
+    return micro_batches, list(trim.cut(micro_batches, batch, plan, analysis.pad_to_multiple_of))
 
 
 def prepare_micro_batches(
@@ -199,6 +229,8 @@ def prepare_micro_batches(
     pad_to_multiple_of: int | None = None,
     micro_batch_multiple_of: int | None = None,
     costs: Sequence[int] | torch.Tensor | None = None,
+    padded: bool | None = None,
+    max_samples_per_micro_batch: int | None = None,
 ) -> tuple[list[TensorDict], list[list[int]] | None]:
     """verl's ``prepare_micro_batches``: settings are read from the TensorDict itself.
 
@@ -238,6 +270,11 @@ def prepare_micro_batches(
             tokens. ``None``: the batch's ``micro_batch_multiple_of`` setting, else 1.
         costs: keyword-only, dynamic path: one cost in tokens per sample. ``None``: the
             batch's ``costs`` entry (a per-sample tensor, cut with the batch), else none.
+        padded: keyword-only, dynamic path: as in :func:`rearrange_micro_batches`.
+            ``None``: the batch's ``padded`` setting, else ``False``.
+        max_samples_per_micro_batch: keyword-only, dynamic path: samples per micro-batch
+            at most. ``None``: the batch's ``max_samples_per_micro_batch`` setting, else no
+            limit.
 
     Returns:
         ``(micro_batches, indices)``; ``indices`` is ``None`` on the static path.
@@ -269,9 +306,11 @@ def prepare_micro_batches(
             error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
     if dynamic:
         cost = (pad_to_multiple_of, micro_batch_multiple_of, costs)
+        shape: tuple[Any, Any] = (padded, max_samples_per_micro_batch)
         if error is None:
             try:
                 cost = _cost_settings(data, cost)
+                shape = _shape_settings(data, shape)
             except _READ_ERRORS as exc:
                 cause = exc
                 error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
@@ -286,6 +325,7 @@ def prepare_micro_batches(
             force_group_size,
             error,
             cost=cost,
+            shape=shape,
         )
     # The static path: chunks of micro_batch_size_per_gpu * force_group_size samples.
     error = (

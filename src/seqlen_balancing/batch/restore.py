@@ -25,6 +25,7 @@ from seqlen_balancing.batch.kinds import (
     _same_data,
 )
 from seqlen_balancing.batch.nested import _jagged, _SharedOffsets
+from seqlen_balancing.batch.trim import restore_widths
 from seqlen_balancing.partition import get_reverse_idx
 
 __all__ = ["restore_dynamic_batch"]
@@ -46,7 +47,13 @@ def restore_dynamic_batch(
             tensors, per-sample ``NonTensorStack`` entries in the original order, a scalar
             ``NonTensorData`` kept as it is, whatever it holds, nested TensorDicts with
             their batch size, lazy stacks along dim 0 row by row), all on one device.
-        batch_idx_list: the index lists returned with the micro-batches.
+        batch_idx_list: the index lists returned with the micro-batches. When they are
+            :class:`~seqlen_balancing.batch.trim.MicroBatchIndices` (``padded=True`` cut
+            each micro-batch to its width), a list of outputs of each micro-batch's width
+            (the micro-batches themselves, or per-token outputs) is put back at the
+            batch's width first: the kept columns in place, bit for bit, and elsewhere the
+            pad value each cut entry held in the input (0 for other outputs), so the
+            padding side (left, right or both) is the input's.
 
     Returns:
         The rows in the original sample order: a tensor (nested tensors keep their layout
@@ -170,6 +177,8 @@ def _restore_parts(parts: list[Any], batch_idx_list: Sequence[Sequence[int]]) ->
         (i for part in lists for i in part), "batch_idx_list (flattened)", "indices"
     )
     order: list[int] = get_reverse_idx(flat)
+    parts = restore_widths(parts, list(batch_idx_list))  # padded=True's cut, undone
+    first = parts[0]
     if isinstance(first, TensorDictBase):
         return _restore_tensordicts(parts, order)
     return _restore_tensors(parts, order)

@@ -87,3 +87,15 @@ def _cost_settings(data: TensorDict, given: tuple[Any, Any, Any]) -> tuple[Any, 
         if isinstance(costs, NonTensorData):
             costs = costs.data
     return pad, bucket, costs
+
+
+def _shape_settings(data: TensorDict, given: tuple[Any, Any]) -> tuple[Any, Any]:
+    """``(padded, max_samples_per_micro_batch)``: each argument given (not ``None``), else
+    the batch's setting of that name, else ``(False, None)`` (verl's rule). Checked later,
+    by the planner."""
+    padded, limit = given
+    if padded is None:
+        padded = _setting(data, "padded", False)
+    if limit is None:
+        limit = _setting(data, "max_samples_per_micro_batch", None)
+    return padded, limit
