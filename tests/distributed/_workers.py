@@ -207,6 +207,32 @@ PAIR_SCENARIOS += [
 ]
 
 PAIR_SCENARIOS += [
+    {  # issue 26: padded=True, right-padded rows: rank 0 needs 3 ([100], [10, 10, 10], [100])
+        "name": "padded_agree",
+        "batches": {0: {"lengths": [100, 10, 10, 10, 100], "side": "right"},
+                    1: {"lengths": [10] * 15, "side": "right"}},
+        "kwargs": {"max_token_len": 150, "padded": True},
+    },
+    {  # issue 26: rank 1's 300 tokens, padded to 64, are a 320-wide row over a cap of 256
+        "name": "padded_row_over_cap",
+        "batches": {0: {"lengths": [10] * 4, "side": "right"},
+                    1: {"lengths": [90, 300, 10], "side": "right"}},
+        "kwargs": {"max_token_len": 256, "padded": True, "pad_to_multiple_of": 64},
+    },
+    {  # issue 26: prepare_micro_batches reads padded and max_samples_per_micro_batch
+        "name": "padded_prepare_settings",
+        "call": "prepare_micro_batches",
+        "batches": {
+            r: {"lengths": [20] * 12, "side": "right",
+                "settings": {"max_token_len_per_gpu": 1_000, "padded": True,
+                             "max_samples_per_micro_batch": 4 + 2 * r}}
+            for r in range(2)
+        },
+        "kwargs": {},
+    },
+]
+
+PAIR_SCENARIOS += [
     {  # prepare_micro_batches: rank 1's batch lacks its token budget setting
         "name": "prepare_missing_budget",
         "call": "prepare_micro_batches",
@@ -518,7 +544,7 @@ def build_batch(spec: dict[str, Any], rank: int) -> Any:
     dtype = getattr(torch, MASK_DTYPES[rank % len(MASK_DTYPES)])
     mask = torch.zeros(n, width, dtype=dtype)
     for row, length in enumerate(lengths):
-        if (row + rank) % 2:
+        if (row + rank) % 2 and spec.get("side") != "right":
             mask[row, width - length :] = 1  # left padding
         else:
             mask[row, :length] = 1  # right padding
@@ -685,6 +711,10 @@ def run_scenario(scenario: dict[str, Any], rank: int, groups: dict[str, Any]) ->
                 mb_sample_ids=[_column(mb, "sample_id") for mb in micro_batches],
                 mb_token_sums=[_token_sum(mb) for mb in micro_batches],
                 mb_types=[type(mb).__name__ for mb in micro_batches],
+                mb_widths=[
+                    int(mb["attention_mask"].shape[1]) if "attention_mask" in mb.keys() else None
+                    for mb in micro_batches
+                ],
             )
     record["seconds"] = round(time.perf_counter() - start, 4)
     record["collectives"] = events

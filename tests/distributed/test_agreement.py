@@ -544,6 +544,47 @@ def test_alignment_sample_over_cap_raises_the_same_error_on_both(pair: SuiteRun)
     _assert_matches_reference("pair", "aligned_sample_over_cap", records, [0, 1])
 
 
+def test_padded_one_agreed_count_every_footprint_under_the_cap(pair: SuiteRun) -> None:
+    # Issue 26: rows x width. Rank 0 needs 3 micro-batches ([100], [10, 10, 10], [100]),
+    # rank 1 (15 rows of 10 fit one) follows; each comes back as wide as its widest row.
+    records = pair.scenario("padded_agree")
+    assert [r["n_micro"] for r in records] == [3, 3]
+    for record in records:
+        lengths = _lengths("pair", "padded_agree", record["rank"])
+        _assert_plan(record, lengths, 150)
+        widest = [max(lengths[i] for i in part) for part in record["indices"]]
+        assert record["mb_widths"] == widest
+        assert max(len(part) * w for part, w in zip(record["indices"], widest, strict=True)) <= 150
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+    assert sorted(len(part) * w for part, w in zip(records[0]["indices"], records[0]["mb_widths"],
+                                                   strict=True)) == [30, 100, 100]
+    _assert_matches_reference("pair", "padded_agree", records, [0, 1])
+
+
+def test_padded_row_over_cap_raises_the_same_error_on_both(pair: SuiteRun) -> None:
+    records = pair.scenario("padded_row_over_cap")
+    _assert_same_error(
+        records, "ValueError", 1,
+        "sample 1 has 300 tokens; padded=True holds it as 1 row x 320 wide = 320 token "
+        "positions", "exceeds max_token_len=256", "raise max_token_len to at least 320 ",
+    )  # fmt: skip
+    for record in records:
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+    _assert_matches_reference("pair", "padded_row_over_cap", records, [0, 1])
+
+
+def test_padded_settings_from_the_batch_limit_the_samples(pair: SuiteRun) -> None:
+    # 12 rows of 20 fit 1,000 padded as one; at most 4 (rank 0) and 6 (rank 1) samples per
+    # micro-batch: rank 0 needs 3, rank 1 follows with 3 of 4 rows.
+    records = pair.scenario("padded_prepare_settings")
+    assert [r["n_micro"] for r in records] == [3, 3]
+    for record in records:
+        _assert_plan(record, [20] * 12, 1_000)
+        assert [len(part) for part in record["indices"]] == [4, 4, 4]
+        assert record["mb_widths"] == [20, 20, 20]
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+
+
 def test_case5_sample_over_cap_on_rank_2_raises_on_all_four(quad: SuiteRun) -> None:
     records = quad.scenario("case5_sample_over_cap")
     _assert_same_error(records, "ValueError", 2, "exceeds max_token_len=100", "sample 1 has 120 tokens")
