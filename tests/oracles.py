@@ -3,6 +3,8 @@ correct, for small inputs only."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 
 def brute_force_optimum(sizes: list[int], cap: int) -> int:
     """Fewest bins over every set partition of the items (restricted growth strings).
@@ -139,3 +141,56 @@ def brute_force_optimum_cost(
 
     extend(0)
     return best
+
+
+def _up(value: int, multiple: int) -> int:
+    return (value + multiple - 1) // multiple * multiple
+
+
+def partitions(items: list[int]) -> Iterator[list[list[int]]]:
+    """Every set partition of ``items``, as lists of blocks (Bell(n) of them)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in partitions(rest):
+        yield [[first], *part]
+        for k in range(len(part)):
+            yield [*part[:k], [first, *part[k]], *part[k + 1 :]]
+
+
+def oracle_count(
+    lengths: list[int],
+    cap: int,
+    *,
+    padded: bool,
+    group: int = 1,
+    pad: int = 1,
+    bucket: int = 1,
+    limit: int | None = None,
+    floor: int | None = None,
+    divisor: int | None = None,
+    costs: list[int] | None = None,
+) -> int | None:
+    """The fewest micro-batches over every partition of the forced groups into blocks
+    that fit (padded: rows x widest row; else the summed cost; each rounded up to the
+    bucket; at most ``limit`` samples), at least ``floor``, a multiple of ``divisor``;
+    ``None`` when no count qualifies."""
+    widths = costs if costs is not None else lengths
+    n_groups = len(lengths) // group
+    members = {g: list(range(g * group, (g + 1) * group)) for g in range(n_groups)}
+
+    def fits(block: list[int]) -> bool:
+        rows = [i for g in block for i in members[g]]
+        if limit is not None and len(rows) > limit:
+            return False
+        if padded:
+            cost = len(rows) * max(_up(widths[i], pad) for i in rows)
+        else:
+            cost = sum(widths[i] if costs is not None else _up(widths[i], pad) for i in rows)
+        return _up(cost, bucket) <= cap
+
+    reachable = {len(part) for part in partitions(list(range(n_groups))) if all(map(fits, part))}
+    wanted = [k for k in sorted(reachable)
+              if k >= (floor or 1) and k % (divisor or 1) == 0]
+    return wanted[0] if wanted else None

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from oracles import oracle_count, partitions
 from seqlen_balancing import lower_bound, plan_data_parallel, plan_micro_batches
 from seqlen_balancing.cost import (
     ENV_MAX_SAMPLES_PER_MICRO_BATCH,
@@ -30,54 +31,6 @@ def footprint(lengths: list[int], mb: list[int], pad: int = 1) -> int:
 def assert_cover(plan: list[list[int]], n: int) -> None:
     assert sorted(i for mb in plan for i in mb) == list(range(n))
     assert all(mb for mb in plan)
-
-
-def partitions(items: list[int]):  # every set partition, as lists of blocks
-    if not items:
-        yield []
-        return
-    first, rest = items[0], items[1:]
-    for part in partitions(rest):
-        yield [[first], *part]
-        for k in range(len(part)):
-            yield [*part[:k], [first, *part[k]], *part[k + 1 :]]
-
-
-def oracle_count(
-    lengths: list[int],
-    cap: int,
-    *,
-    padded: bool,
-    group: int = 1,
-    pad: int = 1,
-    bucket: int = 1,
-    limit: int | None = None,
-    floor: int | None = None,
-    divisor: int | None = None,
-    costs: list[int] | None = None,
-) -> int | None:
-    """The fewest micro-batches over every partition of the forced groups into blocks
-    that fit (padded: rows x widest row; else the summed cost; each rounded up to the
-    bucket; at most ``limit`` samples), at least ``floor``, a multiple of ``divisor``;
-    ``None`` when no count qualifies."""
-    widths = costs if costs is not None else lengths
-    n_groups = len(lengths) // group
-    members = {g: list(range(g * group, (g + 1) * group)) for g in range(n_groups)}
-
-    def fits(block: list[int]) -> bool:
-        rows = [i for g in block for i in members[g]]
-        if limit is not None and len(rows) > limit:
-            return False
-        if padded:
-            cost = len(rows) * max(up(widths[i], pad) for i in rows)
-        else:
-            cost = sum(widths[i] if costs is not None else up(widths[i], pad) for i in rows)
-        return up(cost, bucket) <= cap
-
-    reachable = {len(part) for part in partitions(list(range(n_groups))) if all(map(fits, part))}
-    wanted = [k for k in sorted(reachable)
-              if k >= (floor or 1) and k % (divisor or 1) == 0]
-    return wanted[0] if wanted else None
 
 
 # ------------------------------------------------------------------------ the issue's cases
