@@ -187,7 +187,7 @@ def test_prepare_micro_batches_reads_padded_and_the_sample_limit_from_the_batch(
     batch["padded"] = NonTensorData(True)
     batch["max_samples_per_micro_batch"] = NonTensorData(5)
     mbs, idx = prepare_micro_batches(batch)
-    assert sorted(len(mb) for mb in mbs) == [4, 4, 4]
+    assert sorted(len(mb) for mb in mbs) == [4, 4, 4] and all(len(part) == 4 for part in idx)
     assert all(mb["input_ids"].shape[1] == 20 for mb in mbs)
     mbs, _ = prepare_micro_batches(batch, max_samples_per_micro_batch=12, padded=False)
     assert [tuple(mb["input_ids"].shape) for mb in mbs] == [(12, 50)]  # the arguments win
@@ -221,6 +221,8 @@ def test_jagged_rows_plan_on_rows_x_longest_and_are_not_cut() -> None:
                        batch_size=[5])
     mbs, idx = rearrange_micro_batches(batch, 150, padded=True)
     assert sorted(sorted(part) for part in idx) == [[0], [1, 2, 3], [4]]
+    for mb, part in zip(mbs, idx, strict=True):
+        assert mb["input_ids"].offsets().diff().tolist() == [len(rows[i]) for i in part]
     assert all(type(part) is list for part in idx)
 
 
