@@ -344,3 +344,41 @@ def test_the_alignment_of_the_environment_reaches_verls_calls(tmp_path: Path) ->
             print(json.dumps(dict(error=str(error), on=holders()[0])))
     """, {"SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF": "two"})
     assert "SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF" in str(bad["error"]) and bad["on"] == []
+
+
+@pytest.mark.torch
+def test_the_sample_limit_of_the_environment_reaches_the_switched_functions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 26: 64 samples of 100 tokens fit 16,384 as one micro-batch; at most 16 per
+    # micro-batch they are 4. The functions the switch binds (the test above checks the
+    # binding itself) take the variable; a caller's own value wins.
+    import torch
+    from tensordict import TensorDict
+
+    from seqlen_balancing.verl.switch import _library_functions
+
+    batch = TensorDict({"attention_mask": torch.ones(64, 100, dtype=torch.long)}, [64])
+    monkeypatch.setenv("SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH", "16")
+    ours = _library_functions()
+    assert len(ours["rearrange_micro_batches"](batch, 16384)[0]) == 4
+    assert len(ours["rearrange_micro_batches"](batch, 16384, max_samples_per_micro_batch=64)[0]) == 1
+    assert len(ours["prepare_dynamic_batch"].__wrapped__(  # unwrapped: no limit
+        _Proto(batch), 16384)[0]) == 1
+    assert len(ours["prepare_dynamic_batch"](_Proto(batch), 16384)[0]) == 4
+    monkeypatch.delenv("SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH")
+    assert len(_library_functions()["rearrange_micro_batches"](batch, 16384)[0]) == 1
+
+
+class _Proto:
+    """A DataProto stand-in for the test above."""
+
+    def __init__(self, batch: object, non_tensor_batch: object = None, meta_info: object = None) -> None:
+        self.batch, self.non_tensor_batch, self.meta_info = batch, non_tensor_batch or {}, meta_info or {}
+
+    @classmethod
+    def from_dict(cls, tensors: dict, non_tensors: object, meta_info: object = None) -> _Proto:
+        from tensordict import TensorDict
+
+        size = len(next(iter(tensors.values())))
+        return cls(TensorDict(tensors, batch_size=[size]), non_tensors, meta_info)
