@@ -34,7 +34,12 @@ total); ``--micro-batch-multiple-of N`` rounds each micro-batch's total up to a 
 cap is usable as ``cap // N * N``. The plan, the bounds and the messages are then in aligned
 tokens; the tables add ``aligned`` and ``aligned mb`` columns. ``sweep`` prints the smallest
 ``max_token_len`` that can be planned at all (the costliest sample or forced group of the
-step, aligned, rounded up to the bucket, divided by ``--sp-size``). ``--plot`` checks its
+step, aligned, rounded up to the bucket, divided by ``--sp-size``). ``--padded`` plans for
+models that run padded tensors: a micro-batch costs its rows x its widest row (each rounded
+up to ``--pad-to-multiple-of``); the tables show ``footprint`` and ``footprint mb`` (and,
+in ``sweep``, the ``padding`` share of the footprint) instead of the aligned columns, and a
+micro-batch's JSON ``cost`` is its footprint. ``--max-samples-per-micro-batch N`` keeps
+every micro-batch at ``N`` samples or fewer. ``--plot`` checks its
 path before anything is read or planned. ``--tokenizer DIR/tokenizer.json`` takes the chat
 template and special tokens from the ``tokenizer_config.json`` (or ``chat_template.jinja``)
 beside it; without one, ``--messages-field`` says to pass the directory.
@@ -58,7 +63,8 @@ JSON output (``--json``, one object on stdout; keys are stable). Fills are fract
   ``force_group_size``, ``num_batches_divided_by`` and ``min_num_micro_batch`` (null when
   not given), ``dynamic_bsz_balance``, ``pad_to_multiple_of`` and
   ``micro_batch_multiple_of`` (as planned; 1: none), ``tp``, ``cp`` (null when not given),
-  ``fp8``; ``truncated``: rows ``--truncate`` clipped.
+  ``fp8``, ``padded``, ``max_samples_per_micro_batch`` (null when not given);
+  ``truncated``: rows ``--truncate`` clipped.
 * ``ranks``: per DP rank: ``rank``, ``samples``, ``tokens``, ``aligned_tokens`` (the
   samples' costs summed), ``count`` (micro-batches),
   ``verl_count`` (with ``--compare-verl``), ``l2_lower_bound``, ``lower_bound`` (the

@@ -248,6 +248,20 @@ def _add_cost(parser: argparse.ArgumentParser) -> None:
         "cap // N * N; with --fp8 the bucket is the least common multiple of N and FP8's "
         "align*128 (both roundings hold) (default: 1)",
     )
+    cost.add_argument(
+        "--padded",
+        action="store_true",
+        help="for models that run padded tensors: a micro-batch costs its rows x its widest row "
+        "(each rounded up to --pad-to-multiple-of), cut to that width; the tables show that "
+        "footprint (default: off, the summed cost)",
+    )
+    cost.add_argument(
+        "--max-samples-per-micro-batch",
+        type=_positive_int,
+        metavar="N",
+        help="no micro-batch holds more than N samples (a forced group counts all its rows) "
+        "(default: no limit)",
+    )
 
 
 def _add_output(parser: argparse.ArgumentParser, plot_help: str) -> None:

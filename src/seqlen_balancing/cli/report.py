@@ -50,9 +50,14 @@ def _verl_on(args: argparse.Namespace) -> bool:
 
 def _aligned_on(args: argparse.Namespace) -> bool:
     """The cap is on aligned tokens (an alignment option was given): show both."""
-    return bool(
+    return not _padded_on(args) and bool(
         (args.pad_to_multiple_of or 1) > 1 or args.tp is not None or (args.micro_batch_multiple_of or 1) > 1
     )
+
+
+def _padded_on(args: argparse.Namespace) -> bool:
+    """--padded: the cap is on rows x width; show that footprint."""
+    return bool(getattr(args, "padded", False))
 
 
 def _saving(ours: int, verl: int | None) -> str:
@@ -81,6 +86,13 @@ PLAN_COLUMNS: list[Column[PlanRow]] = [
         "up to --pad-to-multiple-of or Megatron's alignment)",
         lambda x, a: str(x[0].aligned_tokens),
         _aligned_on,
+    ),
+    Column(
+        "footprint",
+        "--padded: token positions the rank's micro-batches hold, each its rows x its widest "
+        "row (rounded up to --pad-to-multiple-of)",
+        lambda x, a: str(x[0].aligned_tokens),
+        _padded_on,
     ),
     Column(
         "micro-batches",
@@ -116,6 +128,13 @@ PLAN_COLUMNS: list[Column[PlanRow]] = [
         "up to --micro-batch-multiple-of (never above the cap: the cap holds on this)",
         lambda x, a: str(x[0].largest_cost),
         _aligned_on,
+    ),
+    Column(
+        "footprint mb",
+        "--padded: the largest micro-batch's footprint, rows x its widest row (never above the "
+        "cap: the cap holds on this)",
+        lambda x, a: str(x[0].largest_cost),
+        _padded_on,
     ),
     Column("fill", "tokens / (micro-batches x cap): how full the passes are", lambda x, a: pct(x[0].fill)),
     Column(
@@ -200,6 +219,18 @@ SWEEP_COLUMNS: list[Column[StepResult]] = [
         _aligned_on,
     ),
     Column(
+        "footprint mb",
+        "--padded: the largest micro-batch's rows x its widest row (never above the cap)",
+        lambda r, a: str(r.largest_cost),
+        _padded_on,
+    ),
+    Column(
+        "padding",
+        "--padded: share of the footprint that is padding, 1 - tokens / token positions held",
+        lambda r, a: pct(r.padding_share),
+        _padded_on,
+    ),
+    Column(
         "time", "wall time of this library's planning for the cap", lambda r, a: f"{1000 * r.seconds:.1f} ms"
     ),
     Column(
@@ -281,6 +312,10 @@ def _alignment_text(args: argparse.Namespace) -> str:
             f"each micro-batch's total is rounded up to a multiple of {bucket}{combined} (a cap is "
             f"usable as cap // {bucket} * {bucket})"
         )
+    if _padded_on(args):
+        parts.append("a micro-batch costs its rows x its widest row, cut to that width (--padded)")
+    if getattr(args, "max_samples_per_micro_batch", None):
+        parts.append(f"at most {args.max_samples_per_micro_batch} samples per micro-batch")
     if not parts:
         parts.append("each sample costs its length (no alignment)")
     return "cap on what the GPU holds: " + "; ".join(parts)
@@ -304,7 +339,7 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
     lines = [first]
     if step.counted:
         lines.append(step.counted)
-    if _aligned_on(args):
+    if _aligned_on(args) or _padded_on(args) or getattr(args, "max_samples_per_micro_batch", None):
         lines.append(_alignment_text(args))
     if args.balance_batch and step.dp_size > 1:
         grouped = f", groups of {args.force_group_size} rows kept whole" if args.force_group_size > 1 else ""
@@ -436,6 +471,8 @@ def _alignment_json(args: argparse.Namespace) -> dict[str, Any]:
         "tp": args.tp,
         "cp": args.cp,
         "fp8": bool(args.fp8),
+        "padded": _padded_on(args),
+        "max_samples_per_micro_batch": getattr(args, "max_samples_per_micro_batch", None),
     }
 
 

@@ -45,7 +45,7 @@ class RankResult:
     largest: int
     fill: float
     workload_spread: float
-    aligned_tokens: int = 0  # the rank's samples' costs summed (aligned tokens)
+    aligned_tokens: int = 0  # the rank's samples' costs summed (aligned tokens; --padded: footprints)
     micro_batch_costs: list[int] = field(default_factory=list)  # what each holds on the GPU
     largest_cost: int = 0  # the costliest micro-batch (never above the cap)
 
@@ -108,6 +108,12 @@ class StepResult:
     @property
     def largest(self) -> int:
         return max((r.largest for r in self.ranks), default=0)
+
+    @property
+    def padding_share(self) -> float:
+        """With ``--padded``: 1 - tokens / token positions the micro-batches hold."""
+        held = sum(r.aligned_tokens for r in self.ranks)
+        return 1 - sum(r.tokens for r in self.ranks) / held if held else 0.0
 
     @property
     def l2_lower_bound_total(self) -> int:

@@ -36,7 +36,12 @@ from seqlen_balancing.bounds import l2_lower_bound
 from seqlen_balancing.cli._text import CliError, plural
 from seqlen_balancing.cli.inputs import Loaded
 from seqlen_balancing.cli.results import RankResult, Step, StepResult, VerlResult, alignment
-from seqlen_balancing.cost import aligned_length, micro_batch_capacity, micro_batch_cost
+from seqlen_balancing.cost import (
+    aligned_length,
+    micro_batch_capacity,
+    micro_batch_cost,
+    padded_micro_batch_cost,
+)
 from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
 from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, local_count
 from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
@@ -184,7 +189,10 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
     pad, bucket = alignment(args)
     costs = [aligned_length(step.lengths[p], pad) for p in step.positions]
     size = args.force_group_size
-    largest = max((sum(costs[g : g + size]) for g in range(0, len(costs), size)), default=0)
+    if getattr(args, "padded", False):  # a group alone: its rows x its widest row
+        largest = max((size * max(costs[g : g + size]) for g in range(0, len(costs), size)), default=0)
+    else:
+        largest = max((sum(costs[g : g + size]) for g in range(0, len(costs), size)), default=0)
     needed = max(aligned_length(largest, bucket), bucket, 1)
     return -(-needed // int(args.sp_size))
 
@@ -203,6 +211,8 @@ def _plan_ranks(
             num_batches_divided_by=args.num_batches_divided_by,
             pad_to_multiple_of=pad,
             micro_batch_multiple_of=bucket,
+            padded=getattr(args, "padded", False),
+            max_samples_per_micro_batch=getattr(args, "max_samples_per_micro_batch", None),
         )
         for lens in per_rank
     ]
@@ -270,6 +280,11 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         costs = analysis.sample_costs
         mb_tokens = [sum(lens[i] for i in mb) for mb in plan]
         mb_costs = [micro_batch_cost([costs[i] for i in mb], bucket) for mb in plan]
+        held = sum(costs)
+        if getattr(args, "padded", False):  # rows x the widest row (costs: aligned widths)
+            footprints = [padded_micro_batch_cost([costs[i] for i in mb]) for mb in plan]
+            mb_costs = [aligned_length(f, bucket) for f in footprints]
+            held = sum(footprints)
         tokens = sum(lens)
         ranks.append(
             RankResult(
@@ -283,7 +298,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
                 largest=max(mb_tokens, default=0),
                 fill=tokens / (len(plan) * cap) if plan else 0.0,
                 workload_spread=spread([sum(workload(lens[i]) for i in mb) for mb in plan]),
-                aligned_tokens=sum(costs),
+                aligned_tokens=held,
                 micro_batch_costs=mb_costs,
                 largest_cost=max(mb_costs, default=0),
             )
