@@ -109,9 +109,10 @@ def _library_functions() -> dict[str, Callable[..., Any]]:
     ``SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH`` is set
     (:func:`~seqlen_balancing.cost.max_samples_from_env`), under that sample limit.
 
-    ``padded`` has no variable: with it the micro-batches come back cut to their own width,
-    and verl's trainer code joins the per-micro-batch outputs at the batch's width (see
-    docs/padded.md), so the switch never turns it on."""
+    ``padded`` has no variable: its cut is for callers that restore per-micro-batch outputs
+    themselves, verl's engines join them into one tensor first, and one process-wide value
+    would serve remove-padding engines too (docs/padded.md), so the switch never turns it
+    on."""
     import seqlen_balancing  # torch and tensordict load here (verl has loaded them already)
     from seqlen_balancing.cost import alignment_from_env, max_samples_from_env
 
