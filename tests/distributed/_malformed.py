@@ -230,6 +230,21 @@ def _valid_proto(rng: random.Random) -> Call:
     return dynamic(proto(lengths(rng)))
 
 
+def _padded_over_cap(rng: random.Random) -> Call:
+    # Issue 26: a group of 2 rows of up to CAP / 2 + 1 tokens fits summed (2 x CAP / 2 is
+    # CAP only when both are short), but padded it is 2 rows x its widest row, over the cap.
+    lens = [rng.randint(1, 8), CAP // 2 + rng.randint(1, 9), rng.randint(1, 8), rng.randint(1, 8)]
+    return rearrange(masked(lens), padded=True, force_group_size=2)
+
+
+def _padded_lazy_stack(rng: random.Random) -> Call:
+    import torch
+    from tensordict import LazyStackedTensorDict, TensorDict
+
+    rows = [TensorDict({"attention_mask": torch.ones(4, dtype=torch.long)}, []) for _ in range(3)]
+    return rearrange(LazyStackedTensorDict.lazy_stack(rows, 0), padded=True)
+
+
 _H = 2**70
 
 KINDS: list[Kind] = [
@@ -332,6 +347,20 @@ KINDS: list[Kind] = [
          "every non_tensor_batch entry must be a NumPy array"),
     Kind("proto_non_tensor_rows", _r(_array_rows, _valid_proto), "ValueError",
          "a non_tensor_batch array has"),
+    # issue 26: padded=True and max_samples_per_micro_batch
+    Kind("padded_not_bool", _r(lambda rng: rearrange(masked(lengths(rng)), padded="yes")),
+         "TypeError", "padded must be a bool"),
+    Kind("padded_group_over_cap", _r(_padded_over_cap), "ValueError",
+         "padded=True holds it as 2 rows x"),
+    Kind("padded_lazy_stack", _r(_padded_lazy_stack), "ValueError",
+         "padded=True cuts every micro-batch to its width, but the batch is a lazy stack"),
+    Kind("max_samples_zero",
+         _r(lambda rng: rearrange(masked(lengths(rng)), max_samples_per_micro_batch=0)),
+         "ValueError", "max_samples_per_micro_batch must be a positive integer (>= 1), got 0"),
+    Kind("max_samples_below_group",
+         _r(lambda rng: rearrange(masked(lengths(rng, 4)), force_group_size=2,
+                                  max_samples_per_micro_batch=1)),
+         "ValueError", "max_samples_per_micro_batch=1 is below force_group_size=2"),
 ]
 
 
