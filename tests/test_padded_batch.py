@@ -130,6 +130,12 @@ def test_left_padded_prompt_plus_right_padded_response_is_cut_on_both_sides() ->
     for part in idx:
         for i in part:
             assert bool((restored[i, : part.start] == 0).all() and (restored[i, part.stop :] == 0).all())
+    # An uncut entry whose width happens to be a micro-batch's width stays as it is.
+    kept = {part.stop - part.start for part in idx}
+    for width in kept:
+        odd = layout(spans, prompt_width + response_width, extra=width)
+        odd_mbs, odd_idx = rearrange_micro_batches(odd, cap, padded=True)
+        assert same(restore_dynamic_batch(odd_mbs, odd_idx), odd)
     # Per-sample outputs (no width) are restored as before.
     per_sample = restore_dynamic_batch([mb["uid"] * 3 for mb in mbs], idx)
     assert per_sample.tolist() == [3 * i for i in range(9)]

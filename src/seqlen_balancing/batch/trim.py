@@ -48,6 +48,7 @@ class MicroBatchIndices(list):  # type: ignore[type-arg]
         width: the batch's width (columns of its ``attention_mask``).
         dims: the entries cut, each with the dimension cut (its sequence dimension).
         pad_values: each cut entry's pad value (what restoring writes outside the window).
+        uncut: the batch's other entries (restoring leaves them as they are).
     """
 
     start: int
@@ -55,6 +56,7 @@ class MicroBatchIndices(list):  # type: ignore[type-arg]
     width: int
     dims: dict[Any, int]
     pad_values: dict[Any, Any]
+    uncut: frozenset[Any]
 
     def __init__(
         self,
@@ -64,11 +66,13 @@ class MicroBatchIndices(list):  # type: ignore[type-arg]
         width: int,
         dims: dict[Any, int] | None = None,
         pad_values: dict[Any, Any] | None = None,
+        uncut: frozenset[Any] = frozenset(),
     ) -> None:
         super().__init__(indices)
         self.start, self.stop, self.width = start, stop, width
         self.dims = dict(dims or {})
         self.pad_values = dict(pad_values or {})
+        self.uncut = uncut
 
     def __repr__(self) -> str:
         return (
@@ -161,11 +165,14 @@ def cut_to_width(
 ) -> None:
     """Set each cut entry of each micro-batch to the input's rows of that micro-batch and
     its kept columns only (one ``index_select`` of a narrowed view: no full-width copy)."""
+    values = {key: batch.get(key) for key in dims}
     for micro_batch, part, (lo, hi) in zip(micro_batches, plan, kept, strict=True):
+        index: dict[torch.device, torch.Tensor] = {}  # one index per device and micro-batch
         for key, dim in dims.items():
-            value = batch.get(key)
-            index = torch.tensor(part, dtype=torch.long, device=value.device)
-            micro_batch.set(key, value.narrow(dim, lo, hi - lo).index_select(0, index))
+            value = values[key]
+            if value.device not in index:
+                index[value.device] = torch.tensor(part, dtype=torch.long, device=value.device)
+            micro_batch.set(key, value.narrow(dim, lo, hi - lo).index_select(0, index[value.device]))
 
 
 def _widened(tensor: torch.Tensor, dim: int, indices: MicroBatchIndices, fill: Any) -> torch.Tensor:
@@ -207,17 +214,19 @@ def restore_widths(parts: list[Any], lists: Sequence[Sequence[int]]) -> list[Any
 def _widened_tensordict(part: TensorDictBase, indices: MicroBatchIndices) -> TensorDictBase:
     """A new TensorDict (the output is not changed) with every entry of the micro-batch's
     width widened: the entries the cut made along the dimension it cut, with the pad
-    value they held; other tensors along their first dimension of that width, with 0."""
+    value they held; entries the batch did not have (model outputs) along their first
+    dimension of that width, with 0; the batch's uncut entries as they are."""
     widened = part.empty(recurse=True)
     kept = indices.stop - indices.start
     for key, value in part.items(include_nested=True, leaves_only=True):
         dim = None
         if isinstance(value, torch.Tensor) and not isinstance(value, (NonTensorData, NonTensorStack)):
-            dim = indices.dims.get(key)
-            if dim is None:
+            cut = indices.dims.get(key)
+            if cut is not None:
+                fits = kept != indices.width and value.dim() > cut and int(value.shape[cut]) == kept
+                dim = cut if fits else None
+            elif key not in indices.uncut:
                 dim = _seq_dim(value, indices)
-            elif kept == indices.width or value.dim() <= dim or int(value.shape[dim]) != kept:
-                dim = None
         if dim is None:
             widened.set(key, value)
         else:
@@ -237,6 +246,7 @@ class Trim:
         width: the mask's width (columns).
         dims: the dense entries to cut, with their sequence dimension.
         pad_values: each one's pad value.
+        uncut: the batch's other entries.
     """
 
     first: list[int]
@@ -248,6 +258,7 @@ class Trim:
     width: int
     dims: dict[Any, int] = field(default_factory=dict)
     pad_values: dict[Any, Any] = field(default_factory=dict)
+    uncut: frozenset[Any] = frozenset()
 
     def cut(
         self, micro_batches: list[Any], batch: TensorDictBase, plan: list[list[int]], pad: int
@@ -258,7 +269,7 @@ class Trim:
         kept = _windows(plan, self.first, self.stop, self.has, self.anchor, self.width, pad)
         cut_to_width(micro_batches, batch, plan, kept, self.dims)
         return [
-            MicroBatchIndices(part, lo, hi, self.width, self.dims, self.pad_values)
+            MicroBatchIndices(part, lo, hi, self.width, self.dims, self.pad_values, self.uncut)
             for part, (lo, hi) in zip(plan, kept, strict=True)
         ]
 
@@ -303,6 +314,8 @@ def trim_inputs(
         anchor, left, right = _extents(first, stop, has)
         trim = Trim(first, stop, has, anchor, left, right, int(mask.shape[1]))
         trim.dims = _cut_dims(batch, trim.width)
+        leaves = batch.keys(include_nested=True, leaves_only=True)
+        trim.uncut = frozenset(key for key in leaves if key not in trim.dims)
         where = _pad_position(trim)
         if where is not None:
             trim.pad_values = _pad_values(batch, trim.dims, *where)
