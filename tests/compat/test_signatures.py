@@ -45,11 +45,14 @@ def assert_extends(ours: object, theirs: object) -> None:
         assert default is not inspect.Parameter.empty, name
 
 
-#: The extensions each mirrored function adds (issue 21: the cap on what the GPU holds).
+#: The extensions each mirrored function adds (issue 21: the cap on what the GPU holds;
+#: issue 26: the padded footprint and the sample limit).
+_COST = ["pad_to_multiple_of", "micro_batch_multiple_of", "costs", "padded",
+         "max_samples_per_micro_batch"]
 EXTENDED = {
-    "rearrange_micro_batches": ["pad_to_multiple_of", "micro_batch_multiple_of", "costs"],
-    "prepare_dynamic_batch": ["pad_to_multiple_of", "micro_batch_multiple_of", "costs"],
-    "prepare_micro_batches": ["pad_to_multiple_of", "micro_batch_multiple_of", "costs"],
+    "rearrange_micro_batches": _COST,
+    "prepare_dynamic_batch": _COST,
+    "prepare_micro_batches": _COST,
 }
 
 
