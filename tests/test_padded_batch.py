@@ -232,6 +232,17 @@ def test_jagged_rows_plan_on_rows_x_longest_and_are_not_cut() -> None:
     assert all(type(part) is list for part in idx)
 
 
+def test_nested_tensordicts_are_cut_unless_the_width_is_one_of_their_batch_dims() -> None:
+    batch = layout([(0, 3), (0, 2), (0, 3), (0, 1)], 10)
+    values = torch.where(batch["attention_mask"].bool(), torch.arange(40.0).view(4, 10), -1.0)
+    batch["sub"] = TensorDict({"x": values}, batch_size=[4])  # pad value -1 in this entry
+    batch["grid"] = TensorDict({"x": torch.arange(40.0).view(4, 10)}, batch_size=[4, 10])
+    mbs, idx = rearrange_micro_batches(batch, 100, padded=True)
+    assert len(mbs) == 1 and mbs[0]["sub", "x"].shape == (4, 3)
+    assert mbs[0]["grid"].batch_size == (4, 10)  # a batch dimension: never cut
+    assert same(restore_dynamic_batch(mbs, idx), batch)
+
+
 def test_a_lazy_stack_cannot_be_cut_to_width() -> None:
     rows = [TensorDict({"attention_mask": torch.ones(4, dtype=torch.long)}, []) for _ in range(3)]
     batch = tensordict.LazyStackedTensorDict.lazy_stack(rows, 0)

@@ -131,14 +131,16 @@ def _windows(
 
 def _cut_dims(batch: TensorDictBase, width: int) -> dict[Any, int]:
     """The dense entries with the batch's sequence dimension, each with that dimension:
-    the first after the batch dimension whose size is ``width``."""
+    the first after its TensorDict's batch dimensions whose size is ``width`` (a
+    dimension that is a batch dimension of a nested TensorDict is never cut)."""
     found: dict[Any, int] = {}
     for key, value in batch.items(include_nested=True, leaves_only=True):
         if isinstance(value, (NonTensorData, NonTensorStack)) or not isinstance(value, torch.Tensor):
             continue
         if value.is_nested or value.layout != torch.strided:
             continue
-        for d in range(1, value.dim()):
+        parent = batch.get(key[:-1]) if isinstance(key, tuple) and len(key) > 1 else batch
+        for d in range(len(parent.batch_size), value.dim()):
             if int(value.shape[d]) == width:
                 found[key] = d
                 break
