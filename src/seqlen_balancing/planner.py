@@ -110,9 +110,9 @@ class RankAnalysis:
             the count is above it every bound was tried.
         bound_name: which bound gave ``lower_bound``: one of
             :data:`~seqlen_balancing.bounds.BOUND_NAMES` (``"L2"``, ``"cardinality"``,
-            ``"matching"``, ``"reduction"``, ``"Fekete-Schepers"``),
-            ``"min_num_micro_batch"`` when that argument is larger, or ``"one"`` for a
-            batch of zero-length samples ("" on error).
+            ``"matching"``, ``"reduction"``, ``"Fekete-Schepers"``), ``"min_num_micro_batch"``,
+            ``"one"`` (zero-length samples), ``"padded sorted rule"``, ``"samples per
+            micro-batch"`` (:mod:`~seqlen_balancing.padded`), or "" on error.
         min_count: the smallest count this rank reached under the cap (0 on error).
         largest: the costliest forced group (a sample when ``force_group_size`` is 1) in
             tokens of cost (effective tokens by default), also on an over-cap error (0 when

@@ -114,7 +114,9 @@ PLAN_COLUMNS: list[Column[PlanRow]] = [
         "by",
         "which bound that is: L2, cardinality (most samples per micro-batch), matching (samples "
         "over cap/3 pair at most two to a micro-batch), reduction (Martello-Toth), "
-        "Fekete-Schepers (dual feasible functions), min_num_micro_batch, or one",
+        "Fekete-Schepers (dual feasible functions), min_num_micro_batch, one, padded sorted rule "
+        "(--padded: the fewest micro-batches exactly), or samples per micro-batch "
+        "(--max-samples-per-micro-batch)",
         lambda x, a: x[0].analysis.bound_name,
     ),
     Column(
