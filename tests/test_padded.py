@@ -170,6 +170,15 @@ def test_a_count_above_the_fewest_is_balanced() -> None:
     # 8 rows of 100 fit in one micro-batch; 4 asked for: 2 rows each, equal workloads.
     plan = plan_micro_batches([100] * 8, 1000, padded=True, min_num_micro_batch=4)
     assert sorted(map(len, plan)) == [2, 2, 2, 2]
+    # 6 rows of 100 and 12 of 50 at 600 positions: 2 micro-batches at the fewest; at 3 each
+    # can hold 2 long and 4 short rows (footprint 600) with the same workload, at 4 the
+    # workloads differ by |w(100) - 2 w(50)| = 5,000 at most.
+    rows = [100] * 6 + [50] * 12
+    for count, gap in ((3, 0), (4, 5_000)):
+        plan = plan_micro_batches(rows, 600, padded=True, min_num_micro_batch=count)
+        loads = [sum(24_576 * rows[i] + rows[i] ** 2 for i in mb) for mb in plan]
+        assert len(plan) == count and max(loads) - min(loads) <= gap
+        assert all(footprint(rows, mb) <= 600 for mb in plan)
     # Long and short rows: the long ones together, the short ones together (fewest = 2).
     lengths = [500] * 4 + [50] * 40
     plan = plan_micro_batches(lengths, 2000, padded=True)
