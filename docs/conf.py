@@ -16,7 +16,7 @@ import seqlen_balancing  # noqa: E402
 
 project = "seqlen-balancing"
 author = "seqlen-balancing developers"
-copyright = "seqlen-balancing developers; Apache-2.0"  # noqa: A001 (Sphinx's setting name)
+copyright = "seqlen-balancing developers; Apache-2.0"
 release = seqlen_balancing.__version__
 version = release
 

@@ -423,8 +423,8 @@ def greedy_partition(
             bool (or 0/1).
         ValueError: an item is negative or not whole, ``k_partitions < 1``, ``k_partitions``
             above both ``n`` and :data:`~seqlen_balancing.partition.MAX_EMPTY_PARTITIONS`
-            (65,536: refused before anything is allocated), or ``equal_size`` is True and ``n`` is not divisible by
-            ``k_partitions``.
+            (65,536: refused before anything is allocated), or ``equal_size`` is True and
+            ``n`` is not divisible by ``k_partitions``.
 
     Complexity: O(n log k).
 
