@@ -329,3 +329,18 @@ def test_sft_trainer_ray_starts_ray_bare_so_no_override_exists() -> None:
     config = Path(spec.origin).parent / "config" / "sft_trainer_engine.yaml"
     assert "ray_kwargs" not in config.read_text(encoding="utf-8")
     assert "sft_trainer_ray" in (HERE.parents[1] / "docs" / "verl.md").read_text(encoding="utf-8")
+
+
+def test_docs_verl_md_binding_table_is_verls() -> None:
+    """docs/verl.md's table of bindings and definitions per module equals the counts
+    test_every_binding_in_a_fresh_interpreter reads from verl 0.9.1."""
+    import re
+
+    text = (HERE.parents[1] / "docs" / "verl.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(verl\.[\w.]+)` \| (\d+) \| (\d+) \| (.+) \|$", text, re.MULTILINE)
+    table = {module: int(bindings) + int(definitions) for module, bindings, definitions, _ in rows}
+    importable = {module for module, _, _, imports in rows if imports == "yes"}
+    assert {m: n for m, n in table.items() if m in importable} == BINDINGS_0_9_1
+    assert {m: n for m, n in table.items() if m not in importable} == NOT_IMPORTABLE_0_9_1
+    definitions = sum(int(d) for _, _, d, _ in rows)
+    assert (definitions, sum(table.values()) - definitions, len(table) - 1) == (13, 17, 9)
