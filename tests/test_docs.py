@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import doctest
 import importlib
-import importlib.util
 import io
 import pkgutil
 import re
@@ -40,11 +39,21 @@ MODULES = sorted(
 )
 
 
-def _needs_torch(name: str) -> bool:
-    """A module whose source imports torch or tensordict (read, not imported)."""
-    spec = importlib.util.find_spec(name)
-    source = Path(spec.origin).read_text(encoding="utf-8") if spec and spec.origin else ""
-    return re.search(r"^\s*(import|from) (torch|tensordict)\b", source, re.MULTILINE) is not None
+def _needs_torch(name: str, seen: frozenset[str] = frozenset()) -> bool:
+    """A module whose source or docstring examples import torch or tensordict, itself or
+    through a module of the package it imports (read, not imported: ``batch/__init__.py``
+    re-exports from modules that import torch)."""
+    # the file, found without importing a parent package (which may import torch)
+    base = Path(seqlen_balancing.__file__).parent.joinpath(*name.split(".")[1:])
+    path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+    source = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if re.search(r"^(import|from) (torch|tensordict)\b", source, re.MULTILINE):
+        return True
+    if re.search(r"^\s*>>> (import|from) (torch|tensordict)\b", source, re.MULTILINE):
+        return True  # a docstring example uses torch (partition.get_reverse_idx on a tensor)
+    inner = set(re.findall(r"^from (seqlen_balancing(?:\.\w+)*) import", source, re.MULTILINE))
+    inner |= set(re.findall(r"^import (seqlen_balancing(?:\.\w+)*)", source, re.MULTILINE))
+    return any(_needs_torch(other, seen | {name}) for other in sorted(inner - seen - {name}))
 
 
 @pytest.mark.parametrize(
