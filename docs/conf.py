@@ -60,18 +60,6 @@ nitpick_ignore = [
     ("py:class", "numpy.ndarray"),
     ("py:class", "ProcessGroup"),
     ("py:class", "torch.distributed.ProcessGroup"),
-    # bounds.py (lead's part 1): lower_bound's docstring names :func:`best_lower_bound` bare,
-    # which resolves to nothing documented; to go when it reads
-    # :func:`~seqlen_balancing.bounds.best_lower_bound` and api.md documents that function
-    ("py:func", "best_lower_bound"),
-    # batch/dataproto.py (lead's part 1): prepare_dynamic_batch's Raises section ends with a
-    # sentence ("Whatever ``type(data).from_dict`` itself raises ...") that napoleon reads
-    # as one more exception entry; to go when that sentence moves out of Raises
-    ("py:exc", "Whatever type"),
-    ("py:exc", "data"),
-    ("py:exc", ".from_dict itself raises is passed on as it is"),
-    ("py:exc", "caller's class"),
-    ("py:exc", "called after the agreement with the micro-batches' parts."),
 ]
 # The standard library's and torch's types in signatures (no intersphinx: offline build)
 nitpick_ignore_regex = [

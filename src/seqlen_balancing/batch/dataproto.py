@@ -93,7 +93,9 @@ def prepare_dynamic_batch(
     ``max_samples_per_micro_batch`` (keyword-only) are as in
     :func:`rearrange_micro_batches`: the cap holds on what the GPU holds (with ``padded``
     the batch's dense entries of the mask's width come back cut to each micro-batch's
-    width; the non-tensor arrays are per sample and are not cut).
+    width; the non-tensor arrays are per sample and are not cut). What
+    ``type(data).from_dict`` itself raises passes through unchanged: it is the caller's
+    class, called after the agreement with the micro-batches' parts.
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: objects of ``type(data)`` whose tensors and
@@ -109,8 +111,6 @@ def prepare_dynamic_batch(
             :func:`rearrange_micro_batches` (under DP agreement, on every rank).
         ValueError: a ``non_tensor_batch`` array does not have one row per sample, or as
             :func:`rearrange_micro_batches` (under DP agreement, on every rank).
-        Whatever ``type(data).from_dict`` itself raises is passed on as it is: it is the
-        caller's class, called after the agreement with the micro-batches' parts.
 
     Example:
         >>> from tensordict import TensorDict
