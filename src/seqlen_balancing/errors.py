@@ -26,6 +26,7 @@ __all__ = [
     "LengthSource",
     "PlanError",
     "key_values",
+    "over_cap_kind",
 ]
 
 #: Number of integers a :class:`PlanError` carries (the width of its slot in the agreement).
@@ -287,6 +288,20 @@ def _at_least(value: int) -> str:
     return f"to at least {value}"
 
 
+def over_cap_kind(pad_to_multiple_of: int, custom_costs: bool) -> int:
+    """The 8th value of an over-cap error: how the sample's cost was formed. 0: its
+    effective length; else ``pad_to_multiple_of << 1 | custom_costs`` (a given cost, an
+    aligned length, or a given cost aligned).
+
+    Example:
+        >>> over_cap_kind(1, False), over_cap_kind(1, True), over_cap_kind(8, False), over_cap_kind(8, True)
+        (0, 3, 16, 17)
+    """
+    if pad_to_multiple_of <= 1 and not custom_costs:
+        return 0
+    return max(pad_to_multiple_of, 1) << 1 | int(custom_costs)
+
+
 def _over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
     length, index, cap, count = (_n(x) for x in v[:4])
     largest_cost, cost, bucket, kind = v[4], v[5], max(v[6], 1), v[7]
@@ -298,12 +313,19 @@ def _over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
             f"raise max_token_len {_at_least(largest_cost)} ({longest}) or truncate the "
             "sequences"
         )
-    if kind == 0:
+    pad, custom = (1, False) if kind == 0 or kind == OUT_OF_RANGE else (kind >> 1, bool(kind & 1))
+    if not custom and pad == 1:
         costs, lower = "", "lower micro_batch_multiple_of"
-    elif kind == 1:
+    elif custom and pad == 1:
         costs, lower = f" and costs {_n(cost)} tokens (the costs given)", "lower the costs"
+    elif custom:
+        costs = (
+            f" and costs {_n(cost)} tokens (the cost given, rounded up to a multiple of "
+            f"pad_to_multiple_of={pad})"
+        )
+        lower = "lower the costs or the alignment"
     else:
-        costs = f" and costs {_n(cost)} tokens aligned to a multiple of pad_to_multiple_of={kind}"
+        costs = f" and costs {_n(cost)} tokens aligned to a multiple of pad_to_multiple_of={pad}"
         lower = "lower the alignment"
     usable = ""
     if bucket > 1:
