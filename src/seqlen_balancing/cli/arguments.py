@@ -7,6 +7,7 @@ import math
 from typing import NoReturn
 
 from seqlen_balancing.cli._text import PROG, CliError, int_text, short
+from seqlen_balancing.cli.inputs import DEFAULT_MAX_INPUT_MB
 from seqlen_balancing.cli.report import columns_help
 from seqlen_balancing.verl_rule import DEFAULT_MAX_TRIES
 
@@ -84,6 +85,14 @@ def _add_input(parser: argparse.ArgumentParser) -> None:
     )
     data.add_argument(
         "--field", metavar="NAME", help="JSON Lines key or Parquet column holding each length (tokens)"
+    )
+    data.add_argument(
+        "--max-input-mb",
+        type=_positive_int,
+        default=DEFAULT_MAX_INPUT_MB,
+        metavar="MB",
+        help="the input bound: --lengths is read once, whole, and refused (exit 2) beyond this "
+        f"many MiB (default: {DEFAULT_MAX_INPUT_MB})",
     )
     data.add_argument(
         "--tokenizer",
