@@ -157,7 +157,9 @@ def test_default_plan_table_agrees_with_json(capsys: pytest.CaptureFixture[str])
     assert "seed 0" in lines[0]
     assert "max_token_len 16384" in lines[0]
     assert "19440 lengths" in lines[0]
-    assert lines[1].startswith("step (verl 0.9.1 main_ppo): balanced across DP ranks as verl's trainer.balance_batch")
+    assert lines[1].startswith(
+        "step (verl 0.9.1 main_ppo): balanced across DP ranks as verl's trainer.balance_batch"
+    )
     assert lines[2].split() == [
         "rank", "samples", "tokens", "micro-batches", "L2", "bound", "bound", "by", "largest", "mb",
         "fill", "workload", "spread",

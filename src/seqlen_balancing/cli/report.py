@@ -315,8 +315,8 @@ def step_text(dp_size: int, args: argparse.Namespace) -> str:
     trainer = args.trainer
     if trainer == "sft_trainer":
         deal = (
-            f"rank r takes every {dp_size}th row of the step from row r (DistributedSampler), "
-            "never balanced" if dp_size > 1 else "one DP rank, never balanced"
+            f"rank r takes the step's rows r, r + {dp_size}, r + {2 * dp_size}, ... "
+            "(DistributedSampler), never balanced" if dp_size > 1 else "one DP rank, never balanced"
         )
     elif args.balance_batch and dp_size > 1:
         grouped = f", groups of {args.force_group_size} rows kept whole" if args.force_group_size > 1 else ""
