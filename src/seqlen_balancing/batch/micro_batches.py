@@ -72,9 +72,9 @@ def rearrange_micro_batches(
             total alignment); a cap that is not a multiple is usable as
             ``max_token_len // micro_batch_multiple_of * micro_batch_multiple_of``. Default 1.
         costs: keyword-only. One non-negative cost in tokens per sample (a list or a 1-D
-            tensor, read once to the host), replacing the aligned lengths: e.g. image plus
-            text tokens, or a memory estimate. Default ``None``. Balance stays on the
-            effective lengths.
+            tensor, read once to the host), replacing the effective lengths and rounded up to
+            ``pad_to_multiple_of`` as they would be: e.g. image plus text tokens, or a memory
+            estimate. Default ``None``. Balance stays on the effective lengths.
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: the micro-batches (TensorDicts) and, for each,
