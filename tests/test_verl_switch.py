@@ -430,3 +430,19 @@ def test_a_malformed_alignment_variable_is_a_value_error_and_replaces_nothing(
     write_verl(tmp_path)
     message = assert_refused_untouched(run(tmp_path, REFUSED, {variable: value}), "ValueError")
     assert f"{variable}={value!r} must be a positive integer" in message
+
+
+def test_no_verl_installed_is_a_runtime_error_naming_the_environment(tmp_path: Path) -> None:
+    result = run(tmp_path, """
+        # no verl anywhere: the stand-in folder is empty and the finder is told so
+        find_spec = importlib.util.find_spec
+        importlib.util.find_spec = lambda name, *rest: None if name == "verl" else find_spec(name, *rest)
+        try:
+            switch.apply()
+        except RuntimeError as error:
+            print(json.dumps(dict(message=str(error), listed=switch.replacements(), hooked=hooked())))
+    """)
+    message = str(result["message"])
+    assert "verl is not installed in this environment (" in message and sys.executable in message
+    assert "nothing was replaced" in message
+    assert result["listed"] == [] and result["hooked"] is False

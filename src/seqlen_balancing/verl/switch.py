@@ -157,7 +157,8 @@ def _verl_root() -> Path:
         if spec is None or not spec.submodule_search_locations:
             raise RuntimeError(
                 "seqlen_balancing.verl: verl is not installed in this environment "
-                f"({sys.executable}); install verl, or do not set SEQLEN_BALANCING_VERL"
+                f"({sys.executable}); nothing was replaced. Install verl, or do not set "
+                "SEQLEN_BALANCING_VERL"
             )
         paths = list(spec.submodule_search_locations)
     return Path(paths[0])
