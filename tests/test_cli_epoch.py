@@ -208,3 +208,19 @@ def test_without_torch_the_replay_says_so(
                          "sft_trainer", "--dp-size", "2", "--global-batch-size", "4")
     assert code == 2 and out == ""
     assert "epoch replays torch's DistributedSampler shuffle and needs torch" in err
+
+
+def test_sft_trainer_feeds_global_batch_size_over_dp_rows_per_rank(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # verl's sft_trainer gives each rank global_batch_size // dp rows: 10 on 3 ranks feed 9
+    lengths = [5 + i % 11 for i in range(50)]
+    result = run_json(capsys, "epoch", "--lengths", write(tmp_path, lengths), "--trainer", "sft_trainer",
+                      "--dp-size", "3", "--global-batch-size", "10", "--max-token-len", "100")
+    steps = oracle_steps(lengths, "sft_trainer", 3, 10, 0, 1)
+    assert result["rows_per_rank"] == 3 and result["steps"] == len(steps) == 5  # 16 rows per rank
+    assert result["rows_left_out_per_epoch"] == 50 - 5 * 9
+    assert [s["micro_batches"] for s in result["caps"][0]["steps"]] == expected(lengths, steps, 100)[0]
+    code, out, _ = run(capsys, "epoch", "--lengths", write(tmp_path, lengths), "--trainer", "sft_trainer",
+                       "--dp-size", "3", "--global-batch-size", "10", "--max-token-len", "100")
+    assert code == 0 and "1 epoch x 5 steps of 9 rows (3 per rank on 3 DP ranks)" in out.splitlines()[0]

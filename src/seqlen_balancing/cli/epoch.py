@@ -186,9 +186,10 @@ def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
     dropped = n - _rows_used(replay_, args)
     per_rank = args.global_batch_size // args.dp_size
     scale = f", lengths x {args.scale:g}" if args.scale != 1.0 else ""
+    # sft_trainer's loaders take global_batch_size // dp rows each: a remainder is never fed
     first = (
         f"{plural(n, 'row')} from {source}{scale}; {plural(args.epochs, 'epoch')} x "
-        f"{plural(replay_.steps_per_epoch, 'step')} of {args.global_batch_size} rows "
+        f"{plural(replay_.steps_per_epoch, 'step')} of {per_rank * args.dp_size} rows "
         f"({per_rank} per rank on {plural(args.dp_size, 'DP rank')}); sampler seed {args.seed}; "
         f"{dropped} rows left out per epoch (drop_last)"
     )
