@@ -113,3 +113,10 @@ def test_help_states_each_trainers_rule(capsys: pytest.CaptureFixture[str]) -> N
         assert "(default: main_ppo)" in text
         assert "sft_trainer: no balancing; DistributedSampler(shuffle=True, seed 0, drop_last=True" in text
         assert "sft_trainer_ray: one shuffled sampler in the driver" in text
+
+
+def test_sft_trainer_refuses_force_groups(capsys: pytest.CaptureFixture[str]) -> None:
+    # its sampler deals rows r, r + dp, ...: a group of consecutive rows cannot stay whole
+    code, out, err = run(capsys, "plan", "--trainer", "sft_trainer", "--force-group-size", "2")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--force-group-size 2: verl 0.9.1's sft_trainer deals every dp-th row" in err

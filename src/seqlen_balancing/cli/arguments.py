@@ -466,6 +466,12 @@ def check_combinations(args: argparse.Namespace) -> None:
             "--pad-to-multiple-of and --tp/--cp/--fp8 both set the per-sequence alignment; pass one"
         )
     trainer = getattr(args, "trainer", DEFAULT_TRAINER)
+    if trainer == "sft_trainer" and getattr(args, "force_group_size", 1) > 1:
+        raise CliError(
+            f"--force-group-size {args.force_group_size}: verl 0.9.1's sft_trainer deals every "
+            "dp-th row to a rank, so consecutive rows never stay together; drop it, or pass "
+            "--trainer main_ppo"
+        )
     if getattr(args, "balance_batch", False) is None:
         args.balance_batch = balances_by_default(trainer)
     elif args.balance_batch and not balances_by_default(trainer):
