@@ -309,6 +309,19 @@ def test_the_issue_case_on_rearrange_and_prepare_micro_batches() -> None:
     assert indices is not None and len(mbs) == 2
     assert [mb["row"].tolist() for mb in mbs] == indices
     assert len(prepare_micro_batches(data, pad_to_multiple_of=1)[0]) == 1  # the argument wins
+    # the static path has no cap: a cost setting given to it would change nothing, so it is
+    # refused (verl's default, 1, is accepted); the batch's own entries are its data
+    data["use_dynamic_bsz"] = NonTensorData(False)
+    data["micro_batch_size_per_gpu"] = NonTensorData(13)
+    with pytest.raises(ValueError, match=(
+        r"^pad_to_multiple_of=8 applies to the dynamic path \(use_dynamic_bsz=True\) only: the "
+        r"static path cuts chunks of micro_batch_size_per_gpu samples"
+    )):
+        prepare_micro_batches(data, pad_to_multiple_of=8)
+    with pytest.raises(ValueError, match=r"^costs applies to the dynamic path"):
+        prepare_micro_batches(data, costs=costs)
+    mbs, indices = prepare_micro_batches(data, pad_to_multiple_of=1, micro_batch_multiple_of=1)
+    assert [len(mb) for mb in mbs] == [13] * 5 and indices is None
 
 
 @pytest.mark.torch
@@ -332,9 +345,15 @@ def test_the_issue_case_under_the_switch_with_the_alignment_variable(tmp_path: P
         prepared, _ = utils.prepare_micro_batches(batch)
         rearranged, _ = utils.rearrange_micro_batches(batch, 16384, costs=costs)
         plain, _ = utils.rearrange_micro_batches(batch, 16384)  # costs are an argument there
-        print(json.dumps(dict(prepared=len(prepared), rearranged=len(rearranged), plain=len(plain))))
+        # a static-path call of the same job: the job's alignment is not given to it
+        batch["use_dynamic_bsz"] = NonTensorData(False)
+        batch["micro_batch_size_per_gpu"] = NonTensorData(5)
+        static, indices = utils.prepare_micro_batches(data=batch)
+        print(json.dumps(dict(prepared=len(prepared), rearranged=len(rearranged), plain=len(plain),
+                              static=len(static), indices=indices)))
     """, {"SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF": "8"})
     assert (result["prepared"], result["rearranged"], result["plain"]) == (2, 2, 1)
+    assert result["static"] == 13 and result["indices"] is None
 
 
 @pytest.mark.distributed

@@ -43,7 +43,9 @@ class ErrorCode(IntEnum):
     """Why a rank cannot plan. The numeric values are part of the agreement encoding."""
 
     # (argument, 0 = wrong type / 1 = below 1 / 2 = missing, -value), or
-    # (MICRO_BATCH_MULTIPLE_OF, 3 = above the cap, bucket, cap)
+    # (MICRO_BATCH_MULTIPLE_OF, 3 = above the cap, bucket, cap), or
+    # (PAD_TO_MULTIPLE_OF / MICRO_BATCH_MULTIPLE_OF / COSTS, 4 = given on the static path,
+    #  value + 1 or 0 when it is not shown)
     BAD_ARGUMENT = 1
     BAD_BATCH = 2  # (BatchProblem, a, b)
     # (index, 0 = not an integer / 1 = negative, -value, LengthSource), or
@@ -53,8 +55,8 @@ class ErrorCode(IntEnum):
     EMPTY_BATCH = 4  # ()
     NOT_DIVISIBLE = 5  # (batch size, force_group_size)
     # (tokens, index, cap, count over cap, largest cost in the DP group, cost,
-    #  micro_batch_multiple_of (0/1: none), how the cost is made: 0 = the tokens,
-    #  1 = caller-given costs, p >= 2 = tokens aligned to p); 5 values: the cost is the tokens
+    #  micro_batch_multiple_of (0/1: none), how the cost is made (over_cap_kind): 0 = the
+    #  tokens, else p << 1 | given costs, p the alignment); 5 values: the cost is the tokens
     SAMPLE_OVER_CAP = 6
     GROUP_OVER_CAP = 7  # as SAMPLE_OVER_CAP, for the group starting at sample ``index``
     MIN_ABOVE_GROUPS = 8  # (min_num_micro_batch, groups)
@@ -82,6 +84,7 @@ class Argument(IntEnum):
     USE_DYNAMIC_BSZ_BALANCE = 10
     PAD_TO_MULTIPLE_OF = 11
     MICRO_BATCH_MULTIPLE_OF = 12
+    COSTS = 13  # the per-sample costs (issue 25: only in "given on the static path")
 
 
 class LengthSource(IntEnum):
@@ -170,6 +173,13 @@ def _bad_argument(v: tuple[int, ...]) -> str:
             f"micro_batch_multiple_of={_n(v[2])} is larger than max_token_len={_n(v[3])}: every "
             "micro-batch is rounded up to at least one bucket, so none fits; raise "
             f"max_token_len {_at_least(needed)} or lower micro_batch_multiple_of"
+        )
+    if v[1] == 4:
+        given = f"{name}={_n(v[2] - 1)}" if v[2] and v[2] != OUT_OF_RANGE else name
+        return (
+            f"{given} applies to the dynamic path (use_dynamic_bsz=True) only: the static path "
+            "cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to change; "
+            f"drop {name} or set use_dynamic_bsz"
         )
     if v[1] == 2:
         return (

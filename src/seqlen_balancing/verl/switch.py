@@ -126,15 +126,31 @@ def _library_functions() -> dict[str, Callable[..., Any]]:
 
 def _with_alignment(function: Callable[..., Any], pad: int, bucket: int) -> Callable[..., Any]:
     """``function`` with ``pad_to_multiple_of=pad`` and ``micro_batch_multiple_of=bucket``
-    unless the call passes them (same signature: ``functools.wraps``)."""
+    unless the call passes them (same signature: ``functools.wraps``). A
+    ``prepare_micro_batches`` call on the static path (``use_dynamic_bsz`` false) gets
+    neither: the job's alignment is for capped micro-batches, and the static path refuses
+    cost settings given to it."""
 
     @functools.wraps(function)
     def aligned(*args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("pad_to_multiple_of", pad)
-        kwargs.setdefault("micro_batch_multiple_of", bucket)
+        if function.__name__ != "prepare_micro_batches" or _dynamic(args[0] if args else kwargs.get("data")):
+            kwargs.setdefault("pad_to_multiple_of", pad)
+            kwargs.setdefault("micro_batch_multiple_of", bucket)
         return function(*args, **kwargs)
 
     return aligned
+
+
+def _dynamic(data: Any) -> bool:
+    """Whether ``prepare_micro_batches`` takes its dynamic path on ``data`` (True when the
+    setting cannot be read: the call then reports that itself, through the agreement)."""
+    from seqlen_balancing._checks import as_switch
+    from seqlen_balancing.batch.settings import _setting
+
+    try:
+        return as_switch(_setting(data, "use_dynamic_bsz", True)) is not False
+    except Exception:  # any unreadable batch: the library's call names the problem
+        return True
 
 
 def _verl_version() -> str:
