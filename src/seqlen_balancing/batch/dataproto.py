@@ -88,7 +88,9 @@ def prepare_dynamic_batch(
     first axis = samples), ``.meta_info`` (dict) and a classmethod
     ``from_dict(tensors, non_tensors, meta_info=...)``. verl is not imported.
     ``pad_to_multiple_of``, ``micro_batch_multiple_of`` and ``costs`` (keyword-only) are
-    as in :func:`rearrange_micro_batches`: the cap holds on what the GPU holds.
+    as in :func:`rearrange_micro_batches`: the cap holds on what the GPU holds. What
+    ``type(data).from_dict`` itself raises passes through unchanged: it is the caller's
+    class, called after the agreement with the micro-batches' parts.
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: objects of ``type(data)`` whose tensors and
@@ -104,8 +106,6 @@ def prepare_dynamic_batch(
             :func:`rearrange_micro_batches` (under DP agreement, on every rank).
         ValueError: a ``non_tensor_batch`` array does not have one row per sample, or as
             :func:`rearrange_micro_batches` (under DP agreement, on every rank).
-        Whatever ``type(data).from_dict`` itself raises is passed on as it is: it is the
-        caller's class, called after the agreement with the micro-batches' parts.
 
     Example:
         >>> from tensordict import TensorDict
