@@ -336,6 +336,9 @@ def apply() -> list[tuple[str, str]]:
     verl 0.9.1). verl modules imported later are switched as they are imported. Engines a
     verl install cannot import are never imported, hence never touched.
 
+    A refusal (see Raises) replaces nothing and installs no import hook: the process stays
+    on verl's own functions.
+
     Idempotent: a second call changes nothing. Logs at INFO, once per switch-on, the process,
     the verl version and what was replaced (docs/verl.md shows the lines). Every DP rank of a
     job must be switched, or none: docs/verl.md, "Never run a partially switched job".
@@ -354,9 +357,6 @@ def apply() -> list[tuple[str, str]]:
             ``SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF`` is set to something other than a
             positive integer (a bad value, as for any setting; the message names the
             variable and its value, and says that nothing was replaced).
-
-        Either way nothing is replaced and no import hook is installed: the process stays
-        on verl's own functions.
 
     Example:
         >>> import seqlen_balancing.verl
