@@ -111,11 +111,11 @@ def brute_force_optimum_cost(
     lengths: list[int], cap: int, pad: int = 1, bucket: int = 1, costs: list[int] | None = None
 ) -> int:
     """Fewest micro-batches under the cap on what the GPU holds, checked the literal way:
-    each sample costs ``costs[i]`` (or its length rounded up to ``pad``), and a micro-batch
+    each sample costs ``costs[i]`` (or its length), rounded up to ``pad``, and a micro-batch
     fits when its summed cost rounded up to ``bucket`` is at most ``cap``. Independent of the
     library's ``cap // bucket * bucket`` shortcut (it never forms that number). Exponential.
     """
-    weights = list(costs) if costs is not None else [-(-n // pad) * pad for n in lengths]
+    weights = [-(-n // pad) * pad for n in (costs if costs is not None else lengths)]
     best = max(1, len(weights))
     loads: list[int] = []
 

@@ -157,7 +157,9 @@ def test_default_plan_table_agrees_with_json(capsys: pytest.CaptureFixture[str])
     assert "seed 0" in lines[0]
     assert "max_token_len 16384" in lines[0]
     assert "19440 lengths" in lines[0]
-    assert lines[1].startswith("step: balanced across DP ranks as verl's trainer.balance_batch")
+    assert lines[1].startswith(
+        "step (verl 0.9.1 main_ppo): balanced across DP ranks as verl's trainer.balance_batch"
+    )
     assert lines[2].split() == [
         "rank", "samples", "tokens", "micro-batches", "L2", "bound", "bound", "by", "largest", "mb",
         "fill", "workload", "spread",
@@ -591,7 +593,7 @@ def test_sweep_table(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "sweep", "--max-token-len", "8192,16384,32768")
     assert (code, err) == (0, "")
     lines = out.splitlines()
-    assert lines[1].startswith("step: balanced")
+    assert lines[1].startswith("step (verl 0.9.1 main_ppo): balanced")
     assert lines[2].split()[:3] == ["max_token_len", "count/rank", "total"]
     rows = [line.split() for line in lines[3:6]]
     assert [row[0] for row in rows] == ["8192", "16384", "32768"]

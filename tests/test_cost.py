@@ -175,7 +175,7 @@ def test_counts_are_optimal_under_each_cost_model(seed: int) -> None:
         pad = rng.choice([1, 3, 8])
         bucket = rng.choice([1, 4, 16])
         costs = [rng.randint(0, 60) for _ in range(n)] if rng.random() < 0.3 else None
-        weights = costs if costs is not None else [aligned_length(x, pad) for x in lengths]
+        weights = [aligned_length(x, pad) for x in (costs if costs is not None else lengths)]
         cap = max(bucket, aligned_length(max(weights), bucket)) + rng.randint(0, 50)
         kwargs = {"pad_to_multiple_of": pad, "micro_batch_multiple_of": bucket, "costs": costs}
         plan = plan_micro_batches(lengths, cap, **kwargs)  # type: ignore[arg-type]

@@ -345,6 +345,108 @@ def test_the_alignment_of_the_environment_reaches_verls_calls(tmp_path: Path) ->
             print(json.dumps(dict(error=str(error), on=holders()[0])))
     """, {"SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF": "two"})
     assert "SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF" in str(bad["error"]) and bad["on"] == []
+    assert "nothing was replaced" in str(bad["error"])
+
+
+REFUSED = """
+    load()
+    try:
+        switch.apply()
+    except Exception as error:
+        refused = dict(type=type(error).__name__, message=str(error))
+    else:
+        refused = None
+    on, off = holders()
+    print(json.dumps(dict(refused=refused, on=on, off=off, listed=switch.replacements(),
+                          hooked=hooked())))
+"""
+
+
+def assert_refused_untouched(result: dict[str, object], kind: str, replaced_by_test: str = "") -> str:
+    """The refusal's type is ``kind``, and the stand-in verl holds only its own functions
+    (but for the name the test itself replaced with something not verl's)."""
+    refused = result["refused"]
+    assert isinstance(refused, dict) and refused["type"] == kind, refused
+    assert result["on"] == []
+    assert pairs(result["off"]) == [pair for pair in EXPECTED if pair[1] != replaced_by_test]
+    assert result["listed"] == [] and result["hooked"] is False
+    message = str(refused["message"])
+    assert "nothing was replaced" in message and "verl 0.9.1" in message
+    return message
+
+
+def test_a_verl_function_without_a_readable_signature_is_a_runtime_error_naming_it(tmp_path: Path) -> None:
+    # Issue 25 case 5: inspect's own ValueError ("no signature found for builtin") named no
+    # verl function. A compiled (builtin) function in verl's place: the documented refusal.
+    builtin = "next"
+    write_verl(tmp_path)
+    module = tmp_path / "verl/utils/seqlen_balancing.py"
+    module.write_text(module.read_text() + f"ceildiv = {builtin}\n", encoding="utf-8")
+    message = assert_refused_untouched(run(tmp_path, REFUSED), "RuntimeError", "ceildiv")
+    assert "verl.utils.seqlen_balancing.ceildiv(signature unreadable)" in message
+    assert "seqlen_balancing.ceildiv(a, b)" in message  # the library's signature
+    assert f"no signature found for builtin <built-in function {builtin}>" in message
+
+
+def test_an_unparsable_verl_source_is_a_runtime_error_naming_the_function(tmp_path: Path) -> None:
+    # Not imported yet: the switch reads the source; a file it cannot parse is refused too.
+    write_verl(tmp_path)
+    module = tmp_path / "verl/workers/engine/utils.py"
+    module.write_text(module.read_text() + "def broken(:\n", encoding="utf-8")
+    result = run(tmp_path, """
+        import verl
+        try:
+            switch.apply()
+        except Exception as error:
+            refused = dict(type=type(error).__name__, message=str(error))
+        print(json.dumps(dict(refused=refused, listed=switch.replacements(), hooked=hooked(),
+                              loaded=sorted(m for m in sys.modules if m.startswith("verl.")))))
+    """)
+    refused = result["refused"]
+    assert isinstance(refused, dict) and refused["type"] == "RuntimeError"
+    message = str(refused["message"])
+    assert "verl.workers.engine.utils.prepare_micro_batches(source unreadable)" in message
+    assert "utils.py cannot be read" in message and "nothing was replaced" in message
+    assert result["listed"] == [] and result["hooked"] is False
+    assert result["loaded"] == []  # checked from source: no verl module was imported
+
+
+def test_a_verl_name_that_is_not_a_function_is_refused(tmp_path: Path) -> None:
+    write_verl(tmp_path)
+    module = tmp_path / "verl/utils/seqlen_balancing.py"
+    module.write_text(module.read_text() + "ceildiv = 7\n", encoding="utf-8")
+    message = assert_refused_untouched(run(tmp_path, REFUSED), "RuntimeError", "ceildiv")
+    assert "verl.utils.seqlen_balancing.ceildiv(missing)" in message
+    assert "does not define it as a function" in message
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", "8.5"), ("SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF", "-4")],
+)
+def test_a_malformed_alignment_variable_is_a_value_error_and_replaces_nothing(
+    tmp_path: Path, variable: str, value: str
+) -> None:
+    # The documented type: ValueError (a bad setting's value), naming the variable and value.
+    write_verl(tmp_path)
+    message = assert_refused_untouched(run(tmp_path, REFUSED, {variable: value}), "ValueError")
+    assert f"{variable}={value!r} must be a positive integer" in message
+
+
+def test_no_verl_installed_is_a_runtime_error_naming_the_environment(tmp_path: Path) -> None:
+    result = run(tmp_path, """
+        # no verl anywhere: the stand-in folder is empty and the finder is told so
+        find_spec = importlib.util.find_spec
+        importlib.util.find_spec = lambda name, *rest: None if name == "verl" else find_spec(name, *rest)
+        try:
+            switch.apply()
+        except RuntimeError as error:
+            print(json.dumps(dict(message=str(error), listed=switch.replacements(), hooked=hooked())))
+    """)
+    message = str(result["message"])
+    assert "verl is not installed in this environment (" in message and sys.executable in message
+    assert "nothing was replaced" in message
+    assert result["listed"] == [] and result["hooked"] is False
 
 
 def _switch_records(stderr: str) -> list[list[str]]:

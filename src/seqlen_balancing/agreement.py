@@ -260,7 +260,8 @@ def plan_data_parallel(
         micro_batch_multiple_of: a micro-batch's summed cost is rounded up to this before
             it meets the cap (usable cap ``max_token_len // it * it``).
         costs: for each rank, one cost in tokens per sample (same shape as
-            ``seq_lens_per_rank``) instead of the aligned lengths, or ``None``.
+            ``seq_lens_per_rank``) instead of the effective lengths, rounded up to
+            ``pad_to_multiple_of`` as they are, or ``None``.
         padded: a micro-batch costs its rows times its widest row (see
             :func:`~seqlen_balancing.plan_micro_batches`); every rank agrees on the
             largest of the ranks' fewest padded counts.

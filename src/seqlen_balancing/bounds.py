@@ -467,7 +467,7 @@ def lower_bound(
     a packing with this many is optimal. Never below :func:`l2_lower_bound`.
 
     With the costs of :mod:`seqlen_balancing.cost`, the bound is on micro-batches whose
-    cost is at most ``cap``: item ``i`` weighs ``costs[i]`` when given, else ``sizes[i]``
+    cost is at most ``cap``: item ``i`` weighs ``costs[i]`` when given, else ``sizes[i]``,
     rounded up to ``pad_to_multiple_of``, and a bin's total rounded up to
     ``micro_batch_multiple_of`` must stay within ``cap``, that is its plain total within
     ``cap // micro_batch_multiple_of * micro_batch_multiple_of``. The defaults give the
@@ -486,7 +486,8 @@ def lower_bound(
         cap: bin capacity in tokens (>= 1).
         pad_to_multiple_of: per-item alignment in tokens (>= 1).
         micro_batch_multiple_of: per-bin rounding in tokens (>= 1).
-        costs: one non-negative cost per item, replacing the aligned sizes, or ``None``.
+        costs: one non-negative cost per item, replacing the sizes (and rounded up to
+            ``pad_to_multiple_of`` like them), or ``None``.
         padded: a bin costs items x its widest item instead of the sum.
         max_samples_per_micro_batch: items per bin at most (>= 1), or ``None``.
 

@@ -7,7 +7,9 @@
   ``ceil(s / p) * p`` (:func:`aligned_length`). ``p = 1`` (the default) is verl's rule:
   a sample costs its effective length.
 * **Caller-given costs** (``costs``): one non-negative integer per sample, e.g. image plus
-  text tokens, or a memory estimate in token units. They replace the (aligned) lengths.
+  text tokens, or a memory estimate in token units. They replace the effective lengths and
+  are rounded up to ``pad_to_multiple_of`` as the lengths would be: **one rule**, a sample
+  costs ``ceil(c / p) * p`` for its given cost (or effective length) ``c``.
 * **Per-micro-batch rounding** (``micro_batch_multiple_of = b``): verl's
   ``pad_to_length_bucket``, or FP8's total alignment, rounds a packed micro-batch's total
   up to a multiple of ``b`` (:func:`micro_batch_cost`).
@@ -171,13 +173,14 @@ def sample_costs(
     seq_lens: Sequence[int] | Any, *, pad_to_multiple_of: int = 1, costs: Sequence[int] | Any = None
 ) -> list[int]:
     """The cost of each sample in tokens: the caller's ``costs`` when given, else each
-    length rounded up to ``pad_to_multiple_of``.
+    effective length, rounded up to ``pad_to_multiple_of`` (one rule for both).
 
     Args:
         seq_lens: effective length of each sample in tokens (list, tuple, NumPy array or
             1-D tensor of non-negative integers).
-        pad_to_multiple_of: per-sequence alignment in tokens, >= 1 (1: the length itself).
-            Ignored when ``costs`` is given (the caller's costs include any alignment).
+        pad_to_multiple_of: per-sequence alignment in tokens, >= 1 (1: the cost or length
+            itself). It applies to given ``costs`` too: a Megatron THD job pads every
+            sequence, whatever the caller counts in it.
         costs: one non-negative integer per sample, or ``None``.
 
     Returns:
@@ -195,6 +198,8 @@ def sample_costs(
         [256, 256, 32]
         >>> sample_costs([250, 256], costs=[900, 12])
         [900, 12]
+        >>> sample_costs([250, 256], costs=[900, 12], pad_to_multiple_of=8)
+        [904, 16]
     """
     pad = positive_int(pad_to_multiple_of, "pad_to_multiple_of")
     values = non_negative_ints(as_list(seq_lens, "seq_lens"), "seq_lens", "lengths")
@@ -206,7 +211,7 @@ def sample_costs(
             f"costs has {len(given)} entries but there are {len(values)} samples; give one "
             "cost per sample"
         )
-    return given
+    return [aligned_length(c, pad) for c in given] if pad > 1 else given
 
 
 def megatron_alignment(tp: int, cp: int = 1, fp8: bool = False) -> tuple[int, int]:

@@ -26,6 +26,7 @@ __all__ = [
     "LengthSource",
     "PlanError",
     "key_values",
+    "over_cap_kind",
 ]
 
 #: Number of integers a :class:`PlanError` carries (the width of its slot in the agreement).
@@ -42,7 +43,10 @@ class ErrorCode(IntEnum):
     """Why a rank cannot plan. The numeric values are part of the agreement encoding."""
 
     # (argument, 0 = wrong type / 1 = below 1 / 2 = missing, -value), or
-    # (MICRO_BATCH_MULTIPLE_OF, 3 = above the cap, bucket, cap)
+    # (MICRO_BATCH_MULTIPLE_OF, 3 = above the cap, bucket, cap), or
+    # (PAD_TO_MULTIPLE_OF / MICRO_BATCH_MULTIPLE_OF / COSTS, 4 = given on the static path,
+    #  value + 1 or 0 when it is not shown), or
+    # (MAX_SAMPLES_PER_MICRO_BATCH, 5 = below force_group_size, limit, force_group_size)
     BAD_ARGUMENT = 1
     BAD_BATCH = 2  # (BatchProblem, a, b)
     # (index, 0 = not an integer / 1 = negative, -value, LengthSource), or
@@ -52,8 +56,8 @@ class ErrorCode(IntEnum):
     EMPTY_BATCH = 4  # ()
     NOT_DIVISIBLE = 5  # (batch size, force_group_size)
     # (tokens, index, cap, count over cap, largest cost in the DP group, cost,
-    #  micro_batch_multiple_of (0/1: none), how the cost is made: 0 = the tokens,
-    #  1 = caller-given costs, p >= 2 = tokens aligned to p); 5 values: the cost is the tokens
+    #  micro_batch_multiple_of (0/1: none), how the cost is made (over_cap_kind): 0 = the
+    #  tokens, else p << 1 | given costs, p the alignment); 5 values: the cost is the tokens
     SAMPLE_OVER_CAP = 6
     GROUP_OVER_CAP = 7  # as SAMPLE_OVER_CAP, for the group starting at sample ``index``
     MIN_ABOVE_GROUPS = 8  # (min_num_micro_batch, groups)
@@ -86,7 +90,8 @@ class Argument(IntEnum):
     USE_DYNAMIC_BSZ_BALANCE = 10
     PAD_TO_MULTIPLE_OF = 11
     MICRO_BATCH_MULTIPLE_OF = 12
-    # (MAX_SAMPLES_PER_MICRO_BATCH, 4 = below force_group_size, limit, force_group_size)
+    COSTS = 13  # the per-sample costs (issue 25: only in "given on the static path")
+    # (MAX_SAMPLES_PER_MICRO_BATCH, 5 = below force_group_size, limit, force_group_size)
     MAX_SAMPLES_PER_MICRO_BATCH = 20
     PADDED = 21
 
@@ -173,7 +178,7 @@ def _bad_argument(v: tuple[int, ...]) -> str:
     name = argument.name.lower()
     if argument in _SWITCHES:
         return f"{name} must be a bool (or 0/1), got a value that is not"
-    if v[1] == 4:
+    if v[1] == 5:
         return (
             f"max_samples_per_micro_batch={_n(v[2])} is below force_group_size={_n(v[3])}: a "
             "forced group shares one micro-batch, so none could hold it; raise "
@@ -185,6 +190,13 @@ def _bad_argument(v: tuple[int, ...]) -> str:
             f"micro_batch_multiple_of={_n(v[2])} is larger than max_token_len={_n(v[3])}: every "
             "micro-batch is rounded up to at least one bucket, so none fits; raise "
             f"max_token_len {_at_least(needed)} or lower micro_batch_multiple_of"
+        )
+    if v[1] == 4:
+        given = f"{name}={_n(v[2] - 1)}" if v[2] and v[2] != OUT_OF_RANGE else name
+        return (
+            f"{given} applies to the dynamic path (use_dynamic_bsz=True) only: the static path "
+            "cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to change; "
+            f"drop {name} or set use_dynamic_bsz"
         )
     if v[1] == 2:
         return (
@@ -309,6 +321,20 @@ def _at_least(value: int) -> str:
     return f"to at least {value}"
 
 
+def over_cap_kind(pad_to_multiple_of: int, custom_costs: bool) -> int:
+    """The 8th value of an over-cap error: how the sample's cost was formed. 0: its
+    effective length; else ``pad_to_multiple_of << 1 | custom_costs`` (a given cost, an
+    aligned length, or a given cost aligned).
+
+    Example:
+        >>> over_cap_kind(1, False), over_cap_kind(1, True), over_cap_kind(8, False), over_cap_kind(8, True)
+        (0, 3, 16, 17)
+    """
+    if pad_to_multiple_of <= 1 and not custom_costs:
+        return 0
+    return max(pad_to_multiple_of, 1) << 1 | int(custom_costs)
+
+
 def _over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
     length, index, cap, count = (_n(x) for x in v[:4])
     largest_cost, cost, bucket, kind = v[4], v[5], max(v[6], 1), v[7]
@@ -320,12 +346,19 @@ def _over_cap(v: tuple[int, ...], what: str, unit: str) -> str:
             f"raise max_token_len {_at_least(largest_cost)} ({longest}) or truncate the "
             "sequences"
         )
-    if kind == 0:
+    pad, custom = (1, False) if kind == 0 or kind == OUT_OF_RANGE else (kind >> 1, bool(kind & 1))
+    if not custom and pad == 1:
         costs, lower = "", "lower micro_batch_multiple_of"
-    elif kind == 1:
+    elif custom and pad == 1:
         costs, lower = f" and costs {_n(cost)} tokens (the costs given)", "lower the costs"
+    elif custom:
+        costs = (
+            f" and costs {_n(cost)} tokens (the cost given, rounded up to a multiple of "
+            f"pad_to_multiple_of={pad})"
+        )
+        lower = "lower the costs or the alignment"
     else:
-        costs = f" and costs {_n(cost)} tokens aligned to a multiple of pad_to_multiple_of={kind}"
+        costs = f" and costs {_n(cost)} tokens aligned to a multiple of pad_to_multiple_of={pad}"
         lower = "lower the alignment"
     usable = ""
     if bucket > 1:

@@ -554,7 +554,7 @@ def padded_options(
     if limit < 1:
         return PlanError(ErrorCode.BAD_ARGUMENT, (name, 1, -limit)), on, None
     if limit < group:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (name, 4, limit, group)), on, None
+        return PlanError(ErrorCode.BAD_ARGUMENT, (name, 5, limit, group)), on, None
     return None, on, limit
 
 

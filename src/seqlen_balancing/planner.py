@@ -49,7 +49,7 @@ from seqlen_balancing._checks import _integer_or_none, as_list, describe, switch
 from seqlen_balancing.balance import _lpt_with_cap, _rebalance, _workload_gap, order_micro_batches
 from seqlen_balancing.bounds import BOUND_NAMES, _best_lower_bound, dominant_bins
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity
-from seqlen_balancing.errors import Argument, ErrorCode, LengthSource, PlanError
+from seqlen_balancing.errors import Argument, ErrorCode, LengthSource, PlanError, over_cap_kind
 from seqlen_balancing.packing import (
     best_fit_decreasing,
     closing_fit_decreasing,
@@ -97,9 +97,9 @@ class RankAnalysis:
         force_group_size: samples per forced group (1: every sample is its own group).
         num_batches_divided_by: the count must be a multiple of this (1 when not given).
         n_samples: samples on this rank.
-        group_sizes: cost per group in tokens (the sum of its samples' costs: effective
-            lengths by default, aligned lengths with ``pad_to_multiple_of``, or the
-            ``costs`` given), ``n_samples / force_group_size`` entries. The packing, the
+        group_sizes: cost per group in tokens (the sum of its samples' costs: each the
+            ``costs`` entry given or else the effective length, rounded up to
+            ``pad_to_multiple_of``), ``n_samples / force_group_size`` entries. The packing, the
             bounds and the agreement all work on these.
         group_workloads: verl workload per group (sum over its samples), on the effective
             lengths whatever the costs: balance is about compute, the cap about memory.
@@ -213,12 +213,15 @@ def _longest(sizes: list[int], group: int | None) -> int:
 def _sample_costs(
     lengths: list[int], pad: int, costs: Any
 ) -> tuple[PlanError | None, list[int]]:
-    """Each sample's cost (:func:`~seqlen_balancing.cost.sample_costs`), or the error to agree on."""
+    """Each sample's cost (:func:`~seqlen_balancing.cost.sample_costs`: the given cost, or
+    the effective length, rounded up to ``pad``), or the error to agree on."""
     if costs is None:
         return None, [aligned_length(n, pad) for n in lengths] if pad > 1 else lengths
     error, given = _lengths(costs, LengthSource.COSTS)
     if error is None and len(given) != len(lengths):
         error = PlanError(ErrorCode.BAD_LENGTH, (len(given), 2, len(lengths), LengthSource.COSTS))
+    if error is None and pad > 1:
+        given = [aligned_length(c, pad) for c in given]
     return error, given
 
 
@@ -233,7 +236,7 @@ def _cost_over_cap(
         return None
     first = over[0]
     largest = max(costs[i] for i in over)
-    kind = 1 if result.custom_costs else (0 if result.pad_to_multiple_of == 1 else result.pad_to_multiple_of)
+    kind = over_cap_kind(result.pad_to_multiple_of, result.custom_costs)
     values = (lengths[first], first * stride, result.requested_max_token_len, len(over), largest,
               costs[first], result.micro_batch_multiple_of, kind)
     return PlanError(code, values)
@@ -267,7 +270,8 @@ def analyse(
     groups is feasible, since splitting a micro-batch never breaks the cap.
 
     The cap holds on what the GPU holds (:mod:`seqlen_balancing.cost`): each sample costs
-    its effective length rounded up to ``pad_to_multiple_of``, or the ``costs`` given, and a
+    its given cost (``costs``) or else its effective length, rounded up to
+    ``pad_to_multiple_of``, and a
     micro-batch's summed cost, rounded up to ``micro_batch_multiple_of``, is at most
     ``max_token_len``; that is, the summed cost is at most ``max_token_len //
     micro_batch_multiple_of * micro_batch_multiple_of`` (``result.max_token_len``). The
@@ -281,8 +285,8 @@ def analyse(
         num_batches_divided_by: the final count must be a multiple of this, or ``None``.
         pad_to_multiple_of: per-sequence alignment in tokens (``None`` or 1: none).
         micro_batch_multiple_of: per-micro-batch rounding in tokens (``None`` or 1: none).
-        costs: one non-negative cost in tokens per sample (replacing the aligned lengths),
-            or ``None``.
+        costs: one non-negative cost in tokens per sample, replacing the effective lengths
+            and rounded up to ``pad_to_multiple_of`` like them, or ``None``.
         padded, max_samples_per_micro_batch: as in :func:`plan_micro_batches`.
         padded_extents: with ``padded``, each sample's ``(left, right)`` span around a
             column every row shares (:func:`~seqlen_balancing.padded.padded_rule`).
@@ -689,8 +693,10 @@ def plan_micro_batches(
             this before it meets the cap (verl's ``pad_to_length_bucket``; FP8's total
             alignment); a cap that is not a multiple of it is usable as
             ``max_token_len // micro_batch_multiple_of * micro_batch_multiple_of``.
-        costs: one non-negative cost in tokens per sample instead of the (aligned)
-            lengths, e.g. image plus text tokens or a memory estimate; ``None``: none.
+        costs: one non-negative cost in tokens per sample instead of the effective
+            lengths, e.g. image plus text tokens or a memory estimate, rounded up to
+            ``pad_to_multiple_of`` as the lengths are (one rule: a sample costs its given
+            cost or length, aligned); ``None``: none.
         padded: for models that run padded tensors: a micro-batch costs rows x its widest
             row (:func:`~seqlen_balancing.cost.padded_micro_batch_cost`), with the fewest
             micro-batches possible (:func:`~seqlen_balancing.padded.fewest_padded`).
@@ -729,6 +735,8 @@ def plan_micro_batches(
         [[0], [1, 2, 3], [4]]
         >>> len(plan_micro_batches([100] * 64, 16384, max_samples_per_micro_batch=16))
         4
+        >>> len(plan_micro_batches([250] * 65, 16384, costs=[250] * 65, pad_to_multiple_of=8))
+        2
     """
     balance = switch(use_dynamic_bsz_balance, "use_dynamic_bsz_balance")
     result = analyse(

@@ -27,6 +27,9 @@ from typing import Any
 #: Seconds a gloo collective may wait before it raises (a hang becomes an error).
 PG_TIMEOUT_S = 60
 
+#: Keyword-only cost settings a round may give ``rearrange_micro_batches``.
+COST_KEYS = ("pad_to_multiple_of", "micro_batch_multiple_of", "costs")
+
 
 def _batch(lengths: list[int], left_pad: bool) -> Any:
     import torch
@@ -62,8 +65,11 @@ def play(spec: dict[str, Any], group: Any) -> dict[str, Any]:
             batch["force_group_size"] = NonTensorData(spec["force_group_size"])
             micro_batches, plan = prepare_micro_batches(batch, **common)
         else:
+            # the cost settings, where a round gives them (tests/test_cost_rule.py)
+            cost = {key: spec[key] for key in COST_KEYS if key in spec}
             micro_batches, plan = rearrange_micro_batches(
-                batch, spec["max_token_len"], force_group_size=spec["force_group_size"], **common
+                batch, spec["max_token_len"], force_group_size=spec["force_group_size"], **common,
+                **cost,
             )
     except Exception as error:  # every outcome is recorded; the test judges it
         return {"raised": type(error).__name__, "message": str(error)}

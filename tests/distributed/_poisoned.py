@@ -116,6 +116,12 @@ def static(batch: Any) -> Call:
     return "prepare_micro_batches", (batch,), {}
 
 
+def static_with(**settings: Any) -> Call:
+    """The static path called with keyword settings (issue 25: the cost settings)."""
+    name, args, _ = static(masked())
+    return name, args, settings
+
+
 def proto(non_tensor_batch: Any = None, meta_info: Any = None, **extra: Any) -> Call:
     import numpy as np
 
@@ -310,6 +316,13 @@ POISONS: list[Poison] = [
     Poison("prepare_lazy_stack", lambda: prepare_dynamic(lazy_rows(ragged_mask=True))),
     Poison("static_sparse_bsr", lambda: static(masked(sp=rows(4).to_sparse_bsr((2, 2)))), None,
            "TypeError", "entry 'sp' has a tensor layout whose rows cannot be picked", peer="static"),
+    # issue 25: a cost setting on the static path would change nothing (no cap there)
+    Poison("static_with_pad_to_multiple_of", lambda: static_with(pad_to_multiple_of=8), None,
+           "ValueError", "pad_to_multiple_of=8 applies to the dynamic path", peer="static"),
+    Poison("static_with_costs", lambda: static_with(costs=[1] * 6), None,
+           "ValueError", "costs applies to the dynamic path", peer="static"),
+    Poison("static_with_the_defaults", lambda: static_with(pad_to_multiple_of=1, micro_batch_multiple_of=1),
+           STATIC_COUNT, peer="static"),
 ]
 
 

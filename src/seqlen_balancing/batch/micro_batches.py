@@ -75,9 +75,9 @@ def rearrange_micro_batches(
             total alignment); a cap that is not a multiple is usable as
             ``max_token_len // micro_batch_multiple_of * micro_batch_multiple_of``. Default 1.
         costs: keyword-only. One non-negative cost in tokens per sample (a list or a 1-D
-            tensor, read once to the host), replacing the aligned lengths: e.g. image plus
-            text tokens, or a memory estimate. Default ``None``. Balance stays on the
-            effective lengths.
+            tensor, read once to the host), replacing the effective lengths and rounded up to
+            ``pad_to_multiple_of`` as they would be: e.g. image plus text tokens, or a memory
+            estimate. Default ``None``. Balance stays on the effective lengths.
         padded: keyword-only. For models that run padded tensors: a micro-batch costs
             its rows times its width (:func:`~seqlen_balancing.plan_micro_batches`), the
             count is the fewest possible, and every dense entry with the mask's width
@@ -282,8 +282,10 @@ def prepare_micro_batches(
     Raises:
         TypeError: ``data`` is not a TensorDict, or a setting or switch has a wrong type.
         ValueError: a required setting is missing or below 1, a static batch not
-            divisible into chunks, ranks disagreeing on the mode or the static count, this
-            process is not in ``dp_group``, or as :func:`rearrange_micro_batches`.
+            divisible into chunks, a cost keyword (``pad_to_multiple_of`` or
+            ``micro_batch_multiple_of`` other than 1, ``costs``) given on the static path,
+            which has no cap for it to change, ranks disagreeing on the mode or the static
+            count, this process is not in ``dp_group``, or as :func:`rearrange_micro_batches`.
 
     Example:
         >>> td = TensorDict({"attention_mask": torch.ones(4, 3)}, batch_size=[4])
@@ -332,6 +334,7 @@ def prepare_micro_batches(
         error
         or _switch_error(same_micro_num_in_dp, Argument.SAME_MICRO_NUM_IN_DP)
         or _switch_error(use_dynamic_bsz_balance, Argument.USE_DYNAMIC_BSZ_BALANCE)
+        or _static_cost_error(pad_to_multiple_of, micro_batch_multiple_of, costs)
     )
     chunk = value * force_group_size
     n = int(data.batch_size[0])
@@ -346,3 +349,15 @@ def prepare_micro_batches(
     # Dense entries are views of the input, as verl's chunk makes them (nested and sparse
     # entries are rebuilt per chunk: copies, as verl rebuilds nested ones).
     return _cut(data, chunks, entries, copy=False), None
+
+
+def _static_cost_error(pad: Any, bucket: Any, costs: Any) -> PlanError | None:
+    """A cost setting given to the static path, which has no cap it could change: refused,
+    never ignored (a value of 1, verl's default, changes nothing and is accepted)."""
+    for value, argument in ((pad, Argument.PAD_TO_MULTIPLE_OF), (bucket, Argument.MICRO_BATCH_MULTIPLE_OF)):
+        if value is not None and not (type(value) is int and value == 1):
+            shown = value + 1 if type(value) is int and value >= 0 else 0  # 0: not shown
+            return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 4, shown))
+    if costs is not None:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (Argument.COSTS, 4, 0))
+    return None

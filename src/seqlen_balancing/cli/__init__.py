@@ -1,4 +1,4 @@
-"""Command-line planner: ``seqlen-balancing plan`` and ``seqlen-balancing sweep``.
+"""Command-line planner: ``seqlen-balancing plan``, ``sweep`` and ``epoch``.
 
 Both commands simulate one training step of a data-parallel (DP) group as verl 0.9.1's
 trainer runs it and plan every rank's micro-batches with this library's planner and DP
@@ -12,6 +12,9 @@ The package, one job per module:
 * :mod:`~seqlen_balancing.cli.inputs`: lengths files, JSON (Lines), Parquet;
   :mod:`~seqlen_balancing.cli.tokens`: counting tokens with a local tokenizer;
 * :mod:`~seqlen_balancing.cli.step`: the step's rows, verl's balancing and dispatch, planning;
+* :mod:`~seqlen_balancing.cli.trainers`: how each verl trainer (``--trainer``: ``main_ppo``,
+  ``sft_trainer``, ``sft_trainer_ray``) deals rows to DP ranks and orders an epoch;
+* :mod:`~seqlen_balancing.cli.epoch`: ``epoch``, a whole SFT run replayed step by step per cap;
 * :mod:`~seqlen_balancing.cli.report`: tables and JSON; :mod:`~seqlen_balancing.cli.plot`: charts;
 * :mod:`~seqlen_balancing.cli.entry`: :func:`main`, the console script.
 
@@ -21,9 +24,13 @@ when the data is too short; ``--in-order``: the first ones). ``--lengths FILE`` 
 ``--batch-size`` uses every row once, in file order (``--dp-size`` must divide the row
 count); with ``--batch-size`` it is drawn like the bundled data (too short is an error).
 ``--scale X`` multiplies every length by ``X`` and rounds (halves up); ``--truncate`` clips
-each length to the cap instead of failing. Then, unless ``--no-balance-batch``, the rows
-are reordered as verl's ``trainer.balance_batch`` does, and rank ``r`` gets the ``r``-th of
-``dp_size`` equal contiguous chunks (verl's dispatch). The cap is ``max_token_len * sp_size``.
+each length to the cap instead of failing. Then the rows are dealt as ``--trainer`` deals
+them (:mod:`~seqlen_balancing.cli.trainers`): for ``main_ppo`` (the default) and
+``sft_trainer_ray``, unless ``--no-balance-batch``, reordered as verl's
+``trainer.balance_batch`` does, and rank ``r`` gets the ``r``-th of ``dp_size`` equal
+contiguous chunks (verl's dispatch); for ``sft_trainer``, never balanced, rank ``r`` gets
+rows ``r, r + dp_size, ...`` (``DistributedSampler``). The cap is ``max_token_len * sp_size``.
+``--lengths`` is read once, whole, up to ``--max-input-mb`` (default 1,024 MiB).
 
 The cap on what the GPU holds (:mod:`seqlen_balancing.cost`): ``--pad-to-multiple-of N``
 makes each sample cost its length rounded up to a multiple of ``N``; ``--tp N``, ``--cp N``
@@ -59,7 +66,7 @@ JSON output (``--json``, one object on stdout; keys are stable). Fills are fract
   input; ``sampling``: ``"without_replacement"``, ``"with_replacement"``, ``"in_order"`` or
   ``"whole_file"``; ``seed``, ``scale``; ``counted``: how ``--tokenizer`` counted (or null).
 * ``max_token_len`` (per GPU), ``cap`` (``max_token_len * sp_size``), ``dp_size``,
-  ``batch_size`` (per rank), ``sp_size``, ``balance_batch``, ``same_micro_num_in_dp``,
+  ``batch_size`` (per rank), ``sp_size``, ``trainer``, ``balance_batch``, ``same_micro_num_in_dp``,
   ``force_group_size``, ``num_batches_divided_by`` and ``min_num_micro_batch`` (null when
   not given), ``dynamic_bsz_balance``, ``pad_to_multiple_of`` and
   ``micro_batch_multiple_of`` (as planned; 1: none), ``tp``, ``cp`` (null when not given),

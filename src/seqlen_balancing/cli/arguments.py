@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from seqlen_balancing.cli._text import PROG, CliError, int_text, short
+from seqlen_balancing.cli.inputs import DEFAULT_MAX_INPUT_MB
 from seqlen_balancing.cli.report import columns_help
+from seqlen_balancing.cli.trainers import (
+    DEFAULT_GLOBAL_BATCH_SIZE,
+    DEFAULT_SAMPLER_SEED,
+    DEFAULT_TRAINER,
+    EPOCH_TRAINERS,
+    RULES,
+    TRAINERS,
+    balances_by_default,
+)
 from seqlen_balancing.verl_rule import DEFAULT_MAX_TRIES
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_CAP", "DEFAULT_DP_SIZE", "DEFAULT_SWEEP_CAPS", "build_parser"]
@@ -74,6 +84,23 @@ def _add_input(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group(
         "input (default: the bundled CHAMP lengths, 256 samples per rank drawn at random)"
     )
+    _add_source(data)
+    data.add_argument("--seed", type=int, default=0, help="seed of the random draw (default: 0)")
+    data.add_argument(
+        "--in-order",
+        action="store_true",
+        help="with --batch-size: take the first dp-size x batch-size lengths in input order "
+        "instead of a seeded random draw",
+    )
+    data.add_argument(
+        "--truncate",
+        action="store_true",
+        help="clip lengths longer than the cap to the cap instead of failing",
+    )
+
+
+def _add_source(data: Any) -> None:
+    """Where the lengths come from (plan, sweep and epoch)."""
     data.add_argument(
         "--lengths",
         metavar="FILE",
@@ -84,6 +111,14 @@ def _add_input(parser: argparse.ArgumentParser) -> None:
     )
     data.add_argument(
         "--field", metavar="NAME", help="JSON Lines key or Parquet column holding each length (tokens)"
+    )
+    data.add_argument(
+        "--max-input-mb",
+        type=_positive_int,
+        default=DEFAULT_MAX_INPUT_MB,
+        metavar="MB",
+        help="the input bound: --lengths is read once, whole, and refused (exit 2) beyond this "
+        f"many MiB (default: {DEFAULT_MAX_INPUT_MB})",
     )
     data.add_argument(
         "--tokenizer",
@@ -131,17 +166,19 @@ def _add_input(parser: argparse.ArgumentParser) -> None:
         help="multiply every length by X and round (halves up), e.g. 2 to mimic rollouts "
         "twice as long (default: 1)",
     )
-    data.add_argument("--seed", type=int, default=0, help="seed of the random draw (default: 0)")
-    data.add_argument(
-        "--in-order",
-        action="store_true",
-        help="with --batch-size: take the first dp-size x batch-size lengths in input order "
-        "instead of a seeded random draw",
-    )
-    data.add_argument(
-        "--truncate",
-        action="store_true",
-        help="clip lengths longer than the cap to the cap instead of failing",
+
+
+def _add_trainer(group: Any, choices: tuple[str, ...], default: str) -> None:
+    """``--trainer``, its rules in the help; required when ``default`` is empty."""
+    rules = "; ".join(f"{name}: {RULES[name].split(': ', 1)[1]}" for name in choices)
+    which = f"default: {default}" if default else "required"
+    group.add_argument(
+        "--trainer",
+        choices=choices,
+        default=default or None,
+        required=not default,
+        help=f"the verl 0.9.1 trainer whose balancing and dealing of rows to DP ranks is "
+        f"modelled ({which}). {rules}",
     )
 
 
@@ -169,12 +206,14 @@ def _add_step(parser: argparse.ArgumentParser) -> None:
         help="Ulysses sequence-parallel size: the cap is max_token_len x N, as "
         "prepare_micro_batches computes it (default: 1)",
     )
+    _add_trainer(step, TRAINERS, DEFAULT_TRAINER)
     step.add_argument(
         "--balance-batch",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="balance the step across DP ranks first, as verl's trainer does by default "
-        "(trainer.balance_batch: equal sample counts, Karmarkar-Karp on workload) (default: on)",
+        default=None,
+        help="balance the step across DP ranks first, as main_ppo and sft_trainer_ray do by "
+        "default (trainer.balance_batch: equal sample counts, Karmarkar-Karp on workload) "
+        "(default: on, except with --trainer sft_trainer, which never balances)",
     )
     step.add_argument(
         "--same-micro-num-in-dp",
@@ -293,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
         "trainer would run it, to choose max_token_len_per_gpu.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{plan,sweep}")
+    commands = parser.add_subparsers(dest="command", metavar="{plan,sweep,epoch}")
     formatter = argparse.RawDescriptionHelpFormatter
     plan = commands.add_parser(
         "plan",
@@ -331,7 +370,80 @@ def build_parser() -> argparse.ArgumentParser:
     _add_step(sweep)
     _add_cost(sweep)
     _add_output(sweep, "plot micro-batches per rank and mean fill against the cap")
+    _add_epoch(commands, formatter)
     return parser
+
+
+def _add_epoch(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    epoch = commands.add_parser(
+        "epoch",
+        help="replay a whole SFT dataset as the trainer feeds it, per cap",
+        description="Replay every step of an SFT run as verl 0.9.1's trainer feeds it (its "
+        "sampler's rows for the seed, dealt to the DP ranks as it deals them) and plan each "
+        "rank with this library's DP rule: per cap, each step's micro-batches per rank, the "
+        "totals over the run and the worst step, to pick the cap by the whole run.",
+        epilog=EPOCH_EPILOG,
+        formatter_class=formatter,
+    )
+    epoch.add_argument(
+        "--max-token-len",
+        type=_cap_list,
+        default=[DEFAULT_SFT_CAP],
+        metavar="C1,C2,...",
+        help=f"caps to replay, comma-separated (max_token_len_per_gpu; default: verl's {DEFAULT_SFT_CAP})",
+    )
+    data = epoch.add_argument_group("input (default: the bundled CHAMP lengths, every row)")
+    _add_source(data)
+    run = epoch.add_argument_group("the run (verl's settings; verl's defaults when not given)")
+    _add_trainer(run, EPOCH_TRAINERS, "")
+    run.add_argument("--dp-size", type=_positive_int, default=DEFAULT_DP_SIZE, metavar="N",
+                     help=f"data-parallel ranks (default: {DEFAULT_DP_SIZE})")
+    run.add_argument(
+        "--global-batch-size", type=_positive_int, default=DEFAULT_GLOBAL_BATCH_SIZE, metavar="B",
+        help="data.train_batch_size: rows per step over all ranks (default: verl's "
+        f"{DEFAULT_GLOBAL_BATCH_SIZE})",
+    )
+    run.add_argument("--epochs", type=_positive_int, default=1, metavar="E",
+                     help="trainer.total_epochs to replay (default: 1)")
+    run.add_argument(
+        "--seed", type=int, default=DEFAULT_SAMPLER_SEED, metavar="S",
+        help=f"the DistributedSampler's seed (default: {DEFAULT_SAMPLER_SEED}, as verl's SFT "
+        "trainers leave it)",
+    )
+    run.add_argument("--sp-size", type=_positive_int, default=1, metavar="N",
+                     help="Ulysses sequence-parallel size: the cap is max_token_len x N (default: 1)")
+    run.add_argument(
+        "--balance-batch", action=argparse.BooleanOptionalAction, default=None,
+        help="sft_trainer_ray's trainer.balance_batch (default: on); sft_trainer never balances",
+    )
+    _add_cost(epoch)
+    out = epoch.add_argument_group("output")
+    out.add_argument("--compare-verl", action="store_true",
+                     help="also replay verl 0.9.1's own micro-batch count rule on every step")
+    out.add_argument("--verl-max-tries", type=_positive_int, default=DEFAULT_MAX_TRIES, metavar="N",
+                     help="Karmarkar-Karp rounds verl's rule may take per step "
+                     f"(default: {DEFAULT_MAX_TRIES})")
+    out.add_argument("--json", action="store_true", help="write one JSON object to stdout")
+
+
+#: verl 0.9.1's ``data.max_token_len_per_gpu`` in ``sft_trainer_engine.yaml``.
+DEFAULT_SFT_CAP = 8192
+
+EPOCH_EPILOG = """the replay:
+  rows of each step: the trainer's sampler, DistributedSampler(shuffle=True, drop_last=True)
+    with --seed (verl: 0) and set_epoch(epoch): torch.randperm(n) seeded seed + epoch.
+  sft_trainer: one sampler per rank (rank r: every dp-th row of that order from r), each rank
+    global-batch-size / dp rows per step; no balancing.
+  sft_trainer_ray: one sampler in the driver, global-batch-size rows per step, balanced
+    across the ranks (trainer.balance_batch: equal sample counts, Karmarkar-Karp on
+    workload, each part lightest at both ends), then equal contiguous chunks.
+  each step: every rank planned with this library's planner and DP agreement (one count on
+    every rank, as the engine's prepare_micro_batches with the DP group); with
+    --compare-verl also verl 0.9.1's rule on the same rows.
+  torch is needed for the shuffle (torch.randperm, as DistributedSampler draws it).
+output: per cap, each step's micro-batches per rank (library, verl), then the totals over
+  the run per rank and the worst step; exit 1 when no cap can run the whole replay.
+"""
 
 
 def check_combinations(args: argparse.Namespace) -> None:
@@ -366,6 +478,21 @@ def check_combinations(args: argparse.Namespace) -> None:
     if args.tp is not None and args.pad_to_multiple_of is not None:
         raise CliError(
             "--pad-to-multiple-of and --tp/--cp/--fp8 both set the per-sequence alignment; pass one"
+        )
+    trainer = getattr(args, "trainer", DEFAULT_TRAINER)
+    if trainer == "sft_trainer" and getattr(args, "force_group_size", 1) > 1:
+        raise CliError(
+            f"--force-group-size {args.force_group_size}: verl 0.9.1's sft_trainer deals every "
+            "dp-th row to a rank, so consecutive rows never stay together; drop it, or pass "
+            "--trainer main_ppo"
+        )
+    if getattr(args, "balance_batch", False) is None:
+        args.balance_batch = balances_by_default(trainer)
+    elif args.balance_batch and not balances_by_default(trainer):
+        raise CliError(
+            f"--balance-batch: verl 0.9.1's {trainer} never balances a step across DP ranks "
+            "(each rank's DistributedSampler deals its rows); drop --balance-batch, or pass "
+            "--trainer sft_trainer_ray or main_ppo"
         )
 
 

@@ -1,4 +1,4 @@
-"""The entry point: parse, run ``plan`` or ``sweep``, turn failures into one line and an exit code."""
+"""The entry point: parse, run ``plan``, ``sweep`` or ``epoch``; failures become one line and an exit code."""
 
 from __future__ import annotations
 
@@ -81,10 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command is None:
-            raise CliError(f"choose a command, plan or sweep (see '{PROG} --help')")
+            raise CliError(f"choose a command, plan, sweep or epoch (see '{PROG} --help')")
         check_combinations(args)
         if args.command == "plan":
             return _run_plan(args)
+        if args.command == "epoch":
+            from seqlen_balancing.cli.epoch import run_epoch
+
+            return run_epoch(args)
         return _run_sweep(args)
     except CliError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

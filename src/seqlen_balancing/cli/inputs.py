@@ -1,11 +1,18 @@
 """Reading the input: lengths files, JSON (Lines) and Parquet datasets, and saving lengths.
 
-Formats of ``--lengths FILE`` (``-``: stdin, text formats only):
+Every source (a regular file, a pipe, a FIFO, ``/dev/fd/N``, ``-`` for stdin) is opened
+once and read once, whole, by :func:`read_source`, up to the input bound
+(:data:`DEFAULT_MAX_INPUT_MB` MiB; ``--max-input-mb`` raises it): a source that holds more,
+or that exhausts memory first, is a one-line error naming it, the bound and the flag. The
+format is told from the bytes read (``PAR1``: Parquet), never by opening the path again,
+so a process substitution or a FIFO gives every row.
+
+Formats of ``--lengths FILE``:
 
 * one integer per line (blank lines skipped), or a JSON list of integers;
 * JSON Lines, or a JSON list of objects, with ``--field NAME`` (the key holding the length);
 * Parquet (detected by the ``PAR1`` magic bytes or a ``.parquet``/``.pq`` name; needs
-  pyarrow, extra ``data``) with ``--field NAME``, an integer column;
+  pyarrow, extra ``data``; from stdin and pipes too) with ``--field NAME``, an integer column;
 * any of the record formats with ``--tokenizer`` and a text field: the tokens are counted
   by :mod:`seqlen_balancing.cli.tokens`.
 
@@ -18,6 +25,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,9 +34,14 @@ from typing import Any
 
 from seqlen_balancing.cli._text import CliError, int_text, missing_extra, short
 
-__all__ = ["Loaded", "parse_lengths", "save_lengths"]
+__all__ = ["DEFAULT_MAX_INPUT_MB", "Loaded", "Source", "parse_lengths", "read_source", "save_lengths"]
 
 ROWS_PER_BATCH = 1024  # rows read (and tokenized) at a time
+
+#: The input bound: MiB read from one ``--lengths`` source at most (``--max-input-mb``).
+DEFAULT_MAX_INPUT_MB = 1024
+
+_CHUNK = 1 << 20  # bytes per read
 Records = Iterator[list[tuple[str, Any]]]  # batches of (where, value)
 
 
@@ -41,22 +55,96 @@ class Loaded:
     counted: str | None = None  # how --tokenizer counted, for the header
 
 
-def read_text(path: str) -> tuple[str, str]:
-    """The text at ``path`` (``-``: stdin) and the name to use in messages."""
-    if path == "-":
+@dataclass(frozen=True)
+class Source:
+    """One ``--lengths`` source, read whole: its bytes and how to name it."""
+
+    path: str  # as given ("-": stdin)
+    name: str  # for messages: the path or "<stdin>"
+    data: bytes
+
+    @property
+    def parquet(self) -> bool:
+        """Parquet by its magic bytes, or by a ``.parquet``/``.pq`` name."""
+        return self.data[:4] == b"PAR1" or self.path.lower().endswith((".parquet", ".pq"))
+
+    def text(self) -> str:
+        """The bytes as UTF-8 text (a byte-order mark dropped by the parsers)."""
         try:
-            text = sys.stdin.read()
+            return self.data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            where = "stdin" if self.path == "-" else f"lengths file {self.path!r}"
+            raise CliError(f"cannot read {where}: {exc}") from None
+
+
+def _too_large(name: str, max_mb: int, what: str) -> CliError:
+    return CliError(
+        f"{name} {what} more than the input bound of {max_mb} MiB; raise it with "
+        f"--max-input-mb N if the input is meant to be that large"
+    )
+
+
+def _read_bounded(handle: Any, name: str, max_mb: int) -> bytes:
+    """Everything ``handle`` holds, in chunks, refusing more than ``max_mb`` MiB."""
+    limit = max_mb * (1 << 20)
+    try:
+        info = os.fstat(handle.fileno())
+    except (OSError, AttributeError, ValueError):  # a stream without a descriptor (tests)
+        info = None
+    if info is not None and stat.S_ISREG(info.st_mode) and info.st_size > limit:
+        raise _too_large(name, max_mb, "holds")  # told from its size, nothing read
+    buffer = bytearray()
+    try:
+        while len(buffer) <= limit:
+            chunk = handle.read(min(_CHUNK, limit + 1 - len(buffer)))
+            if not chunk:
+                return bytes(buffer)
+            buffer += chunk
+    except MemoryError:
+        size = len(buffer)
+        del buffer
+        raise CliError(
+            f"{name}: out of memory after reading {size:,} bytes (the input bound is {max_mb} "
+            "MiB, --max-input-mb N); pass a smaller input or lower --max-input-mb"
+        ) from None
+    raise _too_large(name, max_mb, "holds")
+
+
+class _TextBytes:
+    """A text stream (stdin replaced by a ``StringIO``) read as UTF-8 bytes."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def read(self, size: int) -> bytes:
+        return str(self.stream.read(size)).encode("utf-8")
+
+
+def read_source(path: str, max_mb: int = DEFAULT_MAX_INPUT_MB) -> Source:
+    """Open ``path`` (``-``: stdin) once and read it once, whole, within the input bound.
+
+    Works alike on regular files, pipes, FIFOs (it waits for the writer, once),
+    ``/dev/fd/N`` from a process substitution, and stdin: nothing is opened twice.
+
+    Raises:
+        CliError: (exit 2) the source cannot be opened or read, holds more than ``max_mb``
+            MiB (naming the source, the bound and ``--max-input-mb``), or memory runs out
+            while it is read (the same, with the bytes read).
+    """
+    if path == "-":
+        stream = getattr(sys.stdin, "buffer", None)
+        try:
+            data = _read_bounded(stream if stream is not None else _TextBytes(sys.stdin), "<stdin>", max_mb)
         except (OSError, UnicodeDecodeError) as exc:
             raise CliError(f"cannot read stdin: {exc}") from None
-        if text.startswith("PAR1"):  # Parquet's magic bytes: the reader needs a seekable file
-            raise CliError("Parquet cannot be read from stdin: pass the file's path to --lengths")
-        return text, "<stdin>"
+        return Source(path, "<stdin>", data)
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read(), path
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        with open(path, "rb") as handle:
+            data = _read_bounded(handle, path, max_mb)
+    except OSError as exc:
+        reason = exc.strerror if exc.strerror else str(exc)
         raise CliError(f"cannot read lengths file {path!r}: {reason}") from None
+    return Source(path, path, data)
 
 
 def check_length(value: Any, where: str) -> int:
@@ -143,32 +231,22 @@ def parse_lengths(text: str, source: str, field: str | None = None) -> list[int]
     return lengths
 
 
-def is_parquet(path: str) -> bool:
-    """True for a ``.parquet``/``.pq`` name or a file that starts with Parquet's ``PAR1``."""
-    if path == "-":
-        return False
-    if path.lower().endswith((".parquet", ".pq")):
-        return True
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(4) == b"PAR1"
-    except OSError:
-        return False  # read_text reports it
-
-
-def parquet_records(path: str, field: str, rows_per_batch: int = ROWS_PER_BATCH) -> tuple[int, Records]:
-    """The row count of a Parquet file and its ``field`` column in batches of (where, value).
+def parquet_records(source: Source, field: str, rows_per_batch: int = ROWS_PER_BATCH) -> tuple[int, Records]:
+    """The row count of a Parquet source and its ``field`` column in batches of (where, value),
+    read from the bytes already in memory.
 
     Raises:
         CliError: (exit 2) pyarrow is missing (naming the ``data`` extra), the file cannot
             be read as Parquet, or it has no column ``field``.
     """
+    path = source.name
     try:
+        arrow: Any = importlib.import_module("pyarrow")
         parquet: Any = importlib.import_module("pyarrow.parquet")
     except ImportError:
         raise missing_extra("reading Parquet", "pyarrow", "data") from None
     try:
-        handle = parquet.ParquetFile(path)
+        handle = parquet.ParquetFile(arrow.BufferReader(source.data))
     except (OSError, ValueError, TypeError) as exc:  # pyarrow's errors derive from these
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise CliError(f"cannot read Parquet file {path!r}: {short(reason, 120, False)}") from None
@@ -191,12 +269,11 @@ def parquet_records(path: str, field: str, rows_per_batch: int = ROWS_PER_BATCH)
     return int(handle.metadata.num_rows), batches()
 
 
-def records(path: str, field: str) -> tuple[int, Records]:
-    """Rows of ``field`` from a Parquet, JSON Lines or JSON file, in batches."""
-    if is_parquet(path):
-        return parquet_records(path, field)
-    text, name = read_text(path)
-    rows = _json_records(text, name, field)
+def records(source: Source, field: str) -> tuple[int, Records]:
+    """Rows of ``field`` from a Parquet, JSON Lines or JSON source, in batches."""
+    if source.parquet:
+        return parquet_records(source, field)
+    rows = _json_records(source.text(), source.name, field)
 
     def batches() -> Records:
         for start in range(0, len(rows), ROWS_PER_BATCH):

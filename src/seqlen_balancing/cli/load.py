@@ -11,12 +11,12 @@ import argparse
 
 from seqlen_balancing.cli._text import CliError
 from seqlen_balancing.cli.inputs import (
+    DEFAULT_MAX_INPUT_MB,
     Loaded,
     check_length,
-    is_parquet,
     parquet_records,
     parse_lengths,
-    read_text,
+    read_source,
     save_lengths,
 )
 
@@ -30,23 +30,23 @@ def load_lengths(args: argparse.Namespace) -> Loaded:
 
         return Loaded(load_champ_lengths(), "champ", "the bundled data")
     path: str = args.lengths
+    source = read_source(path, getattr(args, "max_input_mb", DEFAULT_MAX_INPUT_MB))  # once, whole
     if args.tokenizer is not None:
         from seqlen_balancing.cli.tokens import count_dataset
 
-        lengths, how = count_dataset(args)
-        loaded = Loaded(lengths, path, path, how)
-    elif is_parquet(path):
+        lengths, how = count_dataset(args, source)
+        loaded = Loaded(lengths, path, source.name, how)
+    elif source.parquet:
         if args.field is None:
             raise CliError(
-                f"{path} is Parquet: pass --field NAME (a column of token counts), or --tokenizer "
-                "with --messages-field, --text-field or --prompt-field"
+                f"{source.name} is Parquet: pass --field NAME (a column of token counts), or "
+                "--tokenizer with --messages-field, --text-field or --prompt-field"
             )
-        _, batches = parquet_records(path, args.field)
+        _, batches = parquet_records(source, args.field)
         lengths = [check_length(v, where) for batch in batches for where, v in batch]
-        loaded = Loaded(lengths, path, path)
+        loaded = Loaded(lengths, path, source.name)
     else:
-        text, name = read_text(path)
-        loaded = Loaded(parse_lengths(text, name, args.field), path, name)
+        loaded = Loaded(parse_lengths(source.text(), source.name, args.field), path, source.name)
     if not loaded.lengths:
         raise CliError(f"{loaded.name} holds no rows")
     if args.save_lengths is not None:

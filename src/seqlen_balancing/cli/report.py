@@ -343,19 +343,33 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
         lines.append(step.counted)
     if _aligned_on(args) or _padded_on(args) or getattr(args, "max_samples_per_micro_batch", None):
         lines.append(_alignment_text(args))
-    if args.balance_batch and step.dp_size > 1:
+    lines.append(step_text(step.dp_size, args))
+    return lines
+
+
+def step_text(dp_size: int, args: argparse.Namespace) -> str:
+    """The header line naming the trainer modelled and how it deals the step's rows."""
+    trainer = args.trainer
+    if trainer == "sft_trainer":
+        deal = (
+            f"rank r takes the step's rows r, r + {dp_size}, r + {2 * dp_size}, ... "
+            "(DistributedSampler), never balanced" if dp_size > 1 else "one DP rank, never balanced"
+        )
+    elif args.balance_batch and dp_size > 1:
         grouped = f", groups of {args.force_group_size} rows kept whole" if args.force_group_size > 1 else ""
-        balance = (
+        deal = (
             "balanced across DP ranks as verl's trainer.balance_batch (equal sample counts, "
-            f"Karmarkar-Karp on workload{grouped})"
+            f"Karmarkar-Karp on workload{grouped}); equal contiguous chunks per rank (verl's dispatch)"
+        )
+    elif dp_size > 1:
+        deal = (
+            "not balanced across DP ranks (--no-balance-batch); equal contiguous chunks per rank "
+            "(verl's dispatch)"
         )
     else:
-        balance = "not balanced across DP ranks (--no-balance-batch)" if step.dp_size > 1 else "one DP rank"
+        deal = "one DP rank"
     agree = "on" if args.same_micro_num_in_dp else "off"
-    lines.append(
-        f"step: {balance}; equal contiguous chunks per rank (verl's dispatch); same_micro_num_in_dp {agree}"
-    )
-    return lines
+    return f"step (verl 0.9.1 {trainer}): {deal}; same_micro_num_in_dp {agree}"
 
 
 def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None:
@@ -455,6 +469,7 @@ def settings(step: Step, args: argparse.Namespace) -> dict[str, Any]:
         "dp_size": step.dp_size,
         "batch_size": step.batch_size,
         "sp_size": args.sp_size,
+        "trainer": args.trainer,
         "balance_batch": args.balance_batch,
         "same_micro_num_in_dp": args.same_micro_num_in_dp,
         "force_group_size": args.force_group_size,

@@ -4,8 +4,13 @@
    ``dp_size * batch_size`` positions drawn with ``random.Random(seed).sample`` (the bundled
    data, when too short, with ``.choices``), or the first ones with ``--in-order``. With
    ``--lengths`` and no ``--batch-size``, every row once, in file order.
-2. **verl's dispatch**: rank ``r`` gets the ``r``-th of ``dp_size`` equal contiguous chunks.
-3. **verl's ``_balance_batch``** (default on, ``--no-balance-batch`` off), before dispatch:
+2. **The trainer's dealing** (``--trainer``, :func:`~seqlen_balancing.cli.trainers.deal`):
+   ``main_ppo`` and ``sft_trainer_ray`` balance (below) and then dispatch, rank ``r``
+   getting the ``r``-th of ``dp_size`` equal contiguous chunks; ``sft_trainer`` never
+   balances, and rank ``r`` gets the step's rows ``r, r + dp_size, ...``
+   (``DistributedSampler``).
+3. **verl's ``_balance_batch``** (on by default where the trainer has it,
+   ``--no-balance-batch`` off), before dispatch:
    Karmarkar-Karp on the rows' workloads (``24576*s + s**2``) into ``dp_size`` parts of equal
    sample counts (:func:`~seqlen_balancing.partition.get_seqlen_balanced_partitions`); each
    part is sorted by workload and laid out lightest at both ends
@@ -36,13 +41,14 @@ from seqlen_balancing.bounds import l2_lower_bound
 from seqlen_balancing.cli._text import CliError, plural
 from seqlen_balancing.cli.inputs import Loaded
 from seqlen_balancing.cli.results import RankResult, Step, StepResult, VerlResult, alignment
+from seqlen_balancing.cli.trainers import balance_order, deal  # balance_order: kept importable here
 from seqlen_balancing.cost import (
     aligned_length,
     micro_batch_capacity,
     micro_batch_cost,
     padded_micro_batch_cost,
 )
-from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
+from seqlen_balancing.partition import workload
 from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, local_count
 from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
 
@@ -113,41 +119,6 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
         f"{batch} needs {needed} ({how}); pass at least "
         f"{needed} lengths or lower --dp-size/--batch-size"
     )
-
-
-def balance_order(lengths: Sequence[int], dp_size: int, group: int = 1) -> list[int]:
-    """verl 0.9.1's ``_balance_batch`` order of the step's rows (indices into ``lengths``).
-
-    Args:
-        lengths: tokens of each row of the step, in dispatch order.
-        dp_size: DP ranks; ``len(lengths) / dp_size`` rows go to each, in contiguous chunks.
-        group: rows per forced group (kept whole, in order, on one rank).
-
-    Returns:
-        A permutation of ``range(len(lengths))``: rank ``r`` gets its ``r``-th equal chunk.
-
-    Raises:
-        CliError: (exit 2) the groups cannot be shared equally by the ranks.
-    """
-    n = len(lengths)
-    if group == 1:
-        loads = [workload(s) for s in lengths]
-        parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
-        order: list[int] = []
-        for part in parts:
-            part = sorted(part, key=lambda i: (loads[i], i))
-            order += part[::2] + part[1::2][::-1]
-        return order
-    groups = n // group
-    if n % group or groups % dp_size:
-        raise CliError(
-            f"balancing keeps groups of --force-group-size {group} rows whole: the step's "
-            f"{n} rows make {groups} groups, which {dp_size} DP ranks cannot share equally; "
-            "pass a --batch-size that is a multiple of the group size, or --no-balance-batch"
-        )
-    loads = [sum(workload(s) for s in lengths[g * group : (g + 1) * group]) for g in range(groups)]
-    parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
-    return [g * group + j for part in parts for g in part for j in range(group)]
 
 
 def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliError | None:
@@ -260,12 +231,12 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     clip = usable // pad * pad  # the longest length whose aligned cost fits
     truncated = sum(n > clip for n in drawn)
     clipped = [min(n, clip) for n in drawn]
-    positions = step.positions
     # A rank batch that force_group_size does not divide is the planner's error (exit 1).
-    if args.balance_batch and step.dp_size > 1 and step.batch_size % args.force_group_size == 0:
-        order = balance_order(clipped, step.dp_size, args.force_group_size)
-        positions = [positions[i] for i in order]
-        clipped = [clipped[i] for i in order]
+    balance = args.balance_batch and step.batch_size % args.force_group_size == 0
+    dealt = deal(clipped, step.dp_size, args.trainer, balance, args.force_group_size)
+    order = [p for part in dealt for p in part]
+    positions = [step.positions[i] for i in order]
+    clipped = [clipped[i] for i in order]
     batch = step.batch_size
     per_rank = [clipped[r * batch : (r + 1) * batch] for r in range(step.dp_size)]
     start = time.perf_counter()

@@ -32,9 +32,12 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seqlen_balancing.cli._text import CliError, missing_extra, short
+
+if TYPE_CHECKING:
+    from seqlen_balancing.cli.inputs import Source
 
 __all__ = ["count_dataset", "load_tokenizer"]
 
@@ -194,8 +197,9 @@ def _checked(kind: str, where: str, value: Any) -> Any:
     return _messages(value, where)
 
 
-def count_dataset(args: argparse.Namespace) -> tuple[list[int], str]:
-    """Token counts of every row of ``args.lengths`` and a one-line description of how.
+def count_dataset(args: argparse.Namespace, source: Source) -> tuple[list[int], str]:
+    """Token counts of every row of ``source`` (``args.lengths``, read once by
+    :func:`~seqlen_balancing.cli.inputs.read_source`) and a one-line description of how.
 
     Raises:
         CliError: (exit 2) a missing extra, a tokenizer that cannot load, a row whose field
@@ -221,7 +225,7 @@ def count_dataset(args: argparse.Namespace) -> tuple[list[int], str]:
             f"tokenizer {args.tokenizer!r} has no chat template (tokenizer_config.json or "
             "chat_template.jinja) to render --messages-field; use --text-field for plain text"
         )
-    total, batches = records(args.lengths, field)
+    total, batches = records(source, field)
     count = _counter(tokenizer, kind)
     bar = _progress(total, args.progress or sys.stderr.isatty())
     lengths: list[int] = []

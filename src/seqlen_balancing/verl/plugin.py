@@ -41,7 +41,11 @@ def switch_from_environment(environ: Mapping[str, str] | None = None) -> bool:
         True when this process is switched.
 
     Raises:
-        RuntimeError: from :func:`~seqlen_balancing.verl.apply` (logged at ERROR first).
+        RuntimeError: from :func:`~seqlen_balancing.verl.apply`: verl's functions cannot be
+            switched (logged at ERROR first).
+        ValueError: from :func:`~seqlen_balancing.verl.apply`: a malformed
+            ``SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF`` or
+            ``SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF`` (logged at ERROR first).
 
     Example:
         >>> switch_from_environment({"SEQLEN_BALANCING_VERL": "0"})

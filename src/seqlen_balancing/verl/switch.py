@@ -118,7 +118,13 @@ def _library_functions() -> dict[str, Callable[..., Any]]:
 
     names = [name for group in VERL_FUNCTIONS.values() for name in group]
     ours = {name: getattr(seqlen_balancing, name) for name in names}
-    pad, bucket = alignment_from_env()
+    try:
+        pad, bucket = alignment_from_env()
+    except ValueError as error:  # a bad value stays a ValueError; say that nothing changed
+        raise ValueError(
+            f"seqlen_balancing.verl cannot switch verl {_verl_version()}: {error}; nothing was "
+            "replaced"
+        ) from None
     if (pad, bucket) != (1, 1):
         for name in _ALIGNED:
             ours[name] = _with_alignment(ours[name], pad, bucket)
@@ -142,15 +148,31 @@ def _with_sample_limit(function: Callable[..., Any], limit: int) -> Callable[...
 
 def _with_alignment(function: Callable[..., Any], pad: int, bucket: int) -> Callable[..., Any]:
     """``function`` with ``pad_to_multiple_of=pad`` and ``micro_batch_multiple_of=bucket``
-    unless the call passes them (same signature: ``functools.wraps``)."""
+    unless the call passes them (same signature: ``functools.wraps``). A
+    ``prepare_micro_batches`` call on the static path (``use_dynamic_bsz`` false) gets
+    neither: the job's alignment is for capped micro-batches, and the static path refuses
+    cost settings given to it."""
 
     @functools.wraps(function)
     def aligned(*args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("pad_to_multiple_of", pad)
-        kwargs.setdefault("micro_batch_multiple_of", bucket)
+        if function.__name__ != "prepare_micro_batches" or _dynamic(args[0] if args else kwargs.get("data")):
+            kwargs.setdefault("pad_to_multiple_of", pad)
+            kwargs.setdefault("micro_batch_multiple_of", bucket)
         return function(*args, **kwargs)
 
     return aligned
+
+
+def _dynamic(data: Any) -> bool:
+    """Whether ``prepare_micro_batches`` takes its dynamic path on ``data`` (True when the
+    setting cannot be read: the call then reports that itself, through the agreement)."""
+    from seqlen_balancing._checks import as_switch
+    from seqlen_balancing.batch.settings import _setting
+
+    try:
+        return as_switch(_setting(data, "use_dynamic_bsz", True)) is not False
+    except Exception:  # any unreadable batch: the library's call names the problem
+        return True
 
 
 def _verl_version() -> str:
@@ -173,7 +195,8 @@ def _verl_root() -> Path:
         if spec is None or not spec.submodule_search_locations:
             raise RuntimeError(
                 "seqlen_balancing.verl: verl is not installed in this environment "
-                f"({sys.executable}); install verl, or do not set SEQLEN_BALANCING_VERL"
+                f"({sys.executable}); nothing was replaced. Install verl, or do not set "
+                "SEQLEN_BALANCING_VERL"
             )
         paths = list(spec.submodule_search_locations)
     return Path(paths[0])
@@ -191,22 +214,49 @@ def _check(ours: dict[str, Callable[..., Any]], module_names: Iterable[str]) -> 
             for name in VERL_FUNCTIONS[module_name]:
                 value = getattr(module, name, None)
                 function = _STATE.back.get(id(value), value)  # verl's own, if already switched
-                params = signatures.from_function(function) if callable(function) else None
-                _raise_on_mismatch(module_name, name, params, ours[name])
+                _raise_on_mismatch(module_name, name, _loaded_parameters(function), ours[name])
             continue
         source = _verl_root().joinpath(*module_name.split(".")[1:]).with_suffix(".py")
         if source.is_file():
             for name in VERL_FUNCTIONS[module_name]:
-                _raise_on_mismatch(module_name, name, signatures.from_source(source, name), ours[name])
+                _raise_on_mismatch(module_name, name, _source_parameters(source, name), ours[name])
+
+
+#: Why a signature could not be read: (what the message shows for verl's, the problem).
+_Unreadable = tuple[str, str]
+
+
+def _loaded_parameters(function: Any) -> list[signatures.Parameter] | _Unreadable | None:
+    """verl's parameters of a loaded function; ``None`` when it is missing or not callable,
+    the reason when :mod:`inspect` cannot read them (a builtin or compiled function)."""
+    if not callable(function):
+        return None
+    try:
+        return signatures.from_function(function)
+    except (ValueError, TypeError) as error:
+        return "(signature unreadable)", f"its signature cannot be read: {error}"
+
+
+def _source_parameters(source: Path, name: str) -> list[signatures.Parameter] | _Unreadable | None:
+    """verl's parameters of ``name`` read from its source file, or why they cannot be."""
+    try:
+        return signatures.from_source(source, name)
+    except (OSError, SyntaxError, ValueError) as error:
+        return "(source unreadable)", f"its source {source} cannot be read: {error}"
 
 
 def _raise_on_mismatch(
-    module_name: str, name: str, params: list[signatures.Parameter] | None, ours: Callable[..., Any]
+    module_name: str,
+    name: str,
+    params: list[signatures.Parameter] | _Unreadable | None,
+    ours: Callable[..., Any],
 ) -> None:
     mine = signatures.from_function(ours)
     if params is None:
-        problem = "verl does not define it"
+        problem = "verl does not define it as a function"
         theirs = "(missing)"
+    elif isinstance(params, tuple):
+        theirs, problem = params
     else:
         problem = signatures.prefix_problem(params, mine) or ""
         theirs = signatures.render(params)
@@ -308,6 +358,9 @@ def apply() -> list[tuple[str, str]]:
     verl 0.9.1). verl modules imported later are switched as they are imported. Engines a
     verl install cannot import are never imported, hence never touched.
 
+    A refusal (see Raises) replaces nothing and installs no import hook: the process stays
+    on verl's own functions.
+
     Idempotent: a second call changes nothing. Logs at INFO, once per switch-on, the process,
     the verl version and what was replaced (docs/verl.md shows the lines). Every DP rank of a
     job must be switched, or none: docs/verl.md, "Never run a partially switched job".
@@ -316,9 +369,16 @@ def apply() -> list[tuple[str, str]]:
         ``(module, name)`` of every binding the switch now holds (:func:`replacements`).
 
     Raises:
-        RuntimeError: verl is not installed, or one of verl's functions does not have a
-            prefix of the library's signature (the message names the function, both
-            signatures and the verl version); nothing is replaced then.
+        RuntimeError: verl is not installed, or one of verl's 13 functions is missing, is
+            not a function, has a signature that cannot be read (a builtin or compiled
+            function, a source file that cannot be parsed) or does not have a prefix of the
+            library's signature. The message names the function (``module.name``), both
+            signatures (``(signature unreadable)`` for verl's when it cannot be read) and
+            the verl version, and says that nothing was replaced.
+        ValueError: ``SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF`` or
+            ``SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF`` is set to something other than a
+            positive integer (a bad value, as for any setting; the message names the
+            variable and its value, and says that nothing was replaced).
 
     Example:
         >>> import seqlen_balancing.verl

@@ -1,0 +1,344 @@
+"""The ``epoch`` command: replay a whole SFT run step by step, per cap, and report it.
+
+Every step's rows come from the trainer's sampler and dealing
+(:func:`~seqlen_balancing.cli.trainers.epoch_steps`); each step is planned on every DP rank
+with this library's planner and DP agreement (:mod:`seqlen_balancing.agreement`: one
+count on every rank, as the engine's ``prepare_micro_batches`` with the DP group), and
+with ``--compare-verl`` also with verl 0.9.1's rule (:mod:`seqlen_balancing.verl_rule`).
+The report gives, per cap, each step's micro-batches per rank, the totals over the run and
+the worst step, then one summary row per cap: a cap is chosen by the whole run's count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from seqlen_balancing.agreement import combine, decode, encode
+from seqlen_balancing.cli._text import PROG, CliError, plural
+from seqlen_balancing.cli.inputs import Loaded
+from seqlen_balancing.cli.results import alignment
+from seqlen_balancing.cli.step import scale_lengths
+from seqlen_balancing.cli.trainers import RULES, EpochStep, epoch_steps, steps_per_epoch
+from seqlen_balancing.planner import analyse
+from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
+
+__all__ = ["CapReplay", "Replay", "replay", "run_epoch"]
+
+#: Step plans (steps x caps) from which a replay shows progress on a terminal unasked.
+LONG_REPLAY = 200
+
+
+@dataclass
+class CapReplay:
+    """One cap over the whole run: micro-batches per rank at each step (all ranks agree)."""
+
+    max_token_len: int  # per GPU, as given
+    cap: int  # max_token_len x sp_size
+    counts: list[int] = field(default_factory=list)  # the library's, one per step planned
+    verl: list[int | None] = field(default_factory=list)  # verl's (None: it fails or gives up)
+    verl_notes: list[str] = field(default_factory=list)  # why, for each None
+    error: str | None = None  # the step the library cannot plan (the run would stop there)
+
+    @property
+    def complete(self) -> bool:
+        return self.error is None
+
+    def worst(self, values: list[int | None]) -> tuple[int, int] | None:
+        """``(count, step)`` of the step with the most micro-batches (the first such)."""
+        known = [(v, s) for s, v in enumerate(values, start=1) if v is not None]
+        if not known:
+            return None
+        top = max(v for v, _ in known)
+        return top, next(s for v, s in known if v == top)
+
+    @property
+    def verl_total(self) -> int | None:
+        if not self.verl or any(v is None for v in self.verl):
+            return None
+        return sum(v for v in self.verl if v is not None)
+
+
+@dataclass
+class Replay:
+    """What was replayed: the run's shape and each cap's result."""
+
+    loaded: Loaded
+    lengths: list[int]
+    steps: list[EpochStep]
+    steps_per_epoch: int
+    caps: list[CapReplay]
+
+
+class _Progress:
+    """tqdm on stderr when installed, else a plain stderr line at each tenth of the work."""
+
+    def __init__(self, total: int, show: bool) -> None:
+        self.total, self.done, self.shown = total, 0, -1
+        self.bar: Any = None
+        self.show = show and total > 0
+        if not self.show:
+            return
+        try:
+            tqdm: Any = importlib.import_module("tqdm")
+        except ImportError:
+            return
+        self.bar = tqdm.tqdm(total=total, unit="step", file=sys.stderr, dynamic_ncols=True,
+                             desc=f"{PROG} epoch")
+
+    def update(self, steps: int = 1) -> None:
+        self.done += steps
+        if not self.show:
+            return
+        if self.bar is not None:
+            self.bar.update(steps)
+            return
+        tenth = self.done * 10 // self.total
+        if tenth > self.shown:
+            self.shown = tenth
+            print(f"{PROG} epoch: {self.done}/{self.total} step plans ({tenth * 10}%)",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _plan_step(per_rank: list[list[int]], cap: int, pad: int, bucket: int) -> int:
+    """The library's agreed micro-batch count for one step, or its error raised."""
+    analyses = [
+        analyse(lens, cap, pad_to_multiple_of=pad, micro_batch_multiple_of=bucket) for lens in per_rank
+    ]
+    count, error, rank = decode(combine([encode(a, r) for r, a in enumerate(analyses)]))
+    if error is not None:
+        raise error.exception(rank)
+    return count
+
+
+def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
+    """Replay every step for every cap of ``args.max_token_len``.
+
+    Raises:
+        CliError: (exit 2) a run the trainer could not form (see
+            :func:`~seqlen_balancing.cli.trainers.check_epoch`), or torch missing.
+    """
+    lengths = scale_lengths(loaded.lengths, args.scale)
+    steps = list(epoch_steps(lengths, args.dp_size, args.global_batch_size, args.trainer,
+                             args.seed, args.epochs, bool(args.balance_batch)))
+    pad, bucket = alignment(args)
+    caps = [CapReplay(c, c * args.sp_size) for c in args.max_token_len]
+    total = len(steps) * len(caps)
+    progress = _Progress(total, args.progress or (sys.stderr.isatty() and total >= LONG_REPLAY))
+    try:
+        for result in caps:
+            for step in steps:
+                progress.update()
+                if result.error is not None:
+                    continue
+                per_rank = [[lengths[i] for i in rows] for rows in step.ranks]
+                try:
+                    result.counts.append(_plan_step(per_rank, result.cap, pad, bucket))
+                except (ValueError, TypeError) as exc:
+                    result.error = f"step {step.step} (epoch {step.epoch + 1}): {exc}"
+                    continue
+                if args.compare_verl:
+                    _verl_step(result, per_rank, args)
+    finally:
+        progress.close()
+    per_epoch = steps_per_epoch(len(lengths), args.dp_size, args.global_batch_size, args.trainer)
+    return Replay(loaded, lengths, steps, per_epoch, caps)
+
+
+def _verl_step(result: CapReplay, per_rank: list[list[int]], args: argparse.Namespace) -> None:
+    try:
+        found = verl_counts(per_rank, result.cap, max_tries=args.verl_max_tries)
+    except VerlSearchLimit as exc:
+        result.verl.append(None)
+        result.verl_notes.append(f">{exc.last_tried}")
+        return
+    except ValueError as exc:
+        result.verl.append(None)
+        result.verl_notes.append(str(exc))
+        return
+    result.verl.append(found.counts[0])
+    result.verl_notes.append("")
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _rows_used(replay_: Replay, args: argparse.Namespace) -> int:
+    """Rows one epoch feeds (the rest dropped: drop_last)."""
+    dp, batch = int(args.dp_size), int(args.global_batch_size)
+    if args.trainer == "sft_trainer":
+        return replay_.steps_per_epoch * (batch // dp) * dp
+    return replay_.steps_per_epoch * batch
+
+
+def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
+    """The header lines: the data, the run's shape, the trainer modelled, the planning."""
+    n = len(replay_.lengths)
+    source = "bundled CHAMP lengths" if replay_.loaded.source == "champ" else replay_.loaded.name
+    dropped = n - _rows_used(replay_, args)
+    per_rank = args.global_batch_size // args.dp_size
+    scale = f", lengths x {args.scale:g}" if args.scale != 1.0 else ""
+    # sft_trainer's loaders take global_batch_size // dp rows each: a remainder is never fed
+    first = (
+        f"{plural(n, 'row')} from {source}{scale}; {plural(args.epochs, 'epoch')} x "
+        f"{plural(replay_.steps_per_epoch, 'step')} of {per_rank * args.dp_size} rows "
+        f"({per_rank} per rank on {plural(args.dp_size, 'DP rank')}); sampler seed {args.seed}; "
+        f"{dropped} rows left out per epoch (drop_last)"
+    )
+    balance = ""
+    if args.trainer == "sft_trainer_ray" and not args.balance_batch:
+        balance = " (--no-balance-batch: not balanced, equal contiguous chunks)"
+    lines = [first, f"trainer modelled: {RULES[args.trainer]}{balance}"]
+    if replay_.loaded.counted:
+        lines.append(replay_.loaded.counted)
+    pad, bucket = alignment(args)
+    if (pad, bucket) != (1, 1):
+        lines.append(f"cost: each sample aligned to {pad} tokens, each micro-batch rounded up to {bucket}")
+    lines.append(
+        "each step: every rank planned with this library's planner and DP agreement (one count "
+        "on every rank, as prepare_micro_batches with the DP group)"
+        + ("; verl: verl 0.9.1's rule on the same rows" if args.compare_verl else "")
+    )
+    return lines
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def _saved(ours: int, verl: int | None) -> tuple[str, str]:
+    if verl is None:
+        return "n/a", "n/a"
+    saved = verl - ours
+    return str(saved), (f"{100 * saved / verl:.1f}%" if verl else "0.0%")
+
+
+def _worst_text(found: tuple[int, int] | None) -> str:
+    return "n/a" if found is None else f"{found[0]} (step {found[1]})"
+
+
+def print_report(replay_: Replay, args: argparse.Namespace) -> None:
+    """The text report: header, each cap's steps and totals, then the summary."""
+    verl_on = args.compare_verl
+    print("\n".join(header(replay_, args)))
+    for result in replay_.caps:
+        print()
+        print(f"max_token_len {result.max_token_len}: micro-batches per rank at each step")
+        headers = ["step", "epoch", "library"] + (["verl"] if verl_on else [])
+        rows = []
+        for index, count in enumerate(result.counts):
+            step = replay_.steps[index]
+            row = [str(step.step), str(step.epoch + 1), str(count)]
+            if verl_on:
+                value = result.verl[index]
+                row.append(str(value) if value is not None else result.verl_notes[index] or "n/a")
+            rows.append(row)
+        if rows:
+            print(_table(headers, rows))
+        if result.error is not None:
+            print(f"cannot run: {result.error}")
+            continue
+        total = sum(result.counts)
+        line = f"total over the run, per rank: library {total}"
+        if verl_on:
+            saved, percent = _saved(total, result.verl_total)
+            verl_total = result.verl_total
+            line += f", verl {verl_total if verl_total is not None else 'n/a'} (saved {saved}, {percent})"
+        print(line + f"; x {args.dp_size} ranks: {total * args.dp_size} micro-batches")
+        worst = f"worst step: library {_worst_text(result.worst(list(result.counts)))}"
+        if verl_on:
+            worst += f", verl {_worst_text(result.worst(result.verl))}"
+        print(worst)
+    print()
+    print(f"summary over {plural(len(replay_.steps), 'step')} (micro-batches per rank)")
+    headers = ["max_token_len", "library total", "worst step"]
+    if verl_on:
+        headers += ["verl total", "verl worst step", "saved", "saved %"]
+    rows = []
+    for result in replay_.caps:
+        if result.error is not None:
+            rows.append([str(result.max_token_len), "cannot run", "-"] + (["-"] * 4 if verl_on else []))
+            continue
+        total = sum(result.counts)
+        row = [str(result.max_token_len), str(total), _worst_text(result.worst(list(result.counts)))]
+        if verl_on:
+            verl_total = result.verl_total
+            row += [str(verl_total) if verl_total is not None else "n/a",
+                    _worst_text(result.worst(result.verl)), *_saved(total, verl_total)]
+        rows.append(row)
+    print(_table(headers, rows))
+
+
+def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
+    """The ``epoch --json`` object (keys stable)."""
+    pad, bucket = alignment(args)
+    caps = []
+    for result in replay_.caps:
+        item: dict[str, Any] = {
+            "max_token_len": result.max_token_len,
+            "cap": result.cap,
+            "error": result.error,
+            "steps": [
+                {"step": replay_.steps[i].step, "epoch": replay_.steps[i].epoch + 1, "micro_batches": c}
+                | ({"verl_micro_batches": result.verl[i]} if args.compare_verl else {})
+                for i, c in enumerate(result.counts)
+            ],
+            "total_micro_batches": sum(result.counts) if result.complete else None,
+            "worst_step": _worst_json(result.worst(list(result.counts))),
+        }
+        if args.compare_verl:
+            item["verl_total_micro_batches"] = result.verl_total if result.complete else None
+            item["verl_worst_step"] = _worst_json(result.worst(result.verl))
+        caps.append(item)
+    return {
+        "command": "epoch",
+        "source": replay_.loaded.source,
+        "n_lengths": len(replay_.lengths),
+        "scale": args.scale,
+        "counted": replay_.loaded.counted,
+        "trainer": args.trainer,
+        "trainer_rule": RULES[args.trainer],
+        "balance_batch": bool(args.balance_batch),
+        "dp_size": args.dp_size,
+        "global_batch_size": args.global_batch_size,
+        "rows_per_rank": args.global_batch_size // args.dp_size,
+        "epochs": args.epochs,
+        "seed": args.seed,
+        "steps_per_epoch": replay_.steps_per_epoch,
+        "steps": len(replay_.steps),
+        "rows_left_out_per_epoch": len(replay_.lengths) - _rows_used(replay_, args),
+        "sp_size": args.sp_size,
+        "pad_to_multiple_of": pad,
+        "micro_batch_multiple_of": bucket,
+        "caps": caps,
+    }
+
+
+def _worst_json(found: tuple[int, int] | None) -> dict[str, int] | None:
+    return None if found is None else {"micro_batches": found[0], "step": found[1]}
+
+
+def run_epoch(args: argparse.Namespace) -> int:
+    """The ``epoch`` command; the exit code (1 when no cap runs the whole replay)."""
+    from seqlen_balancing.cli.load import load_lengths
+
+    result = replay(args, load_lengths(args))
+    if args.json:
+        sys.stdout.write(json.dumps(report_json(result, args)) + "\n")  # one object, one line
+    else:
+        print_report(result, args)
+    if not any(c.complete for c in result.caps):
+        errors = "; ".join(f"max_token_len {c.max_token_len}: {c.error}" for c in result.caps)
+        raise CliError(f"no cap can run the whole replay ({errors})", 1)
+    return 0

@@ -1,0 +1,264 @@
+"""How each verl 0.9.1 trainer feeds its DP ranks: which rows a step holds, and which rank gets which.
+
+Three trainers are modelled (``--trainer``), each by the rule its own code follows in verl
+0.9.1 (read from ``verl/trainer/main_ppo.py`` with ``ppo/ray_trainer.py``,
+``sft_trainer.py`` and ``sft_trainer_ray.py``; checked against verl itself in
+``tests/compat/test_trainers.py``):
+
+* ``main_ppo`` (PPO/GRPO, the driver's ``RayPPOTrainer``): with ``trainer.balance_batch``
+  (default on) the step's rows are split into ``dp`` parts of equal sample counts by
+  Karmarkar-Karp on their workloads (``24576*s + s**2``), each part sorted by workload and
+  laid out lightest at both ends, the parts concatenated; then the dispatch gives rank
+  ``r`` the ``r``-th of ``dp`` equal contiguous chunks.
+* ``sft_trainer`` (``torchrun``, one process per GPU): no balancing at all. Every rank
+  builds ``DistributedSampler(shuffle=True, drop_last=True)`` with the default seed 0 and
+  calls ``set_epoch(epoch)``: the epoch's order is ``torch.randperm(n)`` seeded with
+  ``seed + epoch``, cut to a multiple of ``dp``, and rank ``r`` takes every ``dp``-th row
+  from position ``r``; its data loader takes ``global_batch_size // dp`` of them per step
+  (``drop_last``: a short last step is dropped). Within one step, rank ``r`` thus holds the
+  step's rows ``r, r + dp, r + 2 dp, ...``.
+* ``sft_trainer_ray`` (the driver loads the data): one ``DistributedSampler`` with one
+  replica (same shuffle, seed 0, ``set_epoch``, ``drop_last``) and ``global_batch_size``
+  rows per step; with ``trainer.balance_batch`` (default on) the rows are balanced as
+  ``main_ppo`` does (equal-size Karmarkar-Karp on workloads, each part lightest at both
+  ends) before the dispatch's equal contiguous chunks. verl computes these workloads in
+  float32 (``torch.Tensor`` of lengths); this model uses exact integers, which can only
+  differ where float32 rounding ties two workloads.
+
+Planning a rank's rows is the same for all three: the engine's ``prepare_micro_batches``
+with the DP group (``same_micro_num_in_dp`` on). Only the shuffle needs torch
+(``torch.randperm``, as ``DistributedSampler`` calls it); it is imported when used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from seqlen_balancing.cli._text import CliError
+from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
+
+__all__ = [
+    "DEFAULT_GLOBAL_BATCH_SIZE",
+    "DEFAULT_SAMPLER_SEED",
+    "DEFAULT_TRAINER",
+    "EPOCH_TRAINERS",
+    "RULES",
+    "TRAINERS",
+    "EpochStep",
+    "balance_order",
+    "balances_by_default",
+    "deal",
+    "epoch_steps",
+    "sampler_indices",
+]
+
+#: The trainers ``--trainer`` models.
+TRAINERS = ("main_ppo", "sft_trainer", "sft_trainer_ray")
+
+#: ``plan`` and ``sweep`` model this one unless told (the RL trainer the planner began with).
+DEFAULT_TRAINER = "main_ppo"
+
+#: The trainers ``epoch`` replays (an SFT dataset, epoch by epoch).
+EPOCH_TRAINERS = ("sft_trainer", "sft_trainer_ray")
+
+#: ``DistributedSampler``'s seed: verl's SFT trainers pass none, so torch's default, 0.
+DEFAULT_SAMPLER_SEED = 0
+
+#: ``data.train_batch_size`` in verl 0.9.1's ``sft_trainer_engine.yaml``.
+DEFAULT_GLOBAL_BATCH_SIZE = 256
+
+#: Each trainer's rule in one line, for ``--help``, the report's header and the docs.
+RULES = {
+    "main_ppo": (
+        "verl 0.9.1 main_ppo: trainer.balance_batch (default on) splits the step into equal "
+        "sample counts by Karmarkar-Karp on workload, then rank r gets the r-th equal "
+        "contiguous chunk"
+    ),
+    "sft_trainer": (
+        "verl 0.9.1 sft_trainer: no balancing; DistributedSampler(shuffle=True, seed 0, "
+        "drop_last=True, set_epoch each epoch), rank r takes every dp-th row of the step from row r"
+    ),
+    "sft_trainer_ray": (
+        "verl 0.9.1 sft_trainer_ray: one shuffled sampler in the driver (seed 0, drop_last); "
+        "trainer.balance_batch (default on) balances each step as main_ppo does, then equal "
+        "contiguous chunks"
+    ),
+}
+
+
+def balances_by_default(trainer: str) -> bool:
+    """Whether ``trainer`` balances a step across DP ranks unless told not to."""
+    return trainer != "sft_trainer"
+
+
+def balance_order(lengths: Sequence[int], dp_size: int, group: int = 1) -> list[int]:
+    """verl 0.9.1's ``_balance_batch`` order of the step's rows (indices into ``lengths``).
+
+    Args:
+        lengths: tokens of each row of the step, in dispatch order.
+        dp_size: DP ranks; ``len(lengths) / dp_size`` rows go to each, in contiguous chunks.
+        group: rows per forced group (kept whole, in order, on one rank).
+
+    Returns:
+        A permutation of ``range(len(lengths))``: rank ``r`` gets its ``r``-th equal chunk.
+
+    Raises:
+        CliError: (exit 2) the groups cannot be shared equally by the ranks.
+
+    Complexity: Karmarkar-Karp's O(n log n + n dp).
+    """
+    n = len(lengths)
+    if group == 1:
+        loads = [workload(s) for s in lengths]
+        parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
+        order: list[int] = []
+        for part in parts:
+            part = sorted(part, key=lambda i: (loads[i], i))
+            order += part[::2] + part[1::2][::-1]
+        return order
+    groups = n // group
+    if n % group or groups % dp_size:
+        raise CliError(
+            f"balancing keeps groups of --force-group-size {group} rows whole: the step's "
+            f"{n} rows make {groups} groups, which {dp_size} DP ranks cannot share equally; "
+            "pass a --batch-size that is a multiple of the group size, or --no-balance-batch"
+        )
+    loads = [sum(workload(s) for s in lengths[g * group : (g + 1) * group]) for g in range(groups)]
+    parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
+    return [g * group + j for part in parts for g in part for j in range(group)]
+
+
+def deal(
+    lengths: Sequence[int], dp_size: int, trainer: str, balance: bool, group: int = 1
+) -> list[list[int]]:
+    """The step's rows each DP rank gets (positions into ``lengths``, in the rank's order).
+
+    Args:
+        lengths: tokens of each row of the step, in the sampler's order.
+        dp_size: DP ranks; each gets ``len(lengths) / dp_size`` rows.
+        trainer: one of :data:`TRAINERS`.
+        balance: ``trainer.balance_batch``; ``sft_trainer`` never balances (the command
+            line refuses ``--balance-batch`` with it).
+        group: rows per forced group, kept whole when balancing (``main_ppo``).
+
+    Returns:
+        ``dp_size`` lists of positions.
+
+    Example:
+        >>> deal([5, 6, 7, 8], 2, "sft_trainer", False)
+        [[0, 2], [1, 3]]
+        >>> deal([5, 6, 7, 8], 2, "main_ppo", False)
+        [[0, 1], [2, 3]]
+    """
+    n = len(lengths)
+    if trainer == "sft_trainer":
+        return [list(range(rank, n, dp_size)) for rank in range(dp_size)]
+    order = balance_order(lengths, dp_size, group) if balance and dp_size > 1 else list(range(n))
+    size = n // dp_size
+    return [order[rank * size : (rank + 1) * size] for rank in range(dp_size)]
+
+
+def sampler_indices(n: int, replicas: int, rank: int, seed: int, epoch: int) -> list[int]:
+    """The rows ``DistributedSampler(shuffle=True, drop_last=True)`` gives ``rank`` in ``epoch``.
+
+    The order is ``torch.randperm(n)`` with a generator seeded ``seed + epoch`` (what
+    ``set_epoch`` selects), cut to the largest multiple of ``replicas`` not above ``n``;
+    ``rank`` takes the positions ``rank, rank + replicas, ...``.
+
+    Raises:
+        CliError: (exit 2) torch is not installed (the shuffle is torch's own).
+    """
+    try:
+        import torch
+    except ImportError:
+        raise CliError(
+            "epoch replays torch's DistributedSampler shuffle and needs torch (pip install "
+            "torch); plan and sweep do not"
+        ) from None
+    generator = torch.Generator()
+    generator.manual_seed(seed + epoch)
+    order = torch.randperm(n, generator=generator).tolist()
+    total = n // replicas * replicas
+    return [int(i) for i in order[rank:total:replicas]]
+
+
+@dataclass(frozen=True)
+class EpochStep:
+    """One training step of a replay: ``ranks[r]`` holds the dataset rows of DP rank ``r``."""
+
+    epoch: int  # 0-based
+    step: int  # 1-based over the whole run
+    ranks: list[list[int]]
+
+
+def steps_per_epoch(n: int, dp_size: int, global_batch_size: int, trainer: str) -> int:
+    """Steps in one epoch of ``n`` rows (both SFT trainers drop a short last step)."""
+    if trainer == "sft_trainer":
+        return (n // dp_size) // (global_batch_size // dp_size)
+    return n // global_batch_size
+
+
+def check_epoch(n: int, dp_size: int, global_batch_size: int, trainer: str) -> None:
+    """Refuse a replay the trainer could not run (CliError, exit 2, saying why)."""
+    if trainer == "sft_trainer_ray" and global_batch_size % dp_size:
+        raise CliError(
+            f"--global-batch-size {global_batch_size} is not a multiple of --dp-size {dp_size}: "
+            "sft_trainer_ray balances each step into equal parts (verl asserts it); pass a multiple"
+        )
+    if global_batch_size < dp_size:
+        raise CliError(
+            f"--global-batch-size {global_batch_size} is below --dp-size {dp_size}: every rank "
+            "needs at least one row per step"
+        )
+    if steps_per_epoch(n, dp_size, global_batch_size, trainer) == 0:
+        raise CliError(
+            f"{n} rows make no full step of --global-batch-size {global_batch_size} on --dp-size "
+            f"{dp_size} (the trainer drops a short last step); lower --global-batch-size"
+        )
+
+
+def epoch_steps(
+    lengths: Sequence[int],
+    dp_size: int,
+    global_batch_size: int,
+    trainer: str,
+    seed: int,
+    epochs: int,
+    balance: bool,
+) -> Iterator[EpochStep]:
+    """Every step of ``epochs`` epochs as ``trainer`` feeds them (see the module docstring).
+
+    Args:
+        lengths: tokens of every dataset row.
+        dp_size: DP ranks.
+        global_batch_size: ``data.train_batch_size``: rows per step over all ranks.
+        trainer: ``"sft_trainer"`` or ``"sft_trainer_ray"``.
+        seed: the sampler's seed (verl's: 0).
+        epochs: ``trainer.total_epochs``.
+        balance: ``trainer.balance_batch`` (``sft_trainer_ray`` only).
+
+    Yields:
+        One :class:`EpochStep` per step, in training order.
+
+    Raises:
+        CliError: (exit 2) as :func:`check_epoch`, or torch missing.
+    """
+    n = len(lengths)
+    check_epoch(n, dp_size, global_batch_size, trainer)
+    per_epoch = steps_per_epoch(n, dp_size, global_batch_size, trainer)
+    number = 0
+    for epoch in range(epochs):
+        if trainer == "sft_trainer":
+            per_rank = global_batch_size // dp_size
+            mine = [sampler_indices(n, dp_size, r, seed, epoch) for r in range(dp_size)]
+            for s in range(per_epoch):
+                number += 1
+                yield EpochStep(epoch, number, [m[s * per_rank : (s + 1) * per_rank] for m in mine])
+            continue
+        order = sampler_indices(n, 1, 0, seed, epoch)
+        for s in range(per_epoch):
+            rows = order[s * global_batch_size : (s + 1) * global_batch_size]
+            dealt = deal([lengths[i] for i in rows], dp_size, trainer, balance)
+            number += 1
+            yield EpochStep(epoch, number, [[rows[p] for p in part] for part in dealt])

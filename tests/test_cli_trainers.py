@@ -1,0 +1,122 @@
+"""``--trainer`` on plan and sweep (issue 25 case 4): the step dealt to the DP ranks as that
+verl 0.9.1 trainer deals it, the rule named in the header, the JSON and ``--help``.
+
+The oracle is each trainer's rule written out here: ``sft_trainer`` gives rank ``r`` the
+step's rows ``r, r + dp, ...`` and never balances; ``main_ppo`` and ``sft_trainer_ray``
+balance (equal-size Karmarkar-Karp on workloads, the default) or, with
+``--no-balance-batch``, give rank ``r`` the ``r``-th equal contiguous chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from seqlen_balancing.cli import main
+from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+@pytest.fixture
+def lengths_file(tmp_path: Path) -> tuple[str, list[int]]:
+    rng = random.Random(25)
+    values = [rng.randint(1, 900) for _ in range(24)]
+    path = tmp_path / "step.txt"
+    path.write_text("".join(f"{v}\n" for v in values), encoding="utf-8")
+    return str(path), values
+
+
+def rows_per_rank(result: dict[str, Any]) -> list[set[int]]:
+    return [{i for mb in rank["micro_batches"] for i in mb["indices"]} for rank in result["ranks"]]
+
+
+def test_sft_trainer_deals_every_dp_th_row_and_never_balances(
+    capsys: pytest.CaptureFixture[str], lengths_file: tuple[str, list[int]]
+) -> None:
+    path, values = lengths_file
+    result = run_json(capsys, "plan", "--lengths", path, "--dp-size", "3", "--max-token-len", "2000",
+                      "--trainer", "sft_trainer")
+    assert result["trainer"] == "sft_trainer" and result["balance_batch"] is False
+    assert rows_per_rank(result) == [set(range(r, 24, 3)) for r in range(3)]
+    assert [rank["tokens"] for rank in result["ranks"]] == [sum(values[r::3]) for r in range(3)]
+    code, out, _ = run(capsys, "plan", "--lengths", path, "--dp-size", "3", "--max-token-len", "2000",
+                       "--trainer", "sft_trainer")
+    assert code == 0
+    assert out.splitlines()[1] == (
+        "step (verl 0.9.1 sft_trainer): rank r takes the step's rows r, r + 3, r + 6, ... "
+        "(DistributedSampler), never balanced; same_micro_num_in_dp on"
+    )
+
+
+@pytest.mark.parametrize("trainer", ["main_ppo", "sft_trainer_ray"])
+def test_balancing_trainers_balance_by_default_and_chunk_without(
+    capsys: pytest.CaptureFixture[str], lengths_file: tuple[str, list[int]], trainer: str
+) -> None:
+    path, values = lengths_file
+    common = ("plan", "--lengths", path, "--dp-size", "3", "--max-token-len", "2000", "--trainer", trainer)
+    balanced = run_json(capsys, *common)
+    parts = get_seqlen_balanced_partitions([workload(v) for v in values], 3, equal_size=True)
+    assert balanced["balance_batch"] is True
+    assert rows_per_rank(balanced) == [set(part) for part in parts]
+    chunked = run_json(capsys, *common, "--no-balance-batch")
+    assert rows_per_rank(chunked) == [set(range(8 * r, 8 * r + 8)) for r in range(3)]
+    _, out, _ = run(capsys, *common)
+    assert out.splitlines()[1].startswith(f"step (verl 0.9.1 {trainer}): balanced across DP ranks")
+
+
+def test_sft_trainer_refuses_balance_batch(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "sweep", "--trainer", "sft_trainer", "--balance-batch")
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        "seqlen-balancing: error: --balance-batch: verl 0.9.1's sft_trainer never balances a step "
+        "across DP ranks (each rank's DistributedSampler deals its rows); drop --balance-batch, or "
+        "pass --trainer sft_trainer_ray or main_ppo"
+    )
+    # saying what it does anyway is fine
+    code, _, err = run(capsys, "plan", "--trainer", "sft_trainer", "--no-balance-batch", "--dp-size", "2",
+                       "--batch-size", "8", "--max-token-len", "40000")
+    assert code == 0, err
+
+
+def test_sweep_models_the_trainer_too(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ("sweep", "--dp-size", "4", "--batch-size", "16", "--max-token-len", "20000,40000")
+    default = run_json(capsys, *args)
+    sft = run_json(capsys, *args, "--trainer", "sft_trainer")
+    assert (default["trainer"], sft["trainer"]) == ("main_ppo", "sft_trainer")
+    assert (default["balance_batch"], sft["balance_batch"]) == (True, False)
+    code, out, _ = run(capsys, *args, "--trainer", "sft_trainer")
+    assert code == 0 and "step (verl 0.9.1 sft_trainer): rank r takes the step's rows" in out
+
+
+def test_help_states_each_trainers_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("plan", "sweep"):
+        code, out, _ = run(capsys, command, "--help")
+        text = " ".join(out.split())
+        assert code == 0
+        assert "--trainer {main_ppo,sft_trainer,sft_trainer_ray}" in text
+        assert "(default: main_ppo)" in text
+        assert "sft_trainer: no balancing; DistributedSampler(shuffle=True, seed 0, drop_last=True" in text
+        assert "sft_trainer_ray: one shuffled sampler in the driver" in text
+
+
+def test_sft_trainer_refuses_force_groups(capsys: pytest.CaptureFixture[str]) -> None:
+    # its sampler deals rows r, r + dp, ...: a group of consecutive rows cannot stay whole
+    code, out, err = run(capsys, "plan", "--trainer", "sft_trainer", "--force-group-size", "2")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--force-group-size 2: verl 0.9.1's sft_trainer deals every dp-th row" in err
