@@ -23,16 +23,19 @@ def model_vector(
     dynamic: tuple[int, int, int] | None = None,
     static: int | None = None,
     largest: int = 0,
+    dummies: bool = False,
 ) -> list[int]:
-    """The 26 slots as agreement.py's docstring lays them out, written out by hand:
+    """The 27 slots as agreement.py's docstring lays them out, written out by hand:
     ``dynamic`` is (needed count, groups, num_batches_divided_by); ``largest`` the longest
-    sample or group (slot 25, capped at 2**62 + 1, which stands for "above 2**62")."""
+    sample or group (slot 25, capped at 2**62 + 1, which stands for "above 2**62");
+    ``dummies``: the rank may run dummy micro-batches, so its groups go to slot 26, not 18."""
     tag = MASK - rank
-    v = [0] * 26
+    v = [0] * 27
     v[25] = min(largest, 2**62 + 1)
+    v[26] = NONE
     if error is not None:
         code, values = error
-        key = 1 << 24 | tag << 4 | int(code)
+        key = tag << 5 | int(code)
         v[0] = key
         padded = list(values) + [0] * (8 - len(values))
         for j, value in enumerate(padded):
@@ -48,6 +51,8 @@ def model_vector(
         assert dynamic is not None
         needed, groups, divisor = dynamic
         v[17], v[18] = needed * 2**20 + tag, -groups * 2**20 + tag
+        if dummies:
+            v[18], v[26] = NONE, v[18]
         v[19], v[20] = divisor, -divisor
         v[21], v[22] = 1 * 2**20 + tag, -1 * 2**20 + tag
         v[24] = NONE
@@ -64,7 +69,7 @@ def error_analysis(code: ErrorCode, values: tuple[int, ...]) -> RankAnalysis:
 
 
 def test_rank_range_is_inclusive_of_the_last_rank() -> None:
-    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE == 26
+    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE == 27
     for rank in (MASK + 1, -1):
         with pytest.raises(ValueError, match=f"DP rank must be in 0..{MASK}, got {rank}"):
             encode(analyse([1], 4), rank)
@@ -94,12 +99,12 @@ def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
 @pytest.mark.parametrize("rank", [0, 1, 4096, 5000, 70000, MASK])
 @pytest.mark.parametrize("code", list(ErrorCode))
 def test_error_key_layout(rank: int, code: ErrorCode) -> None:
-    """Slot 0 is ``1 << 24 | (2**20-1-rank) << 4 | code`` (module docstring)."""
+    """Slot 0 is ``(2**20-1-rank) << 5 | code`` (module docstring)."""
     vector = encode(error_analysis(code, (1, 2, 3, 4, 5)), rank)
     key = vector[0]
-    assert key >> 24 == 1
-    assert (key >> 4) & MASK == MASK - rank
-    assert key & 15 == int(code)
+    assert key >> 25 == 0
+    assert (key >> 5) & MASK == MASK - rank
+    assert key & 31 == int(code)
     assert vector == model_vector(rank, error=(code, (1, 2, 3, 4, 5)))
     # COUNT_ABOVE_GROUPS names the rank needing the count (values[3]); its last slot is
     # that rank's global rank + 1 (0: unknown), filled in by decode.
@@ -127,7 +132,7 @@ def test_every_slot_is_int64_even_for_huge_values() -> None:
         assert all(INT64[0] <= value <= INT64[1] for value in vector), vector
     # 2**42 is the largest divisor the vector carries; one more is the rank's own error.
     assert vectors[4] == model_vector(3, dynamic=(1, 2, 1 << 42), largest=2)
-    assert vectors[5][0] == 1 << 24 | (MASK - 3) << 4 | int(ErrorCode.COUNT_ABOVE_GROUPS)
+    assert vectors[5][0] == (MASK - 3) << 5 | int(ErrorCode.COUNT_ABOVE_GROUPS)
     _, error, rank = decode(vectors[5])
     assert rank == 3 and error is not None
     # (agreed count, groups, count before rounding, rank needing it, its global rank + 1)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 __all__ = [
+    "MAX_DUMMY_MICRO_BATCHES",
     "MAX_ERROR_VALUE",
     "N_ERROR_VALUES",
     "OUT_OF_RANGE",
@@ -63,6 +64,11 @@ class ErrorCode(IntEnum):
     STATIC_NOT_DIVISIBLE = 12  # (batch size, micro_batch_size_per_gpu, force_group_size)
     STATIC_COUNT_MISMATCH = 13  # (rank, count, rank, count, global ranks + 1): largest, smallest
     NOT_IN_GROUP = 14  # (global rank, group size): never agreed (the process is not a member)
+    # issue 27 (codes 25-29)
+    BAD_OVER_CAP = 25  # (0 = not a str / 1 = neither "raise" nor "alone")
+    TOO_MANY_DUMMIES = 26  # (dummies needed, groups, MAX_DUMMY_MICRO_BATCHES, count)
+    # (BatchProblem-like kind: 0 = named key absent / 1 = no loss-weight key, key bytes x4)
+    NO_LOSS_WEIGHT = 27
 
 
 class Argument(IntEnum):
@@ -81,6 +87,8 @@ class Argument(IntEnum):
     USE_DYNAMIC_BSZ_BALANCE = 10
     PAD_TO_MULTIPLE_OF = 11
     MICRO_BATCH_MULTIPLE_OF = 12
+    # issue 27 (30-39)
+    DUMMY_MICRO_BATCHES = 30
 
 
 class LengthSource(IntEnum):
@@ -88,10 +96,16 @@ class LengthSource(IntEnum):
 
     SEQ_LENS = 0  # the effective lengths
     COSTS = 1  # the caller's costs
+    WORKLOADS = 2  # the caller's workloads (the balance objective)
 
 
 #: Arguments that are switches: a bool (or 0/1), not a positive integer.
-_SWITCHES = (Argument.USE_DYNAMIC_BSZ, Argument.SAME_MICRO_NUM_IN_DP, Argument.USE_DYNAMIC_BSZ_BALANCE)
+_SWITCHES = (Argument.USE_DYNAMIC_BSZ, Argument.SAME_MICRO_NUM_IN_DP, Argument.USE_DYNAMIC_BSZ_BALANCE,
+             Argument.DUMMY_MICRO_BATCHES)
+
+#: Most dummy micro-batches one rank adds (``dummy_micro_batches=True``): a larger need is
+#: a ``TOO_MANY_DUMMIES`` error, so no argument makes a rank copy rows without bound.
+MAX_DUMMY_MICRO_BATCHES = 1 << 16
 
 
 
@@ -255,11 +269,19 @@ def _bad_batch(v: tuple[int, ...]) -> str:
     )
 
 
+_LENGTH_NAMES = {
+    LengthSource.SEQ_LENS: ("seq_lens", "lengths", "length"),
+    LengthSource.COSTS: ("costs", "costs", "cost"),
+    LengthSource.WORKLOADS: ("workloads", "workloads", "workload"),
+}
+
+
 def _bad_length(v: tuple[int, ...]) -> str:
-    name, what = ("costs", "costs") if v[3] == LengthSource.COSTS else ("seq_lens", "lengths")
+    source = LengthSource(v[3]) if v[3] in iter(LengthSource) else LengthSource.SEQ_LENS
+    name, what, one = _LENGTH_NAMES[source]
     if v[1] == 2:
         return (
-            f"costs has {_n(v[0])} entries but the batch has {_n(v[2])} samples; give one cost "
+            f"{name} has {_n(v[0])} entries but the batch has {_n(v[2])} samples; give one {one} "
             "per sample"
         )
     if v[1] == 3:
@@ -269,11 +291,12 @@ def _bad_length(v: tuple[int, ...]) -> str:
         )
     if v[1] == 4:
         return f"{name} must be one-dimensional (one value per sample), got another shape"
+    words, unit = ("", "") if source is LengthSource.WORKLOADS else (" of tokens", " tokens")
     if v[1] == 0:
-        return f"{name}[{_n(v[0])}] is not an integer; {what} are whole numbers of tokens"
+        return f"{name}[{_n(v[0])}] is not an integer; {what} are whole numbers{words}"
     if v[2] == OUT_OF_RANGE:
-        return f"{name}[{_n(v[0])}] is negative and out of range; {what} must be >= 0 tokens"
-    return f"{name}[{_n(v[0])}] is {-v[2]}; {what} must be >= 0 tokens"
+        return f"{name}[{_n(v[0])}] is negative and out of range; {what} must be >= 0{unit}"
+    return f"{name}[{_n(v[0])}] is {-v[2]}; {what} must be >= 0{unit}"
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -331,6 +354,19 @@ def _count_above_groups(v: tuple[int, ...]) -> str:
     )
 
 
+def _no_loss_weight(v: tuple[int, ...]) -> str:
+    if v[0] == 0:
+        return (
+            f"loss-weight key '{_key_text(v[1:5])}' named for the dummy micro-batches is not in "
+            "the batch; name keys the batch holds (loss_weight_keys) or add the entry"
+        )
+    return (
+        "dummy_micro_batches=True needs a loss-weight entry to zero in the dummies, but the "
+        "batch has neither 'loss_mask' nor 'response_mask'; add one, or name the keys with "
+        "loss_weight_keys"
+    )
+
+
 _MESSAGES: dict[ErrorCode, Callable[[tuple[int, ...]], str]] = {
     ErrorCode.BAD_ARGUMENT: _bad_argument,
     ErrorCode.BAD_BATCH: _bad_batch,
@@ -375,6 +411,16 @@ _MESSAGES: dict[ErrorCode, Callable[[tuple[int, ...]], str]] = {
         f"{_n(v[1])} ranks), so it cannot take part in that group's agreement; pass the DP "
         "group this process belongs to, or dp_group=None to plan locally"
     ),
+    ErrorCode.BAD_OVER_CAP: lambda v: (
+        "over_cap must be 'raise' or 'alone', got "
+        + ("a value that is not a string" if v[0] == 0 else "another string")
+    ),
+    ErrorCode.TOO_MANY_DUMMIES: lambda v: (
+        f"{_n(v[3])} micro-batches would need {_n(v[0])} dummy micro-batches on a rank of "
+        f"{_n(v[1])} samples/groups, more than the {_n(v[2])} allowed; lower "
+        "min_num_micro_batch or num_batches_divided_by"
+    ),
+    ErrorCode.NO_LOSS_WEIGHT: _no_loss_weight,
 }
 
 
@@ -435,6 +481,8 @@ class PlanError:
             return v[1] in (0, 3)  # an element, or the whole, of a wrong type
         if self.code is ErrorCode.BAD_ARGUMENT:
             return v[1] == 0
+        if self.code is ErrorCode.BAD_OVER_CAP:
+            return v[0] == 0
         return self.code is ErrorCode.BAD_BATCH and v[0] in _TYPE_PROBLEMS
 
     def exception(self, rank: int | None = None) -> Exception:

@@ -42,13 +42,20 @@ implementation needs over 10 s per count there) and the cap-aware packings alone
 from __future__ import annotations
 
 import heapq
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from seqlen_balancing._checks import _integer_or_none, as_list, describe, switch
+from seqlen_balancing._checks import _integer_or_none, as_list, as_switch, describe, switch
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity
-from seqlen_balancing.errors import Argument, ErrorCode, LengthSource, PlanError
+from seqlen_balancing.errors import (
+    MAX_DUMMY_MICRO_BATCHES,
+    Argument,
+    ErrorCode,
+    LengthSource,
+    PlanError,
+)
 from seqlen_balancing.packing import (
     BOUND_NAMES,
     _best_lower_bound,
@@ -64,18 +71,29 @@ from seqlen_balancing.partition import (
     WORKLOAD_LINEAR_COEF,
     _capped_largest_differencing,
     roundup_divisible,
-    workload,
 )
 
 __all__ = [
+    "OVER_CAP_CHOICES",
     "RankAnalysis",
     "agreed_count",
     "analyse",
     "build_plan",
     "local_count",
+    "log_over_cap",
     "order_micro_batches",
+    "over_cap_messages",
     "plan_micro_batches",
 ]
+
+#: The values ``over_cap`` takes: ``"raise"`` (verl's behaviour: an over-cap sample is a
+#: ``ValueError``) or ``"alone"`` (it runs in a micro-batch of its own, with a warning).
+OVER_CAP_CHOICES = ("raise", "alone")
+
+#: Where the over-cap warnings go (``over_cap="alone"``): logging rather than
+#: ``warnings.warn``, since a warnings filter set to "error" would turn the warning into an
+#: exception on one DP rank only, after its peers entered the agreement.
+logger = logging.getLogger("seqlen_balancing")
 
 
 @dataclass
@@ -117,6 +135,14 @@ class RankAnalysis:
         micro_batch_multiple_of: per-micro-batch rounding in tokens (1: none).
         custom_costs: True when the caller gave ``costs``.
         sample_costs: cost of each sample in tokens (empty on error).
+        custom_workloads: True when the caller gave ``workloads`` (the balance objective).
+        over_cap_groups: with ``over_cap="alone"``, the groups (samples when
+            ``force_group_size`` is 1) whose cost is over the cap: each runs alone, in the
+            only micro-batches allowed over it. ``min_count`` and ``lower_bound`` count them
+            (one micro-batch each, in every plan).
+        dummy_micro_batches: True when a count above ``n_groups`` is served with dummy
+            micro-batches (empty index lists, at the end of the plan) instead of an error.
+        min_num_micro_batch: the ``min_num_micro_batch`` given (0 when ``None``).
     """
 
     error: PlanError | None
@@ -137,6 +163,19 @@ class RankAnalysis:
     micro_batch_multiple_of: int = 1
     custom_costs: bool = False
     sample_costs: list[int] = field(default_factory=list, repr=False)
+    custom_workloads: bool = False
+    over_cap_groups: list[int] = field(default_factory=list)
+    dummy_micro_batches: bool = False
+    min_num_micro_batch: int = 0
+    # With over-cap groups set aside: the analysis of the others, and their group indices.
+    _rest: RankAnalysis | None = field(default=None, repr=False)
+    _rest_index: list[int] = field(default_factory=list, repr=False)
+
+    @property
+    def needed_count(self) -> int:
+        """Micro-batches this rank asks the DP group for: ``min_count``, or
+        ``min_num_micro_batch`` where dummies may serve a floor above ``n_groups``."""
+        return max(self.min_count, self.min_num_micro_batch)
 
     @property
     def n_groups(self) -> int:
@@ -206,6 +245,28 @@ def _sample_costs(
     return error, given
 
 
+def _workloads_of(lengths: list[int], workloads: Any) -> tuple[PlanError | None, list[int]]:
+    """Each sample's balance workload: the caller's, or verl's ``24576*s + s**2``."""
+    if workloads is None:
+        return None, [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
+    error, given = _lengths(workloads, LengthSource.WORKLOADS)
+    if error is None and len(given) != len(lengths):
+        error = PlanError(ErrorCode.BAD_LENGTH, (len(given), 2, len(lengths), LengthSource.WORKLOADS))
+    return error, given
+
+
+def _option_error(over_cap: Any, dummy_micro_batches: Any) -> PlanError | None:
+    """The error for a bad ``over_cap`` or ``dummy_micro_batches``, else ``None``."""
+    if not isinstance(over_cap, str):
+        return PlanError(ErrorCode.BAD_OVER_CAP, (0,), describe(over_cap))
+    if over_cap not in OVER_CAP_CHOICES:
+        return PlanError(ErrorCode.BAD_OVER_CAP, (1,), repr(over_cap)[:60])
+    if as_switch(dummy_micro_batches) is None:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (Argument.DUMMY_MICRO_BATCHES, 0, 0),
+                         describe(dummy_micro_batches))
+    return None
+
+
 def _cost_over_cap(
     result: RankAnalysis, lengths: list[int], costs: list[int], code: ErrorCode, stride: int
 ) -> PlanError | None:
@@ -233,6 +294,9 @@ def analyse(
     pad_to_multiple_of: Any = 1,
     micro_batch_multiple_of: Any = 1,
     costs: Any = None,
+    workloads: Any = None,
+    over_cap: Any = "raise",
+    dummy_micro_batches: Any = False,
 ) -> RankAnalysis:
     """Check one rank's input and find its smallest micro-batch count under the cap.
 
@@ -264,6 +328,12 @@ def analyse(
         micro_batch_multiple_of: per-micro-batch rounding in tokens (``None`` or 1: none).
         costs: one non-negative cost in tokens per sample (replacing the aligned lengths),
             or ``None``.
+        workloads: one non-negative integer per sample, the balance objective (summed per
+            group) instead of verl's ``24576*s + s**2``, or ``None``. The cap is untouched.
+        over_cap: ``"raise"`` (an over-cap sample or group is an error) or ``"alone"``
+            (each runs in a micro-batch of its own; the rest is planned as usual).
+        dummy_micro_batches: serve counts above ``n_groups`` (``min_num_micro_batch``,
+            ``num_batches_divided_by``, a DP group's count) with dummy micro-batches.
 
     Returns:
         A :class:`RankAnalysis`.
@@ -292,6 +362,10 @@ def analyse(
         if error is not None:
             return RankAnalysis(error, largest=largest)
         ints.append(as_int)
+    option_error = _option_error(over_cap, dummy_micro_batches)
+    if option_error is not None:
+        return RankAnalysis(option_error, largest=largest)
+    alone, dummies = over_cap == "alone", bool(as_switch(dummy_micro_batches))
     cap, group, floor, divisor, pad, bucket = ints
     usable = micro_batch_capacity(cap, bucket)
     if usable == 0:
@@ -303,12 +377,18 @@ def analyse(
     result.requested_max_token_len = cap
     result.pad_to_multiple_of, result.micro_batch_multiple_of = pad, bucket
     result.custom_costs = costs is not None
+    result.custom_workloads = workloads is not None
+    result.dummy_micro_batches = dummies
+    result.min_num_micro_batch = floor if min_num_micro_batch is not None else 0
     error = cost_error
+    sample_workloads: list[int] = []
+    if error is None:
+        error, sample_workloads = _workloads_of(lengths, workloads)
     if error is None and not lengths:
         error = PlanError(ErrorCode.EMPTY_BATCH)
     if error is None and len(lengths) % group:
         error = PlanError(ErrorCode.NOT_DIVISIBLE, (len(lengths), group))
-    if error is None:
+    if error is None and not alone:
         error = _cost_over_cap(result, lengths, sizes_of, ErrorCode.SAMPLE_OVER_CAP, 1)
     if error is not None:
         result.error = error
@@ -317,22 +397,57 @@ def analyse(
     result.sample_costs = sizes_of
     if group == 1:  # the common case, without a slice per sample
         sizes = sizes_of
-        result.group_workloads = [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
+        result.group_workloads = sample_workloads
     else:
         sizes = [sum(sizes_of[g : g + group]) for g in range(0, len(lengths), group)]
         result.group_workloads = [
-            sum(workload(s) for s in lengths[g : g + group]) for g in range(0, len(lengths), group)
+            sum(sample_workloads[g : g + group]) for g in range(0, len(lengths), group)
         ]
     result.group_sizes = sizes
-    if group > 1:
+    if group > 1 and not alone:
         tokens = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
         result.error = _cost_over_cap(result, tokens, sizes, ErrorCode.GROUP_OVER_CAP, group)
     if result.error is None and min_num_micro_batch is not None and floor > len(sizes):
-        result.error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(sizes)))
+        if not dummies:
+            result.error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(sizes)))
+        elif floor - len(sizes) > MAX_DUMMY_MICRO_BATCHES:
+            values = (floor - len(sizes), len(sizes), MAX_DUMMY_MICRO_BATCHES, floor)
+            result.error = PlanError(ErrorCode.TOO_MANY_DUMMIES, values)
     if result.error is not None:
         return result
-    _search_count(result, floor if min_num_micro_batch is not None else None)
+    own_floor = min(floor, len(sizes)) if min_num_micro_batch is not None else None
+    over = [g for g, size in enumerate(sizes) if size > usable] if alone else []
+    if not over:
+        _search_count(result, own_floor)
+        return result
+    _set_aside(result, over, own_floor)
     return result
+
+
+def _set_aside(result: RankAnalysis, over: list[int], floor: int | None) -> None:
+    """``over_cap="alone"``: the over-cap groups take one micro-batch each (in every plan,
+    so they add one each to the count and to the lower bound); the others are analysed
+    as a batch of their own, under the floor that remains."""
+    result.over_cap_groups = over
+    chosen = set(over)
+    rest_index = [g for g in range(result.n_groups) if g not in chosen]
+    rest = RankAnalysis(None, result.max_token_len, 1, result.num_batches_divided_by)
+    rest.group_sizes = [result.group_sizes[g] for g in rest_index]
+    rest.group_workloads = [result.group_workloads[g] for g in rest_index]
+    rest.n_samples = len(rest_index)
+    rest.requested_max_token_len = result.requested_max_token_len
+    rest_floor = None if floor is None or floor - len(over) < 1 else floor - len(over)
+    if rest_index:
+        _search_count(rest, rest_floor)
+    else:
+        rest.bound_name = "one"
+    result._rest, result._rest_index = rest, rest_index
+    result.min_count = len(over) + rest.min_count
+    result.lower_bound = len(over) + rest.lower_bound
+    result.bound_name = rest.bound_name
+    if floor is not None and floor > result.lower_bound:
+        result.lower_bound, result.bound_name = floor, "min_num_micro_batch"
+    result._packing = [[g] for g in over] + [[rest_index[j] for j in b] for b in rest._packing]
 
 
 def _search_count(result: RankAnalysis, floor: int | None) -> None:
@@ -481,7 +596,11 @@ def _close_gap(sizes: list[int], cap: int, packing: list[list[int]], lower: int)
 
 
 def agreed_count(
-    needed: int, n_groups: int, num_batches_divided_by: int = 1, rank_needing: int = -1
+    needed: int,
+    n_groups: int,
+    num_batches_divided_by: int = 1,
+    rank_needing: int = -1,
+    dummies: bool = False,
 ) -> tuple[int, PlanError | None]:
     """Round ``needed`` up to a multiple of ``num_batches_divided_by`` and check it.
 
@@ -491,18 +610,26 @@ def agreed_count(
         n_groups: samples/groups available (on a DP group, the fewest over the ranks).
         num_batches_divided_by: the count must be a multiple of this.
         rank_needing: DP rank that needed ``needed``, named in the error (-1: none).
+        dummies: the micro-batches above ``n_groups`` are dummies
+            (``dummy_micro_batches=True``), at most
+            :data:`~seqlen_balancing.errors.MAX_DUMMY_MICRO_BATCHES` of them.
 
     Returns:
         ``(count, None)``, or ``(0, error)`` when the count exceeds ``n_groups`` (a
-        micro-batch cannot be empty).
+        micro-batch cannot be empty) and no dummies may serve it, or needs too many.
 
     Example:
         >>> agreed_count(5, 8, 4)
         (8, None)
+        >>> agreed_count(1, 3, 4, dummies=True)
+        (4, None)
     """
     count = roundup_divisible(needed, num_batches_divided_by)
-    if count > n_groups:
+    if count > n_groups and not dummies:
         return 0, PlanError(ErrorCode.COUNT_ABOVE_GROUPS, (count, n_groups, needed, rank_needing))
+    if count - n_groups > MAX_DUMMY_MICRO_BATCHES:
+        values = (count - n_groups, n_groups, MAX_DUMMY_MICRO_BATCHES, count)
+        return 0, PlanError(ErrorCode.TOO_MANY_DUMMIES, values)
     return count, None
 
 
@@ -553,14 +680,16 @@ def local_count(result: RankAnalysis, rank: int | None = None) -> int:
         rank: DP rank named in the error, or ``None``.
 
     Returns:
-        ``result.min_count`` rounded up to ``num_batches_divided_by``.
+        ``result.needed_count`` rounded up to ``num_batches_divided_by``.
 
     Raises:
-        TypeError, ValueError: ``result``'s error, or more micro-batches than groups.
+        TypeError, ValueError: ``result``'s error, or more micro-batches than groups
+            (without dummies).
     """
     if result.error is not None:
         raise result.error.exception(rank)
-    count, error = agreed_count(result.min_count, result.n_groups, result.num_batches_divided_by)
+    count, error = agreed_count(result.needed_count, result.n_groups,
+                                result.num_batches_divided_by, dummies=result.dummy_micro_batches)
     if error is not None:
         raise error.exception(rank)
     return count
@@ -609,6 +738,11 @@ def _workload_gap(bins: list[list[int]], workloads: list[int]) -> int:
 
 
 def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
+    if result._rest is not None:  # over-cap groups alone, the others balanced around them
+        over, index = result.over_cap_groups, result._rest_index
+        left = count - len(over)
+        rest = _balanced_bins(result._rest, left) if left else []
+        return [[g] for g in over] + [[index[j] for j in b] for b in rest]
     sizes, workloads, cap = result.group_sizes, result.group_workloads, result.max_token_len
     if count == len(sizes):
         return [[g] for g in range(count)]
@@ -695,9 +829,23 @@ def build_plan(
         count: micro-batches, ``result.min_count <= count <= result.n_groups``.
         use_dynamic_bsz_balance: order as :func:`order_micro_batches` describes.
 
+    With ``over_cap="alone"`` each over-cap group takes a micro-batch of its own and the
+    others fill the remaining ``count - len(over_cap_groups)`` as above. With
+    ``dummy_micro_batches`` and ``count > n_groups``, every group runs alone and the
+    ``count - n_groups`` dummies follow, last, as empty lists: concatenating the outputs
+    of the micro-batches in order then puts the dummies' rows after every real row, so
+    the reverse index of the real rows (verl's restore) never reads them.
+
+    Args:
+        result: an error-free :class:`RankAnalysis`.
+        count: micro-batches, ``result.min_count <= count <= result.n_groups`` (or above
+            ``n_groups`` with ``dummy_micro_batches``).
+        use_dynamic_bsz_balance: order as :func:`order_micro_batches` describes.
+
     Returns:
-        ``count`` non-empty lists of sample indices, each sorted ascending, an exact cover of
-        ``range(result.n_samples)``, each at most ``result.max_token_len`` tokens.
+        ``count`` lists of sample indices, each sorted ascending, together an exact cover of
+        ``range(result.n_samples)``; each real one non-empty and at most
+        ``result.max_token_len`` tokens (but an over-cap group alone); dummies empty, last.
 
     Raises:
         ValueError: ``result`` holds an error or ``count`` is out of range.
@@ -706,14 +854,18 @@ def build_plan(
     """
     if result.error is not None:
         raise result.error.exception()
-    if not result.min_count <= count <= result.n_groups:
+    top = count if result.dummy_micro_batches else result.n_groups
+    if not result.min_count <= count <= top:
         raise ValueError(
             f"count must be in {result.min_count}..{result.n_groups} for this batch, got {count}"
         )
     group = result.force_group_size
-    bins = _balanced_bins(result, count)
+    real = min(count, result.n_groups)
+    bins = _balanced_bins(result, real)
     micro_batches = [sorted(s for g in b for s in range(g * group, (g + 1) * group)) for b in bins]
-    return order_micro_batches(micro_batches, result.group_workloads, use_dynamic_bsz_balance, group)
+    ordered = order_micro_batches(micro_batches, result.group_workloads, use_dynamic_bsz_balance,
+                                  group)
+    return ordered + [[] for _ in range(count - real)]
 
 
 def plan_micro_batches(
@@ -728,6 +880,9 @@ def plan_micro_batches(
     pad_to_multiple_of: int = 1,
     micro_batch_multiple_of: int = 1,
     costs: Sequence[int] | None = None,
+    workloads: Sequence[int] | None = None,
+    over_cap: str = "raise",
+    dummy_micro_batches: bool = False,
 ) -> list[list[int]]:
     """Plan one rank's micro-batches on a plain list of lengths (no torch needed).
 
@@ -757,11 +912,30 @@ def plan_micro_batches(
             ``max_token_len // micro_batch_multiple_of * micro_batch_multiple_of``.
         costs: one non-negative cost in tokens per sample instead of the (aligned)
             lengths, e.g. image plus text tokens or a memory estimate; ``None``: none.
+        workloads: one non-negative integer per sample, the balance objective (what
+            Karmarkar-Karp, the capacity-aware balancing, the rebalancing and the order of
+            micro-batches weigh) instead of verl's ``24576*s + s**2``; e.g.
+            :func:`~seqlen_balancing.cost.transformer_workloads` of the lengths. The cap,
+            the count and the bounds are untouched. ``None``: verl's workload (and the
+            "never worse than verl" guarantee, which is stated for it).
+        over_cap: ``"raise"`` (default, verl's behaviour) or ``"alone"``: a sample (or
+            forced group) whose cost is over the cap runs in a micro-batch of its own, the
+            only micro-batches allowed over the cap, and a warning naming its index, its
+            cost and the cap is logged on the ``seqlen_balancing`` logger
+            (:func:`over_cap_messages`). The count and the lower bound count one
+            micro-batch for each.
+        dummy_micro_batches: when the count (``min_num_micro_batch``,
+            ``num_batches_divided_by``, ``num_micro_batches``) is above the number of
+            samples/groups, each runs alone and the missing micro-batches are dummies:
+            empty lists at the end of the plan (the caller runs a copy of a real row with
+            zero loss weight there). Default False: that is an error, as in verl.
 
     Returns:
         Micro-batches as lists of sample indices (each sorted, non-empty, its cost at most
         ``max_token_len`` tokens: ``micro_batch_cost`` of its samples' costs), together an
-        exact cover of ``range(n)``. Balance and order use the effective lengths.
+        exact cover of ``range(n)``; with ``over_cap="alone"`` an over-cap sample or group
+        is a micro-batch of its own, and with ``dummy_micro_batches`` the dummies are empty
+        lists, last. Balance and order use the effective lengths (or ``workloads``).
 
     Raises:
         TypeError: an argument or length is not an integer, or ``use_dynamic_bsz_balance``
@@ -785,6 +959,10 @@ def plan_micro_batches(
         >>> len(plan_micro_batches([250] * 65, 16384)), len(plan_micro_batches([250] * 65, 16384,
         ...                                                                    pad_to_multiple_of=32))
         (1, 2)
+        >>> plan_micro_batches([5000, 100, 200], 4096, over_cap="alone")
+        [[0], [1, 2]]
+        >>> plan_micro_batches([10, 20, 30], 100, num_batches_divided_by=4, dummy_micro_batches=True)
+        [[0], [2], [1], []]
     """
     balance = switch(use_dynamic_bsz_balance, "use_dynamic_bsz_balance")
     result = analyse(
@@ -796,11 +974,53 @@ def plan_micro_batches(
         pad_to_multiple_of=pad_to_multiple_of,
         micro_batch_multiple_of=micro_batch_multiple_of,
         costs=costs,
+        workloads=workloads,
+        over_cap=over_cap,
+        dummy_micro_batches=dummy_micro_batches,
     )
     count = local_count(result)
     if num_micro_batches is not None:
         count = _exact_count(result, num_micro_batches)
-    return build_plan(result, count, balance)
+    plan = build_plan(result, count, balance)
+    log_over_cap(result)
+    return plan
+
+
+def over_cap_messages(result: RankAnalysis, rank: int | None = None) -> list[str]:
+    """The warning for each over-cap sample or group that runs alone (``over_cap="alone"``).
+
+    Args:
+        result: an error-free :class:`RankAnalysis`.
+        rank: the DP rank that holds them, named in the text, or ``None``.
+
+    Returns:
+        One line per over-cap sample/group, in index order, naming its first sample's
+        index, its cost in tokens and the cap, e.g. ``sample 0 costs 5000 tokens, over
+        max_token_len=4096: it runs alone in a micro-batch of its own (over_cap='alone'),
+        the only micro-batch over the cap; it may run out of memory`` (prefixed with
+        ``rank R of the DP group: `` when ``rank`` is given).
+
+    Example:
+        >>> result = analyse([5000, 100, 200], 4096, over_cap="alone")
+        >>> over_cap_messages(result, rank=1)[0][:51]
+        'rank 1 of the DP group: sample 0 costs 5000 tokens,'
+    """
+    prefix = "" if rank is None else f"rank {rank} of the DP group: "
+    group = result.force_group_size
+    what = "sample" if group == 1 else "the forced group starting at sample"
+    return [
+        f"{prefix}{what} {g * group} costs {result.group_sizes[g]} tokens, over "
+        f"max_token_len={result.requested_max_token_len}: it runs alone in a micro-batch of "
+        "its own (over_cap='alone'), the only micro-batch over the cap; it may run out of memory"
+        for g in result.over_cap_groups
+    ]
+
+
+def log_over_cap(result: RankAnalysis, rank: int | None = None) -> None:
+    """Log :func:`over_cap_messages` as warnings on the ``seqlen_balancing`` logger (which
+    never raises, so it is safe on any rank at any point of an agreement)."""
+    for message in over_cap_messages(result, rank):
+        logger.warning(message)
 
 
 def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> int:
@@ -816,7 +1036,8 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> int:
             f"pass a multiple (e.g. {roundup_divisible(wanted, divisor)}) or drop "
             "num_batches_divided_by"
         )
-    count, error = agreed_count(wanted, result.n_groups, divisor)
+    count, error = agreed_count(wanted, result.n_groups, divisor,
+                                dummies=result.dummy_micro_batches)
     if error is not None:
         raise error.exception()
     if wanted < result.lower_bound:
@@ -839,6 +1060,16 @@ def _reach(result: RankAnalysis, count: int) -> bool:
     """Look for a packing with at most ``count`` micro-batches (``count`` below the
     analysis' own): verl's Karmarkar-Karp at ``count``, the exhaustive search on few
     groups, then the exchange search; store it in ``result`` when found."""
+    if result._rest is not None:
+        over = len(result.over_cap_groups)
+        if count <= over or not _reach(result._rest, count - over):
+            return False
+        index = result._rest_index
+        result.min_count = over + result._rest.min_count
+        result._packing = [[g] for g in result.over_cap_groups] + [
+            [index[j] for j in b] for b in result._rest._packing
+        ]
+        return True
     sizes, cap = result.group_sizes, result.max_token_len
     found = _fitting_kk(result, count)
     if found is None and len(sizes) <= _EXACT_GROUPS:
