@@ -48,6 +48,7 @@ from seqlen_balancing._checks import as_list, describe, non_negative_ints, posit
 __all__ = [
     "ENV_MICRO_BATCH_MULTIPLE_OF",
     "ENV_PAD_TO_MULTIPLE_OF",
+    "ENV_WORKLOAD_MODEL",
     "aligned_length",
     "alignment_from_env",
     "megatron_alignment",
@@ -57,7 +58,6 @@ __all__ = [
     "transformer_workload_coefficients",
     "transformer_workloads",
     "workload_model_from_env",
-    "ENV_WORKLOAD_MODEL",
 ]
 
 #: Environment variable holding ``pad_to_multiple_of`` for every process of a verl job.
