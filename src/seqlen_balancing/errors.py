@@ -277,21 +277,21 @@ _LENGTH_NAMES = {
 
 
 def _bad_length(v: tuple[int, ...]) -> str:
-    source = LengthSource(v[3]) if v[3] in iter(LengthSource) else LengthSource.SEQ_LENS
+    source = LengthSource(v[3]) if v[3] in set(LengthSource) else LengthSource.SEQ_LENS
     name, what, one = _LENGTH_NAMES[source]
     if v[1] == 2:
         return (
             f"{name} has {_n(v[0])} entries but the batch has {_n(v[2])} samples; give one {one} "
             "per sample"
         )
+    words, unit = ("", "") if source is LengthSource.WORKLOADS else (" of tokens", " tokens")
     if v[1] == 3:
         return (
-            f"{name} must be a sequence of whole numbers of tokens, one per sample (a list, a "
+            f"{name} must be a sequence of whole numbers{words}, one per sample (a list, a "
             "tuple, a 1-D tensor or array), got something that is not"
         )
     if v[1] == 4:
         return f"{name} must be one-dimensional (one value per sample), got another shape"
-    words, unit = ("", "") if source is LengthSource.WORKLOADS else (" of tokens", " tokens")
     if v[1] == 0:
         return f"{name}[{_n(v[0])}] is not an integer; {what} are whole numbers{words}"
     if v[2] == OUT_OF_RANGE:

@@ -246,9 +246,16 @@ def _sample_costs(
 
 
 def _workloads_of(lengths: list[int], workloads: Any) -> tuple[PlanError | None, list[int]]:
-    """Each sample's balance workload: the caller's, or verl's ``24576*s + s**2``."""
+    """Each sample's balance workload: the caller's (a list, or a callable of the
+    effective lengths), or verl's ``24576*s + s**2``."""
     if workloads is None:
         return None, [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
+    if callable(workloads):
+        try:
+            workloads = workloads(list(lengths))
+        except Exception as exc:  # agreed on as this rank's error, never raised here
+            values = (0, 3, 0, LengthSource.WORKLOADS)
+            return PlanError(ErrorCode.BAD_LENGTH, values, f"the workloads callable raised {exc!r}"), []
     error, given = _lengths(workloads, LengthSource.WORKLOADS)
     if error is None and len(given) != len(lengths):
         error = PlanError(ErrorCode.BAD_LENGTH, (len(given), 2, len(lengths), LengthSource.WORKLOADS))
@@ -329,7 +336,10 @@ def analyse(
         costs: one non-negative cost in tokens per sample (replacing the aligned lengths),
             or ``None``.
         workloads: one non-negative integer per sample, the balance objective (summed per
-            group) instead of verl's ``24576*s + s**2``, or ``None``. The cap is untouched.
+            group) instead of verl's ``24576*s + s**2``, or a callable taking the list of
+            effective lengths and returning them (e.g. ``functools.partial(
+            transformer_workloads, hidden_size=8192)``; what it raises becomes this rank's
+            error), or ``None``. The cap is untouched.
         over_cap: ``"raise"`` (an over-cap sample or group is an error) or ``"alone"``
             (each runs in a micro-batch of its own; the rest is planned as usual).
         dummy_micro_batches: serve counts above ``n_groups`` (``min_num_micro_batch``,
@@ -411,8 +421,8 @@ def analyse(
         if not dummies:
             result.error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(sizes)))
         elif floor - len(sizes) > MAX_DUMMY_MICRO_BATCHES:
-            values = (floor - len(sizes), len(sizes), MAX_DUMMY_MICRO_BATCHES, floor)
-            result.error = PlanError(ErrorCode.TOO_MANY_DUMMIES, values)
+            dummy_values = (floor - len(sizes), len(sizes), MAX_DUMMY_MICRO_BATCHES, floor)
+            result.error = PlanError(ErrorCode.TOO_MANY_DUMMIES, dummy_values)
     if result.error is not None:
         return result
     own_floor = min(floor, len(sizes)) if min_num_micro_batch is not None else None
