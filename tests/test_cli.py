@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from seqlen_balancing.agreement import plan_data_parallel
+from seqlen_balancing.bounds import l2_lower_bound
 from seqlen_balancing.cli import main
 from seqlen_balancing.data import load_champ_lengths
-from seqlen_balancing.packing import l2_lower_bound
 from seqlen_balancing.partition import get_seqlen_balanced_partitions
 
 CHAMP = load_champ_lengths()

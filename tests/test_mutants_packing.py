@@ -13,18 +13,20 @@ from fractions import Fraction
 import pytest
 
 from oracles import brute_force_optimum
-from seqlen_balancing.packing import (
+from seqlen_balancing.bounds import (
     _dff_sorted,
     _fewest_bins,
-    _FixedCount,
     _matching_sorted,
     _prefix,
     _thresholds,
-    best_fit_decreasing,
     best_lower_bound,
-    closing_fit_decreasing,
     l1_lower_bound,
     l2_lower_bound,
+)
+from seqlen_balancing.packing import (
+    _FixedCount,
+    best_fit_decreasing,
+    closing_fit_decreasing,
     minimum_bin_slack,
     reduce_bins,
     split_to_count,

@@ -10,15 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oracles import brute_force_optimum
-from seqlen_balancing.packing import (
+from seqlen_balancing.bounds import (
     BOUND_NAMES,
-    best_fit_decreasing,
     best_lower_bound,
-    closing_fit_decreasing,
     dominant_bins,
     l1_lower_bound,
     l2_lower_bound,
     lower_bound,
+)
+from seqlen_balancing.packing import (
+    best_fit_decreasing,
+    closing_fit_decreasing,
     minimum_bin_slack,
     reduce_bins,
     split_to_count,

@@ -197,8 +197,8 @@ def test_proven_counts_on_real_batches_are_optimal_by_a_slow_check() -> None:
     optimum of small draws agrees; the count is never below any bound."""
     import random
 
+    from seqlen_balancing.bounds import lower_bound
     from seqlen_balancing.data import load_champ_lengths
-    from seqlen_balancing.packing import lower_bound
     from seqlen_balancing.planner import analyse
 
     lengths = load_champ_lengths()
@@ -219,8 +219,8 @@ def test_unproven_counts_report_the_strongest_bound() -> None:
     :func:`lower_bound`; where the count is proven it equals the count (and the full bound)."""
     import random
 
+    from seqlen_balancing.bounds import lower_bound
     from seqlen_balancing.data import load_champ_lengths
-    from seqlen_balancing.packing import lower_bound
     from seqlen_balancing.planner import analyse
 
     lengths = load_champ_lengths()

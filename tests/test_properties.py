@@ -18,11 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqlen_balancing import plan_data_parallel, plan_micro_batches
+from seqlen_balancing.bounds import l1_lower_bound, l2_lower_bound
 from seqlen_balancing.packing import (
     best_fit_decreasing,
     closing_fit_decreasing,
-    l1_lower_bound,
-    l2_lower_bound,
     minimum_bin_slack,
     reduce_bins,
     split_to_count,

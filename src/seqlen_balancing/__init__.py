@@ -15,7 +15,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from seqlen_balancing.agreement import plan_data_parallel
-from seqlen_balancing.packing import best_fit_decreasing, l1_lower_bound, l2_lower_bound, lower_bound
+from seqlen_balancing.bounds import l1_lower_bound, l2_lower_bound, lower_bound
+from seqlen_balancing.packing import best_fit_decreasing
 from seqlen_balancing.partition import (
     ceildiv,
     get_group_balanced_partitions,

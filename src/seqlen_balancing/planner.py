@@ -4,7 +4,7 @@ Steps, each a function here:
 
 1. :func:`analyse` checks the arguments and lengths, forms the ``force_group_size`` groups
    and finds the smallest micro-batch count this library can reach under the cap
-   (between :func:`~seqlen_balancing.packing.lower_bound` and a best-fit-decreasing
+   (between :func:`~seqlen_balancing.bounds.lower_bound` and a best-fit-decreasing
    packing); a count that meets the bound is proven optimal. It never raises
    for bad input: it records a :class:`~seqlen_balancing.errors.PlanError`, so that a DP
    group can agree on it before anyone raises.
@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seqlen_balancing._checks import _integer_or_none, as_list, as_switch, describe, switch
+from seqlen_balancing.bounds import BOUND_NAMES, _best_lower_bound, dominant_bins
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity
 from seqlen_balancing.errors import (
     MAX_DUMMY_MICRO_BATCHES,
@@ -57,11 +58,8 @@ from seqlen_balancing.errors import (
     PlanError,
 )
 from seqlen_balancing.packing import (
-    BOUND_NAMES,
-    _best_lower_bound,
     best_fit_decreasing,
     closing_fit_decreasing,
-    dominant_bins,
     exact_packing,
     minimum_bin_slack,
     reduce_bins,
@@ -117,11 +115,11 @@ class RankAnalysis:
             lengths whatever the costs: balance is about compute, the cap about memory.
         lower_bound: ``max(bin-packing bound, min_num_micro_batch, 1)`` micro-batches: no
             plan of this batch under the cap has fewer. The bin-packing bound is the best
-            of :func:`~seqlen_balancing.packing.best_lower_bound`, evaluated only as far
+            of :func:`~seqlen_balancing.bounds.best_lower_bound`, evaluated only as far
             as needed (its evaluation stops once a bound meets the count found), so when
             the count is above it every bound was tried.
         bound_name: which bound gave ``lower_bound``: one of
-            :data:`~seqlen_balancing.packing.BOUND_NAMES` (``"L2"``, ``"cardinality"``,
+            :data:`~seqlen_balancing.bounds.BOUND_NAMES` (``"L2"``, ``"cardinality"``,
             ``"matching"``, ``"reduction"``, ``"Fekete-Schepers"``),
             ``"min_num_micro_batch"`` when that argument is larger, or ``"one"`` for a
             batch of zero-length samples ("" on error).
@@ -312,7 +310,7 @@ def analyse(
 
     Count search: best-fit decreasing gives ``U``; ``L = max(lower bound,
     min_num_micro_batch, 1)``, the bounds of
-    :func:`~seqlen_balancing.packing.best_lower_bound` tried cheapest first until one meets
+    :func:`~seqlen_balancing.bounds.best_lower_bound` tried cheapest first until one meets
     ``U``. Only if ``U > L`` do stronger packings and an exchange local search
     (:func:`~seqlen_balancing.packing.reduce_bins`) work from ``U`` down towards ``L``,
     stopping as soon as they meet it. Every count between the result and the number of
@@ -577,7 +575,7 @@ def _fitting_kk(result: RankAnalysis, count: int) -> list[list[int]] | None:
 
 def _close_gap(sizes: list[int], cap: int, packing: list[list[int]], lower: int) -> list[list[int]]:
     """The exchange local search towards ``lower``, on the items the Martello-Toth
-    reduction leaves (:func:`~seqlen_balancing.packing.dominant_bins`: bins some optimal
+    reduction leaves (:func:`~seqlen_balancing.bounds.dominant_bins`: bins some optimal
     packing contains, so nothing is lost), from the best of the given packing restricted
     to them and fresh packings of them; the reduction's bins are added back.
     """

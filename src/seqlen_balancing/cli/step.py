@@ -32,11 +32,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from seqlen_balancing.agreement import combine, decode, encode
+from seqlen_balancing.bounds import l2_lower_bound
 from seqlen_balancing.cli._text import CliError, plural
 from seqlen_balancing.cli.arguments import alignment
 from seqlen_balancing.cli.inputs import Loaded
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity, micro_batch_cost
-from seqlen_balancing.packing import l2_lower_bound
 from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
 from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, local_count, spread
 from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
