@@ -55,9 +55,9 @@ from seqlen_balancing import (
     plan_micro_batches,
     rearrange_micro_batches,
 )
+from seqlen_balancing.balance import spread
 from seqlen_balancing.data import load_champ_lengths
 from seqlen_balancing.partition import karmarkar_karp, workload
-from seqlen_balancing.planner import spread
 from seqlen_balancing.verl_rule import verl_counts
 
 

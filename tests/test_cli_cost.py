@@ -204,7 +204,7 @@ class _Recorder:
 def test_sweep_plot_keeps_infeasible_caps_marked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from seqlen_balancing.cli import plot
     from seqlen_balancing.cli.arguments import build_parser
-    from seqlen_balancing.cli.inputs import load_lengths
+    from seqlen_balancing.cli.load import load_lengths
     from seqlen_balancing.cli.step import make_step, plan_step
 
     path = lengths_file(tmp_path, [1000, 20, 30, 40])

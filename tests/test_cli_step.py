@@ -332,7 +332,7 @@ def test_ctrl_c_is_one_line_and_exit_130(
     def interrupted(args: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("seqlen_balancing.cli.inputs.load_lengths", interrupted)
+    monkeypatch.setattr("seqlen_balancing.cli.load.load_lengths", interrupted)
     assert run(capsys, "plan") == (130, "", "seqlen-balancing: interrupted\n")
 
 

@@ -16,21 +16,18 @@ import random
 import pytest
 
 import seqlen_balancing.planner as planner
+from seqlen_balancing.balance import _lpt_with_cap, _rebalance, order_micro_batches, spread
 from seqlen_balancing.errors import Argument, ErrorCode, PlanError
 from seqlen_balancing.planner import (
     RankAnalysis,
     _close_gap,
     _fits,
-    _lpt_with_cap,
-    _rebalance,
     agreed_count,
     analyse,
     argument_error,
     build_plan,
     local_count,
-    order_micro_batches,
     plan_micro_batches,
-    spread,
 )
 
 

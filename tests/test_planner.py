@@ -132,9 +132,9 @@ def test_karmarkar_karp_is_returned_wherever_it_fits_on_real_batches() -> None:
     loose counts alike."""
     import random
 
+    from seqlen_balancing.balance import spread
     from seqlen_balancing.data import load_champ_lengths
     from seqlen_balancing.partition import karmarkar_karp, workload
-    from seqlen_balancing.planner import spread
 
     lengths = load_champ_lengths()
     checked = 0

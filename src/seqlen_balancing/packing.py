@@ -1,6 +1,7 @@
-"""Cap-respecting bin packings on plain integer lists: best-fit and closing-fit decreasing,
-minimum bin slack, bin-count reduction by exchange local search, exact search on small
-inputs, and splitting up to a target count.
+"""Cap-respecting bin packings on plain integer lists (no torch).
+
+Best-fit and closing-fit decreasing, minimum bin slack, bin-count reduction by exchange
+local search, exact search on small inputs, and splitting up to a target count.
 
 A *bin* here is a list of item indices whose sizes (tokens) sum to at most ``cap``. Every
 function in this module returns bins that respect the cap; none of them needs torch. The

@@ -355,15 +355,3 @@ def check_combinations(args: argparse.Namespace) -> None:
         )
 
 
-def alignment(args: argparse.Namespace) -> tuple[int, int]:
-    """``(pad_to_multiple_of, micro_batch_multiple_of)`` the options ask for: Megatron's from
-    ``--tp``/``--cp``/``--fp8`` (:func:`~seqlen_balancing.cost.megatron_alignment`), with
-    ``--micro-batch-multiple-of`` combined by least common multiple."""
-    from seqlen_balancing.cost import megatron_alignment
-
-    pad = args.pad_to_multiple_of or 1
-    bucket = args.micro_batch_multiple_of or 1
-    if args.tp is not None:
-        pad, total = megatron_alignment(args.tp, args.cp or 1, bool(args.fp8))
-        bucket = math.lcm(bucket, total)
-    return pad, bucket

@@ -28,7 +28,7 @@ def _plot_checked(args: argparse.Namespace) -> Any:
 
 def _run_plan(args: argparse.Namespace) -> int:
     from seqlen_balancing.cli import plot, report
-    from seqlen_balancing.cli.inputs import load_lengths
+    from seqlen_balancing.cli.load import load_lengths
     from seqlen_balancing.cli.step import make_step, plan_step
 
     figure_class = _plot_checked(args)
@@ -46,8 +46,9 @@ def _run_plan(args: argparse.Namespace) -> int:
 
 def _run_sweep(args: argparse.Namespace) -> int:
     from seqlen_balancing.cli import plot, report
-    from seqlen_balancing.cli.inputs import load_lengths
-    from seqlen_balancing.cli.step import StepResult, make_step, plan_step, smallest_cap
+    from seqlen_balancing.cli.load import load_lengths
+    from seqlen_balancing.cli.results import StepResult
+    from seqlen_balancing.cli.step import make_step, plan_step, smallest_cap
 
     figure_class = _plot_checked(args)
     step = make_step(args, load_lengths(args))

@@ -16,7 +16,6 @@ the file, the row (``line N`` for text and JSON Lines, 1-based; ``row N`` for Pa
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import sys
@@ -26,7 +25,7 @@ from typing import Any
 
 from seqlen_balancing.cli._text import CliError, int_text, missing_extra, short
 
-__all__ = ["Loaded", "load_lengths", "parse_lengths", "save_lengths"]
+__all__ = ["Loaded", "parse_lengths", "save_lengths"]
 
 ROWS_PER_BATCH = 1024  # rows read (and tokenized) at a time
 Records = Iterator[list[tuple[str, Any]]]  # batches of (where, value)
@@ -204,37 +203,6 @@ def records(path: str, field: str) -> tuple[int, Records]:
             yield rows[start : start + ROWS_PER_BATCH]
 
     return len(rows), batches()
-
-
-def load_lengths(args: argparse.Namespace) -> Loaded:
-    """The lengths ``args`` name: the bundled data, a file, or tokens counted in a dataset."""
-    if args.lengths is None:
-        from seqlen_balancing.data import load_champ_lengths
-
-        return Loaded(load_champ_lengths(), "champ", "the bundled data")
-    path: str = args.lengths
-    if args.tokenizer is not None:
-        from seqlen_balancing.cli.tokens import count_dataset
-
-        lengths, how = count_dataset(args)
-        loaded = Loaded(lengths, path, path, how)
-    elif is_parquet(path):
-        if args.field is None:
-            raise CliError(
-                f"{path} is Parquet: pass --field NAME (a column of token counts), or --tokenizer "
-                "with --messages-field, --text-field or --prompt-field"
-            )
-        _, batches = parquet_records(path, args.field)
-        lengths = [check_length(v, where) for batch in batches for where, v in batch]
-        loaded = Loaded(lengths, path, path)
-    else:
-        text, name = read_text(path)
-        loaded = Loaded(parse_lengths(text, name, args.field), path, name)
-    if not loaded.lengths:
-        raise CliError(f"{loaded.name} holds no rows")
-    if args.save_lengths is not None:
-        save_lengths(args.save_lengths, loaded.lengths)
-    return loaded
 
 
 def save_lengths(path: str, lengths: list[int]) -> None:

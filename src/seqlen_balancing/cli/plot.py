@@ -1,4 +1,6 @@
-"""Charts (extra ``plot``, matplotlib): tokens per micro-batch (``plan --plot``) and count
+"""Charts of a plan (extra ``plot``, matplotlib).
+
+Charts (extra ``plot``, matplotlib): tokens per micro-batch (``plan --plot``) and count
 per rank and mean fill against the cap (``sweep --plot``). Uses ``matplotlib.figure.Figure``
 directly: no pyplot, no display needed."""
 
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from seqlen_balancing.cli._text import CliError, missing_extra, pct
 
 if TYPE_CHECKING:
-    from seqlen_balancing.cli.step import StepResult
+    from seqlen_balancing.cli.results import StepResult
 
 __all__ = ["check_plot_format", "check_plot_path", "load_figure_class", "save_plan_plot", "save_sweep_plot"]
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from seqlen_balancing.cli._text import pct, plural
+from seqlen_balancing.cli.results import alignment
 
-if TYPE_CHECKING:  # the step module imports the planner; --help should not need it
-    from seqlen_balancing.cli.step import RankResult, Step, StepResult
+if TYPE_CHECKING:
+    from seqlen_balancing.cli.results import RankResult, Step, StepResult
 
 __all__ = [
     "PLAN_COLUMNS",
@@ -261,8 +262,6 @@ def _cap_text(args: argparse.Namespace, cap: int | None) -> str:
 
 
 def _alignment_text(args: argparse.Namespace) -> str:
-    from seqlen_balancing.cli.arguments import alignment
-
     pad, bucket = alignment(args)
     if args.tp is not None:
         fp8 = ", fp8" if args.fp8 else ""
@@ -430,8 +429,6 @@ def settings(step: Step, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _alignment_json(args: argparse.Namespace) -> dict[str, Any]:
-    from seqlen_balancing.cli.arguments import alignment
-
     pad, bucket = alignment(args)
     return {
         "pad_to_multiple_of": pad,

@@ -29,19 +29,19 @@ import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from seqlen_balancing.agreement import combine, decode, encode
+from seqlen_balancing.balance import spread
 from seqlen_balancing.bounds import l2_lower_bound
 from seqlen_balancing.cli._text import CliError, plural
-from seqlen_balancing.cli.arguments import alignment
 from seqlen_balancing.cli.inputs import Loaded
+from seqlen_balancing.cli.results import RankResult, Step, StepResult, VerlResult, alignment
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity, micro_batch_cost
 from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
-from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, local_count, spread
+from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, local_count
 from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
 
-__all__ = ["RankResult", "Step", "StepResult", "VerlResult", "balance_order", "make_step", "plan_step"]
+__all__ = ["balance_order", "make_step", "plan_step", "smallest_cap"]
 
 
 def scale_lengths(lengths: Sequence[int], scale: float) -> list[int]:
@@ -52,19 +52,6 @@ def scale_lengths(lengths: Sequence[int], scale: float) -> list[int]:
     if not all(math.isfinite(x) and x < 2**62 for x in scaled):
         raise CliError(f"--scale {scale:g} makes a length too large (over 2**62 tokens)")
     return [math.floor(x) for x in scaled]
-
-
-@dataclass(frozen=True)
-class Step:
-    """One training step: the input lengths and the positions of the step's rows."""
-
-    source: str
-    lengths: list[int]  # the whole input list, after --scale
-    positions: list[int]  # the step's rows, before balancing; dispatch cuts equal chunks
-    sampling: str  # "without_replacement", "with_replacement", "in_order" or "whole_file"
-    dp_size: int
-    batch_size: int
-    counted: str | None = None  # how --tokenizer counted the lengths
 
 
 MAX_DRAWN_ROWS = 10_000_000  # a drawn step's rows (dp_size x batch_size): bounded memory
@@ -156,109 +143,6 @@ def balance_order(lengths: Sequence[int], dp_size: int, group: int = 1) -> list[
     loads = [sum(workload(s) for s in lengths[g * group : (g + 1) * group]) for g in range(groups)]
     parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
     return [g * group + j for part in parts for g in part for j in range(group)]
-
-
-@dataclass(frozen=True)
-class RankResult:
-    """One rank's plan and the figures the report shows."""
-
-    rank: int
-    analysis: RankAnalysis  # the planner's view of this rank (bounds, counts)
-    samples: int
-    tokens: int
-    l2_lower_bound: int
-    micro_batches: list[list[int]]  # positions in the input lengths list
-    micro_batch_tokens: list[int]
-    largest: int
-    fill: float
-    workload_spread: float
-    aligned_tokens: int = 0  # the rank's samples' costs summed (aligned tokens)
-    micro_batch_costs: list[int] = field(default_factory=list)  # what each holds on the GPU
-    largest_cost: int = 0  # the costliest micro-batch (never above the cap)
-
-    @property
-    def count(self) -> int:
-        return len(self.micro_batches)
-
-
-@dataclass(frozen=True)
-class VerlResult:
-    """verl 0.9.1's counts on the same step, or why it has none."""
-
-    counts: list[int] | None  # per rank; None when verl fails or the search stopped
-    above: int | None = None  # the search stopped: verl's count is above this
-    error: str | None = None  # verl would raise
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """Every rank's plan at one cap."""
-
-    max_token_len: int  # the cap used: --max-token-len x --sp-size
-    ranks: list[RankResult]
-    truncated: int
-    seconds: float
-    verl: VerlResult | None = None
-    num_batches_divided_by: int = 1  # the count is a multiple of this
-    agreed: bool = True  # same_micro_num_in_dp: every rank runs the largest count
-    pad_to_multiple_of: int = 1  # per-sequence alignment (tokens)
-    micro_batch_multiple_of: int = 1  # per-micro-batch rounding (tokens)
-
-    @property
-    def aligned(self) -> bool:
-        """True when the cost of a sample or a micro-batch can differ from its tokens."""
-        return self.pad_to_multiple_of > 1 or self.micro_batch_multiple_of > 1
-
-    @property
-    def largest_cost(self) -> int:
-        return max((r.largest_cost for r in self.ranks), default=0)
-
-    @property
-    def counts(self) -> list[int]:
-        return [r.count for r in self.ranks]
-
-    @property
-    def agreed_count(self) -> int | None:
-        counts = set(self.counts)
-        return counts.pop() if len(counts) == 1 else None
-
-    @property
-    def total_micro_batches(self) -> int:
-        return sum(self.counts)
-
-    @property
-    def mean_fill(self) -> float:
-        total = self.total_micro_batches
-        tokens = sum(r.tokens for r in self.ranks)
-        return tokens / (total * self.max_token_len) if total else 0.0
-
-    @property
-    def largest(self) -> int:
-        return max((r.largest for r in self.ranks), default=0)
-
-    @property
-    def l2_lower_bound_total(self) -> int:
-        return sum(r.l2_lower_bound for r in self.ranks)
-
-    @property
-    def lower_bound_total(self) -> int:
-        """No plan of this step has fewer micro-batches in all (the same rules: agreement,
-        ``num_batches_divided_by``): each rank's ``RankAnalysis.lower_bound`` rounded up to
-        the divisor; under agreement every rank runs the largest."""
-        bounds = [-(-r.analysis.lower_bound // self.num_batches_divided_by) * self.num_batches_divided_by
-                  for r in self.ranks]
-        if self.agreed:
-            return max(bounds, default=0) * len(bounds)
-        return sum(bounds)
-
-    @property
-    def proven_optimal(self) -> bool:
-        """True when the step's total meets :attr:`lower_bound_total`: no fewer is possible."""
-        return self.total_micro_batches == self.lower_bound_total
-
-    @property
-    def verl_total(self) -> int | None:
-        return sum(self.verl.counts) if self.verl is not None and self.verl.counts else None
 
 
 def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliError | None:

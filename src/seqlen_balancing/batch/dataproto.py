@@ -1,0 +1,148 @@
+"""DataProto glue: :func:`prepare_dynamic_batch` for objects shaped like verl's ``DataProto``.
+
+DataProto glue: :func:`prepare_dynamic_batch` for any object with verl's ``DataProto``
+shape (``.batch``, ``.non_tensor_batch``, ``.meta_info``, ``from_dict``), no import of verl.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+from seqlen_balancing._checks import describe
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
+from seqlen_balancing.batch.micro_batches import _rearrange
+from seqlen_balancing.batch.verdict import _batch_problem
+from seqlen_balancing.errors import BatchProblem, ErrorCode, PlanError, key_values
+
+__all__ = ["prepare_dynamic_batch"]
+
+
+T = TypeVar("T")
+
+
+def _dataproto_parts(data: Any) -> tuple[PlanError | None, dict[Any, Any], Any]:
+    """``(error, non_tensor_batch, meta_info)`` of a DataProto-like ``data``, read before
+    the agreement: why it cannot be cut (or ``None``), its non-tensor arrays as a dict, and
+    a deep copy of its ``meta_info``. The cut after the agreement uses only these, so
+    nothing about ``data`` is read (or can fail) once the peers have returned."""
+    for attribute in ("batch", "non_tensor_batch", "meta_info", "from_dict"):
+        if not hasattr(data, attribute):
+            return PlanError(
+                ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), f"no {attribute!r}"
+            ), {}, None
+    problem = _batch_problem(data.batch)
+    if problem is not None:
+        return problem, {}, None
+    if _is_lazy_stack(data.batch):  # from_dict gets one tensor per key: it must stack
+        for key in list(data.batch.keys()):
+            try:
+                data.batch.get(key)
+            except _READ_ERRORS:
+                problem_key = (BatchProblem.PROTO_RAGGED_STACK, *key_values(key))
+                return PlanError(ErrorCode.BAD_BATCH, problem_key), {}, None
+    n = int(data.batch.batch_size[0])
+    given = data.non_tensor_batch
+    if not isinstance(given, Mapping):
+        detail = f"non_tensor_batch is a {type(given).__name__}, not a dict"
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), detail), {}, None
+    try:
+        arrays = dict(given.items())
+    except _READ_ERRORS as exc:
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), describe(exc)), {}, None
+    for array in arrays.values():
+        if not isinstance(array, np.ndarray) or array.ndim == 0:
+            return PlanError(
+                ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_NOT_ARRAY,), f"got {describe(array)}"
+            ), {}, None
+        if len(array) != n:
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_ROWS, len(array), n)), {}, None
+    try:
+        meta_info = copy.deepcopy(data.meta_info)
+    except Exception as exc:  # any object's __deepcopy__ / __reduce_ex__
+        error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.META_INFO_NOT_COPYABLE,), describe(exc))
+        return error, {}, None
+    return None, arrays, meta_info
+
+
+def prepare_dynamic_batch(
+    data: T,
+    max_token_len: int,
+    dp_group: Any = None,
+    num_batches_divided_by: int | None = None,
+    same_micro_num_in_dp: bool = True,
+    min_num_micro_batch: int | None = None,
+    use_dynamic_bsz_balance: bool = True,
+    *,
+    pad_to_multiple_of: int = 1,
+    micro_batch_multiple_of: int = 1,
+    costs: Sequence[int] | torch.Tensor | None = None,
+) -> tuple[list[T], list[list[int]]]:
+    """:func:`rearrange_micro_batches` for a DataProto-like object (verl's DataProto).
+
+    ``data`` needs ``.batch`` (TensorDict), ``.non_tensor_batch`` (dict of NumPy arrays,
+    first axis = samples), ``.meta_info`` (dict) and a classmethod
+    ``from_dict(tensors, non_tensors, meta_info=...)``. verl is not imported.
+    ``pad_to_multiple_of``, ``micro_batch_multiple_of`` and ``costs`` (keyword-only) are
+    as in :func:`rearrange_micro_batches`: the cap holds on what the GPU holds.
+
+    Returns:
+        ``(micro_batches, micro_bsz_idx)``: objects of ``type(data)`` whose tensors and
+        non-tensor arrays are the rows of each micro-batch, each with a deep copy of
+        ``meta_info``; the index lists as :func:`rearrange_micro_batches` returns them.
+
+    Raises:
+        TypeError: ``data`` lacks one of the attributes above, its ``batch`` is not a
+            TensorDict, ``non_tensor_batch`` is not a dict (mapping) or one of its entries
+            is not a NumPy array, ``meta_info`` cannot be deep-copied, ``batch`` is a lazy
+            stack whose rows differ in shape at some key (``from_dict`` takes one tensor
+            per key; the message names it), or as
+            :func:`rearrange_micro_batches` (under DP agreement, on every rank).
+        ValueError: a ``non_tensor_batch`` array does not have one row per sample, or as
+            :func:`rearrange_micro_batches` (under DP agreement, on every rank).
+        Whatever ``type(data).from_dict`` itself raises is passed on as it is: it is the
+        caller's class, called after the agreement with the micro-batches' parts.
+
+    Example:
+        >>> from tensordict import TensorDict
+        >>> class Proto:
+        ...     def __init__(self, batch, non_tensor_batch, meta_info=None):
+        ...         self.batch, self.non_tensor_batch = batch, non_tensor_batch
+        ...         self.meta_info = meta_info or {}
+        ...     @classmethod
+        ...     def from_dict(cls, tensors, non_tensors, meta_info=None):
+        ...         size = len(next(iter(tensors.values())))
+        ...         return cls(TensorDict(tensors, batch_size=[size]), non_tensors, meta_info)
+        >>> td = TensorDict({"attention_mask": torch.ones(3, 4)}, batch_size=[3])
+        >>> parts, idx = prepare_dynamic_batch(Proto(td, {"uid": np.array(["a", "b", "c"])}), 8)
+        >>> [list(p.non_tensor_batch["uid"]) for p in parts] == [["abc"[i] for i in part] for part in idx]
+        True
+        >>> sorted(len(part) for part in idx)
+        [1, 2]
+    """
+    source: Any = data
+    problem, arrays, meta_info = _dataproto_parts(source)
+    batches, plan = _rearrange(
+        source.batch if problem is None else None,
+        max_token_len,
+        dp_group,
+        num_batches_divided_by,
+        same_micro_num_in_dp,
+        min_num_micro_batch,
+        use_dynamic_bsz_balance,
+        1,
+        problem,
+        cost=(pad_to_multiple_of, micro_batch_multiple_of, costs),
+    )
+    out: list[T] = []
+    for m, (micro_batch, indices) in enumerate(zip(batches, plan, strict=True)):
+        tensors = {key: micro_batch[key] for key in micro_batch.keys()}
+        non_tensors = {key: value[indices] for key, value in arrays.items()}
+        # The copy checked before the agreement, then copies of it (copyable, as it was).
+        own = meta_info if m == 0 else copy.deepcopy(meta_info)
+        out.append(type(source).from_dict(tensors, non_tensors, meta_info=own))
+    return out, plan

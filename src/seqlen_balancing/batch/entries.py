@@ -1,0 +1,134 @@
+"""Checking every entry of a batch before the agreement.
+
+Checking every entry of a batch before the agreement: its kind, layout and device, and
+what the cut will need (host offsets, entries cut apart). A problem becomes a
+:class:`~seqlen_balancing.errors.PlanError` that travels through the agreement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
+
+from seqlen_balancing._checks import describe
+from seqlen_balancing.batch.kinds import _COMPRESSED, _READ_ERRORS, _is_dense, _is_lazy_stack
+from seqlen_balancing.errors import BatchProblem, ErrorCode, PlanError, key_values
+
+
+@dataclass
+class _Entries:
+    """What the cut needs to know about a batch, read before the agreement.
+
+    ``offsets``: host offsets of packed jagged entries, by key. ``by_rows``: the batch is a
+    lazy stack along dim 0, cut by picking its rows (each row a TensorDict). ``apart``: the
+    entries tensordict's own indexing cannot cut (nested and sparse tensors, lazy stacks
+    along dim 0), with how to cut each: ``"nested"``, ``"coo"``, ``"compressed"``,
+    ``"stack"``.
+    """
+
+    offsets: dict[Any, list[int]] = field(default_factory=dict)
+    by_rows: bool = False
+    apart: list[tuple[Any, Any, str]] = field(default_factory=list)
+
+
+def _entry_problem(key: Any, value: Any, entries: _Entries) -> PlanError | None:
+    """Why entry ``key`` cannot be cut by rows, or ``None``; records how to cut it."""
+    if isinstance(value, (NonTensorData, NonTensorStack)):
+        return None  # tensordict indexes them: a scalar is kept, a stack is picked by rows
+    if _is_lazy_stack(value):
+        if int(value.stack_dim) == 0:
+            entries.apart.append((key, value, "stack"))
+            return None
+        # Cut by tensordict's indexing of every row, which needs its entries dense.
+        try:
+            leaves = list(value.items(include_nested=True, leaves_only=True))
+        except _READ_ERRORS:
+            leaves = []
+            dense = False
+        else:
+            dense = all(_is_dense(leaf) for _, leaf in leaves)
+        if not dense:
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_STACK, *key_values(key)))
+        return None
+    if not isinstance(value, torch.Tensor):
+        return None  # a tensorclass or other collection: tensordict indexes it
+    if value.layout == torch.sparse_coo or value.layout in _COMPRESSED:
+        if value.device.type == "meta":
+            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_ON_META, *key_values(key)))
+        if value.layout == torch.sparse_coo:
+            entries.apart.append((key, value, "coo"))
+            return None
+        if value.dim() == 2 and value.dense_dim() == 0:
+            entries.apart.append((key, value, "compressed"))
+            return None
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_LAYOUT, *key_values(key)))
+    if value.layout != torch.strided and not value.is_nested:
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_LAYOUT, *key_values(key)))
+    if not value.is_nested:
+        return None
+    if value.device.type == "meta":
+        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_ON_META, *key_values(key)))
+    entries.apart.append((key, value, "nested"))
+    if key in entries.offsets or value.layout != torch.jagged:
+        return None
+    if getattr(value, "lengths")() is None:  # noqa: B009 (nested-only API)
+        entries.offsets[key] = getattr(value, "offsets")().tolist()  # noqa: B009
+    return None
+
+
+def _node_problem(
+    node: TensorDictBase, prefix: tuple[str, ...], entries: _Entries
+) -> tuple[PlanError | None, BaseException | None]:
+    """:func:`_entry_problem` of every entry under ``node`` (keys nested under ``prefix``),
+    with the exception that reading an entry raised (``ENTRY_UNREADABLE``, its key)."""
+    for name in list(node.keys()):
+        key: Any = (*prefix, name) if prefix else name
+        try:
+            value = node.get(name)
+            if isinstance(value, TensorDictBase) and not isinstance(
+                value, (LazyStackedTensorDict, NonTensorData)
+            ):
+                error, cause = _node_problem(value, (*prefix, name), entries)
+            else:
+                error, cause = _entry_problem(key, value, entries), None
+        except _READ_ERRORS as exc:
+            problem = (BatchProblem.ENTRY_UNREADABLE, *key_values(key))
+            return PlanError(ErrorCode.BAD_BATCH, problem, describe(exc)), exc
+        if error is not None:
+            return error, cause
+    return None, None
+
+
+def _cut_inputs(
+    batch: TensorDict, known: dict[Any, list[int]]
+) -> tuple[PlanError | None, _Entries, BaseException | None]:
+    """Check every entry of ``batch`` before any rank commits to a plan (DESIGN: fail
+    before the collective), and read what :func:`_cut` reads from the host.
+
+    Every entry is one of the kinds the cut handles, or the error names its key:
+
+    * dense tensors (any device, the meta device included, any strides, zero-size dims),
+      ``NonTensorData`` (kept whole), ``NonTensorStack`` and other tensor collections:
+      gathered by tensordict;
+    * nested tensors (strided or jagged, any ragged dimension, with or without holes):
+      rebuilt from their rows; on the meta device they hold no rows (``ENTRY_ON_META``),
+      and a packed jagged one has its offsets read here (one host copy per key, kept for
+      the cut, ``known`` entries reused; a failure is ``ENTRY_UNREADABLE``);
+    * sparse COO tensors (picked with ``index_select``) and 2-D CSR/CSC tensors (picked
+      through COO); other sparse layouts are ``ENTRY_LAYOUT`` (TypeError);
+    * lazy stacks along dim 0 (the batch itself or a nested entry): cut by picking rows,
+      so their rows may differ in shape; a lazy stack along another dimension must hold
+      dense entries of one shape, else ``ENTRY_STACK`` (TypeError).
+
+    Returns ``(error, entries, cause)``; the error names the entry's key, so that it can be
+    agreed on like any other batch problem.
+    """
+    entries = _Entries(offsets=dict(known))
+    if _is_lazy_stack(batch) and int(batch.stack_dim) == 0:
+        entries.by_rows = True  # each row is cloned whole: no entry is indexed
+        return None, entries, None
+    error, cause = _node_problem(batch, (), entries)
+    return error, entries, cause

@@ -1,0 +1,117 @@
+"""What kind of entry a batch value is, and the facts about each kind the rooms share.
+
+What kind of entry a batch value is (dense, jagged or strided nested, sparse, lazy stack,
+non-tensor data), and small facts about each kind that the other rooms share.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import numpy as np
+import torch
+from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDictBase
+
+
+def _batch_size(batch: Any) -> int:
+    size = getattr(batch, "batch_size", None)
+    if size is None or len(size) == 0:
+        raise TypeError(
+            f"batch must be a TensorDict with a batch dimension, got {type(batch).__name__}"
+            f" with batch_size={size!r}"
+        )
+    return int(size[0])
+
+
+def _is_packed_jagged(tensor: torch.Tensor) -> bool:
+    return (
+        tensor.layout == torch.jagged
+        and getattr(tensor, "lengths")() is None  # noqa: B009 (nested-only API)
+        and getattr(tensor, "_ragged_idx", 1) == 1
+    )
+
+
+def _ragged_dim(tensor: torch.Tensor) -> int:
+    """The nested dimension whose size varies by row (1 for ``(n, j, ...)``; verl's
+    multi-modal ``position_ids`` use 2: rows of shape ``(C, length)``)."""
+    return int(getattr(tensor, "_ragged_idx", 1))
+
+
+#: Sparse layouts whose rows are picked through the COO layout (2-D, no dense dimensions).
+_COMPRESSED = (torch.sparse_csr, torch.sparse_csc)
+
+
+def _is_lazy_stack(value: Any) -> bool:
+    """A LazyStackedTensorDict (NonTensorStack, one of them, is cut by tensordict)."""
+    return isinstance(value, LazyStackedTensorDict) and not isinstance(value, NonTensorStack)
+
+
+def _is_dense(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.layout == torch.strided and not value.is_nested
+
+
+def _lazy_stack(rows: list[TensorDictBase]) -> TensorDictBase:
+    """A lazy stack of ``rows`` along dim 0 (``lazy_stack`` where tensordict has it)."""
+    stack = getattr(LazyStackedTensorDict, "lazy_stack", None)
+    if stack is not None:
+        return cast(TensorDictBase, stack(rows, 0))
+    return LazyStackedTensorDict(*rows, stack_dim=0)  # pragma: no cover (older tensordict)
+
+
+#: What reading a foreign object may raise; under agreement it becomes an agreed error.
+_READ_ERRORS = (
+    AttributeError, IndexError, KeyError, NotImplementedError, OverflowError, RuntimeError,
+    TypeError, ValueError,
+)
+
+
+def _key_name(key: Any) -> str:
+    return key if isinstance(key, str) else ".".join(str(part) for part in key)
+
+
+def _kind(tensor: torch.Tensor) -> str:
+    if not tensor.is_nested:
+        return "a dense tensor" if tensor.layout == torch.strided else f"a {tensor.layout} tensor"
+    if tensor.layout != torch.jagged:
+        return "a strided nested tensor"
+    return f"a jagged nested tensor ragged in dim {_ragged_dim(tensor)}"
+
+
+def _is_node(value: Any) -> bool:
+    """A TensorDict entry holding entries of its own (not non-tensor data)."""
+    return isinstance(value, TensorDictBase) and not isinstance(value, (NonTensorData, NonTensorStack))
+
+
+def _same_data(a: Any, b: Any) -> bool:
+    """Whether two ``NonTensorData`` payloads are the same value (arrays and tensors
+    compared element by element; their truth value is ambiguous)."""
+    if a is b:
+        return True
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if (a.shape, a.dtype, a.device, a.layout) != (b.shape, b.dtype, b.device, b.layout):
+            return False
+        if a.device.type == "meta":
+            return True  # no data to differ
+        try:
+            return bool(torch.equal(a.to_dense(), b.to_dense()))
+        except (RuntimeError, NotImplementedError, TypeError):
+            return False
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+            and bool(np.array_equal(a, b))
+        )
+    try:
+        return bool(a == b)
+    except Exception:  # any __eq__ / __bool__ of a foreign object
+        return False
+
+
+def _per_row(value: Any) -> list[Any]:
+    tolist = getattr(value, "tolist", None)
+    if not callable(tolist):
+        raise TypeError(f"cannot restore a {type(value).__name__} entry row by row")
+    rows: list[Any] = tolist()
+    return rows

@@ -1,0 +1,308 @@
+"""The verl-named micro-batch entry points: rearrange_micro_batches, prepare_micro_batches.
+
+The verl-named micro-batch entry points: :func:`rearrange_micro_batches` and
+:func:`prepare_micro_batches` (check, agree, cut).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict import NonTensorData, TensorDict
+
+from seqlen_balancing._checks import as_switch, describe
+from seqlen_balancing.batch.cut import _cut
+from seqlen_balancing.batch.entries import _cut_inputs, _Entries
+from seqlen_balancing.batch.kinds import _READ_ERRORS
+from seqlen_balancing.batch.lengths import _read_lengths
+from seqlen_balancing.batch.settings import _cost_settings, _settings
+from seqlen_balancing.batch.verdict import _batch_problem, _begin, _finish, _switch_error
+from seqlen_balancing.errors import Argument, BatchProblem, ErrorCode, PlanError
+from seqlen_balancing.planner import RankAnalysis, analyse, build_plan
+
+__all__ = ["prepare_micro_batches", "rearrange_micro_batches"]
+
+
+def rearrange_micro_batches(
+    batch: TensorDict,
+    max_token_len: int,
+    dp_group: Any = None,
+    num_batches_divided_by: int | None = None,
+    same_micro_num_in_dp: bool = True,
+    min_num_micro_batch: int | None = None,
+    use_dynamic_bsz_balance: bool = True,
+    force_group_size: int = 1,
+    *,
+    pad_to_multiple_of: int = 1,
+    micro_batch_multiple_of: int = 1,
+    costs: Sequence[int] | torch.Tensor | None = None,
+) -> tuple[list[TensorDict], list[list[int]]]:
+    """Cut a batch into micro-batches of at most ``max_token_len`` effective tokens.
+
+    Drop-in for verl 0.9.1's function of the same name and signature. Differences: the cap
+    is a hard bound on every path (verl starts at ``ceil(total / cap)`` and retries one
+    count at a time), the count is the smallest this library can reach (the L2 bound on
+    most real batches), and DP ranks agree with one collective in which every check takes
+    part, so an error raises on every rank instead of hanging the others.
+
+    Args:
+        batch: TensorDict of batch size ``(n,)`` with ``attention_mask`` of shape
+            ``(n, seq_len)`` or jagged nested ``input_ids``.
+        max_token_len: cap in effective tokens per micro-batch (a memory budget).
+        dp_group: DP process group. The ranks agree only when it is given (not ``None``),
+            ``same_micro_num_in_dp`` is true and torch.distributed is initialised (verl
+            0.9.1's rule); ``None`` plans locally, even when a default process group
+            exists, so a call made on one rank alone never blocks.
+        num_batches_divided_by: the count is rounded up to a multiple of this (e.g. the
+            virtual pipeline stages).
+        same_micro_num_in_dp: with ``dp_group``, every rank of the group gets the same
+            count (the largest needed), through one ``all_reduce(MAX)``.
+        min_num_micro_batch: at least this many micro-batches.
+        use_dynamic_bsz_balance: order micro-batches by workload with the lightest at both
+            ends of the list and the heaviest in the middle.
+        force_group_size: consecutive samples ``[g*size, (g+1)*size)`` stay in one
+            micro-batch.
+        pad_to_multiple_of: keyword-only. Each sample costs its effective length rounded up
+            to a multiple of this (Megatron's packed THD alignment: 16 for ``tp=4, cp=2``, see
+            :func:`~seqlen_balancing.cost.megatron_alignment`). Default 1: verl's rule.
+        micro_batch_multiple_of: keyword-only. A micro-batch's summed cost is rounded up to a
+            multiple of this before it meets the cap (verl's ``pad_to_length_bucket``, FP8's
+            total alignment); a cap that is not a multiple is usable as
+            ``max_token_len // micro_batch_multiple_of * micro_batch_multiple_of``. Default 1.
+        costs: keyword-only. One non-negative cost in tokens per sample (a list or a 1-D
+            tensor, read once to the host), replacing the aligned lengths: e.g. image plus
+            text tokens, or a memory estimate. Default ``None``. Balance stays on the
+            effective lengths.
+
+    Returns:
+        ``(micro_batches, micro_bsz_idx)``: the micro-batches (TensorDicts) and, for each,
+        the sorted original row indices; the index lists are an exact cover of
+        ``range(n)``. The micro-batches are copies. Jagged tensors and per-sample
+        ``NonTensorStack`` entries are indexed row by row, sparse COO and 2-D CSR/CSC
+        tensors keep their layout, lazy stacks along dim 0 (the batch itself or an entry)
+        are cut by picking their rows; scalar ``NonTensorData`` entries are kept unchanged.
+
+    Raises:
+        TypeError: an argument has a wrong type (e.g. a float ``max_token_len``, a
+            non-bool switch), ``batch`` is not a TensorDict with a batch dimension, or an
+            entry cannot be cut by rows (a block-sparse or batched CSR/CSC layout, a lazy
+            stack along another dim whose entries differ in shape; the message names its
+            key and what to store instead).
+        ValueError: a sample (``exceeds max_token_len``) or forced group
+            (``forced group exceeds max_token_len``) over the cap, an empty batch, ``n`` not
+            divisible by ``force_group_size``, more micro-batches needed than samples, a bad
+            ``min_num_micro_batch``/``num_batches_divided_by``, no length source, lengths
+            that cannot be read (e.g. a mask on the meta device), an entry that cannot be
+            cut (a nested or sparse one on the meta device, or one that cannot be read; the
+            message names its key), or this process is not a member of ``dp_group``
+            (raised at once). Every check runs before the agreement; the cut after it does
+            not raise for a batch that passed them.
+            Under DP agreement every rank raises the same error, naming the DP group rank
+            and the global rank at fault:
+            ``rank 1 of the DP group (global rank 3): sample 1 has 60 tokens, ...``.
+            Nothing but ``TypeError``/``ValueError`` is raised.
+
+    Complexity: O(n log n) planning plus Karmarkar-Karp's O(n k) for ``k`` micro-batches,
+    one collective, one device-to-host copy of the lengths, one index per micro-batch.
+
+    Example:
+        >>> td = TensorDict({"attention_mask": torch.ones(4, 6)}, batch_size=[4])
+        >>> micro_batches, idx = rearrange_micro_batches(td, max_token_len=12)
+        >>> [len(mb) for mb in micro_batches], sorted(i for part in idx for i in part)
+        ([2, 2], [0, 1, 2, 3])
+    """
+    return _rearrange(
+        batch,
+        max_token_len,
+        dp_group,
+        num_batches_divided_by,
+        same_micro_num_in_dp,
+        min_num_micro_batch,
+        use_dynamic_bsz_balance,
+        force_group_size,
+        cost=(pad_to_multiple_of, micro_batch_multiple_of, costs),
+    )
+
+
+def _rearrange(
+    batch: Any,
+    max_token_len: Any,
+    dp_group: Any,
+    num_batches_divided_by: Any,
+    same_micro_num_in_dp: Any,
+    min_num_micro_batch: Any,
+    use_dynamic_bsz_balance: Any,
+    force_group_size: Any,
+    pre_error: PlanError | None = None,
+    cost: tuple[Any, Any, Any] = (1, 1, None),
+) -> tuple[list[TensorDict], list[list[int]]]:
+    """Plan (agreeing with the DP group when asked), then cut.
+
+    ``pre_error`` is a problem the caller found before planning (a bad setting, a bad
+    DataProto); like every other error it goes through the agreement before anyone raises.
+    ``cost`` is ``(pad_to_multiple_of, micro_batch_multiple_of, costs)``, checked by
+    :func:`~seqlen_balancing.planner.analyse` (a bad one is agreed on too).
+    """
+    sync = _begin(dp_group, same_micro_num_in_dp)
+    cause: BaseException | None = None
+    error = (
+        pre_error
+        or _switch_error(same_micro_num_in_dp, Argument.SAME_MICRO_NUM_IN_DP)
+        or _switch_error(use_dynamic_bsz_balance, Argument.USE_DYNAMIC_BSZ_BALANCE)
+        or _batch_problem(batch)
+    )
+    lengths: list[int] = []
+    offsets: list[int] | None = None
+    if error is None:
+        try:
+            error, lengths, offsets = _read_lengths(batch)
+        except _READ_ERRORS as exc:
+            # The peers must hear of it: turn it into a plan error (the cause is chained).
+            cause = exc
+            error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
+    known: dict[Any, list[int]] = {} if offsets is None else {"input_ids": offsets}
+    entries = _Entries(offsets=known)
+    if error is None:
+        # Every entry checked and everything the cut reads read before the agreement: a
+        # failure is agreed on, and the cut after it cannot fail.
+        error, entries, cause = _cut_inputs(batch, known)
+    if error is None:
+        analysis = analyse(
+            lengths,
+            max_token_len,
+            force_group_size=force_group_size,
+            min_num_micro_batch=min_num_micro_batch,
+            num_batches_divided_by=num_batches_divided_by,
+            pad_to_multiple_of=cost[0],
+            micro_batch_multiple_of=cost[1],
+            # costs given as NonTensorData read as the batch's own entry does
+            costs=cost[2].data if isinstance(cost[2], NonTensorData) else cost[2],
+        )
+    else:
+        analysis = RankAnalysis(error)
+    count = _finish(analysis, sync, dp_group, cause)
+    plan = build_plan(analysis, count, bool(as_switch(use_dynamic_bsz_balance)))
+    # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
+    return _cut(batch, plan, entries), plan
+
+
+def prepare_micro_batches(
+    data: TensorDict,
+    dp_group: Any = None,
+    num_batches_divided_by: int | None = None,
+    same_micro_num_in_dp: bool = True,
+    min_num_micro_batch: int | None = None,
+    use_dynamic_bsz_balance: bool = True,
+    *,
+    pad_to_multiple_of: int | None = None,
+    micro_batch_multiple_of: int | None = None,
+    costs: Sequence[int] | torch.Tensor | None = None,
+) -> tuple[list[TensorDict], list[list[int]] | None]:
+    """verl's ``prepare_micro_batches``: settings are read from the TensorDict itself.
+
+    Settings (plain entries or ``NonTensorData``): ``use_dynamic_bsz`` (default True),
+    ``sp_size`` (default 1), ``force_group_size`` (default 1), ``max_token_len_per_gpu``
+    (required when dynamic; the cap is ``max_token_len_per_gpu * sp_size`` tokens) and
+    ``micro_batch_size_per_gpu`` (required when not dynamic). The cap on what the GPU holds
+    (dynamic path, see :func:`rearrange_micro_batches`): ``pad_to_multiple_of`` and
+    ``micro_batch_multiple_of`` (default 1 each) and a per-sample ``costs`` entry (default:
+    none), each used when the keyword argument of that name is ``None``.
+
+    Dynamic: :func:`rearrange_micro_batches` with that cap. Static: consecutive chunks of
+    ``micro_batch_size_per_gpu * force_group_size`` samples; the batch size must be a
+    multiple of the chunk (so every micro-batch has the same number of samples). As verl's
+    ``chunk_tensordict`` makes them, a static micro-batch's dense entries are views of
+    the input (writing into one writes into the input); nested and sparse entries are
+    rebuilt per chunk (copies). The dynamic path always copies.
+
+    Under DP agreement (``dp_group`` given, ``same_micro_num_in_dp`` true,
+    ``torch.distributed`` initialised) both paths take part in the same single
+    ``all_reduce``: the mode (dynamic or static) and the static count are part of the
+    agreed vector, so ranks mixing modes, static ranks with different counts, and every
+    input error raise the same exception on every rank (verl's static path makes no
+    collective; a count mismatch there would hang the trainer's later collectives).
+
+    Args:
+        data: a TensorDict of batch size ``(n,)`` holding the settings above.
+        dp_group: DP process group; ``None`` plans locally (no collective), as verl does.
+        num_batches_divided_by: dynamic path: round the count up to a multiple of this.
+        same_micro_num_in_dp: agree with the group (needs ``dp_group``).
+        min_num_micro_batch: dynamic path: at least this many micro-batches.
+        use_dynamic_bsz_balance: dynamic path: verl's workload order.
+        pad_to_multiple_of: keyword-only, dynamic path: per-sequence alignment in tokens
+            (as in :func:`rearrange_micro_batches`). ``None``: the batch's
+            ``pad_to_multiple_of`` setting, else 1.
+        micro_batch_multiple_of: keyword-only, dynamic path: per-micro-batch rounding in
+            tokens. ``None``: the batch's ``micro_batch_multiple_of`` setting, else 1.
+        costs: keyword-only, dynamic path: one cost in tokens per sample. ``None``: the
+            batch's ``costs`` entry (a per-sample tensor, cut with the batch), else none.
+
+    Returns:
+        ``(micro_batches, indices)``; ``indices`` is ``None`` on the static path.
+
+    Raises:
+        TypeError: ``data`` is not a TensorDict, or a setting or switch has a wrong type.
+        ValueError: a required setting is missing or below 1, a static batch not
+            divisible into chunks, ranks disagreeing on the mode or the static count, this
+            process is not in ``dp_group``, or as :func:`rearrange_micro_batches`.
+
+    Example:
+        >>> td = TensorDict({"attention_mask": torch.ones(4, 3)}, batch_size=[4])
+        >>> td["use_dynamic_bsz"] = NonTensorData(False)
+        >>> td["micro_batch_size_per_gpu"] = NonTensorData(2)
+        >>> micro_batches, indices = prepare_micro_batches(td)
+        >>> [len(mb) for mb in micro_batches], indices
+        ([2, 2], None)
+    """
+    sync = _begin(dp_group, same_micro_num_in_dp)
+    cause: BaseException | None = None
+    error = _batch_problem(data)
+    dynamic, value, force_group_size = True, 0, 1
+    if error is None:
+        try:
+            error, dynamic, setting, force_group_size = _settings(data)
+            value = setting or 0
+        except _READ_ERRORS as exc:
+            cause = exc
+            error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
+    if dynamic:
+        cost = (pad_to_multiple_of, micro_batch_multiple_of, costs)
+        if error is None:
+            try:
+                cost = _cost_settings(data, cost)
+            except _READ_ERRORS as exc:
+                cause = exc
+                error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
+        return _rearrange(
+            data if error is None else None,
+            value,
+            dp_group,
+            num_batches_divided_by,
+            same_micro_num_in_dp,
+            min_num_micro_batch,
+            use_dynamic_bsz_balance,
+            force_group_size,
+            error,
+            cost=cost,
+        )
+    # The static path: chunks of micro_batch_size_per_gpu * force_group_size samples.
+    error = (
+        error
+        or _switch_error(same_micro_num_in_dp, Argument.SAME_MICRO_NUM_IN_DP)
+        or _switch_error(use_dynamic_bsz_balance, Argument.USE_DYNAMIC_BSZ_BALANCE)
+    )
+    chunk = value * force_group_size
+    n = int(data.batch_size[0])
+    if error is None and (n == 0 or n % chunk):
+        error = PlanError(ErrorCode.STATIC_NOT_DIVISIBLE, (n, value, force_group_size))
+    entries = _Entries()
+    if error is None:
+        error, entries, cause = _cut_inputs(data, {})
+    static_count = n // chunk if error is None else 0
+    _finish(RankAnalysis(error), sync, dp_group, cause, static_count)
+    chunks = [list(range(start, start + chunk)) for start in range(0, n, chunk)]
+    # Dense entries are views of the input, as verl's chunk makes them (nested and sparse
+    # entries are rebuilt per chunk: copies, as verl rebuilds nested ones).
+    return _cut(data, chunks, entries, copy=False), None

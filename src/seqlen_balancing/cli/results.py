@@ -1,0 +1,148 @@
+"""The results of simulating a step: its rows, every rank's plan, and verl's counts.
+
+Plain data shared by the simulation (:mod:`.step`), the reports (:mod:`.report`) and the
+charts (:mod:`.plot`), with :func:`alignment`, what the alignment options ask for, so that
+none of those modules needs another's (no torch, no planning here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the planner is not needed to hold a result (nor for --help)
+    from seqlen_balancing.planner import RankAnalysis
+
+__all__ = ["RankResult", "Step", "StepResult", "VerlResult", "alignment"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One training step: the input lengths and the positions of the step's rows."""
+
+    source: str
+    lengths: list[int]  # the whole input list, after --scale
+    positions: list[int]  # the step's rows, before balancing; dispatch cuts equal chunks
+    sampling: str  # "without_replacement", "with_replacement", "in_order" or "whole_file"
+    dp_size: int
+    batch_size: int
+    counted: str | None = None  # how --tokenizer counted the lengths
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One rank's plan and the figures the report shows."""
+
+    rank: int
+    analysis: RankAnalysis  # the planner's view of this rank (bounds, counts)
+    samples: int
+    tokens: int
+    l2_lower_bound: int
+    micro_batches: list[list[int]]  # positions in the input lengths list
+    micro_batch_tokens: list[int]
+    largest: int
+    fill: float
+    workload_spread: float
+    aligned_tokens: int = 0  # the rank's samples' costs summed (aligned tokens)
+    micro_batch_costs: list[int] = field(default_factory=list)  # what each holds on the GPU
+    largest_cost: int = 0  # the costliest micro-batch (never above the cap)
+
+    @property
+    def count(self) -> int:
+        return len(self.micro_batches)
+
+
+@dataclass(frozen=True)
+class VerlResult:
+    """verl 0.9.1's counts on the same step, or why it has none."""
+
+    counts: list[int] | None  # per rank; None when verl fails or the search stopped
+    above: int | None = None  # the search stopped: verl's count is above this
+    error: str | None = None  # verl would raise
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Every rank's plan at one cap."""
+
+    max_token_len: int  # the cap used: --max-token-len x --sp-size
+    ranks: list[RankResult]
+    truncated: int
+    seconds: float
+    verl: VerlResult | None = None
+    num_batches_divided_by: int = 1  # the count is a multiple of this
+    agreed: bool = True  # same_micro_num_in_dp: every rank runs the largest count
+    pad_to_multiple_of: int = 1  # per-sequence alignment (tokens)
+    micro_batch_multiple_of: int = 1  # per-micro-batch rounding (tokens)
+
+    @property
+    def aligned(self) -> bool:
+        """True when the cost of a sample or a micro-batch can differ from its tokens."""
+        return self.pad_to_multiple_of > 1 or self.micro_batch_multiple_of > 1
+
+    @property
+    def largest_cost(self) -> int:
+        return max((r.largest_cost for r in self.ranks), default=0)
+
+    @property
+    def counts(self) -> list[int]:
+        return [r.count for r in self.ranks]
+
+    @property
+    def agreed_count(self) -> int | None:
+        counts = set(self.counts)
+        return counts.pop() if len(counts) == 1 else None
+
+    @property
+    def total_micro_batches(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def mean_fill(self) -> float:
+        total = self.total_micro_batches
+        tokens = sum(r.tokens for r in self.ranks)
+        return tokens / (total * self.max_token_len) if total else 0.0
+
+    @property
+    def largest(self) -> int:
+        return max((r.largest for r in self.ranks), default=0)
+
+    @property
+    def l2_lower_bound_total(self) -> int:
+        return sum(r.l2_lower_bound for r in self.ranks)
+
+    @property
+    def lower_bound_total(self) -> int:
+        """No plan of this step has fewer micro-batches in all (the same rules: agreement,
+        ``num_batches_divided_by``): each rank's ``RankAnalysis.lower_bound`` rounded up to
+        the divisor; under agreement every rank runs the largest."""
+        bounds = [-(-r.analysis.lower_bound // self.num_batches_divided_by) * self.num_batches_divided_by
+                  for r in self.ranks]
+        if self.agreed:
+            return max(bounds, default=0) * len(bounds)
+        return sum(bounds)
+
+    @property
+    def proven_optimal(self) -> bool:
+        """True when the step's total meets :attr:`lower_bound_total`: no fewer is possible."""
+        return self.total_micro_batches == self.lower_bound_total
+
+    @property
+    def verl_total(self) -> int | None:
+        return sum(self.verl.counts) if self.verl is not None and self.verl.counts else None
+
+
+def alignment(args: argparse.Namespace) -> tuple[int, int]:
+    """``(pad_to_multiple_of, micro_batch_multiple_of)`` the options ask for: Megatron's from
+    ``--tp``/``--cp``/``--fp8`` (:func:`~seqlen_balancing.cost.megatron_alignment`), with
+    ``--micro-batch-multiple-of`` combined by least common multiple."""
+    from seqlen_balancing.cost import megatron_alignment
+
+    pad = args.pad_to_multiple_of or 1
+    bucket = args.micro_batch_multiple_of or 1
+    if args.tp is not None:
+        pad, total = megatron_alignment(args.tp, args.cp or 1, bool(args.fp8))
+        bucket = math.lcm(bucket, total)
+    return pad, bucket
