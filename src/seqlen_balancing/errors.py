@@ -67,7 +67,8 @@ class ErrorCode(IntEnum):
     # issue 27 (codes 25-29)
     BAD_OVER_CAP = 25  # (0 = not a str / 1 = neither "raise" nor "alone")
     TOO_MANY_DUMMIES = 26  # (dummies needed, groups, MAX_DUMMY_MICRO_BATCHES, count)
-    # (BatchProblem-like kind: 0 = named key absent / 1 = no loss-weight key, key bytes x4)
+    # (0 = a named key absent / 1 = no default key in the batch / 2 = the entry is not a
+    #  tensor / 3 = loss_weight_keys not a key or list of keys, key bytes x4)
     NO_LOSS_WEIGHT = 27
 
 
@@ -355,6 +356,16 @@ def _count_above_groups(v: tuple[int, ...]) -> str:
 
 
 def _no_loss_weight(v: tuple[int, ...]) -> str:
+    if v[0] == 2:
+        return (
+            f"loss-weight entry '{_key_text(v[1:5])}' is not a tensor, so the dummy "
+            "micro-batches cannot zero it; name tensor entries in loss_weight_keys"
+        )
+    if v[0] == 3:
+        return (
+            "loss_weight_keys must be a key (a string) or a list of keys, got a value that is "
+            "not; e.g. loss_weight_keys=('loss_mask',)"
+        )
     if v[0] == 0:
         return (
             f"loss-weight key '{_key_text(v[1:5])}' named for the dummy micro-batches is not in "
@@ -483,6 +494,8 @@ class PlanError:
             return v[1] == 0
         if self.code is ErrorCode.BAD_OVER_CAP:
             return v[0] == 0
+        if self.code is ErrorCode.NO_LOSS_WEIGHT:
+            return v[0] in (2, 3)
         return self.code is ErrorCode.BAD_BATCH and v[0] in _TYPE_PROBLEMS
 
     def exception(self, rank: int | None = None) -> Exception:

@@ -7,15 +7,16 @@ shape (``.batch``, ``.non_tensor_batch``, ``.meta_info``, ``from_dict``), no imp
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from seqlen_balancing._checks import describe
+from seqlen_balancing.batch.dummies import _Keep
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
-from seqlen_balancing.batch.micro_batches import _rearrange
+from seqlen_balancing.batch.micro_batches import _rearrange_rows
 from seqlen_balancing.batch.verdict import _batch_problem
 from seqlen_balancing.errors import BatchProblem, ErrorCode, PlanError, key_values
 
@@ -81,6 +82,10 @@ def prepare_dynamic_batch(
     pad_to_multiple_of: int = 1,
     micro_batch_multiple_of: int = 1,
     costs: Sequence[int] | torch.Tensor | None = None,
+    workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Sequence[int]] | None = None,
+    over_cap: str = "raise",
+    dummy_micro_batches: bool = False,
+    loss_weight_keys: str | Sequence[str] | None = None,
 ) -> tuple[list[T], list[list[int]]]:
     """:func:`rearrange_micro_batches` for a DataProto-like object (verl's DataProto).
 
@@ -88,7 +93,10 @@ def prepare_dynamic_batch(
     first axis = samples), ``.meta_info`` (dict) and a classmethod
     ``from_dict(tensors, non_tensors, meta_info=...)``. verl is not imported.
     ``pad_to_multiple_of``, ``micro_batch_multiple_of`` and ``costs`` (keyword-only) are
-    as in :func:`rearrange_micro_batches`: the cap holds on what the GPU holds.
+    as in :func:`rearrange_micro_batches`: the cap holds on what the GPU holds; so are
+    ``workloads``, ``over_cap``, ``dummy_micro_batches`` and ``loss_weight_keys`` (a
+    dummy's ``non_tensor_batch`` rows are those of the row it copies; its index list is
+    empty).
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: objects of ``type(data)`` whose tensors and
@@ -126,7 +134,7 @@ def prepare_dynamic_batch(
     """
     source: Any = data
     problem, arrays, meta_info = _dataproto_parts(source)
-    batches, plan = _rearrange(
+    batches, plan, rows = _rearrange_rows(
         source.batch if problem is None else None,
         max_token_len,
         dp_group,
@@ -137,9 +145,10 @@ def prepare_dynamic_batch(
         1,
         problem,
         cost=(pad_to_multiple_of, micro_batch_multiple_of, costs),
+        keep=_Keep(workloads, over_cap, dummy_micro_batches, loss_weight_keys),
     )
     out: list[T] = []
-    for m, (micro_batch, indices) in enumerate(zip(batches, plan, strict=True)):
+    for m, (micro_batch, indices) in enumerate(zip(batches, rows, strict=True)):
         tensors = {key: micro_batch[key] for key in micro_batch.keys()}
         non_tensors = {key: value[indices] for key, value in arrays.items()}
         # The copy checked before the agreement, then copies of it (copyable, as it was).

@@ -6,23 +6,28 @@ The verl-named micro-batch entry points: :func:`rearrange_micro_batches` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from tensordict import NonTensorData, TensorDict
 
 from seqlen_balancing._checks import as_switch, describe
 from seqlen_balancing.batch.cut import _cut
+from seqlen_balancing.batch.dummies import _cut_with_dummies, _Keep, _loss_weight_keys
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
 from seqlen_balancing.batch.kinds import _READ_ERRORS
 from seqlen_balancing.batch.lengths import _read_lengths
-from seqlen_balancing.batch.settings import _cost_settings, _settings
+from seqlen_balancing.batch.settings import _cost_settings, _keep_settings, _settings
 from seqlen_balancing.batch.verdict import _batch_problem, _begin, _finish, _switch_error
 from seqlen_balancing.errors import Argument, BatchProblem, ErrorCode, PlanError
-from seqlen_balancing.planner import RankAnalysis, analyse, build_plan
+from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, log_over_cap
 
 __all__ = ["prepare_micro_batches", "rearrange_micro_batches"]
+
+#: Issue 27's options off: verl's behaviour.
+_VERL = _Keep()
 
 
 def rearrange_micro_batches(
@@ -38,6 +43,10 @@ def rearrange_micro_batches(
     pad_to_multiple_of: int = 1,
     micro_batch_multiple_of: int = 1,
     costs: Sequence[int] | torch.Tensor | None = None,
+    workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Sequence[int]] | None = None,
+    over_cap: str = "raise",
+    dummy_micro_batches: bool = False,
+    loss_weight_keys: str | Sequence[str] | None = None,
 ) -> tuple[list[TensorDict], list[list[int]]]:
     """Cut a batch into micro-batches of at most ``max_token_len`` effective tokens.
 
@@ -75,11 +84,30 @@ def rearrange_micro_batches(
             tensor, read once to the host), replacing the aligned lengths: e.g. image plus
             text tokens, or a memory estimate. Default ``None``. Balance stays on the
             effective lengths.
+        workloads: keyword-only. The balance objective: one non-negative integer per
+            sample (a list or 1-D tensor), or a callable of the effective lengths (e.g.
+            ``functools.partial(transformer_workloads, hidden_size=8192, num_layers=80)``,
+            see :func:`~seqlen_balancing.cost.transformer_workloads`), instead of verl's
+            ``24576*s + s**2``. The cap and the count are untouched. Default ``None``.
+        over_cap: keyword-only. ``"raise"`` (default, verl's behaviour) or ``"alone"``: a
+            sample or forced group over the cap runs in a micro-batch of its own (the only
+            one allowed over the cap), counted in the agreed count, and the rank holding
+            it logs a warning on the ``seqlen_balancing`` logger naming its index, its cost
+            and the cap (:func:`~seqlen_balancing.planner.over_cap_messages`).
+        dummy_micro_batches: keyword-only. Default False (verl: a rank with fewer samples or
+            groups than the agreed count raises, on every rank). True: that rank runs every
+            group alone and the missing micro-batches as dummies, last, each a copy of its
+            shortest row (group) with every loss-weight entry zero and an empty index list
+            (see :mod:`seqlen_balancing.batch.dummies`).
+        loss_weight_keys: keyword-only. The entries a dummy zeroes (a key or a list of
+            keys); ``None``: ``loss_mask`` and ``response_mask``, those the batch holds. A
+            named key that is absent, or a batch with neither default key, is an error
+            before the agreement (only with ``dummy_micro_batches``).
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: the micro-batches (TensorDicts) and, for each,
         the sorted original row indices; the index lists are an exact cover of
-        ``range(n)``. The micro-batches are copies. Jagged tensors and per-sample
+        ``range(n)`` (a dummy's list is empty). The micro-batches are copies. Jagged tensors and per-sample
         ``NonTensorStack`` entries are indexed row by row, sparse COO and 2-D CSR/CSC
         tensors keep their layout, lazy stacks along dim 0 (the batch itself or an entry)
         are cut by picking their rows; scalar ``NonTensorData`` entries are kept unchanged.
@@ -112,6 +140,11 @@ def rearrange_micro_batches(
         >>> micro_batches, idx = rearrange_micro_batches(td, max_token_len=12)
         >>> [len(mb) for mb in micro_batches], sorted(i for part in idx for i in part)
         ([2, 2], [0, 1, 2, 3])
+        >>> td["loss_mask"] = torch.ones(4, 6)
+        >>> micro_batches, idx = rearrange_micro_batches(td, 12, num_batches_divided_by=5,
+        ...                                               dummy_micro_batches=True)
+        >>> idx[-1], micro_batches[-1]["loss_mask"].sum().item()
+        ([], 0.0)
     """
     return _rearrange(
         batch,
@@ -123,6 +156,7 @@ def rearrange_micro_batches(
         use_dynamic_bsz_balance,
         force_group_size,
         cost=(pad_to_multiple_of, micro_batch_multiple_of, costs),
+        keep=_Keep(workloads, over_cap, dummy_micro_batches, loss_weight_keys),
     )
 
 
@@ -137,13 +171,38 @@ def _rearrange(
     force_group_size: Any,
     pre_error: PlanError | None = None,
     cost: tuple[Any, Any, Any] = (1, 1, None),
+    keep: _Keep = _VERL,
 ) -> tuple[list[TensorDict], list[list[int]]]:
-    """Plan (agreeing with the DP group when asked), then cut.
+    """Plan (agreeing with the DP group when asked), then cut."""
+    micro_batches, plan, _ = _rearrange_rows(
+        batch, max_token_len, dp_group, num_batches_divided_by, same_micro_num_in_dp,
+        min_num_micro_batch, use_dynamic_bsz_balance, force_group_size, pre_error, cost, keep,
+    )
+    return micro_batches, plan
+
+
+def _rearrange_rows(
+    batch: Any,
+    max_token_len: Any,
+    dp_group: Any,
+    num_batches_divided_by: Any,
+    same_micro_num_in_dp: Any,
+    min_num_micro_batch: Any,
+    use_dynamic_bsz_balance: Any,
+    force_group_size: Any,
+    pre_error: PlanError | None = None,
+    cost: tuple[Any, Any, Any] = (1, 1, None),
+    keep: _Keep = _VERL,
+) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
+    """Plan (agreeing with the DP group when asked), then cut: ``(micro_batches, plan,
+    rows)``, ``rows`` the batch rows each micro-batch holds (a dummy's: the copied ones).
 
     ``pre_error`` is a problem the caller found before planning (a bad setting, a bad
     DataProto); like every other error it goes through the agreement before anyone raises.
-    ``cost`` is ``(pad_to_multiple_of, micro_batch_multiple_of, costs)``, checked by
-    :func:`~seqlen_balancing.planner.analyse` (a bad one is agreed on too).
+    ``cost`` is ``(pad_to_multiple_of, micro_batch_multiple_of, costs)`` and ``keep`` the
+    workloads, over-cap and dummy options, checked by
+    :func:`~seqlen_balancing.planner.analyse` and, for the dummies' loss-weight keys, here
+    (a bad one is agreed on too).
     """
     sync = _begin(dp_group, same_micro_num_in_dp)
     cause: BaseException | None = None
@@ -168,7 +227,11 @@ def _rearrange(
         # Every entry checked and everything the cut reads read before the agreement: a
         # failure is agreed on, and the cut after it cannot fail.
         error, entries, cause = _cut_inputs(batch, known)
+    keys: tuple[str, ...] = ()
+    if error is None and as_switch(keep.dummy_micro_batches):
+        error, keys = _loss_weight_keys(batch, keep.loss_weight_keys)
     if error is None:
+        given = keep.workloads.data if isinstance(keep.workloads, NonTensorData) else keep.workloads
         analysis = analyse(
             lengths,
             max_token_len,
@@ -179,13 +242,19 @@ def _rearrange(
             micro_batch_multiple_of=cost[1],
             # costs given as NonTensorData read as the batch's own entry does
             costs=cost[2].data if isinstance(cost[2], NonTensorData) else cost[2],
+            workloads=given,
+            over_cap=keep.over_cap,
+            dummy_micro_batches=keep.dummy_micro_batches,
         )
     else:
         analysis = RankAnalysis(error)
     count = _finish(analysis, sync, dp_group, cause)
     plan = build_plan(analysis, count, bool(as_switch(use_dynamic_bsz_balance)))
+    log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
-    return _cut(batch, plan, entries), plan
+    micro_batches, rows = _cut_with_dummies(batch, plan, entries, lengths, analysis.force_group_size,
+                                            keys)
+    return micro_batches, plan, rows
 
 
 def prepare_micro_batches(
@@ -199,6 +268,10 @@ def prepare_micro_batches(
     pad_to_multiple_of: int | None = None,
     micro_batch_multiple_of: int | None = None,
     costs: Sequence[int] | torch.Tensor | None = None,
+    workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Sequence[int]] | None = None,
+    over_cap: str | None = None,
+    dummy_micro_batches: bool | None = None,
+    loss_weight_keys: str | Sequence[str] | None = None,
 ) -> tuple[list[TensorDict], list[list[int]] | None]:
     """verl's ``prepare_micro_batches``: settings are read from the TensorDict itself.
 
@@ -238,6 +311,11 @@ def prepare_micro_batches(
             tokens. ``None``: the batch's ``micro_batch_multiple_of`` setting, else 1.
         costs: keyword-only, dynamic path: one cost in tokens per sample. ``None``: the
             batch's ``costs`` entry (a per-sample tensor, cut with the batch), else none.
+        workloads, over_cap, dummy_micro_batches, loss_weight_keys: keyword-only, dynamic
+            path, as in :func:`rearrange_micro_batches`. ``None``: the batch's entry of that
+            name (``workloads`` per sample; the others settings, plain or
+            ``NonTensorData``), else verl's behaviour (verl's workload, ``"raise"``, no
+            dummies, the default keys).
 
     Returns:
         ``(micro_batches, indices)``; ``indices`` is ``None`` on the static path.
@@ -269,9 +347,11 @@ def prepare_micro_batches(
             error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
     if dynamic:
         cost = (pad_to_multiple_of, micro_batch_multiple_of, costs)
+        keep = (workloads, over_cap, dummy_micro_batches, loss_weight_keys)
         if error is None:
             try:
                 cost = _cost_settings(data, cost)
+                keep = _keep_settings(data, keep)
             except _READ_ERRORS as exc:
                 cause = exc
                 error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
@@ -286,6 +366,7 @@ def prepare_micro_batches(
             force_group_size,
             error,
             cost=cost,
+            keep=_Keep(*keep),
         )
     # The static path: chunks of micro_batch_size_per_gpu * force_group_size samples.
     error = (
