@@ -54,6 +54,7 @@ __all__ = [
     "megatron_alignment",
     "micro_batch_capacity",
     "micro_batch_cost",
+    "parse_workload_model",
     "sample_costs",
     "transformer_workload_coefficients",
     "transformer_workloads",
@@ -391,6 +392,32 @@ def workload_model_from_env(environ: Mapping[str, str] | None = None) -> dict[st
     text = env.get(ENV_WORKLOAD_MODEL, "").strip()
     if not text:
         return None
+    try:
+        return parse_workload_model(text)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {ENV_WORKLOAD_MODEL}={text!r}: {exc}") from exc
+
+
+def parse_workload_model(text: str) -> dict[str, Any]:
+    """A model shape written as ``key=value`` pairs separated by commas (the keyword
+    arguments of :func:`transformer_workload_coefficients`; ``true``/``false`` for the two
+    switches), as :data:`ENV_WORKLOAD_MODEL` and the command line's ``--workload-model``
+    take it.
+
+    Args:
+        text: e.g. ``"hidden_size=8192,num_layers=80"``.
+
+    Returns:
+        The keyword arguments, checked (the coefficients can be computed from them).
+
+    Raises:
+        ValueError: a malformed pair, an unknown key, a value that is not an integer, or a
+            shape :func:`transformer_workload_coefficients` refuses.
+
+    Example:
+        >>> parse_workload_model("hidden_size=4096, gated_mlp=true")
+        {'hidden_size': 4096, 'gated_mlp': True}
+    """
     model: dict[str, Any] = {}
     for pair in text.split(","):
         key, sep, value = (part.strip() for part in pair.partition("="))
@@ -407,11 +434,13 @@ def workload_model_from_env(environ: Mapping[str, str] | None = None) -> dict[st
             except ValueError:
                 problem = f"{key} must be an integer, got {value!r}"
         if problem:
-            raise ValueError(f"environment variable {ENV_WORKLOAD_MODEL}={text!r}: {problem}")
+            raise ValueError(problem)
+    if "hidden_size" not in model:
+        raise ValueError("hidden_size is required (e.g. hidden_size=8192)")
     try:
         transformer_workload_coefficients(**model)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"environment variable {ENV_WORKLOAD_MODEL}={text!r}: {exc}") from exc
+        raise ValueError(str(exc)) from exc
     return model
 
 

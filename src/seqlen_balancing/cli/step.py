@@ -36,7 +36,12 @@ from seqlen_balancing.bounds import l2_lower_bound
 from seqlen_balancing.cli._text import CliError, plural
 from seqlen_balancing.cli.inputs import Loaded
 from seqlen_balancing.cli.results import RankResult, Step, StepResult, VerlResult, alignment
-from seqlen_balancing.cost import aligned_length, micro_batch_capacity, micro_batch_cost
+from seqlen_balancing.cost import (
+    aligned_length,
+    micro_batch_capacity,
+    micro_batch_cost,
+    transformer_workloads,
+)
 from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
 from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, local_count
 from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
@@ -110,13 +115,17 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
     )
 
 
-def balance_order(lengths: Sequence[int], dp_size: int, group: int = 1) -> list[int]:
+def balance_order(
+    lengths: Sequence[int], dp_size: int, group: int = 1, model: dict[str, object] | None = None
+) -> list[int]:
     """verl 0.9.1's ``_balance_batch`` order of the step's rows (indices into ``lengths``).
 
     Args:
         lengths: tokens of each row of the step, in dispatch order.
         dp_size: DP ranks; ``len(lengths) / dp_size`` rows go to each, in contiguous chunks.
         group: rows per forced group (kept whole, in order, on one rank).
+        model: a ``--workload-model`` shape: balance on its FLOPs (what the switch's
+            ``calculate_workload`` gives verl's trainer), else verl's workload.
 
     Returns:
         A permutation of ``range(len(lengths))``: rank ``r`` gets its ``r``-th equal chunk.
@@ -140,7 +149,9 @@ def balance_order(lengths: Sequence[int], dp_size: int, group: int = 1) -> list[
             f"{n} rows make {groups} groups, which {dp_size} DP ranks cannot share equally; "
             "pass a --batch-size that is a multiple of the group size, or --no-balance-batch"
         )
-    loads = [sum(workload(s) for s in lengths[g * group : (g + 1) * group]) for g in range(groups)]
+    per_row = (transformer_workloads(list(lengths), **model) if model is not None
+               else [workload(s) for s in lengths])
+    loads = [sum(per_row[g * group : (g + 1) * group]) for g in range(groups)]
     parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
     return [g * group + j for part in parts for g in part for j in range(group)]
 
@@ -203,6 +214,8 @@ def _plan_ranks(
             num_batches_divided_by=args.num_batches_divided_by,
             pad_to_multiple_of=pad,
             micro_batch_multiple_of=bucket,
+            over_cap=args.over_cap,
+            workloads=_workloads(lens, args),
         )
         for lens in per_rank
     ]
@@ -213,6 +226,13 @@ def _plan_ranks(
             raise error.exception(rank)
         return analyses, [build_plan(a, count, balance) for a in analyses]
     return analyses, [build_plan(a, local_count(a, r), balance) for r, a in enumerate(analyses)]
+
+
+def _workloads(lengths: list[int], args: argparse.Namespace) -> list[int]:
+    """Each sample's balance workload: the ``--workload-model``'s FLOPs, else verl's."""
+    if args.workload_model is None:
+        return [workload(s) for s in lengths]
+    return transformer_workloads(lengths, **args.workload_model)
 
 
 def _verl(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -> VerlResult:
@@ -243,17 +263,19 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     drawn = [step.lengths[p] for p in step.positions]
     pad, bucket = alignment(args)
     usable = micro_batch_capacity(cap, bucket)
-    if not args.truncate or usable == 0:
+    if (not args.truncate and args.over_cap == "raise") or usable == 0:
         error = _over_cap_error(drawn, cap, pad, bucket)
         if error is not None:
             raise error
     clip = usable // pad * pad  # the longest length whose aligned cost fits
+    if not args.truncate:  # --over-cap alone: the samples run whole
+        clip = max(drawn, default=0)
     truncated = sum(n > clip for n in drawn)
     clipped = [min(n, clip) for n in drawn]
     positions = step.positions
     # A rank batch that force_group_size does not divide is the planner's error (exit 1).
     if args.balance_batch and step.dp_size > 1 and step.batch_size % args.force_group_size == 0:
-        order = balance_order(clipped, step.dp_size, args.force_group_size)
+        order = balance_order(clipped, step.dp_size, args.force_group_size, args.workload_model)
         positions = [positions[i] for i in order]
         clipped = [clipped[i] for i in order]
     batch = step.batch_size
@@ -269,6 +291,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         mine = positions[rank * batch : (rank + 1) * batch]
         costs = analysis.sample_costs
         mb_tokens = [sum(lens[i] for i in mb) for mb in plan]
+        loads = _workloads(lens, args)
         mb_costs = [micro_batch_cost([costs[i] for i in mb], bucket) for mb in plan]
         tokens = sum(lens)
         ranks.append(
@@ -277,15 +300,21 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
                 analysis=analysis,
                 samples=len(lens),
                 tokens=tokens,
-                l2_lower_bound=l2_lower_bound(costs, usable),
+                # an over-cap sample (--over-cap alone) is a micro-batch of its own
+                l2_lower_bound=sum(c > usable for c in costs)
+                + l2_lower_bound([c for c in costs if c <= usable], usable),
                 micro_batches=[[mine[i] for i in mb] for mb in plan],
                 micro_batch_tokens=mb_tokens,
                 largest=max(mb_tokens, default=0),
                 fill=tokens / (len(plan) * cap) if plan else 0.0,
-                workload_spread=spread([sum(workload(lens[i]) for i in mb) for mb in plan]),
+                workload_spread=spread([sum(loads[i] for i in mb) for mb in plan]),
                 aligned_tokens=sum(costs),
                 micro_batch_costs=mb_costs,
                 largest_cost=max(mb_costs, default=0),
+                over_cap_alone=[
+                    (mine[g * analysis.force_group_size], analysis.group_sizes[g])
+                    for g in analysis.over_cap_groups
+                ],
             )
         )
     verl = _verl(per_rank, cap, args) if args.compare_verl else None
