@@ -108,3 +108,15 @@ def test_unset_the_switch_keeps_verls_behaviour(verl_engine_utils_module: Module
                                                            num_batches_divided_by=4)
     finally:
         switch.revert()
+
+
+def test_the_docs_claims_about_verls_own_functions() -> None:
+    """docs/keep-training.md: verl 0.9.1's own restore_dynamic_batch refuses the dummies'
+    rows (the switch replaces it), and its masked_mean of a zero mask is 0, not 0/0."""
+    import verl.utils.seqlen_balancing as verl_functions
+    from verl.utils.torch_functional import masked_mean
+
+    assert verl_functions.restore_dynamic_batch.__module__ == "verl.utils.seqlen_balancing"
+    with pytest.raises(AssertionError, match=r"3 vs\. 4"):
+        verl_functions.restore_dynamic_batch(torch.arange(4), [[0], [1, 2], []])
+    assert float(masked_mean(torch.ones(5), torch.zeros(5))) == 0.0
