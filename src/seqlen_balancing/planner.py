@@ -15,6 +15,14 @@ Steps, each a function here:
 
 :func:`plan_micro_batches` runs all three for one rank.
 
+**Keep training (issue 27), each option off by default.** ``workloads`` replaces verl's
+workload as the balance objective (the cap and the count are untouched);
+``over_cap="alone"`` sets each over-cap group apart as a micro-batch of its own (counted in
+the count and the lower bound, logged by :func:`log_over_cap`); ``dummy_micro_batches``
+lets a count above the groups stand, each group alone and the rest empty dummy
+micro-batches at the end (:func:`build_plan`). The guarantee below is stated for the
+defaults.
+
 **Never worse than verl 0.9.1, by construction.** verl's rule tries Karmarkar-Karp on the
 groups' workloads at ``k = start, start + d, ...`` (``d = num_batches_divided_by`` or 1)
 and stops at the first ``k`` where every part fits the cap; with a DP group, where every

@@ -70,6 +70,31 @@ def _summed_loss(model: Any, batch: Any) -> Any:
     return (_token_losses(model, batch) * batch["loss_mask"][:, 1:]).sum()
 
 
+def _counted(call: Any) -> tuple[Any, int]:
+    """``call()`` and the number of ``torch.distributed`` collectives it made."""
+    import torch.distributed as dist
+
+    names = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "barrier",
+             "all_gather_into_tensor", "reduce_scatter", "all_to_all")
+    originals = {name: getattr(dist, name) for name in names}
+    count = 0
+
+    def wrap(original: Any) -> Any:
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            nonlocal count
+            count += 1
+            return original(*args, **kwargs)
+        return counting
+
+    for name, original in originals.items():
+        setattr(dist, name, wrap(original))
+    try:
+        return call(), count
+    finally:
+        for name, original in originals.items():
+            setattr(dist, name, original)
+
+
 def _grads(model: Any) -> list[Any]:
     return [p.grad.detach().clone() for p in model.parameters()]
 
@@ -94,9 +119,9 @@ def scenario_gradients(rank: int, group: Any) -> dict[str, Any]:
     ref_rows = _token_losses(reference, batch).detach()
 
     model = _model()
-    micro_batches, plan = rearrange_micro_batches(
+    (micro_batches, plan), collectives = _counted(lambda: rearrange_micro_batches(
         batch, GRADIENT_CAP, dp_group=group, dummy_micro_batches=True
-    )
+    ))
     total = torch.zeros((), dtype=torch.float64)
     outputs = []
     for micro_batch in micro_batches:
@@ -126,6 +151,7 @@ def scenario_gradients(rank: int, group: Any) -> dict[str, Any]:
     return {
         "count": len(micro_batches),
         "plan": plan,
+        "collectives": collectives,
         "dummies": dummies,
         "dummy_rows": [[int(r) for r in micro_batches[m]["row"]] for m in dummies],
         "dummy_loss_weight": [int(micro_batches[m]["loss_mask"].abs().sum()) for m in dummies],
@@ -184,7 +210,9 @@ def scenario_no_loss_weight(rank: int, group: Any) -> dict[str, Any]:
 
     keys = ("loss_mask",) if rank == 0 else ()
     batch = _batch([5, 4, 3], seed=rank, keys=keys)
-    return _outcome(lambda: rearrange_micro_batches(batch, 9, dp_group=group, dummy_micro_batches=True))
+    record, collectives = _counted(lambda: _outcome(
+        lambda: rearrange_micro_batches(batch, 9, dp_group=group, dummy_micro_batches=True)))
+    return {**record, "collectives": collectives}
 
 
 def scenario_divided_by_four(rank: int, group: Any) -> dict[str, Any]:

@@ -69,6 +69,7 @@ def test_dummies_keep_the_loss_and_gradients_of_the_real_samples(
 ) -> None:
     zero, one = records[0]["gradients"], records[1]["gradients"]
     assert zero["count"] == one["count"] == 4
+    assert zero["collectives"] == one["collectives"] == 1  # who needs dummies: no second one
     assert zero["dummies"] == [] and one["dummies"] == [2, 3]  # last, after the real ones
     assert sorted(one["plan"][:2]) == [[0], [1]] and one["plan"][2:] == [[], []]
     assert one["shortest"] == 1 and one["dummy_rows"] == [[1], [1]]
@@ -105,6 +106,7 @@ def test_a_batch_without_loss_weights_fails_every_rank_alike(
 ) -> None:
     got = [records[rank]["no_loss_weight"] for rank in range(WORLD)]
     assert got[0] == got[1]
+    assert got[0]["collectives"] == 1  # the error travels through the one agreement
     assert got[0]["raised"] == "ValueError"
     assert got[0]["message"].startswith(
         "rank 1 of the DP group (global rank 1): dummy_micro_batches=True needs a loss-weight "
