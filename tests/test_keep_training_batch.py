@@ -243,3 +243,17 @@ def test_helper_workloads_as_a_partial() -> None:
     model = functools.partial(transformer_workloads, hidden_size=8192, num_layers=80)
     _, idx = rearrange_micro_batches(batch, 400, workloads=model)
     assert sorted(i for part in idx for i in part) == [0, 1, 2, 3]
+
+
+def test_dummy_of_a_ragged_lazy_stack_is_zeroed_row_by_row() -> None:
+    from tensordict import LazyStackedTensorDict
+
+    rows = [TensorDict({"input_ids": torch.arange(n), "attention_mask": torch.ones(n, dtype=torch.long),
+                        "loss_mask": torch.ones(n)}, []) for n in (4, 2, 3)]
+    batch = LazyStackedTensorDict.lazy_stack(rows, 0)
+    micro_batches, idx = rearrange_micro_batches(batch, 100, num_batches_divided_by=4,
+                                                 dummy_micro_batches=True)
+    assert idx[3] == []
+    (dummy,) = micro_batches[3].tensordicts
+    assert dummy["input_ids"].tolist() == [0, 1] and dummy["loss_mask"].tolist() == [0.0, 0.0]
+    assert rows[1]["loss_mask"].tolist() == [1.0, 1.0]  # the input is untouched

@@ -33,6 +33,7 @@ from tensordict import TensorDict
 
 from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.entries import _Entries
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
 from seqlen_balancing.errors import ErrorCode, PlanError, key_values
 
 __all__ = ["DEFAULT_LOSS_WEIGHT_KEYS"]
@@ -66,9 +67,23 @@ def _loss_weight_keys(batch: TensorDict, named: Any) -> tuple[PlanError | None, 
     for key in keys:
         if key not in batch.keys():
             return PlanError(ErrorCode.NO_LOSS_WEIGHT, (0, *key_values(key))), ()
-        if not isinstance(batch.get(key), torch.Tensor):
+        try:
+            # A lazy stack along dim 0 is cut (and zeroed) row by row: its rows may differ.
+            rows = _rows(batch)
+            tensors = all(isinstance(row.get(key), torch.Tensor) for row in rows)
+        except _READ_ERRORS as exc:
+            return PlanError(ErrorCode.NO_LOSS_WEIGHT, (2, *key_values(key)), repr(exc)[:80]), ()
+        if not tensors:
             return PlanError(ErrorCode.NO_LOSS_WEIGHT, (2, *key_values(key))), ()
     return None, keys
+
+
+def _rows(batch: TensorDict) -> list[Any]:
+    """The TensorDicts a loss weight is read from and zeroed in: a lazy stack along dim 0
+    row by row, any other batch whole."""
+    if _is_lazy_stack(batch) and int(getattr(batch, "stack_dim", 0)) == 0:
+        return list(getattr(batch, "tensordicts"))  # noqa: B009 (lazy-stack-only API)
+    return [batch]
 
 
 def _dummy_rows(lengths: list[int], group: int) -> list[int]:
@@ -93,5 +108,6 @@ def _cut_with_dummies(
     for micro_batch, part in zip(micro_batches, plan, strict=True):
         if not part:
             for key in keys:
-                micro_batch.set(key, torch.zeros_like(micro_batch.get(key)))
+                for row in _rows(micro_batch):
+                    row.set(key, torch.zeros_like(row.get(key)))
     return micro_batches, rows
