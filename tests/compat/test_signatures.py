@@ -45,11 +45,14 @@ def assert_extends(ours: object, theirs: object) -> None:
         assert default is not inspect.Parameter.empty, name
 
 
-#: The extensions each mirrored function adds (issue 21: the cap on what the GPU holds).
+#: The extensions each mirrored function adds (issue 21: the cap on what the GPU holds;
+#: issue 27: the balance objective, over-cap samples alone, dummy micro-batches).
+_KEEP_TRAINING = ["workloads", "over_cap", "dummy_micro_batches", "loss_weight_keys"]
 EXTENDED = {
-    "rearrange_micro_batches": ["pad_to_multiple_of", "micro_batch_multiple_of", "costs"],
-    "prepare_dynamic_batch": ["pad_to_multiple_of", "micro_batch_multiple_of", "costs"],
-    "prepare_micro_batches": ["pad_to_multiple_of", "micro_batch_multiple_of", "costs"],
+    "get_seqlen_balanced_partitions": ["workloads"],
+    "rearrange_micro_batches": ["pad_to_multiple_of", "micro_batch_multiple_of", "costs", *_KEEP_TRAINING],
+    "prepare_dynamic_batch": ["pad_to_multiple_of", "micro_batch_multiple_of", "costs", *_KEEP_TRAINING],
+    "prepare_micro_batches": ["pad_to_multiple_of", "micro_batch_multiple_of", "costs", *_KEEP_TRAINING],
 }
 
 
