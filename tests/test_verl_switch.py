@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -410,3 +411,51 @@ def test_issue_27_options_of_the_environment_reach_verls_calls(tmp_path: Path) -
     """, {"SEQLEN_BALANCING_OVER_CAP": "drop"})
     assert "SEQLEN_BALANCING_OVER_CAP='drop' must be 'raise' or 'alone'" in str(bad["error"])
     assert bad["on"] == []
+
+
+def _switch_records(stderr: str) -> list[list[str]]:
+    """The INFO records of ``seqlen_balancing.verl``, each with its continuation lines."""
+    records: list[list[str]] = []
+    for line in stderr.splitlines():
+        if line.startswith("INFO seqlen_balancing.verl "):
+            records.append([line.removeprefix("INFO seqlen_balancing.verl ")])
+        elif line.startswith("  verl.") and records:
+            records[-1].append(line)
+    return records
+
+
+def test_the_log_lines_docs_verl_md_shows(tmp_path: Path) -> None:
+    # docs/verl.md, "Check the logs": through the plugin (before any verl module binds the
+    # functions) one line on switch-on and one per defining module as it is imported;
+    # apply() after verl's modules were imported: one record of N + 1 lines for N bindings.
+    write_verl(tmp_path)
+    result = run(tmp_path, """
+        import verl  # the plugin runs at the end of verl's __init__: the version is known
+        import seqlen_balancing.verl.plugin
+        load()
+        switch.revert()
+        print("-- late", file=sys.stderr)
+        switch.apply()
+        print(json.dumps(dict(pid=__import__("os").getpid())))
+    """, env={"SEQLEN_BALANCING_VERL": "1"})
+    pid = result["pid"]
+    plugin, late = str(result["stderr"]).split("-- late\n")
+    records = _switch_records(plugin)
+    assert [len(record) for record in records] == [1, 1, 1, 1]
+    first, utils, engine, off = (record[0] for record in records)
+    assert first == (
+        f"seqlen-balancing 0.1.0 switched on for verl 0.9.1 in process {pid} on {socket.gethostname()}: "
+        "0 bindings replaced now; verl modules imported later are switched on import"
+    )
+    names = ", ".join(DEFINITIONS["verl.utils.seqlen_balancing"])
+    on_import = "seqlen-balancing switched {} on import in process {}: {}"
+    assert utils == on_import.format("verl.utils.seqlen_balancing", pid, names)
+    assert engine == on_import.format("verl.workers.engine.utils", pid, "prepare_micro_batches")
+    assert off == f"seqlen-balancing switched off in process {pid}: {len(EXPECTED)} bindings restored"
+    (record,) = _switch_records(late)
+    assert len(record) == len(EXPECTED) + 1
+    assert f"in process {pid} on {socket.gethostname()}: {len(EXPECTED)} bindings replaced now" in record[0]
+    listed = [line.strip().removesuffix("; verl modules imported later are switched on import")
+              for line in record[1:]]
+    assert listed == [f"{module}.{name}" for module, name in EXPECTED]  # sorted, one per line
+    assert record[-1].endswith("; verl modules imported later are switched on import")

@@ -102,7 +102,7 @@ def order_micro_batches(
     the lightest micro-batches sit at both ends and the heaviest in the middle (short
     pipeline-parallel warm-up and cool-down). For the same micro-batches the result is
     verl's list, for any count, even or odd, ties included. Without it: by the smallest
-    sample index (verl keeps Karmarkar-Karp's order there; see the README).
+    sample index (verl keeps Karmarkar-Karp's order there; docs/differences.md).
 
     Args:
         micro_batches: lists of sample indices, each sorted ascending.

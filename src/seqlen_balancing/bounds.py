@@ -458,7 +458,7 @@ def lower_bound(
 ) -> int:
     """Lower bound on the number of bins of capacity ``cap``: the best of L2, the
     cardinality bound, the large-item matching bound, the Martello-Toth reduction and the
-    Fekete-Schepers dual feasible functions (see :func:`best_lower_bound` for each).
+    Fekete-Schepers dual feasible functions (see ``best_lower_bound`` for each).
 
     Every packing of ``sizes`` into bins of ``cap`` tokens uses at least this many bins, so
     a packing with this many is optimal. Never below :func:`l2_lower_bound`.
@@ -486,7 +486,7 @@ def lower_bound(
             1, ``cap < 1``, or an item whose cost exceeds the usable cap (the message gives
             its size, its cost and that cap).
 
-    Complexity: as :func:`best_lower_bound`: O(n log n) for a bounded family of bounds,
+    Complexity: as ``best_lower_bound``: O(n log n) for a bounded family of bounds,
     plus the reduction's O(n) list removals.
 
     References:

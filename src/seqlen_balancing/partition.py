@@ -40,9 +40,10 @@ __all__ = [
 #: Linear coefficient of verl's per-sequence cost model ``24576 * s + s**2``.
 WORKLOAD_LINEAR_COEF = 24576
 
-#: Most partitions :func:`greedy_partition` returns for fewer items (the rest are empty, as
-#: in verl): ``k_partitions`` above both ``n`` and this is a ``ValueError``, so no argument
-#: makes memory grow beyond the result a sane ``k`` needs (~9 MB of empty lists at most).
+#: Most partitions :func:`~seqlen_balancing.greedy_partition` returns for fewer items (the
+#: rest are empty, as in verl): ``k_partitions`` above both ``n`` and this is a
+#: ``ValueError``, so no argument makes memory grow beyond the result a sane ``k`` needs
+#: (~9 MB of empty lists at most).
 MAX_EMPTY_PARTITIONS = 1 << 16
 
 
@@ -421,9 +422,9 @@ def greedy_partition(
         TypeError: an item or ``k_partitions`` is not a number, or ``equal_size`` is not a
             bool (or 0/1).
         ValueError: an item is negative or not whole, ``k_partitions < 1``, ``k_partitions``
-            above both ``n`` and :data:`MAX_EMPTY_PARTITIONS` (65,536: refused before
-            anything is allocated), or ``equal_size`` is True and ``n`` is not divisible by
-            ``k_partitions``.
+            above both ``n`` and :data:`~seqlen_balancing.partition.MAX_EMPTY_PARTITIONS`
+            (65,536: refused before anything is allocated), or ``equal_size`` is True and
+            ``n`` is not divisible by ``k_partitions``.
 
     Complexity: O(n log k).
 

@@ -282,7 +282,8 @@ def test_ray_actors_switched_through_runtime_env_agree_on_the_librarys_count() -
           f"{wall:.1f} s wall")
 
 
-#: The override the README gives for the Ray actors (quoted: Ray wants string env_vars).
+#: The override the README and docs/verl.md give for the Ray actors (quoted: Ray wants
+#: string env_vars).
 RAY_OVERRIDE = '+ray_kwargs.ray_init.runtime_env.env_vars.SEQLEN_BALANCING_VERL="1"'
 
 
@@ -293,8 +294,8 @@ def test_the_readme_override_gives_ray_a_string_variable() -> None:
     from omegaconf import OmegaConf
     from ray.runtime_env import RuntimeEnv
 
-    readme = (HERE.parents[1] / "README.md").read_text(encoding="utf-8")
-    assert f"'{RAY_OVERRIDE}'" in readme
+    for page in ("README.md", "docs/verl.md"):
+        assert f"'{RAY_OVERRIDE}'" in (HERE.parents[1] / page).read_text(encoding="utf-8"), page
     import verl
 
     config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
@@ -307,3 +308,39 @@ def test_the_readme_override_gives_ray_a_string_variable() -> None:
     RuntimeEnv(env_vars=runtime_env["env_vars"])  # what ray.init validates
     with pytest.raises(TypeError, match="Dict\\[str, str\\]"):
         RuntimeEnv(env_vars=OmegaConf.to_container(unquoted.ray_kwargs.ray_init.runtime_env.env_vars))
+
+
+def test_sft_trainer_ray_starts_ray_bare_so_no_override_exists() -> None:
+    """docs/verl.md: ``verl.trainer.sft_trainer_ray`` calls a bare ``ray.init()`` and its
+    config has no ``ray_kwargs``, so the variable must come from the environment Ray starts
+    in (read from verl 0.9.1's source and config, not imported)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("verl.trainer.sft_trainer_ray")
+    assert spec is not None and spec.origin is not None
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    (run_sft,) = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "run_sft"]
+    inits = [
+        node for node in ast.walk(run_sft)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "ray.init"
+    ]
+    assert len(inits) == 1 and not inits[0].args and not inits[0].keywords
+    config = Path(spec.origin).parent / "config" / "sft_trainer_engine.yaml"
+    assert "ray_kwargs" not in config.read_text(encoding="utf-8")
+    assert "sft_trainer_ray" in (HERE.parents[1] / "docs" / "verl.md").read_text(encoding="utf-8")
+
+
+def test_docs_verl_md_binding_table_is_verls() -> None:
+    """docs/verl.md's table of bindings and definitions per module equals the counts
+    test_every_binding_in_a_fresh_interpreter reads from verl 0.9.1."""
+    import re
+
+    text = (HERE.parents[1] / "docs" / "verl.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(verl\.[\w.]+)` \| (\d+) \| (\d+) \| (.+) \|$", text, re.MULTILINE)
+    table = {module: int(bindings) + int(definitions) for module, bindings, definitions, _ in rows}
+    importable = {module for module, _, _, imports in rows if imports == "yes"}
+    assert {m: n for m, n in table.items() if m in importable} == BINDINGS_0_9_1
+    assert {m: n for m, n in table.items() if m not in importable} == NOT_IMPORTABLE_0_9_1
+    definitions = sum(int(d) for _, _, d, _ in rows)
+    assert (definitions, sum(table.values()) - definitions, len(table) - 1) == (13, 17, 9)

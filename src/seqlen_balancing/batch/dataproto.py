@@ -96,7 +96,8 @@ def prepare_dynamic_batch(
     as in :func:`rearrange_micro_batches`: the cap holds on what the GPU holds; so are
     ``workloads``, ``over_cap``, ``dummy_micro_batches`` and ``loss_weight_keys`` (a
     dummy's ``non_tensor_batch`` rows are those of the row it copies; its index list is
-    empty).
+    empty). What ``type(data).from_dict`` itself raises passes through unchanged: it is the
+    caller's class, called after the agreement with the micro-batches' parts.
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: objects of ``type(data)`` whose tensors and
@@ -112,8 +113,6 @@ def prepare_dynamic_batch(
             :func:`rearrange_micro_batches` (under DP agreement, on every rank).
         ValueError: a ``non_tensor_batch`` array does not have one row per sample, or as
             :func:`rearrange_micro_batches` (under DP agreement, on every rank).
-        Whatever ``type(data).from_dict`` itself raises is passed on as it is: it is the
-        caller's class, called after the agreement with the micro-batches' parts.
 
     Example:
         >>> from tensordict import TensorDict

@@ -12,7 +12,7 @@ or of :mod:`seqlen_balancing`: a process is switched only when asked to,
   importing :mod:`seqlen_balancing.verl.enable`;
 - or by calling :func:`apply`.
 
-A job must be switched in every process or in none (README, "Use it in verl").
+A job must be switched in every process or in none (docs/verl.md).
 verl's own micro-batch count rule, re-implemented for comparisons, stays in
 :mod:`seqlen_balancing.verl_rule` (the command line's ``--compare-verl``).
 

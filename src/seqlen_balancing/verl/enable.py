@@ -5,7 +5,7 @@ For verl 0.6-0.8, which import the modules named in ``VERL_USE_EXTERNAL_MODULES`
 
     VERL_USE_EXTERNAL_MODULES=seqlen_balancing.verl.enable python -m verl.trainer.main_ppo ...
 
-The variable must reach every process (see the README, "Use it in verl"). Also usable as a
+The variable must reach every process (docs/verl.md). Also usable as a
 plain ``import seqlen_balancing.verl.enable`` at the top of a script. Unlike the plugin, it
 does not read ``SEQLEN_BALANCING_VERL``: naming the module is the request.
 """

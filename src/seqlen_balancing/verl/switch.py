@@ -413,8 +413,8 @@ def apply() -> list[tuple[str, str]]:
     verl install cannot import are never imported, hence never touched.
 
     Idempotent: a second call changes nothing. Logs at INFO, once per switch-on, the process,
-    the verl version and what was replaced. Every DP rank of a job must be switched, or none:
-    see the README, "Use it in verl".
+    the verl version and what was replaced (docs/verl.md shows the lines). Every DP rank of a
+    job must be switched, or none: docs/verl.md, "Never run a partially switched job".
 
     Returns:
         ``(module, name)`` of every binding the switch now holds (:func:`replacements`).
