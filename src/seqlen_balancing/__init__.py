@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from seqlen_balancing.agreement import plan_data_parallel
 from seqlen_balancing.bounds import l1_lower_bound, l2_lower_bound, lower_bound
-from seqlen_balancing.cost import transformer_workload_coefficients, transformer_workloads
 from seqlen_balancing.packing import best_fit_decreasing
 from seqlen_balancing.partition import (
     ceildiv,
@@ -90,6 +89,4 @@ __all__ = [
     "rearrange_micro_batches",
     "restore_dynamic_batch",
     "roundup_divisible",
-    "transformer_workload_coefficients",
-    "transformer_workloads",
 ]
