@@ -535,7 +535,7 @@ def plan_micro_batches(
             forced group) whose cost is over the cap runs in a micro-batch of its own, the
             only micro-batches allowed over the cap, and a warning naming its index, its
             cost and the cap is logged on the ``seqlen_balancing`` logger
-            (:func:`over_cap_messages`). The count and the lower bound count one
+            (``over_cap_messages``). The count and the lower bound count one
             micro-batch for each.
         dummy_micro_batches: when the count (``min_num_micro_batch``,
             ``num_batches_divided_by``, ``num_micro_batches``) is above the number of

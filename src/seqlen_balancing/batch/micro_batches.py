@@ -93,12 +93,12 @@ def rearrange_micro_batches(
             sample or forced group over the cap runs in a micro-batch of its own (the only
             one allowed over the cap), counted in the agreed count, and the rank holding
             it logs a warning on the ``seqlen_balancing`` logger naming its index, its cost
-            and the cap (:func:`~seqlen_balancing.planner.over_cap_messages`).
+            and the cap (``seqlen_balancing.planner.over_cap_messages``).
         dummy_micro_batches: keyword-only. Default False (verl: a rank with fewer samples or
             groups than the agreed count raises, on every rank). True: that rank runs every
             group alone and the missing micro-batches as dummies, last, each a copy of its
             shortest row (group) with every loss-weight entry zero and an empty index list
-            (see :mod:`seqlen_balancing.batch.dummies`).
+            (see ``seqlen_balancing.batch.dummies`` and docs/keep-training.md).
         loss_weight_keys: keyword-only. The entries a dummy zeroes (a key or a list of
             keys); ``None``: ``loss_mask`` and ``response_mask``, those the batch holds. A
             named key that is absent, or a batch with neither default key, is an error
