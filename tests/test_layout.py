@@ -23,6 +23,8 @@ PACKAGE = "seqlen_balancing"
 LAYERS: list[tuple[str, ...]] = [
     ("_checks", "errors", "data"),
     ("cost", "partition", "bounds", "packing", "balance", "padded"),
+    ("analysis",),
+    ("search",),
     ("planner", "verl_rule"),
     ("agreement",),
     ("distributed",),

@@ -23,13 +23,16 @@ def model_vector(
     dynamic: tuple[int, int, int] | None = None,
     static: int | None = None,
     largest: int = 0,
+    dummies: bool = False,
 ) -> list[int]:
-    """The 26 slots as agreement.py's docstring lays them out, written out by hand:
+    """The 27 slots as agreement.py's docstring lays them out, written out by hand:
     ``dynamic`` is (needed count, groups, num_batches_divided_by); ``largest`` the longest
-    sample or group (slot 25, capped at 2**62 + 1, which stands for "above 2**62")."""
+    sample or group (slot 25, capped at 2**62 + 1, which stands for "above 2**62");
+    ``dummies``: the rank may run dummy micro-batches, so its groups go to slot 26, not 18."""
     tag = MASK - rank
-    v = [0] * 26
+    v = [0] * 27
     v[25] = min(largest, 2**62 + 1)
+    v[26] = NONE
     if error is not None:
         code, values = error
         key = tag << 5 | int(code)
@@ -48,6 +51,8 @@ def model_vector(
         assert dynamic is not None
         needed, groups, divisor = dynamic
         v[17], v[18] = needed * 2**20 + tag, -groups * 2**20 + tag
+        if dummies:
+            v[18], v[26] = NONE, v[18]
         v[19], v[20] = divisor, -divisor
         v[21], v[22] = 1 * 2**20 + tag, -1 * 2**20 + tag
         v[24] = NONE
@@ -64,7 +69,7 @@ def error_analysis(code: ErrorCode, values: tuple[int, ...]) -> RankAnalysis:
 
 
 def test_rank_range_is_inclusive_of_the_last_rank() -> None:
-    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE == 26
+    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE == 27
     for rank in (MASK + 1, -1):
         with pytest.raises(ValueError, match=f"DP rank must be in 0..{MASK}, got {rank}"):
             encode(analyse([1], 4), rank)

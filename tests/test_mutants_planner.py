@@ -15,13 +15,11 @@ import random
 
 import pytest
 
-import seqlen_balancing.planner as planner
+import seqlen_balancing.search as search
 from seqlen_balancing.balance import _lpt_with_cap, _rebalance, order_micro_batches, spread
 from seqlen_balancing.errors import Argument, ErrorCode, PlanError
 from seqlen_balancing.planner import (
     RankAnalysis,
-    _close_gap,
-    _fits,
     agreed_count,
     analyse,
     argument_error,
@@ -29,6 +27,7 @@ from seqlen_balancing.planner import (
     local_count,
     plan_micro_batches,
 )
+from seqlen_balancing.search import _close_gap, _fits
 
 
 def model_lpt(sizes: list[int], work: list[int], cap: int, count: int) -> list[list[int]] | None:
@@ -584,6 +583,6 @@ def test_karmarkar_karp_only_up_to_its_budget(monkeypatch: pytest.MonkeyPatch) -
     lengths = [8, 7, 6, 5, 4]
     karmarkar_karp_plan, lpt_plan = [[0, 2], [1, 3, 4]], [[0, 3], [1, 2, 4]]
     for budget, expected in ((10, karmarkar_karp_plan), (9, lpt_plan)):
-        monkeypatch.setattr(planner, "_KK_BUDGET", budget)
+        monkeypatch.setattr(search, "_KK_BUDGET", budget)
         got = plan_micro_batches(lengths, 17, num_micro_batches=2, use_dynamic_bsz_balance=False)
         assert got == expected, budget

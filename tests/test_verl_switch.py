@@ -449,6 +449,72 @@ def test_no_verl_installed_is_a_runtime_error_naming_the_environment(tmp_path: P
     assert result["listed"] == [] and result["hooked"] is False
 
 
+def test_issue_27_options_of_the_environment_reach_verls_calls(tmp_path: Path) -> None:
+    # Issue 27: over_cap, dummies, their loss-weight keys and a workload model, set once
+    # for every process; calculate_workload (verl's DP balancing) follows the model.
+    write_verl(tmp_path)
+    body = """
+        import torch
+        from tensordict import NonTensorData, TensorDict
+        load()
+        switch.apply()
+        utils = sys.modules["verl.workers.engine.utils"]
+        binder = sys.modules["verl.trainer.binder"]
+        def batch(lengths):
+            mask = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+            for row, n in enumerate(lengths):
+                mask[row, :n] = 1
+            return TensorDict({"attention_mask": mask, "w": mask.float()}, [len(lengths)])
+        over, over_idx = utils.rearrange_micro_batches(batch([5000, 100, 200]), 4096)
+        short, short_idx = utils.rearrange_micro_batches(batch([30, 10, 20]), 1000, None, 4)
+        engine = batch([4096] + [1024] * 8)
+        engine["max_token_len_per_gpu"] = NonTensorData(16384)
+        _, engine_idx = binder.pmb(engine, min_num_micro_batch=2)
+        work = binder.calculate_workload(torch.tensor([10, 1000]))
+        floats = binder.calculate_workload(torch.Tensor([10.0]))
+        print(json.dumps(dict(over=over_idx, short=short_idx, weight=float(short[-1]["w"].sum()),
+                              engine=sorted(engine_idx), work=work.tolist(), dtype=str(work.dtype),
+                              floats=floats.tolist(), float_dtype=str(floats.dtype))))
+    """
+    env = {
+        "SEQLEN_BALANCING_OVER_CAP": "alone",
+        "SEQLEN_BALANCING_DUMMY_MICRO_BATCHES": "1",
+        "SEQLEN_BALANCING_LOSS_WEIGHT_KEYS": "w",
+        # a model whose attention term outweighs the linear one: the 4096 runs alone
+        "SEQLEN_BALANCING_WORKLOAD_MODEL": "hidden_size=64,num_layers=2",
+    }
+    result = run(tmp_path, body, env)
+    assert result["over"] == [[0], [1, 2]]
+    assert "sample 0 costs 5000 tokens, over max_token_len=4096" in str(result["stderr"])
+    assert result["short"][-1] == [] and len(result["short"]) == 4 and result["weight"] == 0
+    assert result["engine"] == [[0], [1, 2, 3, 4, 5, 6, 7, 8]]
+    assert result["work"] == [384 * 10 + 100, 384 * 1000 + 1000**2] and result["dtype"] == "torch.int64"
+    assert result["floats"] == [3940.0] and result["float_dtype"] == "torch.float32"
+    plain = run(tmp_path, """
+        import torch
+        from tensordict import TensorDict
+        load()
+        switch.apply()
+        utils = sys.modules["verl.workers.engine.utils"]
+        mask = torch.zeros(2, 5000, dtype=torch.long)
+        mask[0], mask[1, :10] = 1, 1
+        try:
+            utils.rearrange_micro_batches(TensorDict({"attention_mask": mask}, [2]), 4096)
+        except ValueError as error:
+            print(json.dumps(dict(error=str(error))))
+    """)  # unset: verl's behaviour, an over-cap sample raises
+    assert "exceeds max_token_len=4096" in str(plain["error"])
+    bad = run(tmp_path, """
+        load()
+        try:
+            switch.apply()
+        except ValueError as error:
+            print(json.dumps(dict(error=str(error), on=holders()[0])))
+    """, {"SEQLEN_BALANCING_OVER_CAP": "drop"})
+    assert "SEQLEN_BALANCING_OVER_CAP='drop' must be 'raise' or 'alone'" in str(bad["error"])
+    assert bad["on"] == []
+
+
 def _switch_records(stderr: str) -> list[list[str]]:
     """The INFO records of ``seqlen_balancing.verl``, each with its continuation lines."""
     records: list[list[str]] = []

@@ -28,6 +28,17 @@ the same reduced vector and so reaches the same verdict:
   ``2**62 + 1`` (which then stands for "above 2**62"), error or not: an over-cap error's
   advice ("raise max_token_len to at least X") then names the longest in the whole DP
   group, so following it cannot fail again on another rank.
+* slot 26 (:data:`_DUMMY_GROUPS`), ``-groups << 20 | (2**20-1-rank)`` of the ranks that
+  serve a count above their groups with dummies (``dummy_micro_batches=True``): those ranks
+  leave slot 18 alone (they never make the count impossible), and this slot bounds the
+  dummies the agreed count needs on the shortest of them
+  (:data:`~seqlen_balancing.errors.MAX_DUMMY_MICRO_BATCHES`).
+
+Each rank contributes the count it needs (:attr:`~seqlen_balancing.planner.RankAnalysis.
+needed_count`: its own count, with ``over_cap="alone"`` one micro-batch per over-cap
+sample included, and with dummies its ``min_num_micro_batch``); which ranks run dummies
+follows from the agreed count and each rank's own groups, so it takes no second
+collective.
 
 The agreed count is the largest needed count rounded up to ``num_batches_divided_by``; if a
 rank has fewer samples/groups than that, every rank raises the same ``ValueError``.
@@ -48,7 +59,14 @@ from seqlen_balancing.errors import (
     ErrorCode,
     PlanError,
 )
-from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, build_plan, local_count
+from seqlen_balancing.planner import (
+    RankAnalysis,
+    agreed_count,
+    analyse,
+    build_plan,
+    local_count,
+    log_over_cap,
+)
 
 __all__ = [
     "VECTOR_SIZE",
@@ -72,13 +90,15 @@ _DIVISOR_LIMIT = 1 << 42
 _COUNT, _GROUPS, _DIVISOR, _NEG_DIVISOR = (2 * N_ERROR_VALUES + k for k in (1, 2, 3, 4))
 _MODE, _NEG_MODE, _STATIC, _NEG_STATIC = (2 * N_ERROR_VALUES + k for k in (5, 6, 7, 8))
 _LARGEST = 2 * N_ERROR_VALUES + 9
+#: Slot of the fewest groups among the ranks that may run dummy micro-batches (issue 27).
+_DUMMY_GROUPS = 2 * N_ERROR_VALUES + 10
 _LARGEST_LIMIT = (1 << 62) + 1  # stored for anything above 2**62: "out of range"
 _DYNAMIC_MODE, _STATIC_MODE = 1, 2
 _OVER_CAP = (ErrorCode.SAMPLE_OVER_CAP, ErrorCode.GROUP_OVER_CAP,
              ErrorCode.PADDED_SAMPLE_OVER_CAP, ErrorCode.PADDED_GROUP_OVER_CAP)
 
 #: Length of the int64 vector each rank contributes.
-VECTOR_SIZE = 10 + 2 * N_ERROR_VALUES
+VECTOR_SIZE = 11 + 2 * N_ERROR_VALUES
 
 
 def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -> list[int]:
@@ -105,8 +125,9 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
     error = analysis.error
     if error is None and static_count is None and analysis.num_batches_divided_by > _DIVISOR_LIMIT:
         # No batch has that many samples: this rank's own count is already impossible.
-        _, error = agreed_count(analysis.min_count, analysis.n_groups,
-                                analysis.num_batches_divided_by, rank)
+        _, error = agreed_count(analysis.needed_count, analysis.n_groups,
+                                analysis.num_batches_divided_by, rank,
+                                dummies=analysis.dummy_micro_batches)
     if error is not None:
         key = tag << _CODE_BITS | int(error.code)
         vector[0] = key
@@ -116,18 +137,22 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
             vector[1 + 2 * j] = key << _VALUE_BITS | value >> _VALUE_BITS
             vector[2 + 2 * j] = key << _VALUE_BITS | value & _VALUE_MASK
         vector[_GROUPS] = vector[_NEG_DIVISOR] = _NO_GROUPS
-        vector[_NEG_MODE] = vector[_NEG_STATIC] = _NO_GROUPS
+        vector[_NEG_MODE] = vector[_NEG_STATIC] = vector[_DUMMY_GROUPS] = _NO_GROUPS
         return vector
     if static_count is not None:
         vector[_MODE] = _STATIC_MODE << _RANK_BITS | tag
         vector[_NEG_MODE] = -_STATIC_MODE << _RANK_BITS | tag
         vector[_STATIC] = static_count << _RANK_BITS | tag
         vector[_NEG_STATIC] = -static_count << _RANK_BITS | tag
-        vector[_GROUPS] = vector[_NEG_DIVISOR] = _NO_GROUPS
+        vector[_GROUPS] = vector[_NEG_DIVISOR] = vector[_DUMMY_GROUPS] = _NO_GROUPS
         return vector
     divisor = analysis.num_batches_divided_by
-    vector[_COUNT] = analysis.min_count << _RANK_BITS | tag
-    vector[_GROUPS] = -analysis.n_groups << _RANK_BITS | tag
+    vector[_COUNT] = analysis.needed_count << _RANK_BITS | tag
+    groups = -analysis.n_groups << _RANK_BITS | tag
+    if analysis.dummy_micro_batches:
+        vector[_GROUPS], vector[_DUMMY_GROUPS] = _NO_GROUPS, groups
+    else:
+        vector[_GROUPS], vector[_DUMMY_GROUPS] = groups, _NO_GROUPS
     vector[_DIVISOR] = divisor
     vector[_NEG_DIVISOR] = -divisor
     vector[_MODE] = _DYNAMIC_MODE << _RANK_BITS | tag
@@ -222,6 +247,11 @@ def decode(
     if error is not None:
         error = PlanError(error.code, (*error.values[:4], plus_one(rank_needing)))
         return at_fault(error, rank_fewest)
+    if reduced[_DUMMY_GROUPS] != _NO_GROUPS:
+        neg_dummy_groups, rank_shortest = _split(reduced[_DUMMY_GROUPS])
+        _, error = agreed_count(count, -neg_dummy_groups, 1, dummies=True)
+        if error is not None:
+            return at_fault(error, rank_shortest)
     return count, None, None
 
 
@@ -239,6 +269,9 @@ def plan_data_parallel(
     costs: Sequence[Sequence[int]] | None = None,
     padded: bool = False,
     max_samples_per_micro_batch: int | None = None,
+    workloads: Sequence[Sequence[int]] | None = None,
+    over_cap: str = "raise",
+    dummy_micro_batches: bool = False,
 ) -> list[list[list[int]]]:
     """Plan every DP rank's micro-batches in one process, with the real agreement rule.
 
@@ -266,10 +299,17 @@ def plan_data_parallel(
             :func:`~seqlen_balancing.plan_micro_batches`); every rank agrees on the
             largest of the ranks' fewest padded counts.
         max_samples_per_micro_batch: samples per micro-batch at most, or ``None``.
+        workloads: for each rank, one balance workload per sample (same shape), instead
+            of verl's ``24576*s + s**2``, or ``None``.
+        over_cap: ``"raise"`` or ``"alone"`` (an over-cap sample or group runs alone; its
+            micro-batch counts in the agreed count; a warning names the rank holding it).
+        dummy_micro_batches: a rank with fewer samples/groups than the agreed count gets
+            the missing micro-batches as dummies (empty lists, last) instead of the error.
 
     Returns:
         For each rank, its micro-batches as lists of that rank's sample indices; every
-        micro-batch's cost is at most ``max_token_len``.
+        micro-batch's cost is at most ``max_token_len`` (but an over-cap sample's alone);
+        dummies are empty lists at the end.
 
     Raises:
         TypeError: ``same_micro_num_in_dp`` or ``use_dynamic_bsz_balance`` is not a bool
@@ -292,14 +332,18 @@ def plan_data_parallel(
         "micro_batch_multiple_of": micro_batch_multiple_of,
         "padded": padded,
         "max_samples_per_micro_batch": max_samples_per_micro_batch,
+        "over_cap": over_cap,
+        "dummy_micro_batches": dummy_micro_batches,
     }
-    if costs is not None and len(costs) != len(seq_lens_per_rank):
-        raise ValueError(
-            f"costs has {len(costs)} lists but seq_lens_per_rank has {len(seq_lens_per_rank)} "
-            "ranks; give one list of costs per DP rank"
-        )
+    for name, per_rank in (("costs", costs), ("workloads", workloads)):
+        if per_rank is not None and len(per_rank) != len(seq_lens_per_rank):
+            raise ValueError(
+                f"{name} has {len(per_rank)} lists but seq_lens_per_rank has "
+                f"{len(seq_lens_per_rank)} ranks; give one list of {name} per DP rank"
+            )
     analyses = [
-        analyse(lens, max_token_len, costs=None if costs is None else costs[rank], **kwargs)
+        analyse(lens, max_token_len, costs=None if costs is None else costs[rank],
+                workloads=None if workloads is None else workloads[rank], **kwargs)
         for rank, lens in enumerate(seq_lens_per_rank)
     ]
     if not analyses:
@@ -309,8 +353,9 @@ def plan_data_parallel(
         count, error, _ = decode(reduced)
         if error is not None:
             raise error.exception()
-        return [build_plan(a, count, balance) for a in analyses]
-    return [
-        build_plan(a, local_count(a, rank), balance)
-        for rank, a in enumerate(analyses)
-    ]
+        plans = [build_plan(a, count, balance) for a in analyses]
+    else:
+        plans = [build_plan(a, local_count(a, rank), balance) for rank, a in enumerate(analyses)]
+    for rank, a in enumerate(analyses):
+        log_over_cap(a, rank)
+    return plans

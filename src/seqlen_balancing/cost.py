@@ -41,6 +41,13 @@ verl users (the library switched on inside verl) set the alignment once for ever
 with environment variables, read by :func:`alignment_from_env` and
 :func:`max_samples_from_env`: :data:`ENV_PAD_TO_MULTIPLE_OF`,
 :data:`ENV_MICRO_BATCH_MULTIPLE_OF` and :data:`ENV_MAX_SAMPLES_PER_MICRO_BATCH`.
+
+**Compute cost (the balance objective).** :func:`transformer_workloads` gives a sample's
+forward FLOPs from the model's shape (hidden size, layers, heads, MLP width, experts per
+token, vocabulary), reduced to the smallest integer coefficients: what ``workloads=``
+takes to balance on the caller's model instead of verl's 7B formula, which it reproduces
+exactly for ``hidden_size=4096``. :data:`ENV_WORKLOAD_MODEL` names the shape for a
+switched verl job (:func:`workload_model_from_env`).
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ __all__ = [
     "ENV_MAX_SAMPLES_PER_MICRO_BATCH",
     "ENV_MICRO_BATCH_MULTIPLE_OF",
     "ENV_PAD_TO_MULTIPLE_OF",
+    "ENV_WORKLOAD_MODEL",
     "aligned_length",
     "alignment_from_env",
     "max_samples_from_env",
@@ -63,7 +71,11 @@ __all__ = [
     "micro_batch_capacity",
     "micro_batch_cost",
     "padded_micro_batch_cost",
+    "parse_workload_model",
     "sample_costs",
+    "transformer_workload_coefficients",
+    "transformer_workloads",
+    "workload_model_from_env",
 ]
 
 #: Environment variable holding ``pad_to_multiple_of`` for every process of a verl job.
@@ -254,6 +266,233 @@ def megatron_alignment(tp: int, cp: int = 1, fp8: bool = False) -> tuple[int, in
     if fp8:
         return math.lcm(16, align), align * 128
     return align, 1
+
+
+#: Environment variable naming the model shape whose FLOPs a switched verl job balances on,
+#: as ``key=value`` pairs separated by commas (the keyword arguments of
+#: :func:`transformer_workload_coefficients`), e.g. ``hidden_size=8192,num_layers=80``.
+ENV_WORKLOAD_MODEL = "SEQLEN_BALANCING_WORKLOAD_MODEL"
+
+_MODEL_KEYS = (
+    "hidden_size", "num_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "gated_mlp", "experts_per_token", "vocab_size", "causal",
+)
+
+
+def transformer_workload_coefficients(
+    hidden_size: int,
+    num_layers: int = 1,
+    *,
+    num_attention_heads: int = 1,
+    num_key_value_heads: int | None = None,
+    head_dim: int | None = None,
+    intermediate_size: int | None = None,
+    gated_mlp: bool = False,
+    experts_per_token: int = 1,
+    vocab_size: int = 0,
+    causal: bool = False,
+) -> tuple[int, int]:
+    """``(a, b)`` such that a sequence of ``s`` tokens costs ``a*s + b*s**2`` (a workload
+    proportional to its forward FLOPs), with ``gcd(a, b) == 1``.
+
+    The count, per layer, in FLOPs (two per multiply-add), following the standard dense
+    transformer count of Kaplan et al. (2020) and Narayanan et al. (2021):
+
+    * projections, per token: ``2*h*q`` (query) ``+ 4*h*kv`` (key and value) ``+ 2*q*h``
+      (output), with ``q = num_attention_heads * head_dim`` (default ``h``) and
+      ``kv = num_key_value_heads * head_dim`` (default ``q``: no grouped-query attention);
+    * the MLP, per token: ``2*m*h*f*e`` with ``m = 3`` gated (SwiGLU) or 2, ``f =
+      intermediate_size`` (default ``4*h``) and ``e = experts_per_token`` (the active
+      experts of a mixture of experts; the router is left out);
+    * attention scores and their weighted sum: ``4*q`` per (query, key) pair, ``s**2``
+      pairs (``s*(s+1)/2`` with ``causal=True``, for kernels that skip the masked half);
+
+    plus ``2*h*vocab_size`` per token once for the output layer. The backward pass costs
+    twice the forward pass term by term (activation recomputation adds one more forward),
+    so forward FLOPs rank samples exactly as the training step's FLOPs do. With the
+    defaults the count is ``num_layers * (24*h**2*s + 4*h*s**2)``, Narayanan et al.'s,
+    and for ``hidden_size=4096`` the reduced form is verl's ``24576*s + s**2``.
+
+    Args:
+        hidden_size: the model width ``h`` (e.g. 4096 for a 7B dense model, 8192 for 70B).
+        num_layers: transformer blocks (matters only with ``vocab_size``).
+        num_attention_heads: query heads (only their ratio to ``num_key_value_heads``
+            and ``head_dim`` matter).
+        num_key_value_heads: key/value heads (grouped-query attention), default
+            ``num_attention_heads``.
+        head_dim: per-head width, default ``hidden_size // num_attention_heads``.
+        intermediate_size: MLP (per-expert) width, default ``4 * hidden_size``.
+        gated_mlp: three MLP matrices (SwiGLU, as Llama and Qwen) instead of two.
+        experts_per_token: experts each token runs (top-k of a mixture of experts).
+        vocab_size: the output layer's vocabulary (0: not counted).
+        causal: count only the unmasked half of the attention pairs.
+
+    Returns:
+        ``(a, b)``, positive ints without a common factor.
+
+    Raises:
+        TypeError: an argument is not an integer (or a bool for the two switches).
+        ValueError: a size below 1 (``vocab_size`` below 0), or ``head_dim`` not given
+            where ``hidden_size`` is not a multiple of ``num_attention_heads``.
+
+    Complexity: O(1).
+
+    References:
+        J. Kaplan et al., "Scaling Laws for Neural Language Models", 2020 (the forward
+        FLOPs per token, ``2N + 2 n_layer n_ctx d_attn``). D. Narayanan et al., "Efficient
+        Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC 2021
+        (per layer ``24 B s h**2 + 4 B s**2 h`` forward). verl 0.9.1
+        ``calculate_workload`` (``24576*s + s**2``, its 7B case).
+
+    Example:
+        >>> transformer_workload_coefficients(4096)  # verl's formula
+        (24576, 1)
+        >>> transformer_workload_coefficients(8192, 80)  # 70B: twice the linear term
+        (49152, 1)
+        >>> transformer_workload_coefficients(8192, 80, num_attention_heads=64,
+        ...     num_key_value_heads=8, intermediate_size=28672, gated_mlp=True)
+        (52224, 1)
+    """
+    h = positive_int(hidden_size, "hidden_size")
+    layers = positive_int(num_layers, "num_layers")
+    heads = positive_int(num_attention_heads, "num_attention_heads")
+    kv_heads = heads if num_key_value_heads is None else positive_int(
+        num_key_value_heads, "num_key_value_heads")
+    if head_dim is None:
+        if h % heads:
+            raise ValueError(
+                f"hidden_size={h} is not a multiple of num_attention_heads={heads}; pass head_dim"
+            )
+        width = h // heads
+    else:
+        width = positive_int(head_dim, "head_dim")
+    mlp = 4 * h if intermediate_size is None else positive_int(intermediate_size, "intermediate_size")
+    experts = positive_int(experts_per_token, "experts_per_token")
+    vocab = 0 if vocab_size == 0 else positive_int(vocab_size, "vocab_size")
+    for name, flag in (("gated_mlp", gated_mlp), ("causal", causal)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {describe(flag)}")
+    q, kv = heads * width, kv_heads * width
+    per_token = 2 * h * q + 4 * h * kv + 2 * q * h + (6 if gated_mlp else 4) * h * mlp * experts
+    pair = 4 * q
+    if causal:  # s*(s+1)/2 pairs: 2*q*(s**2 + s)
+        linear, quadratic = layers * (per_token + pair // 2), layers * pair // 2
+    else:
+        linear, quadratic = layers * per_token, layers * pair
+    linear += 2 * h * vocab
+    common = math.gcd(linear, quadratic)
+    return linear // common, quadratic // common
+
+
+def transformer_workloads(seq_lens: Sequence[int] | Any, **model: Any) -> list[int]:
+    """Each sample's workload ``a*s + b*s**2`` for the model shape given
+    (:func:`transformer_workload_coefficients`): what ``workloads=`` takes.
+
+    Args:
+        seq_lens: effective length of each sample in tokens (list, tuple, NumPy array or
+            1-D tensor of non-negative integers).
+        **model: the keyword arguments of :func:`transformer_workload_coefficients`
+            (``hidden_size`` required).
+
+    Returns:
+        One exact Python int per sample.
+
+    Raises:
+        TypeError, ValueError: a bad length, or a bad or unknown model argument.
+
+    Complexity: O(n).
+
+    Example:
+        >>> transformer_workloads([1000, 10], hidden_size=4096)  # verl's workloads
+        [25576000, 245860]
+    """
+    unknown = sorted(set(model) - set(_MODEL_KEYS))
+    if unknown:
+        raise TypeError(
+            f"unknown model argument(s) {', '.join(unknown)}; the shape takes "
+            f"{', '.join(_MODEL_KEYS)}"
+        )
+    a, b = transformer_workload_coefficients(**model)
+    values = non_negative_ints(as_list(seq_lens, "seq_lens"), "seq_lens", "lengths")
+    return [(a + b * s) * s for s in values]
+
+
+def workload_model_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The model shape in :data:`ENV_WORKLOAD_MODEL`, or ``None`` when it is unset or empty.
+
+    Format: ``key=value`` pairs separated by commas, the keys those of
+    :func:`transformer_workload_coefficients`, integers (``true``/``false`` for
+    ``gated_mlp`` and ``causal``): e.g. ``hidden_size=8192,num_layers=80``.
+
+    Args:
+        environ: the mapping to read (default ``os.environ``).
+
+    Returns:
+        The keyword arguments, checked (the coefficients can be computed from them).
+
+    Raises:
+        ValueError: a malformed pair, an unknown key, a value that is not an integer or a
+            shape :func:`transformer_workload_coefficients` refuses (the message names
+            the variable).
+
+    Example:
+        >>> workload_model_from_env({"SEQLEN_BALANCING_WORKLOAD_MODEL": "hidden_size=8192"})
+        {'hidden_size': 8192}
+    """
+    env = os.environ if environ is None else environ
+    text = env.get(ENV_WORKLOAD_MODEL, "").strip()
+    if not text:
+        return None
+    try:
+        return parse_workload_model(text)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {ENV_WORKLOAD_MODEL}={text!r}: {exc}") from exc
+
+
+def parse_workload_model(text: str) -> dict[str, Any]:
+    """A model shape written as ``key=value`` pairs separated by commas (the keyword
+    arguments of :func:`transformer_workload_coefficients`; ``true``/``false`` for the two
+    switches), as :data:`ENV_WORKLOAD_MODEL` and the command line's ``--workload-model``
+    take it.
+
+    Args:
+        text: e.g. ``"hidden_size=8192,num_layers=80"``.
+
+    Returns:
+        The keyword arguments, checked (the coefficients can be computed from them).
+
+    Raises:
+        ValueError: a malformed pair, an unknown key, a value that is not an integer, or a
+            shape :func:`transformer_workload_coefficients` refuses.
+
+    Example:
+        >>> parse_workload_model("hidden_size=4096, gated_mlp=true")
+        {'hidden_size': 4096, 'gated_mlp': True}
+    """
+    model: dict[str, Any] = {}
+    for pair in text.split(","):
+        key, sep, value = (part.strip() for part in pair.partition("="))
+        problem = ""
+        if not sep or key not in _MODEL_KEYS:
+            problem = f"{pair.strip()!r} is not key=value with a key among {', '.join(_MODEL_KEYS)}"
+        elif key in ("gated_mlp", "causal"):
+            if value.lower() not in ("true", "false", "1", "0"):
+                problem = f"{key} must be true or false, got {value!r}"
+            model[key] = value.lower() in ("true", "1")
+        else:
+            try:
+                model[key] = int(value)
+            except ValueError:
+                problem = f"{key} must be an integer, got {value!r}"
+        if problem:
+            raise ValueError(problem)
+    if "hidden_size" not in model:
+        raise ValueError("hidden_size is required (e.g. hidden_size=8192)")
+    try:
+        transformer_workload_coefficients(**model)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(str(exc)) from exc
+    return model
 
 
 def _env_int(

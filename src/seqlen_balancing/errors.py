@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 __all__ = [
+    "MAX_DUMMY_MICRO_BATCHES",
     "MAX_ERROR_VALUE",
     "N_ERROR_VALUES",
     "OUT_OF_RANGE",
@@ -46,7 +47,8 @@ class ErrorCode(IntEnum):
     # (MICRO_BATCH_MULTIPLE_OF, 3 = above the cap, bucket, cap), or
     # (PAD_TO_MULTIPLE_OF / MICRO_BATCH_MULTIPLE_OF / COSTS, 4 = given on the static path,
     #  value + 1 or 0 when it is not shown), or
-    # (MAX_SAMPLES_PER_MICRO_BATCH, 5 = below force_group_size, limit, force_group_size)
+    # (MAX_SAMPLES_PER_MICRO_BATCH, 5 = below force_group_size, limit, force_group_size), or
+    # (PADDED / MAX_SAMPLES_PER_MICRO_BATCH, 6 = not with, 0 = over_cap alone / 1 = dummies)
     BAD_ARGUMENT = 1
     BAD_BATCH = 2  # (BatchProblem, a, b)
     # (index, 0 = not an integer / 1 = negative, -value, LengthSource), or
@@ -72,6 +74,12 @@ class ErrorCode(IntEnum):
     # 2 * pad_to_multiple_of + (1 when the widths are the costs given))
     PADDED_SAMPLE_OVER_CAP = 20
     PADDED_GROUP_OVER_CAP = 21  # as PADDED_SAMPLE_OVER_CAP, for the group starting at ``index``
+    # issue 27 (codes 25-29)
+    BAD_OVER_CAP = 25  # (0 = not a str / 1 = neither "raise" nor "alone")
+    TOO_MANY_DUMMIES = 26  # (dummies needed, groups, MAX_DUMMY_MICRO_BATCHES, count)
+    # (0 = a named key absent / 1 = no default key in the batch / 2 = the entry is not a
+    #  tensor / 3 = loss_weight_keys not a key or list of keys, key bytes x4)
+    NO_LOSS_WEIGHT = 27
 
 
 class Argument(IntEnum):
@@ -94,6 +102,8 @@ class Argument(IntEnum):
     # (MAX_SAMPLES_PER_MICRO_BATCH, 5 = below force_group_size, limit, force_group_size)
     MAX_SAMPLES_PER_MICRO_BATCH = 20
     PADDED = 21
+    # issue 27 (30-39)
+    DUMMY_MICRO_BATCHES = 30
 
 
 class LengthSource(IntEnum):
@@ -101,11 +111,16 @@ class LengthSource(IntEnum):
 
     SEQ_LENS = 0  # the effective lengths
     COSTS = 1  # the caller's costs
+    WORKLOADS = 2  # the caller's workloads (the balance objective)
 
 
 #: Arguments that are switches: a bool (or 0/1), not a positive integer.
 _SWITCHES = (Argument.USE_DYNAMIC_BSZ, Argument.SAME_MICRO_NUM_IN_DP, Argument.USE_DYNAMIC_BSZ_BALANCE,
-             Argument.PADDED)
+             Argument.PADDED, Argument.DUMMY_MICRO_BATCHES)
+
+#: Most dummy micro-batches one rank adds (``dummy_micro_batches=True``): a larger need is
+#: a ``TOO_MANY_DUMMIES`` error, so no argument makes a rank copy rows without bound.
+MAX_DUMMY_MICRO_BATCHES = 1 << 16
 
 
 
@@ -176,6 +191,12 @@ def _rank(group_rank: int, global_plus_one: int) -> str:
 def _bad_argument(v: tuple[int, ...]) -> str:
     argument = Argument(v[0])
     name = argument.name.lower()
+    if v[1] == 6:
+        other = ("over_cap='alone'", "dummy_micro_batches=True")[v[2]] if v[2] in (0, 1) else "another option"
+        return (
+            f"{name} cannot be combined with {other} in this release: the planner for it does "
+            "not model that option, and a setting is never silently ignored; drop one of the two"
+        )
     if argument in _SWITCHES:
         return f"{name} must be a bool (or 0/1), got a value that is not"
     if v[1] == 5:
@@ -289,25 +310,34 @@ def _bad_batch(v: tuple[int, ...]) -> str:
     )
 
 
+_LENGTH_NAMES = {
+    LengthSource.SEQ_LENS: ("seq_lens", "lengths", "length"),
+    LengthSource.COSTS: ("costs", "costs", "cost"),
+    LengthSource.WORKLOADS: ("workloads", "workloads", "workload"),
+}
+
+
 def _bad_length(v: tuple[int, ...]) -> str:
-    name, what = ("costs", "costs") if v[3] == LengthSource.COSTS else ("seq_lens", "lengths")
+    source = LengthSource(v[3]) if v[3] in set(LengthSource) else LengthSource.SEQ_LENS
+    name, what, one = _LENGTH_NAMES[source]
     if v[1] == 2:
         return (
-            f"costs has {_n(v[0])} entries but the batch has {_n(v[2])} samples; give one cost "
+            f"{name} has {_n(v[0])} entries but the batch has {_n(v[2])} samples; give one {one} "
             "per sample"
         )
+    words, unit = ("", "") if source is LengthSource.WORKLOADS else (" of tokens", " tokens")
     if v[1] == 3:
         return (
-            f"{name} must be a sequence of whole numbers of tokens, one per sample (a list, a "
+            f"{name} must be a sequence of whole numbers{words}, one per sample (a list, a "
             "tuple, a 1-D tensor or array), got something that is not"
         )
     if v[1] == 4:
         return f"{name} must be one-dimensional (one value per sample), got another shape"
     if v[1] == 0:
-        return f"{name}[{_n(v[0])}] is not an integer; {what} are whole numbers of tokens"
+        return f"{name}[{_n(v[0])}] is not an integer; {what} are whole numbers{words}"
     if v[2] == OUT_OF_RANGE:
-        return f"{name}[{_n(v[0])}] is negative and out of range; {what} must be >= 0 tokens"
-    return f"{name}[{_n(v[0])}] is {-v[2]}; {what} must be >= 0 tokens"
+        return f"{name}[{_n(v[0])}] is negative and out of range; {what} must be >= 0{unit}"
+    return f"{name}[{_n(v[0])}] is {-v[2]}; {what} must be >= 0{unit}"
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -416,6 +446,29 @@ def _count_above_groups(v: tuple[int, ...]) -> str:
     )
 
 
+def _no_loss_weight(v: tuple[int, ...]) -> str:
+    if v[0] == 2:
+        return (
+            f"loss-weight entry '{_key_text(v[1:5])}' is not a tensor, so the dummy "
+            "micro-batches cannot zero it; name tensor entries in loss_weight_keys"
+        )
+    if v[0] == 3:
+        return (
+            "loss_weight_keys must be a key (a string) or a list of keys, got a value that is "
+            "not; e.g. loss_weight_keys=('loss_mask',)"
+        )
+    if v[0] == 0:
+        return (
+            f"loss-weight key '{_key_text(v[1:5])}' named for the dummy micro-batches is not in "
+            "the batch; name keys the batch holds (loss_weight_keys) or add the entry"
+        )
+    return (
+        "dummy_micro_batches=True needs a loss-weight entry to zero in the dummies, but the "
+        "batch has neither 'loss_mask' nor 'response_mask'; add one, or name the keys with "
+        "loss_weight_keys"
+    )
+
+
 _MESSAGES: dict[ErrorCode, Callable[[tuple[int, ...]], str]] = {
     ErrorCode.BAD_ARGUMENT: _bad_argument,
     ErrorCode.BAD_BATCH: _bad_batch,
@@ -465,6 +518,16 @@ _MESSAGES: dict[ErrorCode, Callable[[tuple[int, ...]], str]] = {
         f"{_n(v[1])} ranks), so it cannot take part in that group's agreement; pass the DP "
         "group this process belongs to, or dp_group=None to plan locally"
     ),
+    ErrorCode.BAD_OVER_CAP: lambda v: (
+        "over_cap must be 'raise' or 'alone', got "
+        + ("a value that is not a string" if v[0] == 0 else "another string")
+    ),
+    ErrorCode.TOO_MANY_DUMMIES: lambda v: (
+        f"{_n(v[3])} micro-batches would need {_n(v[0])} dummy micro-batches on a rank of "
+        f"{_n(v[1])} samples/groups, more than the {_n(v[2])} allowed; lower "
+        "min_num_micro_batch or num_batches_divided_by"
+    ),
+    ErrorCode.NO_LOSS_WEIGHT: _no_loss_weight,
 }
 
 
@@ -525,6 +588,10 @@ class PlanError:
             return v[1] in (0, 3)  # an element, or the whole, of a wrong type
         if self.code is ErrorCode.BAD_ARGUMENT:
             return v[1] == 0
+        if self.code is ErrorCode.BAD_OVER_CAP:
+            return v[0] == 0
+        if self.code is ErrorCode.NO_LOSS_WEIGHT:
+            return v[0] in (2, 3)
         return self.code is ErrorCode.BAD_BATCH and v[0] in _TYPE_PROBLEMS
 
     def exception(self, rank: int | None = None) -> Exception:

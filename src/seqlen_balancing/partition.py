@@ -472,7 +472,11 @@ def _at_least_one(k_partitions: Any) -> int:
 
 
 def get_seqlen_balanced_partitions(
-    seqlen_list: Sequence[int] | Any, k_partitions: int, equal_size: bool
+    seqlen_list: Sequence[int] | Any,
+    k_partitions: int,
+    equal_size: bool,
+    *,
+    workloads: Sequence[int] | Any = None,
 ) -> list[list[int]]:
     """Balanced partition of item indices, each part non-empty and sorted (verl's contract).
 
@@ -485,6 +489,10 @@ def get_seqlen_balanced_partitions(
             a tensor or a NumPy array, integer or float dtype (``5.0`` counts as 5).
         k_partitions: number of partitions, ``1 <= k_partitions <= n``.
         equal_size: if True, every partition holds exactly ``n / k_partitions`` items.
+        workloads: keyword-only. One whole number >= 0 per item to balance on instead of
+            ``seqlen_list`` (e.g. :func:`~seqlen_balancing.cost.transformer_workloads` of
+            the lengths: a global batch split across DP ranks on the caller's cost model).
+            ``seqlen_list`` is still checked. Default ``None``: balance on ``seqlen_list``.
 
     Returns:
         ``k_partitions`` non-empty, disjoint lists of indices, each sorted ascending,
@@ -494,7 +502,8 @@ def get_seqlen_balanced_partitions(
         TypeError: an item is not a number, ``k_partitions`` is not an integer, or
             ``equal_size`` is not a bool (or 0/1).
         ValueError: empty list, ``k_partitions`` outside ``1..n``, a negative or non-whole
-            item, or ``equal_size`` with ``n`` not divisible by ``k_partitions``.
+            item, ``equal_size`` with ``n`` not divisible by ``k_partitions``, or
+            ``workloads`` not one per item.
 
     Complexity: O(n log n + n k).
 
@@ -506,8 +515,19 @@ def get_seqlen_balanced_partitions(
     Example:
         >>> get_seqlen_balanced_partitions([3, 1, 2, 2], 2, equal_size=True)
         [[2, 3], [0, 1]]
+        >>> get_seqlen_balanced_partitions([3, 1, 2, 2], 2, equal_size=True, workloads=[9, 1, 4, 4])
+        [[0, 1], [2, 3]]
     """
-    return [sorted(part) for part in karmarkar_karp(seqlen_list, k_partitions, equal_size)]
+    if workloads is None:
+        return [sorted(part) for part in karmarkar_karp(seqlen_list, k_partitions, equal_size)]
+    items, k, equal = _checked_items(seqlen_list, k_partitions, equal_size)
+    weights = whole_numbers(workloads, "workloads")
+    if len(weights) != len(items):
+        raise ValueError(
+            f"workloads has {len(weights)} entries but seqlen_list has {len(items)}; give one "
+            "workload per item"
+        )
+    return [sorted(part) for part in _largest_differencing(weights, k, equal)]
 
 
 def get_group_balanced_partitions(

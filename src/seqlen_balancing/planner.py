@@ -15,6 +15,14 @@ Steps, each a function here:
 
 :func:`plan_micro_batches` runs all three for one rank.
 
+**Keep training (issue 27), each option off by default.** ``workloads`` replaces verl's
+workload as the balance objective (the cap and the count are untouched);
+``over_cap="alone"`` sets each over-cap group apart as a micro-batch of its own (counted in
+the count and the lower bound, logged by :func:`log_over_cap`); ``dummy_micro_batches``
+lets a count above the groups stand, each group alone and the rest empty dummy
+micro-batches at the end (:func:`build_plan`). The guarantee below is stated for the
+defaults.
+
 **Never worse than verl 0.9.1, by construction.** verl's rule tries Karmarkar-Karp on the
 groups' workloads at ``k = start, start + d, ...`` (``d = num_batches_divided_by`` or 1)
 and stops at the first ``k`` where every part fits the cap; with a DP group, where every
@@ -41,130 +49,59 @@ implementation needs over 10 s per count there) and the cap-aware packings alone
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from seqlen_balancing._checks import _integer_or_none, as_list, describe, switch
+from seqlen_balancing._checks import _integer_or_none, as_list, as_switch, describe, switch
+from seqlen_balancing.analysis import RankAnalysis
 from seqlen_balancing.balance import _lpt_with_cap, _rebalance, _workload_gap, order_micro_batches
-from seqlen_balancing.bounds import BOUND_NAMES, _best_lower_bound, dominant_bins
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity
-from seqlen_balancing.errors import Argument, ErrorCode, LengthSource, PlanError, over_cap_kind
-from seqlen_balancing.packing import (
-    best_fit_decreasing,
-    closing_fit_decreasing,
-    exact_packing,
-    minimum_bin_slack,
-    reduce_bins,
-    split_to_count,
+from seqlen_balancing.errors import (
+    MAX_DUMMY_MICRO_BATCHES,
+    Argument,
+    ErrorCode,
+    LengthSource,
+    PlanError,
+    over_cap_kind,
 )
+from seqlen_balancing.packing import exact_packing, reduce_bins, split_to_count
 from seqlen_balancing.padded import (
-    SAMPLE_LIMIT,
     BinRule,
     balanced_under_rule,
-    limit_samples,
     padded_options,
     plan_padded,
 )
-from seqlen_balancing.partition import (
-    WORKLOAD_LINEAR_COEF,
-    _capped_largest_differencing,
-    roundup_divisible,
-    workload,
+from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, roundup_divisible
+from seqlen_balancing.search import (
+    _EXACT_BUDGET,
+    _EXACT_GROUPS,
+    _fitting_kk,
+    _search_count,
+    _set_aside,
 )
 
 __all__ = [
+    "OVER_CAP_CHOICES",
     "RankAnalysis",
     "agreed_count",
     "analyse",
     "build_plan",
     "local_count",
+    "log_over_cap",
     "order_micro_batches",
+    "over_cap_messages",
     "plan_micro_batches",
 ]
 
+#: The values ``over_cap`` takes: ``"raise"`` (verl's behaviour: an over-cap sample is a
+#: ``ValueError``) or ``"alone"`` (it runs in a micro-batch of its own, with a warning).
+OVER_CAP_CHOICES = ("raise", "alone")
 
-@dataclass
-class RankAnalysis:
-    """What one rank knows about its batch before the DP group agrees on a count.
-
-    Attributes:
-        error: why this rank cannot plan, or ``None``.
-        max_token_len: the cap the plan holds every micro-batch's summed cost to, in tokens:
-            the ``max_token_len`` given, rounded down to a multiple of
-            ``micro_batch_multiple_of`` (see :func:`~seqlen_balancing.cost.micro_batch_capacity`;
-            0 when an argument is invalid). Equal to the cap given by default.
-        force_group_size: samples per forced group (1: every sample is its own group).
-        num_batches_divided_by: the count must be a multiple of this (1 when not given).
-        n_samples: samples on this rank.
-        group_sizes: cost per group in tokens (the sum of its samples' costs: each the
-            ``costs`` entry given or else the effective length, rounded up to
-            ``pad_to_multiple_of``), ``n_samples / force_group_size`` entries. The packing, the
-            bounds and the agreement all work on these.
-        group_workloads: verl workload per group (sum over its samples), on the effective
-            lengths whatever the costs: balance is about compute, the cap about memory.
-        lower_bound: ``max(bin-packing bound, min_num_micro_batch, 1)`` micro-batches: no
-            plan of this batch under the cap has fewer. The bin-packing bound is the best
-            of :func:`~seqlen_balancing.bounds.best_lower_bound`, evaluated only as far
-            as needed (its evaluation stops once a bound meets the count found), so when
-            the count is above it every bound was tried.
-        bound_name: which bound gave ``lower_bound``: one of
-            :data:`~seqlen_balancing.bounds.BOUND_NAMES` (``"L2"``, ``"cardinality"``,
-            ``"matching"``, ``"reduction"``, ``"Fekete-Schepers"``), ``"min_num_micro_batch"``,
-            ``"one"`` (zero-length samples), ``"padded sorted rule"``, ``"samples per
-            micro-batch"`` (:mod:`~seqlen_balancing.padded`), or "" on error.
-        min_count: the smallest count this rank reached under the cap (0 on error).
-        largest: the costliest forced group (a sample when ``force_group_size`` is 1) in
-            tokens of cost (effective tokens by default), also on an over-cap error (0 when
-            the lengths could not be read): what the DP group's advice on the cap is built
-            from.
-        requested_max_token_len: the ``max_token_len`` given (0 when invalid).
-        pad_to_multiple_of: per-sequence alignment in tokens (1: none).
-        micro_batch_multiple_of: per-micro-batch rounding in tokens (1: none).
-        custom_costs: True when the caller gave ``costs``.
-        sample_costs: cost of each sample in tokens (empty on error); padded: its width.
-        padded, max_samples_per_micro_batch: as given (see :mod:`seqlen_balancing.padded`).
-        rule: when a micro-batch fits under those (``None``: the summed cost alone);
-            padded, ``group_sizes`` holds each group's footprint alone.
-    """
-
-    error: PlanError | None
-    max_token_len: int = 0
-    force_group_size: int = 1
-    num_batches_divided_by: int = 1
-    n_samples: int = 0
-    group_sizes: list[int] = field(default_factory=list)
-    group_workloads: list[int] = field(default_factory=list)
-    lower_bound: int = 0
-    bound_name: str = ""
-    min_count: int = 0
-    largest: int = 0
-    # Packing over groups with ``min_count`` bins (the fallback of build_plan).
-    _packing: list[list[int]] = field(default_factory=list, repr=False)
-    requested_max_token_len: int = 0
-    pad_to_multiple_of: int = 1
-    micro_batch_multiple_of: int = 1
-    custom_costs: bool = False
-    sample_costs: list[int] = field(default_factory=list, repr=False)
-    padded: bool = False
-    max_samples_per_micro_batch: int | None = None
-    rule: BinRule | None = field(default=None, repr=False)
-
-    def micro_batch_cost(self, groups: Sequence[int]) -> int:
-        """A micro-batch's cost in tokens (padded: rows x width), before rounding."""
-        return self.rule.cost(groups) if self.rule else sum(self.group_sizes[g] for g in groups)
-
-    @property
-    def n_groups(self) -> int:
-        """Number of forced groups (samples when ``force_group_size`` is 1)."""
-        return len(self.group_sizes)
-
-    @property
-    def proven_optimal(self) -> bool:
-        """True when ``min_count`` meets ``lower_bound``: no plan under the cap (with at
-        least ``min_num_micro_batch`` micro-batches) has fewer. False on error, and when
-        a gap remains (the count may still be optimal; the bounds cannot tell)."""
-        return self.error is None and self.min_count == self.lower_bound
+#: Where the over-cap warnings go (``over_cap="alone"``): logging rather than
+#: ``warnings.warn``, since a warnings filter set to "error" would turn the warning into an
+#: exception on one DP rank only, after its peers entered the agreement.
+logger = logging.getLogger("seqlen_balancing")
 
 
 def argument_error(value: Any, argument: Argument, optional: bool) -> tuple[PlanError | None, int]:
@@ -225,6 +162,35 @@ def _sample_costs(
     return error, given
 
 
+def _workloads_of(lengths: list[int], workloads: Any) -> tuple[PlanError | None, list[int]]:
+    """Each sample's balance workload: the caller's (a list, or a callable of the
+    effective lengths), or verl's ``24576*s + s**2``."""
+    if workloads is None:
+        return None, [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
+    if callable(workloads):
+        try:
+            workloads = workloads(list(lengths))
+        except Exception as exc:  # agreed on as this rank's error, never raised here
+            values = (0, 3, 0, LengthSource.WORKLOADS)
+            return PlanError(ErrorCode.BAD_LENGTH, values, f"the workloads callable raised {exc!r}"), []
+    error, given = _lengths(workloads, LengthSource.WORKLOADS)
+    if error is None and len(given) != len(lengths):
+        error = PlanError(ErrorCode.BAD_LENGTH, (len(given), 2, len(lengths), LengthSource.WORKLOADS))
+    return error, given
+
+
+def _option_error(over_cap: Any, dummy_micro_batches: Any) -> PlanError | None:
+    """The error for a bad ``over_cap`` or ``dummy_micro_batches``, else ``None``."""
+    if not isinstance(over_cap, str):
+        return PlanError(ErrorCode.BAD_OVER_CAP, (0,), describe(over_cap))
+    if over_cap not in OVER_CAP_CHOICES:
+        return PlanError(ErrorCode.BAD_OVER_CAP, (1,), repr(over_cap)[:60])
+    if as_switch(dummy_micro_batches) is None:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (Argument.DUMMY_MICRO_BATCHES, 0, 0),
+                         describe(dummy_micro_batches))
+    return None
+
+
 def _cost_over_cap(
     result: RankAnalysis, lengths: list[int], costs: list[int], code: ErrorCode, stride: int
 ) -> PlanError | None:
@@ -255,6 +221,9 @@ def analyse(
     padded: Any = False,
     max_samples_per_micro_batch: Any = None,
     padded_extents: tuple[Sequence[int], Sequence[int]] | None = None,
+    workloads: Any = None,
+    over_cap: Any = "raise",
+    dummy_micro_batches: Any = False,
 ) -> RankAnalysis:
     """Check one rank's input and find its smallest micro-batch count under the cap.
 
@@ -290,6 +259,15 @@ def analyse(
         padded, max_samples_per_micro_batch: as in :func:`plan_micro_batches`.
         padded_extents: with ``padded``, each sample's ``(left, right)`` span around a
             column every row shares (:func:`~seqlen_balancing.padded.padded_rule`).
+        workloads: one non-negative integer per sample, the balance objective (summed per
+            group) instead of verl's ``24576*s + s**2``, or a callable taking the list of
+            effective lengths and returning them (e.g. ``functools.partial(
+            transformer_workloads, hidden_size=8192)``; what it raises becomes this rank's
+            error), or ``None``. The cap is untouched.
+        over_cap: ``"raise"`` (an over-cap sample or group is an error) or ``"alone"``
+            (each runs in a micro-batch of its own; the rest is planned as usual).
+        dummy_micro_batches: serve counts above ``n_groups`` (``min_num_micro_batch``,
+            ``num_batches_divided_by``, a DP group's count) with dummy micro-batches.
 
     Returns:
         A :class:`RankAnalysis`.
@@ -318,6 +296,10 @@ def analyse(
         if error is not None:
             return RankAnalysis(error, largest=largest)
         ints.append(as_int)
+    option_error = _option_error(over_cap, dummy_micro_batches)
+    if option_error is not None:
+        return RankAnalysis(option_error, largest=largest)
+    alone, dummies = over_cap == "alone", bool(as_switch(dummy_micro_batches))
     cap, group, floor, divisor, pad, bucket = ints
     usable = micro_batch_capacity(cap, bucket)
     if usable == 0:
@@ -326,6 +308,8 @@ def analyse(
         values = (Argument.MICRO_BATCH_MULTIPLE_OF, 3, bucket, cap, needed)
         return RankAnalysis(PlanError(ErrorCode.BAD_ARGUMENT, values), largest=largest)
     error, padded_on, limit = padded_options(padded, max_samples_per_micro_batch, group)
+    if error is None:
+        error = _combination_error(padded_on, limit, alone, dummies)
     if error is not None:
         return RankAnalysis(error, largest=largest)
     result = RankAnalysis(None, usable, group, divisor, largest=largest)
@@ -333,112 +317,78 @@ def analyse(
     result.pad_to_multiple_of, result.micro_batch_multiple_of = pad, bucket
     result.custom_costs = costs is not None
     result.padded, result.max_samples_per_micro_batch = padded_on, limit
+    result.custom_workloads = workloads is not None
+    result.dummy_micro_batches = dummies
+    result.min_num_micro_batch = floor if min_num_micro_batch is not None else 0
     error = cost_error
+    sample_workloads: list[int] = []
+    if error is None:
+        error, sample_workloads = _workloads_of(lengths, workloads)
     if error is None and not lengths:
         error = PlanError(ErrorCode.EMPTY_BATCH)
     if error is None and len(lengths) % group:
         error = PlanError(ErrorCode.NOT_DIVISIBLE, (len(lengths), group))
-    if error is None and not padded_on:
+    if error is None and not padded_on and not alone:
         error = _cost_over_cap(result, lengths, sizes_of, ErrorCode.SAMPLE_OVER_CAP, 1)
     if error is not None:
         result.error = error
         return result
     if padded_on:
         floor_given = None if min_num_micro_batch is None else floor
-        return _analyse_padded(result, lengths, sizes_of, floor_given, padded_extents)
+        return _analyse_padded(result, lengths, sizes_of, floor_given, padded_extents, sample_workloads)
     result.n_samples = len(lengths)
     result.sample_costs = sizes_of
     if group == 1:  # the common case, without a slice per sample
         sizes = sizes_of
-        result.group_workloads = [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
+        result.group_workloads = sample_workloads
     else:
         sizes = [sum(sizes_of[g : g + group]) for g in range(0, len(lengths), group)]
         result.group_workloads = [
-            sum(workload(s) for s in lengths[g : g + group]) for g in range(0, len(lengths), group)
+            sum(sample_workloads[g : g + group]) for g in range(0, len(lengths), group)
         ]
     result.group_sizes = sizes
     if limit is not None:
         result.rule = BinRule(usable, sizes, max_groups=limit // group)
-    if group > 1:
+    if group > 1 and not alone:
         tokens = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
         result.error = _cost_over_cap(result, tokens, sizes, ErrorCode.GROUP_OVER_CAP, group)
     if result.error is None and min_num_micro_batch is not None and floor > len(sizes):
-        result.error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(sizes)))
+        if not dummies:
+            result.error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(sizes)))
+        elif floor - len(sizes) > MAX_DUMMY_MICRO_BATCHES:
+            dummy_values = (floor - len(sizes), len(sizes), MAX_DUMMY_MICRO_BATCHES, floor)
+            result.error = PlanError(ErrorCode.TOO_MANY_DUMMIES, dummy_values)
     if result.error is not None:
         return result
-    _search_count(result, floor if min_num_micro_batch is not None else None)
+    own_floor = min(floor, len(sizes)) if min_num_micro_batch is not None else None
+    over = [g for g, size in enumerate(sizes) if size > usable] if alone else []
+    if not over:
+        _search_count(result, own_floor)
+        return result
+    _set_aside(result, over, own_floor)
     return result
 
 
-def _search_count(result: RankAnalysis, floor: int | None) -> None:
-    """Smallest count reached under the cap, with its packing and the bound it is held to.
-
-    Best-fit decreasing, held to the O(n log n) bounds (L2, cardinality, large-item
-    matching); where a gap remains, closing-fit decreasing and (up to 4,096 groups)
-    minimum-bin-slack packing; where one still remains, the stronger bounds (reduction,
-    Fekete-Schepers) and then the search of :func:`_close_gap`. Each step runs only while
-    the count is above the bound, so a batch proven optimal early costs nothing more. A
-    packing below ``L`` (set by ``min_num_micro_batch``) is split up to ``L``.
-    """
-    sizes, cap = result.group_sizes, result.max_token_len
-    wanted = 1 if floor is None else floor
-    packing = best_fit_decreasing(sizes, cap)
-
-    def hold(upto: str) -> int:
-        """Set the bound (bounds up to ``upto``, the floor) and return it."""
-        # At or below the floor, no bound can change the count: L2 alone is enough.
-        enough = len(packing) if wanted < len(packing) else 0
-        bound, name = _best_lower_bound(sizes, cap, enough, upto)
-        if wanted > bound:
-            bound, name = wanted, ("one" if floor is None else "min_num_micro_batch")
-        result.lower_bound, result.bound_name = bound, name
-        return bound
-
-    lower = hold("matching")
-    if len(packing) > lower:
-        closing = closing_fit_decreasing(sizes, cap)
-        if len(closing) < len(packing):
-            packing = closing
-    if len(packing) > lower and len(sizes) <= 4096:
-        # Bins filled exactly, one at a time: on few-items-per-bin batches with little slack
-        # (CHAMP x10 at 32,768) this reaches L where best fit and the exchange search miss,
-        # and on a tie its waste sits in the last bins, which the search empties first.
-        slack = minimum_bin_slack(sizes, cap)
-        if len(slack) <= len(packing):
-            packing = slack
-    if len(packing) > lower:
-        lower = hold(BOUND_NAMES[-1])
-    if len(packing) > lower:
-        packing = _close_gap(sizes, cap, packing, lower)
-    if len(packing) > lower and len(sizes) <= _EXACT_GROUPS:
-        # Few groups: an exhaustive search finds the optimum, or proves the bound too low.
-        packing, proven = _exact_search(sizes, cap, packing, lower)
-        if proven > lower:
-            result.lower_bound, result.bound_name = proven, EXHAUSTIVE
-            lower = proven
-    if len(packing) > lower:
-        # verl's own construction at every count it could stop at below ours: never more
-        # micro-batches than verl's rule (see plan_micro_batches).
-        found = _verl_candidates(result, lower, len(packing))
-        if found is not None:
-            packing = found
-    most = None if result.rule is None else result.rule.max_groups
-    if most is not None:  # no bin holds more than `most` groups: at least ceil(groups / most)
-        packing, by_count = limit_samples(sizes, cap, most, packing)
-        if by_count > lower:
-            lower = result.lower_bound = by_count
-            result.bound_name = SAMPLE_LIMIT
-    if len(packing) < lower:
-        packing = split_to_count(sizes, packing, lower)
-    result.min_count = len(packing)
-    result._packing = packing
+def _combination_error(padded: bool, limit: int | None, alone: bool, dummies: bool) -> PlanError | None:
+    """The error for options that do not compose yet, else ``None``: ``padded=True`` with
+    ``over_cap="alone"`` or ``dummy_micro_batches=True``, and ``max_samples_per_micro_batch``
+    with ``over_cap="alone"`` (the padded planner and the sample limit do not model a
+    micro-batch set aside over the cap, nor the dummies' copied rows). Refused rather than
+    ignored (DESIGN section 3: no setting is ever silently ignored)."""
+    pairs = ((padded and alone, Argument.PADDED, 0), (padded and dummies, Argument.PADDED, 1),
+             (limit is not None and alone, Argument.MAX_SAMPLES_PER_MICRO_BATCH, 0))
+    for clash, argument, other in pairs:
+        if clash:
+            return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 6, other))
+    return None
 
 
 def _analyse_padded(
     result: RankAnalysis, lengths: list[int], costs: list[int], floor: int | None,
-    extents: tuple[Sequence[int], Sequence[int]] | None,
+    extents: tuple[Sequence[int], Sequence[int]] | None, sample_workloads: list[int],
 ) -> RankAnalysis:
-    """:func:`analyse` under ``padded=True``: :func:`~seqlen_balancing.padded.plan_padded`."""
+    """:func:`analyse` under ``padded=True``: :func:`~seqlen_balancing.padded.plan_padded`;
+    the caller's ``workloads`` (when given) replace verl's as the balance objective."""
     limit, group = result.max_samples_per_micro_batch, result.force_group_size
     found = plan_padded(lengths, costs if result.custom_costs else None, extents, group,
                         result.pad_to_multiple_of, result.max_token_len,
@@ -448,101 +398,21 @@ def _analyse_padded(
     if found.error is None:
         result.n_samples, result.sample_costs = len(lengths), found.widths
         result.group_sizes, result.group_workloads = found.rule.sizes, found.workloads
+        if result.custom_workloads:
+            result.group_workloads = [
+                sum(sample_workloads[g : g + group]) for g in range(0, len(lengths), group)
+            ]
         result.lower_bound, result.bound_name = found.bound, found.bound_name
         result.min_count, result._packing = len(found.packing), found.packing
     return result
 
 
-def _fits(bins: list[list[int]], sizes: list[int], cap: int) -> bool:
-    """Every bin within ``cap`` (the capped Karmarkar-Karp checks as it merges instead)."""
-    return all(sum(sizes[i] for i in b) <= cap for b in bins)
-
-
-#: Largest number of groups the exhaustive search (:func:`_exact_search`) is tried on.
-_EXACT_GROUPS = 40
-
-#: Items the exhaustive search may place per count tried before it gives up.
-_EXACT_BUDGET = 50_000
-
-#: ``bound_name`` of a lower bound proven by the exhaustive search.
-EXHAUSTIVE = "exhaustive search"
-
-
-
-def _exact_search(
-    sizes: list[int], cap: int, packing: list[list[int]], lower: int
-) -> tuple[list[list[int]], int]:
-    """``(best packing, proven lower bound)``: counts from ``lower`` up to one below the
-    packing's are searched exhaustively (:func:`~seqlen_balancing.packing.exact_packing`)
-    within :data:`_EXACT_BUDGET` placed items per count; a count whose search is exhausted
-    without a packing raises the bound above it, and the first count that runs out of
-    budget ends the search."""
-    for count in range(lower, len(packing)):
-        found, impossible = exact_packing(sizes, cap, count, _EXACT_BUDGET)
-        if found is not None:
-            return found, lower
-        if not impossible:
-            break  # out of budget: nothing proven beyond what is known
-        lower = count + 1
-    return packing, lower
-
-
-def _verl_candidates(result: RankAnalysis, lower: int, upper: int) -> list[list[int]] | None:
-    """Karmarkar-Karp on the groups' workloads (verl 0.9.1's construction, identical
-    partitions) at each count from ``lower`` up to ``upper - 1`` that verl's rule could stop
-    at (the multiples of ``num_batches_divided_by``); the first that fits the cap, or
-    ``None``. At most ``(upper - lower) / num_batches_divided_by + 1`` tries, each
-    O(n log n + n count), and none where ``n * count`` exceeds :data:`_KK_BUDGET`."""
-    step = result.num_batches_divided_by
-    first = roundup_divisible(lower, step)
-    for count in range(first, upper, step):
-        kk = _fitting_kk(result, count)
-        if kk is not None:
-            return kk
-    return None
-
-
-def _fitting_kk(result: RankAnalysis, count: int) -> list[list[int]] | None:
-    """verl's Karmarkar-Karp partition of the groups into ``count`` micro-batches if it
-    keeps every micro-batch within the cap (and ``n * count <= _KK_BUDGET``), else ``None``."""
-    sizes = result.group_sizes
-    if len(sizes) * count > _KK_BUDGET or count > len(sizes):
-        return None
-    return _capped_largest_differencing(result.group_workloads, count, sizes, result.max_token_len)
-
-
-def _close_gap(sizes: list[int], cap: int, packing: list[list[int]], lower: int) -> list[list[int]]:
-    """The exchange local search towards ``lower``, on the items the Martello-Toth
-    reduction leaves (:func:`~seqlen_balancing.bounds.dominant_bins`: bins some optimal
-    packing contains, so nothing is lost), from the best of the given packing restricted
-    to them and fresh packings of them; the reduction's bins are added back.
-    """
-    fixed, rest = dominant_bins(sizes, cap)
-    if not fixed:
-        return reduce_bins(sizes, cap, packing, target=lower)
-    sub = [sizes[i] for i in rest]
-    if not any(sub):
-        if rest:
-            fixed[0].extend(rest)  # zero-length groups fit anywhere
-        return fixed
-    remaining = set(rest)
-    candidates = [
-        best_fit_decreasing(sub, cap),
-        closing_fit_decreasing(sub, cap),
-        minimum_bin_slack(sub, cap) if len(sub) <= 4096 else [],
-    ]
-    position = {g: j for j, g in enumerate(rest)}
-    restricted = [[position[g] for g in b if g in remaining] for b in packing]
-    candidates.append([b for b in restricted if b])
-    best = min((c for c in candidates if c), key=len)
-    best = reduce_bins(sub, cap, best, target=max(1, lower - len(fixed)))
-    if len(fixed) + len(best) > len(packing):  # never seen on CHAMP; kept as a safety net
-        return reduce_bins(sizes, cap, packing, target=lower)
-    return fixed + [[rest[j] for j in b] for b in best]
-
-
 def agreed_count(
-    needed: int, n_groups: int, num_batches_divided_by: int = 1, rank_needing: int = -1
+    needed: int,
+    n_groups: int,
+    num_batches_divided_by: int = 1,
+    rank_needing: int = -1,
+    dummies: bool = False,
 ) -> tuple[int, PlanError | None]:
     """Round ``needed`` up to a multiple of ``num_batches_divided_by`` and check it.
 
@@ -552,18 +422,26 @@ def agreed_count(
         n_groups: samples/groups available (on a DP group, the fewest over the ranks).
         num_batches_divided_by: the count must be a multiple of this.
         rank_needing: DP rank that needed ``needed``, named in the error (-1: none).
+        dummies: the micro-batches above ``n_groups`` are dummies
+            (``dummy_micro_batches=True``), at most
+            :data:`~seqlen_balancing.errors.MAX_DUMMY_MICRO_BATCHES` of them.
 
     Returns:
         ``(count, None)``, or ``(0, error)`` when the count exceeds ``n_groups`` (a
-        micro-batch cannot be empty).
+        micro-batch cannot be empty) and no dummies may serve it, or needs too many.
 
     Example:
         >>> agreed_count(5, 8, 4)
         (8, None)
+        >>> agreed_count(1, 3, 4, dummies=True)
+        (4, None)
     """
     count = roundup_divisible(needed, num_batches_divided_by)
-    if count > n_groups:
+    if count > n_groups and not dummies:
         return 0, PlanError(ErrorCode.COUNT_ABOVE_GROUPS, (count, n_groups, needed, rank_needing))
+    if count - n_groups > MAX_DUMMY_MICRO_BATCHES:
+        values = (count - n_groups, n_groups, MAX_DUMMY_MICRO_BATCHES, count)
+        return 0, PlanError(ErrorCode.TOO_MANY_DUMMIES, values)
     return count, None
 
 
@@ -575,26 +453,28 @@ def local_count(result: RankAnalysis, rank: int | None = None) -> int:
         rank: DP rank named in the error, or ``None``.
 
     Returns:
-        ``result.min_count`` rounded up to ``num_batches_divided_by``.
+        ``result.needed_count`` rounded up to ``num_batches_divided_by``.
 
     Raises:
-        TypeError, ValueError: ``result``'s error, or more micro-batches than groups.
+        TypeError, ValueError: ``result``'s error, or more micro-batches than groups
+            (without dummies).
     """
     if result.error is not None:
         raise result.error.exception(rank)
-    count, error = agreed_count(result.min_count, result.n_groups, result.num_batches_divided_by)
+    count, error = agreed_count(result.needed_count, result.n_groups,
+                                result.num_batches_divided_by, dummies=result.dummy_micro_batches)
     if error is not None:
         raise error.exception(rank)
     return count
 
 
-#: Karmarkar-Karp costs O(n * count); above this product the capacity-aware LPT packing
-#: (O(n log count)) balances alone. 2**22 covers 2,048 samples into 2,048 micro-batches
-#: and 16,384 into 256.
-_KK_BUDGET = 1 << 22
-
 
 def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
+    if result._rest is not None:  # over-cap groups alone, the others balanced around them
+        over, index = result.over_cap_groups, result._rest_index
+        left = count - len(over)
+        rest = _balanced_bins(result._rest, left) if left else []
+        return [[g] for g in over] + [[index[j] for j in b] for b in rest]
     sizes, workloads, cap = result.group_sizes, result.group_workloads, result.max_token_len
     if count == len(sizes):
         return [[g] for g in range(count)]
@@ -631,9 +511,23 @@ def build_plan(
         count: micro-batches, ``result.min_count <= count <= result.n_groups``.
         use_dynamic_bsz_balance: order as :func:`order_micro_batches` describes.
 
+    With ``over_cap="alone"`` each over-cap group takes a micro-batch of its own and the
+    others fill the remaining ``count - len(over_cap_groups)`` as above. With
+    ``dummy_micro_batches`` and ``count > n_groups``, every group runs alone and the
+    ``count - n_groups`` dummies follow, last, as empty lists: concatenating the outputs
+    of the micro-batches in order then puts the dummies' rows after every real row, so
+    the reverse index of the real rows (verl's restore) never reads them.
+
+    Args:
+        result: an error-free :class:`RankAnalysis`.
+        count: micro-batches, ``result.min_count <= count <= result.n_groups`` (or above
+            ``n_groups`` with ``dummy_micro_batches``).
+        use_dynamic_bsz_balance: order as :func:`order_micro_batches` describes.
+
     Returns:
-        ``count`` non-empty lists of sample indices, each sorted ascending, an exact cover of
-        ``range(result.n_samples)``, each at most ``result.max_token_len`` tokens.
+        ``count`` lists of sample indices, each sorted ascending, together an exact cover of
+        ``range(result.n_samples)``; each real one non-empty and at most
+        ``result.max_token_len`` tokens (but an over-cap group alone); dummies empty, last.
 
     Raises:
         ValueError: ``result`` holds an error or ``count`` is out of range.
@@ -642,14 +536,18 @@ def build_plan(
     """
     if result.error is not None:
         raise result.error.exception()
-    if not result.min_count <= count <= result.n_groups:
+    top = count if result.dummy_micro_batches else result.n_groups
+    if not result.min_count <= count <= top:
         raise ValueError(
             f"count must be in {result.min_count}..{result.n_groups} for this batch, got {count}"
         )
     group = result.force_group_size
-    bins = _balanced_bins(result, count)
+    real = min(count, result.n_groups)
+    bins = _balanced_bins(result, real)
     micro_batches = [sorted(s for g in b for s in range(g * group, (g + 1) * group)) for b in bins]
-    return order_micro_batches(micro_batches, result.group_workloads, use_dynamic_bsz_balance, group)
+    ordered = order_micro_batches(micro_batches, result.group_workloads, use_dynamic_bsz_balance,
+                                  group)
+    return ordered + [[] for _ in range(count - real)]
 
 
 def plan_micro_batches(
@@ -666,6 +564,9 @@ def plan_micro_batches(
     costs: Sequence[int] | None = None,
     padded: bool = False,
     max_samples_per_micro_batch: int | None = None,
+    workloads: Sequence[int] | None = None,
+    over_cap: str = "raise",
+    dummy_micro_batches: bool = False,
 ) -> list[list[int]]:
     """Plan one rank's micro-batches on a plain list of lengths (no torch needed).
 
@@ -697,6 +598,23 @@ def plan_micro_batches(
             lengths, e.g. image plus text tokens or a memory estimate, rounded up to
             ``pad_to_multiple_of`` as the lengths are (one rule: a sample costs its given
             cost or length, aligned); ``None``: none.
+        workloads: one non-negative integer per sample, the balance objective (what
+            Karmarkar-Karp, the capacity-aware balancing, the rebalancing and the order of
+            micro-batches weigh) instead of verl's ``24576*s + s**2``; e.g.
+            :func:`~seqlen_balancing.cost.transformer_workloads` of the lengths. The cap,
+            the count and the bounds are untouched. ``None``: verl's workload (and the
+            "never worse than verl" guarantee, which is stated for it).
+        over_cap: ``"raise"`` (default, verl's behaviour) or ``"alone"``: a sample (or
+            forced group) whose cost is over the cap runs in a micro-batch of its own, the
+            only micro-batches allowed over the cap, and a warning naming its index, its
+            cost and the cap is logged on the ``seqlen_balancing`` logger
+            (``over_cap_messages``). The count and the lower bound count one
+            micro-batch for each.
+        dummy_micro_batches: when the count (``min_num_micro_batch``,
+            ``num_batches_divided_by``, ``num_micro_batches``) is above the number of
+            samples/groups, each runs alone and the missing micro-batches are dummies:
+            empty lists at the end of the plan (the caller runs a copy of a real row with
+            zero loss weight there). Default False: that is an error, as in verl.
         padded: for models that run padded tensors: a micro-batch costs rows x its widest
             row (:func:`~seqlen_balancing.cost.padded_micro_batch_cost`), with the fewest
             micro-batches possible (:func:`~seqlen_balancing.padded.fewest_padded`).
@@ -705,9 +623,10 @@ def plan_micro_batches(
 
     Returns:
         Micro-batches as lists of sample indices (each sorted, non-empty, its cost at most
-        ``max_token_len`` tokens: ``micro_batch_cost`` of its samples' costs, or
-        ``padded_micro_batch_cost``), together an exact cover of ``range(n)``. Balance
-        and order use the effective lengths.
+        ``max_token_len`` tokens: ``micro_batch_cost`` of its samples' costs), together an
+        exact cover of ``range(n)``; with ``over_cap="alone"`` an over-cap sample or group
+        is a micro-batch of its own, and with ``dummy_micro_batches`` the dummies are empty
+        lists, last. Balance and order use the effective lengths (or ``workloads``).
 
     Raises:
         TypeError: an argument or length is not an integer, or ``use_dynamic_bsz_balance``
@@ -737,6 +656,10 @@ def plan_micro_batches(
         4
         >>> len(plan_micro_batches([250] * 65, 16384, costs=[250] * 65, pad_to_multiple_of=8))
         2
+        >>> plan_micro_batches([5000, 100, 200], 4096, over_cap="alone")
+        [[0], [1, 2]]
+        >>> plan_micro_batches([10, 20, 30], 100, num_batches_divided_by=4, dummy_micro_batches=True)
+        [[0], [2], [1], []]
     """
     balance = switch(use_dynamic_bsz_balance, "use_dynamic_bsz_balance")
     result = analyse(
@@ -750,11 +673,53 @@ def plan_micro_batches(
         costs=costs,
         padded=padded,
         max_samples_per_micro_batch=max_samples_per_micro_batch,
+        workloads=workloads,
+        over_cap=over_cap,
+        dummy_micro_batches=dummy_micro_batches,
     )
     count = local_count(result)
     if num_micro_batches is not None:
         count = _exact_count(result, num_micro_batches)
-    return build_plan(result, count, balance)
+    plan = build_plan(result, count, balance)
+    log_over_cap(result)
+    return plan
+
+
+def over_cap_messages(result: RankAnalysis, rank: int | None = None) -> list[str]:
+    """The warning for each over-cap sample or group that runs alone (``over_cap="alone"``).
+
+    Args:
+        result: an error-free :class:`RankAnalysis`.
+        rank: the DP rank that holds them, named in the text, or ``None``.
+
+    Returns:
+        One line per over-cap sample/group, in index order, naming its first sample's
+        index, its cost in tokens and the cap, e.g. ``sample 0 costs 5000 tokens, over
+        max_token_len=4096: it runs alone in a micro-batch of its own (over_cap='alone'),
+        the only micro-batch over the cap; it may run out of memory`` (prefixed with
+        ``rank R of the DP group: `` when ``rank`` is given).
+
+    Example:
+        >>> result = analyse([5000, 100, 200], 4096, over_cap="alone")
+        >>> over_cap_messages(result, rank=1)[0][:51]
+        'rank 1 of the DP group: sample 0 costs 5000 tokens,'
+    """
+    prefix = "" if rank is None else f"rank {rank} of the DP group: "
+    group = result.force_group_size
+    what = "sample" if group == 1 else "the forced group starting at sample"
+    return [
+        f"{prefix}{what} {g * group} costs {result.group_sizes[g]} tokens, over "
+        f"max_token_len={result.requested_max_token_len}: it runs alone in a micro-batch of "
+        "its own (over_cap='alone'), the only micro-batch over the cap; it may run out of memory"
+        for g in result.over_cap_groups
+    ]
+
+
+def log_over_cap(result: RankAnalysis, rank: int | None = None) -> None:
+    """Log :func:`over_cap_messages` as warnings on the ``seqlen_balancing`` logger (which
+    never raises, so it is safe on any rank at any point of an agreement)."""
+    for message in over_cap_messages(result, rank):
+        logger.warning(message)
 
 
 def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> int:
@@ -770,7 +735,8 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> int:
             f"pass a multiple (e.g. {roundup_divisible(wanted, divisor)}) or drop "
             "num_batches_divided_by"
         )
-    count, error = agreed_count(wanted, result.n_groups, divisor)
+    count, error = agreed_count(wanted, result.n_groups, divisor,
+                                dummies=result.dummy_micro_batches)
     if error is not None:
         raise error.exception()
     if wanted < result.lower_bound:
@@ -793,6 +759,16 @@ def _reach(result: RankAnalysis, count: int) -> bool:
     """Look for a packing with at most ``count`` micro-batches (``count`` below the
     analysis' own): verl's Karmarkar-Karp at ``count``, the exhaustive search on few
     groups, then the exchange search; store it in ``result`` when found."""
+    if result._rest is not None:
+        over = len(result.over_cap_groups)
+        if count <= over or not _reach(result._rest, count - over):
+            return False
+        index = result._rest_index
+        result.min_count = over + result._rest.min_count
+        result._packing = [[g] for g in result.over_cap_groups] + [
+            [index[j] for j in b] for b in result._rest._packing
+        ]
+        return True
     sizes, cap = result.group_sizes, result.max_token_len
     if result.rule is not None:
         return False  # the searches below know the summed cost only

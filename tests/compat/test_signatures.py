@@ -46,13 +46,16 @@ def assert_extends(ours: object, theirs: object) -> None:
 
 
 #: The extensions each mirrored function adds (issue 21: the cap on what the GPU holds;
-#: issue 26: the padded footprint and the sample limit).
+#: issue 26: the padded footprint and the sample limit; issue 27: the balance objective,
+#: over-cap samples alone, dummy micro-batches).
 _COST = ["pad_to_multiple_of", "micro_batch_multiple_of", "costs", "padded",
          "max_samples_per_micro_batch"]
+_KEEP_TRAINING = ["workloads", "over_cap", "dummy_micro_batches", "loss_weight_keys"]
 EXTENDED = {
-    "rearrange_micro_batches": _COST,
-    "prepare_dynamic_batch": _COST,
-    "prepare_micro_batches": _COST,
+    "get_seqlen_balanced_partitions": ["workloads"],
+    "rearrange_micro_batches": [*_COST, *_KEEP_TRAINING],
+    "prepare_dynamic_batch": [*_COST, *_KEEP_TRAINING],
+    "prepare_micro_batches": [*_COST, *_KEEP_TRAINING],
 }
 
 

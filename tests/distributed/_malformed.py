@@ -247,6 +247,21 @@ def _padded_lazy_stack(rng: random.Random) -> Call:
 
 _H = 2**70
 
+def _weighted(lens: list[int], key: str = "loss_mask") -> Any:
+    """A masked batch with a loss-weight entry (what dummy micro-batches zero)."""
+    batch = masked(lens)
+    batch[key] = batch["attention_mask"].float()
+    return batch
+
+
+def _with_dummies(rng: random.Random, **kwargs: Any) -> Call:
+    return rearrange(_weighted(lengths(rng)), dummy_micro_batches=True, **kwargs)
+
+
+def _raising_workloads(found: list[int]) -> list[int]:
+    raise RuntimeError("the caller's cost model failed")
+
+
 KINDS: list[Kind] = [
     # rearrange_micro_batches: the batch itself
     Kind("batch_none", _r(lambda rng: rearrange(None)), "TypeError",
@@ -361,6 +376,32 @@ KINDS: list[Kind] = [
          _r(lambda rng: rearrange(masked(lengths(rng, 4)), force_group_size=2,
                                   max_samples_per_micro_batch=1)),
          "ValueError", "max_samples_per_micro_batch=1 is below force_group_size=2"),
+    # issue 27: over_cap, dummy micro-batches and their loss weights, workloads
+    Kind("over_cap_not_a_choice", _r(lambda rng: rearrange(masked(lengths(rng)), over_cap="drop")),
+         "ValueError", "over_cap must be 'raise' or 'alone', got another string"),
+    Kind("over_cap_not_a_str", _r(lambda rng: rearrange(masked(lengths(rng)), over_cap=None)),
+         "TypeError", "over_cap must be 'raise' or 'alone', got a value that is not a string"),
+    Kind("dummies_not_bool",
+         _r(lambda rng: rearrange(_weighted(lengths(rng)), dummy_micro_batches="yes")),
+         "TypeError", "dummy_micro_batches must be a bool (or 0/1)"),
+    Kind("dummies_without_loss_weights",
+         _r(lambda rng: rearrange(masked(lengths(rng)), dummy_micro_batches=True), _with_dummies),
+         "ValueError", "the batch has neither 'loss_mask' nor 'response_mask'"),
+    Kind("dummies_named_key_absent",
+         _r(lambda rng: _with_dummies(rng, loss_weight_keys="weights"),
+            lambda rng: rearrange(_weighted(lengths(rng), "weights"), dummy_micro_batches=True,
+                                  loss_weight_keys="weights")),
+         "ValueError", "loss-weight key 'weights' named for the dummy micro-batches is not in"),
+    Kind("prepare_dummies_without_loss_weights",
+         _r(lambda rng: prepare(settings(lengths(rng), max_token_len_per_gpu=CAP,
+                                         dummy_micro_batches=True)), valid_prepare),
+         "ValueError", "the batch has neither 'loss_mask' nor 'response_mask'"),
+    Kind("workloads_not_one_per_sample",
+         _r(lambda rng: rearrange(masked(lengths(rng, 3)), workloads=[1, 2])),
+         "ValueError", "workloads has 2 entries but the batch has 3 samples"),
+    Kind("workloads_callable_raises",
+         _r(lambda rng: rearrange(masked(lengths(rng)), workloads=_raising_workloads)),
+         "TypeError", "workloads must be a sequence of whole numbers"),
 ]
 
 

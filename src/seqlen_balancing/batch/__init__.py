@@ -11,6 +11,7 @@ indexes the batch. One module per job:
 * :mod:`~seqlen_balancing.batch.entries`: checking every entry before the agreement;
 * :mod:`~seqlen_balancing.batch.verdict`: whether to agree, and the agreed count or error;
 * :mod:`~seqlen_balancing.batch.cut`: cutting a checked batch into micro-batches;
+* :mod:`~seqlen_balancing.batch.dummies`: dummy micro-batches (``dummy_micro_batches``);
 * :mod:`~seqlen_balancing.batch.settings`: ``prepare_micro_batches``' settings from the batch;
 * :mod:`~seqlen_balancing.batch.micro_batches`: :func:`rearrange_micro_batches`,
   :func:`prepare_micro_batches`;

@@ -7,15 +7,16 @@ shape (``.batch``, ``.non_tensor_batch``, ``.meta_info``, ``from_dict``), no imp
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from seqlen_balancing._checks import describe
+from seqlen_balancing.batch.dummies import _Keep
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
-from seqlen_balancing.batch.micro_batches import _rearrange
+from seqlen_balancing.batch.micro_batches import _rearrange_rows
 from seqlen_balancing.batch.verdict import _batch_problem
 from seqlen_balancing.errors import BatchProblem, ErrorCode, PlanError, key_values
 
@@ -83,6 +84,10 @@ def prepare_dynamic_batch(
     costs: Sequence[int] | torch.Tensor | None = None,
     padded: bool = False,
     max_samples_per_micro_batch: int | None = None,
+    workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Sequence[int]] | None = None,
+    over_cap: str = "raise",
+    dummy_micro_batches: bool = False,
+    loss_weight_keys: str | Sequence[str] | None = None,
 ) -> tuple[list[T], list[list[int]]]:
     """:func:`rearrange_micro_batches` for a DataProto-like object (verl's DataProto).
 
@@ -93,9 +98,11 @@ def prepare_dynamic_batch(
     ``max_samples_per_micro_batch`` (keyword-only) are as in
     :func:`rearrange_micro_batches`: the cap holds on what the GPU holds (with ``padded``
     the batch's dense entries of the mask's width come back cut to each micro-batch's
-    width; the non-tensor arrays are per sample and are not cut). What
-    ``type(data).from_dict`` itself raises passes through unchanged: it is the caller's
-    class, called after the agreement with the micro-batches' parts.
+    width; the non-tensor arrays are per sample and are not cut); so are ``workloads``,
+    ``over_cap``, ``dummy_micro_batches`` and ``loss_weight_keys`` (a dummy's
+    ``non_tensor_batch`` rows are those of the row it copies; its index list is empty).
+    What ``type(data).from_dict`` itself raises passes through unchanged: it is the
+    caller's class, called after the agreement with the micro-batches' parts.
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: objects of ``type(data)`` whose tensors and
@@ -131,7 +138,7 @@ def prepare_dynamic_batch(
     """
     source: Any = data
     problem, arrays, meta_info = _dataproto_parts(source)
-    batches, plan = _rearrange(
+    batches, plan, rows = _rearrange_rows(
         source.batch if problem is None else None,
         max_token_len,
         dp_group,
@@ -143,9 +150,10 @@ def prepare_dynamic_batch(
         problem,
         cost=(pad_to_multiple_of, micro_batch_multiple_of, costs),
         shape=(padded, max_samples_per_micro_batch),
+        keep=_Keep(workloads, over_cap, dummy_micro_batches, loss_weight_keys),
     )
     out: list[T] = []
-    for m, (micro_batch, indices) in enumerate(zip(batches, plan, strict=True)):
+    for m, (micro_batch, indices) in enumerate(zip(batches, rows, strict=True)):
         tensors = {key: micro_batch[key] for key in micro_batch.keys()}
         non_tensors = {key: value[indices] for key, value in arrays.items()}
         # The copy checked before the agreement, then copies of it (copyable, as it was).

@@ -6,24 +6,29 @@ The verl-named micro-batch entry points: :func:`rearrange_micro_batches` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from tensordict import NonTensorData, TensorDict
 
 from seqlen_balancing._checks import as_switch, describe
 from seqlen_balancing.batch.cut import _cut
+from seqlen_balancing.batch.dummies import _cut_with_dummies, _Keep, _loss_weight_keys
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
 from seqlen_balancing.batch.kinds import _READ_ERRORS
 from seqlen_balancing.batch.lengths import _read_lengths
-from seqlen_balancing.batch.settings import _cost_settings, _settings, _shape_settings
+from seqlen_balancing.batch.settings import _cost_settings, _keep_settings, _settings, _shape_settings
 from seqlen_balancing.batch.trim import Trim, trim_inputs
 from seqlen_balancing.batch.verdict import _batch_problem, _begin, _finish, _switch_error
 from seqlen_balancing.errors import Argument, BatchProblem, ErrorCode, PlanError
-from seqlen_balancing.planner import RankAnalysis, analyse, build_plan
+from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, log_over_cap
 
 __all__ = ["prepare_micro_batches", "rearrange_micro_batches"]
+
+#: Issue 27's options off: verl's behaviour.
+_VERL = _Keep()
 
 
 def rearrange_micro_batches(
@@ -41,6 +46,10 @@ def rearrange_micro_batches(
     costs: Sequence[int] | torch.Tensor | None = None,
     padded: bool = False,
     max_samples_per_micro_batch: int | None = None,
+    workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Sequence[int]] | None = None,
+    over_cap: str = "raise",
+    dummy_micro_batches: bool = False,
+    loss_weight_keys: str | Sequence[str] | None = None,
 ) -> tuple[list[TensorDict], list[list[int]]]:
     """Cut a batch into micro-batches of at most ``max_token_len`` effective tokens.
 
@@ -86,13 +95,33 @@ def rearrange_micro_batches(
             tokens, around the column every row shares). Default ``False``: verl's rule.
         max_samples_per_micro_batch: keyword-only. No micro-batch holds more samples (a
             forced group counts all its samples). Default ``None``: no limit.
+        workloads: keyword-only. The balance objective: one non-negative integer per
+            sample (a list or 1-D tensor), or a callable of the effective lengths (e.g.
+            ``functools.partial(transformer_workloads, hidden_size=8192, num_layers=80)``,
+            see :func:`~seqlen_balancing.cost.transformer_workloads`), instead of verl's
+            ``24576*s + s**2``. The cap and the count are untouched. Default ``None``.
+        over_cap: keyword-only. ``"raise"`` (default, verl's behaviour) or ``"alone"``: a
+            sample or forced group over the cap runs in a micro-batch of its own (the only
+            one allowed over the cap), counted in the agreed count, and the rank holding
+            it logs a warning on the ``seqlen_balancing`` logger naming its index, its cost
+            and the cap (``seqlen_balancing.planner.over_cap_messages``).
+        dummy_micro_batches: keyword-only. Default False (verl: a rank with fewer samples or
+            groups than the agreed count raises, on every rank). True: that rank runs every
+            group alone and the missing micro-batches as dummies, last, each a copy of its
+            shortest row (group) with every loss-weight entry zero and an empty index list
+            (see ``seqlen_balancing.batch.dummies`` and docs/keep-training.md).
+        loss_weight_keys: keyword-only. The entries a dummy zeroes (a key or a list of
+            keys); ``None``: ``loss_mask`` and ``response_mask``, those the batch holds. A
+            named key that is absent, or a batch with neither default key, is an error
+            before the agreement (only with ``dummy_micro_batches``).
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: the micro-batches (TensorDicts) and, for each,
         the sorted original row indices; the index lists are an exact cover of
-        ``range(n)``; with ``padded`` on a batch with a dense ``attention_mask`` they are
-        :class:`~seqlen_balancing.batch.trim.MicroBatchIndices` (lists of ints that also
-        hold the columns each micro-batch kept, for :func:`restore_dynamic_batch`).
+        ``range(n)`` (a dummy's list is empty); with ``padded`` on a batch with a dense
+        ``attention_mask`` they are
+        :class:`~seqlen_balancing.batch.trim.MicroBatchIndices` (lists of ints that also hold
+        the columns each micro-batch kept, for :func:`restore_dynamic_batch`).
         The micro-batches are copies. Jagged tensors and per-sample
         ``NonTensorStack`` entries are indexed row by row, sparse COO and 2-D CSR/CSC
         tensors keep their layout, lazy stacks along dim 0 (the batch itself or an entry)
@@ -126,6 +155,11 @@ def rearrange_micro_batches(
         >>> micro_batches, idx = rearrange_micro_batches(td, max_token_len=12)
         >>> [len(mb) for mb in micro_batches], sorted(i for part in idx for i in part)
         ([2, 2], [0, 1, 2, 3])
+        >>> td["loss_mask"] = torch.ones(4, 6)
+        >>> micro_batches, idx = rearrange_micro_batches(td, 12, num_batches_divided_by=5,
+        ...                                               dummy_micro_batches=True)
+        >>> idx[-1], micro_batches[-1]["loss_mask"].sum().item()
+        ([], 0.0)
     """
     return _rearrange(
         batch,
@@ -138,6 +172,7 @@ def rearrange_micro_batches(
         force_group_size,
         cost=(pad_to_multiple_of, micro_batch_multiple_of, costs),
         shape=(padded, max_samples_per_micro_batch),
+        keep=_Keep(workloads, over_cap, dummy_micro_batches, loss_weight_keys),
     )
 
 
@@ -153,8 +188,34 @@ def _rearrange(
     pre_error: PlanError | None = None,
     cost: tuple[Any, Any, Any] = (1, 1, None),
     shape: tuple[Any, Any] = (False, None),
+    keep: _Keep = _VERL,
 ) -> tuple[list[TensorDict], list[list[int]]]:
-    """Plan (agreeing with the DP group when asked), then cut.
+    """Plan (agreeing with the DP group when asked), then cut."""
+    micro_batches, plan, _ = _rearrange_rows(
+        batch, max_token_len, dp_group, num_batches_divided_by, same_micro_num_in_dp,
+        min_num_micro_batch, use_dynamic_bsz_balance, force_group_size, pre_error, cost, shape,
+        keep,
+    )
+    return micro_batches, plan
+
+
+def _rearrange_rows(
+    batch: Any,
+    max_token_len: Any,
+    dp_group: Any,
+    num_batches_divided_by: Any,
+    same_micro_num_in_dp: Any,
+    min_num_micro_batch: Any,
+    use_dynamic_bsz_balance: Any,
+    force_group_size: Any,
+    pre_error: PlanError | None = None,
+    cost: tuple[Any, Any, Any] = (1, 1, None),
+    shape: tuple[Any, Any] = (False, None),
+    keep: _Keep = _VERL,
+) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
+    """Plan (agreeing with the DP group when asked), then cut: ``(micro_batches, plan,
+    rows)``, ``rows`` the batch rows each micro-batch holds (a dummy's: the copied ones);
+    with ``padded`` cutting widths, ``plan`` is the :class:`~seqlen_balancing.batch.trim.MicroBatchIndices`.
 
     ``pre_error`` is a problem the caller found before planning (a bad setting, a bad
     DataProto); like every other error it goes through the agreement before anyone raises.
@@ -162,7 +223,9 @@ def _rearrange(
     :func:`~seqlen_balancing.planner.analyse` (a bad one is agreed on too); ``shape`` is
     ``(padded, max_samples_per_micro_batch)``, checked there too. With ``padded`` the
     mask's extents, the entries to cut and their pad values are read before the agreement
-    (:func:`~seqlen_balancing.batch.trim.trim_inputs`).
+    (:func:`~seqlen_balancing.batch.trim.trim_inputs`); ``keep`` the workloads,
+    over-cap and dummy options, checked by the planner and, for the dummies' loss-weight
+    keys, here (a bad one is agreed on too).
     """
     sync = _begin(dp_group, same_micro_num_in_dp)
     cause: BaseException | None = None
@@ -190,8 +253,12 @@ def _rearrange(
     trim: Trim | None = None
     if error is None and as_switch(shape[0]):
         error, trim, cause = trim_inputs(batch, entries.by_rows)
+    keys: tuple[str, ...] = ()
+    if error is None and as_switch(keep.dummy_micro_batches):
+        error, keys = _loss_weight_keys(batch, keep.loss_weight_keys)
     if error is None:
         extents = None if trim is None or cost[2] is not None else (trim.left, trim.right)
+        given = keep.workloads.data if isinstance(keep.workloads, NonTensorData) else keep.workloads
         analysis = analyse(
             lengths,
             max_token_len,
@@ -205,17 +272,25 @@ def _rearrange(
             padded=shape[0],
             max_samples_per_micro_batch=shape[1],
             padded_extents=extents,
+            workloads=given,
+            over_cap=keep.over_cap,
+            dummy_micro_batches=keep.dummy_micro_batches,
         )
     else:
         analysis = RankAnalysis(error)
     count = _finish(analysis, sync, dp_group, cause)
     plan = build_plan(analysis, count, bool(as_switch(use_dynamic_bsz_balance)))
+    log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
     if trim is None or not trim.dims:
-        return _cut(batch, plan, entries), plan
-    # The entries to cut by width are not gathered whole: each micro-batch takes its columns.
+        micro_batches, rows = _cut_with_dummies(batch, plan, entries, lengths, analysis.force_group_size,
+                                                keys)
+        return micro_batches, plan, rows
+    # The entries to cut by width are not gathered whole: each micro-batch takes its columns
+    # (no dummies here: padded with dummy_micro_batches is refused before the agreement).
     micro_batches = _cut(batch.exclude(*trim.dims), plan, entries)
-    return micro_batches, list(trim.cut(micro_batches, batch, plan, analysis.pad_to_multiple_of))
+    indices = trim.cut(micro_batches, batch, plan, analysis.pad_to_multiple_of)
+    return micro_batches, list(indices), plan
 
 
 def prepare_micro_batches(
@@ -231,6 +306,10 @@ def prepare_micro_batches(
     costs: Sequence[int] | torch.Tensor | None = None,
     padded: bool | None = None,
     max_samples_per_micro_batch: int | None = None,
+    workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Sequence[int]] | None = None,
+    over_cap: str | None = None,
+    dummy_micro_batches: bool | None = None,
+    loss_weight_keys: str | Sequence[str] | None = None,
 ) -> tuple[list[TensorDict], list[list[int]] | None]:
     """verl's ``prepare_micro_batches``: settings are read from the TensorDict itself.
 
@@ -275,6 +354,11 @@ def prepare_micro_batches(
         max_samples_per_micro_batch: keyword-only, dynamic path: samples per micro-batch
             at most. ``None``: the batch's ``max_samples_per_micro_batch`` setting, else no
             limit.
+        workloads, over_cap, dummy_micro_batches, loss_weight_keys: keyword-only, dynamic
+            path, as in :func:`rearrange_micro_batches`. ``None``: the batch's entry of that
+            name (``workloads`` per sample; the others settings, plain or
+            ``NonTensorData``), else verl's behaviour (verl's workload, ``"raise"``, no
+            dummies, the default keys).
 
     Returns:
         ``(micro_batches, indices)``; ``indices`` is ``None`` on the static path.
@@ -309,10 +393,12 @@ def prepare_micro_batches(
     if dynamic:
         cost = (pad_to_multiple_of, micro_batch_multiple_of, costs)
         shape: tuple[Any, Any] = (padded, max_samples_per_micro_batch)
+        keep = (workloads, over_cap, dummy_micro_batches, loss_weight_keys)
         if error is None:
             try:
                 cost = _cost_settings(data, cost)
                 shape = _shape_settings(data, shape)
+                keep = _keep_settings(data, keep)
             except _READ_ERRORS as exc:
                 cause = exc
                 error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
@@ -328,6 +414,7 @@ def prepare_micro_batches(
             error,
             cost=cost,
             shape=shape,
+            keep=_Keep(*keep),
         )
     # The static path: chunks of micro_batch_size_per_gpu * force_group_size samples.
     error = (

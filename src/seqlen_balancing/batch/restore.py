@@ -54,6 +54,9 @@ def restore_dynamic_batch(
             batch's width first: the kept columns in place, bit for bit, and elsewhere the
             pad value each cut entry held in the input (0 for other outputs), so the
             padding side (left, right or both) is the input's.
+            Empty lists at the end mark dummy micro-batches (``dummy_micro_batches=True``):
+            their outputs are dropped (a list's entries for them; in concatenated data, the
+            rows after the real ones, where concatenating the outputs in order puts them).
 
     Returns:
         The rows in the original sample order: a tensor (nested tensors keep their layout
@@ -81,10 +84,18 @@ def restore_dynamic_batch(
         >>> restore_dynamic_batch([torch.tensor([10, 30]), torch.tensor([20])], [[0, 2], [1]]).tolist()
         [10, 20, 30]
     """
+    lists, dummies = _real_lists(batch_idx_list)
     if isinstance(data, (list, tuple)):
-        return _restore_parts(list(data), batch_idx_list)
+        parts = list(data)
+        if dummies and len(parts) == len(lists) + dummies:
+            parts = parts[: len(lists)]  # the dummies' outputs
+        return _restore_parts(parts, lists)
     if isinstance(data, TensorDictBase):
-        return _restore_parts([data], [[i for part in batch_idx_list for i in part]])
+        flat_lists = [[i for part in lists for i in part]]
+        real = len(flat_lists[0])
+        if dummies and len(data.batch_size) > 0 and _rows(data) >= real + dummies:
+            data = data[:real]
+        return _restore_parts([data], flat_lists)
     if not isinstance(data, torch.Tensor):
         raise TypeError(
             f"data must be a torch.Tensor, a TensorDict or a list of them, got {type(data).__name__}"
@@ -96,9 +107,10 @@ def restore_dynamic_batch(
         (i for part in batch_idx_list for i in part), "batch_idx_list (flattened)", "indices"
     )
     rows = int(tensor.size(0))
-    if len(flat) != rows:
+    if len(flat) != rows and not (dummies and rows >= len(flat) + dummies):
+        extra = f" and {dummies} dummy micro-batches (at least a row each)" if dummies else ""
         raise ValueError(
-            f"batch_idx_list holds {len(flat)} indices but data has {rows} rows; "
+            f"batch_idx_list holds {len(flat)} indices{extra} but data has {rows} rows; "
             "pass the index lists returned with these micro-batches"
         )
     order: list[int] = get_reverse_idx(flat)
@@ -141,6 +153,24 @@ def _rows(part: Any) -> int:
     if isinstance(part, TensorDictBase):
         return _batch_size(part)
     return int(part.size(0))
+
+
+def _real_lists(batch_idx_list: Sequence[Sequence[int]]) -> tuple[list[list[int]], int]:
+    """``(the index lists before the dummies, number of dummies)``: the dummies are the
+    empty lists at the end; an empty list before a real one is a ``ValueError``."""
+    # lists stay as they are (padded=True's MicroBatchIndices carry the cut to undo)
+    lists = [part if isinstance(part, list) else list(part) for part in batch_idx_list]
+    real = len(lists)
+    while real and not lists[real - 1]:
+        real -= 1
+    if any(not part for part in lists[:real]):
+        empty = next(m for m, part in enumerate(lists[:real]) if not part)
+        raise ValueError(
+            f"batch_idx_list[{empty}] is empty but a later index list is not; empty lists mark "
+            "dummy micro-batches, which come last: pass the index lists returned with these "
+            "micro-batches"
+        )
+    return lists[:real], len(lists) - real
 
 
 def _restore_parts(parts: list[Any], batch_idx_list: Sequence[Sequence[int]]) -> Any:

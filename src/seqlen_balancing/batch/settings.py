@@ -99,3 +99,24 @@ def _shape_settings(data: TensorDict, given: tuple[Any, Any]) -> tuple[Any, Any]
     if limit is None:
         limit = _setting(data, "max_samples_per_micro_batch", None)
     return padded, limit
+
+
+def _keep_settings(data: TensorDict, given: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
+    """``(workloads, over_cap, dummy_micro_batches, loss_weight_keys)``: each argument given
+    (not ``None``), else the batch's setting of that name (``workloads``: a per-sample entry,
+    cut with the batch), else the default that keeps verl's behaviour (none, ``"raise"``,
+    False, the default keys). Checked later, by the planner and the dummies' check."""
+    workloads, over_cap, dummies, keys = given
+    if workloads is None and "workloads" in data.keys():
+        workloads = data.get("workloads")  # per sample: never turned into a scalar
+        if isinstance(workloads, NonTensorData):
+            workloads = workloads.data
+    if over_cap is None:
+        over_cap = _setting(data, "over_cap", "raise")
+    if dummies is None:
+        dummies = _setting(data, "dummy_micro_batches", False)
+    if keys is None:
+        keys = _setting(data, "loss_weight_keys", None)
+        if isinstance(keys, list):
+            keys = tuple(keys)
+    return workloads, over_cap, dummies, keys

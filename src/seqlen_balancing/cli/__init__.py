@@ -70,18 +70,21 @@ JSON output (``--json``, one object on stdout; keys are stable). Fills are fract
   ``force_group_size``, ``num_batches_divided_by`` and ``min_num_micro_batch`` (null when
   not given), ``dynamic_bsz_balance``, ``pad_to_multiple_of`` and
   ``micro_batch_multiple_of`` (as planned; 1: none), ``tp``, ``cp`` (null when not given),
-  ``fp8``, ``padded``, ``max_samples_per_micro_batch`` (null when not given);
-  ``truncated``: rows ``--truncate`` clipped.
+  ``fp8``, ``padded``, ``max_samples_per_micro_batch`` (null when not given); ``over_cap``
+  (``"raise"`` or ``"alone"``), ``workload_model`` (the ``--workload-model`` shape as a dict,
+  or null); ``truncated``: rows ``--truncate`` clipped.
 * ``ranks``: per DP rank: ``rank``, ``samples``, ``tokens``, ``aligned_tokens`` (the
   samples' costs summed), ``count`` (micro-batches),
   ``verl_count`` (with ``--compare-verl``), ``l2_lower_bound``, ``lower_bound`` (the
   strongest bound the rank needed, see :func:`~seqlen_balancing.bounds.lower_bound`),
   ``bound_name`` (which one), ``proven_optimal`` (the rank's own smallest count meets
   ``lower_bound``; bounds in aligned tokens), ``largest_micro_batch``,
-  ``largest_micro_batch_cost``, ``fill``, ``workload_spread``, ``micro_batches`` in run
+  ``largest_micro_batch_cost``, ``fill``, ``workload_spread`` (on the
+  ``--workload-model``'s FLOPs when given), ``over_cap_alone`` (with ``--over-cap alone``:
+  ``{"index", "cost"}`` of each sample or group over the cap, run alone), ``micro_batches`` in run
   order, each ``{"indices", "tokens", "cost"}`` with positions in the input list (0-based;
   repeats possible with replacement); ``cost``: aligned tokens rounded up to the bucket, at
-  most ``cap``.
+  most ``cap`` (but an over-cap sample's alone).
 * ``agreed_count`` (null when ranks differ), ``total_micro_batches``, ``mean_fill``,
   ``largest_micro_batch``, ``largest_micro_batch_cost``, ``l2_lower_bound_total``,
   ``lower_bound_total`` (no plan of
@@ -96,7 +99,8 @@ JSON output (``--json``, one object on stdout; keys are stable). Fills are fract
 cannot be planned) and ``rows``, one per cap: ``max_token_len``, ``cap``,
 ``agreed_count``, ``micro_batches_per_rank``, ``total_micro_batches``,
 ``l2_lower_bound_total``, ``lower_bound_total``, ``proven_optimal``, ``mean_fill``,
-``largest_micro_batch``, ``largest_micro_batch_cost``, ``truncated``, ``seconds``
+``largest_micro_batch``, ``largest_micro_batch_cost``, ``truncated``, ``over_cap_alone``
+(samples or groups run alone over the cap, all ranks), ``seconds``
 and ``verl`` (with ``--compare-verl``); an infeasible cap is ``{max_token_len, cap, error}``.
 ``plan --json`` holds no timing, so its output is reproducible byte for byte.
 """

@@ -70,6 +70,15 @@ def _single_cap(text: str) -> int:
     return _positive_int(text)
 
 
+def _workload_model(text: str) -> dict[str, object]:
+    from seqlen_balancing.cost import parse_workload_model
+
+    try:
+        return parse_workload_model(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -239,6 +248,23 @@ def _add_step(parser: argparse.ArgumentParser) -> None:
         type=_positive_int,
         metavar="N",
         help="at least N micro-batches per rank",
+    )
+    step.add_argument(
+        "--over-cap",
+        choices=("raise", "alone"),
+        default="raise",
+        help="a sample (or forced group) over the cap: 'raise' stops, as verl does; 'alone' "
+        "runs it in a micro-batch of its own, the only one over the cap, and the report "
+        "names it (default: raise)",
+    )
+    step.add_argument(
+        "--workload-model",
+        type=_workload_model,
+        metavar="SHAPE",
+        help="balance on a model's FLOPs instead of verl's 7B formula 24576*s + s**2: "
+        "key=value pairs, e.g. hidden_size=8192,num_layers=80 (the keys of "
+        "seqlen_balancing.cost.transformer_workload_coefficients); the cap and the count are "
+        "unchanged",
     )
     step.add_argument(
         "--dynamic-bsz-balance",
@@ -474,6 +500,11 @@ def check_combinations(args: argparse.Namespace) -> None:
         raise CliError(
             f"{'--cp' if args.cp is not None else '--fp8'} derives Megatron's alignment with "
             "--tp; pass --tp N too (1 without tensor parallelism)"
+        )
+    if getattr(args, "over_cap", "raise") == "alone" and args.truncate:
+        raise CliError(
+            "--over-cap alone runs over-cap samples whole and --truncate clips them to the cap; "
+            "pass one"
         )
     if args.tp is not None and args.pad_to_multiple_of is not None:
         raise CliError(

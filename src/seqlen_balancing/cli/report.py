@@ -394,8 +394,23 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
         f"largest micro-batch {result.largest} tokens"
         + (f" (costliest {result.largest_cost} aligned tokens)" if _aligned_on(args) else "")
     )
+    for line in _over_cap_lines(result):
+        print(line)
     if result.verl is not None:
         print(_verl_summary(result))
+
+
+def _over_cap_lines(result: StepResult) -> list[str]:
+    """``--over-cap alone``: one line per rank holding samples over the cap."""
+    lines = []
+    for r in result.ranks:
+        if r.over_cap_alone:
+            listed = ", ".join(f"sample {p} ({c} tokens)" for p, c in r.over_cap_alone)
+            lines.append(
+                f"rank {r.rank}: {plural(len(r.over_cap_alone), 'sample')} over the cap of "
+                f"{result.max_token_len} run alone (--over-cap alone; may run out of memory): {listed}"
+            )
+    return lines
 
 
 def _proven_text(result: StepResult) -> str:
@@ -448,6 +463,12 @@ def print_sweep(
 def _smallest_text(args: argparse.Namespace, smallest: int) -> str:
     unit = "aligned tokens" if _aligned_on(args) else "tokens"
     truncate = " without --truncate" if args.truncate else ""
+    if args.over_cap == "alone":
+        return (
+            f"smallest max_token_len at which no sample runs alone over the cap: {smallest} (the "
+            f"costliest sample or forced group of the step, in {unit}); below it such samples "
+            "run alone (--over-cap alone)"
+        )
     return (
         f"smallest max_token_len that can be planned at all{truncate}: {smallest} (the costliest "
         f"sample or forced group of the step, in {unit}); below it the step cannot be planned"
@@ -476,6 +497,8 @@ def settings(step: Step, args: argparse.Namespace) -> dict[str, Any]:
         "num_batches_divided_by": args.num_batches_divided_by,
         "min_num_micro_batch": args.min_num_micro_batch,
         "dynamic_bsz_balance": args.dynamic_bsz_balance,
+        "over_cap": args.over_cap,
+        "workload_model": args.workload_model,
         **_alignment_json(args),
     }
 
@@ -544,6 +567,7 @@ def plan_json(step: Step, args: argparse.Namespace, result: StepResult) -> dict[
                 "largest_micro_batch_cost": r.largest_cost,
                 "fill": round(r.fill, 6),
                 "workload_spread": round(r.workload_spread, 6),
+                "over_cap_alone": [{"index": p, "cost": c} for p, c in r.over_cap_alone],
                 "micro_batches": [
                     {"indices": mb, "tokens": t, "cost": c}
                     for mb, t, c in zip(r.micro_batches, r.micro_batch_tokens, r.micro_batch_costs,
@@ -579,6 +603,7 @@ def sweep_row_json(result: StepResult, sp_size: int) -> dict[str, Any]:
         "largest_micro_batch": result.largest,
         "largest_micro_batch_cost": result.largest_cost,
         "truncated": result.truncated,
+        "over_cap_alone": sum(len(r.over_cap_alone) for r in result.ranks),
         "seconds": round(result.seconds, 6),
         **_verl_json(result),
     }

@@ -47,7 +47,9 @@ class RankResult:
     workload_spread: float
     aligned_tokens: int = 0  # the rank's samples' costs summed (aligned tokens; --padded: footprints)
     micro_batch_costs: list[int] = field(default_factory=list)  # what each holds on the GPU
-    largest_cost: int = 0  # the costliest micro-batch (never above the cap)
+    largest_cost: int = 0  # the costliest micro-batch (above the cap only with --over-cap alone)
+    # --over-cap alone: (position of the first sample, its cost) of each over-cap sample/group
+    over_cap_alone: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def count(self) -> int:

@@ -47,6 +47,7 @@ from seqlen_balancing.cost import (
     micro_batch_capacity,
     micro_batch_cost,
     padded_micro_batch_cost,
+    transformer_workloads,
 )
 from seqlen_balancing.partition import workload
 from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, local_count
@@ -184,6 +185,8 @@ def _plan_ranks(
             micro_batch_multiple_of=bucket,
             padded=getattr(args, "padded", False),
             max_samples_per_micro_batch=getattr(args, "max_samples_per_micro_batch", None),
+            over_cap=getattr(args, "over_cap", "raise"),
+            workloads=_workloads(lens, args),
         )
         for lens in per_rank
     ]
@@ -194,6 +197,14 @@ def _plan_ranks(
             raise error.exception(rank)
         return analyses, [build_plan(a, count, balance) for a in analyses]
     return analyses, [build_plan(a, local_count(a, r), balance) for r, a in enumerate(analyses)]
+
+
+def _workloads(lengths: list[int], args: argparse.Namespace) -> list[int]:
+    """Each sample's balance workload: the ``--workload-model``'s FLOPs, else verl's."""
+    model = getattr(args, "workload_model", None)  # epoch's parser has no --workload-model
+    if model is None:
+        return [workload(s) for s in lengths]
+    return transformer_workloads(lengths, **model)
 
 
 def _verl(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -> VerlResult:
@@ -224,16 +235,19 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     drawn = [step.lengths[p] for p in step.positions]
     pad, bucket = alignment(args)
     usable = micro_batch_capacity(cap, bucket)
-    if not args.truncate or usable == 0:
+    if (not args.truncate and getattr(args, "over_cap", "raise") == "raise") or usable == 0:
         error = _over_cap_error(drawn, cap, pad, bucket)
         if error is not None:
             raise error
     clip = usable // pad * pad  # the longest length whose aligned cost fits
+    if not args.truncate:  # --over-cap alone: the samples run whole
+        clip = max(drawn, default=0)
     truncated = sum(n > clip for n in drawn)
     clipped = [min(n, clip) for n in drawn]
     # A rank batch that force_group_size does not divide is the planner's error (exit 1).
     balance = args.balance_batch and step.batch_size % args.force_group_size == 0
-    dealt = deal(clipped, step.dp_size, args.trainer, balance, args.force_group_size)
+    dealt = deal(clipped, step.dp_size, args.trainer, balance, args.force_group_size,
+                 getattr(args, "workload_model", None))
     order = [p for part in dealt for p in part]
     positions = [step.positions[i] for i in order]
     clipped = [clipped[i] for i in order]
@@ -250,6 +264,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         mine = positions[rank * batch : (rank + 1) * batch]
         costs = analysis.sample_costs
         mb_tokens = [sum(lens[i] for i in mb) for mb in plan]
+        loads = _workloads(lens, args)
         mb_costs = [micro_batch_cost([costs[i] for i in mb], bucket) for mb in plan]
         held = sum(costs)
         if getattr(args, "padded", False):  # rows x the widest row (costs: aligned widths)
@@ -263,15 +278,21 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
                 analysis=analysis,
                 samples=len(lens),
                 tokens=tokens,
-                l2_lower_bound=l2_lower_bound(costs, usable),
+                # an over-cap sample (--over-cap alone) is a micro-batch of its own
+                l2_lower_bound=sum(c > usable for c in costs)
+                + l2_lower_bound([c for c in costs if c <= usable], usable),
                 micro_batches=[[mine[i] for i in mb] for mb in plan],
                 micro_batch_tokens=mb_tokens,
                 largest=max(mb_tokens, default=0),
                 fill=tokens / (len(plan) * cap) if plan else 0.0,
-                workload_spread=spread([sum(workload(lens[i]) for i in mb) for mb in plan]),
+                workload_spread=spread([sum(loads[i] for i in mb) for mb in plan]),
                 aligned_tokens=held,
                 micro_batch_costs=mb_costs,
                 largest_cost=max(mb_costs, default=0),
+                over_cap_alone=[
+                    (mine[g * analysis.force_group_size], analysis.group_sizes[g])
+                    for g in analysis.over_cap_groups
+                ],
             )
         )
     verl = _verl(per_rank, cap, args) if args.compare_verl else None

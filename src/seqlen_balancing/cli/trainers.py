@@ -36,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from seqlen_balancing.cli._text import CliError
+from seqlen_balancing.cost import transformer_workloads
 from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
 
 __all__ = [
@@ -92,13 +93,17 @@ def balances_by_default(trainer: str) -> bool:
     return trainer != "sft_trainer"
 
 
-def balance_order(lengths: Sequence[int], dp_size: int, group: int = 1) -> list[int]:
+def balance_order(
+    lengths: Sequence[int], dp_size: int, group: int = 1, model: dict[str, object] | None = None
+) -> list[int]:
     """verl 0.9.1's ``_balance_batch`` order of the step's rows (indices into ``lengths``).
 
     Args:
         lengths: tokens of each row of the step, in dispatch order.
         dp_size: DP ranks; ``len(lengths) / dp_size`` rows go to each, in contiguous chunks.
         group: rows per forced group (kept whole, in order, on one rank).
+        model: a ``--workload-model`` shape: balance on its FLOPs (what the switch's
+            ``calculate_workload`` gives verl's trainer), else verl's workload.
 
     Returns:
         A permutation of ``range(len(lengths))``: rank ``r`` gets its ``r``-th equal chunk.
@@ -109,8 +114,10 @@ def balance_order(lengths: Sequence[int], dp_size: int, group: int = 1) -> list[
     Complexity: Karmarkar-Karp's O(n log n + n dp).
     """
     n = len(lengths)
+    per_row = (transformer_workloads(list(lengths), **model) if model is not None
+               else [workload(s) for s in lengths])
     if group == 1:
-        loads = [workload(s) for s in lengths]
+        loads = per_row
         parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
         order: list[int] = []
         for part in parts:
@@ -124,13 +131,18 @@ def balance_order(lengths: Sequence[int], dp_size: int, group: int = 1) -> list[
             f"{n} rows make {groups} groups, which {dp_size} DP ranks cannot share equally; "
             "pass a --batch-size that is a multiple of the group size, or --no-balance-batch"
         )
-    loads = [sum(workload(s) for s in lengths[g * group : (g + 1) * group]) for g in range(groups)]
+    loads = [sum(per_row[g * group : (g + 1) * group]) for g in range(groups)]
     parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
     return [g * group + j for part in parts for g in part for j in range(group)]
 
 
 def deal(
-    lengths: Sequence[int], dp_size: int, trainer: str, balance: bool, group: int = 1
+    lengths: Sequence[int],
+    dp_size: int,
+    trainer: str,
+    balance: bool,
+    group: int = 1,
+    model: dict[str, object] | None = None,
 ) -> list[list[int]]:
     """The step's rows each DP rank gets (positions into ``lengths``, in the rank's order).
 
@@ -141,6 +153,7 @@ def deal(
         balance: ``trainer.balance_batch``; ``sft_trainer`` never balances (the command
             line refuses ``--balance-batch`` with it).
         group: rows per forced group, kept whole when balancing (``main_ppo``).
+        model: a ``--workload-model`` shape to balance on (:func:`balance_order`), or ``None``.
 
     Returns:
         ``dp_size`` lists of positions.
@@ -154,7 +167,7 @@ def deal(
     n = len(lengths)
     if trainer == "sft_trainer":
         return [list(range(rank, n, dp_size)) for rank in range(dp_size)]
-    order = balance_order(lengths, dp_size, group) if balance and dp_size > 1 else list(range(n))
+    order = balance_order(lengths, dp_size, group, model) if balance and dp_size > 1 else list(range(n))
     size = n // dp_size
     return [order[rank * size : (rank + 1) * size] for rank in range(dp_size)]
 

@@ -38,7 +38,18 @@ from typing import Any
 from seqlen_balancing.verl import signatures
 from seqlen_balancing.verl.hook import PostImportFinder
 
-__all__ = ["SUPPORTED_VERL", "VERL_FUNCTIONS", "Replacement", "apply", "replacements", "revert"]
+__all__ = [
+    "ENV_DUMMY_MICRO_BATCHES",
+    "ENV_LOSS_WEIGHT_KEYS",
+    "ENV_OVER_CAP",
+    "SUPPORTED_VERL",
+    "VERL_FUNCTIONS",
+    "Replacement",
+    "apply",
+    "options_from_env",
+    "replacements",
+    "revert",
+]
 
 logger = logging.getLogger("seqlen_balancing.verl")
 
@@ -100,67 +111,170 @@ _STATE = _State()
 #: The functions that take the cost parameters: the alignment of the environment reaches them.
 _ALIGNED = ("rearrange_micro_batches", "prepare_dynamic_batch", "prepare_micro_batches")
 
+#: ``over_cap`` for every process of a switched verl job: ``raise`` (verl's) or ``alone``.
+ENV_OVER_CAP = "SEQLEN_BALANCING_OVER_CAP"
+
+#: ``dummy_micro_batches`` for every process: ``1``/``true`` on, ``0``/``false``/unset off.
+ENV_DUMMY_MICRO_BATCHES = "SEQLEN_BALANCING_DUMMY_MICRO_BATCHES"
+
+#: ``loss_weight_keys`` for the dummies: TensorDict keys separated by commas (unset: the
+#: batch's ``loss_mask`` and ``response_mask``).
+ENV_LOSS_WEIGHT_KEYS = "SEQLEN_BALANCING_LOSS_WEIGHT_KEYS"
+
+
+def _flag(environ: Any, name: str) -> bool:
+    text = environ.get(name, "").strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    if text in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"environment variable {name}={text!r} must be 1 or 0 (true or false); "
+                     "set it to 1 to turn the option on, or unset it")
+
+
+def options_from_env(environ: Any = None) -> dict[str, Any]:
+    """The keyword arguments a switched verl job's micro-batch functions get by default
+    from the environment (only those set; the caller's own arguments win).
+
+    * ``SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF``, ``SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF``:
+      the alignment (:func:`~seqlen_balancing.cost.alignment_from_env`);
+    * ``SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH``: ``max_samples_per_micro_batch``
+      (:func:`~seqlen_balancing.cost.max_samples_from_env`);
+    * ``SEQLEN_BALANCING_OVER_CAP``: ``raise`` or ``alone`` (``over_cap``);
+    * ``SEQLEN_BALANCING_DUMMY_MICRO_BATCHES``: ``1`` for ``dummy_micro_batches=True``;
+    * ``SEQLEN_BALANCING_LOSS_WEIGHT_KEYS``: ``loss_weight_keys``, comma-separated;
+    * ``SEQLEN_BALANCING_WORKLOAD_MODEL``: a model shape
+      (:func:`~seqlen_balancing.cost.workload_model_from_env`): ``workloads`` become that
+      model's (:func:`~seqlen_balancing.cost.transformer_workloads` of the effective
+      lengths), and ``calculate_workload`` (verl's DP balancing across ranks) too.
+
+    Set them in the driver's environment and in Ray's ``runtime_env.env_vars``: every DP
+    rank must plan with the same options.
+
+    Args:
+        environ: the mapping to read (default ``os.environ``).
+
+    Returns:
+        ``{parameter: value}`` for the variables set.
+
+    Raises:
+        ValueError: a variable set to a value it cannot take (the message names it).
+
+    Example:
+        >>> options_from_env({"SEQLEN_BALANCING_OVER_CAP": "alone"})
+        {'over_cap': 'alone'}
+    """
+    from seqlen_balancing.cost import alignment_from_env, max_samples_from_env, workload_model_from_env
+
+    env = os.environ if environ is None else environ
+    options: dict[str, Any] = {}
+    pad, bucket = alignment_from_env(env)
+    if (pad, bucket) != (1, 1):
+        options.update(pad_to_multiple_of=pad, micro_batch_multiple_of=bucket)
+    limit = max_samples_from_env(env)
+    if limit is not None:
+        options["max_samples_per_micro_batch"] = limit
+    over_cap = env.get(ENV_OVER_CAP, "").strip().lower()
+    if over_cap:
+        if over_cap not in ("raise", "alone"):
+            raise ValueError(f"environment variable {ENV_OVER_CAP}={over_cap!r} must be 'raise' "
+                             "or 'alone'; unset it for verl's behaviour (raise)")
+        options["over_cap"] = over_cap
+    if _flag(env, ENV_DUMMY_MICRO_BATCHES):
+        options["dummy_micro_batches"] = True
+    keys = [key.strip() for key in env.get(ENV_LOSS_WEIGHT_KEYS, "").split(",") if key.strip()]
+    if keys:
+        options["loss_weight_keys"] = tuple(keys)
+    model = workload_model_from_env(env)
+    if model is not None:
+        options["workloads"] = _ModelWorkloads(model)
+    return options
+
+
+class _ModelWorkloads:
+    """The workloads of a model shape, as a callable of the effective lengths (picklable,
+    so a verl worker can ship it)."""
+
+    def __init__(self, model: dict[str, Any]) -> None:
+        self.model = dict(model)
+
+    def __call__(self, lengths: list[int]) -> list[int]:
+        from seqlen_balancing.cost import transformer_workloads
+
+        return transformer_workloads(lengths, **self.model)
+
+    def __repr__(self) -> str:
+        return f"transformer_workloads({', '.join(f'{k}={v}' for k, v in self.model.items())})"
+
 
 def _library_functions() -> dict[str, Callable[..., Any]]:
-    """The library's 13 functions; where ``SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF`` or
-    ``SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF`` is set
-    (:func:`~seqlen_balancing.cost.alignment_from_env`), the three micro-batch functions
-    plan under that alignment whenever the caller passes none (verl never does); where
-    ``SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH`` is set
-    (:func:`~seqlen_balancing.cost.max_samples_from_env`), under that sample limit.
+    """The library's 13 functions; the three micro-batch functions get the options of the
+    environment (:func:`options_from_env`: alignment, sample limit, over-cap, dummies, workload
+    model) whenever the caller passes none (verl never does), and with a workload model
+    ``calculate_workload`` returns that model's.
 
     ``padded`` has no variable: its cut is for callers that restore per-micro-batch outputs
     themselves, verl's engines join them into one tensor first, and one process-wide value
     would serve remove-padding engines too (docs/padded.md), so the switch never turns it
     on."""
     import seqlen_balancing  # torch and tensordict load here (verl has loaded them already)
-    from seqlen_balancing.cost import alignment_from_env, max_samples_from_env
 
     names = [name for group in VERL_FUNCTIONS.values() for name in group]
     ours = {name: getattr(seqlen_balancing, name) for name in names}
     try:
-        pad, bucket = alignment_from_env()
+        options = options_from_env()
     except ValueError as error:  # a bad value stays a ValueError; say that nothing changed
         raise ValueError(
             f"seqlen_balancing.verl cannot switch verl {_verl_version()}: {error}; nothing was "
             "replaced"
         ) from None
-    if (pad, bucket) != (1, 1):
+    if options:
         for name in _ALIGNED:
-            ours[name] = _with_alignment(ours[name], pad, bucket)
-    limit = max_samples_from_env()
-    if limit is not None:
-        for name in _ALIGNED:
-            ours[name] = _with_sample_limit(ours[name], limit)
+            ours[name] = _with_options(ours[name], options)
+    if "workloads" in options:
+        ours["calculate_workload"] = _model_calculate_workload(
+            ours["calculate_workload"], options["workloads"])
     return ours
 
 
-def _with_sample_limit(function: Callable[..., Any], limit: int) -> Callable[..., Any]:
-    """``function`` with ``max_samples_per_micro_batch=limit`` unless the call passes it."""
+def _with_options(function: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
+    """``function`` with ``options`` as defaults for the keywords the call does not pass
+    (same signature: ``functools.wraps``). A ``prepare_micro_batches`` call on the static
+    path (``use_dynamic_bsz`` false) gets none: the job's settings are for capped
+    micro-batches, and the static path refuses cost settings given to it."""
 
     @functools.wraps(function)
-    def limited(*args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("max_samples_per_micro_batch", limit)
-        return function(*args, **kwargs)
-
-    return limited
-
-
-def _with_alignment(function: Callable[..., Any], pad: int, bucket: int) -> Callable[..., Any]:
-    """``function`` with ``pad_to_multiple_of=pad`` and ``micro_batch_multiple_of=bucket``
-    unless the call passes them (same signature: ``functools.wraps``). A
-    ``prepare_micro_batches`` call on the static path (``use_dynamic_bsz`` false) gets
-    neither: the job's alignment is for capped micro-batches, and the static path refuses
-    cost settings given to it."""
-
-    @functools.wraps(function)
-    def aligned(*args: Any, **kwargs: Any) -> Any:
+    def with_options(*args: Any, **kwargs: Any) -> Any:
         if function.__name__ != "prepare_micro_batches" or _dynamic(args[0] if args else kwargs.get("data")):
-            kwargs.setdefault("pad_to_multiple_of", pad)
-            kwargs.setdefault("micro_batch_multiple_of", bucket)
+            for key, value in options.items():
+                kwargs.setdefault(key, value)
         return function(*args, **kwargs)
 
-    return aligned
+    return with_options
+
+
+def _model_calculate_workload(
+    function: Callable[..., Any], workloads: _ModelWorkloads
+) -> Callable[..., Any]:
+    """``calculate_workload`` on the model's formula: the input checked as verl's formula
+    checks it (``function`` on it), the result the model's workloads, int64 as verl's."""
+
+    @functools.wraps(function)
+    def calculate_workload(seqlen_list: Any) -> Any:
+        import torch
+
+        checked = function(seqlen_list)  # the same checks and errors as verl's formula
+        lengths = [int(v) for v in torch.as_tensor(seqlen_list).reshape(-1).tolist()]
+        values = torch.tensor(workloads(lengths), dtype=torch.int64)
+        if isinstance(checked, torch.Tensor):  # verl's dtype (float for float input), device
+            return values.reshape(checked.shape).to(device=checked.device, dtype=checked.dtype)
+        import numpy
+
+        shaped = numpy.asarray(checked)
+        out = values.numpy().reshape(shaped.shape).astype(shaped.dtype)
+        return out[()] if out.ndim == 0 else out
+
+    return calculate_workload
 
 
 def _dynamic(data: Any) -> bool:

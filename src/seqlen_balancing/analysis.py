@@ -1,0 +1,123 @@
+"""What one rank knows about its batch before the DP group agrees on a count (no torch).
+
+:class:`RankAnalysis` is the record :func:`~seqlen_balancing.planner.analyse` fills and the
+rest of the planning reads: the costs per forced group, their workloads, the cap, the
+smallest count found and the lower bound it is held to, or the error to agree on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from seqlen_balancing.errors import PlanError
+
+if TYPE_CHECKING:
+    from seqlen_balancing.padded import BinRule
+
+__all__ = ["RankAnalysis"]
+
+
+@dataclass
+class RankAnalysis:
+    """What one rank knows about its batch before the DP group agrees on a count.
+
+    Attributes:
+        error: why this rank cannot plan, or ``None``.
+        max_token_len: the cap the plan holds every micro-batch's summed cost to, in tokens:
+            the ``max_token_len`` given, rounded down to a multiple of
+            ``micro_batch_multiple_of`` (see :func:`~seqlen_balancing.cost.micro_batch_capacity`;
+            0 when an argument is invalid). Equal to the cap given by default.
+        force_group_size: samples per forced group (1: every sample is its own group).
+        num_batches_divided_by: the count must be a multiple of this (1 when not given).
+        n_samples: samples on this rank.
+        group_sizes: cost per group in tokens (the sum of its samples' costs: effective
+            lengths by default, aligned lengths with ``pad_to_multiple_of``, or the
+            ``costs`` given), ``n_samples / force_group_size`` entries. The packing, the
+            bounds and the agreement all work on these.
+        group_workloads: verl workload per group (sum over its samples), on the effective
+            lengths whatever the costs: balance is about compute, the cap about memory.
+        lower_bound: ``max(bin-packing bound, min_num_micro_batch, 1)`` micro-batches: no
+            plan of this batch under the cap has fewer. The bin-packing bound is the best
+            of :func:`~seqlen_balancing.bounds.best_lower_bound`, evaluated only as far
+            as needed (its evaluation stops once a bound meets the count found), so when
+            the count is above it every bound was tried.
+        bound_name: which bound gave ``lower_bound``: one of
+            :data:`~seqlen_balancing.bounds.BOUND_NAMES` (``"L2"``, ``"cardinality"``,
+            ``"matching"``, ``"reduction"``, ``"Fekete-Schepers"``), ``"min_num_micro_batch"``,
+            ``"one"`` (zero-length samples), ``"padded sorted rule"``, ``"samples per
+            micro-batch"`` (:mod:`~seqlen_balancing.padded`), or "" on error.
+        min_count: the smallest count this rank reached under the cap (0 on error).
+        largest: the costliest forced group (a sample when ``force_group_size`` is 1) in
+            tokens of cost (effective tokens by default), also on an over-cap error (0 when
+            the lengths could not be read): what the DP group's advice on the cap is built
+            from.
+        requested_max_token_len: the ``max_token_len`` given (0 when invalid).
+        pad_to_multiple_of: per-sequence alignment in tokens (1: none).
+        micro_batch_multiple_of: per-micro-batch rounding in tokens (1: none).
+        custom_costs: True when the caller gave ``costs``.
+        sample_costs: cost of each sample in tokens (empty on error); padded: its width.
+        padded, max_samples_per_micro_batch: as given (see :mod:`seqlen_balancing.padded`).
+        rule: when a micro-batch fits under those (``None``: the summed cost alone);
+            padded, ``group_sizes`` holds each group's footprint alone.
+        custom_workloads: True when the caller gave ``workloads`` (the balance objective).
+        over_cap_groups: with ``over_cap="alone"``, the groups (samples when
+            ``force_group_size`` is 1) whose cost is over the cap: each runs alone, in the
+            only micro-batches allowed over it. ``min_count`` and ``lower_bound`` count them
+            (one micro-batch each, in every plan).
+        dummy_micro_batches: True when a count above ``n_groups`` is served with dummy
+            micro-batches (empty index lists, at the end of the plan) instead of an error.
+        min_num_micro_batch: the ``min_num_micro_batch`` given (0 when ``None``).
+    """
+
+    error: PlanError | None
+    max_token_len: int = 0
+    force_group_size: int = 1
+    num_batches_divided_by: int = 1
+    n_samples: int = 0
+    group_sizes: list[int] = field(default_factory=list)
+    group_workloads: list[int] = field(default_factory=list)
+    lower_bound: int = 0
+    bound_name: str = ""
+    min_count: int = 0
+    largest: int = 0
+    # Packing over groups with ``min_count`` bins (the fallback of build_plan).
+    _packing: list[list[int]] = field(default_factory=list, repr=False)
+    requested_max_token_len: int = 0
+    pad_to_multiple_of: int = 1
+    micro_batch_multiple_of: int = 1
+    custom_costs: bool = False
+    sample_costs: list[int] = field(default_factory=list, repr=False)
+    padded: bool = False
+    max_samples_per_micro_batch: int | None = None
+    rule: BinRule | None = field(default=None, repr=False)
+    custom_workloads: bool = False
+    over_cap_groups: list[int] = field(default_factory=list)
+    dummy_micro_batches: bool = False
+    min_num_micro_batch: int = 0
+    # With over-cap groups set aside: the analysis of the others, and their group indices.
+    _rest: RankAnalysis | None = field(default=None, repr=False)
+    _rest_index: list[int] = field(default_factory=list, repr=False)
+
+    def micro_batch_cost(self, groups: Sequence[int]) -> int:
+        """A micro-batch's cost in tokens (padded: rows x width), before rounding."""
+        return self.rule.cost(groups) if self.rule else sum(self.group_sizes[g] for g in groups)
+
+    @property
+    def needed_count(self) -> int:
+        """Micro-batches this rank asks the DP group for: ``min_count``, or
+        ``min_num_micro_batch`` where dummies may serve a floor above ``n_groups``."""
+        return max(self.min_count, self.min_num_micro_batch)
+
+    @property
+    def n_groups(self) -> int:
+        """Number of forced groups (samples when ``force_group_size`` is 1)."""
+        return len(self.group_sizes)
+
+    @property
+    def proven_optimal(self) -> bool:
+        """True when ``min_count`` meets ``lower_bound``: no plan under the cap (with at
+        least ``min_num_micro_batch`` micro-batches) has fewer. False on error, and when
+        a gap remains (the count may still be optimal; the bounds cannot tell)."""
+        return self.error is None and self.min_count == self.lower_bound

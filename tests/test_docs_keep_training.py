@@ -1,0 +1,67 @@
+"""docs/keep-training.md's claims: its example runs, its warning text, numbers and
+environment variables are the library's."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from seqlen_balancing.cost import transformer_workload_coefficients
+from seqlen_balancing.errors import MAX_DUMMY_MICRO_BATCHES
+from seqlen_balancing.planner import analyse, over_cap_messages
+from seqlen_balancing.verl.switch import options_from_env
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "keep-training.md"
+TEXT = PAGE.read_text(encoding="utf-8")
+
+
+@pytest.mark.torch
+def test_the_python_example_runs() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", TEXT, flags=re.DOTALL)
+    assert len(blocks) == 1
+    exec(compile(blocks[0], str(PAGE), "exec"), {})  # our own page's example
+
+
+def test_the_warning_text_is_the_librarys() -> None:
+    (shown,) = re.findall(r"```text\n\s*(.*?)\n\s*```", TEXT, flags=re.DOTALL)
+    result = analyse([5000, 100, 200], 4096, over_cap="alone")
+    assert over_cap_messages(result, rank=1) == [shown.strip()]
+
+
+def test_the_numbers_on_the_page() -> None:
+    assert f"at most {MAX_DUMMY_MICRO_BATCHES:,} dummies" in TEXT
+    for shape, text in (
+        ({"hidden_size": 8192, "num_layers": 80}, "`49152*s + s**2`"),
+        ({"hidden_size": 8192, "num_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+          "intermediate_size": 28672, "gated_mlp": True}, "`52224*s + s**2`"),
+        ({"hidden_size": 4096}, "`24576*s + s**2`"),
+    ):
+        a, b = transformer_workload_coefficients(**shape)  # type: ignore[arg-type]
+        assert b == 1 and f"`{a}*s + s**2`" == text and text in TEXT
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("SEQLEN_BALANCING_OVER_CAP", "alone", {"over_cap": "alone"}),
+        ("SEQLEN_BALANCING_DUMMY_MICRO_BATCHES", "true", {"dummy_micro_batches": True}),
+        ("SEQLEN_BALANCING_DUMMY_MICRO_BATCHES", "0", {}),
+        ("SEQLEN_BALANCING_LOSS_WEIGHT_KEYS", "a, b", {"loss_weight_keys": ("a", "b")}),
+        ("SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", "16", {"pad_to_multiple_of": 16,
+                                                       "micro_batch_multiple_of": 1}),
+    ],
+)
+def test_every_variable_in_the_table_does_what_it_says(variable: str, value: str,
+                                                        expected: dict[str, object]) -> None:
+    assert f"`{variable}`" in TEXT
+    assert options_from_env({variable: value}) == expected
+
+
+def test_the_workload_model_variable() -> None:
+    assert "`SEQLEN_BALANCING_WORKLOAD_MODEL`" in TEXT
+    options = options_from_env({"SEQLEN_BALANCING_WORKLOAD_MODEL": "hidden_size=4096"})
+    assert options["workloads"]([10, 1000]) == [24576 * 10 + 100, 24576 * 1000 + 1000**2]
+    with pytest.raises(ValueError, match="SEQLEN_BALANCING_DUMMY_MICRO_BATCHES='maybe' must be 1 or 0"):
+        options_from_env({"SEQLEN_BALANCING_DUMMY_MICRO_BATCHES": "maybe"})
