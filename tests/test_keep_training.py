@@ -174,7 +174,8 @@ def test_dummy_ranks_do_not_lift_a_non_dummy_rank_out_of_its_error() -> None:
 
 
 def _costs(lengths: list[int], pad: int, costs: list[int] | None) -> list[int]:
-    return list(costs) if costs is not None else [-(-n // pad) * pad for n in lengths]
+    """The one cost rule (issue 25): the given cost, or else the length, rounded up to pad."""
+    return [-(-n // pad) * pad for n in (lengths if costs is None else costs)]
 
 
 def expected(
