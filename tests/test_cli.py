@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from cli_helpers import run
 from seqlen_balancing.agreement import plan_data_parallel
 from seqlen_balancing.bounds import l2_lower_bound
 from seqlen_balancing.cli import main
@@ -28,13 +29,6 @@ from seqlen_balancing.partition import get_seqlen_balanced_partitions
 
 CHAMP = load_champ_lengths()
 PLOT_HINT = "pip install 'seqlen-balancing[plot]'"
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """``main(argv)`` in-process: (exit code, stdout, stderr)."""
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str, expected_code: int = 0) -> dict[str, Any]:

@@ -4,35 +4,15 @@ to choose the cap (the sweep's smallest plannable cap, --plot checked before pla
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from seqlen_balancing.cli import main
+from cli_helpers import lengths_file, run, run_json
 from seqlen_balancing.cli.plot import check_plot_path
 from seqlen_balancing.cost import aligned_length, micro_batch_cost
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    result: dict[str, Any] = json.loads(out)
-    return result
-
-
-def lengths_file(tmp_path: Path, values: list[int]) -> str:
-    path = tmp_path / "lengths.txt"
-    path.write_text("".join(f"{v}\n" for v in values), encoding="utf-8")
-    return str(path)
 
 
 def test_65_samples_of_250_tokens_aligned_to_32(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

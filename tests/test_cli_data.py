@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from seqlen_balancing.cli import main
+from cli_helpers import run
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}"
@@ -28,12 +28,6 @@ CHAT_TEMPLATE = (
 WORDS = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"] + [
     f"w{i}" for i in range(40)
 ]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_line_error(code: int, out: str, err: str, expected: int = 2) -> str:

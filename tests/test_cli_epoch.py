@@ -10,33 +10,18 @@ its rule; the command's per-step counts, totals and worst steps must equal them.
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from cli_helpers import run, run_json
 from seqlen_balancing import plan_data_parallel
-from seqlen_balancing.cli import main
 from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
 from seqlen_balancing.verl_rule import verl_counts
 
 pytestmark = pytest.mark.torch  # the sampler's shuffle is torch's
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    result: dict[str, Any] = json.loads(out)
-    return result
 
 
 def write(tmp_path: Path, values: list[int]) -> str:

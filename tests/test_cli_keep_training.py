@@ -9,20 +9,8 @@ from typing import Any
 
 import pytest
 
-from seqlen_balancing.cli import main
+from cli_helpers import lengths_file, run
 from seqlen_balancing.cost import transformer_workloads
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def lengths_file(tmp_path: Path, values: list[int]) -> str:
-    path = tmp_path / "lengths.txt"
-    path.write_text("".join(f"{v}\n" for v in values), encoding="utf-8")
-    return str(path)
 
 
 def test_over_cap_alone_plans_and_reports_the_sample(

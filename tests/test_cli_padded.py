@@ -3,32 +3,11 @@ the footprint columns and JSON, on the plan and the sweep."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from seqlen_balancing.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    result: dict[str, Any] = json.loads(out)
-    return result
-
-
-def lengths_file(tmp_path: Path, values: list[int]) -> str:
-    path = tmp_path / "lengths.txt"
-    path.write_text("".join(f"{v}\n" for v in values), encoding="utf-8")
-    return str(path)
+from cli_helpers import lengths_file, run, run_json
 
 
 def test_plan_padded_counts_and_shows_the_footprint(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import io
-import json
 import math
 import random
 from pathlib import Path
@@ -17,24 +16,11 @@ from typing import Any
 
 import pytest
 
-from seqlen_balancing.cli import main
+from cli_helpers import run, run_json
 from seqlen_balancing.data import load_champ_lengths
 from seqlen_balancing.partition import karmarkar_karp, workload
 
 CHAMP = load_champ_lengths()
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    result: dict[str, Any] = json.loads(out)
-    return result
 
 
 def write_lines(path: Path, values: list[int]) -> str:

@@ -9,28 +9,14 @@ balance (equal-size Karmarkar-Karp on workloads, the default) or, with
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from seqlen_balancing.cli import main
+from cli_helpers import run, run_json
 from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
-    code, out, err = run(capsys, *argv, "--json")
-    assert code == 0, err
-    result: dict[str, Any] = json.loads(out)
-    return result
 
 
 @pytest.fixture
