@@ -22,8 +22,11 @@ PACKAGE = "seqlen_balancing"
 #: verl, cli). Within a layer, the cycle check keeps the order one-way.
 LAYERS: list[tuple[str, ...]] = [
     ("_checks", "errors", "data"),
-    ("cost", "partition", "bounds", "packing", "balance", "padded"),
-    ("analysis",),
+    ("cost", "partition", "bounds"),
+    # the one rule: built on the plain bounds, taken by every algorithm above it
+    ("rule",),
+    ("packing", "repack", "balance"),
+    ("analysis", "items"),
     ("search",),
     ("planner", "verl_rule"),
     ("agreement",),

@@ -16,7 +16,7 @@ import random
 import pytest
 
 import seqlen_balancing.search as search
-from seqlen_balancing.balance import _lpt_with_cap, _rebalance, order_micro_batches, spread
+from seqlen_balancing.balance import lpt, order_micro_batches, rebalance, spread
 from seqlen_balancing.errors import Argument, ErrorCode, PlanError
 from seqlen_balancing.planner import (
     RankAnalysis,
@@ -27,7 +27,23 @@ from seqlen_balancing.planner import (
     local_count,
     plan_micro_batches,
 )
-from seqlen_balancing.search import _close_gap, _fits
+from seqlen_balancing.rule import Rule
+from seqlen_balancing.search import _close_gap
+
+
+def sum_lpt(sizes: list[int], work: list[int], cap: int, count: int) -> list[list[int]] | None:
+    """The capacity-aware LPT under the summed-cost rule of ``sizes`` and ``cap``."""
+    return lpt(Rule.sums(sizes, cap), work, count)
+
+
+def sum_rebalance(bins: list[list[int]], sizes: list[int], work: list[int], cap: int) -> list[list[int]]:
+    """The rebalance under the summed-cost rule of ``sizes`` and ``cap``."""
+    return rebalance(Rule.sums(sizes, cap), bins, work)
+
+
+def sum_close_gap(sizes: list[int], cap: int, packing: list[list[int]], lower: int) -> list[list[int]]:
+    """The exchange search step under the summed-cost rule of ``sizes`` and ``cap``."""
+    return _close_gap(Rule.sums(sizes, cap), packing, lower)
 
 
 def model_lpt(sizes: list[int], work: list[int], cap: int, count: int) -> list[list[int]] | None:
@@ -100,7 +116,7 @@ def test_rebalance_keeps_its_contract_on_random_plans() -> None:
         if any(sum(sizes[i] for i in b) > cap for b in bins):
             continue
         _CountingBin.moves = 0
-        got = _rebalance([_CountingBin(b) for b in bins], sizes, work, cap)
+        got = sum_rebalance([_CountingBin(b) for b in bins], sizes, work, cap)
         moves = _CountingBin.moves
         assert len(got) == len(bins)
         assert sorted(g for b in got for g in b) == sorted(g for b in bins for g in b)
@@ -120,9 +136,9 @@ def test_rebalance_keeps_its_contract_on_random_plans() -> None:
 def test_rebalance_hand_checked() -> None:
     # Loads 60 and 5: the lightest bin takes group 0 (workload 30, closest to half of 55);
     # then no group of the heavier bin is below the gap of 5.
-    assert _rebalance([[0, 1, 2], [3]], [3, 3, 3, 1], [30, 20, 10, 5], 10) == [[1, 2], [3, 0]]
+    assert sum_rebalance([[0, 1, 2], [3]], [3, 3, 3, 1], [30, 20, 10, 5], 10) == [[1, 2], [3, 0]]
     # Room limits the move: group 0 (6 tokens) cannot join a bin with 5 of 10 tokens.
-    assert _rebalance([[0, 1], [2]], [6, 1, 5], [60, 40, 1], 10) == [[0], [2, 1]]
+    assert sum_rebalance([[0, 1], [2]], [6, 1, 5], [60, 40, 1], 10) == [[0], [2, 1]]
 
 
 def test_rebalance_stops_after_two_rounds_per_micro_batch() -> None:
@@ -130,7 +146,7 @@ def test_rebalance_stops_after_two_rounds_per_micro_batch() -> None:
     # is equally close to half the gap, so the lowest index goes) and the gap stays >= 12,
     # so only the limit of 2 * 2 = 4 rounds stops it: groups 0..3 move.
     bins: list[list[int]] = [list(range(20)), []]
-    assert _rebalance(bins, [1] * 20, [1] * 20, 100) == [list(range(4, 20)), [0, 1, 2, 3]]
+    assert sum_rebalance(bins, [1] * 20, [1] * 20, 100) == [list(range(4, 20)), [0, 1, 2, 3]]
 
 
 def test_rebalance_tries_the_next_heaviest_bin() -> None:
@@ -139,14 +155,14 @@ def test_rebalance_tries_the_next_heaviest_bin() -> None:
     # 15, |30 - 34| = 4) beats group 2 (20, |40 - 34| = 6). Then loads 70, 20, 16, room 6:
     # bin 0 still cannot give, bin 1's only group (20) is not below its gap of 4, and bin
     # 2 is the lightest itself: stop.
-    got = _rebalance([[0, 1], [2, 3], [4]], [9, 9, 2, 2, 10], [40, 30, 20, 15, 1], 18)
+    got = sum_rebalance([[0, 1], [2, 3], [4]], [9, 9, 2, 2, 10], [40, 30, 20, 15, 1], 18)
     assert got == [[0, 1], [2], [4, 3]]
 
 
 def test_rebalance_leaves_zero_workload_groups() -> None:
     # Gap 49 between loads 50 and 1: group 1 (50) is not below it and group 0 has no
     # workload (moving it would narrow nothing), so nothing moves.
-    assert _rebalance([[0, 1], [2]], [1, 1, 1], [0, 50, 1], 10) == [[0, 1], [2]]
+    assert sum_rebalance([[0, 1], [2]], [1, 1, 1], [0, 50, 1], 10) == [[0, 1], [2]]
 
 
 def test_rebalance_breaks_ties_by_lowest_index() -> None:
@@ -154,7 +170,7 @@ def test_rebalance_breaks_ties_by_lowest_index() -> None:
     # gap 9: groups 0 and 1 (5 each) are as close to 4.5, group 0 moves. Round 2: lightest
     # bin 3, heaviest bin 1 (10), gap 9: group 2 moves. Loads 5, 5, 6, 6: the lightest (bin
     # 0) is 1 below bins 2 and 3, and no group's workload is below 1: stop.
-    got = _rebalance([[0, 1], [2, 3], [4], [5]], [1] * 6, [5, 5, 5, 5, 1, 1], 10)
+    got = sum_rebalance([[0, 1], [2, 3], [4], [5]], [1] * 6, [5, 5, 5, 5, 1, 1], 10)
     assert got == [[1], [3], [4, 0], [5, 2]]
 
 
@@ -163,19 +179,19 @@ def test_lpt_with_cap_follows_its_rule() -> None:
     for _ in range(400):
         _, sizes, work, cap = random_case(rng)
         count = rng.randint(1, len(sizes))
-        assert _lpt_with_cap(sizes, work, cap, count) == model_lpt(sizes, work, cap, count)
+        assert sum_lpt(sizes, work, cap, count) == model_lpt(sizes, work, cap, count)
 
 
 def test_lpt_with_cap_hand_checked() -> None:
     # Equal workloads: larger groups first, and ties on load go to the bin with fewer groups.
-    assert _lpt_with_cap([5, 6, 4], [0, 0, 0], 10, 2) == [[1, 2], [0]]
-    assert _lpt_with_cap([0, 0, 0, 0], [0, 0, 0, 0], 10, 2) == [[0, 2], [1, 3]]
-    assert _lpt_with_cap([5, 5, 4, 3, 3], [5, 5, 4, 3, 3], 10, 2) is None
+    assert sum_lpt([5, 6, 4], [0, 0, 0], 10, 2) == [[1, 2], [0]]
+    assert sum_lpt([0, 0, 0, 0], [0, 0, 0, 0], 10, 2) == [[0, 2], [1, 3]]
+    assert sum_lpt([5, 5, 4, 3, 3], [5, 5, 4, 3, 3], 10, 2) is None
 
 
-def test_fits_is_inclusive() -> None:
-    assert _fits([[0, 1]], [3, 5], 8)
-    assert not _fits([[0, 1]], [3, 6], 8)
+def test_the_summed_rule_is_inclusive() -> None:
+    assert Rule.sums([3, 5], 8).fits([0, 1])
+    assert not Rule.sums([3, 6], 8).fits([0, 1])
 
 
 def test_agreed_count() -> None:
@@ -506,7 +522,7 @@ def test_close_gap_never_returns_more_bins_than_it_was_given() -> None:
     sizes, cap = [13, 16, 19, 21, 23, 17, 15, 18, 18, 18, 48, 13], 61
     given = [[11, 1, 5, 6], [2, 3, 7], [4, 8, 9], [10, 0]]
     assert [sum(sizes[g] for g in b) for b in given] == [61, 58, 59, 61]
-    got = _close_gap(sizes, cap, [list(b) for b in given], 4)
+    got = sum_close_gap(sizes, cap, [list(b) for b in given], 4)
     assert len(got) == 4 and _is_packing(got, sizes, cap)
 
 
@@ -517,7 +533,7 @@ def test_close_gap_starts_from_the_given_packing_restricted() -> None:
     # bin 48 + 13 the result has 4, the volume bound ceil(239 / 61).
     sizes, cap = [13, 16, 19, 21, 23, 17, 15, 18, 18, 18, 48, 13], 61
     given = [[0, 1, 5, 6], [2, 3, 7], [4, 8, 9], [10], [11]]
-    got = _close_gap(sizes, cap, [list(b) for b in given], 4)
+    got = sum_close_gap(sizes, cap, [list(b) for b in given], 4)
     assert len(got) == 4 and _is_packing(got, sizes, cap)
 
 
@@ -529,7 +545,7 @@ def test_close_gap_starts_from_the_best_fresh_packing() -> None:
     # 5 the search cannot close), so the result has 5 bins, the volume bound ceil(659 / 133).
     sizes = [51, 23, 27, 54, 63, 24, 58, 41, 58, 35, 47, 45, 110, 23]
     cap = 133
-    got = _close_gap(sizes, cap, [[g] for g in range(len(sizes))], 5)
+    got = sum_close_gap(sizes, cap, [[g] for g in range(len(sizes))], 5)
     assert len(got) == 5 and _is_packing(got, sizes, cap)
 
 
@@ -566,7 +582,7 @@ def test_lpt_gives_up_after_8n_plus_4096_skips(skippers: int, gives_up: bool) ->
     sizes, work, cap, count = _skipping_case(skippers)
     n = len(sizes)
     assert 9 * skippers == 8 * n + 4096 + (1 if gives_up else 0)
-    got = _lpt_with_cap(sizes, work, cap, count)
+    got = sum_lpt(sizes, work, cap, count)
     if gives_up:
         assert got is None
     else:

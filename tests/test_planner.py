@@ -185,7 +185,8 @@ def test_count_search_stops_once_the_bound_is_met(monkeypatch: pytest.MonkeyPatc
     sizes = [rng.randint(100, 600) for _ in range(512)]
     sizes += [rng.randint(6000, 9000) for _ in range(512)]
     assert len(best_fit_decreasing(sizes, 16384)) > l2_lower_bound(sizes, 16384)
-    for name in ("closing_fit_decreasing", "minimum_bin_slack", "reduce_bins", "dominant_bins"):
+    for name in ("closing_fit_decreasing", "minimum_bin_slack", "repack", "dominant_bins",
+                 "randomized_best_fit", "exact_packing"):
         monkeypatch.setattr(search, name, forbidden)  # the count search's room
     result = planner.analyse(sizes, 16384)
     assert result.proven_optimal and result.bound_name == "matching"
@@ -197,9 +198,9 @@ def test_proven_counts_on_real_batches_are_optimal_by_a_slow_check() -> None:
     optimum of small draws agrees; the count is never below any bound."""
     import random
 
-    from seqlen_balancing.bounds import lower_bound
     from seqlen_balancing.data import load_champ_lengths
     from seqlen_balancing.planner import analyse
+    from seqlen_balancing.rule import lower_bound
 
     lengths = load_champ_lengths()
     proven = 0
@@ -219,9 +220,9 @@ def test_unproven_counts_report_the_strongest_bound() -> None:
     :func:`lower_bound`; where the count is proven it equals the count (and the full bound)."""
     import random
 
-    from seqlen_balancing.bounds import lower_bound
     from seqlen_balancing.data import load_champ_lengths
     from seqlen_balancing.planner import analyse
+    from seqlen_balancing.rule import lower_bound
 
     lengths = load_champ_lengths()
     outcomes = set()

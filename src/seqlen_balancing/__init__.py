@@ -15,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from seqlen_balancing.agreement import plan_data_parallel
-from seqlen_balancing.bounds import l1_lower_bound, l2_lower_bound, lower_bound
+from seqlen_balancing.bounds import l1_lower_bound, l2_lower_bound
 from seqlen_balancing.packing import best_fit_decreasing
 from seqlen_balancing.partition import (
     ceildiv,
@@ -28,6 +28,7 @@ from seqlen_balancing.partition import (
     roundup_divisible,
 )
 from seqlen_balancing.planner import plan_micro_batches
+from seqlen_balancing.rule import lower_bound
 
 if TYPE_CHECKING:
     from seqlen_balancing.batch import (

@@ -51,28 +51,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from seqlen_balancing._checks import _integer_or_none, as_list, as_switch, describe, switch
+from seqlen_balancing._checks import _integer_or_none, as_switch, describe, switch
 from seqlen_balancing.analysis import RankAnalysis
-from seqlen_balancing.balance import _lpt_with_cap, _rebalance, _workload_gap, order_micro_batches
-from seqlen_balancing.cost import aligned_length, micro_batch_capacity
+from seqlen_balancing.balance import balanced, order_micro_batches
+from seqlen_balancing.cost import micro_batch_capacity
 from seqlen_balancing.errors import (
     MAX_DUMMY_MICRO_BATCHES,
     Argument,
     ErrorCode,
-    LengthSource,
     PlanError,
-    over_cap_kind,
 )
-from seqlen_balancing.packing import exact_packing, reduce_bins, split_to_count
-from seqlen_balancing.padded import (
-    BinRule,
-    balanced_under_rule,
-    padded_options,
-    plan_padded,
+from seqlen_balancing.items import (
+    dummy_group,
+    group_rule,
+    longest,
+    read_lengths,
+    sample_costs_of,
+    workloads_of,
 )
-from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, roundup_divisible
+from seqlen_balancing.packing import randomized_best_fit
+from seqlen_balancing.partition import roundup_divisible
+from seqlen_balancing.repack import exact_packing, repack
 from seqlen_balancing.search import (
     _EXACT_BUDGET,
     _EXACT_GROUPS,
@@ -117,68 +118,6 @@ def argument_error(value: Any, argument: Argument, optional: bool) -> tuple[Plan
     return None, as_int
 
 
-def _lengths(
-    seq_lens: Sequence[Any], source: LengthSource = LengthSource.SEQ_LENS
-) -> tuple[PlanError | None, list[int]]:
-    out: list[int] = []
-    which = (source,) if source else ()  # seq_lens errors keep their three values
-    try:
-        values = as_list(seq_lens, source.name.lower())
-    except (TypeError, ValueError) as exc:  # not a sequence (kind 3) or not 1-D (kind 4)
-        kind = 4 if isinstance(exc, ValueError) else 3
-        return PlanError(ErrorCode.BAD_LENGTH, (0, kind, 0, *which), str(exc)), []
-    for index, value in enumerate(values):
-        as_int = value if type(value) is int else _integer_or_none(value)
-        if as_int is None:
-            return PlanError(ErrorCode.BAD_LENGTH, (index, 0, 0, *which), describe(value)), []
-        if as_int < 0:
-            return PlanError(ErrorCode.BAD_LENGTH, (index, 1, -as_int, *which)), []
-        out.append(as_int)
-    return None, out
-
-
-def _longest(sizes: list[int], group: int | None) -> int:
-    """The costliest forced group in tokens (its samples' costs summed; the costliest
-    sample when the groups cannot be formed), 0 for no samples."""
-    if not sizes:
-        return 0
-    if group is None or group <= 1 or len(sizes) % group:
-        return max(sizes)
-    return max(sum(sizes[g : g + group]) for g in range(0, len(sizes), group))
-
-
-def _sample_costs(
-    lengths: list[int], pad: int, costs: Any
-) -> tuple[PlanError | None, list[int]]:
-    """Each sample's cost (:func:`~seqlen_balancing.cost.sample_costs`: the given cost, or
-    the effective length, rounded up to ``pad``), or the error to agree on."""
-    if costs is None:
-        return None, [aligned_length(n, pad) for n in lengths] if pad > 1 else lengths
-    error, given = _lengths(costs, LengthSource.COSTS)
-    if error is None and len(given) != len(lengths):
-        error = PlanError(ErrorCode.BAD_LENGTH, (len(given), 2, len(lengths), LengthSource.COSTS))
-    if error is None and pad > 1:
-        given = [aligned_length(c, pad) for c in given]
-    return error, given
-
-
-def _workloads_of(lengths: list[int], workloads: Any) -> tuple[PlanError | None, list[int]]:
-    """Each sample's balance workload: the caller's (a list, or a callable of the
-    effective lengths), or verl's ``24576*s + s**2``."""
-    if workloads is None:
-        return None, [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
-    if callable(workloads):
-        try:
-            workloads = workloads(list(lengths))
-        except Exception as exc:  # agreed on as this rank's error, never raised here
-            values = (0, 3, 0, LengthSource.WORKLOADS)
-            return PlanError(ErrorCode.BAD_LENGTH, values, f"the workloads callable raised {exc!r}"), []
-    error, given = _lengths(workloads, LengthSource.WORKLOADS)
-    if error is None and len(given) != len(lengths):
-        error = PlanError(ErrorCode.BAD_LENGTH, (len(given), 2, len(lengths), LengthSource.WORKLOADS))
-    return error, given
-
-
 def _option_error(over_cap: Any, dummy_micro_batches: Any) -> PlanError | None:
     """The error for a bad ``over_cap`` or ``dummy_micro_batches``, else ``None``."""
     if not isinstance(over_cap, str):
@@ -189,23 +128,6 @@ def _option_error(over_cap: Any, dummy_micro_batches: Any) -> PlanError | None:
         return PlanError(ErrorCode.BAD_ARGUMENT, (Argument.DUMMY_MICRO_BATCHES, 0, 0),
                          describe(dummy_micro_batches))
     return None
-
-
-def _cost_over_cap(
-    result: RankAnalysis, lengths: list[int], costs: list[int], code: ErrorCode, stride: int
-) -> PlanError | None:
-    """The error for items (samples or groups) whose cost exceeds the usable cap, naming
-    the first one's tokens and cost, the cap given, how many and the largest cost."""
-    cap = result.max_token_len
-    over = [i for i, cost in enumerate(costs) if cost > cap]
-    if not over:
-        return None
-    first = over[0]
-    largest = max(costs[i] for i in over)
-    kind = over_cap_kind(result.pad_to_multiple_of, result.custom_costs)
-    values = (lengths[first], first * stride, result.requested_max_token_len, len(over), largest,
-              costs[first], result.micro_batch_multiple_of, kind)
-    return PlanError(code, values)
 
 
 def analyse(
@@ -230,13 +152,15 @@ def analyse(
     Never raises for bad input; the reason is returned in ``error`` so that the DP group
     can agree on it first (see :mod:`seqlen_balancing.agreement`).
 
-    Count search: best-fit decreasing gives ``U``; ``L = max(lower bound,
-    min_num_micro_batch, 1)``, the bounds of
-    :func:`~seqlen_balancing.bounds.best_lower_bound` tried cheapest first until one meets
-    ``U``. Only if ``U > L`` do stronger packings and an exchange local search
-    (:func:`~seqlen_balancing.packing.reduce_bins`) work from ``U`` down towards ``L``,
-    stopping as soon as they meet it. Every count between the result and the number of
-    groups is feasible, since splitting a micro-batch never breaks the cap.
+    Count search (:func:`~seqlen_balancing.search._search_count`): the packers of
+    :data:`~seqlen_balancing.search.PACKERS` that serve the batch's rule run in order, the
+    first (best-fit decreasing, or the sorted rule for padded rows) giving ``U``; ``L =
+    max(lower bound, min_num_micro_batch, 1)``, the bounds of
+    :func:`~seqlen_balancing.rule.rule_bound` tried cheapest first until one meets ``U``.
+    Only if ``U > L`` do stronger packings and an exchange local search
+    (:func:`~seqlen_balancing.repack.repack`) work from ``U`` down towards ``L``, stopping
+    as soon as they meet it. Every count between the result and the number of groups is
+    feasible, since splitting a micro-batch never breaks the rule.
 
     The cap holds on what the GPU holds (:mod:`seqlen_balancing.cost`): each sample costs
     its given cost (``costs``) or else its effective length, rounded up to
@@ -258,7 +182,7 @@ def analyse(
             and rounded up to ``pad_to_multiple_of`` like them, or ``None``.
         padded, max_samples_per_micro_batch: as in :func:`plan_micro_batches`.
         padded_extents: with ``padded``, each sample's ``(left, right)`` span around a
-            column every row shares (:func:`~seqlen_balancing.padded.padded_rule`).
+            column every row shares (:func:`~seqlen_balancing.items.group_rule`).
         workloads: one non-negative integer per sample, the balance objective (summed per
             group) instead of verl's ``24576*s + s**2``, or a callable taking the list of
             effective lengths and returning them (e.g. ``functools.partial(
@@ -275,136 +199,160 @@ def analyse(
     Complexity: O(n log n) for the bounds and best-fit decreasing, plus the bounded local
     search when best-fit decreasing misses the bound.
     """
-    checks = (
-        (max_token_len, Argument.MAX_TOKEN_LEN, False),
-        (force_group_size, Argument.FORCE_GROUP_SIZE, False),
-        (min_num_micro_batch, Argument.MIN_NUM_MICRO_BATCH, True),
-        (num_batches_divided_by, Argument.NUM_BATCHES_DIVIDED_BY, True),
-        (pad_to_multiple_of, Argument.PAD_TO_MULTIPLE_OF, True),
-        (micro_batch_multiple_of, Argument.MICRO_BATCH_MULTIPLE_OF, True),
-    )
-    length_error, lengths = _lengths(seq_lens)
+    length_error, lengths = read_lengths(seq_lens)
     as_pad = _integer_or_none(pad_to_multiple_of) if pad_to_multiple_of is not None else 1
     cost_error, sizes_of = (
-        (length_error, []) if length_error else _sample_costs(lengths, max(as_pad or 1, 1), costs)
+        (length_error, []) if length_error else sample_costs_of(lengths, max(as_pad or 1, 1), costs)
     )
     # Read even when an argument is bad: the DP group's advice on the cap counts this rank.
-    largest = _longest(lengths if cost_error else sizes_of, _integer_or_none(force_group_size))
+    largest = longest(lengths if cost_error else sizes_of, _integer_or_none(force_group_size))
+    error, given = _options(
+        (max_token_len, force_group_size, min_num_micro_batch, num_batches_divided_by,
+         pad_to_multiple_of, micro_batch_multiple_of),
+        (padded, max_samples_per_micro_batch, over_cap, dummy_micro_batches), largest,
+    )
+    if given is None:
+        return RankAnalysis(error, largest=largest)
+    result = _record(given, costs is not None, workloads is not None, largest)
+    sample_workloads: list[int] = []
+    error = cost_error
+    if error is None:
+        error, sample_workloads = workloads_of(lengths, workloads)
+    if error is None and not lengths:
+        error = PlanError(ErrorCode.EMPTY_BATCH)
+    if error is None and len(lengths) % given.group:
+        error = PlanError(ErrorCode.NOT_DIVISIBLE, (len(lengths), given.group))
+    if error is not None:
+        result.error = error
+        return result
+    shape = (given.group, given.pad, given.limit, given.padded)
+    caps = (given.usable, given.cap, given.bucket)
+    built = group_rule(lengths, sizes_of, sample_workloads, shape, caps, padded_extents,
+                       costs is not None, given.alone)
+    result.rule, result.sample_costs, result.group_workloads = built.rule, built.sample_costs, built.workloads
+    result.group_sizes, result.n_samples = built.rule.sizes, len(lengths)
+    if given.padded:
+        result.largest = max(built.rule.sizes)
+    result.error = built.error or _floor_error(result, given)
+    if result.error is not None:
+        return result
+    if given.dummies:
+        result.dummy_group = dummy_group(built.rule, lengths, given.group)
+    _count(result, given)
+    return result
+
+
+class _Given(NamedTuple):
+    """The arguments of :func:`analyse` as checked plain values."""
+
+    cap: int
+    group: int
+    floor: int | None  # min_num_micro_batch (None: not given)
+    divisor: int
+    pad: int
+    bucket: int
+    usable: int  # the cap rounded down to the bucket
+    padded: bool
+    limit: int | None  # max_samples_per_micro_batch
+    alone: bool  # over_cap="alone"
+    dummies: bool
+
+
+def _options(
+    numbers: tuple[Any, Any, Any, Any, Any, Any], switches: tuple[Any, Any, Any, Any], largest: int
+) -> tuple[PlanError | None, _Given | None]:
+    """``(None, given)``, or ``(error, None)`` for the first bad argument: ``numbers``
+    ``(max_token_len, force_group_size, min_num_micro_batch, num_batches_divided_by,
+    pad_to_multiple_of, micro_batch_multiple_of)``, ``switches`` ``(padded,
+    max_samples_per_micro_batch, over_cap, dummy_micro_batches)``."""
+    names = (Argument.MAX_TOKEN_LEN, Argument.FORCE_GROUP_SIZE, Argument.MIN_NUM_MICRO_BATCH,
+             Argument.NUM_BATCHES_DIVIDED_BY, Argument.PAD_TO_MULTIPLE_OF,
+             Argument.MICRO_BATCH_MULTIPLE_OF)
     ints: list[int] = []
-    for value, argument, optional in checks:
+    for value, argument, optional in zip(numbers, names, (False, False, True, True, True, True),
+                                         strict=True):
         error, as_int = argument_error(value, argument, optional)
         if error is not None:
-            return RankAnalysis(error, largest=largest)
+            return error, None
         ints.append(as_int)
-    option_error = _option_error(over_cap, dummy_micro_batches)
-    if option_error is not None:
-        return RankAnalysis(option_error, largest=largest)
-    alone, dummies = over_cap == "alone", bool(as_switch(dummy_micro_batches))
+    padded, limit_given, over_cap, dummy_micro_batches = switches
+    error = _option_error(over_cap, dummy_micro_batches)
+    if error is not None:
+        return error, None
     cap, group, floor, divisor, pad, bucket = ints
     usable = micro_batch_capacity(cap, bucket)
     if usable == 0:
         # The advised cap holds a bucket and the costliest group, rounded up to the bucket.
         needed = max(bucket, -(-largest // bucket) * bucket)
         values = (Argument.MICRO_BATCH_MULTIPLE_OF, 3, bucket, cap, needed)
-        return RankAnalysis(PlanError(ErrorCode.BAD_ARGUMENT, values), largest=largest)
-    error, padded_on, limit = padded_options(padded, max_samples_per_micro_batch, group)
-    if error is None:
-        error = _combination_error(padded_on, limit, alone, dummies)
+        return PlanError(ErrorCode.BAD_ARGUMENT, values), None
+    error, padded_on, limit = _shape_options(padded, limit_given, group)
     if error is not None:
-        return RankAnalysis(error, largest=largest)
-    result = RankAnalysis(None, usable, group, divisor, largest=largest)
-    result.requested_max_token_len = cap
-    result.pad_to_multiple_of, result.micro_batch_multiple_of = pad, bucket
-    result.custom_costs = costs is not None
-    result.padded, result.max_samples_per_micro_batch = padded_on, limit
-    result.custom_workloads = workloads is not None
-    result.dummy_micro_batches = dummies
-    result.min_num_micro_batch = floor if min_num_micro_batch is not None else 0
-    error = cost_error
-    sample_workloads: list[int] = []
-    if error is None:
-        error, sample_workloads = _workloads_of(lengths, workloads)
-    if error is None and not lengths:
-        error = PlanError(ErrorCode.EMPTY_BATCH)
-    if error is None and len(lengths) % group:
-        error = PlanError(ErrorCode.NOT_DIVISIBLE, (len(lengths), group))
-    if error is None and not padded_on and not alone:
-        error = _cost_over_cap(result, lengths, sizes_of, ErrorCode.SAMPLE_OVER_CAP, 1)
-    if error is not None:
-        result.error = error
-        return result
-    if padded_on:
-        floor_given = None if min_num_micro_batch is None else floor
-        return _analyse_padded(result, lengths, sizes_of, floor_given, padded_extents, sample_workloads)
-    result.n_samples = len(lengths)
-    result.sample_costs = sizes_of
-    if group == 1:  # the common case, without a slice per sample
-        sizes = sizes_of
-        result.group_workloads = sample_workloads
-    else:
-        sizes = [sum(sizes_of[g : g + group]) for g in range(0, len(lengths), group)]
-        result.group_workloads = [
-            sum(sample_workloads[g : g + group]) for g in range(0, len(lengths), group)
-        ]
-    result.group_sizes = sizes
-    if limit is not None:
-        result.rule = BinRule(usable, sizes, max_groups=limit // group)
-    if group > 1 and not alone:
-        tokens = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
-        result.error = _cost_over_cap(result, tokens, sizes, ErrorCode.GROUP_OVER_CAP, group)
-    if result.error is None and min_num_micro_batch is not None and floor > len(sizes):
-        if not dummies:
-            result.error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(sizes)))
-        elif floor - len(sizes) > MAX_DUMMY_MICRO_BATCHES:
-            dummy_values = (floor - len(sizes), len(sizes), MAX_DUMMY_MICRO_BATCHES, floor)
-            result.error = PlanError(ErrorCode.TOO_MANY_DUMMIES, dummy_values)
-    if result.error is not None:
-        return result
-    own_floor = min(floor, len(sizes)) if min_num_micro_batch is not None else None
-    over = [g for g, size in enumerate(sizes) if size > usable] if alone else []
-    if not over:
-        _search_count(result, own_floor)
-        return result
-    _set_aside(result, over, own_floor)
+        return error, None
+    given_floor = None if numbers[2] is None else floor
+    return None, _Given(cap, group, given_floor, divisor, pad, bucket, usable, padded_on, limit,
+                        over_cap == "alone", bool(as_switch(dummy_micro_batches)))
+
+
+def _record(given: _Given, custom_costs: bool, custom_workloads: bool, largest: int) -> RankAnalysis:
+    """The analysis of one rank's checked arguments, its items not read yet."""
+    result = RankAnalysis(None, given.usable, given.group, given.divisor, largest=largest)
+    result.requested_max_token_len = given.cap
+    result.pad_to_multiple_of, result.micro_batch_multiple_of = given.pad, given.bucket
+    result.custom_costs, result.custom_workloads = custom_costs, custom_workloads
+    result.padded, result.max_samples_per_micro_batch = given.padded, given.limit
+    result.dummy_micro_batches = given.dummies
+    result.min_num_micro_batch = given.floor or 0
     return result
 
 
-def _combination_error(padded: bool, limit: int | None, alone: bool, dummies: bool) -> PlanError | None:
-    """The error for options that do not compose yet, else ``None``: ``padded=True`` with
-    ``over_cap="alone"`` or ``dummy_micro_batches=True``, and ``max_samples_per_micro_batch``
-    with ``over_cap="alone"`` (the padded planner and the sample limit do not model a
-    micro-batch set aside over the cap, nor the dummies' copied rows). Refused rather than
-    ignored (DESIGN section 3: no setting is ever silently ignored)."""
-    pairs = ((padded and alone, Argument.PADDED, 0), (padded and dummies, Argument.PADDED, 1),
-             (limit is not None and alone, Argument.MAX_SAMPLES_PER_MICRO_BATCH, 0))
-    for clash, argument, other in pairs:
-        if clash:
-            return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 6, other))
+def _floor_error(result: RankAnalysis, given: _Given) -> PlanError | None:
+    """The error for ``min_num_micro_batch`` above the groups (without dummies, or with
+    more dummies than allowed), else ``None``."""
+    groups = result.n_groups
+    if given.floor is None or given.floor <= groups:
+        return None
+    if not given.dummies:
+        return PlanError(ErrorCode.MIN_ABOVE_GROUPS, (given.floor, groups))
+    if given.floor - groups > MAX_DUMMY_MICRO_BATCHES:
+        return PlanError(ErrorCode.TOO_MANY_DUMMIES,
+                         (given.floor - groups, groups, MAX_DUMMY_MICRO_BATCHES, given.floor))
     return None
 
 
-def _analyse_padded(
-    result: RankAnalysis, lengths: list[int], costs: list[int], floor: int | None,
-    extents: tuple[Sequence[int], Sequence[int]] | None, sample_workloads: list[int],
-) -> RankAnalysis:
-    """:func:`analyse` under ``padded=True``: :func:`~seqlen_balancing.padded.plan_padded`;
-    the caller's ``workloads`` (when given) replace verl's as the balance objective."""
-    limit, group = result.max_samples_per_micro_batch, result.force_group_size
-    found = plan_padded(lengths, costs if result.custom_costs else None, extents, group,
-                        result.pad_to_multiple_of, result.max_token_len,
-                        None if limit is None else limit // group,
-                        (result.requested_max_token_len, result.micro_batch_multiple_of), floor)
-    result.largest, result.error, result.rule = max(found.rule.sizes), found.error, found.rule
-    if found.error is None:
-        result.n_samples, result.sample_costs = len(lengths), found.widths
-        result.group_sizes, result.group_workloads = found.rule.sizes, found.workloads
-        if result.custom_workloads:
-            result.group_workloads = [
-                sum(sample_workloads[g : g + group]) for g in range(0, len(lengths), group)
-            ]
-        result.lower_bound, result.bound_name = found.bound, found.bound_name
-        result.min_count, result._packing = len(found.packing), found.packing
-    return result
+def _count(result: RankAnalysis, given: _Given) -> None:
+    """The smallest count under the rule, with the over-cap items set apart first under
+    ``over_cap="alone"`` (the floor counts the groups, not the dummies)."""
+    rule = result.rule
+    own_floor = None if given.floor is None else min(given.floor, result.n_groups)
+    over = [g for g in range(result.n_groups) if not rule.fits_alone(g)] if rule and given.alone else []
+    if over:
+        _set_aside(result, over, own_floor)
+    else:
+        _search_count(result, own_floor)
+
+
+def _shape_options(
+    padded: object, max_samples_per_micro_batch: object, group: int
+) -> tuple[PlanError | None, bool, int | None]:
+    """``(error, padded, limit)``: ``padded`` as a bool and ``max_samples_per_micro_batch``
+    as a positive int (``None``: no limit), at least ``force_group_size`` (``group``), or
+    the error every DP rank can agree on."""
+    on = as_switch(padded)
+    if on is None:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (Argument.PADDED, 0, 0), describe(padded)), False, None
+    if max_samples_per_micro_batch is None:
+        return None, on, None
+    limit = _integer_or_none(max_samples_per_micro_batch)
+    name = Argument.MAX_SAMPLES_PER_MICRO_BATCH
+    if limit is None:
+        error = PlanError(ErrorCode.BAD_ARGUMENT, (name, 0, 0), describe(max_samples_per_micro_batch))
+        return error, on, None
+    if limit < 1:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (name, 1, -limit)), on, None
+    if limit < group:
+        return PlanError(ErrorCode.BAD_ARGUMENT, (name, 5, limit, group)), on, None
+    return None, on, limit
 
 
 def agreed_count(
@@ -475,22 +423,14 @@ def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
         left = count - len(over)
         rest = _balanced_bins(result._rest, left) if left else []
         return [[g] for g in over] + [[index[j] for j in b] for b in rest]
-    sizes, workloads, cap = result.group_sizes, result.group_workloads, result.max_token_len
-    if count == len(sizes):
+    if count == result.n_groups:
         return [[g] for g in range(count)]
-    if result.rule is not None:  # padded or a sample limit; verl's partition for the sum
-        kk = None if result.rule.padded else _fitting_kk(result, count)
-        return balanced_under_rule(result.rule, workloads, result._packing, count, kk)
-    # verl's own partition at this count whenever it fits the cap: at verl's count it
-    # always does, so the plan is never less balanced than verl's.
-    candidates = [kk] if (kk := _fitting_kk(result, count)) is not None else []
-    lpt = _lpt_with_cap(sizes, workloads, cap, count)
-    if lpt is not None:
-        candidates.append(lpt)
-    if not candidates:
-        # A tight count where neither balancer fits: the count's packing, rebalanced.
-        return _rebalance(split_to_count(sizes, result._packing, count), sizes, workloads, cap)
-    return min(candidates, key=lambda bins: _workload_gap(bins, workloads))  # verl's on a tie
+    if result.rule is None:
+        raise ValueError("an analysis without a rule has no plan")
+    # verl's own partition at this count whenever it fits: at verl's count it always does,
+    # so the plan is never less balanced than verl's (its candidate wins ties).
+    return balanced(result.rule, result.group_workloads, result._packing, count,
+                    _fitting_kk(result, count))
 
 
 def build_plan(
@@ -498,13 +438,13 @@ def build_plan(
 ) -> list[list[int]]:
     """The best-balanced plan with exactly ``count`` micro-batches, ordered.
 
-    Karmarkar-Karp on workloads when its plan respects the cap; otherwise a capacity-aware
-    longest-processing-time (LPT) packing; otherwise the analysis' packing split up to
-    ``count`` and rebalanced by moving groups from the heaviest micro-batch to the
-    lightest. All three respect the cap. Karmarkar-Karp is tried only when LPT fits (on
-    tight counts neither does: in 600 random CHAMP trials Karmarkar-Karp never fitted
-    where LPT did not, and ``tests/test_planner.py`` keeps checking it on real batches)
-    and when ``n * count <= 2**22``, which bounds its O(n * count) cost.
+    The smallest workload gap among :func:`~seqlen_balancing.balance.balanced`'s
+    candidates under the analysis' rule: Karmarkar-Karp on workloads (verl's partition)
+    when it fits the rule, the capacity-aware longest-processing-time (LPT) packing, and
+    the analysis' packing split up to ``count`` and rebalanced by moving groups from the
+    heaviest micro-batch to the lightest (for plain sums only when neither of the others
+    fits; padded rules add the sorted slices). All respect the rule. Karmarkar-Karp is
+    tried only when ``n * count <= 2**22``, which bounds its O(n * count) cost.
 
     Args:
         result: an error-free :class:`RankAnalysis`.
@@ -617,7 +557,7 @@ def plan_micro_batches(
             zero loss weight there). Default False: that is an error, as in verl.
         padded: for models that run padded tensors: a micro-batch costs rows x its widest
             row (:func:`~seqlen_balancing.cost.padded_micro_batch_cost`), with the fewest
-            micro-batches possible (:func:`~seqlen_balancing.padded.fewest_padded`).
+            micro-batches possible (:func:`~seqlen_balancing.rule.fewest_sorted`).
         max_samples_per_micro_batch: samples per micro-batch at most (a forced group
             counts all its samples); ``None``: no limit.
 
@@ -707,8 +647,9 @@ def over_cap_messages(result: RankAnalysis, rank: int | None = None) -> list[str
     prefix = "" if rank is None else f"rank {rank} of the DP group: "
     group = result.force_group_size
     what = "sample" if group == 1 else "the forced group starting at sample"
+    unit = "token positions padded (rows x its widest row)" if result.padded else "tokens"
     return [
-        f"{prefix}{what} {g * group} costs {result.group_sizes[g]} tokens, over "
+        f"{prefix}{what} {g * group} costs {result.group_sizes[g]} {unit}, over "
         f"max_token_len={result.requested_max_token_len}: it runs alone in a micro-batch of "
         "its own (over_cap='alone'), the only micro-batch over the cap; it may run out of memory"
         for g in result.over_cap_groups
@@ -757,8 +698,9 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> int:
 
 def _reach(result: RankAnalysis, count: int) -> bool:
     """Look for a packing with at most ``count`` micro-batches (``count`` below the
-    analysis' own): verl's Karmarkar-Karp at ``count``, the exhaustive search on few
-    groups, then the exchange search; store it in ``result`` when found."""
+    analysis' own): verl's Karmarkar-Karp at ``count``, then (summed costs) the exhaustive
+    search on few groups and the exchange search, then (any other rule) the randomized
+    best fit; store it in ``result`` when found."""
     if result._rest is not None:
         over = len(result.over_cap_groups)
         if count <= over or not _reach(result._rest, count - over):
@@ -769,14 +711,17 @@ def _reach(result: RankAnalysis, count: int) -> bool:
             [index[j] for j in b] for b in result._rest._packing
         ]
         return True
-    sizes, cap = result.group_sizes, result.max_token_len
-    if result.rule is not None:
-        return False  # the searches below know the summed cost only
+    rule = result.rule
+    if rule is None:
+        return False
     found = _fitting_kk(result, count)
-    if found is None and len(sizes) <= _EXACT_GROUPS:
-        found, _ = exact_packing(sizes, cap, count, _EXACT_BUDGET)
-    if found is None:
-        packed = reduce_bins(sizes, cap, result._packing, target=count)
+    if found is None and not rule.is_padded and rule.n <= _EXACT_GROUPS:
+        found, _ = exact_packing(rule, count, _EXACT_BUDGET)
+    if found is None and not rule.is_padded:
+        packed = repack(rule, result._packing, target=count)
+        found = packed if len(packed) <= count else None
+    if found is None and not rule.plain:
+        packed = randomized_best_fit(rule, count, result._packing)
         found = packed if len(packed) <= count else None
     if found is None:
         return False
