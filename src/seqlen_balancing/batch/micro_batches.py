@@ -15,7 +15,7 @@ from tensordict import NonTensorData, TensorDict
 
 from seqlen_balancing._checks import as_switch, describe
 from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.dummies import _cut_with_dummies, _Keep, _loss_weight_keys
+from seqlen_balancing.batch.dummies import _cut_with_dummies, _dummy_rows, _Keep, _loss_weight_keys
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
 from seqlen_balancing.batch.kinds import _READ_ERRORS
 from seqlen_balancing.batch.lengths import _read_lengths
@@ -282,15 +282,10 @@ def _rearrange_rows(
     plan = build_plan(analysis, count, bool(as_switch(use_dynamic_bsz_balance)))
     log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
-    if trim is None or not trim.dims:
-        micro_batches, rows = _cut_with_dummies(batch, plan, entries, lengths, analysis.force_group_size,
-                                                keys)
-        return micro_batches, plan, rows
-    # The entries to cut by width are not gathered whole: each micro-batch takes its columns
-    # (no dummies here: padded with dummy_micro_batches is refused before the agreement).
-    micro_batches = _cut(batch.exclude(*trim.dims), plan, entries)
-    indices = trim.cut(micro_batches, batch, plan, analysis.pad_to_multiple_of)
-    return micro_batches, list(indices), plan
+    dummy = _dummy_rows(analysis.force_group_size, analysis.dummy_group)
+    micro_batches, returned, rows = _cut_with_dummies(batch, plan, entries, dummy, keys, trim,
+                                                      analysis.pad_to_multiple_of)
+    return micro_batches, returned, rows
 
 
 def prepare_micro_batches(
