@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from seqlen_balancing import plan_micro_batches
 from seqlen_balancing.balance import balanced, lpt, rebalance, sorted_slices, workload_gap
 from seqlen_balancing.packing import best_fit, randomized_best_fit, row_filling, split
 from seqlen_balancing.repack import exact_packing, repack
@@ -127,3 +130,18 @@ def test_sorted_slices_are_consecutive_in_the_widest_first_order() -> None:
     assert sorted(i for b in slices for i in b) == order
     assert all(b == list(range(min(b), max(b) + 1)) for b in slices)  # consecutive
     assert sorted_slices(Rule.padded([0, 1], [5, 5], 100), [1, 1], 2) is None  # two-sided
+
+
+@pytest.mark.parametrize("seed", [3, 6, 11, 12])
+def test_the_issues_case_plans_the_volume_bound(seed: int) -> None:
+    """64 documents of 50-3,000 tokens, cap 8,192, at most 8 per micro-batch: the tokens
+    alone need ceil(total / 8192) = 13 micro-batches, and the plan has 13 (the library
+    planned 14 on these batches before the one rule)."""
+    rng = random.Random(seed)
+    lengths = [rng.randint(50, 3000) for _ in range(64)]
+    volume = -(-sum(lengths) // 8192)
+    assert volume == 13
+    plan = plan_micro_batches(lengths, 8192, max_samples_per_micro_batch=8)
+    assert len(plan) == volume
+    assert sorted(i for mb in plan for i in mb) == list(range(64))
+    assert all(len(mb) <= 8 and sum(lengths[i] for i in mb) <= 8192 for mb in plan)

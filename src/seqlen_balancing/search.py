@@ -6,8 +6,9 @@ step by step (cheap bounds first, the stronger ones only where a gap remains). F
 costs without a sample limit: best-fit, closing-fit and minimum-bin-slack decreasing, the
 exchange search on what the Martello-Toth reduction leaves, the exhaustive search on few
 items, and verl 0.9.1's own construction (Karmarkar-Karp at the counts verl's rule could
-stop at) so the count is never above verl's. For a sample limit: best fit and its seeded
-randomized restarts under the rule, then the exchange and exact searches with the limit.
+stop at) so the count is never above verl's. For a sample limit: best fit, row filling and
+seeded randomized best-fit restarts under the rule, the plain search's plan cut to the
+limit, then the exchange and exact searches with the limit.
 For padded rows: the sorted rule (optimal on one-sided rows), best fit and its restarts.
 :func:`_set_aside` sets the over-cap items of ``over_cap="alone"`` apart first and plans
 the rest under the same rule (:meth:`~seqlen_balancing.rule.Rule.restrict`).
@@ -122,6 +123,29 @@ def _summed(rule: Rule) -> bool:
     return not rule.is_padded
 
 
+def _cut_summed(search: _Search) -> list[list[int]]:
+    """The count search of the same items without the sample limit (summed costs alone),
+    each of its micro-batches then cut into runs of at most ``limit`` rows: a plan under
+    the limit, as good as the plain search whenever its micro-batches hold few rows."""
+    rule, result = search.rule, search.result
+    plain = RankAnalysis(None, result.max_token_len, 1, result.num_batches_divided_by)
+    plain.rule = Rule.sums(rule.sizes, rule.cap)
+    plain.group_sizes, plain.group_workloads = rule.sizes, result.group_workloads
+    _search_count(plain, None)
+    limit, rows = rule.limit or 0, rule.rows
+    cut: list[list[int]] = []
+    for items in plain._packing:
+        cut.append([])
+        taken = 0
+        for i in items:
+            if cut[-1] and taken + rows[i] > limit:
+                cut.append([])
+                taken = 0
+            cut[-1].append(i)
+            taken += rows[i]
+    return cut
+
+
 def _exact(search: _Search) -> list[list[int]]:
     packing, proven = _exact_search(search.rule, search.packing, search.lower)
     if proven > search.lower:
@@ -138,6 +162,8 @@ PACKERS = (
            lambda s: row_filling(s.rule)),
     Packer("randomized best fit", lambda rule: not rule.plain,
            lambda s: randomized_best_fit(s.rule, s.lower, s.packing)),
+    Packer("the summed plan cut to the limit", lambda rule: not rule.is_padded and rule.limit is not None,
+           lambda s: _cut_summed(s)),
     Packer("closing fit decreasing", _plain,
            lambda s: closing_fit_decreasing(s.rule.sizes, s.rule.cap)),
     # Bins filled exactly, one at a time: on few-items-per-bin batches with little slack
@@ -148,7 +174,7 @@ PACKERS = (
     Packer("exchange search", _summed, lambda s: _close_gap(s.rule, s.packing, s.lower),
            upto=BOUND_NAMES[-1], ties=True),
     # Few items: an exhaustive search finds the optimum, or proves the bound too low.
-    Packer("exact search", lambda rule: _summed(rule) and rule.n <= _EXACT_GROUPS, _exact,
+    Packer("exact search", lambda rule: _summed(rule) and rule.n <= _EXACT_GROUPS, lambda s: _exact(s),
            upto=BOUND_NAMES[-1]),
     # verl's own construction at every count it could stop at below ours: never more
     # micro-batches than verl's rule (see plan_micro_batches).
