@@ -102,11 +102,14 @@ def lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | N
     bins: list[list[int]] = [[] for _ in range(count)]
     state = Loads(rule, count)
     fits, add = state.fits, state.add
+    # Plain sums (the hot path): the room left, compared inline, instead of a call per check.
+    room = [rule.cap] * count if rule.plain else []
     heap = [(0, 0, b) for b in range(count)]  # (workload, items, bin): empty bins first
     budget = 8 * len(sizes) + 4096  # bins skipped over the whole run
     for g in sorted(range(len(sizes)), key=lambda g: (-workloads[g], -sizes[g], g)):
+        size = sizes[g]
         skipped = []
-        while heap and not fits(heap[0][2], g):
+        while heap and (room[heap[0][2]] < size if room else not fits(heap[0][2], g)):
             skipped.append(heapq.heappop(heap))
             budget -= 1
             if budget < 0:
@@ -115,7 +118,10 @@ def lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | N
             return None
         load, members, b = heapq.heappop(heap)
         bins[b].append(g)
-        add(b, g)
+        if room:
+            room[b] -= size
+        else:
+            add(b, g)
         heapq.heappush(heap, (load + workloads[g], members + 1, b))
         for entry in skipped:
             heapq.heappush(heap, entry)

@@ -208,9 +208,15 @@ class Loads:
     def of(cls, rule: Rule, bins: Sequence[Sequence[int]]) -> Loads:
         """The state of the micro-batches ``bins`` (lists of items). O(n)."""
         loads = cls(rule, len(bins))
+        sizes, counts = rule.sizes, rule.rows
         for b, items in enumerate(bins):
-            for i in items:
-                loads.add(b, i)
+            loads.rows[b] = sum(counts[i] for i in items)
+            if rule.left is None or rule.right is None:
+                loads.cost[b] = sum(sizes[i] for i in items)
+                continue
+            loads.left[b] = max((rule.left[i] for i in items), default=0)
+            loads.right[b] = max((rule.right[i] for i in items), default=0)
+            loads.cost[b] = loads.rows[b] * aligned_length(loads.left[b] + loads.right[b], rule.pad)
         return loads
 
     def open(self) -> int:
