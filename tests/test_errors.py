@@ -71,10 +71,12 @@ def test_the_examples_cover_every_record() -> None:
     assert {type(e) for e in EXAMPLES} == set(RECORDS)
 
 
-@pytest.mark.parametrize(("error", "values"), VALUES, ids=IDS)
+@pytest.mark.parametrize(("error", "values", "text"), VALUES, ids=IDS)
 def test_values_are_the_fields_and_decode_to_the_same_record(
-    error: PlanError, values: tuple[int, ...]
+    error: PlanError, values: tuple[int, ...], text: str
 ) -> None:
+    assert error.text() == text  # the message before the records, byte for byte
+    assert error.message() == (f"{text} ({error.detail})" if error.detail else text)
     assert error.values() == values
     assert len(values) <= N_ERROR_VALUES and all(0 <= v <= TOP for v in values)
     local = replace(error, detail="")  # the detail stays local: the agreement never carries it
@@ -96,7 +98,8 @@ def test_every_record_crosses_the_agreement_with_the_same_message(error: PlanErr
         want = replace(local, rank=2, global_rank=known)
         if isinstance(local, CountAboveGroups) and local.rank_needing is not None:
             # The agreement names the rank needing the count by its global rank, when known.
-            want = replace(want, global_needing=None if global_rank is None else 10 + local.rank_needing)
+            needing = None if global_rank is None else 10 + local.rank_needing
+            want = replace(local, rank=2, global_rank=known, global_needing=needing)
         assert agreed == want
         prefix = "rank 2 of the DP group: " if known is None else "rank 2 of the DP group (global rank 12): "
         assert agreed.message() == prefix + want.text()

@@ -206,7 +206,8 @@ def test_every_slot_is_int64_even_for_huge_values() -> None:
     ],
 )
 def test_error_values_round_trip_whole(values: tuple[int, ...]) -> None:
-    every = SampleOverCap(*values, 11, (1 << 40) + 1, 13, True)  # all 9 value slots in use
+    a, b, c, d, e = values
+    every = SampleOverCap(a, b, c, d, e, 11, (1 << 40) + 1, 13, True)  # all 9 value slots in use
     for sent in (every, MinAboveGroups(values[0], values[4]), BelowOne(Argument.SP_SIZE, -values[3])):
         fine = encode(analyse([1, 2, 3], 8), 0)
         faulty = encode(error_analysis(sent), 1)
