@@ -15,7 +15,20 @@ from typing import Any
 
 from seqlen_balancing._checks import _integer_or_none, as_list, describe
 from seqlen_balancing.cost import aligned_length
-from seqlen_balancing.errors import ErrorCode, LengthSource, PlanError, over_cap_kind
+from seqlen_balancing.errors import (
+    GroupOverCap,
+    LengthNotAnInteger,
+    LengthsNotASequence,
+    LengthsNotOneDimensional,
+    LengthSource,
+    NegativeLength,
+    NotOnePerSample,
+    OverCap,
+    PaddedGroupOverCap,
+    PaddedSampleOverCap,
+    PlanError,
+    SampleOverCap,
+)
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF
 from seqlen_balancing.rule import Rule
 
@@ -27,18 +40,17 @@ def read_lengths(
 ) -> tuple[PlanError | None, list[int]]:
     """Non-negative whole numbers, one per sample, or the error naming the first bad one."""
     out: list[int] = []
-    which = (source,) if source else ()  # seq_lens errors keep their three values
     try:
         values = as_list(seq_lens, source.name.lower())
-    except (TypeError, ValueError) as exc:  # not a sequence (kind 3) or not 1-D (kind 4)
-        kind = 4 if isinstance(exc, ValueError) else 3
-        return PlanError(ErrorCode.BAD_LENGTH, (0, kind, 0, *which), str(exc)), []
+    except (TypeError, ValueError) as exc:  # not a sequence, or not one-dimensional
+        shape = LengthsNotOneDimensional if isinstance(exc, ValueError) else LengthsNotASequence
+        return shape(source, detail=str(exc)), []
     for index, value in enumerate(values):
         as_int = value if type(value) is int else _integer_or_none(value)
         if as_int is None:
-            return PlanError(ErrorCode.BAD_LENGTH, (index, 0, 0, *which), describe(value)), []
+            return LengthNotAnInteger(source, index, detail=describe(value)), []
         if as_int < 0:
-            return PlanError(ErrorCode.BAD_LENGTH, (index, 1, -as_int, *which)), []
+            return NegativeLength(source, index, as_int), []
         out.append(as_int)
     return None, out
 
@@ -60,7 +72,7 @@ def sample_costs_of(lengths: list[int], pad: int, costs: Any) -> tuple[PlanError
         return None, [aligned_length(n, pad) for n in lengths] if pad > 1 else lengths
     error, given = read_lengths(costs, LengthSource.COSTS)
     if error is None and len(given) != len(lengths):
-        error = PlanError(ErrorCode.BAD_LENGTH, (len(given), 2, len(lengths), LengthSource.COSTS))
+        error = NotOnePerSample(LengthSource.COSTS, len(given), len(lengths))
     if error is None and pad > 1:
         given = [aligned_length(c, pad) for c in given]
     return error, given
@@ -75,29 +87,29 @@ def workloads_of(lengths: list[int], workloads: Any) -> tuple[PlanError | None, 
         try:
             workloads = workloads(list(lengths))
         except Exception as exc:  # agreed on as this rank's error, never raised here
-            values = (0, 3, 0, LengthSource.WORKLOADS)
-            return PlanError(ErrorCode.BAD_LENGTH, values, f"the workloads callable raised {exc!r}"), []
+            detail = f"the workloads callable raised {exc!r}"
+            return LengthsNotASequence(LengthSource.WORKLOADS, detail=detail), []
     error, given = read_lengths(workloads, LengthSource.WORKLOADS)
     if error is None and len(given) != len(lengths):
-        error = PlanError(ErrorCode.BAD_LENGTH, (len(given), 2, len(lengths), LengthSource.WORKLOADS))
+        error = NotOnePerSample(LengthSource.WORKLOADS, len(given), len(lengths))
     return error, given
 
 
 def over_cap_error(
-    tokens: list[int], costs: list[int], code: ErrorCode, stride: int,
-    caps: tuple[int, int, int], kind: int,
+    tokens: list[int], costs: list[int], kind: type[OverCap], stride: int,
+    caps: tuple[int, int, int], made: tuple[int, bool],
 ) -> PlanError | None:
     """The error for items (samples or groups) whose cost exceeds the usable cap, naming
     the first one's tokens and cost, the cap given, how many and the largest cost.
-    ``caps``: ``(usable cap, max_token_len given, micro_batch_multiple_of)``."""
+    ``caps``: ``(usable cap, max_token_len given, micro_batch_multiple_of)``; ``made``:
+    ``(pad_to_multiple_of, whether the caller gave costs)``."""
     usable, given, bucket = caps
     over = [i for i, cost in enumerate(costs) if cost > usable]
     if not over:
         return None
     first = over[0]
     largest = max(costs[i] for i in over)
-    values = (tokens[first], first * stride, given, len(over), largest, costs[first], bucket, kind)
-    return PlanError(code, values)
+    return kind(tokens[first], first * stride, given, len(over), largest, costs[first], bucket, *made)
 
 
 def _per_group(values: list[int], group: int, combine: Any = sum) -> list[int]:
@@ -144,9 +156,11 @@ def group_rule(
         alone: ``over_cap="alone"``: over-cap items are set apart, not an error.
 
     Returns:
-        A :class:`GroupRule`; its error is ``SAMPLE_OVER_CAP`` / ``GROUP_OVER_CAP`` (summed)
-        or ``PADDED_SAMPLE_OVER_CAP`` / ``PADDED_GROUP_OVER_CAP`` (padded) for the first
-        over-cap sample or group, unless ``alone``.
+        A :class:`GroupRule`; its error is a :class:`~seqlen_balancing.errors.SampleOverCap`
+        / :class:`~seqlen_balancing.errors.GroupOverCap` (summed) or a
+        :class:`~seqlen_balancing.errors.PaddedSampleOverCap` /
+        :class:`~seqlen_balancing.errors.PaddedGroupOverCap` (padded) for the first over-cap
+        sample or group, unless ``alone``.
 
     Complexity: O(n).
     """
@@ -155,13 +169,13 @@ def group_rule(
     group_workloads = _per_group(workloads, group)
     if padded:
         return _padded_groups(lengths, costs, group_workloads, shape, caps, extents, custom_costs, alone)
-    kind = over_cap_kind(pad, custom_costs)
-    error = None if alone else over_cap_error(lengths, costs, ErrorCode.SAMPLE_OVER_CAP, 1, caps, kind)
+    made = (pad, custom_costs)
+    error = None if alone else over_cap_error(lengths, costs, SampleOverCap, 1, caps, made)
     sizes = _per_group(costs, group)
     rule = Rule.sums(sizes, caps[0], rows, limit)
     if error is None and group > 1 and not alone:
         tokens = _per_group(lengths, group)
-        error = over_cap_error(tokens, sizes, ErrorCode.GROUP_OVER_CAP, group, caps, kind)
+        error = over_cap_error(tokens, sizes, GroupOverCap, group, caps, made)
     return GroupRule(rule, costs, group_workloads, error)
 
 
@@ -183,14 +197,13 @@ def _padded_groups(
     rows = [group] * (len(lengths) // group)
     rule = Rule.padded(_per_group(left, group, max), _per_group(right, group, max), caps[0],
                        rows, pad, limit)
-    kind = 2 * pad + custom_costs
+    made = (pad, custom_costs)
     error = None
     if not alone:
-        error = over_cap_error(spans, widths, ErrorCode.PADDED_SAMPLE_OVER_CAP, 1, caps, kind)
+        error = over_cap_error(spans, widths, PaddedSampleOverCap, 1, caps, made)
     if error is None and group > 1 and not alone:
         group_spans = [a + b for a, b in zip(rule.left or [], rule.right or [], strict=True)]
-        error = over_cap_error(group_spans, rule.sizes, ErrorCode.PADDED_GROUP_OVER_CAP, group, caps,
-                               kind)
+        error = over_cap_error(group_spans, rule.sizes, PaddedGroupOverCap, group, caps, made)
     return GroupRule(rule, widths, group_workloads, error)
 
 

@@ -60,8 +60,19 @@ from seqlen_balancing.cost import micro_batch_capacity
 from seqlen_balancing.errors import (
     MAX_DUMMY_MICRO_BATCHES,
     Argument,
-    ErrorCode,
+    BelowOne,
+    BucketAboveCap,
+    CountAboveGroups,
+    EmptyBatch,
+    MinAboveGroups,
+    NotAnInteger,
+    NotASwitch,
+    NotDivisible,
+    OverCapNotAString,
     PlanError,
+    SampleLimitBelowGroup,
+    TooManyDummies,
+    UnknownOverCap,
 )
 from seqlen_balancing.items import (
     dummy_group,
@@ -112,21 +123,20 @@ def argument_error(value: Any, argument: Argument, optional: bool) -> tuple[Plan
         return None, 1
     as_int = _integer_or_none(value)
     if as_int is None:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 0, 0), describe(value)), 0
+        return NotAnInteger(argument, detail=describe(value)), 0
     if as_int < 1:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 1, -as_int)), 0
+        return BelowOne(argument, as_int), 0
     return None, as_int
 
 
 def _option_error(over_cap: Any, dummy_micro_batches: Any) -> PlanError | None:
     """The error for a bad ``over_cap`` or ``dummy_micro_batches``, else ``None``."""
     if not isinstance(over_cap, str):
-        return PlanError(ErrorCode.BAD_OVER_CAP, (0,), describe(over_cap))
+        return OverCapNotAString(detail=describe(over_cap))
     if over_cap not in OVER_CAP_CHOICES:
-        return PlanError(ErrorCode.BAD_OVER_CAP, (1,), repr(over_cap)[:60])
+        return UnknownOverCap(detail=repr(over_cap)[:60])
     if as_switch(dummy_micro_batches) is None:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (Argument.DUMMY_MICRO_BATCHES, 0, 0),
-                         describe(dummy_micro_batches))
+        return NotASwitch(Argument.DUMMY_MICRO_BATCHES, detail=describe(dummy_micro_batches))
     return None
 
 
@@ -219,9 +229,9 @@ def analyse(
     if error is None:
         error, sample_workloads = workloads_of(lengths, workloads)
     if error is None and not lengths:
-        error = PlanError(ErrorCode.EMPTY_BATCH)
+        error = EmptyBatch()
     if error is None and len(lengths) % given.group:
-        error = PlanError(ErrorCode.NOT_DIVISIBLE, (len(lengths), given.group))
+        error = NotDivisible(len(lengths), given.group)
     if error is not None:
         result.error = error
         return result
@@ -284,8 +294,7 @@ def _options(
     if usable == 0:
         # The advised cap holds a bucket and the costliest group, rounded up to the bucket.
         needed = max(bucket, -(-largest // bucket) * bucket)
-        values = (Argument.MICRO_BATCH_MULTIPLE_OF, 3, bucket, cap, needed)
-        return PlanError(ErrorCode.BAD_ARGUMENT, values), None
+        return BucketAboveCap(bucket, cap, needed), None
     error, padded_on, limit = _shape_options(padded, limit_given, group)
     if error is not None:
         return error, None
@@ -313,10 +322,9 @@ def _floor_error(result: RankAnalysis, given: _Given) -> PlanError | None:
     if given.floor is None or given.floor <= groups:
         return None
     if not given.dummies:
-        return PlanError(ErrorCode.MIN_ABOVE_GROUPS, (given.floor, groups))
+        return MinAboveGroups(given.floor, groups)
     if given.floor - groups > MAX_DUMMY_MICRO_BATCHES:
-        return PlanError(ErrorCode.TOO_MANY_DUMMIES,
-                         (given.floor - groups, groups, MAX_DUMMY_MICRO_BATCHES, given.floor))
+        return TooManyDummies(given.floor - groups, groups, given.floor)
     return None
 
 
@@ -340,18 +348,18 @@ def _shape_options(
     the error every DP rank can agree on."""
     on = as_switch(padded)
     if on is None:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (Argument.PADDED, 0, 0), describe(padded)), False, None
+        return NotASwitch(Argument.PADDED, detail=describe(padded)), False, None
     if max_samples_per_micro_batch is None:
         return None, on, None
     limit = _integer_or_none(max_samples_per_micro_batch)
     name = Argument.MAX_SAMPLES_PER_MICRO_BATCH
     if limit is None:
-        error = PlanError(ErrorCode.BAD_ARGUMENT, (name, 0, 0), describe(max_samples_per_micro_batch))
+        error = NotAnInteger(name, detail=describe(max_samples_per_micro_batch))
         return error, on, None
     if limit < 1:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (name, 1, -limit)), on, None
+        return BelowOne(name, limit), on, None
     if limit < group:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (name, 5, limit, group)), on, None
+        return SampleLimitBelowGroup(limit, group), on, None
     return None, on, limit
 
 
@@ -386,10 +394,10 @@ def agreed_count(
     """
     count = roundup_divisible(needed, num_batches_divided_by)
     if count > n_groups and not dummies:
-        return 0, PlanError(ErrorCode.COUNT_ABOVE_GROUPS, (count, n_groups, needed, rank_needing))
+        needing = None if rank_needing < 0 else rank_needing
+        return 0, CountAboveGroups(count, n_groups, needed, needing)
     if count - n_groups > MAX_DUMMY_MICRO_BATCHES:
-        values = (count - n_groups, n_groups, MAX_DUMMY_MICRO_BATCHES, count)
-        return 0, PlanError(ErrorCode.TOO_MANY_DUMMIES, values)
+        return 0, TooManyDummies(count - n_groups, n_groups, count)
     return count, None
 
 
