@@ -82,6 +82,15 @@ class Rule:
             column (``None`` for summed costs).
         pad: padded only: a width is rounded up to a multiple of this
             (``pad_to_multiple_of``).
+
+    Items may have different rows (groups of different sizes): nothing here assumes they
+    are equal. Every method is O(len(items)); :class:`Loads` answers for one more item in
+    O(1).
+
+    Example:
+        >>> rule = Rule.sums([300, 500, 200], 800, rows=[1, 2, 1], limit=3)
+        >>> rule.fits([0, 1]), rule.fits([1, 2]), rule.fits([0, 1, 2])
+        (True, True, False)
     """
 
     cap: int
