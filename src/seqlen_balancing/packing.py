@@ -38,6 +38,7 @@ _MAX_BITSET_BITS = 1 << 16  # minimum_bin_slack: widest subset-sum bitset (cap /
 _MAX_STORED_BITS = 1 << 26  # minimum_bin_slack: bitsets kept per bin (8 MiB)
 _PROBES = 16  # best_fit: micro-batches with the room tried per item under a rule
 _MAX_RESTARTS = 64  # randomized_best_fit: restarts at most
+_STALE_RESTARTS = 24  # randomized_best_fit: ... and at most this many in a row that gain nothing
 _SPREADS = (0.05, 0.1, 0.2, 0.4)  # randomized_best_fit: the noise on the order's key
 
 
@@ -183,7 +184,7 @@ def randomized_best_fit(
         target: stop as soon as a packing has this many micro-batches (a lower bound).
         packing: the best packing so far (returned when no restart beats it).
         budget: items placed over all restarts (default ``20 n + 100000``; at most 64
-            restarts).
+            restarts, and the restarts stop after 24 in a row that find no fewer).
 
     Returns:
         The packing with the fewest micro-batches, the earliest on a tie.
@@ -200,8 +201,9 @@ def randomized_best_fit(
     rng = random.Random((n * 1_000_003 + rule.cap * 7919 + sum(rule.sizes)) & 0xFFFFFFFF)
     key = _order_key(rule)
     best = packing
+    stale = 0
     for restart in range(restarts):
-        if len(best) <= target:
+        if len(best) <= target or stale >= _STALE_RESTARTS:
             break
         if restart % 2:
             order = list(range(n))
@@ -211,8 +213,9 @@ def randomized_best_fit(
             noisy = [key[i] * (1.0 + rng.uniform(-spread, spread)) for i in range(n)]
             order = sorted(range(n), key=noisy.__getitem__, reverse=True)
         found = best_fit(rule, order)
+        stale += 1
         if len(found) < len(best):
-            best = found
+            best, stale = found, 0
     return best
 
 

@@ -279,18 +279,25 @@ def _padded(loads: Loads) -> tuple[_Check, _Add]:
     counts, cap, pad = rule.rows, rule.cap, rule.pad
     limit = rule.limit
 
+    # Comparisons rather than max(): these run once per check, in every padded algorithm.
     def fits(b: int, i: int) -> bool:
         total = rows[b] + counts[i]
         if limit is not None and total > limit:
             return False
-        span = max(left[b], item_left[i]) + max(right[b], item_right[i])
+        a, x = left[b], item_left[i]
+        c, y = right[b], item_right[i]
+        span = (a if a > x else x) + (c if c > y else y)
         return total * (-(-span // pad) * pad) <= cap
 
     def add(b: int, i: int) -> None:
-        rows[b] += counts[i]
-        left[b] = max(left[b], item_left[i])
-        right[b] = max(right[b], item_right[i])
-        cost[b] = rows[b] * (-(-(left[b] + right[b]) // pad) * pad)
+        total = rows[b] = rows[b] + counts[i]
+        a, x = left[b], item_left[i]
+        c, y = right[b], item_right[i]
+        if x > a:
+            left[b] = a = x
+        if y > c:
+            right[b] = c = y
+        cost[b] = total * (-(-(a + c) // pad) * pad)
 
     return fits, add
 
