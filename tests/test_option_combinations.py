@@ -141,3 +141,20 @@ def test_sample_limit_with_workloads_and_dummies_composes() -> None:
                               dummy_micro_batches=True, workloads=[3, 2, 1])
     assert len(plan) == 4 and plan[-1] == [] and all(len(mb) == 1 for mb in plan[:3])
     assert sorted(i for mb in plan for i in mb) == [0, 1, 2]
+
+
+def test_a_padded_row_alone_is_named_in_token_positions(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from seqlen_balancing.planner import analyse, over_cap_messages
+
+    result = analyse([300, 40, 30], 100, padded=True, over_cap="alone")
+    assert over_cap_messages(result) == [
+        "sample 0 costs 300 token positions padded (rows x its widest row), over "
+        "max_token_len=100: it runs alone in a micro-batch of its own (over_cap='alone'), the "
+        "only micro-batch over the cap; it may run out of memory"
+    ]
+    with caplog.at_level(logging.WARNING, logger="seqlen_balancing"):
+        plan = plan_micro_batches([300, 40, 30], 100, padded=True, over_cap="alone")
+    assert sorted(map(sorted, plan)) == [[0], [1, 2]]  # 2 rows x 40 = 80 fit together
+    assert len([r for r in caplog.records if r.name == "seqlen_balancing"]) == 1
