@@ -27,6 +27,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from seqlen_balancing.analysis import RankAnalysis
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp
@@ -50,6 +51,8 @@ _TOLERANCE = 1 << 14
 _HEADROOM_LAYERS = 4
 #: Lightest micro-batches of a layer the search swaps with.
 _LIGHTEST = 2
+#: Groups per rank above which the whole step's micro-batches are cut first.
+_LARGE_RANK = 512
 #: Groups of a micro-batch the two-for-one exchange pairs up (the smallest by cost).
 _PAIR_GROUPS = 24
 
@@ -434,13 +437,15 @@ def _lock_step_search(grid: Grid, rounds: int) -> None:
 def _shed(grid: Grid, r: int, k: int) -> list[tuple[int, int, int, int]]:
     """Ways cell ``(r, k)`` can pass workload to the same rank's micro-batch of another
     layer without raising that layer's top: ``(load after, group, layer, other group or
-    -1)``, lowest load after first (at most two per group and layer)."""
+    -1)``, lowest load after first; among the :data:`_HEADROOM_LAYERS` layers where the
+    rank is furthest below the top (at most two ways per group and layer)."""
     cell, load = grid.cells[r][k], grid.load[r][k]
     found: list[tuple[int, int, int, int]] = []
-    for k2 in range(grid.count):
-        room = grid.top(k2) - grid.load[r][k2]
-        if k2 == k or room <= 0:
-            continue
+    rooms = sorted(((grid.top(k2) - grid.load[r][k2], k2) for k2 in range(grid.count) if k2 != k),
+                   reverse=True)[:_HEADROOM_LAYERS]
+    for room, k2 in rooms:
+        if room <= 0:
+            break
         others = sorted(grid.cells[r][k2], key=lambda g: (grid.workloads[g], g))
         loads = [grid.workloads[g] for g in others]
         for g in cell:
@@ -459,45 +464,57 @@ def _lower_layer(grid: Grid, k: int, least: int) -> bool:
     level the others can reach passes workload to its own rank's micro-batches of other
     layers, none of which rises above its layer's top. Applied (True) when the top falls
     by more than ``least``."""
-    ways = {r: _shed(grid, r, k) for r in range(grid.dp)}
-    level = max(min([grid.load[r][k]] + [w[0] for w in ways[r]]) for r in range(grid.dp))
-    if grid.top(k) - level <= least:
-        return False
-    for r in range(grid.dp):
+    level, ways = 0, {}
+    # heaviest first: a rank whose load is at or below the level reached cannot raise it
+    for r in sorted(range(grid.dp), key=lambda q: (-grid.load[q][k], q)):
+        if grid.load[r][k] <= level:
+            break
+        ways[r] = _shed(grid, r, k)
+        level = max(level, min([grid.load[r][k]] + [w[0] for w in ways[r]]))
+        if grid.top(k) - level <= least:
+            return False
+    for r, found in ways.items():
         if grid.load[r][k] > level:
             # the way that passes the least workload and still reaches the level
-            _, g, k2, other = max(w for w in ways[r] if w[0] <= level)
+            _, g, k2, other = max(w for w in found if w[0] <= level)
             grid.move(g, (r, k), (r, k2))
             if other >= 0:
                 grid.move(other, (r, k2), (r, k))
     return True
 
 
-def _rank_first(result: RankAnalysis, dp: int, count: int) -> Grid | None:
+def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any]) -> Grid | None:
     """The other way round, for steps too tight to even out after the fact: equal-size
     parts of near-equal cost first (Karmarkar-Karp), then each part planned alone with
     ``count`` micro-batches, its micro-batches lined up lightest first. ``None`` where a
-    part needs more (or the rule is padded: a part is planned on its groups' summed costs)."""
+    part needs more (or the rule is padded: a part is planned on its groups' summed costs).
+    ``memo`` keeps the parts and their analyses for the next count tried."""
     rule = result.rule
     if rule is not None and rule.padded:
         return None
     limit = None if rule is None else rule.max_groups
-    cells: list[list[list[int]]] = []
     loads = result.group_workloads
-    parts = karmarkar_karp(loads, dp, equal_size=True)
-    # even the parts' workloads, then bring each part's cost within count x the cap
-    parts = _level_parts(parts, loads, sum(loads) * (_TOLERANCE + 1) // (_TOLERANCE * dp))
-    for part in _level_parts(parts, result.group_sizes, count * result.max_token_len):
-        part = sorted(part)
-        # each group is one item of its summed cost: the same rule, on the usable cap
-        alone = analyse([result.group_sizes[g] for g in part], result.max_token_len,
-                        max_samples_per_micro_batch=limit,
-                        workloads=[result.group_workloads[g] for g in part])
+    if "parts" not in memo:
+        parts = karmarkar_karp(loads, dp, equal_size=True)
+        # even the parts' workloads (the cost comes next, per count)
+        memo["parts"] = _level_parts(parts, loads, sum(loads) * (_TOLERANCE + 1) // (_TOLERANCE * dp))
+    parts = _level_parts([list(p) for p in memo["parts"]], result.group_sizes, count * result.max_token_len)
+    analyses = []
+    for part in map(sorted, parts):
+        key = tuple(part)
+        if key not in memo:
+            # each group is one item of its summed cost: the same rule, on the usable cap
+            memo[key] = analyse([result.group_sizes[g] for g in part], result.max_token_len,
+                                max_samples_per_micro_batch=limit, workloads=[loads[g] for g in part])
+        alone = memo[key]
         if alone.error is not None or alone.min_count > count:
-            return None
-        bins = sorted(([part[i] for i in mb] for mb in build_plan(alone, count, False)),
-                      key=lambda b: (sum(result.group_workloads[g] for g in b), b[0]))
-        cells.append(bins)
+            return None  # before any part is cut: the next count reuses these analyses
+        analyses.append((part, alone))
+    cells = [
+        sorted(([part[i] for i in mb] for mb in build_plan(alone, count, False)),
+               key=lambda b: (sum(loads[g] for g in b), b[0]))
+        for part, alone in analyses
+    ]
     return Grid(result, cells)
 
 
@@ -531,14 +548,29 @@ def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[li
     return parts
 
 
-def plan_at(result: RankAnalysis, dp: int, count: int, per_rank: int | None) -> Grid | None:
+def plan_at(
+    result: RankAnalysis, dp: int, count: int, per_rank: int | None, memo: dict[Any, Any] | None = None
+) -> Grid | None:
     """The lock-step plan with ``count`` micro-batches per rank, or ``None`` when the
-    ranks' sample counts cannot be made equal (``per_rank`` groups each) at this count."""
-    grid: Grid | None = _rank_first(result, dp, count) if per_rank is not None else None
-    if grid is None and dp * count >= result.min_count:
-        grid = _deal(result, dp, count)
-        if per_rank is not None and not _equal_sizes(grid, per_rank):
-            grid = None
+    ranks' sample counts cannot be made equal (``per_rank`` groups each) at this count.
+    ``memo`` (one dict per step) carries work from one count to the next."""
+    memo = {} if memo is None else memo
+
+    def micro_batches_first() -> Grid | None:
+        if dp * count < result.min_count:
+            return None  # the whole step's packings need more micro-batches
+        dealt = _deal(result, dp, count)
+        return dealt if per_rank is None or _equal_sizes(dealt, per_rank) else None
+
+    def ranks_first() -> Grid | None:
+        return None if per_rank is None else _rank_first(result, dp, count, memo)
+
+    # ranks first balances best; on large ranks the micro-batches first are as good and
+    # cheaper (one whole-step plan instead of one per rank)
+    ways = (ranks_first, micro_batches_first)
+    if per_rank is not None and per_rank > _LARGE_RANK:
+        ways = ways[::-1]
+    grid = ways[0]() or ways[1]()
     if grid is not None:
         _lock_step_search(grid, _SEARCH_ROUNDS * result.n_groups + _SEARCH_BASE)
     return grid

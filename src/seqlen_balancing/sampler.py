@@ -263,6 +263,16 @@ def _row_length(value: Any, index: int, where: str) -> int:
         ) from None
 
 
+def _row_value(dataset: Any, index: int, column: str) -> Any:
+    try:
+        return dataset[index][column]
+    except (KeyError, TypeError, IndexError) as error:
+        raise ValueError(
+            f"row {index} has no column {column!r} ({type(error).__name__}: {error}); pass "
+            "lengths as a list, a callable of the row index, or a column every row has"
+        ) from None
+
+
 def _read_lengths(dataset: Any, lengths: Lengths, n: int) -> list[int]:
     """Every row's length, read once (see the class docstring)."""
     if isinstance(lengths, str):
@@ -274,7 +284,7 @@ def _read_lengths(dataset: Any, lengths: Lengths, n: int) -> list[int]:
         if column is not None and not isinstance(column, Mapping) and len(column) == n:
             values = column
         else:
-            values = [dataset[i][lengths] for i in range(n)]
+            values = [_row_value(dataset, i, lengths) for i in range(n)]
         return _integers([_row_length(v, i, f"column {lengths!r}") for i, v in enumerate(values)],
                          n, f"column {lengths!r}")
     if callable(lengths):

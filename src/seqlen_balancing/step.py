@@ -188,7 +188,8 @@ def plan_step(
     first, most = _count_range(result, dp, equal, floor, divisor)
     per_rank = result.n_groups // dp if equal else None
     fixed = micro_batch_fixed_cost(result.requested_max_token_len, overhead)
-    count, grid = first, plan_at(result, dp, first, per_rank)
+    memo: dict[Any, Any] = {}
+    count, grid = first, plan_at(result, dp, first, per_rank, memo)
     while grid is None:  # one group per micro-batch (count == most) always evens out
         count += divisor
         if count > most:
@@ -199,14 +200,14 @@ def plan_step(
                 f"num_batches_divided_by={divisor}); pass more samples, a larger max_token_len "
                 "or a smaller dp_size"
             )
-        grid = plan_at(result, dp, count, per_rank)
+        grid = plan_at(result, dp, count, per_rank, memo)
     bound = roundup_divisible(max(-(-result.lower_bound // dp), floor or 1), divisor)
     # the step time above its floor that another count could save: more than the extra
     # fixed costs, and more than 1/1000 of the floor (finer than the model itself)
     worth = max(divisor * fixed, sum(result.group_workloads) / dp / 1000)
     if count == bound and count + divisor <= most and grid.gap() > dp * worth:
         # one more micro-batch per rank may balance better than it costs (never two more)
-        more = plan_at(result, dp, count + divisor, per_rank)
+        more = plan_at(result, dp, count + divisor, per_rank, memo)
         if more is not None and more.step_time() + divisor * fixed < grid.step_time():
             count, grid = count + divisor, more
     plans = _rank_plans(grid, result.force_group_size, balance)
