@@ -21,8 +21,9 @@ A rank with fewer micro-batches than another waits through the others' extra one
 the case here: every plan below has one count on all ranks).
 
 **Steps.** A dataset is shuffled as ``DistributedSampler`` shuffles it (``torch.randperm``,
-seed 0, epoch 0); step ``t`` holds the rows ``t x G .. (t + 1) x G`` of that order
-(``G = ranks x samples per rank``), what ``DistributedSampler`` gives the ranks at that step.
+seed 0, epoch 0, then epoch 1 ...); step ``t`` of an epoch holds the rows
+``t x G .. (t + 1) x G`` of its order (``G = ranks x samples per rank``), what
+``DistributedSampler`` gives the ranks at that step.
 A row longer than the cap is clipped to it (a truncated sequence). Datasets: the bundled
 CHAMP lengths (``seqlen_balancing.data.load_champ_lengths``: whole conversations, mean
 1,016 tokens), the CHAMP responses alone (``response_tokens``, mean 774: the lengths the
@@ -90,9 +91,16 @@ def datasets() -> dict[str, list[int]]:
 
 
 def sampler_steps(lengths: list[int], width: int, steps: int) -> list[list[int]]:
-    """The first ``steps`` global batches of ``DistributedSampler``'s epoch 0 (seed 0)."""
-    order = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(0)).tolist()
-    return [[lengths[i] for i in order[t * width : (t + 1) * width]] for t in range(steps)]
+    """The first ``steps`` global batches of ``DistributedSampler`` with seed 0, epoch after
+    epoch (``set_epoch``: the shuffle is seeded ``0 + epoch``), whole steps only."""
+    out: list[list[int]] = []
+    epoch = 0
+    while len(out) < steps:
+        order = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(epoch)).tolist()
+        for t in range(min(len(lengths) // width, steps - len(out))):
+            out.append([lengths[i] for i in order[t * width : (t + 1) * width]])
+        epoch += 1
+    return out
 
 
 def sft_deal(n: int, dp: int) -> list[list[int]]:

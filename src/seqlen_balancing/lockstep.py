@@ -26,7 +26,7 @@ import bisect
 import heapq
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from seqlen_balancing.analysis import RankAnalysis
@@ -51,8 +51,6 @@ _TOLERANCE = 1 << 14
 _HEADROOM_LAYERS = 4
 #: Lightest micro-batches of a layer the search swaps with.
 _LIGHTEST = 2
-#: Groups per rank above which the whole step's micro-batches are cut first.
-_LARGE_RANK = 512
 #: Groups of a micro-batch the two-for-one exchange pairs up (the smallest by cost).
 _PAIR_GROUPS = 24
 
@@ -549,28 +547,28 @@ def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[li
 
 
 def plan_at(
-    result: RankAnalysis, dp: int, count: int, per_rank: int | None, memo: dict[Any, Any] | None = None
+    result: RankAnalysis, dp: int, count: int, per_rank: int | None, memo: dict[Any, Any] | None = None,
+    whole: Callable[[], RankAnalysis] | None = None,
 ) -> Grid | None:
     """The lock-step plan with ``count`` micro-batches per rank, or ``None`` when the
     ranks' sample counts cannot be made equal (``per_rank`` groups each) at this count.
-    ``memo`` (one dict per step) carries work from one count to the next."""
+
+    ``result`` is the whole step's analysis (its groups, costs, workloads and rule);
+    ``whole`` gives it with its count search done (``result`` itself when ``None``), which
+    only cutting the whole step's micro-batches first needs; ``memo`` (one dict per step)
+    carries work from one count to the next."""
     memo = {} if memo is None else memo
+    searched = whole or (lambda: result)
 
     def micro_batches_first() -> Grid | None:
-        if dp * count < result.min_count:
+        full = searched()
+        if dp * count < full.min_count:
             return None  # the whole step's packings need more micro-batches
-        dealt = _deal(result, dp, count)
+        dealt = _deal(full, dp, count)
         return dealt if per_rank is None or _equal_sizes(dealt, per_rank) else None
 
-    def ranks_first() -> Grid | None:
-        return None if per_rank is None else _rank_first(result, dp, count, memo)
-
-    # ranks first balances best; on large ranks the micro-batches first are as good and
-    # cheaper (one whole-step plan instead of one per rank)
-    ways = (ranks_first, micro_batches_first)
-    if per_rank is not None and per_rank > _LARGE_RANK:
-        ways = ways[::-1]
-    grid = ways[0]() or ways[1]()
+    ranks_first = None if per_rank is None else _rank_first(result, dp, count, memo)
+    grid = ranks_first or micro_batches_first()
     if grid is not None:
         _lock_step_search(grid, _SEARCH_ROUNDS * result.n_groups + _SEARCH_BASE)
     return grid

@@ -46,12 +46,13 @@ collective.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
-from seqlen_balancing._checks import describe, positive_int, switch
+from seqlen_balancing._checks import _integer_or_none, describe, positive_int, switch
 from seqlen_balancing.analysis import RankAnalysis
+from seqlen_balancing.bounds import best_lower_bound
 from seqlen_balancing.lockstep import (
     Grid,
     layer_order,
@@ -72,6 +73,9 @@ __all__ = [
     "plan_step",
     "step_time_floor",
 ]
+
+#: Another count is tried only where the plan is more than 1/_WORTH of its floor above it.
+_WORTH = 256
 
 #: The fixed cost of one micro-batch as a share of the linear term of a full one
 #: (``24576 x max_token_len``); docs/step-time.md gives the measurement behind it.
@@ -117,7 +121,7 @@ def _overhead(value: Any) -> float:
 
 
 def _count_range(
-    result: RankAnalysis, dp: int, equal: bool, floor: int | None, divisor: int
+    result: RankAnalysis, lower: int, dp: int, equal: bool, floor: int | None, divisor: int
 ) -> tuple[int, int]:
     """The first count per rank to try, and the most any rank can hold."""
     n_groups, group = result.n_groups, result.force_group_size
@@ -129,7 +133,7 @@ def _count_range(
             "the batch into equal contiguous chunks) or equal_size=False"
         )
     most = n_groups // dp
-    first = max(-(-result.lower_bound // dp), floor or 1, 1)
+    first = max(-(-lower // dp), floor or 1, 1)
     first = roundup_divisible(first, divisor)
     if first > most:
         raise ValueError(
@@ -139,6 +143,46 @@ def _count_range(
             "empty; pass more samples, a larger max_token_len or a smaller dp_size"
         )
     return first, most
+
+
+def _whole_step(
+    seq_lens: Sequence[int], max_token_len: int, rule: dict[str, Any]
+) -> tuple[RankAnalysis, int, Callable[[], RankAnalysis]]:
+    """The whole step's analysis, its best lower bound, and the analysis with its count
+    search done (what cutting the whole step first needs), computed on first call.
+
+    For summed costs without a sample limit the first analysis skips the count search (its
+    ``min_num_micro_batch`` is the number of groups, so the packings meet it at once) and
+    the bound is :func:`~seqlen_balancing.bounds.best_lower_bound` of the groups' costs:
+    the search is most of the time on a large step, and planning the ranks first does not
+    need it. Otherwise the analysis is :func:`~seqlen_balancing.planner.analyse` as it is.
+
+    Raises:
+        TypeError, ValueError: the analysis' error (a sample over the cap, ...).
+    """
+    searched: list[RankAnalysis] = []
+
+    def whole() -> RankAnalysis:
+        if not searched:
+            searched.append(_analysed(seq_lens, max_token_len, rule))
+        return searched[0]
+
+    group = _integer_or_none(rule.get("force_group_size", 1))
+    n = len(seq_lens) if isinstance(seq_lens, Sized) else None
+    if rule.get("padded") or rule.get("max_samples_per_micro_batch") is not None or not group or \
+            group < 1 or not n or "min_num_micro_batch" in rule:
+        full = whole()
+        return full, full.lower_bound, whole
+    quick = _analysed(seq_lens, max_token_len, {**rule, "min_num_micro_batch": max(1, n // group)})
+    lower = max(1, best_lower_bound(quick.group_sizes, quick.max_token_len)[0])
+    return quick, lower, whole
+
+
+def _analysed(seq_lens: Sequence[int], max_token_len: int, rule: dict[str, Any]) -> RankAnalysis:
+    result = analyse(seq_lens, max_token_len, **rule)
+    if result.error is not None:
+        raise result.error.exception()
+    return result
 
 
 def _rank_plans(grid: Grid, group: int, balance: bool) -> list[list[list[int]]]:
@@ -182,14 +226,12 @@ def plan_step(
     floor = None if min_num_micro_batch is None else positive_int(min_num_micro_batch, "min_num_micro_batch")
     divisor = 1 if num_batches_divided_by is None else positive_int(num_batches_divided_by,
                                                                     "num_batches_divided_by")
-    result = analyse(seq_lens, max_token_len, **rule)
-    if result.error is not None:
-        raise result.error.exception()
-    first, most = _count_range(result, dp, equal, floor, divisor)
+    result, lower, whole = _whole_step(seq_lens, max_token_len, rule)
+    first, most = _count_range(result, lower, dp, equal, floor, divisor)
     per_rank = result.n_groups // dp if equal else None
     fixed = micro_batch_fixed_cost(result.requested_max_token_len, overhead)
     memo: dict[Any, Any] = {}
-    count, grid = first, plan_at(result, dp, first, per_rank, memo)
+    count, grid = first, plan_at(result, dp, first, per_rank, memo, whole)
     while grid is None:  # one group per micro-batch (count == most) always evens out
         count += divisor
         if count > most:
@@ -200,14 +242,14 @@ def plan_step(
                 f"num_batches_divided_by={divisor}); pass more samples, a larger max_token_len "
                 "or a smaller dp_size"
             )
-        grid = plan_at(result, dp, count, per_rank, memo)
-    bound = roundup_divisible(max(-(-result.lower_bound // dp), floor or 1), divisor)
+        grid = plan_at(result, dp, count, per_rank, memo, whole)
+    bound = roundup_divisible(max(-(-lower // dp), floor or 1), divisor)
     # the step time above its floor that another count could save: more than the extra
-    # fixed costs, and more than 1/1000 of the floor (finer than the model itself)
-    worth = max(divisor * fixed, sum(result.group_workloads) / dp / 1000)
+    # fixed costs, and more than 1/_WORTH of the floor (finer than the model itself)
+    worth = max(divisor * fixed, sum(result.group_workloads) / dp / _WORTH)
     if count == bound and count + divisor <= most and grid.gap() > dp * worth:
         # one more micro-batch per rank may balance better than it costs (never two more)
-        more = plan_at(result, dp, count + divisor, per_rank, memo)
+        more = plan_at(result, dp, count + divisor, per_rank, memo, whole)
         if more is not None and more.step_time() + divisor * fixed < grid.step_time():
             count, grid = count + divisor, more
     plans = _rank_plans(grid, result.force_group_size, balance)
@@ -215,7 +257,7 @@ def plan_step(
         rank_samples=[[i for mb in plan for i in mb] for plan in plans],
         rank_micro_batches=plans,
         count=count,
-        lower_bound=result.lower_bound,
+        lower_bound=lower,
         step_time=grid.step_time() + count * fixed,
         floor=step_time_floor(result.group_workloads, dp, count, fixed),
         fixed_cost=fixed,
