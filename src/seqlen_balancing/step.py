@@ -3,10 +3,10 @@
 DP ranks run their micro-batches in lock-step (:mod:`seqlen_balancing.lockstep` has the
 model: step time = sum over index ``k`` of the slowest rank's micro-batch ``k``, plus a
 fixed cost per micro-batch). When the caller decides which samples land on which rank (a
-sampler, PPO's balance step), :func:`plan_global_batch` plans the whole step at once:
+sampler, PPO's balance step), :func:`~seqlen_balancing.plan_global_batch` plans the whole step at once:
 
 1. **Count.** The whole step is analysed as one batch under the one rule
-   (:func:`~seqlen_balancing.planner.analyse`: costs, alignment, padded, sample limit,
+   (``seqlen_balancing.planner.analyse``: costs, alignment, padded, sample limit,
    force groups). Its best lower bound ``B`` says that no plan with the same count on
    every rank has fewer than ``K = ceil(B / dp_size)`` micro-batches per rank; planning
    starts there (raised to ``min_num_micro_batch``, rounded up to
@@ -17,7 +17,7 @@ sampler, PPO's balance step), :func:`plan_global_batch` plans the whole step at 
    ``_balance_batch``), one-for-one swaps between the heaviest and the lightest part then
    even their workloads, and further swaps bring every part's cost within ``K`` caps.
    Each part is planned alone with exactly ``K`` micro-batches
-   (:func:`~seqlen_balancing.planner.build_plan`, balanced on workload), and the ranks'
+   (``seqlen_balancing.planner.build_plan``, balanced on workload), and the ranks'
    micro-batches are lined up lightest first: index ``k`` holds every rank's ``k``-th
    lightest.
 3. **Micro-batches first** (where a part needs more than ``K``, for padded micro-batches,
@@ -94,9 +94,9 @@ class StepPlan:
         count: micro-batches per rank (the same on every rank).
         lower_bound: the best lower bound of the whole step in micro-batches (under the
             rule); no plan has fewer than ``ceil(lower_bound / dp_size)`` per rank.
-        step_time: the modeled lock-step time (:func:`lock_step_time`), fixed costs included.
-        floor: :func:`step_time_floor` at ``count``.
-        fixed_cost: the fixed cost of one micro-batch used (:func:`micro_batch_fixed_cost`).
+        step_time: the modeled lock-step time (:func:`~seqlen_balancing.lockstep.lock_step_time`), fixed costs included.
+        floor: :func:`~seqlen_balancing.lockstep.step_time_floor` at ``count``.
+        fixed_cost: the fixed cost of one micro-batch used (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`).
     """
 
     rank_samples: list[list[int]]
@@ -155,7 +155,7 @@ def _whole_step(
     ``min_num_micro_batch`` is the number of groups, so the packings meet it at once) and
     the bound is :func:`~seqlen_balancing.bounds.best_lower_bound` of the groups' costs:
     the search is most of the time on a large step, and planning the ranks first does not
-    need it. Otherwise the analysis is :func:`~seqlen_balancing.planner.analyse` as it is.
+    need it. Otherwise the analysis is ``seqlen_balancing.planner.analyse`` as it is.
 
     Raises:
         TypeError, ValueError: the analysis' error (a sample over the cap, ...).
@@ -206,13 +206,13 @@ def plan_step(
     min_num_micro_batch: int | None = None,
     **rule: Any,
 ) -> StepPlan:
-    """:func:`plan_global_batch` with what it measured: the count, the whole step's lower
+    """:func:`~seqlen_balancing.plan_global_batch` with what it measured: the count, the whole step's lower
     bound, the modeled step time and its floor (a :class:`StepPlan`).
 
-    Takes the arguments of :func:`plan_global_batch`; ``rule`` holds its rule options
+    Takes the arguments of :func:`~seqlen_balancing.plan_global_batch`; ``rule`` holds its rule options
     (``force_group_size``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``, ``costs``,
     ``padded``, ``max_samples_per_micro_batch``, ``workloads``), passed on to
-    :func:`~seqlen_balancing.planner.analyse` as they are.
+    ``seqlen_balancing.planner.analyse`` as they are.
 
     Example:
         >>> plan = plan_step([600, 500, 400, 300, 200, 100, 50, 50], 2, 1000)
@@ -299,17 +299,23 @@ def plan_global_batch(
             reordered batch into equal contiguous chunks; ``DistributedSampler`` gives every
             rank as many). False: ranks may get different sample counts.
         micro_batch_overhead: the fixed cost of one micro-batch, as a share of the linear
-            term of a full one (:func:`micro_batch_fixed_cost`), a number >= 0: one more
+            term of a full one (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`), a number >= 0: one more
             micro-batch per rank is used only where the model says it is faster.
         use_dynamic_bsz_balance: verl's pipeline-parallel order of micro-batches (lightest
             at both ends), the same on every rank; else heaviest first.
         num_batches_divided_by: the count is a multiple of this, or ``None``.
         min_num_micro_batch: at least this many micro-batches per rank, or ``None``.
-        force_group_size, pad_to_multiple_of, micro_batch_multiple_of, costs, padded,
-            max_samples_per_micro_batch, workloads: the one rule and the balance objective,
-            as :func:`~seqlen_balancing.plan_micro_batches` takes them, for the whole step
-            (``costs`` and ``workloads`` one per sample, force groups of consecutive global
-            indices).
+        force_group_size: consecutive global indices ``[g*size, (g+1)*size)`` that share a
+            micro-batch (and a rank, contiguous in its batch).
+        pad_to_multiple_of: each sample's cost rounded up to a multiple of this.
+        micro_batch_multiple_of: a micro-batch's summed cost rounded up to this.
+        costs: one cost in tokens per sample instead of its length, or ``None``.
+        padded: a micro-batch costs its rows x its widest row.
+        max_samples_per_micro_batch: samples per micro-batch at most, or ``None``.
+        workloads: one balance workload per sample instead of verl's ``24576*s + s**2``
+            (what the lock-step model weighs), or ``None``. These seven are the one rule
+            and the balance objective of :func:`~seqlen_balancing.plan_micro_batches`,
+            applied to the whole step.
 
     Returns:
         ``(rank_samples, rank_micro_batches)``: ``rank_micro_batches[r][k]`` the sorted
@@ -327,7 +333,7 @@ def plan_global_batch(
             not divisible by ``dp_size`` with ``equal_size``, or a rank left fewer samples
             than micro-batches.
 
-    Complexity: :func:`~seqlen_balancing.planner.analyse` on the whole step and on each
+    Complexity: ``seqlen_balancing.planner.analyse`` on the whole step and on each
     part (O(n log n) together, plus their bounded searches), Karmarkar-Karp's
     O(n log n + n dp), at most ``4 n`` swaps of O(m log m) for parts of ``m`` groups, and
     at most ``4 n + 64`` rounds of the local search, each O(dp log dp + m K); once more
