@@ -94,9 +94,11 @@ class StepPlan:
         count: micro-batches per rank (the same on every rank).
         lower_bound: the best lower bound of the whole step in micro-batches (under the
             rule); no plan has fewer than ``ceil(lower_bound / dp_size)`` per rank.
-        step_time: the modeled lock-step time (:func:`~seqlen_balancing.lockstep.lock_step_time`), fixed costs included.
+        step_time: the modeled lock-step time
+            (:func:`~seqlen_balancing.lockstep.lock_step_time`), fixed costs included.
         floor: :func:`~seqlen_balancing.lockstep.step_time_floor` at ``count``.
-        fixed_cost: the fixed cost of one micro-batch used (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`).
+        fixed_cost: the fixed cost of one micro-batch used
+            (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`).
     """
 
     rank_samples: list[list[int]]
@@ -299,8 +301,9 @@ def plan_global_batch(
             reordered batch into equal contiguous chunks; ``DistributedSampler`` gives every
             rank as many). False: ranks may get different sample counts.
         micro_batch_overhead: the fixed cost of one micro-batch, as a share of the linear
-            term of a full one (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`), a number >= 0: one more
-            micro-batch per rank is used only where the model says it is faster.
+            term of a full one (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`),
+            a number >= 0: one more micro-batch per rank is used only where the model says
+            it is faster.
         use_dynamic_bsz_balance: verl's pipeline-parallel order of micro-batches (lightest
             at both ends), the same on every rank; else heaviest first.
         num_batches_divided_by: the count is a multiple of this, or ``None``.
