@@ -33,8 +33,9 @@ sampler, PPO's balance step), :func:`~seqlen_balancing.plan_global_batch` plans 
    ranks), or, where several ranks share the top, each of them passes workload to its own
    micro-batches of other layers. Sample counts and the rule hold throughout.
 5. **One more?** Where ``K`` met the bound and its plan is further above its floor than
-   the fixed cost of one more micro-batch per rank (``micro_batch_overhead``), ``K + 1`` is
-   planned too and the faster of the two in the model is kept: never two above the bound.
+   the fixed cost of one more micro-batch per rank (``micro_batch_overhead``) and than
+   1/256 of the floor, ``K + 1`` is planned too and the faster of the two in the model is
+   kept: never two above the bound.
 6. **Order.** With ``use_dynamic_bsz_balance`` the indices take verl's pipeline-parallel
    order (sorted by lock-step workload, lightest at both ends), the same on every rank.
 
