@@ -49,7 +49,7 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
     """
     loads = [sum(workloads[g] for g in b) for b in bins]
     state = Loads.of(rule, bins)
-    fits = state.fits
+    fits, cost, sizes, cap, plain = state.fits, state.cost, rule.sizes, rule.cap, rule.plain
     # (-load, bin) ascending: heaviest first, ties by index; kept sorted as loads change, so
     # a round costs O(count) memory moves instead of a sort (large counts: a whole step)
     keys = sorted((-load, b) for b, load in enumerate(loads))
@@ -58,6 +58,7 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
             break
         # the lightest bin, the smallest index among equals (what min() over the ids gives)
         light = keys[bisect.bisect_left(keys, (keys[-1][0], -1))][1]
+        room = cap - cost[light]  # plain sums (the hot path): an item fits when it is no larger
         move = None
         # The heaviest bin that can give. A bin of one item never gives: its item's
         # workload is the gap plus the lightest load, not below it.
@@ -65,7 +66,10 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
             gap = loads[heavy] - loads[light]
             if gap <= 0:
                 break
-            movable = [g for g in bins[heavy] if 0 < workloads[g] < gap and fits(light, g)]
+            if plain:
+                movable = [g for g in bins[heavy] if sizes[g] <= room and 0 < workloads[g] < gap]
+            else:
+                movable = [g for g in bins[heavy] if 0 < workloads[g] < gap and fits(light, g)]
             if movable:
                 move = heavy, min(movable, key=lambda g: (abs(2 * workloads[g] - gap), g))
                 break
@@ -233,6 +237,8 @@ def balanced(
     sliced = sorted_slices(rule, workloads, count) if rule.is_padded else None
     if sliced is not None:
         candidates.append(rebalance(rule, sliced, workloads))
+    if len(candidates) == 1:
+        return candidates[0]
     return min(candidates, key=lambda bins: workload_gap(bins, workloads))
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from seqlen_balancing._checks import positive_int, switch
 from seqlen_balancing.bounds import BOUND_NAMES, _best_lower_bound, best_lower_bound
@@ -149,6 +150,11 @@ class Rule:
         """Number of items."""
         return len(self.sizes)
 
+    @cached_property
+    def unit_rows(self) -> bool:
+        """True when every item is one row (single samples). O(n), once."""
+        return all(k == 1 for k in self.rows)
+
     def width(self, items: Sequence[int]) -> int:
         """A padded micro-batch's width in token positions (0 for no items)."""
         if not items or self.left is None or self.right is None:
@@ -159,9 +165,10 @@ class Rule:
     def cost(self, items: Sequence[int]) -> int:
         """What the micro-batch of ``items`` holds: rows x width when padded, else the
         summed costs (before the bucket: the cap is already the usable one)."""
-        if self.is_padded:
-            return sum(self.rows[i] for i in items) * self.width(items)
-        return sum(self.sizes[i] for i in items)
+        if self.left is None:
+            sizes = self.sizes
+            return sum(sizes[i] for i in items)
+        return sum(self.rows[i] for i in items) * self.width(items)
 
     def fits(self, items: Sequence[int]) -> bool:
         """True when the micro-batch of ``items`` costs at most the cap and holds at most
@@ -218,8 +225,9 @@ class Loads:
         """The state of the micro-batches ``bins`` (lists of items). O(n)."""
         loads = cls(rule, len(bins))
         sizes, counts = rule.sizes, rule.rows
+        unit = rule.unit_rows
         for b, items in enumerate(bins):
-            loads.rows[b] = sum(counts[i] for i in items)
+            loads.rows[b] = len(items) if unit else sum(counts[i] for i in items)
             if rule.left is None or rule.right is None:
                 loads.cost[b] = sum(sizes[i] for i in items)
                 continue

@@ -197,6 +197,8 @@ def _search_count(result: RankAnalysis, floor: int | None) -> None:
         if not packer.serves(rule):
             continue
         if search.packing:
+            if search.done():
+                break  # met the bound already evaluated: no stronger bound needed
             search.hold(packer.upto)
             if search.done():
                 break
