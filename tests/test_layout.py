@@ -24,7 +24,9 @@ LAYERS: list[tuple[str, ...]] = [
     # errors/ is a package: record.py at its bottom, the areas of records above it (see
     # test_the_error_areas_import_only_the_record_room)
     ("_checks", "errors", "data"),
-    ("cost", "partition", "bounds", "packing", "balance", "padded"),
+    ("cost", "partition", "bounds", "packing", "balance", "padded", "per_sample"),
+    # the options object: checked values the planner, the batch glue, verl and the CLI take
+    ("options",),
     ("analysis",),
     ("search",),
     ("planner", "verl_rule"),

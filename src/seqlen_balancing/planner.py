@@ -50,13 +50,13 @@ implementation needs over 10 s per count there) and the cap-aware packings alone
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from seqlen_balancing._checks import _integer_or_none, as_list, as_switch, describe, switch
+from seqlen_balancing._checks import _integer_or_none, describe
 from seqlen_balancing.analysis import RankAnalysis
 from seqlen_balancing.balance import _lpt_with_cap, _rebalance, _workload_gap, order_micro_batches
-from seqlen_balancing.cost import aligned_length, micro_batch_capacity
+from seqlen_balancing.cost import WorkloadModel, aligned_length, micro_batch_capacity
 from seqlen_balancing.errors import (
     MAX_DUMMY_MICRO_BATCHES,
     Argument,
@@ -66,31 +66,22 @@ from seqlen_balancing.errors import (
     CountAboveGroups,
     EmptyBatch,
     GroupOverCap,
-    LengthNotAnInteger,
-    LengthsNotASequence,
-    LengthsNotOneDimensional,
     LengthSource,
     MinAboveGroups,
-    NegativeLength,
     NotAnInteger,
-    NotASwitch,
     NotDivisible,
     NotOnePerSample,
     OverCap,
-    OverCapNotAString,
     PlanError,
     SampleOverCap,
     TooManyDummies,
-    UnknownOverCap,
+    WorkloadsAndModel,
 )
+from seqlen_balancing.options import OVER_CAP_CHOICES, PlanOptionKeywords, PlanOptions, Unpack
 from seqlen_balancing.packing import exact_packing, reduce_bins, split_to_count
-from seqlen_balancing.padded import (
-    BinRule,
-    balanced_under_rule,
-    padded_options,
-    plan_padded,
-)
+from seqlen_balancing.padded import BinRule, balanced_under_rule, plan_padded
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, roundup_divisible
+from seqlen_balancing.per_sample import read_numbers
 from seqlen_balancing.search import (
     _EXACT_BUDGET,
     _EXACT_GROUPS,
@@ -105,6 +96,7 @@ __all__ = [
     "agreed_count",
     "analyse",
     "build_plan",
+    "failed_analysis",
     "local_count",
     "log_over_cap",
     "order_micro_batches",
@@ -112,9 +104,6 @@ __all__ = [
     "plan_micro_batches",
 ]
 
-#: The values ``over_cap`` takes: ``"raise"`` (verl's behaviour: an over-cap sample is a
-#: ``ValueError``) or ``"alone"`` (it runs in a micro-batch of its own, with a warning).
-OVER_CAP_CHOICES = ("raise", "alone")
 
 #: Where the over-cap warnings go (``over_cap="alone"``): logging rather than
 #: ``warnings.warn``, since a warnings filter set to "error" would turn the warning into an
@@ -138,20 +127,7 @@ def argument_error(value: Any, argument: Argument, optional: bool) -> tuple[Plan
 def _lengths(
     seq_lens: Sequence[Any], source: LengthSource = LengthSource.SEQ_LENS
 ) -> tuple[PlanError | None, list[int]]:
-    out: list[int] = []
-    try:
-        values = as_list(seq_lens, source.name.lower())
-    except (TypeError, ValueError) as exc:  # not a sequence, or not one-dimensional
-        shape = LengthsNotOneDimensional if isinstance(exc, ValueError) else LengthsNotASequence
-        return shape(source, detail=str(exc)), []
-    for index, value in enumerate(values):
-        as_int = value if type(value) is int else _integer_or_none(value)
-        if as_int is None:
-            return LengthNotAnInteger(source, index, detail=describe(value)), []
-        if as_int < 0:
-            return NegativeLength(source, index, as_int), []
-        out.append(as_int)
-    return None, out
+    return read_numbers(seq_lens, source)
 
 
 def _longest(sizes: list[int], group: int | None) -> int:
@@ -168,10 +144,12 @@ def _sample_costs(
     lengths: list[int], pad: int, costs: Any
 ) -> tuple[PlanError | None, list[int]]:
     """Each sample's cost (:func:`~seqlen_balancing.cost.sample_costs`: the given cost, or
-    the effective length, rounded up to ``pad``), or the error to agree on."""
+    the effective length, rounded up to ``pad``), or the error to agree on. ``costs`` is
+    read whole (:func:`~seqlen_balancing.per_sample.read_numbers`; a callable is called
+    with the lengths)."""
     if costs is None:
         return None, [aligned_length(n, pad) for n in lengths] if pad > 1 else lengths
-    error, given = _lengths(costs, LengthSource.COSTS)
+    error, given = read_numbers(costs, LengthSource.COSTS, lengths)
     if error is None and len(given) != len(lengths):
         error = NotOnePerSample(LengthSource.COSTS, len(given), len(lengths))
     if error is None and pad > 1:
@@ -179,32 +157,21 @@ def _sample_costs(
     return error, given
 
 
-def _workloads_of(lengths: list[int], workloads: Any) -> tuple[PlanError | None, list[int]]:
-    """Each sample's balance workload: the caller's (a list, or a callable of the
-    effective lengths), or verl's ``24576*s + s**2``."""
+def _workloads_of(
+    lengths: list[int], workloads: Any, model: WorkloadModel | None
+) -> tuple[PlanError | None, list[int]]:
+    """Each sample's balance workload: the caller's (read whole: a list, or a callable of
+    the effective lengths), the ``workload_model``'s, or verl's ``24576*s + s**2``."""
     if workloads is None:
+        if model is not None:
+            return None, model.workloads(lengths)
         return None, [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
-    if callable(workloads):
-        try:
-            workloads = workloads(list(lengths))
-        except Exception as exc:  # agreed on as this rank's error, never raised here
-            detail = f"the workloads callable raised {exc!r}"
-            return LengthsNotASequence(LengthSource.WORKLOADS, detail=detail), []
-    error, given = _lengths(workloads, LengthSource.WORKLOADS)
+    if model is not None:
+        return WorkloadsAndModel(), []
+    error, given = read_numbers(workloads, LengthSource.WORKLOADS, lengths)
     if error is None and len(given) != len(lengths):
         error = NotOnePerSample(LengthSource.WORKLOADS, len(given), len(lengths))
     return error, given
-
-
-def _option_error(over_cap: Any, dummy_micro_batches: Any) -> PlanError | None:
-    """The error for a bad ``over_cap`` or ``dummy_micro_batches``, else ``None``."""
-    if not isinstance(over_cap, str):
-        return OverCapNotAString(detail=describe(over_cap))
-    if over_cap not in OVER_CAP_CHOICES:
-        return UnknownOverCap(detail=repr(over_cap)[:60])
-    if as_switch(dummy_micro_batches) is None:
-        return NotASwitch(Argument.DUMMY_MICRO_BATCHES, detail=describe(dummy_micro_batches))
-    return None
 
 
 def _cost_over_cap(
@@ -226,19 +193,11 @@ def _cost_over_cap(
 def analyse(
     seq_lens: Sequence[Any],
     max_token_len: Any,
+    options: PlanOptions | None = None,
     *,
-    force_group_size: Any = 1,
-    min_num_micro_batch: Any = None,
-    num_batches_divided_by: Any = None,
-    pad_to_multiple_of: Any = 1,
-    micro_batch_multiple_of: Any = 1,
     costs: Any = None,
-    padded: Any = False,
-    max_samples_per_micro_batch: Any = None,
-    padded_extents: tuple[Sequence[int], Sequence[int]] | None = None,
     workloads: Any = None,
-    over_cap: Any = "raise",
-    dummy_micro_batches: Any = False,
+    padded_extents: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> RankAnalysis:
     """Check one rank's input and find its smallest micro-batch count under the cap.
 
@@ -262,27 +221,22 @@ def analyse(
     search above runs on those costs and that cap.
 
     Args:
-        seq_lens: effective length in tokens of each sample on this rank.
+        seq_lens: effective length in tokens of each sample on this rank (read whole,
+            :func:`~seqlen_balancing.per_sample.read_numbers`).
         max_token_len: cap in tokens per micro-batch.
-        force_group_size: consecutive samples that must share a micro-batch.
-        min_num_micro_batch: lower limit on the count, or ``None``.
-        num_batches_divided_by: the final count must be a multiple of this, or ``None``.
-        pad_to_multiple_of: per-sequence alignment in tokens (``None`` or 1: none).
-        micro_batch_multiple_of: per-micro-batch rounding in tokens (``None`` or 1: none).
-        costs: one non-negative cost in tokens per sample, replacing the effective lengths
-            and rounded up to ``pad_to_multiple_of`` like them, or ``None``.
-        padded, max_samples_per_micro_batch: as in :func:`plan_micro_batches`.
+        options: the options of the plan, already checked (:class:`~seqlen_balancing.
+            options.PlanOptions`; ``None``: ``PlanOptions()``, verl's behaviour).
+        costs: one non-negative cost in tokens per sample (or a callable of the effective
+            lengths returning them), replacing the effective lengths and rounded up to
+            ``pad_to_multiple_of`` like them, or ``None``. Read whole.
+        workloads: one non-negative integer per sample, the balance objective (summed per
+            group) instead of verl's ``24576*s + s**2`` (or ``options.workload_model``'s),
+            or a callable taking the list of effective lengths and returning them (e.g.
+            ``functools.partial(transformer_workloads, hidden_size=8192)``), or ``None``.
+            Read whole: whatever reading them raises becomes this rank's error. The cap is
+            untouched.
         padded_extents: with ``padded``, each sample's ``(left, right)`` span around a
             column every row shares (:func:`~seqlen_balancing.padded.padded_rule`).
-        workloads: one non-negative integer per sample, the balance objective (summed per
-            group) instead of verl's ``24576*s + s**2``, or a callable taking the list of
-            effective lengths and returning them (e.g. ``functools.partial(
-            transformer_workloads, hidden_size=8192)``; what it raises becomes this rank's
-            error), or ``None``. The cap is untouched.
-        over_cap: ``"raise"`` (an over-cap sample or group is an error) or ``"alone"``
-            (each runs in a micro-batch of its own; the rest is planned as usual).
-        dummy_micro_batches: serve counts above ``n_groups`` (``min_num_micro_batch``,
-            ``num_batches_divided_by``, a DP group's count) with dummy micro-batches.
 
     Returns:
         A :class:`RankAnalysis`.
@@ -290,40 +244,61 @@ def analyse(
     Complexity: O(n log n) for the bounds and best-fit decreasing, plus the bounded local
     search when best-fit decreasing misses the bound.
     """
-    checks = (
-        (max_token_len, Argument.MAX_TOKEN_LEN, False),
-        (force_group_size, Argument.FORCE_GROUP_SIZE, False),
-        (min_num_micro_batch, Argument.MIN_NUM_MICRO_BATCH, True),
-        (num_batches_divided_by, Argument.NUM_BATCHES_DIVIDED_BY, True),
-        (pad_to_multiple_of, Argument.PAD_TO_MULTIPLE_OF, True),
-        (micro_batch_multiple_of, Argument.MICRO_BATCH_MULTIPLE_OF, True),
-    )
+    options = PlanOptions() if options is None else options
+    result = _analyse(seq_lens, max_token_len, options, costs, workloads, padded_extents)
+    return _with_request(result, max_token_len, options, costs is not None, workloads is not None)
+
+
+def failed_analysis(
+    error: PlanError, max_token_len: Any = None, options: PlanOptions | None = None,
+    costs_given: bool = False, workloads_given: bool = False,
+) -> RankAnalysis:
+    """The analysis of a rank that failed before :func:`analyse` (a bad batch, a bad
+    option), holding its error and what it was asked to do (``options`` ``None``: the
+    options themselves could not be read), so that the DP group still checks the request."""
+    result = RankAnalysis(error)
+    if options is None:
+        return result
+    return _with_request(result, max_token_len, options, costs_given, workloads_given)
+
+
+def _with_request(
+    result: RankAnalysis, max_token_len: Any, options: PlanOptions, costs_given: bool,
+    workloads_given: bool,
+) -> RankAnalysis:
+    """``result`` with the request's record, error or not: the DP group checks that every
+    rank was asked for the same (:mod:`seqlen_balancing.agreement`)."""
+    result.options = options
+    cap = _integer_or_none(max_token_len)
+    result.requested_max_token_len = cap if cap is not None and cap >= 1 else 0
+    result.custom_costs = costs_given
+    result.custom_workloads = workloads_given or options.workload_model is not None
+    return result
+
+
+def _analyse(
+    seq_lens: Sequence[Any], max_token_len: Any, options: PlanOptions, costs: Any, workloads: Any,
+    padded_extents: tuple[Sequence[int], Sequence[int]] | None,
+) -> RankAnalysis:
+    """:func:`analyse` but the request's record (options, cap, what was given)."""
+    group, pad, bucket = options.force_group_size, options.pad_to_multiple_of, options.micro_batch_multiple_of
+    min_num_micro_batch = options.min_num_micro_batch
+    floor, divisor = min_num_micro_batch or 1, options.num_batches_divided_by or 1
+    padded_on, limit = options.padded, options.max_samples_per_micro_batch
+    alone, dummies = options.over_cap == "alone", options.dummy_micro_batches
     length_error, lengths = _lengths(seq_lens)
-    as_pad = _integer_or_none(pad_to_multiple_of) if pad_to_multiple_of is not None else 1
-    cost_error, sizes_of = (
-        (length_error, []) if length_error else _sample_costs(lengths, max(as_pad or 1, 1), costs)
-    )
-    # Read even when an argument is bad: the DP group's advice on the cap counts this rank.
-    largest = _longest(lengths if cost_error else sizes_of, _integer_or_none(force_group_size))
-    ints: list[int] = []
-    for value, argument, optional in checks:
-        error, as_int = argument_error(value, argument, optional)
-        if error is not None:
-            return RankAnalysis(error, largest=largest)
-        ints.append(as_int)
-    option_error = _option_error(over_cap, dummy_micro_batches)
-    if option_error is not None:
-        return RankAnalysis(option_error, largest=largest)
-    alone, dummies = over_cap == "alone", bool(as_switch(dummy_micro_batches))
-    cap, group, floor, divisor, pad, bucket = ints
+    cost_error, sizes_of = (length_error, []) if length_error else _sample_costs(lengths, pad, costs)
+    # Read even when the cap is bad: the DP group's advice on the cap counts this rank.
+    largest = _longest(lengths if cost_error else sizes_of, group)
+    error, cap = argument_error(max_token_len, Argument.MAX_TOKEN_LEN, False)
+    if error is not None:
+        return RankAnalysis(error, largest=largest)
     usable = micro_batch_capacity(cap, bucket)
     if usable == 0:
         # The advised cap holds a bucket and the costliest group, rounded up to the bucket.
         needed = max(bucket, -(-largest // bucket) * bucket)
         return RankAnalysis(BucketAboveCap(bucket, cap, needed), largest=largest)
-    error, padded_on, limit = padded_options(padded, max_samples_per_micro_batch, group)
-    if error is None:
-        error = _combination_error(padded_on, limit, alone, dummies)
+    error = _combination_error(padded_on, limit, alone, dummies)
     if error is not None:
         return RankAnalysis(error, largest=largest)
     result = RankAnalysis(None, usable, group, divisor, largest=largest)
@@ -331,13 +306,13 @@ def analyse(
     result.pad_to_multiple_of, result.micro_batch_multiple_of = pad, bucket
     result.custom_costs = costs is not None
     result.padded, result.max_samples_per_micro_batch = padded_on, limit
-    result.custom_workloads = workloads is not None
+    result.custom_workloads = workloads is not None or options.workload_model is not None
     result.dummy_micro_batches = dummies
     result.min_num_micro_batch = floor if min_num_micro_batch is not None else 0
     error = cost_error
     sample_workloads: list[int] = []
     if error is None:
-        error, sample_workloads = _workloads_of(lengths, workloads)
+        error, sample_workloads = _workloads_of(lengths, workloads, options.workload_model)
     if error is None and not lengths:
         error = EmptyBatch()
     if error is None and len(lengths) % group:
@@ -568,19 +543,11 @@ def plan_micro_batches(
     seq_lens: Sequence[int],
     max_token_len: int,
     *,
-    num_batches_divided_by: int | None = None,
-    min_num_micro_batch: int | None = None,
-    force_group_size: int = 1,
-    use_dynamic_bsz_balance: bool = True,
+    options: PlanOptions | None = None,
     num_micro_batches: int | None = None,
-    pad_to_multiple_of: int = 1,
-    micro_batch_multiple_of: int = 1,
-    costs: Sequence[int] | None = None,
-    padded: bool = False,
-    max_samples_per_micro_batch: int | None = None,
-    workloads: Sequence[int] | None = None,
-    over_cap: str = "raise",
-    dummy_micro_batches: bool = False,
+    costs: Sequence[int] | Callable[[list[int]], Iterable[int]] | None = None,
+    workloads: Sequence[int] | Callable[[list[int]], Iterable[int]] | None = None,
+    **option_keywords: Unpack[PlanOptionKeywords],
 ) -> list[list[int]]:
     """Plan one rank's micro-batches on a plain list of lengths (no torch needed).
 
@@ -592,48 +559,34 @@ def plan_micro_batches(
     Args:
         seq_lens: effective length in tokens of each of the ``n`` samples.
         max_token_len: hard cap in tokens on every micro-batch.
-        num_batches_divided_by: the count is rounded up to a multiple of this.
-        min_num_micro_batch: at least this many micro-batches.
-        force_group_size: consecutive samples ``[g*size, (g+1)*size)`` stay together.
-        use_dynamic_bsz_balance: lightest micro-batches at both ends (verl's order).
+        options: the plan's options (:class:`~seqlen_balancing.PlanOptions`;
+            docs/options.md says what each does); ``None``: verl's behaviour.
         num_micro_batches: use exactly this count (e.g. agreed by a DP group) instead of
             the smallest: a multiple of ``num_batches_divided_by``, at most the number of
             samples/groups, and a count this library can plan (where its own count is
             higher, it searches for a plan with this many: verl's Karmarkar-Karp at that
             count, an exhaustive search on up to 40 groups, the exchange search).
-        pad_to_multiple_of: each sample costs its length rounded up to a multiple of this
-            (Megatron's per-sequence THD alignment, see
-            :func:`~seqlen_balancing.cost.megatron_alignment`); 1 (verl's rule): its length.
-        micro_batch_multiple_of: a micro-batch's summed cost is rounded up to a multiple of
-            this before it meets the cap (verl's ``pad_to_length_bucket``; FP8's total
-            alignment); a cap that is not a multiple of it is usable as
-            ``max_token_len // micro_batch_multiple_of * micro_batch_multiple_of``.
         costs: one non-negative cost in tokens per sample instead of the effective
-            lengths, e.g. image plus text tokens or a memory estimate, rounded up to
-            ``pad_to_multiple_of`` as the lengths are (one rule: a sample costs its given
-            cost or length, aligned); ``None``: none.
-        workloads: one non-negative integer per sample, the balance objective (what
-            Karmarkar-Karp, the capacity-aware balancing, the rebalancing and the order of
-            micro-batches weigh) instead of verl's ``24576*s + s**2``; e.g.
-            :func:`~seqlen_balancing.cost.transformer_workloads` of the lengths. The cap,
-            the count and the bounds are untouched. ``None``: verl's workload (and the
-            "never worse than verl" guarantee, which is stated for it).
-        over_cap: ``"raise"`` (default, verl's behaviour) or ``"alone"``: a sample (or
-            forced group) whose cost is over the cap runs in a micro-batch of its own, the
-            only micro-batches allowed over the cap, and a warning naming its index, its
-            cost and the cap is logged on the ``seqlen_balancing`` logger
-            (``over_cap_messages``). The count and the lower bound count one
-            micro-batch for each.
-        dummy_micro_batches: when the count (``min_num_micro_batch``,
-            ``num_batches_divided_by``, ``num_micro_batches``) is above the number of
-            samples/groups, each runs alone and the missing micro-batches are dummies:
-            empty lists at the end of the plan (the caller runs a copy of a real row with
-            zero loss weight there). Default False: that is an error, as in verl.
-        padded: for models that run padded tensors: a micro-batch costs rows x its widest
-            row (:func:`~seqlen_balancing.cost.padded_micro_batch_cost`), with the fewest
-            micro-batches possible (:func:`~seqlen_balancing.padded.fewest_padded`).
-        max_samples_per_micro_batch: samples per micro-batch at most (a forced group
-            counts all its samples); ``None``: no limit.
+            lengths (or a callable of the lengths returning them), e.g. image plus text
+            tokens or a memory estimate, rounded up to ``pad_to_multiple_of`` as the
+            lengths are (one rule: a sample costs its given cost or length, aligned);
+            ``None``: none. Read whole; a mapping, a set or a string is refused.
+        workloads: one non-negative integer per sample (or a callable of the lengths),
+            the balance objective (what Karmarkar-Karp, the capacity-aware balancing, the
+            rebalancing and the order of micro-batches weigh) instead of verl's ``24576*s
+            + s**2``; e.g. :func:`~seqlen_balancing.cost.transformer_workloads` of the
+            lengths. The cap, the count and the bounds are untouched. ``None``: verl's
+            workload (or the ``workload_model``'s), and the "never worse than verl"
+            guarantee, which is stated for it.
+        **option_keywords: any option of :class:`~seqlen_balancing.PlanOptions`
+            by name (laid over ``options``): ``num_batches_divided_by``,
+            ``min_num_micro_batch``, ``force_group_size``, ``use_dynamic_bsz_balance``,
+            ``pad_to_multiple_of``, ``micro_batch_multiple_of``, ``padded``,
+            ``max_samples_per_micro_batch``, ``over_cap`` (``"alone"``: a sample or group
+            over the cap runs in a micro-batch of its own, with a warning on the
+            ``seqlen_balancing`` logger), ``dummy_micro_batches`` (a count above the
+            samples/groups is served by empty dummy lists at the end),
+            ``loss_weight_keys`` and ``workload_model``.
 
     Returns:
         Micro-batches as lists of sample indices (each sorted, non-empty, its cost at most
@@ -643,8 +596,8 @@ def plan_micro_batches(
         lists, last. Balance and order use the effective lengths (or ``workloads``).
 
     Raises:
-        TypeError: an argument or length is not an integer, or ``use_dynamic_bsz_balance``
-            is not a bool (or 0/1).
+        TypeError: an argument or length is not an integer, a switch is not a bool (or
+            0/1), an unknown option name, or per-sample data that is not a sequence.
         ValueError: empty input, a negative length or cost, ``costs`` not one per sample,
             a sample or forced group whose cost is over the cap (``exceeds
             max_token_len``, giving its tokens and its cost), a ``micro_batch_multiple_of``
@@ -675,26 +628,14 @@ def plan_micro_batches(
         >>> plan_micro_batches([10, 20, 30], 100, num_batches_divided_by=4, dummy_micro_batches=True)
         [[0], [2], [1], []]
     """
-    balance = switch(use_dynamic_bsz_balance, "use_dynamic_bsz_balance")
-    result = analyse(
-        seq_lens,
-        max_token_len,
-        force_group_size=force_group_size,
-        min_num_micro_batch=min_num_micro_batch,
-        num_batches_divided_by=num_batches_divided_by,
-        pad_to_multiple_of=pad_to_multiple_of,
-        micro_batch_multiple_of=micro_batch_multiple_of,
-        costs=costs,
-        padded=padded,
-        max_samples_per_micro_batch=max_samples_per_micro_batch,
-        workloads=workloads,
-        over_cap=over_cap,
-        dummy_micro_batches=dummy_micro_batches,
-    )
+    given, error = PlanOptions.from_keywords(options, None, option_keywords)
+    if error is not None:
+        raise error.exception()
+    result = analyse(seq_lens, max_token_len, given, costs=costs, workloads=workloads)
     count = local_count(result)
     if num_micro_batches is not None:
         count = _exact_count(result, num_micro_batches)
-    plan = build_plan(result, count, balance)
+    plan = build_plan(result, count, given.use_dynamic_bsz_balance)
     log_over_cap(result)
     return plan
 
@@ -714,7 +655,7 @@ def over_cap_messages(result: RankAnalysis, rank: int | None = None) -> list[str
         ``rank R of the DP group: `` when ``rank`` is given).
 
     Example:
-        >>> result = analyse([5000, 100, 200], 4096, over_cap="alone")
+        >>> result = analyse([5000, 100, 200], 4096, PlanOptions(over_cap="alone"))
         >>> over_cap_messages(result, rank=1)[0][:51]
         'rank 1 of the DP group: sample 0 costs 5000 tokens,'
     """
