@@ -60,7 +60,7 @@ FIXED = 27  # slots before the request's pairs
 SIZE = FIXED + 2 * len(REQUEST_NAMES)
 
 
-def request(cap: int, **changed: int) -> list[int]:
+def request(cap: int | None, **changed: int) -> list[int | None]:
     """The request of a rank asked for verl's defaults under ``cap``, by hand: the positive
     integers 1 (None counts as 1 for the divisor and the floor), switches and over_cap 0,
     keys and model None (0), the cap, nothing given; ``changed`` overrides by name."""
@@ -76,7 +76,7 @@ def model_vector(
     static: int | None = None,
     largest: int = 0,
     dummies: bool = False,
-    asked: list[int] | None = None,
+    asked: list[int | None] | None = None,
 ) -> list[int]:
     """The slots as agreement.py's docstring lays them out, written out by hand: 0 the error
     key, 1-18 the error's 9 values in halves, then count (19), groups (20), mode (21, 22),
@@ -183,6 +183,10 @@ def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
     over = analyse([3, 40, 9], 20)  # the longest sample (40) travels with the error
     assert over.error is not None
     assert encode(over, rank) == model_vector(rank, error=over.error, largest=40, asked=request(20))
+    no_cap = analyse([1, 2], 0)  # a cap that is not one: its slots idle, its error speaks
+    assert no_cap.error is not None
+    assert encode(no_cap, rank) == model_vector(rank, error=no_cap.error, largest=2,
+                                                asked=request(None))
     huge = analyse([2**63], 2**64)  # a cap of 2**41 or more travels as a hash
     assert encode(huge, rank)[25] == 2**62 + 1
     assert encode(huge, rank)[FIXED + 24] >> 20 >= 2**41

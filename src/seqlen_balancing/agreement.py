@@ -232,17 +232,21 @@ def request_value(value: Any) -> int:
     return _HASHED + (int.from_bytes(digest, "big") & LARGEST_SHOWN)
 
 
-def _request_values(analysis: RankAnalysis) -> list[int] | None:
-    """The values of :data:`REQUEST` this rank was asked for, or ``None`` (no options)."""
+def _request_values(analysis: RankAnalysis) -> list[int | None] | None:
+    """The values of :data:`REQUEST` this rank was asked for, or ``None`` (no options); a
+    cap that could not be read is ``None`` too (the rank's error speaks for it)."""
     options = analysis.options
     if options is None:
         return None
-    given = {"max_token_len": analysis.requested_max_token_len or None,
-             "costs": analysis.custom_costs, "workloads": analysis.custom_workloads}
+    given = {"costs": analysis.custom_costs, "workloads": analysis.custom_workloads}
     # min_num_micro_batch and num_batches_divided_by: None plans as 1, so it reads as 1
     as_one = {"min_num_micro_batch", "num_batches_divided_by"}
-    values = []
+    values: list[int | None] = []
     for name, _, _ in REQUEST:
+        if name == "max_token_len":
+            cap = analysis.requested_max_token_len
+            values.append(request_value(cap) if cap else None)
+            continue
         value = given[name] if name in given else getattr(options, name)
         values.append(request_value(1 if value is None and name in as_one else value))
     return values
@@ -312,8 +316,9 @@ def _encode_request(vector: list[int], analysis: RankAnalysis, tag: int) -> None
     if values is None:
         return
     for (high, low), value in zip(_REQUEST, values, strict=True):
-        vector[high] = value << _RANK_BITS | tag
-        vector[low] = -value << _RANK_BITS | tag
+        if value is not None:
+            vector[high] = value << _RANK_BITS | tag
+            vector[low] = -value << _RANK_BITS | tag
 
 
 @dataclass(frozen=True)

@@ -427,7 +427,7 @@ def check_combinations(args: argparse.Namespace) -> None:
             "--tp; pass --tp N too (1 without tensor parallelism)"
         )
     args.options = options_of(args)  # again: a caller may have changed a flag's value
-    if args.options.over_cap == "alone" and args.truncate:
+    if args.options.over_cap == "alone" and getattr(args, "truncate", False):
         raise CliError(
             "--over-cap alone runs over-cap samples whole and --truncate clips them to the cap; "
             "pass one"

@@ -615,6 +615,7 @@ def sweep_row_json(result: StepResult, sp_size: int) -> dict[str, Any]:
         "largest_micro_batch_cost": result.largest_cost,
         "truncated": result.truncated,
         "over_cap_alone": sum(len(r.over_cap_alone) for r in result.ranks),
+        "micro_batch_tokens": [r.micro_batch_tokens for r in result.ranks],
         "seconds": round(result.seconds, 6),
         **_verl_json(result),
     }
