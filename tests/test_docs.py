@@ -231,7 +231,8 @@ def test_every_page_runs_something_or_says_why_not() -> None:
     assert all(reason for _, _, reason in skips), skips
     assert len(skips) <= 3, f"use skips sparingly: {skips}"
     readme = blocks(ROOT / "README.md")
-    assert [b.lang for b in readme if runs(b)] == ["console", "console", "console", "python", "python"]
+    expected = ["console", "console", "console", "python", "python", "python"]
+    assert [b.lang for b in readme if runs(b)] == expected
 
 
 def test_the_output_check_fails_on_a_changed_line() -> None:

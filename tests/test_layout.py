@@ -30,9 +30,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("analysis",),
     ("search",),
     ("planner", "verl_rule"),
+    # the whole step across DP ranks: the lock-step model and grid, then the global planner
+    ("lockstep", "step"),
     ("agreement",),
     ("distributed",),
-    ("batch",),
+    ("batch", "sampler"),
     # the package's front door re-exports the rooms below; cli and verl use it as users do
     ("verl", "cli", "__init__", "__main__"),
 ]

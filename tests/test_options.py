@@ -93,6 +93,7 @@ def test_the_typed_keywords_are_the_fields() -> None:
     assert keyword_names(OptionKeywords) == every - set(VERL_PARAMETERS)
 
 
+@pytest.mark.torch
 def test_the_verl_functions_keep_verls_parameters_and_add_options_and_keywords() -> None:
     import seqlen_balancing.batch as batch
 
