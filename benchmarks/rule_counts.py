@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from seqlen_balancing.data import load_champ_lengths
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planner import analyse, build_plan
 
 
@@ -139,8 +140,8 @@ def one_batch(setting: Setting, seed: int, restarts: int) -> tuple[int, int, int
     left = [rng.randint(20, 800) for _ in right] if setting.two_sided else [0] * len(right)
     extents = (left, right) if setting.two_sided else None
     start = time.perf_counter()
-    result = analyse(right, setting.cap, padded=setting.padded,
-                     max_samples_per_micro_batch=setting.limit, padded_extents=extents)
+    result = analyse(right, setting.cap, PlanOptions(padded=setting.padded,
+                     max_samples_per_micro_batch=setting.limit), padded_extents=extents)
     if result.error is not None:
         raise SystemExit(f"{setting.name}, seed {seed}: {result.error.message()}")
     ours = build_plan(result, result.min_count)

@@ -28,6 +28,7 @@ from seqlen_balancing.errors import (
     NegativeLength,
     NotAnInteger,
 )
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planner import (
     RankAnalysis,
     agreed_count,
@@ -277,7 +278,7 @@ def test_default_order_is_balanced() -> None:
     assert balanced == [[1], [3], [2], [0]]
     assert plan_micro_batches(lengths, 4, min_num_micro_batch=4) == balanced
     assert plan_micro_batches(lengths, 4, min_num_micro_batch=4, use_dynamic_bsz_balance=False) == in_order
-    analysis = analyse(lengths, 4, min_num_micro_batch=4)
+    analysis = analyse(lengths, 4, PlanOptions(min_num_micro_batch=4))
     assert build_plan(analysis, 4) == balanced
     assert build_plan(analysis, 4, False) == in_order
 
@@ -294,7 +295,7 @@ def test_local_count_raises_the_error_with_the_rank() -> None:
         local_count(analysis, 2)
     with pytest.raises(ValueError, match=r"^the batch has no samples"):
         local_count(analysis)
-    assert local_count(analyse([3, 3, 3, 1], 4, num_batches_divided_by=2)) == 4
+    assert local_count(analyse([3, 3, 3, 1], 4, PlanOptions(num_batches_divided_by=2))) == 4
 
 
 def test_num_micro_batches_is_checked() -> None:
@@ -341,8 +342,7 @@ class _SubInt(int):
         (["x"], 8, {}, TypeError,
          "seq_lens[0] is not an integer; lengths are whole numbers of tokens ('x' (str))"),
         (5, 8, {}, TypeError, "seq_lens must be a sequence of whole numbers of tokens, one per sample "
-         "(a list, a tuple, a 1-D tensor or array), got something that is not "
-         "(seq_lens must be a sequence, got 5 (int))"),
+         "(a list, a tuple, a 1-D tensor or array), got a value of type int"),
         ([1, 1.5], 8, {}, TypeError,
          "seq_lens[1] is not an integer; lengths are whole numbers of tokens (1.5 (float))"),
         ([1, -3], 8, {}, ValueError, "seq_lens[1] is -3; lengths must be >= 0 tokens"),
@@ -378,8 +378,8 @@ def test_whole_numbers_of_any_int_type_are_lengths() -> None:
 
 def test_analysis_records_its_lower_bound() -> None:
     assert analyse([6, 6, 6], 10).lower_bound == 3
-    assert analyse([6, 6, 6], 10, min_num_micro_batch=3).lower_bound == 3
-    assert analyse([1, 1, 1], 10, min_num_micro_batch=2).lower_bound == 2
+    assert analyse([6, 6, 6], 10, PlanOptions(min_num_micro_batch=3)).lower_bound == 3
+    assert analyse([1, 1, 1], 10, PlanOptions(min_num_micro_batch=2)).lower_bound == 2
 
 
 def fewest_bins(sizes: list[int], cap: int) -> int:
@@ -427,8 +427,9 @@ def test_length_errors_are_recorded_exactly() -> None:
     # The agreement carries these records' fields, so they must be exact, not only the message.
     lens = LengthSource.SEQ_LENS
     assert analyse(["x"], 8).error == LengthNotAnInteger(lens, 0, detail="'x' (str)")
-    assert analyse(5, 8).error == LengthsNotASequence(  # type: ignore[arg-type]
-        lens, detail="seq_lens must be a sequence, got 5 (int)")
+    assert analyse(5, 8).error == LengthsNotASequence(lens, "int")  # type: ignore[arg-type]
+    assert analyse({3: 1}, 8).error == LengthsNotASequence(lens, "dict")  # never read as its keys
+    assert analyse({3, 1}, 8).error == LengthsNotASequence(lens, "set")
     assert analyse([1, 2, -3], 8).error == NegativeLength(lens, 2, -3)
     assert NegativeLength(lens, 2, -3).values() == (0, 2, 3)  # the value travels negated
 
@@ -439,12 +440,12 @@ def test_cap_and_group_size_cannot_be_none() -> None:
         plan_micro_batches([1], None)  # type: ignore[arg-type]
     assert str(caught.value) == (
         "max_token_len must be a positive integer, got a value that is not an integer (None (NoneType))")
-    assert analyse([1], 8, force_group_size=None).error == NotAnInteger(
+    assert PlanOptions.parse({"force_group_size": None})[1] == NotAnInteger(
         Argument.FORCE_GROUP_SIZE, detail="None (NoneType)")
 
 
 def test_analysis_counts_samples_and_groups() -> None:
-    analysis = analyse([1, 2, 3, 4, 5, 6], 20, force_group_size=3)
+    analysis = analyse([1, 2, 3, 4, 5, 6], 20, PlanOptions(force_group_size=3))
     assert (analysis.n_samples, analysis.n_groups, analysis.group_sizes) == (6, 2, [6, 15])
 
 
@@ -454,7 +455,7 @@ def test_bound_name_on_a_tie_with_the_floor() -> None:
     assert (analyse([1, 1], 10).lower_bound, analyse([1, 1], 10).bound_name) == (1, "L2")
     assert (analyse([0, 0], 10).lower_bound, analyse([0, 0], 10).bound_name) == (1, "one")
     # Three items above half the cap: L2 = 3, equal to min_num_micro_batch=3.
-    tie = analyse([6, 6, 6], 10, min_num_micro_batch=3)
+    tie = analyse([6, 6, 6], 10, PlanOptions(min_num_micro_batch=3))
     assert (tie.lower_bound, tie.bound_name) == (3, "L2")
 
 
@@ -464,7 +465,7 @@ def test_a_floor_at_the_packing_count_stops_the_bounds_early() -> None:
     # the cardinality bound (the 3 smallest items fit a bin: ceil(5 / 3) = 2) are evaluated.
     # Both are below 3, so the floor is named, although the matching bound (each 6 takes at
     # most one 2, the third 2 needs a bin: 3) would have met it.
-    analysis = analyse([6, 6, 2, 2, 2], 9, min_num_micro_batch=3)
+    analysis = analyse([6, 6, 2, 2, 2], 9, PlanOptions(min_num_micro_batch=3))
     assert (analysis.min_count, analysis.lower_bound, analysis.bound_name) == (
         3, 3, "min_num_micro_batch")
 
@@ -562,7 +563,7 @@ def test_close_gap_starts_from_the_best_fresh_packing() -> None:
 
 def test_local_count_names_the_rank_when_the_count_exceeds_the_groups() -> None:
     # 3 samples of 3 tokens under 4 need 3 micro-batches, rounded up to 4 > 3 samples.
-    analysis = analyse([3, 3, 3], 4, num_batches_divided_by=2)
+    analysis = analyse([3, 3, 3], 4, PlanOptions(num_batches_divided_by=2))
     with pytest.raises(ValueError, match=(
         r"^rank 1 of the DP group: Cannot satisfy max_token_len while keeping forced groups atomic: "
         r"4 micro-batches are needed but only 3 samples/groups are "

@@ -146,9 +146,10 @@ def test_sample_limit_with_workloads_and_dummies_composes() -> None:
 def test_a_padded_row_alone_is_named_in_token_positions(caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
+    from seqlen_balancing.options import PlanOptions
     from seqlen_balancing.planner import analyse, over_cap_messages
 
-    result = analyse([300, 40, 30], 100, padded=True, over_cap="alone")
+    result = analyse([300, 40, 30], 100, PlanOptions(padded=True, over_cap="alone"))
     assert over_cap_messages(result) == [
         "sample 0 costs 300 token positions padded (rows x its widest row), over "
         "max_token_len=100: it runs alone in a micro-batch of its own (over_cap='alone'), the "

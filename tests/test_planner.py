@@ -16,6 +16,7 @@ from seqlen_balancing import (
     plan_micro_batches,
     roundup_divisible,
 )
+from seqlen_balancing.options import PlanOptions
 
 
 def group_sizes(lengths: list[int], group: int) -> list[int]:
@@ -163,7 +164,7 @@ def test_rank_analysis_reports_the_bound_and_whether_the_count_is_proven() -> No
     result = analyse([62, 58, 32, 27, 16], 100)
     assert (result.min_count, result.lower_bound, result.bound_name) == (3, 3, "matching")
     assert result.proven_optimal
-    floored = analyse([1] * 6, 10, min_num_micro_batch=4)
+    floored = analyse([1] * 6, 10, PlanOptions(min_num_micro_batch=4))
     assert (floored.lower_bound, floored.bound_name, floored.min_count) == (4, "min_num_micro_batch", 4)
     assert floored.proven_optimal
     empty_tokens = analyse([0, 0, 0], 10)

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from seqlen_balancing import search
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planner import analyse
 from seqlen_balancing.rule import Rule
 
@@ -42,7 +43,7 @@ def test_a_packing_at_the_bound_ends_the_search(monkeypatch: pytest.MonkeyPatch)
 
     for name in ("row_filling", "randomized_best_fit", "repack", "exact_packing", "_cut_summed"):
         monkeypatch.setattr(search, name, forbidden)
-    result = analyse([100] * 64, 16384, max_samples_per_micro_batch=8)
+    result = analyse([100] * 64, 16384, PlanOptions(max_samples_per_micro_batch=8))
     assert (result.min_count, result.lower_bound, result.bound_name) == (8, 8, "samples per micro-batch")
 
 
@@ -55,5 +56,5 @@ def test_the_count_is_at_the_bound_where_the_limit_and_the_cap_both_bind() -> No
         lengths = [rng.randint(100, 1900) for _ in range(256)]
         limit = 16
         floor = max(-(-sum(lengths) // 16384), -(-len(lengths) // limit))
-        result = analyse(lengths, 16384, max_samples_per_micro_batch=limit)
+        result = analyse(lengths, 16384, PlanOptions(max_samples_per_micro_batch=limit))
         assert result.min_count == floor == result.lower_bound, seed

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from seqlen_balancing.errors import PlanError
 
 if TYPE_CHECKING:
+    from seqlen_balancing.options import PlanOptions
     from seqlen_balancing.rule import Rule
 
 __all__ = ["RankAnalysis"]
@@ -75,6 +76,10 @@ class RankAnalysis:
             under the rule alone (a group that fits before one that does not, then the
             fewest effective tokens, then the lowest index).
         min_num_micro_batch: the ``min_num_micro_batch`` given (0 when ``None``).
+        options: the options this rank was asked to plan with (``None`` when they could not
+            be read: the rank's error says why); the DP group checks that every rank has the
+            same (:mod:`seqlen_balancing.agreement`), with ``requested_max_token_len``,
+            ``custom_costs`` and ``custom_workloads``.
     """
 
     error: PlanError | None
@@ -106,6 +111,7 @@ class RankAnalysis:
     # With over-cap groups set aside: the analysis of the others, and their group indices.
     _rest: RankAnalysis | None = field(default=None, repr=False)
     _rest_index: list[int] = field(default_factory=list, repr=False)
+    options: PlanOptions | None = field(default=None, repr=False)
 
     def micro_batch_cost(self, groups: Sequence[int]) -> int:
         """A micro-batch's cost in tokens (padded: rows x width), before rounding."""

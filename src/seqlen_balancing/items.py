@@ -1,7 +1,7 @@
 """One rank's items under the one rule, from its plain inputs (no torch).
 
-Its lengths, costs and workloads read, the force groups formed, the rule built and its
-over-cap items named.
+Its costs and workloads read (whole, by :func:`~seqlen_balancing.per_sample.read_numbers`),
+the force groups formed, the rule built and its over-cap items named.
 Everything here reads plain values and never raises for bad input: it returns the
 :class:`~seqlen_balancing.errors.PlanError` the DP group agrees on, as
 :func:`~seqlen_balancing.planner.analyse` needs.
@@ -13,46 +13,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from seqlen_balancing._checks import _integer_or_none, as_list, describe
-from seqlen_balancing.cost import aligned_length
+from seqlen_balancing.cost import WorkloadModel, aligned_length
 from seqlen_balancing.errors import (
     GroupOverCap,
-    LengthNotAnInteger,
-    LengthsNotASequence,
-    LengthsNotOneDimensional,
     LengthSource,
-    NegativeLength,
     NotOnePerSample,
     OverCap,
     PaddedGroupOverCap,
     PaddedSampleOverCap,
     PlanError,
     SampleOverCap,
+    WorkloadsAndModel,
 )
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF
+from seqlen_balancing.per_sample import read_numbers
 from seqlen_balancing.rule import Rule
 
 __all__ = ["GroupRule", "group_rule"]
-
-
-def read_lengths(
-    seq_lens: Sequence[Any], source: LengthSource = LengthSource.SEQ_LENS
-) -> tuple[PlanError | None, list[int]]:
-    """Non-negative whole numbers, one per sample, or the error naming the first bad one."""
-    out: list[int] = []
-    try:
-        values = as_list(seq_lens, source.name.lower())
-    except (TypeError, ValueError) as exc:  # not a sequence, or not one-dimensional
-        shape = LengthsNotOneDimensional if isinstance(exc, ValueError) else LengthsNotASequence
-        return shape(source, detail=str(exc)), []
-    for index, value in enumerate(values):
-        as_int = value if type(value) is int else _integer_or_none(value)
-        if as_int is None:
-            return LengthNotAnInteger(source, index, detail=describe(value)), []
-        if as_int < 0:
-            return NegativeLength(source, index, as_int), []
-        out.append(as_int)
-    return None, out
 
 
 def longest(sizes: list[int], group: int | None) -> int:
@@ -67,10 +44,12 @@ def longest(sizes: list[int], group: int | None) -> int:
 
 def sample_costs_of(lengths: list[int], pad: int, costs: Any) -> tuple[PlanError | None, list[int]]:
     """Each sample's cost (:func:`~seqlen_balancing.cost.sample_costs`: the given cost, or
-    the effective length, rounded up to ``pad``), or the error to agree on."""
+    the effective length, rounded up to ``pad``), or the error to agree on. ``costs`` is
+    read whole (:func:`~seqlen_balancing.per_sample.read_numbers`; a callable is called
+    with the lengths)."""
     if costs is None:
         return None, [aligned_length(n, pad) for n in lengths] if pad > 1 else lengths
-    error, given = read_lengths(costs, LengthSource.COSTS)
+    error, given = read_numbers(costs, LengthSource.COSTS, lengths)
     if error is None and len(given) != len(lengths):
         error = NotOnePerSample(LengthSource.COSTS, len(given), len(lengths))
     if error is None and pad > 1:
@@ -78,18 +57,18 @@ def sample_costs_of(lengths: list[int], pad: int, costs: Any) -> tuple[PlanError
     return error, given
 
 
-def workloads_of(lengths: list[int], workloads: Any) -> tuple[PlanError | None, list[int]]:
-    """Each sample's balance workload: the caller's (a list, or a callable of the
-    effective lengths), or verl's ``24576*s + s**2``."""
+def workloads_of(
+    lengths: list[int], workloads: Any, model: WorkloadModel | None = None
+) -> tuple[PlanError | None, list[int]]:
+    """Each sample's balance workload: the caller's (read whole: a list, or a callable of
+    the effective lengths), the ``workload_model``'s, or verl's ``24576*s + s**2``."""
     if workloads is None:
+        if model is not None:
+            return None, model.workloads(lengths)
         return None, [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
-    if callable(workloads):
-        try:
-            workloads = workloads(list(lengths))
-        except Exception as exc:  # agreed on as this rank's error, never raised here
-            detail = f"the workloads callable raised {exc!r}"
-            return LengthsNotASequence(LengthSource.WORKLOADS, detail=detail), []
-    error, given = read_lengths(workloads, LengthSource.WORKLOADS)
+    if model is not None:
+        return WorkloadsAndModel(), []
+    error, given = read_numbers(workloads, LengthSource.WORKLOADS, lengths)
     if error is None and len(given) != len(lengths):
         error = NotOnePerSample(LengthSource.WORKLOADS, len(given), len(lengths))
     return error, given

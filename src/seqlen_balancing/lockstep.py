@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from seqlen_balancing.analysis import RankAnalysis
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp
 from seqlen_balancing.planner import analyse, build_plan
 
@@ -503,7 +504,8 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
         if key not in memo:
             # each group is one item of its summed cost: the same rule, on the usable cap
             memo[key] = analyse([result.group_sizes[g] for g in part], result.max_token_len,
-                                max_samples_per_micro_batch=limit, workloads=[loads[g] for g in part])
+                                PlanOptions(max_samples_per_micro_batch=limit),
+                                workloads=[loads[g] for g in part])
         alone = memo[key]
         if alone.error is not None or alone.min_count > count:
             return None  # before any part is cut: the next count reuses these analyses

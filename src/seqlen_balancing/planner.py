@@ -50,10 +50,10 @@ implementation needs over 10 s per count there) and the cap-aware packings alone
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from seqlen_balancing._checks import _integer_or_none, as_switch, describe, switch
+from seqlen_balancing._checks import _integer_or_none, describe
 from seqlen_balancing.analysis import RankAnalysis
 from seqlen_balancing.balance import balanced, order_micro_batches
 from seqlen_balancing.cost import micro_batch_capacity
@@ -64,26 +64,24 @@ from seqlen_balancing.errors import (
     BucketAboveCap,
     CountAboveGroups,
     EmptyBatch,
+    LengthSource,
     MinAboveGroups,
     NotAnInteger,
-    NotASwitch,
     NotDivisible,
-    OverCapNotAString,
     PlanError,
-    SampleLimitBelowGroup,
     TooManyDummies,
-    UnknownOverCap,
 )
 from seqlen_balancing.items import (
     dummy_group,
     group_rule,
     longest,
-    read_lengths,
     sample_costs_of,
     workloads_of,
 )
+from seqlen_balancing.options import OVER_CAP_CHOICES, PlanOptionKeywords, PlanOptions, Unpack
 from seqlen_balancing.packing import randomized_best_fit
 from seqlen_balancing.partition import roundup_divisible
+from seqlen_balancing.per_sample import read_numbers
 from seqlen_balancing.repack import exact_packing, repack
 from seqlen_balancing.search import (
     _EXACT_BUDGET,
@@ -99,16 +97,13 @@ __all__ = [
     "agreed_count",
     "analyse",
     "build_plan",
+    "failed_analysis",
     "local_count",
     "log_over_cap",
     "order_micro_batches",
     "over_cap_messages",
     "plan_micro_batches",
 ]
-
-#: The values ``over_cap`` takes: ``"raise"`` (verl's behaviour: an over-cap sample is a
-#: ``ValueError``) or ``"alone"`` (it runs in a micro-batch of its own, with a warning).
-OVER_CAP_CHOICES = ("raise", "alone")
 
 #: Where the over-cap warnings go (``over_cap="alone"``): logging rather than
 #: ``warnings.warn``, since a warnings filter set to "error" would turn the warning into an
@@ -129,33 +124,14 @@ def argument_error(value: Any, argument: Argument, optional: bool) -> tuple[Plan
     return None, as_int
 
 
-def _option_error(over_cap: Any, dummy_micro_batches: Any) -> PlanError | None:
-    """The error for a bad ``over_cap`` or ``dummy_micro_batches``, else ``None``."""
-    if not isinstance(over_cap, str):
-        return OverCapNotAString(detail=describe(over_cap))
-    if over_cap not in OVER_CAP_CHOICES:
-        return UnknownOverCap(detail=repr(over_cap)[:60])
-    if as_switch(dummy_micro_batches) is None:
-        return NotASwitch(Argument.DUMMY_MICRO_BATCHES, detail=describe(dummy_micro_batches))
-    return None
-
-
 def analyse(
     seq_lens: Sequence[Any],
     max_token_len: Any,
+    options: PlanOptions | None = None,
     *,
-    force_group_size: Any = 1,
-    min_num_micro_batch: Any = None,
-    num_batches_divided_by: Any = None,
-    pad_to_multiple_of: Any = 1,
-    micro_batch_multiple_of: Any = 1,
     costs: Any = None,
-    padded: Any = False,
-    max_samples_per_micro_batch: Any = None,
-    padded_extents: tuple[Sequence[int], Sequence[int]] | None = None,
     workloads: Any = None,
-    over_cap: Any = "raise",
-    dummy_micro_batches: Any = False,
+    padded_extents: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> RankAnalysis:
     """Check one rank's input and find its smallest micro-batch count under the cap.
 
@@ -181,27 +157,22 @@ def analyse(
     search above runs on those costs and that cap.
 
     Args:
-        seq_lens: effective length in tokens of each sample on this rank.
+        seq_lens: effective length in tokens of each sample on this rank (read whole,
+            :func:`~seqlen_balancing.per_sample.read_numbers`).
         max_token_len: cap in tokens per micro-batch.
-        force_group_size: consecutive samples that must share a micro-batch.
-        min_num_micro_batch: lower limit on the count, or ``None``.
-        num_batches_divided_by: the final count must be a multiple of this, or ``None``.
-        pad_to_multiple_of: per-sequence alignment in tokens (``None`` or 1: none).
-        micro_batch_multiple_of: per-micro-batch rounding in tokens (``None`` or 1: none).
-        costs: one non-negative cost in tokens per sample, replacing the effective lengths
-            and rounded up to ``pad_to_multiple_of`` like them, or ``None``.
-        padded, max_samples_per_micro_batch: as in :func:`plan_micro_batches`.
+        options: the options of the plan, already checked (:class:`~seqlen_balancing.
+            options.PlanOptions`; ``None``: ``PlanOptions()``, verl's behaviour).
+        costs: one non-negative cost in tokens per sample (or a callable of the effective
+            lengths returning them), replacing the effective lengths and rounded up to
+            ``pad_to_multiple_of`` like them, or ``None``. Read whole.
+        workloads: one non-negative integer per sample, the balance objective (summed per
+            group) instead of verl's ``24576*s + s**2`` (or ``options.workload_model``'s),
+            or a callable taking the list of effective lengths and returning them (e.g.
+            ``functools.partial(transformer_workloads, hidden_size=8192)``), or ``None``.
+            Read whole: whatever reading them raises becomes this rank's error. The cap is
+            untouched.
         padded_extents: with ``padded``, each sample's ``(left, right)`` span around a
             column every row shares (:func:`~seqlen_balancing.items.group_rule`).
-        workloads: one non-negative integer per sample, the balance objective (summed per
-            group) instead of verl's ``24576*s + s**2``, or a callable taking the list of
-            effective lengths and returning them (e.g. ``functools.partial(
-            transformer_workloads, hidden_size=8192)``; what it raises becomes this rank's
-            error), or ``None``. The cap is untouched.
-        over_cap: ``"raise"`` (an over-cap sample or group is an error) or ``"alone"``
-            (each runs in a micro-batch of its own; the rest is planned as usual).
-        dummy_micro_batches: serve counts above ``n_groups`` (``min_num_micro_batch``,
-            ``num_batches_divided_by``, a DP group's count) with dummy micro-batches.
 
     Returns:
         A :class:`RankAnalysis`.
@@ -209,25 +180,58 @@ def analyse(
     Complexity: O(n log n) for the bounds and best-fit decreasing, plus the bounded local
     search when best-fit decreasing misses the bound.
     """
-    length_error, lengths = read_lengths(seq_lens)
-    as_pad = _integer_or_none(pad_to_multiple_of) if pad_to_multiple_of is not None else 1
-    cost_error, sizes_of = (
-        (length_error, []) if length_error else sample_costs_of(lengths, max(as_pad or 1, 1), costs)
-    )
-    # Read even when an argument is bad: the DP group's advice on the cap counts this rank.
-    largest = longest(lengths if cost_error else sizes_of, _integer_or_none(force_group_size))
-    error, given = _options(
-        (max_token_len, force_group_size, min_num_micro_batch, num_batches_divided_by,
-         pad_to_multiple_of, micro_batch_multiple_of),
-        (padded, max_samples_per_micro_batch, over_cap, dummy_micro_batches), largest,
-    )
+    options = PlanOptions() if options is None else options
+    result = _analyse(seq_lens, max_token_len, options, costs, workloads, padded_extents)
+    return _with_request(result, max_token_len, options, costs is not None, workloads is not None)
+
+
+def failed_analysis(
+    error: PlanError, max_token_len: Any = None, options: PlanOptions | None = None,
+    costs_given: bool = False, workloads_given: bool = False,
+) -> RankAnalysis:
+    """The analysis of a rank that failed before :func:`analyse` (a bad batch, a bad
+    option), holding its error and what it was asked to do (``options`` ``None``: the
+    options themselves could not be read), so that the DP group still checks the request."""
+    result = RankAnalysis(error)
+    if options is None:
+        return result
+    return _with_request(result, max_token_len, options, costs_given, workloads_given)
+
+
+
+def _with_request(
+    result: RankAnalysis, max_token_len: Any, options: PlanOptions, costs_given: bool,
+    workloads_given: bool,
+) -> RankAnalysis:
+    """``result`` with the request's record, error or not: the DP group checks that every
+    rank was asked for the same (:mod:`seqlen_balancing.agreement`)."""
+    result.options = options
+    cap = _integer_or_none(max_token_len)
+    result.requested_max_token_len = cap if cap is not None and cap >= 1 else 0
+    result.custom_costs = costs_given
+    result.custom_workloads = workloads_given or options.workload_model is not None
+    return result
+
+
+
+def _analyse(
+    seq_lens: Sequence[Any], max_token_len: Any, options: PlanOptions, costs: Any, workloads: Any,
+    padded_extents: tuple[Sequence[int], Sequence[int]] | None,
+) -> RankAnalysis:
+    """:func:`analyse` but the request's record (options, cap, what was given)."""
+    length_error, lengths = read_numbers(seq_lens, LengthSource.SEQ_LENS)
+    pad = options.pad_to_multiple_of
+    cost_error, sizes_of = (length_error, []) if length_error else sample_costs_of(lengths, pad, costs)
+    # Read even when the cap is bad: the DP group's advice on the cap counts this rank.
+    largest = longest(lengths if cost_error else sizes_of, options.force_group_size)
+    error, given = _given(max_token_len, options, largest)
     if given is None:
         return RankAnalysis(error, largest=largest)
     result = _record(given, costs is not None, workloads is not None, largest)
     sample_workloads: list[int] = []
     error = cost_error
     if error is None:
-        error, sample_workloads = workloads_of(lengths, workloads)
+        error, sample_workloads = workloads_of(lengths, workloads, options.workload_model)
     if error is None and not lengths:
         error = EmptyBatch()
     if error is None and len(lengths) % given.group:
@@ -253,7 +257,7 @@ def analyse(
 
 
 class _Given(NamedTuple):
-    """The arguments of :func:`analyse` as checked plain values."""
+    """The options of :func:`analyse` and its checked cap, as plain values."""
 
     cap: int
     group: int
@@ -268,39 +272,26 @@ class _Given(NamedTuple):
     dummies: bool
 
 
-def _options(
-    numbers: tuple[Any, Any, Any, Any, Any, Any], switches: tuple[Any, Any, Any, Any], largest: int
+def _given(
+    max_token_len: Any, options: PlanOptions, largest: int
 ) -> tuple[PlanError | None, _Given | None]:
-    """``(None, given)``, or ``(error, None)`` for the first bad argument: ``numbers``
-    ``(max_token_len, force_group_size, min_num_micro_batch, num_batches_divided_by,
-    pad_to_multiple_of, micro_batch_multiple_of)``, ``switches`` ``(padded,
-    max_samples_per_micro_batch, over_cap, dummy_micro_batches)``."""
-    names = (Argument.MAX_TOKEN_LEN, Argument.FORCE_GROUP_SIZE, Argument.MIN_NUM_MICRO_BATCH,
-             Argument.NUM_BATCHES_DIVIDED_BY, Argument.PAD_TO_MULTIPLE_OF,
-             Argument.MICRO_BATCH_MULTIPLE_OF)
-    ints: list[int] = []
-    for value, argument, optional in zip(numbers, names, (False, False, True, True, True, True),
-                                         strict=True):
-        error, as_int = argument_error(value, argument, optional)
-        if error is not None:
-            return error, None
-        ints.append(as_int)
-    padded, limit_given, over_cap, dummy_micro_batches = switches
-    error = _option_error(over_cap, dummy_micro_batches)
+    """``(None, given)``, or ``(error, None)`` for a bad cap or a bucket above it (the
+    options themselves were checked by :class:`~seqlen_balancing.PlanOptions`)."""
+    error, cap = argument_error(max_token_len, Argument.MAX_TOKEN_LEN, False)
     if error is not None:
         return error, None
-    cap, group, floor, divisor, pad, bucket = ints
+    bucket = options.micro_batch_multiple_of
     usable = micro_batch_capacity(cap, bucket)
     if usable == 0:
         # The advised cap holds a bucket and the costliest group, rounded up to the bucket.
         needed = max(bucket, -(-largest // bucket) * bucket)
         return BucketAboveCap(bucket, cap, needed), None
-    error, padded_on, limit = _shape_options(padded, limit_given, group)
-    if error is not None:
-        return error, None
-    given_floor = None if numbers[2] is None else floor
-    return None, _Given(cap, group, given_floor, divisor, pad, bucket, usable, padded_on, limit,
-                        over_cap == "alone", bool(as_switch(dummy_micro_batches)))
+    return None, _Given(
+        cap, options.force_group_size, options.min_num_micro_batch,
+        options.num_batches_divided_by or 1, options.pad_to_multiple_of, bucket, usable,
+        options.padded, options.max_samples_per_micro_batch, options.over_cap == "alone",
+        options.dummy_micro_batches,
+    )
 
 
 def _record(given: _Given, custom_costs: bool, custom_workloads: bool, largest: int) -> RankAnalysis:
@@ -338,29 +329,6 @@ def _count(result: RankAnalysis, given: _Given) -> None:
         _set_aside(result, over, own_floor)
     else:
         _search_count(result, own_floor)
-
-
-def _shape_options(
-    padded: object, max_samples_per_micro_batch: object, group: int
-) -> tuple[PlanError | None, bool, int | None]:
-    """``(error, padded, limit)``: ``padded`` as a bool and ``max_samples_per_micro_batch``
-    as a positive int (``None``: no limit), at least ``force_group_size`` (``group``), or
-    the error every DP rank can agree on."""
-    on = as_switch(padded)
-    if on is None:
-        return NotASwitch(Argument.PADDED, detail=describe(padded)), False, None
-    if max_samples_per_micro_batch is None:
-        return None, on, None
-    limit = _integer_or_none(max_samples_per_micro_batch)
-    name = Argument.MAX_SAMPLES_PER_MICRO_BATCH
-    if limit is None:
-        error = NotAnInteger(name, detail=describe(max_samples_per_micro_batch))
-        return error, on, None
-    if limit < 1:
-        return BelowOne(name, limit), on, None
-    if limit < group:
-        return SampleLimitBelowGroup(limit, group), on, None
-    return None, on, limit
 
 
 def agreed_count(
@@ -454,11 +422,6 @@ def build_plan(
     fits; padded rules add the sorted slices). All respect the rule. Karmarkar-Karp is
     tried only when ``n * count <= 2**22``, which bounds its O(n * count) cost.
 
-    Args:
-        result: an error-free :class:`RankAnalysis`.
-        count: micro-batches, ``result.min_count <= count <= result.n_groups``.
-        use_dynamic_bsz_balance: order as :func:`order_micro_batches` describes.
-
     With ``over_cap="alone"`` each over-cap group takes a micro-batch of its own and the
     others fill the remaining ``count - len(over_cap_groups)`` as above. With
     ``dummy_micro_batches`` and ``count > n_groups``, every group runs alone and the
@@ -502,19 +465,11 @@ def plan_micro_batches(
     seq_lens: Sequence[int],
     max_token_len: int,
     *,
-    num_batches_divided_by: int | None = None,
-    min_num_micro_batch: int | None = None,
-    force_group_size: int = 1,
-    use_dynamic_bsz_balance: bool = True,
+    options: PlanOptions | None = None,
     num_micro_batches: int | None = None,
-    pad_to_multiple_of: int = 1,
-    micro_batch_multiple_of: int = 1,
-    costs: Sequence[int] | None = None,
-    padded: bool = False,
-    max_samples_per_micro_batch: int | None = None,
-    workloads: Sequence[int] | None = None,
-    over_cap: str = "raise",
-    dummy_micro_batches: bool = False,
+    costs: Sequence[int] | Callable[[list[int]], Iterable[int]] | None = None,
+    workloads: Sequence[int] | Callable[[list[int]], Iterable[int]] | None = None,
+    **option_keywords: Unpack[PlanOptionKeywords],
 ) -> list[list[int]]:
     """Plan one rank's micro-batches on a plain list of lengths (no torch needed).
 
@@ -526,48 +481,34 @@ def plan_micro_batches(
     Args:
         seq_lens: effective length in tokens of each of the ``n`` samples.
         max_token_len: hard cap in tokens on every micro-batch.
-        num_batches_divided_by: the count is rounded up to a multiple of this.
-        min_num_micro_batch: at least this many micro-batches.
-        force_group_size: consecutive samples ``[g*size, (g+1)*size)`` stay together.
-        use_dynamic_bsz_balance: lightest micro-batches at both ends (verl's order).
+        options: the plan's options (:class:`~seqlen_balancing.PlanOptions`;
+            docs/options.md says what each does); ``None``: verl's behaviour.
         num_micro_batches: use exactly this count (e.g. agreed by a DP group) instead of
             the smallest: a multiple of ``num_batches_divided_by``, at most the number of
             samples/groups, and a count this library can plan (where its own count is
             higher, it searches for a plan with this many: verl's Karmarkar-Karp at that
             count, an exhaustive search on up to 40 groups, the exchange search).
-        pad_to_multiple_of: each sample costs its length rounded up to a multiple of this
-            (Megatron's per-sequence THD alignment, see
-            :func:`~seqlen_balancing.cost.megatron_alignment`); 1 (verl's rule): its length.
-        micro_batch_multiple_of: a micro-batch's summed cost is rounded up to a multiple of
-            this before it meets the cap (verl's ``pad_to_length_bucket``; FP8's total
-            alignment); a cap that is not a multiple of it is usable as
-            ``max_token_len // micro_batch_multiple_of * micro_batch_multiple_of``.
         costs: one non-negative cost in tokens per sample instead of the effective
-            lengths, e.g. image plus text tokens or a memory estimate, rounded up to
-            ``pad_to_multiple_of`` as the lengths are (one rule: a sample costs its given
-            cost or length, aligned); ``None``: none.
-        workloads: one non-negative integer per sample, the balance objective (what
-            Karmarkar-Karp, the capacity-aware balancing, the rebalancing and the order of
-            micro-batches weigh) instead of verl's ``24576*s + s**2``; e.g.
-            :func:`~seqlen_balancing.cost.transformer_workloads` of the lengths. The cap,
-            the count and the bounds are untouched. ``None``: verl's workload (and the
-            "never worse than verl" guarantee, which is stated for it).
-        over_cap: ``"raise"`` (default, verl's behaviour) or ``"alone"``: a sample (or
-            forced group) whose cost is over the cap runs in a micro-batch of its own, the
-            only micro-batches allowed over the cap, and a warning naming its index, its
-            cost and the cap is logged on the ``seqlen_balancing`` logger
-            (``over_cap_messages``). The count and the lower bound count one
-            micro-batch for each.
-        dummy_micro_batches: when the count (``min_num_micro_batch``,
-            ``num_batches_divided_by``, ``num_micro_batches``) is above the number of
-            samples/groups, each runs alone and the missing micro-batches are dummies:
-            empty lists at the end of the plan (the caller runs a copy of a real row with
-            zero loss weight there). Default False: that is an error, as in verl.
-        padded: for models that run padded tensors: a micro-batch costs rows x its widest
-            row (:func:`~seqlen_balancing.cost.padded_micro_batch_cost`), with the fewest
-            micro-batches possible (:func:`~seqlen_balancing.rule.fewest_sorted`).
-        max_samples_per_micro_batch: samples per micro-batch at most (a forced group
-            counts all its samples); ``None``: no limit.
+            lengths (or a callable of the lengths returning them), e.g. image plus text
+            tokens or a memory estimate, rounded up to ``pad_to_multiple_of`` as the
+            lengths are (one rule: a sample costs its given cost or length, aligned);
+            ``None``: none. Read whole; a mapping, a set or a string is refused.
+        workloads: one non-negative integer per sample (or a callable of the lengths),
+            the balance objective (what Karmarkar-Karp, the capacity-aware balancing, the
+            rebalancing and the order of micro-batches weigh) instead of verl's ``24576*s
+            + s**2``; e.g. :func:`~seqlen_balancing.cost.transformer_workloads` of the
+            lengths. The cap, the count and the bounds are untouched. ``None``: verl's
+            workload (or the ``workload_model``'s), and the "never worse than verl"
+            guarantee, which is stated for it.
+        **option_keywords: any option of :class:`~seqlen_balancing.PlanOptions`
+            by name (laid over ``options``): ``num_batches_divided_by``,
+            ``min_num_micro_batch``, ``force_group_size``, ``use_dynamic_bsz_balance``,
+            ``pad_to_multiple_of``, ``micro_batch_multiple_of``, ``padded``,
+            ``max_samples_per_micro_batch``, ``over_cap`` (``"alone"``: a sample or group
+            over the cap runs in a micro-batch of its own, with a warning on the
+            ``seqlen_balancing`` logger), ``dummy_micro_batches`` (a count above the
+            samples/groups is served by empty dummy lists at the end),
+            ``loss_weight_keys`` and ``workload_model``.
 
     Returns:
         Micro-batches as lists of sample indices (each sorted, non-empty, its cost at most
@@ -577,8 +518,8 @@ def plan_micro_batches(
         lists, last. Balance and order use the effective lengths (or ``workloads``).
 
     Raises:
-        TypeError: an argument or length is not an integer, or ``use_dynamic_bsz_balance``
-            is not a bool (or 0/1).
+        TypeError: an argument or length is not an integer, a switch is not a bool (or
+            0/1), an unknown option name, or per-sample data that is not a sequence.
         ValueError: empty input, a negative length or cost, ``costs`` not one per sample,
             a sample or forced group whose cost is over the cap (``exceeds
             max_token_len``, giving its tokens and its cost), a ``micro_batch_multiple_of``
@@ -609,26 +550,14 @@ def plan_micro_batches(
         >>> plan_micro_batches([10, 20, 30], 100, num_batches_divided_by=4, dummy_micro_batches=True)
         [[0], [2], [1], []]
     """
-    balance = switch(use_dynamic_bsz_balance, "use_dynamic_bsz_balance")
-    result = analyse(
-        seq_lens,
-        max_token_len,
-        force_group_size=force_group_size,
-        min_num_micro_batch=min_num_micro_batch,
-        num_batches_divided_by=num_batches_divided_by,
-        pad_to_multiple_of=pad_to_multiple_of,
-        micro_batch_multiple_of=micro_batch_multiple_of,
-        costs=costs,
-        padded=padded,
-        max_samples_per_micro_batch=max_samples_per_micro_batch,
-        workloads=workloads,
-        over_cap=over_cap,
-        dummy_micro_batches=dummy_micro_batches,
-    )
+    given, error = PlanOptions.from_keywords(options, None, option_keywords)
+    if error is not None:
+        raise error.exception()
+    result = analyse(seq_lens, max_token_len, given, costs=costs, workloads=workloads)
     count = local_count(result)
     if num_micro_batches is not None:
         count = _exact_count(result, num_micro_batches)
-    plan = build_plan(result, count, balance)
+    plan = build_plan(result, count, given.use_dynamic_bsz_balance)
     log_over_cap(result)
     return plan
 
@@ -648,7 +577,7 @@ def over_cap_messages(result: RankAnalysis, rank: int | None = None) -> list[str
         ``rank R of the DP group: `` when ``rank`` is given).
 
     Example:
-        >>> result = analyse([5000, 100, 200], 4096, over_cap="alone")
+        >>> result = analyse([5000, 100, 200], 4096, PlanOptions(over_cap="alone"))
         >>> over_cap_messages(result, rank=1)[0][:51]
         'rank 1 of the DP group: sample 0 costs 5000 tokens,'
     """

@@ -27,7 +27,6 @@ no default key is an error), so a rank that cannot zero its dummies fails with i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -49,16 +48,6 @@ __all__ = ["DEFAULT_LOSS_WEIGHT_KEYS"]
 
 #: The loss-weight entries a dummy zeroes by default: verl's, those the batch holds.
 DEFAULT_LOSS_WEIGHT_KEYS = ("loss_mask", "response_mask")
-
-
-@dataclass(frozen=True)
-class _Keep:
-    """Issue 27's options of one call, as given (checked by the planner and here)."""
-
-    workloads: Any = None
-    over_cap: Any = "raise"
-    dummy_micro_batches: Any = False
-    loss_weight_keys: Any = None
 
 
 def _loss_weight_keys(batch: TensorDict, named: Any) -> tuple[PlanError | None, tuple[str, ...]]:

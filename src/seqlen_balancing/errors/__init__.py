@@ -43,12 +43,17 @@ from seqlen_balancing.errors.arguments import (
     MissingSetting,
     NotAnInteger,
     NotASwitch,
+    NotPlanOptions,
     OverCapNotAString,
     SampleLimitBelowGroup,
     StaticPathOption,
+    UnknownOption,
     UnknownOverCap,
+    WorkloadModelInvalid,
+    WorkloadsAndModel,
 )
 from seqlen_balancing.errors.lengths import (
+    CallerDataRaised,
     LengthNotAnInteger,
     LengthsNotASequence,
     LengthsNotOneDimensional,
@@ -92,14 +97,17 @@ from seqlen_balancing.errors.plan import (
     TooManyDummies,
 )
 from seqlen_balancing.errors.agreement import (
-    DivisorMismatch,
+    LARGEST_SHOWN,
     ModeMismatch,
     NotInGroup,
+    OptionMismatch,
+    Shown,
     StaticCountMismatch,
 )
 # isort: on
 
 __all__ = [
+    "LARGEST_SHOWN",
     "MAX_DUMMY_MICRO_BATCHES",
     "MAX_ERROR_VALUE",
     "N_ERROR_VALUES",
@@ -108,8 +116,8 @@ __all__ = [
     "Argument",
     "BelowOne",
     "BucketAboveCap",
+    "CallerDataRaised",
     "CountAboveGroups",
-    "DivisorMismatch",
     "EmptyBatch",
     "EntryLayout",
     "EntryOnMeta",
@@ -143,6 +151,8 @@ __all__ = [
     "NotDivisible",
     "NotInGroup",
     "NotOnePerSample",
+    "NotPlanOptions",
+    "OptionMismatch",
     "OverCap",
     "OverCapNotAString",
     "PaddedGroupOverCap",
@@ -154,9 +164,13 @@ __all__ = [
     "Registry",
     "SampleLimitBelowGroup",
     "SampleOverCap",
+    "Shown",
     "StaticCountMismatch",
     "StaticNotDivisible",
     "StaticPathOption",
     "TooManyDummies",
+    "UnknownOption",
     "UnknownOverCap",
+    "WorkloadModelInvalid",
+    "WorkloadsAndModel",
 ]
