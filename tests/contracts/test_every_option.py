@@ -146,8 +146,7 @@ FAULTS = ("over", "min_above_dummies", "indivisible", "costs_short", "over_alone
 def draw_round(rng: random.Random, world: int, mismatch: str | None, fault: str | None) -> dict[str, Any]:
     """One round: the shared options, each rank's data, the fault planted (or a mismatch)."""
     options, cap = draw_options(rng), rng.choice([16, 24, 32, 48, 100])
-    layout = rng.choice(["right", "left", "two_sided", "jagged"] if options["padded"]
-                        else ["right", "left", "mixed", "two_sided", "jagged"])
+    layout = rng.choice(["right", "left", "mixed", "two_sided", "jagged"])
     has_costs, has_workloads = rng.random() < 0.3 or fault == "costs_short", rng.random() < 0.25
     if has_workloads:
         options["workload_model"] = None
