@@ -12,9 +12,8 @@ import pytest
 from seqlen_balancing import plan_micro_batches
 from seqlen_balancing.balance import balanced, lpt, rebalance, sorted_slices, workload_gap
 from seqlen_balancing.packing import best_fit, randomized_best_fit, row_filling, split
-from seqlen_balancing.repack import exact_packing, repack
 from seqlen_balancing.rule import Rule
-from test_rule import fewest, random_case, spelled_cost, spelled_fits
+from test_rule import random_case, spelled_cost, spelled_fits
 
 
 def assert_plan(bins: list[list[int]], n: int, case: dict) -> None:
@@ -81,23 +80,6 @@ def test_padded_split_puts_the_narrow_half_apart() -> None:
     assert split(rule, [[0, 1, 2, 3]], 2) == [[0, 2], [1, 3]]
 
 
-def test_repack_and_exact_search_under_a_sample_limit() -> None:
-    """The exchange search never breaks the limit; the exact search finds the optimum or
-    proves a count impossible, exactly as brute force says."""
-    rng = random.Random(14)
-    for _ in range(200):
-        n = rng.randint(1, 8)
-        rule, case = random_case(rng, n, padded=False)
-        best = fewest(rule, case)
-        packed = best_fit(rule)
-        assert_plan(repack(rule, packed, best), n, case)
-        for count in range(1, n + 1):
-            found, impossible = exact_packing(rule, count, 10**6)
-            if count < best:
-                assert found is None and impossible
-            else:
-                assert found is not None and len(found) <= count
-                assert_plan(found, n, case)
 
 
 def test_lpt_rebalance_and_the_balanced_choice_fit_every_rule() -> None:
