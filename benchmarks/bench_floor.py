@@ -49,14 +49,14 @@ from bench_plan import (
 from tensordict import TensorDict
 
 from seqlen_balancing import plan_micro_batches, rearrange_micro_batches
-from seqlen_balancing.batch import _jagged  # the cheapest known build of one jagged tensor
+from seqlen_balancing.batch.nested import _jagged  # the cheapest known build of one jagged tensor
 
 
 def jagged_pieces(batch: TensorDict, order: list[int], sizes: list[int]) -> list[torch.Tensor]:
     """The jagged floor, then one jagged tensor per micro-batch on views of the gathered
     values, its offsets cut from one host tensor: the least a jagged call returning k
     micro-batches builds. Each is made the cheapest way known, this library's direct build
-    from torch's jagged class (``batch._jagged``, ~3x cheaper than the public
+    from torch's jagged class (``batch.nested._jagged``, ~3x cheaper than the public
     ``nested_tensor_from_jagged``)."""
     joined = jagged_read_and_gather(batch, order)
     values, starts = joined.values(), joined.offsets().tolist()

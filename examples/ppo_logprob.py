@@ -18,7 +18,7 @@ for ``t = 1 .. L-1``; padded as ``(n, width - 1)`` with zeros after the sequence
 as a nested tensor with rows of ``L - 1`` values.
 
 ``--out DIR`` writes each rank's rollout and restored log-probs to ``DIR/ppo_rank{R}.pt``
-(and the model's weights to ``DIR/ppo_model.pt``); ``tests/test_examples.py`` checks them.
+(and the model's weights to ``DIR/ppo_model.pt``); ``tests/docs/test_examples.py`` checks them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ the batches were cut. Averaging the loss per micro-batch (or per rank) instead w
 token by the size of the micro-batch it landed in, so the gradient would depend on the cut.
 
 ``--out DIR`` writes each rank's batch, gradients and plan to ``DIR/sft_rank{R}.pt`` (and
-the initial weights to ``DIR/sft_model.pt``); ``tests/test_examples.py`` checks them.
+the initial weights to ``DIR/sft_model.pt``); ``tests/docs/test_examples.py`` checks them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Running the command line inside a test: ``main`` with captured output, its JSON, and a
-lengths file (shared by the tests/test_cli_*.py files; no torch)."""
+lengths file (shared by the tests/cli/test_cli*.py files; no torch)."""
 
 from __future__ import annotations
 

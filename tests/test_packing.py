@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import time
 
@@ -11,9 +12,6 @@ from hypothesis import strategies as st
 
 from oracles import brute_force_optimum
 from seqlen_balancing.bounds import (
-    BOUND_NAMES,
-    best_lower_bound,
-    dominant_bins,
     l1_lower_bound,
     l2_lower_bound,
 )
@@ -24,8 +22,6 @@ from seqlen_balancing.packing import (
     split_to_count,
 )
 from seqlen_balancing.planner import analyse, plan_micro_batches
-from seqlen_balancing.repack import reduce_bins
-from seqlen_balancing.rule import lower_bound
 
 
 def assert_packing(bins: list[list[int]], sizes: list[int], cap: int) -> None:
@@ -68,30 +64,8 @@ def test_bounds_and_heuristics_bracket_the_optimum(instance: tuple[list[int], in
         assert len(result._packing) == result.min_count
 
 
-@given(small_instances, st.integers(0, 9))
-@settings(max_examples=200, deadline=None)
-def test_reduce_bins_reaches_a_valid_packing_between_opt_and_its_input(
-    instance: tuple[list[int], int], target: int
-) -> None:
-    sizes, cap = instance
-    start = [[i] for i in range(len(sizes))]  # one item per bin: the worst start
-    reduced = reduce_bins(sizes, cap, start, target)
-    assert_packing(reduced, sizes, cap)
-    assert len(reduced) <= len(start)
-    if sizes:
-        assert brute_force_optimum(sizes, cap) <= len(reduced)
-    assert reduce_bins(sizes, cap, start, target) == reduced  # deterministic
 
 
-def test_reduce_bins_finds_the_perfect_packing_best_fit_misses() -> None:
-    sizes, cap = [49, 41, 34, 33, 29, 26, 26, 22, 20, 19], 100  # sum 299: 3 bins if perfect
-    bfd = best_fit_decreasing(sizes, cap)
-    assert len(bfd) == 4
-    assert brute_force_optimum(sizes, cap) == 3
-    reduced = reduce_bins(sizes, cap, bfd, target=3)
-    assert_packing(reduced, sizes, cap)
-    assert len(reduced) == 3
-    assert analyse(sizes, cap).min_count == 3
 
 
 
@@ -142,20 +116,6 @@ def test_split_to_count_gives_exactly_the_count(
             split_to_count(sizes, bins, len(bins) - 1)
 
 
-def test_l2_known_values() -> None:
-    assert l2_lower_bound([6, 6, 6], 10) == 3  # L1 says 2
-    assert l1_lower_bound([6, 6, 6], 10) == 2
-    assert l2_lower_bound([2, 6, 6, 5, 5], 12) == 2
-    assert l2_lower_bound([0, 0, 0], 7) == 0
-    assert l2_lower_bound([], 7) == 0
-    assert l2_lower_bound([7] * 512, 8) == 512
-    # The 60s (J2) leave 3 * 40 tokens of room but the 50 fits none of them: one more bin.
-    assert l2_lower_bound([60, 60, 60, 50], 100) == 4
-    assert l1_lower_bound([60, 60, 60, 50], 100) == 3
-    # J2 = {6, 7} leaves 7 tokens of room and J3 = four 3s needs 12: ceil(5 / 10) = 1 more.
-    assert l2_lower_bound([6, 7, 3, 3, 3, 3], 10) == 3
-    with pytest.raises(ValueError, match="item sizes must lie"):
-        l2_lower_bound([11], 10)
 
 
 def test_best_fit_decreasing_is_deterministic_and_best_fit() -> None:
@@ -202,123 +162,18 @@ def test_adversarial_inputs_stay_fast(sizes: list[int], cap: int, expected: int)
     assert result.min_count == expected
 
 
-def crowded_instance(rng: random.Random) -> tuple[list[int], int]:
-    """Up to 10 sizes, mostly crowded near cap/2, cap/3 and 2 cap/3 (where bounds are
-    weakest and rounding mistakes show), some uniform; a few zeros and cap-sized items."""
-    cap = rng.choice([rng.randint(1, 40), 60, 61, 99, 100, 101])
-    n = rng.randint(0, 10)
-    mode = rng.random()
-    if mode < 0.25:
-        sizes = [rng.randint(0, cap) for _ in range(n)]
-    else:
-        centres = [cap // 2, cap // 3, (cap + 2) // 3, 2 * cap // 3, cap // 4, cap]
-        sizes = [
-            min(cap, max(0, rng.choice(centres) + rng.randint(-3, 3))) for _ in range(n)
-        ]
-    return sizes, cap
 
 
-def test_lower_bound_never_exceeds_the_brute_force_optimum_and_never_falls_below_l2() -> None:
-    rng = random.Random(2026)
-    above_l2 = {name: 0 for name in BOUND_NAMES}
-    for case in range(4000):
-        sizes, cap = crowded_instance(rng)
-        opt = brute_force_optimum(sizes, cap) if any(sizes) else 0  # no tokens: no bin
-        l2 = l2_lower_bound(sizes, cap)
-        bound, name = best_lower_bound(sizes, cap)
-        assert l2 <= bound <= opt, (sizes, cap, bound, name, opt)
-        assert lower_bound(sizes, cap) == bound
-        for upto in BOUND_NAMES[: 5 if case % 4 == 0 else 0]:  # every prefix is a bound
-            partial, _ = best_lower_bound(sizes, cap, upto=upto)
-            assert l2 <= partial <= bound
-        if bound > l2:
-            above_l2[name] += 1
-    # Each family proves more than L2 somewhere (else it is dead code or broken);
-    # Fekete-Schepers rarely wins first on these sizes (see the hand-checked case below).
-    assert min(above_l2["cardinality"], above_l2["matching"], above_l2["reduction"]) > 0
 
 
-def test_reduction_keeps_the_optimum() -> None:
-    rng = random.Random(13)
-    for _ in range(1500):
-        sizes, cap = crowded_instance(rng)
-        fixed, rest = dominant_bins(sizes, cap)
-        assert sorted([i for b in fixed for i in b] + rest) == list(range(len(sizes)))
-        assert all(sum(sizes[i] for i in b) <= cap for b in fixed)
-        if any(sizes):
-            residual = [sizes[i] for i in rest]
-            rest_opt = brute_force_optimum(residual, cap) if any(residual) else 0
-            assert len(fixed) + rest_opt == brute_force_optimum(sizes, cap), (sizes, cap)
 
 
-@pytest.mark.parametrize(
-    ("sizes", "cap", "name"),
-    [
-        ([8, 8, 8, 7, 6], 20, "cardinality"),  # 37 tokens, but at most two items a bin
-        ([62, 58, 32, 27, 16], 100, "matching"),  # 62 and 58 each leave room for one
-        ([66, 46, 37, 25, 18], 100, "reduction"),  # 66+25, 46+37, 18
-        ([13, 10, 8, 5, 3, 1], 20, "Fekete-Schepers"),
-    ],
-)
-def test_each_bound_proves_the_optimum_where_l2_cannot(
-    sizes: list[int], cap: int, name: str
-) -> None:
-    assert l2_lower_bound(sizes, cap) == 2
-    assert brute_force_optimum(sizes, cap) == 3
-    assert best_lower_bound(sizes, cap) == (3, name)
 
 
-def test_best_lower_bound_stops_once_enough_and_checks_its_arguments() -> None:
-    sizes, cap = [66, 46, 37, 25, 18], 100
-    assert best_lower_bound(sizes, cap, enough=2) == (2, "L2")  # L2 already meets 2
-    assert best_lower_bound(sizes, cap, upto="matching") == (2, "L2")
-    assert best_lower_bound(sizes, cap, upto="reduction") == (3, "reduction")
-    assert best_lower_bound([], 5) == (0, "L2")
-    assert best_lower_bound([0, 0], 5) == (0, "L2")
-    with pytest.raises(ValueError, match="upto must be one of L2, cardinality"):
-        best_lower_bound(sizes, cap, upto="L3")
-    with pytest.raises(ValueError, match=r"item sizes must lie in 0\.\.100"):
-        lower_bound([101], 100)
-    with pytest.raises(ValueError, match=r"cap must be a positive integer \(>= 1\), got 0"):
-        lower_bound([5], 0)
 
 
-def max_bipartite_matching(left: list[int], right: list[int], cap: int) -> int:
-    """Kuhn's augmenting paths: pairs (left, right) with total at most ``cap``."""
-    owner: list[int | None] = [None] * len(right)
-
-    def augment(i: int, seen: set[int]) -> bool:
-        for j, size in enumerate(right):
-            if left[i] + size <= cap and j not in seen:
-                seen.add(j)
-                holder = owner[j]
-                if holder is None or augment(holder, seen):
-                    owner[j] = i
-                    return True
-        return False
-
-    return sum(augment(i, set()) for i in range(len(left)))
 
 
-def test_bimodal_batch_count_is_proven_optimal() -> None:
-    """1,024 samples, half 100-600 tokens and half 6,000-9,000, cap 16,384: L2 is loose.
-    Oracle: an item above cap/2 needs its own bin, which takes at most one item of
-    (cap/3, cap/2]; those pair at most two to a bin, so the large items need
-    ``|B| + ceil((|M| - x) / 2)`` bins, x a maximum B-M matching (Kuhn's algorithm)."""
-    rng = random.Random(5)
-    sizes = [rng.randint(100, 600) for _ in range(512)]
-    sizes += [rng.randint(6000, 9000) for _ in range(512)]
-    rng.shuffle(sizes)
-    cap = 16384
-    big = [s for s in sizes if 2 * s > cap]
-    middle = [s for s in sizes if 3 * s > cap >= 2 * s]
-    x = max_bipartite_matching(big, middle, cap)
-    needed = len(big) + -(-(len(middle) - x) // 2)
-    assert l2_lower_bound(sizes, cap) < needed
-    assert lower_bound(sizes, cap) == needed
-    result = analyse(sizes, cap)
-    assert result.min_count == needed and result.proven_optimal
-    assert_packing(result._packing, sizes, cap)
 
 
 def test_split_to_count_many_splits_is_not_quadratic() -> None:
@@ -327,3 +182,280 @@ def test_split_to_count_many_splits_is_not_quadratic() -> None:
     result = split_to_count([1] * n, [list(range(n))], n)
     assert sorted(len(b) for b in result) == [1] * n
     assert sorted(i for b in result for i in b) == list(range(n))
+
+
+def model_split(sizes: list[int], bins: list[list[int]], count: int) -> list[list[int]]:
+    """Split until ``count`` bins: the heaviest bin with two or more items (lowest index on a
+    tie) is halved; its items, largest first (then lowest index), go to the first half, the
+    second half, then each to the lighter half (the first on a tie); the second half is
+    appended."""
+    result = [list(b) for b in bins]
+    while len(result) < count:
+        candidates = [b for b in range(len(result)) if len(result[b]) > 1]
+        heaviest = max(candidates, key=lambda b: (sum(sizes[i] for i in result[b]), -b))
+        ordered = sorted(result[heaviest], key=lambda i: (-sizes[i], i))
+        halves: list[list[int]] = [[ordered[0]], [ordered[1]]]
+        for i in ordered[2:]:
+            loads = [sum(sizes[j] for j in half) for half in halves]
+            halves[0 if loads[0] <= loads[1] else 1].append(i)
+        result[heaviest] = halves[0]
+        result.append(halves[1])
+    return result
+
+
+def test_split_to_count_follows_its_rule() -> None:
+    rng = random.Random(5)
+    for _ in range(300):
+        n = rng.randint(1, 12)
+        sizes = [rng.choice([0, 1, rng.randint(0, 20)]) for _ in range(n)]
+        n_bins = rng.randint(1, n)
+        bins: list[list[int]] = [[] for _ in range(n_bins)]
+        for i in range(n):
+            bins[i % n_bins if i < n_bins else rng.randrange(n_bins)].append(i)
+        count = rng.randint(n_bins, n)
+        assert split_to_count(sizes, bins, count) == model_split(sizes, bins, count), (sizes, bins, count)
+
+
+def test_split_to_count_hand_checked() -> None:
+    # The heavier bin (12 tokens) splits: 5 and 4 seed the halves, 3 joins the lighter (4).
+    assert split_to_count([5, 4, 3, 6, 6], [[0, 1, 2], [3], [4]], 4) == [[0], [3], [4], [1, 2]]
+    # A single-item bin never splits, even when it is the heaviest.
+    assert split_to_count([9, 1, 1], [[0], [1, 2]], 3) == [[0], [1], [2]]
+    # Zero-size items: the tie goes to the lowest-index bin, which has two items.
+    assert split_to_count([0, 0, 0, 0], [[0, 1], [2, 3]], 3) == [[0], [2, 3], [1]]
+    with pytest.raises(ValueError, match=r"^cannot split 2 bins of 3 items into 4$"):
+        split_to_count([1, 1, 1], [[0, 1], [2]], 4)
+    with pytest.raises(ValueError, match=r"^cannot split 2 bins of 3 items into 1$"):
+        split_to_count([1, 1, 1], [[0, 1], [2]], 1)
+
+
+def test_minimum_bin_slack_budget_and_largest_item_first() -> None:
+    sizes, cap = [49, 41, 34, 33, 29, 26, 26, 22, 20, 19], 100
+    assert len(minimum_bin_slack(sizes, cap)) == 3
+    # No budget: every item is packed by best-fit decreasing (4 bins here).
+    assert minimum_bin_slack(sizes, cap, budget=0) == best_fit_decreasing(sizes, cap)
+    rng = random.Random(3)
+    for _ in range(200):
+        items = [rng.randint(1, 30) for _ in range(rng.randint(1, 12))]
+        bins = minimum_bin_slack(items, 40)
+        for k, b in enumerate(bins):  # each bin opens with the largest item left
+            assert items[b[0]] == max(items[i] for later in bins[k:] for i in later), (items, bins)
+
+
+def test_minimum_bin_slack_falls_back_to_best_fit_on_wide_bitsets() -> None:
+    # cap / gcd above 65,536 bits: best-fit decreasing, as documented.
+    sizes, cap = [70_000, 30_001, 3, 99_999], 100_001
+    assert minimum_bin_slack(sizes, cap) == best_fit_decreasing(sizes, cap) == [[3], [0, 1], [2]]
+
+
+def test_checked_names_sizes_in_its_messages() -> None:
+    with pytest.raises(ValueError, match=r"^sizes\[1\] is -1; lengths and workloads must be >= 0$"):
+        l1_lower_bound([3, -1], 10)
+    with pytest.raises(TypeError, match=r"^sizes must be a sequence, got 'abc' \(str\)$"):
+        l2_lower_bound("abc", 10)  # type: ignore[arg-type]
+
+
+def random_instance(rng: random.Random) -> tuple[list[int], int]:
+    """Up to 12 sizes, crowded near cap/2, cap/3, 2 cap/3, cap/4, cap/5, 1 and cap, where a
+    rounding mistake in a bound shows; a quarter of the cases uniform."""
+    cap = rng.choice([rng.randint(1, 40), 60, 61, 99, 100, 101])
+    n = rng.randint(0, 12)
+    if rng.random() < 0.25:
+        return [rng.randint(0, cap) for _ in range(n)], cap
+    centres = [cap // 2, cap // 3, (cap + 2) // 3, 2 * cap // 3, cap // 4, cap // 5, cap, 1]
+    return [min(cap, max(0, rng.choice(centres) + rng.randint(-3, 3))) for _ in range(n)], cap
+
+
+def model_closing_fit(sizes: list[int], cap: int) -> list[list[int]]:
+    """Closing fit decreasing as a rule on small inputs (the pair search never runs out of
+    tries there): each bin opens with the largest remaining item (lowest index on ties);
+    while a remaining item fits the room, take one of exactly the room, else the pair of
+    total exactly the room whose smaller item is largest (larger item first), else the
+    largest item that fits; a closed bin (room 0) still takes zero-size items."""
+    remaining = list(range(len(sizes)))
+
+    def take(size: int) -> int:
+        i = min(j for j in remaining if sizes[j] == size)
+        remaining.remove(i)
+        return i
+
+    bins = []
+    while remaining:
+        first = take(max(sizes[j] for j in remaining))
+        current, room = [first], cap - sizes[first]
+        while remaining and min(sizes[j] for j in remaining) <= room:
+            count = {s: sum(1 for j in remaining if sizes[j] == s) for s in {sizes[j] for j in remaining}}
+            if room in count:
+                current.append(take(room))
+                room = 0
+                continue
+            smalls = [s for s in count if 2 * s <= room and count.get(room - s, 0) > (room - s == s)]
+            if smalls:
+                small = max(smalls)
+                current.append(take(room - small))
+                current.append(take(small))
+                room = 0
+                continue
+            size = max(s for s in count if s <= room)
+            current.append(take(size))
+            room -= size
+        bins.append(current)
+    return bins
+
+
+def test_closing_fit_follows_its_rule() -> None:
+    rng = random.Random(15)
+    for _ in range(400):
+        sizes, cap = random_instance(rng)
+        assert closing_fit_decreasing(sizes, cap) == model_closing_fit(sizes, cap), (sizes, cap)
+    # Room 4 after the 6: no 4 left, the pair 2 + 2 closes it (not the 3, which leaves 1).
+    assert closing_fit_decreasing([6, 3, 2, 2], 10) == [[0, 2, 3], [1]]
+    # Room 10 after the 10: pairs 7 + 3 and 6 + 4 both close it; the one with the larger
+    # small item (6 + 4) is taken.
+    assert closing_fit_decreasing([10, 7, 6, 4, 3], 20) == [[0, 2, 3], [1, 4]]
+    with pytest.raises(ValueError, match=r"^an item is larger than the capacity 3$"):
+        closing_fit_decreasing([2, 4], 3)
+
+
+def closing_budget_instance(fillers: int, pair_bins: int, partner_small: int) -> list[int]:
+    """``fillers`` bins of 9991 + 7 (room 9: no exact item, no pair, so a search that finds
+    nothing), ``pair_bins`` bins of 9980 + 10 + 10 (room 20: closed by the pair 10 + 10), then
+    the key bin 9700 (room 300): smalls 100..139 (the pair search walks down from 139), one
+    partner 300 - ``partner_small``, and a decoy 250 that the bin takes when no pair is
+    found (room 50 left, which nothing fits)."""
+    sizes = [9991, 7] * fillers + [9980, 10, 10] * pair_bins + [9700, 250]
+    return sizes + list(range(100, 140)) + [300 - partner_small]
+
+
+def key_bin(sizes: list[int]) -> list[int]:
+    bins = closing_fit_decreasing(sizes, 10_000)
+    return next(sorted(sizes[i] for i in b) for b in bins if sizes[b[0]] == 9700)
+
+
+def test_closing_fit_pair_search_stops_when_its_tries_run_out() -> None:
+    # The budget is 16 n + 1024 tries; a search that finds no pair is charged the full
+    # _CLOSING_TRIES (64), a found pair 1. 53 fillers, n = 2 * 53 + 43 = 149: the key bin
+    # has 16 * 149 + 1024 - 53 * 64 = 16 tries left, so it tries the smalls 139 down to 124.
+    assert key_bin(closing_budget_instance(53, 0, 123)) == [250, 9700]  # 123 + 177: not reached
+    assert key_bin(closing_budget_instance(53, 0, 124)) == [124, 176, 9700]  # the 16th try
+    # 54 fillers and one pair bin, n = 154: 16 * 154 + 1024 - 54 * 64 - 1 = 31 tries left.
+    assert key_bin(closing_budget_instance(54, 1, 109)) == [109, 191, 9700]  # the 31st try
+    assert key_bin(closing_budget_instance(54, 1, 108)) == [250, 9700]
+
+
+def model_minimum_bin_slack(sizes: list[int], cap: int) -> list[list[int]]:
+    """Minimum bin slack as its docstring states it, by brute force over subsets (small
+    inputs, default budget never spent): each bin opens with the largest remaining positive
+    item (lowest index on ties); the other remaining items that fit its room are added largest
+    first until some subset of them fills the room exactly, in units of the gcd g of the
+    positive sizes below the cap (room // g units); of the subsets of the added items with the
+    largest total within the room, the one that keeps the larger items is taken (the last
+    added item is left out whenever it can be); zero-size items join the first bin."""
+    unit = 0
+    for s in sizes:
+        if s < cap:
+            unit = math.gcd(unit, s)
+    unit = unit or 1
+    remaining = sorted((i for i in range(len(sizes)) if sizes[i]), key=lambda i: (-sizes[i], i))
+    bins = []
+    while remaining:
+        first = remaining.pop(0)
+        target = (cap - sizes[first]) // unit
+        added: list[int] = []
+        for i in remaining:
+            if sizes[i] // unit > target:
+                continue
+            added.append(i)
+            if any(sum(sizes[j] // unit for j in sub) == target for sub in subsets(added)):
+                break
+        best = max(t for sub in subsets(added) if (t := sum(sizes[j] // unit for j in sub)) <= target)
+        # Of the subsets summing to ``best``, the one whose membership, read from the last
+        # added item back, is smallest: leave the later (smaller) items out when possible.
+        chosen = min(
+            (sub for sub in subsets(added) if sum(sizes[j] // unit for j in sub) == best),
+            key=lambda sub: [i in sub for i in reversed(added)],
+        )
+        bins.append([first, *chosen])
+        remaining = [i for i in remaining if i not in chosen]
+    zeros = [i for i in range(len(sizes)) if not sizes[i]]
+    if zeros:
+        if bins:
+            bins[0].extend(zeros)
+        else:
+            bins.append(zeros)
+    return bins
+
+
+def subsets(items: list[int]) -> list[list[int]]:
+    """Every subset of ``items``, each in the order of ``items``."""
+    result: list[list[int]] = [[]]
+    for i in items:
+        result += [[*sub, i] for sub in result]
+    return result
+
+
+def test_minimum_bin_slack_follows_its_rule() -> None:
+    rng = random.Random(16)
+    for case in range(300):
+        if case % 2:
+            sizes, cap = random_instance(rng)
+        else:  # multiples of a gcd against a cap that is not one (plus a cap-sized item)
+            unit = rng.choice([2, 3, 10])
+            cap = unit * rng.randint(3, 12) + rng.randint(1, unit - 1)
+            sizes = [unit * rng.randint(0, cap // unit) for _ in range(rng.randint(0, 10))]
+            sizes += [cap] * rng.randint(0, 1)
+        if len(sizes) <= 10:
+            assert minimum_bin_slack(sizes, cap) == model_minimum_bin_slack(sizes, cap), (sizes, cap)
+    # Units of 10 against cap 1008: 49 + 29 + 22 (units) fills the room of 51 exactly.
+    scaled = [10 * s for s in [49, 41, 34, 33, 29, 26, 26, 22, 20, 19]]
+    assert minimum_bin_slack(scaled, 1008) == [[0, 4, 7], [1, 3, 5], [2, 6, 8, 9]]
+    # A cap-sized item does not join the gcd (10 stays the unit, not gcd(10, 1008) = 2).
+    assert minimum_bin_slack([1008, 500, 300, 200, 150, 40], 1008) == [[0], [1, 2, 3], [4, 5]]
+
+
+def test_minimum_bin_slack_budget_counts_the_items_scanned() -> None:
+    sizes, cap = [49, 41, 34, 33, 29, 26, 26, 22, 20, 19], 100
+    # The 49 (room 51) scans 41, 34, 33, 29, 26, 26, 22: 29 + 22 closes it (7 steps). The
+    # rest by best-fit decreasing: 41 + 34 + 20, 33 + 26 + 26, 19.
+    for budget in (1, 7):
+        assert minimum_bin_slack(sizes, cap, budget) == [[0, 4, 7], [1, 2, 8], [3, 5, 6], [9]]
+    # 8 steps: the 41 (room 59) is packed too, scanning 34, 33, (29 taken), 26: 33 + 26.
+    full = [[0, 4, 7], [1, 3, 5], [2, 6, 8, 9]]
+    assert minimum_bin_slack(sizes, cap, 8) == full
+    assert minimum_bin_slack(sizes, cap) == full
+    # The 12 (room 1) fits nothing and scans nothing; the 9 scans only the items that fit its
+    # room 4, the first 4 closes it: 1 step, then best fit: 9 + 4, 8.
+    assert minimum_bin_slack([12, 9, 9, 8, 4, 4], 13, 1) == [[0], [1, 4], [2, 5], [3]]
+    # The first 5 scans the second (1 step); the next 5 scans from the 4 on, 4, 3, 2 (3
+    # steps): 3 + 2 closes it. Budget 2: the second bin is still packed by the bitset.
+    assert minimum_bin_slack([5, 5, 5, 4, 3, 2, 1], 10, 2) == [[0, 1], [2, 4, 5], [3, 6]]
+
+
+def test_minimum_bin_slack_scans_at_most_2_26_bits_per_bin() -> None:
+    # cap / gcd = 65,536 bits: a bin scans at most 2**26 / 65,536 = 1,024 items.
+    bins = minimum_bin_slack([1] * 1100, 65_536)
+    assert bins == [list(range(1025)), list(range(1025, 1100))]
+    # 2**26 / 65,535 = 1,024.02: again 1,024 items.
+    assert minimum_bin_slack([1] * 1100, 65_535) == bins
+
+
+def test_minimum_bin_slack_bitset_width_limit() -> None:
+    # No size below the cap but 0: unit 1, 100,000 bits > 65,536: best-fit decreasing,
+    # which puts the 0 into the newest of the bins with equal room.
+    assert minimum_bin_slack([100_000, 100_000, 0], 100_000) == [[0], [1, 2]]
+    # Even sizes, cap 131,073: 65,536 units of 2, just within the limit: the bitset packs
+    # the 299 x 1310 tokens (and a 2) into 3 bins, where best fit needs 4.
+    sizes = [1310 * s for s in [49, 41, 34, 33, 29, 26, 26, 22, 20, 19]] + [2]
+    assert len(minimum_bin_slack(sizes, 131_073)) == 3
+    assert len(best_fit_decreasing(sizes, 131_073)) == 4
+
+
+def test_minimum_bin_slack_default_budget_is_20_n_plus_50000() -> None:
+    # 600 items of 601 and 6,200 of 2, cap 1000: each 601 leaves room 399 (odd), which no
+    # set of 2s fills exactly, so its bin scans all 6,200 positions of 2s (placed or not)
+    # and takes 199 of them. The budget, 20 * 6,800 + 50,000 = 186,000 = 30 * 6,200, is
+    # spent by exactly 30 such bins; best-fit decreasing packs the rest: the 570 other 601s
+    # alone, then the 230 2s into the newest bin first (199 fill it to 999, 31 go to the
+    # one before it).
+    bins = minimum_bin_slack([601] * 600 + [2] * 6200, 1000)
+    assert [len(b) for b in bins] == [200] * 30 + [1] * 568 + [32, 200]

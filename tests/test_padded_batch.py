@@ -184,6 +184,24 @@ def test_random_layouts_are_cut_to_the_oracles_windows_and_restored(seed: int) -
         assert same(restore_dynamic_batch(mbs, idx), batch)
 
 
+def test_rows_that_end_before_the_shared_column_are_charged_their_own_span() -> None:
+    """Right-padded rows beside a left-padded one share no column with it: a micro-batch of
+    the short right-padded rows holds only their hull (3 wide), not the columns up to the
+    left-padded row's first (7). The plan, the error and the cut all say 3."""
+    spans = [(0, 3), (0, 2), (7, 10)]
+    batch = layout(spans, 10, extra=4)
+    mbs, idx = rearrange_micro_batches(batch, 6, padded=True)
+    assert sorted(map(sorted, idx)) == [[0, 1], [2]]  # 2 rows x 3 = 6 and 1 x 3 = 3
+    assert sorted(tuple(mb["input_ids"].shape) for mb in mbs) == [(1, 3), (2, 3)]
+    check_cut(batch, spans, mbs, idx, 6)
+    assert same(restore_dynamic_batch(mbs, idx), batch)
+    # each row fits alone at a cap of its own span; only a row that does not is named
+    with pytest.raises(ValueError, match=r"^sample 0 has 3 tokens; padded=True holds it as 1 row x 3 wide"):
+        rearrange_micro_batches(layout([(0, 3), (6, 9)], 9), 2, padded=True)
+    mbs, idx = rearrange_micro_batches(layout([(0, 3), (6, 9)], 9), 3, padded=True)
+    assert sorted(map(sorted, idx)) == [[0], [1]]
+
+
 # ------------------------------------------------------------------------ settings, other paths
 
 

@@ -1,13 +1,17 @@
-"""plan_micro_batches on plain lists: properties over random inputs, and the simulated DP rule."""
+"""planner.py: plan_micro_batches on plain lists (properties over random inputs, the simulated
+DP rule), and its pieces (agreed_count, build_plan, local_count, the argument and length
+errors) pinned by exact values (the mutants that survived ``mutmut`` before them)."""
 
 from __future__ import annotations
 
+import random
 import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import seqlen_balancing.search as search
 from oracles import brute_force_optimum
 from seqlen_balancing import (
     best_fit_decreasing,
@@ -16,7 +20,27 @@ from seqlen_balancing import (
     plan_micro_batches,
     roundup_divisible,
 )
+from seqlen_balancing.balance import spread
+from seqlen_balancing.errors import (
+    Argument,
+    BelowOne,
+    CountAboveGroups,
+    EmptyBatch,
+    LengthNotAnInteger,
+    LengthsNotASequence,
+    LengthSource,
+    NegativeLength,
+    NotAnInteger,
+)
 from seqlen_balancing.options import PlanOptions
+from seqlen_balancing.planner import (
+    RankAnalysis,
+    agreed_count,
+    analyse,
+    argument_error,
+    build_plan,
+    local_count,
+)
 
 
 def group_sizes(lengths: list[int], group: int) -> list[int]:
@@ -131,9 +155,7 @@ def test_karmarkar_karp_is_returned_wherever_it_fits_on_real_batches() -> None:
     """The balance promise: where plain Karmarkar-Karp at our count respects the cap, our
     plan has its workload spread (we return it); checked on real CHAMP batches, tight and
     loose counts alike."""
-    import random
 
-    from seqlen_balancing.balance import spread
     from seqlen_balancing.data import load_champ_lengths
     from seqlen_balancing.partition import karmarkar_karp, workload
 
@@ -175,7 +197,6 @@ def test_rank_analysis_reports_the_bound_and_whether_the_count_is_proven() -> No
 
 def test_count_search_stops_once_the_bound_is_met(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where best-fit decreasing meets the bound, no further packing or search runs."""
-    import random
 
     from seqlen_balancing import planner, search
 
@@ -197,7 +218,6 @@ def test_count_search_stops_once_the_bound_is_met(monkeypatch: pytest.MonkeyPatc
 def test_proven_counts_on_real_batches_are_optimal_by_a_slow_check() -> None:
     """Real CHAMP x10 batches at cap 16,384: wherever the count is proven, the brute-force
     optimum of small draws agrees; the count is never below any bound."""
-    import random
 
     from seqlen_balancing.data import load_champ_lengths
     from seqlen_balancing.planner import analyse
@@ -219,7 +239,6 @@ def test_proven_counts_on_real_batches_are_optimal_by_a_slow_check() -> None:
 def test_unproven_counts_report_the_strongest_bound() -> None:
     """Where a gap remains every bound was tried: ``lower_bound`` is the full
     :func:`lower_bound`; where the count is proven it equals the count (and the full bound)."""
-    import random
 
     from seqlen_balancing.data import load_champ_lengths
     from seqlen_balancing.planner import analyse
@@ -261,3 +280,156 @@ def test_advice_beyond_what_the_agreement_carries_says_so() -> None:
     # Exactly at the limit the figure is exact and enough.
     with pytest.raises(ValueError, match=f"raise max_token_len to at least {2**62} "):
         plan_data_parallel([[20], [2**62]], 16)
+
+
+def test_agreed_count() -> None:
+    assert agreed_count(5, 8) == (5, None)
+    assert agreed_count(5, 8, 4) == (8, None)
+    count, error = agreed_count(9, 8)
+    assert count == 0 and error == CountAboveGroups(9, 8, 9, None)
+    assert "the cap needs 9" in error.message()
+
+
+def test_build_plan_count_range_message() -> None:
+    analysis = analyse([3, 3, 3], 4)
+    with pytest.raises(ValueError, match=r"^count must be in 3\.\.3 for this batch, got 5$"):
+        build_plan(analysis, 5)
+
+
+def test_local_count_raises_the_error_with_the_rank() -> None:
+    analysis = RankAnalysis(EmptyBatch())
+    with pytest.raises(ValueError, match=r"^rank 2 of the DP group\b.*: the batch has no samples"):
+        local_count(analysis, 2)
+    with pytest.raises(ValueError, match=r"^the batch has no samples"):
+        local_count(analysis)
+    assert local_count(analyse([3, 3, 3, 1], 4, PlanOptions(num_batches_divided_by=2))) == 4
+
+
+def test_num_micro_batches_is_checked() -> None:
+    with pytest.raises(ValueError, match=r"num_micro_batches must be a positive integer \(>= 1\), got 0"):
+        plan_micro_batches([1, 2], 4, num_micro_batches=0)
+    with pytest.raises(ValueError, match=(
+        r"num_micro_batches=1 is below the lower bound of 2 micro-batches \(L2\) for this batch "
+        r"under max_token_len=4: no plan with fewer exists; pass at least 2"
+    )):
+        plan_micro_batches([3, 3], 4, num_micro_batches=1)
+    assert len(plan_micro_batches([1, 1, 1], 4, num_micro_batches=2)) == 2
+    # An exact count must already be a multiple of the divisor (issue 19, case 8) ...
+    with pytest.raises(ValueError, match="num_micro_batches=3 is not a multiple of num_batches_divided_by=2"):
+        plan_micro_batches([1, 1, 1], 4, num_micro_batches=3, num_batches_divided_by=2)
+    # ... and at most the samples.
+    with pytest.raises(ValueError, match="4 micro-batches are needed but only 3"):
+        plan_micro_batches([1, 1, 1], 4, num_micro_batches=4, num_batches_divided_by=2)
+
+
+def test_num_micro_batches_is_exact_never_rounded_to_the_divisor() -> None:
+    # Issue 19, case 8: "exactly this count" is exact; a count the divisor does not divide
+    # is an error naming both (it used to be rounded up silently).
+    assert len(plan_micro_batches([1, 1, 1, 1], 4, num_micro_batches=4, num_batches_divided_by=2)) == 4
+    with pytest.raises(ValueError, match="num_micro_batches=3 is not a multiple of num_batches_divided_by=2"):
+        plan_micro_batches([1, 1, 1, 1], 4, num_micro_batches=3, num_batches_divided_by=2)
+
+
+class _SubInt(int):
+    """An int subclass: not ``type(v) is int``, still a whole number."""
+
+
+@pytest.mark.parametrize(
+    ("lengths", "cap", "kwargs", "error", "message"),
+    [
+        (["x"], 8, {}, TypeError,
+         "seq_lens[0] is not an integer; lengths are whole numbers of tokens ('x' (str))"),
+        (5, 8, {}, TypeError, "seq_lens must be a sequence of whole numbers of tokens, one per sample "
+         "(a list, a tuple, a 1-D tensor or array), got a value of type int"),
+        ([1, 1.5], 8, {}, TypeError,
+         "seq_lens[1] is not an integer; lengths are whole numbers of tokens (1.5 (float))"),
+        ([1, -3], 8, {}, ValueError, "seq_lens[1] is -3; lengths must be >= 0 tokens"),
+        ([1], 1.5, {}, TypeError,
+         "max_token_len must be a positive integer, got a value that is not an integer (1.5 (float))"),
+        ([1], 0, {}, ValueError, "max_token_len must be a positive integer (>= 1), got 0"),
+        ([1], -5, {}, ValueError, "max_token_len must be a positive integer (>= 1), got -5"),
+        ([1], 8, {"force_group_size": 0}, ValueError,
+         "force_group_size must be a positive integer (>= 1), got 0"),
+        ([1], 8, {"force_group_size": 2.0}, TypeError,
+         "force_group_size must be a positive integer, got a value that is not an integer (2.0 (float))"),
+        ([1], 8, {"min_num_micro_batch": -1}, ValueError,
+         "min_num_micro_batch must be a positive integer (>= 1), got -1"),
+        ([1], 8, {"num_batches_divided_by": "a"}, TypeError,
+         "num_batches_divided_by must be a positive integer, got a value that is not an integer ('a' (str))"),
+        ([1, 9, 9, 2], 8, {}, ValueError,
+         "sample 1 has 9 tokens, which exceeds max_token_len=8 (2 samples over the cap in this batch); "
+         "raise max_token_len to at least 9 (the longest sample of the call, on every DP rank of the "
+         "group when they agree) or truncate the sequences"),
+    ],
+)
+def test_input_errors_exactly(
+    lengths: object, cap: object, kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as caught:
+        plan_micro_batches(lengths, cap, **kwargs)  # type: ignore[arg-type]
+    assert str(caught.value) == message
+
+
+def test_whole_numbers_of_any_int_type_are_lengths() -> None:
+    assert plan_micro_batches([_SubInt(3), 5], 8) == [[0, 1]]
+
+
+def test_argument_error_returns_the_error_and_zero() -> None:
+    # The docstring: (None, the int) for a positive integer, (None, 1) for an allowed None,
+    # else (error, 0): NotAnInteger (wrong type) or BelowOne (the value given).
+    assert argument_error(7, Argument.MAX_TOKEN_LEN, False) == (None, 7)
+    assert argument_error(None, Argument.MIN_NUM_MICRO_BATCH, True) == (None, 1)
+    assert argument_error(1.5, Argument.MAX_TOKEN_LEN, False) == (
+        NotAnInteger(Argument.MAX_TOKEN_LEN, detail="1.5 (float)"), 0)
+    assert argument_error(None, Argument.FORCE_GROUP_SIZE, False) == (
+        NotAnInteger(Argument.FORCE_GROUP_SIZE, detail="None (NoneType)"), 0)
+    assert argument_error(-3, Argument.NUM_BATCHES_DIVIDED_BY, True) == (
+        BelowOne(Argument.NUM_BATCHES_DIVIDED_BY, -3), 0)
+
+
+def test_length_errors_are_recorded_exactly() -> None:
+    # The agreement carries these records' fields, so they must be exact, not only the message.
+    lens = LengthSource.SEQ_LENS
+    assert analyse(["x"], 8).error == LengthNotAnInteger(lens, 0, detail="'x' (str)")
+    assert analyse(5, 8).error == LengthsNotASequence(lens, "int")  # type: ignore[arg-type]
+    assert analyse({3: 1}, 8).error == LengthsNotASequence(lens, "dict")  # never read as its keys
+    assert analyse({3, 1}, 8).error == LengthsNotASequence(lens, "set")
+    assert analyse([1, 2, -3], 8).error == NegativeLength(lens, 2, -3)
+    assert NegativeLength(lens, 2, -3).values() == (0, 2, 3)  # the value travels negated
+
+
+def test_cap_and_group_size_cannot_be_none() -> None:
+    # Only min_num_micro_batch and num_batches_divided_by are optional.
+    with pytest.raises(TypeError) as caught:
+        plan_micro_batches([1], None)  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        "max_token_len must be a positive integer, got a value that is not an integer (None (NoneType))")
+    assert PlanOptions.parse({"force_group_size": None})[1] == NotAnInteger(
+        Argument.FORCE_GROUP_SIZE, detail="None (NoneType)")
+
+
+def test_local_count_names_the_rank_when_the_count_exceeds_the_groups() -> None:
+    # 3 samples of 3 tokens under 4 need 3 micro-batches, rounded up to 4 > 3 samples.
+    analysis = analyse([3, 3, 3], 4, PlanOptions(num_batches_divided_by=2))
+    with pytest.raises(ValueError, match=(
+        r"^rank 1 of the DP group: Cannot satisfy max_token_len while keeping forced groups atomic: "
+        r"4 micro-batches are needed but only 3 samples/groups are "
+        r"available and a micro-batch cannot be empty \(the cap needs 3, rounded up to 4 for "
+        r"num_batches_divided_by\)"
+    )):
+        local_count(analysis, 1)
+
+
+def test_karmarkar_karp_only_up_to_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lengths 8, 7, 6, 5, 4 (workload 24576 s + s^2) into 2 micro-batches of at most 17
+    # tokens; n * count = 10. Hand-traced, both fit the cap and differ:
+    # - Karmarkar-Karp: 8-7 and 6-5 leave differences 24591 and 24587 beside w(4) = 98320;
+    #   98320 - 24591 puts 4 with 7 against 8, then 6 joins 8 and 5 joins 7: {8, 6} | {7, 5, 4}.
+    # - LPT: 8 -> A, 7 -> B, 6 -> B (lighter), 5 -> A (lighter), then 4 -> B, as
+    #   w(7) + w(6) = 24576 * 13 + 85 < w(8) + w(5) = 24576 * 13 + 89: {8, 5} | {7, 6, 4}.
+    lengths = [8, 7, 6, 5, 4]
+    karmarkar_karp_plan, lpt_plan = [[0, 2], [1, 3, 4]], [[0, 3], [1, 2, 4]]
+    for budget, expected in ((10, karmarkar_karp_plan), (9, lpt_plan)):
+        monkeypatch.setattr(search, "_KK_BUDGET", budget)
+        got = plan_micro_batches(lengths, 17, num_micro_batches=2, use_dynamic_bsz_balance=False)
+        assert got == expected, budget

@@ -187,3 +187,8 @@ def test_lower_bound_under_the_sample_limit_counts_rows() -> None:
     assert lower_bound([100] * 65, 16384, max_samples_per_micro_batch=16) == 5
     with pytest.raises(ValueError, match="item 1 has size 9 and cost 16, larger than the usable"):
         lower_bound([3, 9], 10, pad_to_multiple_of=8)
+
+
+def test_the_summed_rule_is_inclusive() -> None:
+    assert Rule.sums([3, 5], 8).fits([0, 1])
+    assert not Rule.sums([3, 6], 8).fits([0, 1])

@@ -9,8 +9,11 @@ import pytest
 
 from seqlen_balancing import search
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planner import analyse
+from seqlen_balancing.planner import (
+    analyse,
+)
 from seqlen_balancing.rule import Rule
+from seqlen_balancing.search import _close_gap
 
 
 def served(rule: Rule) -> list[str]:
@@ -58,3 +61,118 @@ def test_the_count_is_at_the_bound_where_the_limit_and_the_cap_both_bind() -> No
         floor = max(-(-sum(lengths) // 16384), -(-len(lengths) // limit))
         result = analyse(lengths, 16384, PlanOptions(max_samples_per_micro_batch=limit))
         assert result.min_count == floor == result.lower_bound, seed
+
+
+def sum_close_gap(sizes: list[int], cap: int, packing: list[list[int]], lower: int) -> list[list[int]]:
+    """The exchange search step under the summed-cost rule of ``sizes`` and ``cap``."""
+    return _close_gap(Rule.sums(sizes, cap), packing, lower)
+
+
+def fewest_bins(sizes: list[int], cap: int) -> int:
+    """Brute force: the fewest bins of ``cap`` for ``sizes`` (dynamic programming over the
+    subsets packed so far, keeping the fewest bins and then the lightest open bin)."""
+    n = len(sizes)
+    best: list[tuple[int, int] | None] = [None] * (1 << n)
+    best[0] = (1, 0)
+    for mask in range(1 << n):
+        state = best[mask]
+        if state is None:
+            continue
+        bins, load = state
+        for i in range(n):
+            if not mask >> i & 1:
+                step = (bins, load + sizes[i]) if load + sizes[i] <= cap else (bins + 1, sizes[i])
+                seen = best[mask | 1 << i]
+                if seen is None or step < seen:
+                    best[mask | 1 << i] = step
+    last = best[-1]
+    assert last is not None
+    return last[0]
+
+
+def _is_packing(bins: list[list[int]], sizes: list[int], cap: int) -> bool:
+    return sorted(g for b in bins for g in b) == list(range(len(sizes))) and all(
+        b and sum(sizes[g] for g in b) <= cap for b in bins
+    )
+
+
+@pytest.mark.parametrize(
+    ("sizes", "cap"),
+    [
+        # One dominant bin (39 + 37); the search reaches 4 only from the reduced items.
+        ([22, 37, 23, 28, 31, 28, 39, 35, 35, 19], 77),
+        # The closing-fit packing of the reduced items is the one the search completes.
+        ([47, 60, 34, 39, 49, 30, 31, 54, 50, 55, 31, 34, 44, 30, 50, 40, 50, 41, 55, 33,
+          59, 54, 30, 45, 30, 54, 42, 33, 38, 35, 45, 29, 37, 49, 43, 33, 50, 31], 116),
+        # The minimum-bin-slack packing wins the tie with best fit (its waste sits last).
+        ([26, 25, 42, 35, 27, 30, 29, 41, 39, 32, 39, 34, 28, 16, 41, 38, 17, 21, 25, 22,
+          22, 29, 30, 18, 43, 41, 44, 16, 30, 33, 28, 15, 32, 22, 40, 34, 16, 18], 75),
+        # Closing fit is kept only when strictly better than best fit.
+        ([31, 24, 23, 27, 28, 17, 16, 32, 32, 24, 15, 31, 22, 18, 28, 15, 22, 29, 26, 27,
+          19, 31, 30, 25, 21, 27, 28, 33, 22, 19, 31, 33, 33, 21, 24, 17, 23, 15, 23, 15], 63),
+    ],
+)
+def test_count_reaches_the_volume_bound(sizes: list[int], cap: int) -> None:
+    # Oracle: ceil(total / cap) bins are needed by volume alone; these batches fit exactly
+    # that many, which best fit decreasing alone misses.
+    volume = -(-sum(sizes) // cap)
+    analysis = analyse(sizes, cap)
+    assert (analysis.min_count, analysis.lower_bound, analysis.proven_optimal) == (volume, volume, True)
+    assert len(analysis._packing) == volume and _is_packing(analysis._packing, sizes, cap)
+
+
+def test_minimum_bin_slack_runs_up_to_4096_groups() -> None:
+    # 4,084 empty samples and twelve that need 4 micro-batches by volume (ceil(526 / 133)),
+    # which minimum-bin-slack packing reaches and best fit and closing fit miss (5 each).
+    # 4,096 groups is the largest batch that packing runs on; the empty samples cost it
+    # nothing.
+    sizes = [0] * 4084 + [51, 23, 27, 54, 63, 24, 58, 41, 58, 35, 47, 45]
+    analysis = analyse(sizes, 133)
+    assert (analysis.n_groups, analysis.min_count, analysis.proven_optimal) == (4096, 4, True)
+    assert _is_packing(analysis._packing, sizes, 133)
+
+
+def test_count_without_dominant_bins_matches_brute_force() -> None:
+    # No item is too large to share a bin with two others, so the search runs on the whole
+    # batch; it cannot prove its count (the volume bound is ceil(90 / 23) = 4) but reaches
+    # the optimum of 5 that brute force finds.
+    sizes, cap = [9, 8, 10, 11, 11, 7, 5, 11, 10, 8], 23
+    analysis = analyse(sizes, cap)
+    assert fewest_bins(sizes, cap) == 5
+    assert analysis.min_count == 5 and _is_packing(analysis._packing, sizes, cap)
+
+
+def test_close_gap_never_returns_more_bins_than_it_was_given() -> None:
+    # 48 cannot share a bin with two others (48 + 13 + 13 > 61), so the reduction fixes the
+    # bin 48 + 13 (item 11, the last 13) and searches the other ten items, where it finds 4
+    # bins (their optimum is 3: 13+16+17+15, 19+21+18, 23+18+18, but the search misses it).
+    # The given packing (hand-checked loads 61, 58, 59, 61) pairs 48 with the other 13 and
+    # has 4 bins, the volume bound ceil(239 / 61): the result must not be worse.
+    sizes, cap = [13, 16, 19, 21, 23, 17, 15, 18, 18, 18, 48, 13], 61
+    given = [[11, 1, 5, 6], [2, 3, 7], [4, 8, 9], [10, 0]]
+    assert [sum(sizes[g] for g in b) for b in given] == [61, 58, 59, 61]
+    got = sum_close_gap(sizes, cap, [list(b) for b in given], 4)
+    assert len(got) == 4 and _is_packing(got, sizes, cap)
+
+
+def test_close_gap_starts_from_the_given_packing_restricted() -> None:
+    # Same batch; the given packing holds an optimal packing of the ten items besides the
+    # reduction's bin (loads 61, 58, 59) and 48 and 13 alone: 5 bins. Restricted to those
+    # ten items it has 3 bins, which the fresh packings of them miss, so with the reduction's
+    # bin 48 + 13 the result has 4, the volume bound ceil(239 / 61).
+    sizes, cap = [13, 16, 19, 21, 23, 17, 15, 18, 18, 18, 48, 13], 61
+    given = [[0, 1, 5, 6], [2, 3, 7], [4, 8, 9], [10], [11]]
+    got = sum_close_gap(sizes, cap, [list(b) for b in given], 4)
+    assert len(got) == 4 and _is_packing(got, sizes, cap)
+
+
+def test_close_gap_starts_from_the_best_fresh_packing() -> None:
+    # 110 cannot share a bin with two others (110 + 23 + 23 > 133): the reduction fixes the
+    # bin 110 + 23 and packs the twelve other items (526 tokens) afresh; the given packing
+    # (one item per bin) restricts to nothing useful. The twelve fit the 4 bins their volume
+    # needs (the minimum-bin-slack packing reaches it where best fit and closing fit leave
+    # 5 the search cannot close), so the result has 5 bins, the volume bound ceil(659 / 133).
+    sizes = [51, 23, 27, 54, 63, 24, 58, 41, 58, 35, 47, 45, 110, 23]
+    cap = 133
+    got = sum_close_gap(sizes, cap, [[g] for g in range(len(sizes))], 5)
+    assert len(got) == 5 and _is_packing(got, sizes, cap)

@@ -14,7 +14,9 @@ micro-batch (``force_group_size`` consecutive samples today; any group later). A
   it costs ``rows x width``, ``width = ceil((max left + max right) / p) * p`` where each
   item spans ``left`` columns to the left of a column every row shares and ``right`` to
   its right (a right-padded row of ``s`` tokens: ``(0, s)``; verl's left-padded prompt
-  and right-padded response: ``(prompt, response)``), rounded up to ``b`` like the sum;
+  and right-padded response: ``(prompt, response)``; a row that ends before that column,
+  as a right-padded row beside left-padded ones, has a negative ``right``, so the width is
+  still the hull of the rows' columns), rounded up to ``b`` like the sum;
 * **at most N samples** (``max_samples_per_micro_batch``): the rows of a micro-batch (its
   samples, not its items) number at most :attr:`Rule.limit`;
 
@@ -217,7 +219,7 @@ class Loads:
         self.cost = [0] * count
         self.rows = [0] * count
         self.left = [0] * count if rule.is_padded else []
-        self.right = [0] * count if rule.is_padded else []
+        self.right = [_NO_RIGHT] * count if rule.is_padded else []
         self.fits, self.add = _summed(self) if rule.left is None else _padded(self)
 
     @classmethod
@@ -232,8 +234,8 @@ class Loads:
                 loads.cost[b] = sum(sizes[i] for i in items)
                 continue
             loads.left[b] = max((rule.left[i] for i in items), default=0)
-            loads.right[b] = max((rule.right[i] for i in items), default=0)
-            loads.cost[b] = loads.rows[b] * aligned_length(loads.left[b] + loads.right[b], rule.pad)
+            loads.right[b] = max((rule.right[i] for i in items), default=_NO_RIGHT)
+            loads.cost[b] = _footprint(loads.rows[b], loads.left[b], loads.right[b], rule.pad)
         return loads
 
     def open(self) -> int:
@@ -242,7 +244,7 @@ class Loads:
         self.rows.append(0)
         if self.rule.is_padded:
             self.left.append(0)
-            self.right.append(0)
+            self.right.append(_NO_RIGHT)
         return len(self.cost) - 1
 
     def remove(self, b: int, item: int, rest: Sequence[int]) -> None:
@@ -254,8 +256,18 @@ class Loads:
             self.cost[b] -= rule.sizes[item]
             return
         self.left[b] = max((rule.left[i] for i in rest), default=0)
-        self.right[b] = max((rule.right[i] for i in rest), default=0)
-        self.cost[b] = self.rows[b] * aligned_length(self.left[b] + self.right[b], rule.pad)
+        self.right[b] = max((rule.right[i] for i in rest), default=_NO_RIGHT)
+        self.cost[b] = _footprint(self.rows[b], self.left[b], self.right[b], rule.pad)
+
+
+#: The right extent of an empty padded micro-batch: below any row's (a row's ``right`` is
+#: negative when it ends before the shared column), so the first row sets it.
+_NO_RIGHT = -(1 << 62)
+
+
+def _footprint(rows: int, left: int, right: int, pad: int) -> int:
+    """``rows x ceil((left + right) / pad) * pad``; 0 for an empty micro-batch."""
+    return rows * aligned_length(left + right, pad) if rows else 0
 
 
 _Check = Callable[[int, int], bool]

@@ -9,7 +9,7 @@ planned locally (``dp_group=None``): ``None`` when the input is only wrong next 
 (mixed modes, different static counts or divisors, too few samples for the agreed count).
 
 Used by the 2-rank gloo fuzz test (``_workers.py`` suite ``fuzz``) and by the local test in
-``tests/test_hardening.py``. Everything in issue 10's points 1-6 and the older hardening
+``tests/contracts/test_hardening.py``. Everything in issue 10's points 1-6 and the older hardening
 cases is here; the catalogue holds :data:`KINDS`.
 """
 

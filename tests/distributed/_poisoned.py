@@ -9,7 +9,7 @@ both return the same count.
 
 Used by the 2-rank gloo suite ``poison`` (``_workers.py``: one process group for every
 kind, each kind once with rank 0 poisoned and once with rank 1) and by the single-process
-test ``tests/test_poisoned.py`` (the cut restores bit for bit, or the call raises
+test ``tests/contracts/test_poisoned.py`` (the cut restores bit for bit, or the call raises
 ``ValueError``/``TypeError`` and leaves the input as it was). torch is imported lazily:
 the worker imports this module before it joins the group.
 """

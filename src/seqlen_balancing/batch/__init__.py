@@ -49,7 +49,6 @@ from __future__ import annotations
 from seqlen_balancing.batch.dataproto import prepare_dynamic_batch
 from seqlen_balancing.batch.lengths import effective_lengths
 from seqlen_balancing.batch.micro_batches import prepare_micro_batches, rearrange_micro_batches
-from seqlen_balancing.batch.nested import _jagged  # noqa: F401 (benchmarks/bench_floor.py's import path)
 from seqlen_balancing.batch.restore import restore_dynamic_batch
 from seqlen_balancing.batch.trim import MicroBatchIndices
 from seqlen_balancing.batch.workload import calculate_workload

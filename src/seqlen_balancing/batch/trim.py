@@ -100,10 +100,14 @@ def _mask_extents(mask: torch.Tensor) -> tuple[list[int], list[int], list[bool]]
 
 def _extents(first: list[int], stop: list[int], has: list[bool]) -> tuple[int, list[int], list[int]]:
     """``(anchor, left, right)``: the anchor column (the largest first real column) and
-    each row's span to its left and right (0 for rows without real tokens)."""
+    each row's span to its left and right of it (0 and 0 for rows without real tokens).
+
+    ``right`` is negative for a row that ends before the anchor (a right-padded row beside
+    left-padded ones): then a micro-batch's ``max(left) + max(right)`` is still its rows'
+    hull, ``max(stop) - min(first)``, which is what the cut keeps."""
     anchor = max((f for f, h in zip(first, has, strict=True) if h), default=0)
-    left = [max(anchor - f, 0) if h else 0 for f, h in zip(first, has, strict=True)]
-    right = [max(s - anchor, 0) if h else 0 for s, h in zip(stop, has, strict=True)]
+    left = [anchor - f if h else 0 for f, h in zip(first, has, strict=True)]
+    right = [s - anchor if h else 0 for s, h in zip(stop, has, strict=True)]
     return anchor, left, right
 
 

@@ -313,7 +313,7 @@ def _load_catalogue() -> Any:
     import sys
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent / "distributed" / "_malformed.py"
+    path = Path(__file__).resolve().parent.parent / "distributed" / "_malformed.py"
     spec = importlib.util.spec_from_file_location("_seqlen_balancing_malformed_local", path)
     assert spec is not None
     assert spec.loader is not None

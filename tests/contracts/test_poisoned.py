@@ -26,7 +26,7 @@ pytestmark = pytest.mark.torch
 
 def _load_poisons() -> Any:
     """``distributed/_poisoned.py`` (and ``_malformed.py`` it imports), by their folder."""
-    folder = str(Path(__file__).resolve().parent / "distributed")
+    folder = str(Path(__file__).resolve().parent.parent / "distributed")
     if folder not in sys.path:
         sys.path.insert(0, folder)
     return importlib.import_module("_poisoned")

@@ -16,7 +16,7 @@ from seqlen_balancing.cli import main
 
 pytestmark = pytest.mark.torch  # the epoch example replays torch's sampler
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "trainers.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "trainers.md"
 BLOCK = r"```\n\$ (seqlen-balancing [^\n]*)\n(.*?)```"  # a command and the lines it prints
 
 

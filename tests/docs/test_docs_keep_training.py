@@ -14,7 +14,7 @@ from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planner import analyse, over_cap_messages
 from seqlen_balancing.verl.switch import options_from_env
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "keep-training.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "keep-training.md"
 TEXT = PAGE.read_text(encoding="utf-8")
 
 

@@ -2,7 +2,7 @@
 trainer.balance_batch, --sp-size, --compare-verl, and the report (JSON counts, help, plurals).
 
 Issue 11, cases 1-3 are here; cases 4-6 (Parquet, tokenizer, missing extras) in
-tests/test_cli_data.py.
+tests/cli/test_cli_data.py.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def test_every_public_name_is_documented_with_raises_or_example() -> None:
 
 # ---- code blocks of the README and the docs pages ------------------------------------------
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: The pages whose code blocks run: the README and the site's own pages (docs/mutation/ holds
 #: records of mutmut runs, whose blocks are commands for mutmut, not examples).
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
 
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]
 _EXAMPLES = _ROOT / "examples"
 WORLD_SIZE = 2
 #: Seconds one torchrun launch may take (2 interpreters importing torch on a loaded machine).
