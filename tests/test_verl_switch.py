@@ -3,8 +3,9 @@
 The stand-in is a package named ``verl`` written to a temporary folder: the modules where
 verl defines the 13 functions (stubs with verl's parameters, returning ``"verl"``), and
 modules that bind them at import the ways verl's do (absolute, relative, aliased). Each
-scenario runs in a fresh interpreter, so the switch and the stand-in never reach this
-process. The real verl 0.9.1 is exercised in tests/compat/test_switch.py.
+scenario runs in a new process (started with torch imported, tests/preloaded.py), so the
+switch and the stand-in never reach this process. The real verl 0.9.1 is exercised in
+tests/compat/test_switch.py.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import inspect
 import json
 import os
 import socket
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+import preloaded
 
 pytestmark = pytest.mark.torch  # apply() loads the library's TensorDict functions
 
@@ -138,10 +140,8 @@ def run(root: Path, body: str, env: dict[str, str] | None = None) -> dict[str, o
     """Run PRELUDE + body with the stand-in first on the path; body prints one JSON line."""
     environment = {k: v for k, v in os.environ.items() if k != "SEQLEN_BALANCING_VERL"}
     environment |= {"PYTHONPATH": os.pathsep.join([str(root), str(SRC)]), **(env or {})}
-    proc = subprocess.run(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(body)], capture_output=True, text=True,
-        timeout=100, check=False, env=environment,
-    )
+    code = PRELUDE + textwrap.dedent(body)
+    proc = preloaded.run([sys.executable, "-c", code], env=environment, timeout=100)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
     result["stderr"] = proc.stderr

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+import preloaded
 from seqlen_balancing import plan_data_parallel
 from seqlen_balancing.agreement import VECTOR_SIZE
 
@@ -136,7 +137,7 @@ def run_ranks(
         GLOO_SOCKET_IFNAME="lo",  # gloo stays on the loopback interface
     )
     run = SuiteRun(suite, world_size, directory, deadline_s)
-    processes: list[subprocess.Popen[bytes]] = []
+    processes: list[preloaded.Started] = []
     start = time.monotonic()
     try:
         for rank in range(world_size):
@@ -149,10 +150,8 @@ def run_ranks(
                 init_method,
                 str(directory),
             ]
-            with (directory / f"rank{rank}.out").open("wb") as output:
-                processes.append(
-                    subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=directory)
-                )
+            output = directory / f"rank{rank}.out"
+            processes.append(preloaded.popen(argv, output=output, env=env, cwd=directory))
         for process in processes:
             remaining = deadline_s - (time.monotonic() - start)
             try:

@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+import preloaded
 from seqlen_balancing import plan_micro_batches
 
 pytestmark = [pytest.mark.distributed, pytest.mark.torch, pytest.mark.timeout(420)]
@@ -136,10 +137,8 @@ def run_world(world_size: int, rounds: list[dict[str, Any]], directory: Path) ->
         for rank in range(world_size):
             argv = [sys.executable, str(_WORKER), str(directory / "rounds.json"), str(rank),
                     str(world_size), init_method, str(directory)]
-            with (directory / f"rank{rank}.out").open("wb") as output:
-                processes.append(subprocess.Popen(
-                    argv, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=directory
-                ))
+            output = directory / f"rank{rank}.out"
+            processes.append(preloaded.popen(argv, output=output, env=env, cwd=directory))
         for process in processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(DEADLINE_S - (time.monotonic() - start), 0.1))
