@@ -259,6 +259,7 @@ def dff_by_definition(sizes: list[int], cap: int) -> int:
     return best
 
 
+@pytest.mark.slow
 def test_fekete_schepers_bound_matches_its_definition() -> None:
     rng = random.Random(14)
     for _ in range(150):

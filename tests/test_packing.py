@@ -50,6 +50,7 @@ def test_brute_force_reference_on_hand_checked_cases() -> None:
 
 @given(small_instances)
 @settings(max_examples=300, deadline=None)
+@pytest.mark.slow
 def test_bounds_and_heuristics_bracket_the_optimum(instance: tuple[list[int], int]) -> None:
     sizes, cap = instance
     opt = brute_force_optimum(sizes, cap)
@@ -69,6 +70,7 @@ def test_bounds_and_heuristics_bracket_the_optimum(instance: tuple[list[int], in
 
 @given(small_instances, st.integers(0, 9))
 @settings(max_examples=200, deadline=None)
+@pytest.mark.slow
 def test_reduce_bins_reaches_a_valid_packing_between_opt_and_its_input(
     instance: tuple[list[int], int], target: int
 ) -> None:
@@ -96,6 +98,7 @@ def test_reduce_bins_finds_the_perfect_packing_best_fit_misses() -> None:
 
 @given(small_instances, st.sampled_from([None, 0, 1, 3]))
 @settings(max_examples=300, deadline=None)
+@pytest.mark.slow
 def test_minimum_bin_slack_is_a_valid_packing_at_or_above_the_optimum(
     instance: tuple[list[int], int], budget: int | None
 ) -> None:
@@ -126,6 +129,7 @@ def test_minimum_bin_slack_closes_bins_exactly_where_best_fit_misses() -> None:
     st.lists(st.integers(0, 50), min_size=1, max_size=12), st.integers(50, 80), st.data()
 )
 @settings(max_examples=200, deadline=None)
+@pytest.mark.slow
 def test_split_to_count_gives_exactly_the_count(
     sizes: list[int], cap: int, data: st.DataObject
 ) -> None:
@@ -215,6 +219,7 @@ def crowded_instance(rng: random.Random) -> tuple[list[int], int]:
     return sizes, cap
 
 
+@pytest.mark.slow
 def test_lower_bound_never_exceeds_the_brute_force_optimum_and_never_falls_below_l2() -> None:
     rng = random.Random(2026)
     above_l2 = {name: 0 for name in BOUND_NAMES}
@@ -318,6 +323,7 @@ def test_bimodal_batch_count_is_proven_optimal() -> None:
     assert_packing(result._packing, sizes, cap)
 
 
+@pytest.mark.slow
 def test_split_to_count_many_splits_is_not_quadratic() -> None:
     # One bin of 20,000 items split to single items: the old rule re-summed every bin per split.
     n = 20_000

@@ -22,7 +22,8 @@ import pytest
 
 import preloaded
 
-pytestmark = pytest.mark.torch  # apply() loads the library's TensorDict functions
+# apply() loads the library's TensorDict functions; every scenario is a process of its own
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

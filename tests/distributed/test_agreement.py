@@ -31,7 +31,7 @@ import preloaded
 from seqlen_balancing import plan_data_parallel
 from seqlen_balancing.agreement import VECTOR_SIZE
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(240)]
 
 _HERE = Path(__file__).resolve().parent
 _WORKER_SCRIPT = _HERE / "_workers.py"

@@ -142,6 +142,7 @@ _NPU_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_issue10_case6_hccl_uses_the_current_npu() -> None:
     result = preloaded.run([sys.executable, "-c", _NPU_SCRIPT], timeout=100)
     assert result.returncode == 0, result.stderr
@@ -166,6 +167,7 @@ _GLOO_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.distributed
+@pytest.mark.slow
 def test_real_gloo_group_uses_the_cpu_and_sync_needs_dp_group() -> None:
     result = preloaded.run([sys.executable, "-c", _GLOO_SCRIPT], timeout=100)
     assert result.returncode == 0, result.stderr

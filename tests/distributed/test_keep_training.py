@@ -23,7 +23,7 @@ import pytest
 
 import preloaded
 
-pytestmark = [pytest.mark.distributed, pytest.mark.torch, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.distributed, pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(150)]
 
 _WORKER = Path(__file__).resolve().parent / "_keep_training_worker.py"
 DEADLINE_S = 100

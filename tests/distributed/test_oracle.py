@@ -35,7 +35,7 @@ import pytest
 import preloaded
 from seqlen_balancing import plan_micro_batches
 
-pytestmark = [pytest.mark.distributed, pytest.mark.torch, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.distributed, pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(420)]
 
 _WORKER = Path(__file__).resolve().parent / "_oracle_worker.py"
 #: Seconds one world may take for all its rounds (spawn, torch import, rendezvous, rounds).
