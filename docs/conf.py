@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # the checkout's code, whether or not it is installed
 
 import seqlen_balancing  # noqa: E402
+from seqlen_balancing.agreement import VECTOR_SIZE  # noqa: E402
 
 project = "seqlen-balancing"
 author = "seqlen-balancing developers"
@@ -32,7 +33,10 @@ root_doc = "index"
 exclude_patterns = ["_build"]
 
 myst_heading_anchors = 3  # [text](page.md#a-heading) links are checked like references
-myst_enable_extensions = ["colon_fence"]
+myst_enable_extensions = ["colon_fence", "substitution"]
+# Facts the pages take from the code rather than restate: {{ vector_size }} in a page is the
+# number of int64 values in the agreement's one all_reduce.
+myst_substitutions = {"vector_size": str(VECTOR_SIZE)}
 
 # autodoc imports the package's modules but not torch or tensordict: importing them (and
 # torch._dynamo, which tensordict loads) took about 4 of the build's 8.5 CPU-seconds, and the
@@ -44,6 +48,8 @@ autodoc_mock_imports = ["torch", "tensordict"]
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_preserve_defaults = True
+# an error record's field type that is an annotated int: shown by its name
+autodoc_type_aliases = {"NonPositive": "seqlen_balancing.errors.NonPositive"}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_rtype = False
@@ -60,6 +66,10 @@ nitpick_ignore = [
     ("py:class", "numpy.ndarray"),
     ("py:class", "ProcessGroup"),
     ("py:class", "torch.distributed.ProcessGroup"),
+    # the error records' TypeVar (from_values returns the record type it is called on)
+    ("py:class", "seqlen_balancing.errors.record._E"),
+    # an annotated int (documented as data), in the signatures of the records that use it
+    ("py:class", "seqlen_balancing.errors.NonPositive"),
 ]
 # The standard library's and torch's types in signatures (no intersphinx: offline build)
 nitpick_ignore_regex = [

@@ -231,7 +231,8 @@ def test_every_page_runs_something_or_says_why_not() -> None:
     assert all(reason for _, _, reason in skips), skips
     assert len(skips) <= 3, f"use skips sparingly: {skips}"
     readme = blocks(ROOT / "README.md")
-    assert [b.lang for b in readme if runs(b)] == ["console", "console", "console", "python", "python"]
+    expected = ["console", "console", "console", "python", "python", "python"]
+    assert [b.lang for b in readme if runs(b)] == expected
 
 
 def test_the_output_check_fails_on_a_changed_line() -> None:
@@ -260,6 +261,30 @@ def test_readme_is_a_front_page() -> None:
     assert order[:4] == ["## Install and run", "## Use it in verl",
                          "## Choose `max_token_len_per_gpu` before the GPUs", "## In Python"]
     assert any("seqlen-balancing plan --trainer" in line for line in lines)  # names the trainer
+
+
+#: A size of the agreement's vector stated in prose ("27 int64 values", "a 26-value int64
+#: vector"), as a number or as the docs' substitution.
+VECTOR_CLAIM = re.compile(r"(\d+|\{\{ vector_size \}\})(?:-value| int64 values)")
+
+
+def test_the_vector_size_in_the_pages_comes_from_the_code() -> None:
+    """The README states the size (GitHub renders no substitution): it must be VECTOR_SIZE.
+    The docs pages take it from docs/conf.py's substitution, itself VECTOR_SIZE."""
+    import runpy
+
+    from seqlen_balancing.agreement import VECTOR_SIZE
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert VECTOR_CLAIM.findall(readme) == [str(VECTOR_SIZE)]
+    conf = runpy.run_path(str(ROOT / "docs" / "conf.py"))
+    assert conf["myst_substitutions"]["vector_size"] == str(VECTOR_SIZE)
+    assert "substitution" in conf["myst_enable_extensions"]
+    stated = {page.name: VECTOR_CLAIM.findall(page.read_text(encoding="utf-8"))
+              for page in sorted((ROOT / "docs").glob("*.md"))}
+    assert {name: claims for name, claims in stated.items() if claims} == {
+        "distributed.md": ["{{ vector_size }}"]
+    }
 
 
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")

@@ -375,23 +375,24 @@ def test_values_beyond_int64_are_reported_as_given_or_out_of_range(
 
 def test_error_values_round_trip_through_the_vector_whole() -> None:
     from seqlen_balancing.agreement import combine, decode, encode
-    from seqlen_balancing.errors import MAX_ERROR_VALUE, OUT_OF_RANGE, ErrorCode, PlanError
+    from seqlen_balancing.errors import MAX_ERROR_VALUE, OUT_OF_RANGE, NotDivisible, SampleOverCap
     from seqlen_balancing.planner import RankAnalysis, analyse
 
     big = MAX_ERROR_VALUE - 1  # 2**76 - 2, the largest carried whole
-    error = PlanError(ErrorCode.SAMPLE_OVER_CAP, (big, 2**63, 2**62 + 1, 1, big))
+    error = SampleOverCap(big, 2**63, 2**62 + 1, 1, big, big, 1, 1, False)
     ok = analyse([1, 2], 10)
     reduced = combine([encode(ok, 0), encode(RankAnalysis(error), 1)])
     count, decoded, rank = decode(reduced, lambda r: r + 40)
     assert (count, rank) == (0, 1)
     assert decoded is not None
-    assert decoded.values == (big, 2**63, 2**62 + 1, 1, big, 0, 0, 0)  # N_ERROR_VALUES slots
+    assert decoded.values() == (big, 2**63, 2**62 + 1, 1, big, big, 1, 1, 0)
     assert decoded.message().startswith(
         f"rank 1 of the DP group (global rank 41): sample {2**63} has {big} tokens"
     )
-    # Beyond 2**76 - 2 (or below -1): "out of range", never a clipped number.
-    assert PlanError(ErrorCode.NOT_DIVISIBLE, (2**76, 2)).values == (OUT_OF_RANGE, 2)
-    assert PlanError(ErrorCode.NOT_DIVISIBLE, (2**76, 2)).message().startswith(
+    # Beyond 2**76 - 2 (or below 0): "out of range", never a clipped number.
+    assert NotDivisible(2**76, 2).values() == (OUT_OF_RANGE, 2)
+    assert NotDivisible(-1, 2).values() == (OUT_OF_RANGE, 2)
+    assert NotDivisible(2**76, 2).message().startswith(
         "batch size out of range is not divisible by force_group_size=2"
     )
 
@@ -537,15 +538,16 @@ def test_unreadable_jagged_offsets_are_an_error_naming_the_key(
 
 
 def test_long_keys_are_named_shortened_the_same_way() -> None:
-    from seqlen_balancing.errors import BatchProblem, ErrorCode, PlanError, key_values
+    from seqlen_balancing.errors import EntryOnMeta
 
     long_key = ("a" * 30, "é" * 10)
-    error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_ON_META, *key_values(long_key)))
-    assert all(0 <= v < 2**76 - 1 for v in error.values)
+    error = EntryOnMeta(long_key)  # type: ignore[arg-type]  # a nested key, as TensorDict gives it
+    assert len(error.values()) == 4 and all(0 <= v < 2**76 - 1 for v in error.values())
     text = "a" * 30 + "." + "é" * 10
     shown = text.encode()[:33].decode(errors="ignore") + "..."
     assert f"entry '{shown}' is on the meta device" in error.message()
-    short = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_ON_META, *key_values("x")))
+    assert EntryOnMeta.from_values(error.values()) == error  # a peer names the same key
+    short = EntryOnMeta("x")
     assert "entry 'x' is on the meta device" in short.message()
 
 

@@ -21,14 +21,18 @@ PACKAGE = "seqlen_balancing"
 #: (DESIGN: partition/bounds/packing/cost -> planner -> agreement -> distributed -> batch ->
 #: verl, cli). Within a layer, the cycle check keeps the order one-way.
 LAYERS: list[tuple[str, ...]] = [
+    # errors/ is a package: record.py at its bottom, the areas of records above it (see
+    # test_the_error_areas_import_only_the_record_room)
     ("_checks", "errors", "data"),
     ("cost", "partition", "bounds", "packing", "balance", "padded"),
     ("analysis",),
     ("search",),
     ("planner", "verl_rule"),
+    # the whole step across DP ranks: the lock-step model and grid, then the global planner
+    ("lockstep", "step"),
     ("agreement",),
     ("distributed",),
-    ("batch",),
+    ("batch", "sampler"),
     # the package's front door re-exports the rooms below; cli and verl use it as users do
     ("verl", "cli", "__init__", "__main__"),
 ]
@@ -140,6 +144,18 @@ def test_imports_only_go_down_the_layers() -> None:
         if layer_of(b) > layer_of(a)
     )
     assert upward == []
+
+
+def test_the_error_areas_import_only_the_record_room() -> None:
+    """errors/: each area of records imports errors.record and nothing else of the package,
+    record imports no area, and the package's __init__ imports them all: so a record's code
+    (its place in the registry) follows from __init__'s import order alone."""
+    errors, record = f"{PACKAGE}.errors", f"{PACKAGE}.errors.record"
+    areas = {name for name in MODULES if name.startswith(f"{errors}.") and name != record}
+    assert len(areas) >= 5
+    assert {area: GRAPH[area] for area in areas if GRAPH[area] != {record}} == {}
+    assert GRAPH[record] == set()
+    assert GRAPH[errors] == areas | {record}
 
 
 def test_verl_and_cli_do_not_import_each_other() -> None:

@@ -4,10 +4,37 @@ that survived ``mutmut`` before these tests; see README, Development)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from seqlen_balancing.agreement import VECTOR_SIZE, combine, decode, encode, plan_data_parallel
-from seqlen_balancing.errors import N_ERROR_VALUES, ErrorCode, PlanError
+import seqlen_balancing.agreement as agreement
+from error_examples import EXAMPLES
+from seqlen_balancing.agreement import (
+    LAYOUT,
+    VECTOR_SIZE,
+    Layout,
+    Slot,
+    combine,
+    decode,
+    encode,
+    plan_data_parallel,
+)
+from seqlen_balancing.errors import (
+    RECORDS,
+    Argument,
+    BelowOne,
+    CountAboveGroups,
+    DivisorMismatch,
+    LengthSource,
+    MinAboveGroups,
+    ModeMismatch,
+    NegativeLength,
+    NotDivisible,
+    PlanError,
+    SampleOverCap,
+    StaticCountMismatch,
+)
 from seqlen_balancing.planner import RankAnalysis, analyse
 
 MASK = (1 << 20) - 1
@@ -15,61 +42,81 @@ INT64 = (-(1 << 63), (1 << 63) - 1)
 HALF = 38  # bits in each half of an error value (module docstring)
 TOP = (1 << 76) - 1  # "out of range"; values 0..TOP-1 travel whole
 NONE = -(1 << 62)  # a negated slot of a rank with nothing to say
+CODE_BITS = 6  # codes 1..48 (module docstring: N.bit_length() bits)
 
 
 def model_vector(
     rank: int,
-    error: tuple[ErrorCode, tuple[int, ...]] | None = None,
+    error: PlanError | None = None,
     dynamic: tuple[int, int, int] | None = None,
     static: int | None = None,
     largest: int = 0,
     dummies: bool = False,
 ) -> list[int]:
-    """The 27 slots as agreement.py's docstring lays them out, written out by hand:
-    ``dynamic`` is (needed count, groups, num_batches_divided_by); ``largest`` the longest
-    sample or group (slot 25, capped at 2**62 + 1, which stands for "above 2**62");
-    ``dummies``: the rank may run dummy micro-batches, so its groups go to slot 26, not 18."""
+    """The 29 slots as agreement.py's docstring lays them out, written out by hand: 0 the
+    error key, 1-18 the error's 9 values in halves, then count (19), groups (20), divisor
+    and its negation (21, 22), mode (23, 24), static count (25, 26), largest (27) and the
+    dummies' groups (28). ``dynamic`` is (needed count, groups, num_batches_divided_by);
+    ``largest`` the longest sample or group (capped at 2**62 + 1, which stands for "above
+    2**62"); ``dummies``: the rank may run dummy micro-batches, so its groups go to slot 28,
+    not 20."""
     tag = MASK - rank
-    v = [0] * 27
-    v[25] = min(largest, 2**62 + 1)
-    v[26] = NONE
+    v = [0] * 29
+    v[27] = min(largest, 2**62 + 1)
+    v[28] = NONE
     if error is not None:
-        code, values = error
-        key = tag << 5 | int(code)
-        v[0] = key
-        padded = list(values) + [0] * (8 - len(values))
+        v[0] = tag << CODE_BITS | error.code
+        padded = list(error.values()) + [0] * (9 - len(error.values()))
         for j, value in enumerate(padded):
             value = value if 0 <= value < TOP else TOP
-            v[1 + 2 * j] = key * 2**HALF + value // 2**HALF
-            v[2 + 2 * j] = key * 2**HALF + value % 2**HALF
-        v[18] = v[20] = v[22] = v[24] = NONE
+            v[1 + 2 * j] = tag * 2**HALF + value // 2**HALF
+            v[2 + 2 * j] = tag * 2**HALF + value % 2**HALF
+        v[20] = v[22] = v[24] = v[26] = NONE
     elif static is not None:
-        v[21], v[22] = 2 * 2**20 + tag, -2 * 2**20 + tag
-        v[23], v[24] = static * 2**20 + tag, -static * 2**20 + tag
-        v[18] = v[20] = NONE
+        v[23], v[24] = 2 * 2**20 + tag, -2 * 2**20 + tag
+        v[25], v[26] = static * 2**20 + tag, -static * 2**20 + tag
+        v[20] = v[22] = NONE
     else:
         assert dynamic is not None
         needed, groups, divisor = dynamic
-        v[17], v[18] = needed * 2**20 + tag, -groups * 2**20 + tag
+        v[19], v[20] = needed * 2**20 + tag, -groups * 2**20 + tag
         if dummies:
-            v[18], v[26] = NONE, v[18]
-        v[19], v[20] = divisor, -divisor
-        v[21], v[22] = 1 * 2**20 + tag, -1 * 2**20 + tag
-        v[24] = NONE
+            v[20], v[28] = NONE, v[20]
+        v[21], v[22] = divisor, -divisor
+        v[23], v[24] = 1 * 2**20 + tag, -1 * 2**20 + tag
+        v[26] = NONE
     return v
 
 
-def full(*values: int) -> tuple[int, ...]:
-    """Error values as decode returns them: all N_ERROR_VALUES slots, zeros after the given."""
-    return values + (0,) * (N_ERROR_VALUES - len(values))
+def over_cap(tokens: int, index: int, cap: int, over: int, largest: int, cost: int = 0) -> SampleOverCap:
+    return SampleOverCap(tokens, index, cap, over, largest, cost, 1, 1, False)
 
 
-def error_analysis(code: ErrorCode, values: tuple[int, ...]) -> RankAnalysis:
-    return RankAnalysis(PlanError(code, values))
+def error_analysis(error: PlanError) -> RankAnalysis:
+    return RankAnalysis(error)
+
+
+def test_the_layout_is_declared_once_and_documented_by_name() -> None:
+    names = [slot.name for slot in LAYOUT.slots]
+    assert names == ["error_key", "error_values", "count", "groups", "divisor", "neg_divisor", "mode",
+                     "neg_mode", "static", "neg_static", "largest", "dummy_groups"]
+    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == 29
+    assert [LAYOUT.start(n) for n in names] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28]
+    doc = agreement.__doc__ or ""
+    assert [n for n in names if f"``{n}``" not in doc] == []  # every slot named as declared
+    assert len(RECORDS).bit_length() == CODE_BITS
+    # Appending a slot is one more Slot: the earlier indices stay, the size grows.
+    longer = Layout(*LAYOUT.slots, Slot("option", 2, idle=NONE))
+    assert longer.start("option") == VECTOR_SIZE and longer.size == VECTOR_SIZE + 2
+    assert longer.idle_vector()[:VECTOR_SIZE] == LAYOUT.idle_vector()
+    assert longer.idle_vector()[VECTOR_SIZE:] == [NONE, NONE]
+    for bad in ((Slot("a"), Slot("a")), (Slot("a", 0),)):
+        with pytest.raises(ValueError, match="names are unique and widths at least 1"):
+            Layout(*bad)
 
 
 def test_rank_range_is_inclusive_of_the_last_rank() -> None:
-    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE == 27
+    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE == 29
     for rank in (MASK + 1, -1):
         with pytest.raises(ValueError, match=f"DP rank must be in 0..{MASK}, got {rank}"):
             encode(analyse([1], 4), rank)
@@ -86,43 +133,52 @@ def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
     assert encode(grouped, rank) == model_vector(rank, dynamic=(1, 2, 1), largest=10)
     over = analyse([3, 40, 9], 20)  # the longest sample (40) travels with the error
     assert over.error is not None
-    assert encode(over, rank)[25] == 40
+    assert encode(over, rank)[27] == 40
     huge = analyse([2**63], 2**64)
-    assert encode(huge, rank)[25] == 2**62 + 1
-    assert encode(analyse([2**62], 2**64), rank)[25] == 2**62  # exact up to 2**62
-    values = (1 << 40, (1 << 38) - 1, 3, TOP - 1, 1 << 80)
-    assert encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, values), rank) == model_vector(
-        rank, error=(ErrorCode.SAMPLE_OVER_CAP, values)
-    )
+    assert encode(huge, rank)[27] == 2**62 + 1
+    assert encode(analyse([2**62], 2**64), rank)[27] == 2**62  # exact up to 2**62
+    error = SampleOverCap(1 << 40, (1 << 38) - 1, 3, TOP - 1, 1 << 80, 7, 8, 16, True)
+    assert encode(error_analysis(error), rank) == model_vector(rank, error=error)
 
 
 @pytest.mark.parametrize("rank", [0, 1, 4096, 5000, 70000, MASK])
-@pytest.mark.parametrize("code", list(ErrorCode))
-def test_error_key_layout(rank: int, code: ErrorCode) -> None:
-    """Slot 0 is ``(2**20-1-rank) << 5 | code`` (module docstring)."""
-    vector = encode(error_analysis(code, (1, 2, 3, 4, 5)), rank)
+@pytest.mark.parametrize("error", EXAMPLES[::3], ids=lambda e: type(e).__name__)
+def test_error_key_layout(rank: int, error: PlanError) -> None:
+    """Slot 0 is ``(2**20-1-rank) << 6 | code`` (module docstring)."""
+    error = replace(error, detail="")
+    vector = encode(error_analysis(error), rank)
     key = vector[0]
-    assert key >> 25 == 0
-    assert (key >> 5) & MASK == MASK - rank
-    assert key & 31 == int(code)
-    assert vector == model_vector(rank, error=(code, (1, 2, 3, 4, 5)))
-    # COUNT_ABOVE_GROUPS names the rank needing the count (values[3]); its last slot is
-    # that rank's global rank + 1 (0: unknown), filled in by decode.
-    for global_rank, last in ((None, 0), (lambda r: 3 * r + 7, 3 * 4 + 7 + 1)):
-        count, error, at_fault = decode(vector, global_rank)
+    assert key >> (20 + CODE_BITS) == 0
+    assert (key >> CODE_BITS) & MASK == MASK - rank
+    assert key & (2**CODE_BITS - 1) == error.code
+    assert vector == model_vector(rank, error=error)
+    for global_rank in (None, lambda r: 3 * r + 7):
+        count, decoded, at_fault = decode(vector, global_rank)
         assert (count, at_fault) == (0, rank)
-        want = full(1, 2, 3, 4, last if code is ErrorCode.COUNT_ABOVE_GROUPS else 5)
-        assert error is not None and error.code is code and error.values == want
-        assert error.rank == rank
-        assert error.global_rank == (None if global_rank is None else 3 * rank + 7)
+        assert decoded is not None and type(decoded) is type(error)
+        assert decoded.values() == error.values() or isinstance(error, CountAboveGroups)
+        assert decoded.rank == rank
+        assert decoded.global_rank == (None if global_rank is None else 3 * rank + 7)
+
+
+@pytest.mark.parametrize("global_rank", [None, 4])
+def test_count_above_groups_names_the_rank_needing_by_its_global_rank(global_rank: int | None) -> None:
+    # The error names the rank needing the count; decode fills in its global rank.
+    vector = encode(error_analysis(CountAboveGroups(5, 2, 5, 3)), 1)
+    mapping = None if global_rank is None else (lambda r: r + global_rank)
+    _, error, _ = decode(vector, mapping)
+    if global_rank is None:
+        assert error == CountAboveGroups(5, 2, 5, 3, None, rank=1)
+    else:
+        assert error == CountAboveGroups(5, 2, 5, 3, 3 + global_rank, rank=1, global_rank=1 + global_rank)
 
 
 def test_every_slot_is_int64_even_for_huge_values() -> None:
     big = (1 << 63) - 1
     vectors = [
-        encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (big, big, big, big, big)), MASK),
-        encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (1 << 70, 0, 3, 1, 1 << 70)), 0),
-        encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (TOP - 1, TOP, 1 << 90, 0, 1)), MASK),
+        encode(error_analysis(over_cap(big, big, big, big, big, big)), MASK),
+        encode(error_analysis(over_cap(1 << 70, 0, 3, 1, 1 << 70)), 0),
+        encode(error_analysis(over_cap(TOP - 1, TOP, 1 << 90, 0, 1)), MASK),
         encode(analyse([1, 2], 4, num_batches_divided_by=(1 << 63) + 5), 3),
         encode(analyse([1, 2], 4, num_batches_divided_by=1 << 42), 3),
         encode(analyse([1, 2], 4, num_batches_divided_by=(1 << 42) + 1), 3),
@@ -132,11 +188,11 @@ def test_every_slot_is_int64_even_for_huge_values() -> None:
         assert all(INT64[0] <= value <= INT64[1] for value in vector), vector
     # 2**42 is the largest divisor the vector carries; one more is the rank's own error.
     assert vectors[4] == model_vector(3, dynamic=(1, 2, 1 << 42), largest=2)
-    assert vectors[5][0] == (MASK - 3) << 5 | int(ErrorCode.COUNT_ABOVE_GROUPS)
+    assert vectors[5][0] == (MASK - 3) << CODE_BITS | CountAboveGroups.code
     _, error, rank = decode(vectors[5])
     assert rank == 3 and error is not None
-    # (agreed count, groups, count before rounding, rank needing it, its global rank + 1)
-    assert error.values == full((1 << 42) + 1, 2, 1, 3, 0)
+    # (agreed count, groups, count before rounding, rank needing it, its global rank)
+    assert error == CountAboveGroups((1 << 42) + 1, 2, 1, 3, None, rank=3)
 
 
 @pytest.mark.parametrize(
@@ -150,63 +206,64 @@ def test_every_slot_is_int64_even_for_huge_values() -> None:
     ],
 )
 def test_error_values_round_trip_whole(values: tuple[int, ...]) -> None:
-    values = (*values, 11, (1 << 40) + 1, 13)  # all N_ERROR_VALUES slots in use
-    for code in (ErrorCode.SAMPLE_OVER_CAP, ErrorCode.BAD_ARGUMENT, ErrorCode.MIN_ABOVE_GROUPS):
+    a, b, c, d, e = values
+    every = SampleOverCap(a, b, c, d, e, 11, (1 << 40) + 1, 13, True)  # all 9 value slots in use
+    for sent in (every, MinAboveGroups(values[0], values[4]), BelowOne(Argument.SP_SIZE, -values[3])):
         fine = encode(analyse([1, 2, 3], 8), 0)
-        faulty = encode(error_analysis(code, values), 1)
+        faulty = encode(error_analysis(sent), 1)
         count, error, rank = decode(combine([fine, faulty]))
-        # An over-cap error's last value becomes the longest sample of the group (the fine
+        # An over-cap error's largest becomes the longest sample of the group (the fine
         # rank's 3 where the faulty rank's own is smaller); the others travel whole.
-        want = values
-        if code is ErrorCode.SAMPLE_OVER_CAP:
-            want = (*values[:4], max(values[4], 3), *values[5:])
+        want = sent
+        if isinstance(sent, SampleOverCap):
+            want = replace(sent, largest=max(values[4], 3))
         assert (count, rank) == (0, 1)
-        assert error == PlanError(code, want, rank=1)
-        assert error.values == want and len(error.values) == N_ERROR_VALUES
+        assert error == replace(want, rank=1)
+        assert error.values() == want.values()
         _, error, _ = decode(combine([faulty, fine]), lambda r: r + 40)
-        assert error == PlanError(code, want, rank=1, global_rank=41)
+        assert error == replace(want, rank=1, global_rank=41)
 
 
 def test_values_beyond_the_range_arrive_out_of_range_not_clipped() -> None:
-    values = (TOP, TOP + 1, 1 << 100, TOP - 1, 0)
-    _, error, _ = decode(encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, values), 0))
-    assert error is not None and error.values == full(TOP, TOP, TOP, TOP - 1, 0)
+    sent = over_cap(TOP, TOP + 1, 1 << 100, TOP - 1, 0)
+    _, error, _ = decode(encode(error_analysis(sent), 0))
+    assert error is not None and error.values() == (TOP, TOP, TOP, TOP - 1, 0, 0, 1, 1, 0)
     assert "sample out of range has out of range tokens" in error.message()
     assert "to at least 0 (the longest sample" in error.message() and str(TOP - 1) in error.message()
 
 
 def test_short_error_values_are_padded_with_zeros_not_clipped_up() -> None:
-    _, error, _ = decode(encode(error_analysis(ErrorCode.NOT_DIVISIBLE, (7, 2)), 0))
-    assert error is not None and error.values == full(7, 2)
-    local = PlanError(ErrorCode.NOT_DIVISIBLE, (7, 2)).message()
+    vector = encode(error_analysis(NotDivisible(7, 2)), 0)
+    assert vector[5:19] == [(MASK << HALF)] * 14  # the unused value slots: the tag, zero parts
+    _, error, _ = decode(vector)
+    assert error == NotDivisible(7, 2, rank=0) and error.values() == (7, 2)
+    local = NotDivisible(7, 2).message()
     assert error.message() == "rank 0 of the DP group: " + local
 
 
 def test_negative_error_values_travel_as_out_of_range() -> None:
     # Only 0..2**76-2 travel; a negative value arrives as "out of range", never 0 or clipped.
-    vector = encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (4, -1, 4, 1, 4)), 2)
-    assert vector == model_vector(2, error=(ErrorCode.SAMPLE_OVER_CAP, (4, TOP, 4, 1, 4)))
+    vector = encode(error_analysis(over_cap(4, -1, 4, 1, 4)), 2)
+    assert vector == model_vector(2, error=over_cap(4, TOP, 4, 1, 4))
     _, error, rank = decode(vector)
-    assert rank == 2 and error is not None and error.values == full(4, TOP, 4, 1, 4)
+    assert rank == 2 and error is not None and error.values() == (4, TOP, 4, 1, 4, 0, 1, 1, 0)
     assert "sample out of range has 4 tokens" in error.message()
 
 
 def test_lowest_failing_rank_wins_and_its_values_come_whole() -> None:
     vectors = [
         encode(analyse([1, 2], 4), 0),
-        encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (9, 1, 4, 1, 9)), 1),
-        encode(error_analysis(ErrorCode.SAMPLE_OVER_CAP, (1 << 45, 1 << 40, 4, 2, (1 << 62) + 1)), 2),
-        encode(error_analysis(ErrorCode.BAD_LENGTH, (3, 1, 5)), 3),
+        encode(error_analysis(over_cap(9, 1, 4, 1, 9)), 1),
+        encode(error_analysis(over_cap(1 << 45, 1 << 40, 4, 2, (1 << 62) + 1)), 2),
+        encode(error_analysis(NegativeLength(LengthSource.SEQ_LENS, 3, -5)), 3),
     ]
     count, error, rank = decode(combine(vectors))
     assert (count, rank) == (0, 1)
-    assert error == PlanError(ErrorCode.SAMPLE_OVER_CAP, full(9, 1, 4, 1, 9), rank=1)
+    assert error == replace(over_cap(9, 1, 4, 1, 9), rank=1)
     # Without rank 1, rank 2's huge values arrive whole (not mixed with rank 3's).
     count, error, rank = decode(combine([vectors[0], vectors[3], vectors[2]]), lambda r: 10 + r)
     assert (count, rank) == (0, 2)
-    assert error == PlanError(
-        ErrorCode.SAMPLE_OVER_CAP, full(1 << 45, 1 << 40, 4, 2, (1 << 62) + 1), rank=2, global_rank=12
-    )
+    assert error == replace(over_cap(1 << 45, 1 << 40, 4, 2, (1 << 62) + 1), rank=2, global_rank=12)
 
 
 def test_combine_refuses_vectors_of_different_lengths() -> None:
@@ -221,7 +278,7 @@ def test_agreed_count_and_the_ranks_named() -> None:
     vectors = [encode(a, r) for r, a in enumerate(analyses)]
     count, error, rank = decode(combine(vectors))
     assert count == 0 and rank == 0  # ranks 0 and 1 both have 2; the lowest is named
-    assert error == PlanError(ErrorCode.COUNT_ABOVE_GROUPS, (3, 2, 3, 2, 0), rank=0)
+    assert error == CountAboveGroups(3, 2, 3, 2, None, rank=0)
     assert error.message().startswith(
         "rank 0 of the DP group: Cannot satisfy max_token_len while keeping forced groups atomic: "
         "3 micro-batches are needed but only 2"
@@ -230,7 +287,7 @@ def test_agreed_count_and_the_ranks_named() -> None:
     # With global ranks (group rank r is global rank 5 + 2r): both ranks named with theirs.
     count, error, rank = decode(combine(vectors), lambda r: 5 + 2 * r)
     assert (count, rank) == (0, 0)
-    assert error == PlanError(ErrorCode.COUNT_ABOVE_GROUPS, (3, 2, 3, 2, 10), rank=0, global_rank=5)
+    assert error == CountAboveGroups(3, 2, 3, 2, 9, rank=0, global_rank=5)
     assert error.message().startswith("rank 0 of the DP group (global rank 5): ")
     assert "(rank 2 (global rank 9) needs 3)" in error.message()
     analyses = [analyse([8, 8, 8], 8), analyse([1, 1, 1, 1], 8, num_batches_divided_by=1)]
@@ -243,7 +300,7 @@ def test_rounding_to_the_divisor_and_the_divisor_mismatch() -> None:
     differ = [analyse([1] * 4, 8, num_batches_divided_by=2), analyse([1] * 4, 8, num_batches_divided_by=3)]
     count, error, rank = decode(combine([encode(a, r) for r, a in enumerate(differ)]))
     assert (count, rank) == (0, None)
-    assert error == PlanError(ErrorCode.DIVISOR_MISMATCH, (2, 3))
+    assert error == DivisorMismatch(2, 3)
     assert "from 2 to 3" in error.message()
 
 
@@ -291,8 +348,8 @@ def test_static_counts_agree_or_name_the_largest_and_smallest() -> None:
     assert vectors == [model_vector(r, static=c) for r, c in counts.items()]
     count, error, rank = decode(combine(vectors), lambda r: 100 + r)
     assert (count, rank) == (0, None)
-    # Largest 5 (lowest rank 1), smallest 2 (rank 4); global ranks + 1 follow.
-    assert error == PlanError(ErrorCode.STATIC_COUNT_MISMATCH, (1, 5, 4, 2, 102, 105))
+    # Largest 5 (lowest rank 1), smallest 2 (rank 4), and their global ranks.
+    assert error == StaticCountMismatch(1, 5, 4, 2, 101, 104)
     assert "rank 1 (global rank 101) has 5 and rank 4 (global rank 104) has 2" in error.message()
 
 
@@ -306,8 +363,8 @@ def test_a_group_mixing_modes_names_one_rank_of_each() -> None:
     count, error, rank = decode(combine(vectors))
     assert (count, rank) == (0, None)
     # The static rank is the lowest one with mode 2, the dynamic one the lowest with mode 1.
-    assert error == PlanError(ErrorCode.MODE_MISMATCH, (1, 0, 0, 0))
+    assert error == ModeMismatch(1, 0, None, None)
     assert "rank 1 cuts its batch statically" in error.message()
     assert "but rank 0 dynamically" in error.message()
     _, error, _ = decode(combine(vectors[1:]), lambda r: 7 * r)
-    assert error == PlanError(ErrorCode.MODE_MISMATCH, (1, 2, 8, 15))
+    assert error == ModeMismatch(1, 2, 7, 14)

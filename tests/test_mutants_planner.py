@@ -17,7 +17,17 @@ import pytest
 
 import seqlen_balancing.search as search
 from seqlen_balancing.balance import _lpt_with_cap, _rebalance, order_micro_batches, spread
-from seqlen_balancing.errors import Argument, ErrorCode, PlanError
+from seqlen_balancing.errors import (
+    Argument,
+    BelowOne,
+    CountAboveGroups,
+    EmptyBatch,
+    LengthNotAnInteger,
+    LengthsNotASequence,
+    LengthSource,
+    NegativeLength,
+    NotAnInteger,
+)
 from seqlen_balancing.planner import (
     RankAnalysis,
     agreed_count,
@@ -182,7 +192,7 @@ def test_agreed_count() -> None:
     assert agreed_count(5, 8) == (5, None)
     assert agreed_count(5, 8, 4) == (8, None)
     count, error = agreed_count(9, 8)
-    assert count == 0 and error == PlanError(ErrorCode.COUNT_ABOVE_GROUPS, (9, 8, 9, -1))
+    assert count == 0 and error == CountAboveGroups(9, 8, 9, None)
     assert "the cap needs 9" in error.message()
 
 
@@ -263,7 +273,7 @@ def test_build_plan_count_range_message() -> None:
 
 
 def test_local_count_raises_the_error_with_the_rank() -> None:
-    analysis = RankAnalysis(PlanError(ErrorCode.EMPTY_BATCH))
+    analysis = RankAnalysis(EmptyBatch())
     with pytest.raises(ValueError, match=r"^rank 2 of the DP group\b.*: the batch has no samples"):
         local_count(analysis, 2)
     with pytest.raises(ValueError, match=r"^the batch has no samples"):
@@ -386,24 +396,25 @@ def _is_packing(bins: list[list[int]], sizes: list[int], cap: int) -> bool:
 
 def test_argument_error_returns_the_error_and_zero() -> None:
     # The docstring: (None, the int) for a positive integer, (None, 1) for an allowed None,
-    # else (error, 0) with (argument, 0 = wrong type / 1 = below 1, -value).
+    # else (error, 0): NotAnInteger (wrong type) or BelowOne (the value given).
     assert argument_error(7, Argument.MAX_TOKEN_LEN, False) == (None, 7)
     assert argument_error(None, Argument.MIN_NUM_MICRO_BATCH, True) == (None, 1)
     assert argument_error(1.5, Argument.MAX_TOKEN_LEN, False) == (
-        PlanError(ErrorCode.BAD_ARGUMENT, (Argument.MAX_TOKEN_LEN, 0, 0), "1.5 (float)"), 0)
+        NotAnInteger(Argument.MAX_TOKEN_LEN, detail="1.5 (float)"), 0)
     assert argument_error(None, Argument.FORCE_GROUP_SIZE, False) == (
-        PlanError(ErrorCode.BAD_ARGUMENT, (Argument.FORCE_GROUP_SIZE, 0, 0), "None (NoneType)"), 0)
+        NotAnInteger(Argument.FORCE_GROUP_SIZE, detail="None (NoneType)"), 0)
     assert argument_error(-3, Argument.NUM_BATCHES_DIVIDED_BY, True) == (
-        PlanError(ErrorCode.BAD_ARGUMENT, (Argument.NUM_BATCHES_DIVIDED_BY, 1, 3)), 0)
+        BelowOne(Argument.NUM_BATCHES_DIVIDED_BY, -3), 0)
 
 
 def test_length_errors_are_recorded_exactly() -> None:
-    # BAD_LENGTH values: (index, 0 = not an integer / 1 = negative / 3 = not a sequence,
-    # -value); the agreement carries these integers, so they must be exact, not only the message.
-    assert analyse(["x"], 8).error == PlanError(ErrorCode.BAD_LENGTH, (0, 0, 0), "'x' (str)")
-    assert analyse(5, 8).error == PlanError(  # type: ignore[arg-type]
-        ErrorCode.BAD_LENGTH, (0, 3, 0), "seq_lens must be a sequence, got 5 (int)")
-    assert analyse([1, 2, -3], 8).error == PlanError(ErrorCode.BAD_LENGTH, (2, 1, 3))
+    # The agreement carries these records' fields, so they must be exact, not only the message.
+    lens = LengthSource.SEQ_LENS
+    assert analyse(["x"], 8).error == LengthNotAnInteger(lens, 0, detail="'x' (str)")
+    assert analyse(5, 8).error == LengthsNotASequence(  # type: ignore[arg-type]
+        lens, detail="seq_lens must be a sequence, got 5 (int)")
+    assert analyse([1, 2, -3], 8).error == NegativeLength(lens, 2, -3)
+    assert NegativeLength(lens, 2, -3).values() == (0, 2, 3)  # the value travels negated
 
 
 def test_cap_and_group_size_cannot_be_none() -> None:
@@ -412,8 +423,8 @@ def test_cap_and_group_size_cannot_be_none() -> None:
         plan_micro_batches([1], None)  # type: ignore[arg-type]
     assert str(caught.value) == (
         "max_token_len must be a positive integer, got a value that is not an integer (None (NoneType))")
-    assert analyse([1], 8, force_group_size=None).error == PlanError(
-        ErrorCode.BAD_ARGUMENT, (Argument.FORCE_GROUP_SIZE, 0, 0), "None (NoneType)")
+    assert analyse([1], 8, force_group_size=None).error == NotAnInteger(
+        Argument.FORCE_GROUP_SIZE, detail="None (NoneType)")
 
 
 def test_analysis_counts_samples_and_groups() -> None:

@@ -15,7 +15,7 @@ from seqlen_balancing.cost import (
     max_samples_from_env,
     padded_micro_batch_cost,
 )
-from seqlen_balancing.errors import ErrorCode
+from seqlen_balancing.errors import PaddedSampleOverCap
 from seqlen_balancing.planner import analyse, build_plan
 
 
@@ -204,7 +204,7 @@ def test_an_over_cap_row_names_its_length_and_its_padded_cost_on_every_rank() ->
                            "it as 1 row x 320 wide = 320 token positions")
     assert "exceeds max_token_len=256" in text and "to at least 320" in text
     result = analyse([90, 300, 10], 256, padded=True, pad_to_multiple_of=64)
-    assert result.error is not None and result.error.code is ErrorCode.PADDED_SAMPLE_OVER_CAP
+    assert result.error is not None and type(result.error) is PaddedSampleOverCap
 
 
 def test_a_forced_group_over_the_cap_names_its_rows_and_width() -> None:

@@ -47,10 +47,11 @@ BLOCK_TORCH = (
 
 #: Names the package loads from seqlen_balancing.batch on first use (they need torch).
 LAZY_TORCH_NAMES = frozenset({
-    "calculate_workload", "effective_lengths", "prepare_dynamic_batch", "prepare_micro_batches",
-    "rearrange_micro_batches", "restore_dynamic_batch",
+    "BalancedDistributedSampler", "calculate_workload", "effective_lengths", "prepare_dynamic_batch",
+    "prepare_micro_batches", "rearrange_micro_batches", "restore_dynamic_batch",
 })
-TORCH_MODULES = ("torch", "tensordict", "seqlen_balancing.batch", "seqlen_balancing.distributed")
+TORCH_MODULES = ("torch", "tensordict", "seqlen_balancing.batch", "seqlen_balancing.distributed",
+                 "seqlen_balancing.sampler")
 
 
 def _run(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -65,14 +66,15 @@ def test_core_and_cli_import_and_plan_without_torch() -> None:
     code = (
         "import pkgutil, seqlen_balancing\n"
         "names = ['seqlen_balancing.' + m.name for m in pkgutil.walk_packages("
-        "seqlen_balancing.__path__) if m.name.split('.')[0] not in ('batch', 'distributed')]\n"
+        "seqlen_balancing.__path__) if m.name.split('.')[0] not in ('batch', 'distributed', 'sampler')]\n"
         "import importlib\n"
         "for name in names: importlib.import_module(name)\n"
-        "from seqlen_balancing import plan_micro_batches, plan_data_parallel\n"
+        "from seqlen_balancing import plan_micro_batches, plan_data_parallel, plan_global_batch\n"
         # verl's order: by (workload, first index) descending [3, 2, 1, 0], then the even
         # positions reversed [1, 3] and the odd ones [2, 0]
         "assert plan_micro_batches([7, 7, 7, 7], 8) == [[1], [3], [2], [0]]\n"
         "assert [len(p) for p in plan_data_parallel([[95] * 5, [20] * 5], 100)] == [5, 5]\n"
+        "assert [len(m) for m in plan_global_batch([95] * 5 + [20] * 5, 2, 100)[1]] == [4, 4]\n"
         "from seqlen_balancing.cli import main\n"
         "assert main(['plan', '--dp-size', '2', '--batch-size', '16']) == 0\n"
         "try:\n"

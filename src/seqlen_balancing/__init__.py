@@ -28,6 +28,7 @@ from seqlen_balancing.partition import (
     roundup_divisible,
 )
 from seqlen_balancing.planner import plan_micro_batches
+from seqlen_balancing.step import plan_global_batch
 
 if TYPE_CHECKING:
     from seqlen_balancing.batch import (
@@ -38,9 +39,10 @@ if TYPE_CHECKING:
         rearrange_micro_batches,
         restore_dynamic_batch,
     )
+    from seqlen_balancing.sampler import BalancedDistributedSampler
 
-# The TensorDict functions load torch and tensordict (seconds); the planning core and the
-# command line do not need them, so they are imported on first use.
+# The TensorDict functions and the sampler load torch (and tensordict: seconds); the
+# planning core and the command line do not need them, so they are imported on first use.
 _FROM_BATCH = frozenset(
     {
         "calculate_workload",
@@ -53,21 +55,26 @@ _FROM_BATCH = frozenset(
 )
 
 
+_FROM_SAMPLER = frozenset({"BalancedDistributedSampler"})
+
+
 def __getattr__(name: str) -> Any:
-    if name in _FROM_BATCH:
-        value = getattr(importlib.import_module("seqlen_balancing.batch"), name)
+    if name in _FROM_BATCH or name in _FROM_SAMPLER:
+        room = "seqlen_balancing.batch" if name in _FROM_BATCH else "seqlen_balancing.sampler"
+        value = getattr(importlib.import_module(room), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'seqlen_balancing' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _FROM_BATCH)
+    return sorted(set(globals()) | _FROM_BATCH | _FROM_SAMPLER)
 
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BalancedDistributedSampler",
     "__version__",
     "best_fit_decreasing",
     "calculate_workload",
@@ -83,6 +90,7 @@ __all__ = [
     "log_seqlen_unbalance",
     "lower_bound",
     "plan_data_parallel",
+    "plan_global_batch",
     "plan_micro_batches",
     "prepare_dynamic_batch",
     "prepare_micro_batches",

@@ -4,35 +4,41 @@ Each rank encodes its :class:`~seqlen_balancing.planner.RankAnalysis` (dynamic p
 static micro-batch count (``use_dynamic_bsz=False``) into a vector of :data:`VECTOR_SIZE`
 int64 values; the group reduces the vectors with MAX (one ``all_reduce`` in
 :mod:`seqlen_balancing.distributed`, or :func:`combine` in one process); every rank decodes
-the same reduced vector and so reaches the same verdict:
+the same reduced vector and so reaches the same verdict.
 
-* slot 0, the error key: 0 without an error, else ``(2**20-1-rank) << 5 | code`` (codes
-  are 1..31, so an error's key is never 0), so MAX picks an error over none and, among
-  errors, the lowest rank at fault;
-* slots 1-16, the error's 8 integers, each split in a high and a low part (38 bits each)
-  stored as ``error key << 38 | part``: the key in the high bits makes MAX take every part
-  from the rank whose error won, and the split carries values up to ``2**76 - 1`` whole
-  (:data:`~seqlen_balancing.errors.MAX_ERROR_VALUE`; larger ones arrive as "out of range");
-* slot 17, ``count << 20 | (2**20-1-rank)``: the largest needed count and the lowest rank
-  needing it;
-* slot 18, ``-groups << 20 | (2**20-1-rank)``: the fewest samples/groups and its rank;
-* slots 19 and 20, ``num_batches_divided_by`` and its negation: ranks that disagree on it
-  would round to different counts, so a mismatch is an error on every rank;
-* slots 21 and 22, the mode (1 dynamic, 2 static) as ``mode << 20 | tag`` and
+The vector is :data:`LAYOUT`, declared once below: named slots with widths, in order; the
+indices and :data:`VECTOR_SIZE` follow from it, and a new slot is one more line there. A
+``tag`` is ``2**20-1-rank``, so that MAX prefers the lowest rank; a slot a rank has nothing
+to say in holds its idle value (0, or ``-2**62`` for a negated slot, below any real value).
+
+* ``error_key``: 0 without an error, else ``tag << B | code``, ``code`` the error record's
+  number (1..N, :data:`~seqlen_balancing.errors.RECORDS`) in the low ``B = N.bit_length()``
+  bits, so MAX picks an error over none and, among errors, the lowest rank at fault;
+* ``error_values``: the record's :data:`~seqlen_balancing.errors.N_ERROR_VALUES` integers
+  (:meth:`~seqlen_balancing.errors.PlanError.values`, zeros after them), each split in a
+  high and a low part (38 bits each) stored as ``tag << 38 | part``: the tag in the high
+  bits makes MAX take every part from the rank whose error won, and the split carries
+  values up to ``2**76 - 1`` whole (:data:`~seqlen_balancing.errors.MAX_ERROR_VALUE`;
+  larger ones arrive as "out of range");
+* ``count``, ``count << 20 | tag``: the largest needed count and the lowest rank needing it;
+* ``groups``, ``-groups << 20 | tag``: the fewest samples/groups and its rank;
+* ``divisor`` and ``neg_divisor``, ``num_batches_divided_by`` and its negation: ranks that
+  disagree on it would round to different counts, so a mismatch is an error on every rank;
+* ``mode`` and ``neg_mode``, the mode (1 dynamic, 2 static) as ``mode << 20 | tag`` and
   ``-mode << 20 | tag``: a group mixing both modes is an error on every rank, naming one
   rank of each;
-* slots 23 and 24, the static count as ``count << 20 | tag`` and ``-count << 20 | tag``:
-  static ranks whose counts differ are an error on every rank, naming the largest and the
-  smallest;
-* slot 25, the costliest sample or forced group (tokens of cost) the rank holds, capped at
-  ``2**62 + 1`` (which then stands for "above 2**62"), error or not: an over-cap error's
+* ``static`` and ``neg_static``, the static count as ``count << 20 | tag`` and
+  ``-count << 20 | tag``: static ranks whose counts differ are an error on every rank,
+  naming the largest and the smallest;
+* ``largest``, the costliest sample or forced group (tokens of cost) the rank holds, capped
+  at ``2**62 + 1`` (which then stands for "above 2**62"), error or not: an over-cap error's
   advice ("raise max_token_len to at least X") then names the longest in the whole DP
-  group, so following it cannot fail again on another rank.
-* slot 26 (:data:`_DUMMY_GROUPS`), ``-groups << 20 | (2**20-1-rank)`` of the ranks that
-  serve a count above their groups with dummies (``dummy_micro_batches=True``): those ranks
-  leave slot 18 alone (they never make the count impossible), and this slot bounds the
-  dummies the agreed count needs on the shortest of them
-  (:data:`~seqlen_balancing.errors.MAX_DUMMY_MICRO_BATCHES`).
+  group, so following it cannot fail again on another rank
+  (:meth:`~seqlen_balancing.errors.PlanError.agreed`);
+* ``dummy_groups``, ``-groups << 20 | tag`` of the ranks that serve a count above their
+  groups with dummies (``dummy_micro_batches=True``): those ranks leave ``groups`` idle
+  (they never make the count impossible), and this slot bounds the dummies the agreed count
+  needs on the shortest of them (:data:`~seqlen_balancing.errors.MAX_DUMMY_MICRO_BATCHES`).
 
 Each rank contributes the count it needs (:attr:`~seqlen_balancing.planner.RankAnalysis.
 needed_count`: its own count, with ``over_cap="alone"`` one micro-batch per over-cap
@@ -47,17 +53,18 @@ rank has fewer samples/groups than that, every rank raises the same ``ValueError
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from seqlen_balancing._checks import switch
 from seqlen_balancing.errors import (
-    MAX_ERROR_VALUE,
     N_ERROR_VALUES,
     OUT_OF_RANGE,
-    Argument,
-    ErrorCode,
+    RECORDS,
+    DivisorMismatch,
+    ModeMismatch,
     PlanError,
+    StaticCountMismatch,
 )
 from seqlen_balancing.planner import (
     RankAnalysis,
@@ -69,7 +76,10 @@ from seqlen_balancing.planner import (
 )
 
 __all__ = [
+    "LAYOUT",
     "VECTOR_SIZE",
+    "Layout",
+    "Slot",
     "combine",
     "decode",
     "encode",
@@ -78,27 +88,82 @@ __all__ = [
 
 _RANK_BITS = 20
 _RANK_MASK = (1 << _RANK_BITS) - 1
-_CODE_BITS = 5  # error codes 1..31; the key is 25 bits, its value slots 25 + 38 = 63
-_VALUE_BITS = 38
+_CODE_BITS = len(RECORDS).bit_length()  # the key is 20 + _CODE_BITS bits
+_VALUE_BITS = 38  # a value slot: a 20-bit tag above a 38-bit part, 58 bits
 _VALUE_MASK = (1 << _VALUE_BITS) - 1
 _NO_GROUPS = -(1 << 62)  # a "negated" slot of a rank that has nothing to say: never the MAX
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A named run of ``width`` int64 values in the vector; ``idle`` is what a rank with
+    nothing to say there contributes (MAX then ignores it)."""
+
+    name: str
+    width: int = 1
+    idle: int = 0
+
+
+class Layout:
+    """Slots in order: each one's start index and the vector's size follow from the widths.
+
+    Example:
+        >>> layout = Layout(Slot("a"), Slot("b", 3), Slot("c", idle=-1))
+        >>> layout.start("c"), layout.size, layout.idle_vector()
+        (4, 5, [0, 0, 0, 0, -1])
+    """
+
+    def __init__(self, *slots: Slot) -> None:
+        self.slots = slots
+        self._starts: dict[str, int] = {}
+        at = 0
+        for slot in slots:
+            if slot.name in self._starts or slot.width < 1:
+                raise ValueError(f"slot {slot.name!r}: names are unique and widths at least 1")
+            self._starts[slot.name] = at
+            at += slot.width
+        #: Number of int64 values in the vector.
+        self.size = at
+
+    def start(self, name: str) -> int:
+        """Index of the first value of slot ``name``."""
+        return self._starts[name]
+
+    def idle_vector(self) -> list[int]:
+        """A vector holding every slot's idle value: a rank that has nothing to say."""
+        return [slot.idle for slot in self.slots for _ in range(slot.width)]
+
+
+#: The agreement's vector, slot by slot (the module docstring says what each one holds).
+LAYOUT = Layout(
+    Slot("error_key"),
+    Slot("error_values", 2 * N_ERROR_VALUES),
+    Slot("count"),
+    Slot("groups", idle=_NO_GROUPS),
+    Slot("divisor"),
+    Slot("neg_divisor", idle=_NO_GROUPS),
+    Slot("mode"),
+    Slot("neg_mode", idle=_NO_GROUPS),
+    Slot("static"),
+    Slot("neg_static", idle=_NO_GROUPS),
+    Slot("largest"),
+    Slot("dummy_groups", idle=_NO_GROUPS),
+)
+
+#: Length of the int64 vector each rank contributes.
+VECTOR_SIZE = LAYOUT.size
+
+_KEY, _VALUES, _COUNT, _GROUPS = (LAYOUT.start(n) for n in ("error_key", "error_values", "count", "groups"))
+_DIVISOR, _NEG_DIVISOR = LAYOUT.start("divisor"), LAYOUT.start("neg_divisor")
+_MODE, _NEG_MODE = LAYOUT.start("mode"), LAYOUT.start("neg_mode")
+_STATIC, _NEG_STATIC = LAYOUT.start("static"), LAYOUT.start("neg_static")
+_LARGEST, _DUMMY_GROUPS = LAYOUT.start("largest"), LAYOUT.start("dummy_groups")
 
 #: Largest num_batches_divided_by (and static count) the vector carries; a larger divisor
 #: makes the count exceed any batch, which the rank reports as its own error.
 _DIVISOR_LIMIT = 1 << 42
-# The fixed slots follow the error's 2 * N_ERROR_VALUES parts (slots 1..2N).
-_COUNT, _GROUPS, _DIVISOR, _NEG_DIVISOR = (2 * N_ERROR_VALUES + k for k in (1, 2, 3, 4))
-_MODE, _NEG_MODE, _STATIC, _NEG_STATIC = (2 * N_ERROR_VALUES + k for k in (5, 6, 7, 8))
-_LARGEST = 2 * N_ERROR_VALUES + 9
-#: Slot of the fewest groups among the ranks that may run dummy micro-batches (issue 27).
-_DUMMY_GROUPS = 2 * N_ERROR_VALUES + 10
 _LARGEST_LIMIT = (1 << 62) + 1  # stored for anything above 2**62: "out of range"
 _DYNAMIC_MODE, _STATIC_MODE = 1, 2
-_OVER_CAP = (ErrorCode.SAMPLE_OVER_CAP, ErrorCode.GROUP_OVER_CAP,
-             ErrorCode.PADDED_SAMPLE_OVER_CAP, ErrorCode.PADDED_GROUP_OVER_CAP)
-
-#: Length of the int64 vector each rank contributes.
-VECTOR_SIZE = 11 + 2 * N_ERROR_VALUES
 
 
 def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -> list[int]:
@@ -120,7 +185,7 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
     if not 0 <= rank <= _RANK_MASK:
         raise ValueError(f"DP rank must be in 0..{_RANK_MASK}, got {rank}")
     tag = _RANK_MASK - rank
-    vector = [0] * VECTOR_SIZE
+    vector = LAYOUT.idle_vector()
     vector[_LARGEST] = min(analysis.largest, _LARGEST_LIMIT)
     error = analysis.error
     if error is None and static_count is None and analysis.num_batches_divided_by > _DIVISOR_LIMIT:
@@ -129,44 +194,45 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
                                 analysis.num_batches_divided_by, rank,
                                 dummies=analysis.dummy_micro_batches)
     if error is not None:
-        key = tag << _CODE_BITS | int(error.code)
-        vector[0] = key
-        for j, value in enumerate(error.padded()[:N_ERROR_VALUES]):
-            if not 0 <= value <= MAX_ERROR_VALUE:
-                value = OUT_OF_RANGE  # never a clipped number
-            vector[1 + 2 * j] = key << _VALUE_BITS | value >> _VALUE_BITS
-            vector[2 + 2 * j] = key << _VALUE_BITS | value & _VALUE_MASK
-        vector[_GROUPS] = vector[_NEG_DIVISOR] = _NO_GROUPS
-        vector[_NEG_MODE] = vector[_NEG_STATIC] = vector[_DUMMY_GROUPS] = _NO_GROUPS
+        vector[_KEY] = tag << _CODE_BITS | error.code
+        values = error.values()
+        for j, value in enumerate(values + (0,) * (N_ERROR_VALUES - len(values))):
+            vector[_VALUES + 2 * j] = tag << _VALUE_BITS | value >> _VALUE_BITS
+            vector[_VALUES + 2 * j + 1] = tag << _VALUE_BITS | value & _VALUE_MASK
         return vector
     if static_count is not None:
         vector[_MODE] = _STATIC_MODE << _RANK_BITS | tag
         vector[_NEG_MODE] = -_STATIC_MODE << _RANK_BITS | tag
         vector[_STATIC] = static_count << _RANK_BITS | tag
         vector[_NEG_STATIC] = -static_count << _RANK_BITS | tag
-        vector[_GROUPS] = vector[_NEG_DIVISOR] = vector[_DUMMY_GROUPS] = _NO_GROUPS
         return vector
     divisor = analysis.num_batches_divided_by
     vector[_COUNT] = analysis.needed_count << _RANK_BITS | tag
-    groups = -analysis.n_groups << _RANK_BITS | tag
-    if analysis.dummy_micro_batches:
-        vector[_GROUPS], vector[_DUMMY_GROUPS] = _NO_GROUPS, groups
-    else:
-        vector[_GROUPS], vector[_DUMMY_GROUPS] = groups, _NO_GROUPS
+    groups = _DUMMY_GROUPS if analysis.dummy_micro_batches else _GROUPS
+    vector[groups] = -analysis.n_groups << _RANK_BITS | tag
     vector[_DIVISOR] = divisor
     vector[_NEG_DIVISOR] = -divisor
     vector[_MODE] = _DYNAMIC_MODE << _RANK_BITS | tag
     vector[_NEG_MODE] = -_DYNAMIC_MODE << _RANK_BITS | tag
-    vector[_NEG_STATIC] = _NO_GROUPS
     return vector
 
 
-def _group_largest(own: int, slot: int) -> int:
-    """The larger of a rank's own longest and the group's (slot 19's MAX); "out of range"
-    when the slot saturated above the rank's own, since the true value is not known."""
-    if slot >= _LARGEST_LIMIT and own < slot:
-        return OUT_OF_RANGE
-    return max(own, slot)
+@dataclass(frozen=True)
+class _Peers:
+    """What the reduced vector says about the group (:class:`~seqlen_balancing.errors.Peers`)."""
+
+    largest_slot: int
+    ranks: Callable[[int], int] | None
+
+    def costliest(self, own: int) -> int:
+        """The larger of an error's own costliest and the group's (the ``largest`` slot's
+        MAX); "out of range" when the slot saturated above the own, the true value unknown."""
+        if self.largest_slot >= _LARGEST_LIMIT and own < self.largest_slot:
+            return OUT_OF_RANGE
+        return max(own, self.largest_slot)
+
+    def global_rank(self, rank: int) -> int | None:
+        return None if self.ranks is None else self.ranks(rank)
 
 
 def combine(vectors: Sequence[Sequence[int]]) -> list[int]:
@@ -177,6 +243,18 @@ def combine(vectors: Sequence[Sequence[int]]) -> list[int]:
 def _split(slot: int) -> tuple[int, int]:
     """``(value, rank)`` of a ``value << 20 | (2**20-1-rank)`` slot."""
     return slot >> _RANK_BITS, _RANK_MASK - (slot & _RANK_MASK)
+
+
+def _error_of(reduced: Sequence[int], peers: _Peers) -> tuple[PlanError, int]:
+    """The winning rank's error record, as the group states it, and that rank."""
+    key = reduced[_KEY]
+    rank = _RANK_MASK - ((key >> _CODE_BITS) & _RANK_MASK)
+    values = [
+        (reduced[_VALUES + 2 * j] & _VALUE_MASK) << _VALUE_BITS | reduced[_VALUES + 2 * j + 1] & _VALUE_MASK
+        for j in range(N_ERROR_VALUES)
+    ]
+    kind = RECORDS.record(key & ((1 << _CODE_BITS) - 1))
+    return kind.from_values(values).agreed(peers), rank
 
 
 def decode(
@@ -196,57 +274,38 @@ def decode(
         single rank is at fault). The error's ``rank`` and ``global_rank`` are set, so
         ``error.exception()`` names them.
     """
-    def plus_one(rank: int) -> int:  # global rank + 1, 0 when unknown
-        return 0 if global_rank is None else global_rank(rank) + 1
+    peers = _Peers(reduced[_LARGEST], global_rank)
 
     def at_fault(error: PlanError, rank: int | None) -> tuple[int, PlanError, int | None]:
         if rank is None:
             return 0, error, None
-        known = None if global_rank is None else global_rank(rank)
-        return 0, replace(error, rank=rank, global_rank=known), rank
+        return 0, replace(error, rank=rank, global_rank=peers.global_rank(rank)), rank
 
-    key = reduced[0]
-    if key:
-        code = ErrorCode(key & ((1 << _CODE_BITS) - 1))
-        rank = _RANK_MASK - ((key >> _CODE_BITS) & _RANK_MASK)
-        values = tuple(
-            (reduced[1 + 2 * j] & _VALUE_MASK) << _VALUE_BITS | reduced[2 + 2 * j] & _VALUE_MASK
-            for j in range(N_ERROR_VALUES)
-        )
-        if code is ErrorCode.COUNT_ABOVE_GROUPS:  # made by encode: names its own rank
-            values = (*values[:4], plus_one(values[3]), *values[5:])
-        elif code in _OVER_CAP:  # the advice must suit every rank: the group's longest
-            values = (*values[:4], _group_largest(values[4], reduced[_LARGEST]), *values[5:])
-        elif code is ErrorCode.BAD_ARGUMENT and values[:2] == (Argument.MICRO_BATCH_MULTIPLE_OF, 3):
-            # A bucket above the cap: the advised cap must also hold the group's costliest.
-            bucket = values[2]
-            group = _group_largest(0, reduced[_LARGEST])
-            needed = group if group == OUT_OF_RANGE else -(-group // bucket) * bucket
-            values = (*values[:4], max(values[4], needed), *values[5:])
-        return at_fault(PlanError(code, values), rank)
+    if reduced[_KEY]:
+        return at_fault(*_error_of(reduced, peers))
     mode, rank_most = _split(reduced[_MODE])
     neg_mode, rank_least = _split(reduced[_NEG_MODE])
     if mode != -neg_mode:
-        values = (rank_most, rank_least, plus_one(rank_most), plus_one(rank_least))
-        return at_fault(PlanError(ErrorCode.MODE_MISMATCH, values), None)
+        mixed = ModeMismatch(rank_most, rank_least, peers.global_rank(rank_most),
+                             peers.global_rank(rank_least))
+        return at_fault(mixed, None)
     if mode == _STATIC_MODE:
         (largest, rank_largest), (neg, rank_smallest) = _split(reduced[_STATIC]), _split(
             reduced[_NEG_STATIC]
         )
         if largest != -neg:
-            values = (rank_largest, largest, rank_smallest, -neg, plus_one(rank_largest),
-                      plus_one(rank_smallest))
-            return at_fault(PlanError(ErrorCode.STATIC_COUNT_MISMATCH, values), None)
+            differ = StaticCountMismatch(rank_largest, largest, rank_smallest, -neg,
+                                         peers.global_rank(rank_largest), peers.global_rank(rank_smallest))
+            return at_fault(differ, None)
         return largest, None, None
     needed, rank_needing = _split(reduced[_COUNT])
     neg_groups, rank_fewest = _split(reduced[_GROUPS])
     divisor, smallest_divisor = reduced[_DIVISOR], -reduced[_NEG_DIVISOR]
     if divisor != smallest_divisor:
-        return at_fault(PlanError(ErrorCode.DIVISOR_MISMATCH, (smallest_divisor, divisor)), None)
+        return at_fault(DivisorMismatch(smallest_divisor, divisor), None)
     count, error = agreed_count(needed, -neg_groups, divisor, rank_needing)
     if error is not None:
-        error = PlanError(error.code, (*error.values[:4], plus_one(rank_needing)))
-        return at_fault(error, rank_fewest)
+        return at_fault(error.agreed(peers), rank_fewest)
     if reduced[_DUMMY_GROUPS] != _NO_GROUPS:
         neg_dummy_groups, rank_shortest = _split(reduced[_DUMMY_GROUPS])
         _, error = agreed_count(count, -neg_dummy_groups, 1, dummies=True)

@@ -8,6 +8,7 @@ spread the reports print. :mod:`seqlen_balancing.planner` chooses among them.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Sequence
 
@@ -22,19 +23,24 @@ def _rebalance(
     For a packing made for the count, not for balance (every bin nearly full, the last one
     light): each round moves the group of the heaviest bin whose workload is closest to
     half the gap, if the lightest bin has the tokens for it (the next heaviest bin is tried
-    when one cannot give). At most ``2 * count`` rounds of O(count log count) each; the cap
-    holds throughout.
+    when one cannot give). At most ``2 * count`` rounds, each O(count) at worst (the bins
+    are kept sorted by workload, not sorted again each round); the cap holds throughout.
     """
     loads = [sum(workloads[g] for g in b) for b in bins]
     tokens = [sum(sizes[g] for g in b) for b in bins]
-    ids = range(len(bins))
+    # (-load, bin) ascending: heaviest first, ties by index; kept sorted as loads change, so
+    # a round costs O(count) memory moves instead of a sort (large counts: a whole step)
+    keys = sorted((-load, b) for b, load in enumerate(loads))
     for _ in range(2 * len(bins)):
-        light = min(ids, key=loads.__getitem__)
+        if not keys:
+            break
+        # the lightest bin, the smallest index among equals (what min() over the ids gives)
+        light = keys[bisect.bisect_left(keys, (keys[-1][0], -1))][1]
         room = cap - tokens[light]
         move = None
         # The heaviest bin that can give: groups too big are skipped. A bin of one group
         # never gives: its group's workload is the gap plus the lightest load, not below it.
-        for heavy in sorted(ids, key=lambda b: (-loads[b], b)):
+        for _, heavy in keys:
             gap = loads[heavy] - loads[light]
             if gap <= 0:
                 break
@@ -48,8 +54,10 @@ def _rebalance(
         bins[heavy].remove(g)
         bins[light].append(g)
         for b, sign in ((heavy, -1), (light, 1)):
+            del keys[bisect.bisect_left(keys, (-loads[b], b))]
             loads[b] += sign * workloads[g]
             tokens[b] += sign * sizes[g]
+            bisect.insort(keys, (-loads[b], b))
     return bins
 
 

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from seqlen_balancing._checks import as_switch
 from seqlen_balancing.agreement import decode, encode
-from seqlen_balancing.errors import ErrorCode, PlanError
+from seqlen_balancing.errors import NotInGroup, PlanError
 from seqlen_balancing.planner import RankAnalysis
 
 __all__ = ["agree", "collective_device", "membership_error", "sync_enabled"]
@@ -57,8 +57,8 @@ def membership_error(group: Any) -> PlanError | None:
         group: a process group (``torch.distributed`` initialised).
 
     Returns:
-        ``None`` for a member, else a ``NOT_IN_GROUP`` error naming this process's global
-        rank and the group's size.
+        ``None`` for a member, else a :class:`~seqlen_balancing.errors.NotInGroup` error
+        naming this process's global rank and the group's size.
 
     Raises:
         TypeError: ``group`` is not a process group.
@@ -72,7 +72,7 @@ def membership_error(group: Any) -> PlanError | None:
             f"({exc}); pass the DP group or dp_group=None"
         ) from exc
     if rank < 0:
-        return PlanError(ErrorCode.NOT_IN_GROUP, (dist.get_rank(), size))
+        return NotInGroup(dist.get_rank(), size)
     return None
 
 

@@ -29,7 +29,18 @@ from dataclasses import dataclass, field
 
 from seqlen_balancing._checks import _integer_or_none, as_switch, describe
 from seqlen_balancing.cost import aligned_length
-from seqlen_balancing.errors import Argument, ErrorCode, PlanError
+from seqlen_balancing.errors import (
+    Argument,
+    BelowOne,
+    MinAboveGroups,
+    NotAnInteger,
+    NotASwitch,
+    OverCap,
+    PaddedGroupOverCap,
+    PaddedSampleOverCap,
+    PlanError,
+    SampleLimitBelowGroup,
+)
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF
 
 #: ``bound_name`` of the padded count's bound (:func:`padded_bound`).
@@ -398,7 +409,8 @@ def padded_rule(
 
     Returns:
         ``(rule, widths, error)``: ``widths`` per sample (its span rounded up to ``pad``),
-        ``error`` ``PADDED_SAMPLE_OVER_CAP`` / ``PADDED_GROUP_OVER_CAP`` or ``None``.
+        ``error`` a :class:`~seqlen_balancing.errors.PaddedSampleOverCap` or
+        :class:`~seqlen_balancing.errors.PaddedGroupOverCap`, or ``None``.
 
     Complexity: O(n).
     """
@@ -414,17 +426,16 @@ def padded_rule(
     group_spans = [a + b for a, b in zip(group_left, group_right, strict=True)]
     footprints = [group * aligned_length(span, pad) for span in group_spans]
     rule = BinRule(cap, footprints, True, group_left, group_right, group, pad, max_groups)
-    kind = 2 * pad + (costs is not None)
-    checks = [(ErrorCode.PADDED_SAMPLE_OVER_CAP, spans, widths, 1)]
+    checks: list[tuple[type[OverCap], list[int], list[int], int]] = [(PaddedSampleOverCap, spans, widths, 1)]
     if group > 1:
-        checks.append((ErrorCode.PADDED_GROUP_OVER_CAP, group_spans, footprints, group))
-    for code, items, footprint, stride in checks:
+        checks.append((PaddedGroupOverCap, group_spans, footprints, group))
+    for kind, items, footprint, stride in checks:
         over = [i for i, cost in enumerate(footprint) if cost > cap]
         if over:
             first = over[0]
-            values = (items[first], first * stride, given[0], len(over),
-                      max(footprint[i] for i in over), footprint[first], given[1], kind)
-            return rule, widths, PlanError(code, values)
+            return rule, widths, kind(items[first], first * stride, given[0], len(over),
+                                      max(footprint[i] for i in over), footprint[first], given[1],
+                                      pad, costs is not None)
     return rule, widths, None
 
 
@@ -543,18 +554,18 @@ def padded_options(
     the error every DP rank can agree on."""
     on = as_switch(padded)
     if on is None:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (Argument.PADDED, 0, 0), describe(padded)), False, None
+        return NotASwitch(Argument.PADDED, detail=describe(padded)), False, None
     if max_samples_per_micro_batch is None:
         return None, on, None
     limit = _integer_or_none(max_samples_per_micro_batch)
     name = Argument.MAX_SAMPLES_PER_MICRO_BATCH
     if limit is None:
-        error = PlanError(ErrorCode.BAD_ARGUMENT, (name, 0, 0), describe(max_samples_per_micro_batch))
+        error = NotAnInteger(name, detail=describe(max_samples_per_micro_batch))
         return error, on, None
     if limit < 1:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (name, 1, -limit)), on, None
+        return BelowOne(name, limit), on, None
     if limit < group:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (name, 5, limit, group)), on, None
+        return SampleLimitBelowGroup(limit, group), on, None
     return None, on, limit
 
 
@@ -591,7 +602,7 @@ def plan_padded(
     """
     rule, widths, error = padded_rule(lengths, costs, extents, group, pad, cap, max_groups, given)
     if error is None and floor is not None and floor > len(rule.sizes):
-        error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(rule.sizes)))
+        error = MinAboveGroups(floor, len(rule.sizes))
     if error is not None:
         return PaddedPlan(rule, widths, error)
     packing = fewest_padded(rule)

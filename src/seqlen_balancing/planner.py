@@ -60,10 +60,28 @@ from seqlen_balancing.cost import aligned_length, micro_batch_capacity
 from seqlen_balancing.errors import (
     MAX_DUMMY_MICRO_BATCHES,
     Argument,
-    ErrorCode,
+    BelowOne,
+    BucketAboveCap,
+    CombinationRefused,
+    CountAboveGroups,
+    EmptyBatch,
+    GroupOverCap,
+    LengthNotAnInteger,
+    LengthsNotASequence,
+    LengthsNotOneDimensional,
     LengthSource,
+    MinAboveGroups,
+    NegativeLength,
+    NotAnInteger,
+    NotASwitch,
+    NotDivisible,
+    NotOnePerSample,
+    OverCap,
+    OverCapNotAString,
     PlanError,
-    over_cap_kind,
+    SampleOverCap,
+    TooManyDummies,
+    UnknownOverCap,
 )
 from seqlen_balancing.packing import exact_packing, reduce_bins, split_to_count
 from seqlen_balancing.padded import (
@@ -111,9 +129,9 @@ def argument_error(value: Any, argument: Argument, optional: bool) -> tuple[Plan
         return None, 1
     as_int = _integer_or_none(value)
     if as_int is None:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 0, 0), describe(value)), 0
+        return NotAnInteger(argument, detail=describe(value)), 0
     if as_int < 1:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 1, -as_int)), 0
+        return BelowOne(argument, as_int), 0
     return None, as_int
 
 
@@ -121,18 +139,17 @@ def _lengths(
     seq_lens: Sequence[Any], source: LengthSource = LengthSource.SEQ_LENS
 ) -> tuple[PlanError | None, list[int]]:
     out: list[int] = []
-    which = (source,) if source else ()  # seq_lens errors keep their three values
     try:
         values = as_list(seq_lens, source.name.lower())
-    except (TypeError, ValueError) as exc:  # not a sequence (kind 3) or not 1-D (kind 4)
-        kind = 4 if isinstance(exc, ValueError) else 3
-        return PlanError(ErrorCode.BAD_LENGTH, (0, kind, 0, *which), str(exc)), []
+    except (TypeError, ValueError) as exc:  # not a sequence, or not one-dimensional
+        shape = LengthsNotOneDimensional if isinstance(exc, ValueError) else LengthsNotASequence
+        return shape(source, detail=str(exc)), []
     for index, value in enumerate(values):
         as_int = value if type(value) is int else _integer_or_none(value)
         if as_int is None:
-            return PlanError(ErrorCode.BAD_LENGTH, (index, 0, 0, *which), describe(value)), []
+            return LengthNotAnInteger(source, index, detail=describe(value)), []
         if as_int < 0:
-            return PlanError(ErrorCode.BAD_LENGTH, (index, 1, -as_int, *which)), []
+            return NegativeLength(source, index, as_int), []
         out.append(as_int)
     return None, out
 
@@ -156,7 +173,7 @@ def _sample_costs(
         return None, [aligned_length(n, pad) for n in lengths] if pad > 1 else lengths
     error, given = _lengths(costs, LengthSource.COSTS)
     if error is None and len(given) != len(lengths):
-        error = PlanError(ErrorCode.BAD_LENGTH, (len(given), 2, len(lengths), LengthSource.COSTS))
+        error = NotOnePerSample(LengthSource.COSTS, len(given), len(lengths))
     if error is None and pad > 1:
         given = [aligned_length(c, pad) for c in given]
     return error, given
@@ -171,28 +188,27 @@ def _workloads_of(lengths: list[int], workloads: Any) -> tuple[PlanError | None,
         try:
             workloads = workloads(list(lengths))
         except Exception as exc:  # agreed on as this rank's error, never raised here
-            values = (0, 3, 0, LengthSource.WORKLOADS)
-            return PlanError(ErrorCode.BAD_LENGTH, values, f"the workloads callable raised {exc!r}"), []
+            detail = f"the workloads callable raised {exc!r}"
+            return LengthsNotASequence(LengthSource.WORKLOADS, detail=detail), []
     error, given = _lengths(workloads, LengthSource.WORKLOADS)
     if error is None and len(given) != len(lengths):
-        error = PlanError(ErrorCode.BAD_LENGTH, (len(given), 2, len(lengths), LengthSource.WORKLOADS))
+        error = NotOnePerSample(LengthSource.WORKLOADS, len(given), len(lengths))
     return error, given
 
 
 def _option_error(over_cap: Any, dummy_micro_batches: Any) -> PlanError | None:
     """The error for a bad ``over_cap`` or ``dummy_micro_batches``, else ``None``."""
     if not isinstance(over_cap, str):
-        return PlanError(ErrorCode.BAD_OVER_CAP, (0,), describe(over_cap))
+        return OverCapNotAString(detail=describe(over_cap))
     if over_cap not in OVER_CAP_CHOICES:
-        return PlanError(ErrorCode.BAD_OVER_CAP, (1,), repr(over_cap)[:60])
+        return UnknownOverCap(detail=repr(over_cap)[:60])
     if as_switch(dummy_micro_batches) is None:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (Argument.DUMMY_MICRO_BATCHES, 0, 0),
-                         describe(dummy_micro_batches))
+        return NotASwitch(Argument.DUMMY_MICRO_BATCHES, detail=describe(dummy_micro_batches))
     return None
 
 
 def _cost_over_cap(
-    result: RankAnalysis, lengths: list[int], costs: list[int], code: ErrorCode, stride: int
+    result: RankAnalysis, lengths: list[int], costs: list[int], kind: type[OverCap], stride: int
 ) -> PlanError | None:
     """The error for items (samples or groups) whose cost exceeds the usable cap, naming
     the first one's tokens and cost, the cap given, how many and the largest cost."""
@@ -202,10 +218,9 @@ def _cost_over_cap(
         return None
     first = over[0]
     largest = max(costs[i] for i in over)
-    kind = over_cap_kind(result.pad_to_multiple_of, result.custom_costs)
-    values = (lengths[first], first * stride, result.requested_max_token_len, len(over), largest,
-              costs[first], result.micro_batch_multiple_of, kind)
-    return PlanError(code, values)
+    return kind(lengths[first], first * stride, result.requested_max_token_len, len(over), largest,
+                costs[first], result.micro_batch_multiple_of, result.pad_to_multiple_of,
+                result.custom_costs)
 
 
 def analyse(
@@ -305,8 +320,7 @@ def analyse(
     if usable == 0:
         # The advised cap holds a bucket and the costliest group, rounded up to the bucket.
         needed = max(bucket, -(-largest // bucket) * bucket)
-        values = (Argument.MICRO_BATCH_MULTIPLE_OF, 3, bucket, cap, needed)
-        return RankAnalysis(PlanError(ErrorCode.BAD_ARGUMENT, values), largest=largest)
+        return RankAnalysis(BucketAboveCap(bucket, cap, needed), largest=largest)
     error, padded_on, limit = padded_options(padded, max_samples_per_micro_batch, group)
     if error is None:
         error = _combination_error(padded_on, limit, alone, dummies)
@@ -325,11 +339,11 @@ def analyse(
     if error is None:
         error, sample_workloads = _workloads_of(lengths, workloads)
     if error is None and not lengths:
-        error = PlanError(ErrorCode.EMPTY_BATCH)
+        error = EmptyBatch()
     if error is None and len(lengths) % group:
-        error = PlanError(ErrorCode.NOT_DIVISIBLE, (len(lengths), group))
+        error = NotDivisible(len(lengths), group)
     if error is None and not padded_on and not alone:
-        error = _cost_over_cap(result, lengths, sizes_of, ErrorCode.SAMPLE_OVER_CAP, 1)
+        error = _cost_over_cap(result, lengths, sizes_of, SampleOverCap, 1)
     if error is not None:
         result.error = error
         return result
@@ -351,13 +365,12 @@ def analyse(
         result.rule = BinRule(usable, sizes, max_groups=limit // group)
     if group > 1 and not alone:
         tokens = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
-        result.error = _cost_over_cap(result, tokens, sizes, ErrorCode.GROUP_OVER_CAP, group)
+        result.error = _cost_over_cap(result, tokens, sizes, GroupOverCap, group)
     if result.error is None and min_num_micro_batch is not None and floor > len(sizes):
         if not dummies:
-            result.error = PlanError(ErrorCode.MIN_ABOVE_GROUPS, (floor, len(sizes)))
+            result.error = MinAboveGroups(floor, len(sizes))
         elif floor - len(sizes) > MAX_DUMMY_MICRO_BATCHES:
-            dummy_values = (floor - len(sizes), len(sizes), MAX_DUMMY_MICRO_BATCHES, floor)
-            result.error = PlanError(ErrorCode.TOO_MANY_DUMMIES, dummy_values)
+            result.error = TooManyDummies(floor - len(sizes), len(sizes), floor)
     if result.error is not None:
         return result
     own_floor = min(floor, len(sizes)) if min_num_micro_batch is not None else None
@@ -375,11 +388,12 @@ def _combination_error(padded: bool, limit: int | None, alone: bool, dummies: bo
     with ``over_cap="alone"`` (the padded planner and the sample limit do not model a
     micro-batch set aside over the cap, nor the dummies' copied rows). Refused rather than
     ignored (DESIGN section 3: no setting is ever silently ignored)."""
-    pairs = ((padded and alone, Argument.PADDED, 0), (padded and dummies, Argument.PADDED, 1),
-             (limit is not None and alone, Argument.MAX_SAMPLES_PER_MICRO_BATCH, 0))
+    pairs = ((padded and alone, Argument.PADDED, Argument.OVER_CAP),
+             (padded and dummies, Argument.PADDED, Argument.DUMMY_MICRO_BATCHES),
+             (limit is not None and alone, Argument.MAX_SAMPLES_PER_MICRO_BATCH, Argument.OVER_CAP))
     for clash, argument, other in pairs:
         if clash:
-            return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 6, other))
+            return CombinationRefused(argument, other)
     return None
 
 
@@ -438,10 +452,10 @@ def agreed_count(
     """
     count = roundup_divisible(needed, num_batches_divided_by)
     if count > n_groups and not dummies:
-        return 0, PlanError(ErrorCode.COUNT_ABOVE_GROUPS, (count, n_groups, needed, rank_needing))
+        needing = None if rank_needing < 0 else rank_needing
+        return 0, CountAboveGroups(count, n_groups, needed, needing)
     if count - n_groups > MAX_DUMMY_MICRO_BATCHES:
-        values = (count - n_groups, n_groups, MAX_DUMMY_MICRO_BATCHES, count)
-        return 0, PlanError(ErrorCode.TOO_MANY_DUMMIES, values)
+        return 0, TooManyDummies(count - n_groups, n_groups, count)
     return count, None
 
 

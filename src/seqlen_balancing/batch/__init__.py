@@ -28,8 +28,8 @@ every public call here runs in three steps, and only the first may find a proble
    CSR/CSC tensors, lazy stacks, non-tensor data; anything else is refused naming its key),
    the host offsets the cut will need, and a DataProto's parts (``non_tensor_batch`` a dict
    of arrays with one row per sample, ``meta_info`` deep-copied once). Whatever fails
-   becomes a :class:`~seqlen_balancing.errors.PlanError`, a code plus integers (an entry's
-   key as :func:`~seqlen_balancing.errors.key_values`), so that it travels through the
+   becomes an error record (:mod:`seqlen_balancing.errors`: named fields, an entry's key
+   among them, that the agreement carries as integers), so that it travels through the
    agreement.
 2. **Agree** (:mod:`~seqlen_balancing.batch.verdict`): one ``all_reduce`` of the error codes
    and counts; every rank of the group raises the same ``ValueError``/``TypeError``, or none

@@ -18,7 +18,14 @@ from seqlen_balancing.batch.dummies import _Keep
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
 from seqlen_balancing.batch.micro_batches import _rearrange_rows
 from seqlen_balancing.batch.verdict import _batch_problem
-from seqlen_balancing.errors import BatchProblem, ErrorCode, PlanError, key_values
+from seqlen_balancing.errors import (
+    MetaInfoNotCopyable,
+    NonTensorNotArray,
+    NonTensorRows,
+    NotADataProto,
+    PlanError,
+    ProtoRaggedStack,
+)
 
 __all__ = ["prepare_dynamic_batch"]
 
@@ -33,9 +40,7 @@ def _dataproto_parts(data: Any) -> tuple[PlanError | None, dict[Any, Any], Any]:
     nothing about ``data`` is read (or can fail) once the peers have returned."""
     for attribute in ("batch", "non_tensor_batch", "meta_info", "from_dict"):
         if not hasattr(data, attribute):
-            return PlanError(
-                ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), f"no {attribute!r}"
-            ), {}, None
+            return NotADataProto(detail=f"no {attribute!r}"), {}, None
     problem = _batch_problem(data.batch)
     if problem is not None:
         return problem, {}, None
@@ -44,28 +49,25 @@ def _dataproto_parts(data: Any) -> tuple[PlanError | None, dict[Any, Any], Any]:
             try:
                 data.batch.get(key)
             except _READ_ERRORS:
-                problem_key = (BatchProblem.PROTO_RAGGED_STACK, *key_values(key))
-                return PlanError(ErrorCode.BAD_BATCH, problem_key), {}, None
+                return ProtoRaggedStack(key), {}, None
     n = int(data.batch.batch_size[0])
     given = data.non_tensor_batch
     if not isinstance(given, Mapping):
         detail = f"non_tensor_batch is a {type(given).__name__}, not a dict"
-        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), detail), {}, None
+        return NotADataProto(detail=detail), {}, None
     try:
         arrays = dict(given.items())
     except _READ_ERRORS as exc:
-        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_DATAPROTO,), describe(exc)), {}, None
+        return NotADataProto(detail=describe(exc)), {}, None
     for array in arrays.values():
         if not isinstance(array, np.ndarray) or array.ndim == 0:
-            return PlanError(
-                ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_NOT_ARRAY,), f"got {describe(array)}"
-            ), {}, None
+            return NonTensorNotArray(detail=f"got {describe(array)}"), {}, None
         if len(array) != n:
-            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NON_TENSOR_ROWS, len(array), n)), {}, None
+            return NonTensorRows(len(array), n), {}, None
     try:
         meta_info = copy.deepcopy(data.meta_info)
     except Exception as exc:  # any object's __deepcopy__ / __reduce_ex__
-        error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.META_INFO_NOT_COPYABLE,), describe(exc))
+        error = MetaInfoNotCopyable(detail=describe(exc))
         return error, {}, None
     return None, arrays, meta_info
 

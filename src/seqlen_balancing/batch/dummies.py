@@ -34,7 +34,13 @@ from tensordict import TensorDict
 from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.entries import _Entries
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
-from seqlen_balancing.errors import ErrorCode, PlanError, key_values
+from seqlen_balancing.errors import (
+    LossWeightKeyMissing,
+    LossWeightKeysNotKeys,
+    LossWeightNotTensor,
+    NoLossWeightEntry,
+    PlanError,
+)
 
 __all__ = ["DEFAULT_LOSS_WEIGHT_KEYS"]
 
@@ -57,24 +63,24 @@ def _loss_weight_keys(batch: TensorDict, named: Any) -> tuple[PlanError | None, 
     if named is None:
         keys = tuple(key for key in DEFAULT_LOSS_WEIGHT_KEYS if key in batch.keys())
         if not keys:
-            return PlanError(ErrorCode.NO_LOSS_WEIGHT, (1,)), ()
+            return NoLossWeightEntry(), ()
     elif isinstance(named, str):
         keys = (named,)
     elif isinstance(named, Sequence) and named and all(isinstance(k, str) for k in named):
         keys = tuple(named)
     else:
-        return PlanError(ErrorCode.NO_LOSS_WEIGHT, (3,), f"got {type(named).__name__}"), ()
+        return LossWeightKeysNotKeys(detail=f"got {type(named).__name__}"), ()
     for key in keys:
         if key not in batch.keys():
-            return PlanError(ErrorCode.NO_LOSS_WEIGHT, (0, *key_values(key))), ()
+            return LossWeightKeyMissing(key), ()
         try:
             # A lazy stack along dim 0 is cut (and zeroed) row by row: its rows may differ.
             rows = _rows(batch)
             tensors = all(isinstance(row.get(key), torch.Tensor) for row in rows)
         except _READ_ERRORS as exc:
-            return PlanError(ErrorCode.NO_LOSS_WEIGHT, (2, *key_values(key)), repr(exc)[:80]), ()
+            return LossWeightNotTensor(key, detail=repr(exc)[:80]), ()
         if not tensors:
-            return PlanError(ErrorCode.NO_LOSS_WEIGHT, (2, *key_values(key))), ()
+            return LossWeightNotTensor(key), ()
     return None, keys
 
 

@@ -15,7 +15,7 @@ from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, Ten
 
 from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.kinds import _COMPRESSED, _READ_ERRORS, _is_dense, _is_lazy_stack
-from seqlen_balancing.errors import BatchProblem, ErrorCode, PlanError, key_values
+from seqlen_balancing.errors import EntryLayout, EntryOnMeta, EntryStack, EntryUnreadable, PlanError
 
 
 @dataclass
@@ -51,26 +51,26 @@ def _entry_problem(key: Any, value: Any, entries: _Entries) -> PlanError | None:
         else:
             dense = all(_is_dense(leaf) for _, leaf in leaves)
         if not dense:
-            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_STACK, *key_values(key)))
+            return EntryStack(key)
         return None
     if not isinstance(value, torch.Tensor):
         return None  # a tensorclass or other collection: tensordict indexes it
     if value.layout == torch.sparse_coo or value.layout in _COMPRESSED:
         if value.device.type == "meta":
-            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_ON_META, *key_values(key)))
+            return EntryOnMeta(key)
         if value.layout == torch.sparse_coo:
             entries.apart.append((key, value, "coo"))
             return None
         if value.dim() == 2 and value.dense_dim() == 0:
             entries.apart.append((key, value, "compressed"))
             return None
-        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_LAYOUT, *key_values(key)))
+        return EntryLayout(key)
     if value.layout != torch.strided and not value.is_nested:
-        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_LAYOUT, *key_values(key)))
+        return EntryLayout(key)
     if not value.is_nested:
         return None
     if value.device.type == "meta":
-        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.ENTRY_ON_META, *key_values(key)))
+        return EntryOnMeta(key)
     entries.apart.append((key, value, "nested"))
     if key in entries.offsets or value.layout != torch.jagged:
         return None
@@ -83,7 +83,8 @@ def _node_problem(
     node: TensorDictBase, prefix: tuple[str, ...], entries: _Entries
 ) -> tuple[PlanError | None, BaseException | None]:
     """:func:`_entry_problem` of every entry under ``node`` (keys nested under ``prefix``),
-    with the exception that reading an entry raised (``ENTRY_UNREADABLE``, its key)."""
+    with the exception that reading an entry raised
+    (:class:`~seqlen_balancing.errors.EntryUnreadable`, its key)."""
     for name in list(node.keys()):
         key: Any = (*prefix, name) if prefix else name
         try:
@@ -95,8 +96,7 @@ def _node_problem(
             else:
                 error, cause = _entry_problem(key, value, entries), None
         except _READ_ERRORS as exc:
-            problem = (BatchProblem.ENTRY_UNREADABLE, *key_values(key))
-            return PlanError(ErrorCode.BAD_BATCH, problem, describe(exc)), exc
+            return EntryUnreadable(key, detail=describe(exc)), exc
         if error is not None:
             return error, cause
     return None, None
@@ -114,14 +114,15 @@ def _cut_inputs(
       ``NonTensorData`` (kept whole), ``NonTensorStack`` and other tensor collections:
       gathered by tensordict;
     * nested tensors (strided or jagged, any ragged dimension, with or without holes):
-      rebuilt from their rows; on the meta device they hold no rows (``ENTRY_ON_META``),
+      rebuilt from their rows; on the meta device they hold no rows
+      (:class:`~seqlen_balancing.errors.EntryOnMeta`),
       and a packed jagged one has its offsets read here (one host copy per key, kept for
-      the cut, ``known`` entries reused; a failure is ``ENTRY_UNREADABLE``);
+      the cut, ``known`` entries reused; a failure is :class:`~seqlen_balancing.errors.EntryUnreadable`);
     * sparse COO tensors (picked with ``index_select``) and 2-D CSR/CSC tensors (picked
-      through COO); other sparse layouts are ``ENTRY_LAYOUT`` (TypeError);
+      through COO); other sparse layouts are :class:`~seqlen_balancing.errors.EntryLayout` (TypeError);
     * lazy stacks along dim 0 (the batch itself or a nested entry): cut by picking rows,
       so their rows may differ in shape; a lazy stack along another dimension must hold
-      dense entries of one shape, else ``ENTRY_STACK`` (TypeError).
+      dense entries of one shape, else :class:`~seqlen_balancing.errors.EntryStack` (TypeError).
 
     Returns ``(error, entries, cause)``; the error names the entry's key, so that it can be
     agreed on like any other batch problem.

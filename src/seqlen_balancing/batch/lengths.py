@@ -15,7 +15,7 @@ from tensordict import LazyStackedTensorDict, NonTensorData, TensorDict
 from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _batch_size, _is_lazy_stack, _is_packed_jagged
 from seqlen_balancing.batch.nested import _jagged_row_lengths
-from seqlen_balancing.errors import BatchProblem, ErrorCode, PlanError
+from seqlen_balancing.errors import LengthsUnreadable, MaskNot2D, MaskRows, NoLengthSource, PlanError
 
 __all__ = ["effective_lengths"]
 
@@ -43,7 +43,7 @@ def effective_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int]]:
     try:
         error, lengths, _ = _read_lengths(batch)
     except _READ_ERRORS as exc:  # e.g. a sparse mask: the same error the planners agree on
-        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc)), []
+        return LengthsUnreadable(detail=describe(exc)), []
     return error, lengths
 
 
@@ -63,19 +63,17 @@ def _read_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int], list[
         if isinstance(mask, NonTensorData):
             mask = mask.data
         if not isinstance(mask, torch.Tensor):
-            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NO_LENGTH_SOURCE,)), [], None
+            return NoLengthSource(), [], None
         if mask.is_nested:
             lengths = torch.stack([(row != 0).sum() for row in mask.unbind()])
         elif mask.dim() != 2:
-            return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.MASK_NOT_2D, mask.dim())), [], None
+            return MaskNot2D(mask.dim()), [], None
         else:
             if mask.shape[0] != n:
-                return PlanError(
-                    ErrorCode.BAD_BATCH, (BatchProblem.MASK_ROWS, mask.shape[0], n)
-                ), [], None
+                return MaskRows(mask.shape[0], n), [], None
             return None, _mask_row_counts(mask), None
     else:
-        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NO_LENGTH_SOURCE,)), [], None
+        return NoLengthSource(), [], None
     values: list[int] = lengths.tolist()
     return None, values, None
 

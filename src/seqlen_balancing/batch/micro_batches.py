@@ -22,7 +22,13 @@ from seqlen_balancing.batch.lengths import _read_lengths
 from seqlen_balancing.batch.settings import _cost_settings, _keep_settings, _settings, _shape_settings
 from seqlen_balancing.batch.trim import Trim, trim_inputs
 from seqlen_balancing.batch.verdict import _batch_problem, _begin, _finish, _switch_error
-from seqlen_balancing.errors import Argument, BatchProblem, ErrorCode, PlanError
+from seqlen_balancing.errors import (
+    Argument,
+    LengthsUnreadable,
+    PlanError,
+    StaticNotDivisible,
+    StaticPathOption,
+)
 from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, log_over_cap
 
 __all__ = ["prepare_micro_batches", "rearrange_micro_batches"]
@@ -243,7 +249,7 @@ def _rearrange_rows(
         except _READ_ERRORS as exc:
             # The peers must hear of it: turn it into a plan error (the cause is chained).
             cause = exc
-            error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
+            error = LengthsUnreadable(detail=describe(exc))
     known: dict[Any, list[int]] = {} if offsets is None else {"input_ids": offsets}
     entries = _Entries(offsets=known)
     if error is None:
@@ -389,7 +395,7 @@ def prepare_micro_batches(
             value = setting or 0
         except _READ_ERRORS as exc:
             cause = exc
-            error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
+            error = LengthsUnreadable(detail=describe(exc))
     if dynamic:
         cost = (pad_to_multiple_of, micro_batch_multiple_of, costs)
         shape: tuple[Any, Any] = (padded, max_samples_per_micro_batch)
@@ -401,7 +407,7 @@ def prepare_micro_batches(
                 keep = _keep_settings(data, keep)
             except _READ_ERRORS as exc:
                 cause = exc
-                error = PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc))
+                error = LengthsUnreadable(detail=describe(exc))
         return _rearrange(
             data if error is None else None,
             value,
@@ -426,7 +432,7 @@ def prepare_micro_batches(
     chunk = value * force_group_size
     n = int(data.batch_size[0])
     if error is None and (n == 0 or n % chunk):
-        error = PlanError(ErrorCode.STATIC_NOT_DIVISIBLE, (n, value, force_group_size))
+        error = StaticNotDivisible(n, value, force_group_size)
     entries = _Entries()
     if error is None:
         error, entries, cause = _cut_inputs(data, {})
@@ -443,8 +449,8 @@ def _static_cost_error(pad: Any, bucket: Any, costs: Any) -> PlanError | None:
     never ignored (a value of 1, verl's default, changes nothing and is accepted)."""
     for value, argument in ((pad, Argument.PAD_TO_MULTIPLE_OF), (bucket, Argument.MICRO_BATCH_MULTIPLE_OF)):
         if value is not None and not (type(value) is int and value == 1):
-            shown = value + 1 if type(value) is int and value >= 0 else 0  # 0: not shown
-            return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 4, shown))
+            shown = value if type(value) is int and value >= 0 else None  # None: not shown
+            return StaticPathOption(argument, shown)
     if costs is not None:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (Argument.COSTS, 4, 0))
+        return StaticPathOption(Argument.COSTS, None)
     return None

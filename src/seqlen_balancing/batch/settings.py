@@ -14,7 +14,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 from seqlen_balancing._checks import as_switch
 from seqlen_balancing.batch.kinds import _same_data
 from seqlen_balancing.batch.verdict import _switch_error
-from seqlen_balancing.errors import Argument, ErrorCode, PlanError
+from seqlen_balancing.errors import Argument, MissingSetting, PlanError
 from seqlen_balancing.planner import argument_error
 
 
@@ -41,7 +41,7 @@ def _int_setting(
     """A positive-integer setting, or the error to agree on (missing, wrong type, < 1)."""
     value = _setting(data, key, default)
     if value is None:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 2, 0)), 0
+        return MissingSetting(argument), 0
     return argument_error(value, argument, optional=False)
 
 

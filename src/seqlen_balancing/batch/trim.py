@@ -34,7 +34,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.kinds import _READ_ERRORS
 from seqlen_balancing.cost import aligned_length
-from seqlen_balancing.errors import BatchProblem, ErrorCode, PlanError
+from seqlen_balancing.errors import LengthsUnreadable, PaddedLazyStack, PlanError
 
 __all__ = ["MicroBatchIndices", "Trim", "restore_widths", "trim_inputs"]
 
@@ -296,15 +296,16 @@ def trim_inputs(
     the mask's width and their pad values. ``(None, None, None)`` for a batch whose length
     source is not a dense 2-D ``attention_mask`` (jagged rows have no width to cut).
 
-    Returns ``(error, trim, cause)``: ``PADDED_LAZY_STACK`` for a lazy stack cut by rows
-    (its rows may differ in width), ``UNREADABLE`` when the mask or a pad value cannot be
+    Returns ``(error, trim, cause)``: :class:`~seqlen_balancing.errors.PaddedLazyStack` for a
+    lazy stack cut by rows (its rows may differ in width),
+    :class:`~seqlen_balancing.errors.LengthsUnreadable` when the mask or a pad value cannot be
     read (the cause is returned for chaining).
     """
     keys = set(batch.keys())
     if "attention_mask" not in keys:
         return None, None, None
     if by_rows:
-        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.PADDED_LAZY_STACK,)), None, None
+        return PaddedLazyStack(), None, None
     try:
         ids = batch.get("input_ids") if "input_ids" in keys else None
         if isinstance(ids, torch.Tensor) and ids.is_nested:
@@ -322,5 +323,5 @@ def trim_inputs(
         if where is not None:
             trim.pad_values = _pad_values(batch, trim.dims, *where)
     except _READ_ERRORS as exc:
-        return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.UNREADABLE,), describe(exc)), None, exc
+        return LengthsUnreadable(detail=describe(exc)), None, exc
     return None, trim, None

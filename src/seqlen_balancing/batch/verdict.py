@@ -12,7 +12,7 @@ from tensordict import TensorDictBase
 
 from seqlen_balancing import distributed
 from seqlen_balancing._checks import as_switch, describe
-from seqlen_balancing.errors import Argument, BatchProblem, ErrorCode, PlanError
+from seqlen_balancing.errors import Argument, NotASwitch, NotATensorDict, PlanError
 from seqlen_balancing.planner import RankAnalysis, local_count
 
 
@@ -30,18 +30,19 @@ def _begin(dp_group: Any, same_micro_num_in_dp: Any) -> bool:
 def _switch_error(value: Any, argument: Argument) -> PlanError | None:
     """The error for a switch that is not a bool (or 0/1), else ``None``."""
     if as_switch(value) is None:
-        return PlanError(ErrorCode.BAD_ARGUMENT, (argument, 0, 0), describe(value))
+        return NotASwitch(argument, detail=describe(value))
     return None
 
 
 def _batch_problem(batch: Any) -> PlanError | None:
-    """``NOT_TENSORDICT`` unless ``batch`` is a TensorDict with a batch dimension."""
+    """A :class:`~seqlen_balancing.errors.NotATensorDict` error unless ``batch`` is a
+    TensorDict with a batch dimension."""
     if isinstance(batch, TensorDictBase) and len(batch.batch_size) > 0:
         return None
     what = type(batch).__name__
     if isinstance(batch, TensorDictBase):
         what += " with batch_size=()"
-    return PlanError(ErrorCode.BAD_BATCH, (BatchProblem.NOT_TENSORDICT,), f"got {what}")
+    return NotATensorDict(detail=f"got {what}")
 
 
 def _finish(

@@ -1,0 +1,90 @@
+"""Error records about the DP group as a whole: ranks that disagree, a process outside it.
+
+No single rank is at fault for a mismatch, so these records name two ranks (and their
+global ranks, when known) in their fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seqlen_balancing.errors.record import PlanError, rank_words, record, shown
+
+__all__ = ["DivisorMismatch", "ModeMismatch", "NotInGroup", "StaticCountMismatch"]
+
+
+@record
+@dataclass(frozen=True)
+class DivisorMismatch(PlanError):
+    """The ranks passed different ``num_batches_divided_by`` (``smallest`` to ``largest``)."""
+
+    smallest: int
+    largest: int
+
+    def text(self) -> str:
+        return (
+            f"the ranks passed different num_batches_divided_by (from {shown(self.smallest)} to "
+            f"{shown(self.largest)}), so no count suits them all; pass the same value on every rank"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class ModeMismatch(PlanError):
+    """A group mixing the static and the dynamic path: one rank of each, and their global
+    ranks when known."""
+
+    static_rank: int
+    dynamic_rank: int
+    static_global: int | None = None
+    dynamic_global: int | None = None
+
+    def text(self) -> str:
+        static = rank_words(self.static_rank, self.static_global)
+        dynamic = rank_words(self.dynamic_rank, self.dynamic_global)
+        return (
+            f"the ranks of the DP group disagree on use_dynamic_bsz: {static} cuts its "
+            f"batch statically (use_dynamic_bsz=False) but {dynamic} dynamically; store "
+            "the same use_dynamic_bsz in every rank's batch"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class StaticCountMismatch(PlanError):
+    """Static ranks whose counts differ: the largest count (its lowest rank) and the
+    smallest (its lowest rank), with their global ranks when known."""
+
+    rank_largest: int
+    largest: int
+    rank_smallest: int
+    smallest: int
+    global_largest: int | None = None
+    global_smallest: int | None = None
+
+    def text(self) -> str:
+        most = rank_words(self.rank_largest, self.global_largest)
+        least = rank_words(self.rank_smallest, self.global_smallest)
+        return (
+            f"the ranks of the DP group would run different numbers of static micro-batches: "
+            f"{most} has {shown(self.largest)} and {least} has {shown(self.smallest)}; give every "
+            "rank the same batch size (use_dynamic_bsz=False cuts batch size / "
+            "(micro_batch_size_per_gpu * force_group_size) micro-batches)"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class NotInGroup(PlanError):
+    """This process (global rank ``process``) is not a member of the ``dp_group`` of
+    ``size`` ranks it passed; raised at once, never agreed."""
+
+    process: int
+    size: int
+
+    def text(self) -> str:
+        return (
+            f"this process (global rank {shown(self.process)}) is not a member of dp_group (a "
+            f"group of {shown(self.size)} ranks), so it cannot take part in that group's "
+            "agreement; pass the DP group this process belongs to, or dp_group=None to plan locally"
+        )

@@ -1,0 +1,119 @@
+"""Error records about a per-sample list: the lengths, the costs or the workloads.
+
+Each record names the :class:`LengthSource` it is about, and its message speaks of that
+list by its parameter's name (``seq_lens``, ``costs``, ``workloads``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from seqlen_balancing.errors.record import OUT_OF_RANGE, NonPositive, PlanError, record, shown
+
+__all__ = [
+    "LengthNotAnInteger",
+    "LengthSource",
+    "LengthsNotASequence",
+    "LengthsNotOneDimensional",
+    "NegativeLength",
+    "NotOnePerSample",
+]
+
+
+class LengthSource(IntEnum):
+    """Which per-sample list an error is about."""
+
+    SEQ_LENS = 0  # the effective lengths
+    COSTS = 1  # the caller's costs
+    WORKLOADS = 2  # the caller's workloads (the balance objective)
+
+    @property
+    def words(self) -> tuple[str, str, str, str, str]:
+        """``(parameter, the values, one value, " of tokens", " tokens")``; the last two
+        empty for workloads, which are not in tokens."""
+        name, many, one = _NAMES[self]
+        if self is LengthSource.WORKLOADS:
+            return name, many, one, "", ""
+        return name, many, one, " of tokens", " tokens"
+
+
+_NAMES = {
+    LengthSource.SEQ_LENS: ("seq_lens", "lengths", "length"),
+    LengthSource.COSTS: ("costs", "costs", "cost"),
+    LengthSource.WORKLOADS: ("workloads", "workloads", "workload"),
+}
+
+
+@record
+@dataclass(frozen=True)
+class LengthNotAnInteger(PlanError):
+    """Entry ``index`` of the list is not an integer."""
+
+    exception_type = TypeError
+    source: LengthSource
+    index: int
+
+    def text(self) -> str:
+        name, many, _, of_tokens, _ = self.source.words
+        return f"{name}[{shown(self.index)}] is not an integer; {many} are whole numbers{of_tokens}"
+
+
+@record
+@dataclass(frozen=True)
+class NegativeLength(PlanError):
+    """Entry ``index`` of the list is negative (``value``, as given)."""
+
+    source: LengthSource
+    index: int
+    value: NonPositive
+
+    def text(self) -> str:
+        name, many, _, _, tokens = self.source.words
+        if self.value == OUT_OF_RANGE:
+            return f"{name}[{shown(self.index)}] is negative and out of range; {many} must be >= 0{tokens}"
+        return f"{name}[{shown(self.index)}] is {self.value}; {many} must be >= 0{tokens}"
+
+
+@record
+@dataclass(frozen=True)
+class NotOnePerSample(PlanError):
+    """The list has ``entries`` values for a batch of ``samples``."""
+
+    source: LengthSource
+    entries: int
+    samples: int
+
+    def text(self) -> str:
+        name, _, one, _, _ = self.source.words
+        return (
+            f"{name} has {shown(self.entries)} entries but the batch has {shown(self.samples)} "
+            f"samples; give one {one} per sample"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class LengthsNotASequence(PlanError):
+    """The list is not a sequence (a number, a mapping, a generator that raised)."""
+
+    exception_type = TypeError
+    source: LengthSource
+
+    def text(self) -> str:
+        name, _, _, of_tokens, _ = self.source.words
+        return (
+            f"{name} must be a sequence of whole numbers{of_tokens}, one per sample (a list, a "
+            "tuple, a 1-D tensor or array), got something that is not"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class LengthsNotOneDimensional(PlanError):
+    """The list is a tensor or array of another shape than one value per sample."""
+
+    source: LengthSource
+
+    def text(self) -> str:
+        return f"{self.source.words[0]} must be one-dimensional (one value per sample), got another shape"

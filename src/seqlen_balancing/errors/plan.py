@@ -1,0 +1,289 @@
+"""Error records about the plan: empty or indivisible batches, samples over the cap, counts.
+
+The over-cap records share their fields (:class:`SampleOverCap`'s); once the DP group has
+agreed, ``largest`` is the costliest sample or group of the whole group, so that the advice
+("raise max_token_len to at least X") cannot fail again on another rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from seqlen_balancing.errors.record import (
+    OUT_OF_RANGE,
+    Peers,
+    PlanError,
+    at_least,
+    rank_words,
+    record,
+    round_up,
+    shown,
+)
+
+__all__ = [
+    "MAX_DUMMY_MICRO_BATCHES",
+    "CountAboveGroups",
+    "EmptyBatch",
+    "GroupOverCap",
+    "MinAboveGroups",
+    "NotDivisible",
+    "OverCap",
+    "PaddedGroupOverCap",
+    "PaddedSampleOverCap",
+    "SampleOverCap",
+    "StaticNotDivisible",
+    "TooManyDummies",
+]
+
+#: Most dummy micro-batches one rank adds (``dummy_micro_batches=True``): a larger need is
+#: a :class:`TooManyDummies` error, so no argument makes a rank copy rows without bound.
+MAX_DUMMY_MICRO_BATCHES = 1 << 16
+
+
+@record
+@dataclass(frozen=True)
+class EmptyBatch(PlanError):
+    """The batch has no samples."""
+
+    def text(self) -> str:
+        return "the batch has no samples; pass at least one row"
+
+
+@record
+@dataclass(frozen=True)
+class NotDivisible(PlanError):
+    """The batch size is not a multiple of ``force_group_size``."""
+
+    batch_size: int
+    force_group_size: int
+
+    def text(self) -> str:
+        return (
+            f"batch size {shown(self.batch_size)} is not divisible by "
+            f"force_group_size={shown(self.force_group_size)}; every forced group needs all its samples"
+        )
+
+
+@dataclass(frozen=True)
+class OverCap(PlanError):
+    """The fields of every over-cap record (not a record itself): the first item over the cap (its effective
+    ``tokens``, the ``index`` of its first sample, its ``cost``), the ``cap`` given, how many
+    items are ``over`` it, the ``largest`` cost (in the DP group, once agreed), and how the
+    cost is made (``bucket``: micro_batch_multiple_of; ``pad_to_multiple_of``;
+    ``given_costs``: the caller's costs)."""
+
+    tokens: int
+    index: int
+    cap: int
+    over: int
+    largest: int
+    cost: int
+    bucket: int
+    pad_to_multiple_of: int
+    given_costs: bool
+
+    def agreed(self, peers: Peers) -> PlanError:
+        # The advice must suit every rank: the group's costliest item.
+        return replace(self, largest=peers.costliest(self.largest))
+
+    def _counted(self, unit: str, longest: str) -> tuple[str, str]:
+        count = shown(self.over)
+        over = f"{count} {unit}{'s' if count != '1' else ''} over the cap in this batch"
+        return over, f"the {longest} {unit} of the call, on every DP rank of the group when they agree"
+
+    def _usable(self, since: str) -> str:
+        """The usable cap under a bucket (``since``: the words before "is rounded up"), or
+        "" without one."""
+        bucket = max(self.bucket, 1)
+        if bucket == 1:
+            return ""
+        cap = shown(self.cap // bucket * bucket) if self.cap != OUT_OF_RANGE else "out of range"
+        return (
+            f", usable as {cap}{since} is rounded up to a multiple of "
+            f"micro_batch_multiple_of={shown(bucket)}"
+        )
+
+    def _needed(self) -> int:
+        bucket = max(self.bucket, 1)
+        return self.largest if self.largest == OUT_OF_RANGE else round_up(self.largest, bucket)
+
+
+def _over_cap(error: OverCap, what: str, unit: str) -> str:
+    """The message of a sample or group whose summed cost exceeds the cap."""
+    over, longest = error._counted(unit, "longest")
+    index, length, cap = shown(error.index), shown(error.tokens), shown(error.cap)
+    pad, custom = max(error.pad_to_multiple_of, 1), error.given_costs
+    if pad == 1 and not custom and max(error.bucket, 1) == 1:  # the cost is the tokens
+        return (
+            f"{what} {index} has {length} tokens, which exceeds max_token_len={cap} ({over}); "
+            f"raise max_token_len {at_least(error.largest)} ({longest}) or truncate the sequences"
+        )
+    cost = shown(error.cost)
+    if not custom and pad == 1:
+        costs, lower = "", "lower micro_batch_multiple_of"
+    elif custom and pad == 1:
+        costs, lower = f" and costs {cost} tokens (the costs given)", "lower the costs"
+    elif custom:
+        costs = (
+            f" and costs {cost} tokens (the cost given, rounded up to a multiple of "
+            f"pad_to_multiple_of={shown(pad)})"
+        )
+        lower = "lower the costs or the alignment"
+    else:
+        costs = f" and costs {cost} tokens aligned to a multiple of pad_to_multiple_of={shown(pad)}"
+        lower = "lower the alignment"
+    return (
+        f"{what} {index} has {length} tokens{costs}, which exceeds max_token_len={cap}"
+        f"{error._usable(' tokens since each micro-batch')} ({over}); raise max_token_len "
+        f"{at_least(error._needed())} "
+        f"({longest}, in aligned tokens), {lower} or truncate the sequences"
+    )
+
+
+def _padded_over_cap(error: OverCap, what: str, unit: str) -> str:
+    """The message under ``padded=True``: the row's tokens, the width it is padded to, the
+    rows and the footprint (rows x width), the cap and the advice."""
+    over, longest = error._counted(unit, "costliest")
+    pad = max(error.pad_to_multiple_of, 1)
+    width = error.tokens if error.tokens == OUT_OF_RANGE else round_up(error.tokens, pad)
+    cost = error.cost
+    rows = "out of range" if OUT_OF_RANGE in (cost, width) or width == 0 else str(cost // width)
+    source = " (the costs given)" if error.given_costs else ""
+    aligned = f", each row rounded up to pad_to_multiple_of={shown(pad)}" if pad > 1 else ""
+    tokens = shown(error.tokens)
+    has = f"has {tokens} tokens" if unit == "sample" else f"has a widest row of {tokens} tokens"
+    return (
+        f"{what} {shown(error.index)} {has}{source}; padded=True holds it as {rows} "
+        f"row{'s' if rows != '1' else ''} x {shown(width)} wide = {shown(cost)} token positions (a "
+        f"micro-batch costs rows x its widest row{aligned}), which exceeds "
+        f"max_token_len={shown(error.cap)}{error._usable(' since each footprint')} ({over}); "
+        "raise max_token_len "
+        f"{at_least(error._needed())} ({longest}), "
+        f"{'lower force_group_size ' if unit == 'group' else ''}or truncate the sequences"
+    )
+
+
+@record
+@dataclass(frozen=True)
+class SampleOverCap(OverCap):
+    """A sample whose cost exceeds the cap (fields: :class:`OverCap`)."""
+
+    def text(self) -> str:
+        return _over_cap(self, "sample", "sample")
+
+
+@record
+@dataclass(frozen=True)
+class GroupOverCap(OverCap):
+    """A forced group, starting at sample ``index``, whose summed cost exceeds the cap."""
+
+    def text(self) -> str:
+        return "forced group exceeds max_token_len: " + _over_cap(
+            self, "the group starting at sample", "group"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class PaddedSampleOverCap(OverCap):
+    """Under ``padded=True``, a sample whose row (``tokens`` wide, padded) exceeds the cap."""
+
+    def text(self) -> str:
+        return _padded_over_cap(self, "sample", "sample")
+
+
+@record
+@dataclass(frozen=True)
+class PaddedGroupOverCap(OverCap):
+    """Under ``padded=True``, a forced group whose rows x widest row exceeds the cap."""
+
+    def text(self) -> str:
+        return "forced group exceeds max_token_len: " + _padded_over_cap(
+            self, "the group starting at sample", "group"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class MinAboveGroups(PlanError):
+    """``min_num_micro_batch`` above the samples/groups available."""
+
+    min_num_micro_batch: int
+    groups: int
+
+    def text(self) -> str:
+        return (
+            f"min_num_micro_batch={shown(self.min_num_micro_batch)} asks for more micro-batches "
+            f"than the {shown(self.groups)} samples/groups available (a micro-batch cannot be "
+            "empty); lower min_num_micro_batch"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class CountAboveGroups(PlanError):
+    """The ``count`` agreed (``needed`` before rounding up to ``num_batches_divided_by``,
+    by ``rank_needing``, ``None`` when the cap alone needs it) is above the ``groups`` of a
+    rank; ``global_needing`` is that rank's global rank, when known."""
+
+    count: int
+    groups: int
+    needed: int
+    rank_needing: int | None
+    global_needing: int | None = None
+
+    def agreed(self, peers: Peers) -> PlanError:
+        if self.rank_needing is None or self.rank_needing == OUT_OF_RANGE:
+            return self
+        return replace(self, global_needing=peers.global_rank(self.rank_needing))
+
+    def text(self) -> str:
+        if self.rank_needing is None:
+            needing = f"the cap needs {shown(self.needed)}"
+        else:
+            needing = f"{rank_words(self.rank_needing, self.global_needing)} needs {shown(self.needed)}"
+        rounded = ""
+        if self.count != self.needed:
+            rounded = f", rounded up to {shown(self.count)} for num_batches_divided_by"
+        return (
+            "Cannot satisfy max_token_len while keeping forced groups atomic: "
+            f"{shown(self.count)} micro-batches are needed but only {shown(self.groups)} "
+            f"samples/groups are available and a micro-batch cannot be empty ({needing}{rounded}); "
+            "raise max_token_len, lower num_batches_divided_by or min_num_micro_batch, or pass more samples"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class TooManyDummies(PlanError):
+    """A ``count`` that needs more than :data:`MAX_DUMMY_MICRO_BATCHES` dummies on a rank
+    of ``groups`` samples/groups."""
+
+    dummies: int
+    groups: int
+    count: int
+
+    def text(self) -> str:
+        return (
+            f"{shown(self.count)} micro-batches would need {shown(self.dummies)} dummy "
+            f"micro-batches on a rank of {shown(self.groups)} samples/groups, more than the "
+            f"{MAX_DUMMY_MICRO_BATCHES} allowed; lower min_num_micro_batch or num_batches_divided_by"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class StaticNotDivisible(PlanError):
+    """On the static path, a batch size that is not a positive multiple of
+    ``micro_batch_size_per_gpu * force_group_size``."""
+
+    batch_size: int
+    micro_batch_size_per_gpu: int
+    force_group_size: int
+
+    def text(self) -> str:
+        return (
+            f"batch size {shown(self.batch_size)} is not a positive multiple of "
+            f"micro_batch_size_per_gpu * force_group_size = {shown(self.micro_batch_size_per_gpu)} * "
+            f"{shown(self.force_group_size)}; change micro_batch_size_per_gpu or the batch size"
+        )

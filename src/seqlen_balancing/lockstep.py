@@ -1,0 +1,581 @@
+"""DP ranks in lock-step: the step-time model, and micro-batches lined up across ranks (no torch).
+
+Under FSDP every micro-batch ends in a collective, so the DP ranks run their micro-batches
+in lock-step: micro-batch ``k`` takes as long as the slowest rank's micro-batch ``k``. The
+*lock-step model* of a step (:func:`lock_step_time`) is
+
+    step time = sum over k of (max over ranks r of W(r, k)) + count x fixed cost
+
+where ``W(r, k)`` is the workload of rank ``r``'s micro-batch ``k`` (verl's
+``24576*s + s**2`` per sequence of ``s`` tokens, or the caller's ``workloads``) and the
+fixed cost of one micro-batch is ``micro_batch_overhead x 24576 x max_token_len``
+(:func:`micro_batch_fixed_cost`: the parameter all-gather and the gradient reduce-scatter,
+as a share of the linear term of a full micro-batch). No plan beats its floor
+(:func:`step_time_floor`): ``total workload / dp_size + count x fixed cost``.
+
+:func:`plan_at` builds a :class:`Grid` of ``dp x count`` cells (rank, micro-batch index),
+each a micro-batch under the rule of a whole-step :class:`~seqlen_balancing.analysis.RankAnalysis`,
+with the same number of samples on every rank when asked, and lowers its lock-step time
+by a bounded local search; :mod:`seqlen_balancing.step` chooses the count and turns the
+grid into the plan. Every choice is made on integers with deterministic tie-breaks.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from seqlen_balancing.analysis import RankAnalysis
+from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp
+from seqlen_balancing.planner import analyse, build_plan
+
+__all__ = [
+    "Grid",
+    "layer_order",
+    "lock_step_time",
+    "micro_batch_fixed_cost",
+    "plan_at",
+    "step_time_floor",
+]
+
+#: Local-search rounds per group of the step (plus :data:`_SEARCH_BASE`).
+_SEARCH_ROUNDS = 4
+_SEARCH_BASE = 64
+#: The local search stops at 1/_TOLERANCE of the floor above it, and ignores smaller gains.
+_TOLERANCE = 1 << 14
+#: Layers (by headroom) the search tries for one group of the heaviest micro-batch.
+_HEADROOM_LAYERS = 4
+#: Lightest micro-batches of a layer the search swaps with.
+_LIGHTEST = 2
+#: Groups of a micro-batch the two-for-one exchange pairs up (the smallest by cost).
+_PAIR_GROUPS = 24
+
+
+def micro_batch_fixed_cost(max_token_len: int, micro_batch_overhead: float) -> float:
+    """The fixed cost of one micro-batch in verl's workload units.
+
+    ``micro_batch_overhead x 24576 x max_token_len``: the share ``micro_batch_overhead`` of
+    the linear term of a micro-batch holding ``max_token_len`` tokens (each token costs
+    ``24576`` in ``24576*s + s**2``).
+
+    Example:
+        >>> micro_batch_fixed_cost(16384, 0.25)
+        100663296.0
+    """
+    return micro_batch_overhead * WORKLOAD_LINEAR_COEF * max_token_len
+
+
+def lock_step_time(
+    rank_micro_batches: Sequence[Sequence[Sequence[int]]],
+    workloads: Sequence[int],
+    fixed_cost: float = 0.0,
+) -> float:
+    """The lock-step model of a step: ``sum_k max_r W(r, k) + count x fixed_cost``.
+
+    Args:
+        rank_micro_batches: for each DP rank, its micro-batches as lists of sample indices.
+        workloads: the workload of each sample (indices into it), e.g. verl's
+            ``24576*s + s**2``.
+        fixed_cost: the fixed cost of one micro-batch (:func:`micro_batch_fixed_cost`).
+
+    Returns:
+        The modeled step time in workload units; ``count`` is the most micro-batches any
+        rank has (a rank with fewer waits through the others' extra ones).
+
+    Complexity: O(n + ranks x count).
+
+    Example:
+        >>> lock_step_time([[[0], [1]], [[2], [3]]], [5, 1, 2, 4], fixed_cost=1)
+        11.0
+    """
+    count = max((len(plan) for plan in rank_micro_batches), default=0)
+    total = 0
+    for k in range(count):
+        total += max(
+            (sum(workloads[i] for i in plan[k]) for plan in rank_micro_batches if k < len(plan)),
+            default=0,
+        )
+    return float(total) + count * fixed_cost
+
+
+def step_time_floor(
+    workloads: Sequence[int], dp_size: int, count: int, fixed_cost: float = 0.0
+) -> float:
+    """The lock-step time no assignment beats: ``sum(workloads) / dp_size + count x fixed_cost``.
+
+    Example:
+        >>> step_time_floor([5, 1, 2, 4], 2, 2, fixed_cost=1)
+        8.0
+    """
+    return sum(workloads) / dp_size + count * fixed_cost
+
+
+class Grid:
+    """Groups per (rank, layer) cell, with their workloads and costs, each rank's total
+    and each layer's three heaviest cells (a layer is one micro-batch index on every rank)."""
+
+    def __init__(self, result: RankAnalysis, cells: list[list[list[int]]]) -> None:
+        self.cells = cells
+        self.dp, self.count = len(cells), len(cells[0])
+        self.sizes, self.workloads = result.group_sizes, result.group_workloads
+        self.cap = result.max_token_len
+        rule = result.rule
+        self.limit = None if rule is None else rule.max_groups
+        self.padded = rule if rule is not None and rule.padded else None
+        self.load = [[sum(self.workloads[g] for g in cell) for cell in row] for row in cells]
+        self.tokens = [[sum(self.sizes[g] for g in cell) for cell in row] for row in cells]
+        self.rank_load = [sum(row) for row in self.load]
+        self.tops: list[list[tuple[int, int]]] = [[] for _ in range(self.count)]
+        self.sums = [0] * self.count
+        for k in range(self.count):
+            self.refresh(k)
+
+    def refresh(self, k: int) -> None:
+        """Recompute layer ``k``'s three heaviest cells (load, -rank) and its total."""
+        column = [(self.load[r][k], -r) for r in range(self.dp)]
+        self.tops[k] = heapq.nlargest(3, column)
+        self.sums[k] = sum(load for load, _ in column)
+
+    def top(self, k: int, skip: tuple[int, ...] = ()) -> int:
+        """The heaviest load of layer ``k`` outside the ranks ``skip`` (at most two)."""
+        for load, neg in self.tops[k]:
+            if -neg not in skip:
+                return load
+        return 0
+
+    def fits(self, r: int, k: int, add: Sequence[int], remove: Sequence[int] = ()) -> bool:
+        """Whether cell ``(r, k)`` with ``add`` in and ``remove`` out still fits the rule."""
+        cell = self.cells[r][k]
+        if self.limit is not None and len(cell) + len(add) - len(remove) > self.limit:
+            return False
+        if self.padded is None:
+            change = sum(self.sizes[g] for g in add) - sum(self.sizes[g] for g in remove)
+            return self.tokens[r][k] + change <= self.cap
+        return self.padded.fits([g for g in cell if g not in remove] + list(add))
+
+    def move(self, g: int, source: tuple[int, int], target: tuple[int, int]) -> None:
+        (r, k), (r2, k2) = source, target
+        self.cells[r][k].remove(g)
+        self.cells[r2][k2].append(g)
+        self.load[r][k] -= self.workloads[g]
+        self.load[r2][k2] += self.workloads[g]
+        self.rank_load[r] -= self.workloads[g]
+        self.rank_load[r2] += self.workloads[g]
+        self.tokens[r][k] -= self.sizes[g]
+        self.tokens[r2][k2] += self.sizes[g]
+        self.refresh(k)
+        if k2 != k:
+            self.refresh(k2)
+
+    def step_time(self) -> int:
+        return sum(tops[0][0] for tops in self.tops)
+
+    def gap(self) -> int:
+        """The lock-step time above its floor, times ``dp``: ``sum_k (dp max_k - sum_k)``."""
+        return sum(self.dp * self.tops[k][0][0] - self.sums[k] for k in range(self.count))
+
+    def counts(self) -> list[int]:
+        return [sum(len(cell) for cell in row) for row in self.cells]
+
+
+def _even_layers(layers: list[list[tuple[int, int]]]) -> list[list[int]]:
+    """Give each rank one micro-batch of every layer, evening the ranks' sample counts.
+
+    ``layers[k]`` holds ``dp`` pairs ``(samples, micro-batch id)``. The largest
+    differencing method (Karmarkar and Karp 1982) on these tuples: the two layers whose
+    counts spread most are merged, the largest of one with the smallest of the other,
+    until one remains. Returns, per rank, its micro-batch ids. O(K dp log dp + K log K).
+    """
+    heap: list[tuple[int, int, list[tuple[int, list[int]]]]] = []
+    for k, layer in enumerate(layers):
+        parts = sorted(((n, [b]) for n, b in layer), key=lambda p: (-p[0], p[1]))
+        heap.append((parts[-1][0] - parts[0][0], k, parts))
+    heapq.heapify(heap)
+    serial = len(heap)
+    while len(heap) > 1:
+        _, _, first = heapq.heappop(heap)
+        _, _, second = heapq.heappop(heap)
+        merged = [(a[0] + b[0], a[1] + b[1]) for a, b in zip(first, reversed(second), strict=True)]
+        merged.sort(key=lambda p: (-p[0], p[1]))
+        heapq.heappush(heap, (merged[-1][0] - merged[0][0], serial, merged))
+        serial += 1
+    return [ids for _, ids in heap[0][2]]
+
+
+def _deal(result: RankAnalysis, dp: int, count: int) -> Grid:
+    """The step's ``dp x count`` balanced micro-batches, dealt to ranks layer by layer."""
+    group = result.force_group_size
+    bins = [[i // group for i in mb[::group]] for mb in build_plan(result, dp * count, False)]
+    loads = [sum(result.group_workloads[g] for g in b) for b in bins]
+    order = sorted(range(len(bins)), key=lambda b: (loads[b], bins[b][0]))
+    layers = [[(len(bins[b]), b) for b in order[k * dp : (k + 1) * dp]] for k in range(count)]
+    layer_of = {b: k for k, layer in enumerate(layers) for _, b in layer}
+    cells: list[list[list[int]]] = [[[] for _ in range(count)] for _ in range(dp)]
+    for r, ids in enumerate(_even_layers(layers)):
+        for b in ids:
+            cells[r][layer_of[b]] = list(bins[b])
+    return Grid(result, cells)
+
+
+def _move_cost(grid: Grid, g: int, source: tuple[int, int], target: tuple[int, int]) -> int:
+    """How much moving group ``g`` from ``source`` to ``target`` raises the step time."""
+    (a, k), (b, k2) = source, target
+    w = grid.workloads[g]
+    if k == k2:
+        after = max(grid.top(k, (a, b)), grid.load[a][k] - w, grid.load[b][k] + w)
+        return after - grid.top(k)
+    rest = max(grid.top(k, (a,)), grid.load[a][k] - w)
+    return rest - grid.top(k) + max(0, grid.load[b][k2] + w - grid.top(k2))
+
+
+def _best_move(grid: Grid, a: int, b: int) -> tuple[int, int, int] | None:
+    """The single group of rank ``a`` that moves to rank ``b`` at the least cost:
+    ``(group, layer from, layer to)``, or ``None`` when none fits."""
+    best: tuple[int, int, int, int] | None = None
+    for k in range(grid.count):
+        cell = grid.cells[a][k]
+        if len(cell) < 2:
+            continue  # a micro-batch is never left empty
+        # the cheapest group to place, and the lightest one
+        picks = {min(cell, key=lambda g: (grid.sizes[g], grid.workloads[g], g)),
+                 min(cell, key=lambda g: (grid.workloads[g], grid.sizes[g], g))}
+        for g in sorted(picks):
+            for k2 in range(grid.count):
+                if grid.fits(b, k2, (g,)):
+                    key = (_move_cost(grid, g, (a, k), (b, k2)), k, k2, g)
+                    best = key if best is None or key < best else best
+    return None if best is None else (best[3], best[1], best[2])
+
+
+def _exchange(grid: Grid, a: int, b: int) -> bool:
+    """Rank ``a`` gives ``t + 1`` groups of one micro-batch for ``t`` groups of one of rank
+    ``b``'s (``t`` = 1, then 2), where the rule allows it: the exchange closest in
+    workload is applied. False when none fits (searched among each micro-batch's
+    :data:`_PAIR_GROUPS` smallest groups)."""
+    for t in (1, 2):
+        best: tuple[int, int, int, tuple[int, ...], tuple[int, ...]] | None = None
+        for k, k2 in itertools.product(range(grid.count), repeat=2):
+            found = _exchange_between(grid, (a, k), (b, k2), t)
+            if found is not None and (best is None or found < best):
+                best = found
+        if best is not None:
+            _, k, k2, gives, takes = best
+            for g in gives:
+                grid.move(g, (a, k), (b, k2))
+            for g in takes:
+                grid.move(g, (b, k2), (a, k))
+            return True
+    return False
+
+
+def _exchange_between(
+    grid: Grid, giver: tuple[int, int], taker: tuple[int, int], t: int
+) -> tuple[int, int, int, tuple[int, ...], tuple[int, ...]] | None:
+    """The ``t + 1`` for ``t`` exchange between two cells closest in workload:
+    ``(workload difference, layer, layer, given groups, taken groups)``, or ``None``."""
+    (a, k), (b, k2) = giver, taker
+    size, work = grid.sizes, grid.workloads
+
+    def smallest(cell: list[int]) -> list[int]:
+        return sorted(cell, key=lambda g: (size[g], g))[:_PAIR_GROUPS]
+
+    pool = smallest(grid.cells[a][k])
+    gives = sorted((sum(size[g] for g in c), c) for c in itertools.combinations(pool, t + 1))
+    sums = [total for total, _ in gives]
+    room_a, room_b = grid.cap - grid.tokens[a][k], grid.cap - grid.tokens[b][k2]
+    best = None
+    for takes in itertools.combinations(smallest(grid.cells[b][k2]), t):
+        taken = sum(size[g] for g in takes)
+        lo = bisect.bisect_left(sums, taken - room_a)
+        for _, given in gives[lo : bisect.bisect_right(sums, taken + room_b)][:8]:
+            if grid.fits(a, k, takes, given) and grid.fits(b, k2, given, takes):
+                diff = abs(sum(work[g] for g in given) - sum(work[g] for g in takes))
+                key = (diff, k, k2, given, takes)
+                best = key if best is None or key < best else best
+    return best
+
+
+def _equal_sizes(grid: Grid, per_rank: int) -> bool:
+    """Move groups until every rank holds ``per_rank`` of them; False when stuck."""
+    counts = grid.counts()
+    while True:
+        above = sorted((r for r in range(grid.dp) if counts[r] > per_rank), key=lambda r: (-counts[r], r))
+        below = sorted((r for r in range(grid.dp) if counts[r] < per_rank), key=lambda r: (counts[r], r))
+        if not above:
+            return True
+        rooms = {b: _room(grid, b) for b in below}
+        found = None
+        for a in above:
+            smallest = _smallest(grid, a)
+            for b in below:
+                if smallest <= rooms[b] and (move := _best_move(grid, a, b)) is not None:
+                    found = a, b, move
+                    break
+            if found is not None:
+                break
+        if found is not None:
+            a, b, (g, k, k2) = found
+            grid.move(g, (a, k), (b, k2))
+        else:
+            served = next(((a, b) for a, b in itertools.product(above, below) if _exchange(grid, a, b)),
+                          None)
+            if served is None:
+                return False
+            a, b = served
+        counts[a] -= 1
+        counts[b] += 1
+
+
+def _smallest(grid: Grid, a: int) -> float:
+    """The smallest cost of a group rank ``a`` can give (its micro-batch keeps one);
+    ``-inf`` for padded micro-batches (their cost is not a sum: always tried)."""
+    if grid.padded is not None:
+        return -math.inf
+    return min((grid.sizes[g] for cell in grid.cells[a] if len(cell) > 1 for g in cell), default=math.inf)
+
+
+def _room(grid: Grid, b: int) -> int:
+    """The most cost any micro-batch of rank ``b`` can still take (-1: none can)."""
+    limit = grid.limit
+    return max((grid.cap - grid.tokens[b][k] for k in range(grid.count)
+                if limit is None or len(grid.cells[b][k]) < limit), default=-1)
+
+
+def _targets(grid: Grid, r: int, k: int) -> list[tuple[int, int]]:
+    """Cells that may take load off cell ``(r, k)``: the same rank's micro-batches with
+    the most headroom below their layer's top, the lightest of layer ``k``, and the
+    roomiest micro-batches of the ranks with the least workload in all."""
+    def roomiest(s: int, count: int) -> list[tuple[int, int]]:
+        layers = sorted((k2 for k2 in range(grid.count) if k2 != k),
+                        key=lambda k2: (grid.load[s][k2] - grid.top(k2), k2))
+        return [(s, k2) for k2 in layers[:count]]
+
+    lightest = sorted(range(grid.dp), key=lambda s: (grid.load[s][k], s))[:_LIGHTEST]
+    poorest = sorted(range(grid.dp), key=lambda s: (grid.rank_load[s], s))[:_LIGHTEST]
+    found = roomiest(r, _HEADROOM_LAYERS) + [(s, k) for s in lightest if s != r]
+    for s in poorest:
+        if s != r:
+            found += roomiest(s, 2)
+    return list(dict.fromkeys(found))
+
+
+def _gain(grid: Grid, source: tuple[int, int], target: tuple[int, int], d: int) -> int:
+    """How much shifting workload ``d`` from cell ``source`` (its layer's heaviest) to
+    cell ``target`` lowers the step time (negative: raises it)."""
+    (r, k), (s, k2) = source, target
+    load = grid.load[r][k]
+    if k2 == k:
+        return load - max(grid.top(k, (r, s)), load - d, grid.load[s][k] + d)
+    return load - max(grid.top(k, (r,)), load - d) - max(0, grid.load[s][k2] + d - grid.top(k2))
+
+
+def _lower_heaviest(grid: Grid, k: int) -> tuple[int, int, int, int, int] | None:
+    """The best exchange that lowers layer ``k``'s heaviest cell ``(r, k)``:
+    ``(gain, group, rank, layer, other group or -1)``: the group moves to the same
+    rank's micro-batch in that layer (-1), or swaps with the other group there; or
+    ``None``."""
+    r = -grid.tops[k][0][1]
+    cell, load = grid.cells[r][k], grid.load[r][k]
+    best: tuple[int, int, int, int, int] | None = None
+    for s, k2 in _targets(grid, r, k):
+        others = sorted(grid.cells[s][k2], key=lambda g: (grid.workloads[g], g))
+        loads = [grid.workloads[g] for g in others]
+        # the shift that would level best: half the gap within a layer, else the headroom
+        aim = (load - grid.load[s][k]) // 2 if k2 == k else min(
+            load - grid.top(k, (r,)), grid.top(k2) - grid.load[s][k2])
+        for g in cell:
+            w = grid.workloads[g]
+            options: list[tuple[int, int]] = []  # (shift, other group)
+            if s == r and len(cell) > 1 and grid.fits(r, k2, (g,)):
+                options.append((w, -1))
+            at = bisect.bisect_left(loads, w - aim)
+            options += [(w - loads[j], others[j]) for j in (at - 1, at)
+                        if 0 <= j < len(others) and loads[j] < w]
+            for d, other in options:
+                gain = _gain(grid, (r, k), (s, k2), d)
+                if gain <= 0 or (best is not None and (gain, -g, -other) <= (best[0], -best[1], -best[4])):
+                    continue
+                takes = () if other < 0 else (other,)
+                if grid.fits(s, k2, (g,), takes) and (other < 0 or grid.fits(r, k, takes, (g,))):
+                    best = (gain, g, s, k2, other)
+    return best
+
+
+def _lock_step_search(grid: Grid, rounds: int) -> None:
+    """Lower the heaviest cell of the layer furthest above its mean, while one can be
+    lowered by more than :data:`_TOLERANCE` of the floor and the step is further above
+    its floor than that; at most ``rounds`` exchanges. Sample counts and the rule hold
+    throughout."""
+    stuck: set[int] = set()
+    enough = sum(grid.sums) // _TOLERANCE  # in gap() units: dp x (floor / _TOLERANCE)
+    for _ in range(rounds):
+        open_layers = [k for k in range(grid.count) if k not in stuck]
+        if not open_layers or grid.gap() <= enough:
+            return
+        k = max(open_layers, key=lambda j: (grid.dp * grid.tops[j][0][0] - grid.sums[j], -j))
+        found = _lower_heaviest(grid, k)
+        if found is not None and found[0] * grid.dp * _TOLERANCE <= sum(grid.sums):
+            found = None  # too small to matter: the layer counts as level
+        if found is not None:
+            _, g, other_rank, layer, other = found
+            r = -grid.tops[k][0][1]
+            grid.move(g, (r, k), (other_rank, layer))
+            if other >= 0:
+                grid.move(other, (other_rank, layer), (r, k))
+        elif not _lower_layer(grid, k, sum(grid.sums) // (grid.dp * _TOLERANCE)):
+            stuck.add(k)
+            continue
+        stuck.clear()
+
+
+def _shed(grid: Grid, r: int, k: int) -> list[tuple[int, int, int, int]]:
+    """Ways cell ``(r, k)`` can pass workload to the same rank's micro-batch of another
+    layer without raising that layer's top: ``(load after, group, layer, other group or
+    -1)``, lowest load after first; among the :data:`_HEADROOM_LAYERS` layers where the
+    rank is furthest below the top (at most two ways per group and layer)."""
+    cell, load = grid.cells[r][k], grid.load[r][k]
+    found: list[tuple[int, int, int, int]] = []
+    rooms = sorted(((grid.top(k2) - grid.load[r][k2], k2) for k2 in range(grid.count) if k2 != k),
+                   reverse=True)[:_HEADROOM_LAYERS]
+    for room, k2 in rooms:
+        if room <= 0:
+            break
+        others = sorted(grid.cells[r][k2], key=lambda g: (grid.workloads[g], g))
+        loads = [grid.workloads[g] for g in others]
+        for g in cell:
+            w = grid.workloads[g]
+            if w <= room and len(cell) > 1 and grid.fits(r, k2, (g,)):
+                found.append((load - w, g, k2, -1))
+            at = bisect.bisect_left(loads, w - room)  # the largest shift that fits the room
+            if at < len(others) and loads[at] < w and grid.fits(r, k2, (g,), (others[at],)) \
+                    and grid.fits(r, k, (others[at],), (g,)):
+                found.append((load - w + loads[at], g, k2, others[at]))
+    return sorted(found)
+
+
+def _lower_layer(grid: Grid, k: int, least: int) -> bool:
+    """Lower the top of layer ``k`` when several ranks share it: every cell above the
+    level the others can reach passes workload to its own rank's micro-batches of other
+    layers, none of which rises above its layer's top. Applied (True) when the top falls
+    by more than ``least``."""
+    level, ways = 0, {}
+    # heaviest first: a rank whose load is at or below the level reached cannot raise it
+    for r in sorted(range(grid.dp), key=lambda q: (-grid.load[q][k], q)):
+        if grid.load[r][k] <= level:
+            break
+        ways[r] = _shed(grid, r, k)
+        level = max(level, min([grid.load[r][k]] + [w[0] for w in ways[r]]))
+        if grid.top(k) - level <= least:
+            return False
+    for r, found in ways.items():
+        if grid.load[r][k] > level:
+            # the way that passes the least workload and still reaches the level
+            _, g, k2, other = max(w for w in found if w[0] <= level)
+            grid.move(g, (r, k), (r, k2))
+            if other >= 0:
+                grid.move(other, (r, k2), (r, k))
+    return True
+
+
+def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any]) -> Grid | None:
+    """The other way round, for steps too tight to even out after the fact: equal-size
+    parts of near-equal cost first (Karmarkar-Karp), then each part planned alone with
+    ``count`` micro-batches, its micro-batches lined up lightest first. ``None`` where a
+    part needs more (or the rule is padded: a part is planned on its groups' summed costs).
+    ``memo`` keeps the parts and their analyses for the next count tried."""
+    rule = result.rule
+    if rule is not None and rule.padded:
+        return None
+    limit = None if rule is None else rule.max_groups
+    loads = result.group_workloads
+    if "parts" not in memo:
+        parts = karmarkar_karp(loads, dp, equal_size=True)
+        # even the parts' workloads (the cost comes next, per count)
+        memo["parts"] = _level_parts(parts, loads, sum(loads) * (_TOLERANCE + 1) // (_TOLERANCE * dp))
+    parts = _level_parts([list(p) for p in memo["parts"]], result.group_sizes, count * result.max_token_len)
+    analyses = []
+    for part in map(sorted, parts):
+        key = tuple(part)
+        if key not in memo:
+            # each group is one item of its summed cost: the same rule, on the usable cap
+            memo[key] = analyse([result.group_sizes[g] for g in part], result.max_token_len,
+                                max_samples_per_micro_batch=limit, workloads=[loads[g] for g in part])
+        alone = memo[key]
+        if alone.error is not None or alone.min_count > count:
+            return None  # before any part is cut: the next count reuses these analyses
+        analyses.append((part, alone))
+    cells = [
+        sorted(([part[i] for i in mb] for mb in build_plan(alone, count, False)),
+               key=lambda b: (sum(loads[g] for g in b), b[0]))
+        for part, alone in analyses
+    ]
+    return Grid(result, cells)
+
+
+def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[list[int]]:
+    """Swap groups between the largest and the smallest part by ``sizes`` (one for one,
+    the pair closest to half their difference) until no part is above ``most``, or no
+    swap narrows them; at most ``4 n`` swaps of O(m log m)."""
+    sums = [sum(sizes[g] for g in part) for part in parts]
+    for _ in range(4 * len(sizes)):
+        high = max(range(len(parts)), key=lambda p: (sums[p], -p))
+        low = min(range(len(parts)), key=lambda p: (sums[p], p))
+        gap = sums[high] - sums[low]
+        if sums[high] <= most or gap <= 1:
+            break
+        cheap = sorted(parts[low], key=lambda g: (sizes[g], g))
+        cheap_sizes = [sizes[g] for g in cheap]
+        best: tuple[int, int, int] | None = None
+        for x in parts[high]:
+            at = bisect.bisect_left(cheap_sizes, sizes[x] - gap // 2)
+            for j in (at - 1, at):
+                if 0 <= j < len(cheap) and 0 < sizes[x] - cheap_sizes[j] < gap:
+                    key = (abs(2 * (sizes[x] - cheap_sizes[j]) - gap), x, cheap[j])
+                    best = key if best is None or key < best else best
+        if best is None:
+            break
+        _, x, y = best
+        parts[high][parts[high].index(x)], parts[low][parts[low].index(y)] = y, x
+        d = sizes[x] - sizes[y]
+        sums[high] -= d
+        sums[low] += d
+    return parts
+
+
+def plan_at(
+    result: RankAnalysis, dp: int, count: int, per_rank: int | None, memo: dict[Any, Any] | None = None,
+    whole: Callable[[], RankAnalysis] | None = None,
+) -> Grid | None:
+    """The lock-step plan with ``count`` micro-batches per rank, or ``None`` when the
+    ranks' sample counts cannot be made equal (``per_rank`` groups each) at this count.
+
+    ``result`` is the whole step's analysis (its groups, costs, workloads and rule);
+    ``whole`` gives it with its count search done (``result`` itself when ``None``), which
+    only cutting the whole step's micro-batches first needs; ``memo`` (one dict per step)
+    carries work from one count to the next."""
+    memo = {} if memo is None else memo
+    searched = whole or (lambda: result)
+
+    def micro_batches_first() -> Grid | None:
+        full = searched()
+        if dp * count < full.min_count:
+            return None  # the whole step's packings need more micro-batches
+        dealt = _deal(full, dp, count)
+        return dealt if per_rank is None or _equal_sizes(dealt, per_rank) else None
+
+    ranks_first = None if per_rank is None else _rank_first(result, dp, count, memo)
+    grid = ranks_first or micro_batches_first()
+    if grid is not None:
+        _lock_step_search(grid, _SEARCH_ROUNDS * result.n_groups + _SEARCH_BASE)
+    return grid
+
+
+def layer_order(grid: Grid, balance: bool) -> list[int]:
+    """Layers by lock-step workload, heaviest first; with ``balance`` verl's order (the
+    even positions reversed, then the odd ones: lightest at both ends)."""
+    by_load = sorted(range(grid.count), key=lambda k: (grid.tops[k][0][0], -k), reverse=True)
+    return by_load[::2][::-1] + by_load[1::2] if balance else by_load

@@ -1,0 +1,367 @@
+"""The whole step planned at once: which samples each DP rank gets, and its micro-batches (no torch).
+
+DP ranks run their micro-batches in lock-step (:mod:`seqlen_balancing.lockstep` has the
+model: step time = sum over index ``k`` of the slowest rank's micro-batch ``k``, plus a
+fixed cost per micro-batch). When the caller decides which samples land on which rank (a
+sampler, PPO's balance step), :func:`~seqlen_balancing.plan_global_batch` plans the whole step at once:
+
+1. **Count.** The whole step is analysed as one batch under the one rule
+   (``seqlen_balancing.planner.analyse``: costs, alignment, padded, sample limit,
+   force groups). Its best lower bound ``B`` says that no plan with the same count on
+   every rank has fewer than ``K = ceil(B / dp_size)`` micro-batches per rank; planning
+   starts there (raised to ``min_num_micro_batch``, rounded up to
+   ``num_batches_divided_by``) and tries the next count only where ``K`` cannot be
+   planned.
+2. **Ranks first** (``equal_size``, the default). The groups are split into ``dp_size``
+   parts of equal size by Karmarkar-Karp on workloads (the construction of verl's
+   ``_balance_batch``), one-for-one swaps between the heaviest and the lightest part then
+   even their workloads, and further swaps bring every part's cost within ``K`` caps.
+   Each part is planned alone with exactly ``K`` micro-batches
+   (``seqlen_balancing.planner.build_plan``, balanced on workload), and the ranks'
+   micro-batches are lined up lightest first: index ``k`` holds every rank's ``k``-th
+   lightest.
+3. **Micro-batches first** (where a part needs more than ``K``, for padded micro-batches,
+   and without ``equal_size``). The whole step is cut into ``dp_size x K`` micro-batches
+   balanced on workload; sorted by workload they form ``K`` layers of ``dp_size``
+   neighbours, and the largest differencing method on the layers' sample counts deals
+   each layer's micro-batches to the ranks. With ``equal_size``, groups then move (or two
+   go for one, three for two) from ranks above ``n / dp_size`` to ranks below it, each
+   move the one that raises the lock-step time least.
+4. **Lock-step.** A bounded local search lowers the top of the layer furthest above its
+   mean: one group moves or two swap (to the same rank's micro-batch of a layer with
+   headroom, with the lightest micro-batches of the layer, or with the least loaded
+   ranks), or, where several ranks share the top, each of them passes workload to its own
+   micro-batches of other layers. Sample counts and the rule hold throughout.
+5. **One more?** Where ``K`` met the bound and its plan is further above its floor than
+   the fixed cost of one more micro-batch per rank (``micro_batch_overhead``) and than
+   1/256 of the floor, ``K + 1`` is planned too and the faster of the two in the model is
+   kept: never two above the bound.
+6. **Order.** With ``use_dynamic_bsz_balance`` the indices take verl's pipeline-parallel
+   order (sorted by lock-step workload, lightest at both ends), the same on every rank.
+
+Everything is integer arithmetic with deterministic tie-breaks (no ``hash()``, no
+randomness): every rank that calls it with the same input gets the same plan, with no
+collective.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence, Sized
+from dataclasses import dataclass
+from typing import Any
+
+from seqlen_balancing._checks import _integer_or_none, describe, positive_int, switch
+from seqlen_balancing.analysis import RankAnalysis
+from seqlen_balancing.bounds import best_lower_bound
+from seqlen_balancing.lockstep import (
+    Grid,
+    layer_order,
+    lock_step_time,
+    micro_batch_fixed_cost,
+    plan_at,
+    step_time_floor,
+)
+from seqlen_balancing.partition import roundup_divisible
+from seqlen_balancing.planner import analyse
+
+__all__ = [
+    "DEFAULT_MICRO_BATCH_OVERHEAD",
+    "StepPlan",
+    "lock_step_time",
+    "micro_batch_fixed_cost",
+    "plan_global_batch",
+    "plan_step",
+    "step_time_floor",
+]
+
+#: Another count is tried only where the plan is more than 1/_WORTH of its floor above it.
+_WORTH = 256
+
+#: The fixed cost of one micro-batch as a share of the linear term of a full one
+#: (``24576 x max_token_len``); docs/step-time.md gives the measurement behind it.
+DEFAULT_MICRO_BATCH_OVERHEAD = 0.05
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """A step planned across its DP ranks (:func:`plan_step`).
+
+    Attributes:
+        rank_samples: for each rank, the global sample indices it gets, micro-batch by
+            micro-batch (``rank_micro_batches[r]`` concatenated).
+        rank_micro_batches: for each rank, its ``count`` micro-batches as sorted lists of
+            global sample indices.
+        count: micro-batches per rank (the same on every rank).
+        lower_bound: the best lower bound of the whole step in micro-batches (under the
+            rule); no plan has fewer than ``ceil(lower_bound / dp_size)`` per rank.
+        step_time: the modeled lock-step time
+            (:func:`~seqlen_balancing.lockstep.lock_step_time`), fixed costs included.
+        floor: :func:`~seqlen_balancing.lockstep.step_time_floor` at ``count``.
+        fixed_cost: the fixed cost of one micro-batch used
+            (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`).
+    """
+
+    rank_samples: list[list[int]]
+    rank_micro_batches: list[list[list[int]]]
+    count: int
+    lower_bound: int
+    step_time: float
+    floor: float
+    fixed_cost: float
+
+
+
+def _overhead(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"micro_batch_overhead must be a number >= 0, got {describe(value)}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(
+            f"micro_batch_overhead must be a finite number >= 0 (the fixed cost of one micro-batch "
+            f"as a share of 24576 x max_token_len), got {value!r}"
+        )
+    return float(value)
+
+
+def _count_range(
+    result: RankAnalysis, lower: int, dp: int, equal: bool, floor: int | None, divisor: int
+) -> tuple[int, int]:
+    """The first count per rank to try, and the most any rank can hold."""
+    n_groups, group = result.n_groups, result.force_group_size
+    if equal and n_groups % dp:
+        what = "samples" if group == 1 else f"forced groups of {group} samples"
+        raise ValueError(
+            f"equal_size=True needs the step's {n_groups} {what} to split equally over "
+            f"dp_size={dp} ranks; pass a multiple of {dp * group} samples (verl's dispatch cuts "
+            "the batch into equal contiguous chunks) or equal_size=False"
+        )
+    most = n_groups // dp
+    first = max(-(-lower // dp), floor or 1, 1)
+    first = roundup_divisible(first, divisor)
+    if first > most:
+        raise ValueError(
+            f"the step needs {first} micro-batches per rank under max_token_len="
+            f"{result.requested_max_token_len}, but each of the dp_size={dp} ranks gets only "
+            f"{most} {'samples' if group == 1 else 'forced groups'} and a micro-batch is never "
+            "empty; pass more samples, a larger max_token_len or a smaller dp_size"
+        )
+    return first, most
+
+
+def _whole_step(
+    seq_lens: Sequence[int], max_token_len: int, rule: dict[str, Any]
+) -> tuple[RankAnalysis, int, Callable[[], RankAnalysis]]:
+    """The whole step's analysis, its best lower bound, and the analysis with its count
+    search done (what cutting the whole step first needs), computed on first call.
+
+    For summed costs without a sample limit the first analysis skips the count search (its
+    ``min_num_micro_batch`` is the number of groups, so the packings meet it at once) and
+    the bound is :func:`~seqlen_balancing.bounds.best_lower_bound` of the groups' costs:
+    the search is most of the time on a large step, and planning the ranks first does not
+    need it. Otherwise the analysis is ``seqlen_balancing.planner.analyse`` as it is.
+
+    Raises:
+        TypeError, ValueError: the analysis' error (a sample over the cap, ...).
+    """
+    searched: list[RankAnalysis] = []
+
+    def whole() -> RankAnalysis:
+        if not searched:
+            searched.append(_analysed(seq_lens, max_token_len, rule))
+        return searched[0]
+
+    group = _integer_or_none(rule.get("force_group_size", 1))
+    n = len(seq_lens) if isinstance(seq_lens, Sized) else None
+    if rule.get("padded") or rule.get("max_samples_per_micro_batch") is not None or not group or \
+            group < 1 or not n or "min_num_micro_batch" in rule:
+        full = whole()
+        return full, full.lower_bound, whole
+    quick = _analysed(seq_lens, max_token_len, {**rule, "min_num_micro_batch": max(1, n // group)})
+    lower = max(1, best_lower_bound(quick.group_sizes, quick.max_token_len)[0])
+    return quick, lower, whole
+
+
+def _analysed(seq_lens: Sequence[int], max_token_len: int, rule: dict[str, Any]) -> RankAnalysis:
+    result = analyse(seq_lens, max_token_len, **rule)
+    if result.error is not None:
+        raise result.error.exception()
+    return result
+
+
+def _rank_plans(grid: Grid, group: int, balance: bool) -> list[list[list[int]]]:
+    """Each rank's micro-batches as sorted sample indices, layers in the final order."""
+    order = layer_order(grid, balance)
+    return [
+        [sorted(i for g in grid.cells[r][k] for i in range(g * group, (g + 1) * group)) for k in order]
+        for r in range(grid.dp)
+    ]
+
+
+def plan_step(
+    seq_lens: Sequence[int],
+    dp_size: int,
+    max_token_len: int,
+    *,
+    equal_size: bool = True,
+    micro_batch_overhead: float = DEFAULT_MICRO_BATCH_OVERHEAD,
+    use_dynamic_bsz_balance: bool = True,
+    num_batches_divided_by: int | None = None,
+    min_num_micro_batch: int | None = None,
+    **rule: Any,
+) -> StepPlan:
+    """:func:`~seqlen_balancing.plan_global_batch` with what it measured: the count, the whole step's lower
+    bound, the modeled step time and its floor (a :class:`StepPlan`).
+
+    Takes the arguments of :func:`~seqlen_balancing.plan_global_batch`; ``rule`` holds its rule options
+    (``force_group_size``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``, ``costs``,
+    ``padded``, ``max_samples_per_micro_batch``, ``workloads``), passed on to
+    ``seqlen_balancing.planner.analyse`` as they are.
+
+    Example:
+        >>> plan = plan_step([600, 500, 400, 300, 200, 100, 50, 50], 2, 1000)
+        >>> plan.count, plan.lower_bound, [len(s) for s in plan.rank_samples]
+        (2, 3, [4, 4])
+    """
+    dp = positive_int(dp_size, "dp_size")
+    equal = switch(equal_size, "equal_size")
+    balance = switch(use_dynamic_bsz_balance, "use_dynamic_bsz_balance")
+    overhead = _overhead(micro_batch_overhead)
+    floor = None if min_num_micro_batch is None else positive_int(min_num_micro_batch, "min_num_micro_batch")
+    divisor = 1 if num_batches_divided_by is None else positive_int(num_batches_divided_by,
+                                                                    "num_batches_divided_by")
+    result, lower, whole = _whole_step(seq_lens, max_token_len, rule)
+    first, most = _count_range(result, lower, dp, equal, floor, divisor)
+    per_rank = result.n_groups // dp if equal else None
+    fixed = micro_batch_fixed_cost(result.requested_max_token_len, overhead)
+    memo: dict[Any, Any] = {}
+    count, grid = first, plan_at(result, dp, first, per_rank, memo, whole)
+    while grid is None:  # one group per micro-batch (count == most) always evens out
+        count += divisor
+        if count > most:
+            raise ValueError(
+                f"no plan with the same micro-batch count on the dp_size={dp} ranks (each "
+                f"holding {most} {'samples' if result.force_group_size == 1 else 'groups'} or "
+                f"more) was found with {first}..{most} micro-batches per rank (multiples of "
+                f"num_batches_divided_by={divisor}); pass more samples, a larger max_token_len "
+                "or a smaller dp_size"
+            )
+        grid = plan_at(result, dp, count, per_rank, memo, whole)
+    bound = roundup_divisible(max(-(-lower // dp), floor or 1), divisor)
+    # the step time above its floor that another count could save: more than the extra
+    # fixed costs, and more than 1/_WORTH of the floor (finer than the model itself)
+    worth = max(divisor * fixed, sum(result.group_workloads) / dp / _WORTH)
+    if count == bound and count + divisor <= most and grid.gap() > dp * worth:
+        # one more micro-batch per rank may balance better than it costs (never two more)
+        more = plan_at(result, dp, count + divisor, per_rank, memo, whole)
+        if more is not None and more.step_time() + divisor * fixed < grid.step_time():
+            count, grid = count + divisor, more
+    plans = _rank_plans(grid, result.force_group_size, balance)
+    return StepPlan(
+        rank_samples=[[i for mb in plan for i in mb] for plan in plans],
+        rank_micro_batches=plans,
+        count=count,
+        lower_bound=lower,
+        step_time=grid.step_time() + count * fixed,
+        floor=step_time_floor(result.group_workloads, dp, count, fixed),
+        fixed_cost=fixed,
+    )
+
+
+def plan_global_batch(
+    seq_lens: Sequence[int],
+    dp_size: int,
+    max_token_len: int,
+    *,
+    equal_size: bool = True,
+    micro_batch_overhead: float = DEFAULT_MICRO_BATCH_OVERHEAD,
+    use_dynamic_bsz_balance: bool = True,
+    num_batches_divided_by: int | None = None,
+    min_num_micro_batch: int | None = None,
+    force_group_size: int = 1,
+    pad_to_multiple_of: int = 1,
+    micro_batch_multiple_of: int = 1,
+    costs: Sequence[int] | None = None,
+    padded: bool = False,
+    max_samples_per_micro_batch: int | None = None,
+    workloads: Sequence[int] | None = None,
+) -> tuple[list[list[int]], list[list[list[int]]]]:
+    """Plan a whole step across its DP ranks: which samples each rank gets, and its
+    micro-batches, so that the ranks' lock-step time is close to its floor.
+
+    The algorithm is the module docstring's: the count from the whole step's lower bound
+    under the one rule, equal-size parts of even workload each planned at that count (or
+    the whole step's micro-batches dealt in layers), a bounded local search on the
+    lock-step time, verl's order.
+
+    Args:
+        seq_lens: effective length in tokens of each of the step's ``n`` samples (global
+            indices ``0..n-1``).
+        dp_size: DP ranks.
+        max_token_len: hard cap in tokens on every micro-batch (under the rule below).
+        equal_size: every rank gets ``n / dp_size`` samples (verl's dispatch cuts the
+            reordered batch into equal contiguous chunks; ``DistributedSampler`` gives every
+            rank as many). False: ranks may get different sample counts.
+        micro_batch_overhead: the fixed cost of one micro-batch, as a share of the linear
+            term of a full one (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`),
+            a number >= 0: one more micro-batch per rank is used only where the model says
+            it is faster.
+        use_dynamic_bsz_balance: verl's pipeline-parallel order of micro-batches (lightest
+            at both ends), the same on every rank; else heaviest first.
+        num_batches_divided_by: the count is a multiple of this, or ``None``.
+        min_num_micro_batch: at least this many micro-batches per rank, or ``None``.
+        force_group_size: consecutive global indices ``[g*size, (g+1)*size)`` that share a
+            micro-batch (and a rank, contiguous in its batch).
+        pad_to_multiple_of: each sample's cost rounded up to a multiple of this.
+        micro_batch_multiple_of: a micro-batch's summed cost rounded up to this.
+        costs: one cost in tokens per sample instead of its length, or ``None``.
+        padded: a micro-batch costs its rows x its widest row.
+        max_samples_per_micro_batch: samples per micro-batch at most, or ``None``.
+        workloads: one balance workload per sample instead of verl's ``24576*s + s**2``
+            (what the lock-step model weighs), or ``None``. These seven are the one rule
+            and the balance objective of :func:`~seqlen_balancing.plan_micro_batches`,
+            applied to the whole step.
+
+    Returns:
+        ``(rank_samples, rank_micro_batches)``: ``rank_micro_batches[r][k]`` the sorted
+        global indices of rank ``r``'s micro-batch ``k`` (the same number on every rank,
+        each non-empty and within the cap under the rule, index ``k`` about the same
+        workload on every rank), and ``rank_samples[r]`` the global indices rank ``r``
+        gets in the order to hand them over: its micro-batches one after another, so that
+        micro-batch ``k`` is a contiguous run of the rank's batch (force groups stay
+        contiguous and aligned). Every sample is in exactly one micro-batch.
+
+    Raises:
+        TypeError: an argument or length is not an integer, or a switch not a bool.
+        ValueError: what :func:`~seqlen_balancing.plan_micro_batches` refuses (a sample or
+            group over the cap: ``exceeds max_token_len``), ``n`` (or its force groups)
+            not divisible by ``dp_size`` with ``equal_size``, or a rank left fewer samples
+            than micro-batches.
+
+    Complexity: ``seqlen_balancing.planner.analyse`` on the whole step and on each
+    part (O(n log n) together, plus their bounded searches), Karmarkar-Karp's
+    O(n log n + n dp), at most ``4 n`` swaps of O(m log m) for parts of ``m`` groups, and
+    at most ``4 n + 64`` rounds of the local search, each O(dp log dp + m K); once more
+    where ``K + 1`` is tried. 10^5 samples on 64 ranks plan in seconds
+    (``benchmarks/step_time.py``).
+
+    Example:
+        >>> ranks, micro = plan_global_batch([600, 500, 400, 300, 200, 100, 50, 50], 2, 1000)
+        >>> [len(s) for s in ranks], [len(m) for m in micro]
+        ([4, 4], [2, 2])
+        >>> sorted(i for s in ranks for i in s)
+        [0, 1, 2, 3, 4, 5, 6, 7]
+
+    References:
+        N. Karmarkar and R. M. Karp, "The differencing method of set partitioning" (1982);
+        verl 0.9.1 ``rearrange_micro_batches`` (the order of micro-batches) and
+        ``RayPPOTrainer._balance_batch`` (equal-size parts for its dispatch).
+    """
+    plan = plan_step(
+        seq_lens, dp_size, max_token_len, equal_size=equal_size,
+        micro_batch_overhead=micro_batch_overhead, use_dynamic_bsz_balance=use_dynamic_bsz_balance,
+        num_batches_divided_by=num_batches_divided_by, min_num_micro_batch=min_num_micro_batch,
+        force_group_size=force_group_size, pad_to_multiple_of=pad_to_multiple_of,
+        micro_batch_multiple_of=micro_batch_multiple_of, costs=costs, padded=padded,
+        max_samples_per_micro_batch=max_samples_per_micro_batch, workloads=workloads,
+    )
+    return plan.rank_samples, plan.rank_micro_batches

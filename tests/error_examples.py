@@ -1,0 +1,304 @@
+"""Hand-written instances of every error record, with values someone could get wrong (huge,
+zero, out of range, long keys), shared by tests/test_errors.py and the agreement's tests.
+
+The expected integers of each are written out by hand in ``VALUES`` (the oracle for
+``values()``); :func:`expected_type` is each record's exception type, stated here
+(``TYPE_ERRORS``), not read from the record.
+"""
+
+from __future__ import annotations
+
+from seqlen_balancing.errors import (
+    OUT_OF_RANGE,
+    Argument,
+    BelowOne,
+    BucketAboveCap,
+    CombinationRefused,
+    CountAboveGroups,
+    DivisorMismatch,
+    EmptyBatch,
+    EntryLayout,
+    EntryOnMeta,
+    EntryStack,
+    EntryUnreadable,
+    GroupOverCap,
+    LengthNotAnInteger,
+    LengthsNotASequence,
+    LengthsNotOneDimensional,
+    LengthSource,
+    LengthsUnreadable,
+    LossWeightKeyMissing,
+    LossWeightKeysNotKeys,
+    LossWeightNotTensor,
+    MaskNot2D,
+    MaskRows,
+    MetaInfoNotCopyable,
+    MinAboveGroups,
+    MissingSetting,
+    ModeMismatch,
+    NegativeLength,
+    NoLengthSource,
+    NoLossWeightEntry,
+    NonTensorNotArray,
+    NonTensorRows,
+    NotADataProto,
+    NotAnInteger,
+    NotASwitch,
+    NotATensorDict,
+    NotDivisible,
+    NotInGroup,
+    NotOnePerSample,
+    OverCapNotAString,
+    PaddedGroupOverCap,
+    PaddedLazyStack,
+    PaddedSampleOverCap,
+    PlanError,
+    ProtoRaggedStack,
+    SampleLimitBelowGroup,
+    SampleOverCap,
+    StaticCountMismatch,
+    StaticNotDivisible,
+    StaticPathOption,
+    TooManyDummies,
+    UnknownOverCap,
+)
+
+TOP = OUT_OF_RANGE  # 2**76 - 1
+BIG = TOP - 1  # the largest value carried whole
+
+
+def key(text: str) -> tuple[int, int, int, int]:
+    """A key's 4 values, by hand: its UTF-8 bytes, NUL-padded to 36, in 9-byte big-endian chunks."""
+    raw = text.encode().ljust(36, b"\0")
+    a, b, c, d = (int.from_bytes(raw[i : i + 9], "big") for i in range(0, 36, 9))
+    return a, b, c, d
+
+
+#: (record, the integers it must carry, its text), for every record type, some more than
+#: once. The texts are what the library printed for the same error before the records
+#: (main at f45573e, PlanError(code, ints)), byte for byte.
+VALUES: list[tuple[PlanError, tuple[int, ...], str]] = [
+    (NotAnInteger(Argument.MAX_TOKEN_LEN), (0,),
+        "max_token_len must be a positive integer, got a value that is not an integer"),
+    (NotAnInteger(Argument.MAX_SAMPLES_PER_MICRO_BATCH, detail="1.5 (float)"), (14,),
+        "max_samples_per_micro_batch must be a positive integer, got a value that is not an "
+        "integer"),
+    (BelowOne(Argument.SP_SIZE, 0), (6, 0),
+        "sp_size must be a positive integer (>= 1), got 0"),
+    (BelowOne(Argument.FORCE_GROUP_SIZE, -(2**70)), (1, 2**70),
+        "force_group_size must be a positive integer (>= 1), got -1180591620717411303424"),
+    (BelowOne(Argument.MIN_NUM_MICRO_BATCH, -(2**80)), (2, TOP),
+        "min_num_micro_batch must be a positive integer (>= 1), got a negative value out of "
+        "range"),
+    (MissingSetting(Argument.MAX_TOKEN_LEN_PER_GPU), (5,),
+        "the batch has no 'max_token_len_per_gpu' setting; store it in the TensorDict (verl's "
+        "prepare_micro_batches reads its settings from the batch)"),
+    (NotASwitch(Argument.PADDED), (15,),
+        "padded must be a bool (or 0/1), got a value that is not"),
+    (NotASwitch(Argument.USE_DYNAMIC_BSZ), (7,),
+        "use_dynamic_bsz must be a bool (or 0/1), got a value that is not"),
+    (BucketAboveCap(4096, 1000, 8192), (4096, 1000, 8192),
+        "micro_batch_multiple_of=4096 is larger than max_token_len=1000: every micro-batch is "
+        "rounded up to at least one bucket, so none fits; raise max_token_len to at least 8192 "
+        "or lower micro_batch_multiple_of"),
+    (StaticPathOption(Argument.PAD_TO_MULTIPLE_OF, 8), (11, 9),
+        "pad_to_multiple_of=8 applies to the dynamic path (use_dynamic_bsz=True) only: the "
+        "static path cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to "
+        "change; drop pad_to_multiple_of or set use_dynamic_bsz"),
+    (StaticPathOption(Argument.MICRO_BATCH_MULTIPLE_OF, 0), (12, 1),
+        "micro_batch_multiple_of=0 applies to the dynamic path (use_dynamic_bsz=True) only: the"
+        " static path cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to "
+        "change; drop micro_batch_multiple_of or set use_dynamic_bsz"),
+    (StaticPathOption(Argument.COSTS, None), (13, 0),
+        "costs applies to the dynamic path (use_dynamic_bsz=True) only: the static path cuts "
+        "chunks of micro_batch_size_per_gpu samples and has no cap for it to change; drop costs"
+        " or set use_dynamic_bsz"),
+    (StaticPathOption(Argument.PAD_TO_MULTIPLE_OF, BIG), (11, TOP),
+        "pad_to_multiple_of applies to the dynamic path (use_dynamic_bsz=True) only: the static"
+        " path cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to change;"
+        " drop pad_to_multiple_of or set use_dynamic_bsz"),
+    (SampleLimitBelowGroup(3, 4), (3, 4),
+        "max_samples_per_micro_batch=3 is below force_group_size=4: a forced group shares one "
+        "micro-batch, so none could hold it; raise max_samples_per_micro_batch to at least 4 or"
+        " lower force_group_size"),
+    (CombinationRefused(Argument.PADDED, Argument.DUMMY_MICRO_BATCHES), (15, 16),
+        "padded cannot be combined with dummy_micro_batches=True in this release: the planner "
+        "for it does not model that option, and a setting is never silently ignored; drop one "
+        "of the two"),
+    (OverCapNotAString(detail="3 (int)"), (),
+        "over_cap must be 'raise' or 'alone', got a value that is not a string"),
+    (UnknownOverCap(), (),
+        "over_cap must be 'raise' or 'alone', got another string"),
+    (LengthNotAnInteger(LengthSource.COSTS, 7), (1, 7),
+        "costs[7] is not an integer; costs are whole numbers of tokens"),
+    (NegativeLength(LengthSource.SEQ_LENS, 2, -3), (0, 2, 3),
+        "seq_lens[2] is -3; lengths must be >= 0 tokens"),
+    (NegativeLength(LengthSource.WORKLOADS, BIG, -(2**76)), (2, BIG, TOP),
+        "workloads[75557863725914323419134] is negative and out of range; workloads must be >= "
+        "0"),
+    (NotOnePerSample(LengthSource.WORKLOADS, 3, 5), (2, 3, 5),
+        "workloads has 3 entries but the batch has 5 samples; give one workload per sample"),
+    (LengthsNotASequence(LengthSource.COSTS), (1,),
+        "costs must be a sequence of whole numbers of tokens, one per sample (a list, a tuple, "
+        "a 1-D tensor or array), got something that is not"),
+    (LengthsNotOneDimensional(LengthSource.SEQ_LENS), (0,),
+        "seq_lens must be one-dimensional (one value per sample), got another shape"),
+    (NoLengthSource(), (),
+        "the batch has neither an 'attention_mask' nor jagged (nested) 'input_ids', so the "
+        "effective sequence lengths cannot be read; add one of them"),
+    (MaskNot2D(3), (3,),
+        "attention_mask must be 2-D (batch, seq_len), got a 3-D tensor"),
+    (MaskRows(4, 5), (4, 5),
+        "attention_mask has 4 rows but the batch has 5 samples; they must match"),
+    (LengthsUnreadable(), (),
+        "the effective lengths could not be read from the batch; pass a TensorDict with batch "
+        "size (n,) and a 2-D attention_mask or jagged input_ids"),
+    (NotADataProto(), (),
+        "data must be DataProto-like: .batch (a TensorDict), .non_tensor_batch (dict of "
+        "arrays), .meta_info (dict) and a from_dict classmethod"),
+    (NonTensorRows(0, 2**63), (0, 2**63),
+        "a non_tensor_batch array has 0 rows but the batch has 9223372036854775808 samples; "
+        "give every non-tensor entry one row per sample"),
+    (NotATensorDict(), (),
+        "batch must be a TensorDict with a batch dimension (batch_size (n,)), got an object "
+        "that is not; pass the TensorDict of this rank's samples"),
+    (NonTensorNotArray(), (),
+        "every non_tensor_batch entry must be a NumPy array with one row per sample (as verl's "
+        "DataProto holds), got one that is not; convert it with numpy.asarray"),
+    (EntryOnMeta("input_ids"), key("input_ids"),
+        "entry 'input_ids' is on the meta device, which holds no data, so its rows cannot be "
+        "cut into micro-batches; move it to a real device or drop it"),
+    (EntryUnreadable("a.b"), key("a.b"),
+        "entry 'a.b' could not be read to cut it into micro-batches (its row offsets); pass a "
+        "readable nested tensor or drop the entry"),
+    (EntryLayout("é" * 18), key("é" * 18),  # exactly 36 bytes: not shortened
+        "entry 'éééééééééééééééééé' has a tensor layout whose rows cannot be picked for "
+        "micro-batches (block-sparse BSR/BSC, CSR/CSC with batch or dense dimensions, mkldnn); "
+        "store it dense, as sparse COO (.to_sparse_coo()) or as a 2-D CSR/CSC tensor"),
+    (EntryStack("x" * 40), key("x" * 33 + "..."),
+        "entry 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...' is a lazy stack along a dimension other "
+        "than the batch dimension whose entries differ in shape (or are not dense tensors), so "
+        "it cannot be cut by rows; stack its rows along dim 0, or make its entries dense or "
+        "nested tensors"),
+    (MetaInfoNotCopyable(), (),
+        "meta_info cannot be deep-copied, and every micro-batch gets its own deep copy (as "
+        "verl's prepare_dynamic_batch gives it); drop or replace the entry that cannot be "
+        "copied"),
+    (ProtoRaggedStack("position_ids"), key("position_ids"),
+        "entry 'position_ids' of data.batch is a lazy stack whose rows differ in shape, and "
+        "from_dict takes one tensor per key; store it as a nested tensor "
+        "(torch.nested.as_nested_tensor(rows, layout=torch.jagged)) or pad it"),
+    (PaddedLazyStack(), (),
+        "padded=True cuts every micro-batch to its width, but the batch is a lazy stack along "
+        "dim 0 (its rows may differ in width); stack it into one TensorDict (.contiguous()) or "
+        "plan without padded"),
+    (LossWeightKeyMissing("loss_mask"), key("loss_mask"),
+        "loss-weight key 'loss_mask' named for the dummy micro-batches is not in the batch; "
+        "name keys the batch holds (loss_weight_keys) or add the entry"),
+    (NoLossWeightEntry(), (),
+        "dummy_micro_batches=True needs a loss-weight entry to zero in the dummies, but the "
+        "batch has neither 'loss_mask' nor 'response_mask'; add one, or name the keys with "
+        "loss_weight_keys"),
+    (LossWeightNotTensor("response_mask"), key("response_mask"),
+        "loss-weight entry 'response_mask' is not a tensor, so the dummy micro-batches cannot "
+        "zero it; name tensor entries in loss_weight_keys"),
+    (LossWeightKeysNotKeys(), (),
+        "loss_weight_keys must be a key (a string) or a list of keys, got a value that is not; "
+        "e.g. loss_weight_keys=('loss_mask',)"),
+    (EmptyBatch(), (),
+        "the batch has no samples; pass at least one row"),
+    (NotDivisible(7, 2), (7, 2),
+        "batch size 7 is not divisible by force_group_size=2; every forced group needs all its "
+        "samples"),
+    (SampleOverCap(9, 1, 8, 1, 9, 9, 1, 1, False), (9, 1, 8, 1, 9, 9, 1, 1, 0),
+        "sample 1 has 9 tokens, which exceeds max_token_len=8 (1 sample over the cap in this "
+        "batch); raise max_token_len to at least 9 (the longest sample of the call, on every DP"
+        " rank of the group when they agree) or truncate the sequences"),
+    (SampleOverCap(20, 4, 16, 3, 2**70, 24, 8, 8, True), (20, 4, 16, 3, 2**70, 24, 8, 8, 1),
+        "sample 4 has 20 tokens and costs 24 tokens (the cost given, rounded up to a multiple "
+        "of pad_to_multiple_of=8), which exceeds max_token_len=16, usable as 16 tokens since "
+        "each micro-batch is rounded up to a multiple of micro_batch_multiple_of=8 (3 samples "
+        "over the cap in this batch); raise max_token_len to at least 1180591620717411303424 "
+        "(the longest sample of the call, on every DP rank of the group when they agree, in "
+        "aligned tokens), lower the costs or the alignment or truncate the sequences"),
+    (GroupOverCap(30, 6, 16, 2, 40, 32, 1, 16, False), (30, 6, 16, 2, 40, 32, 1, 16, 0),
+        "forced group exceeds max_token_len: the group starting at sample 6 has 30 tokens and "
+        "costs 32 tokens aligned to a multiple of pad_to_multiple_of=16, which exceeds "
+        "max_token_len=16 (2 groups over the cap in this batch); raise max_token_len to at "
+        "least 40 (the longest group of the call, on every DP rank of the group when they "
+        "agree, in aligned tokens), lower the alignment or truncate the sequences"),
+    (PaddedSampleOverCap(300, 1, 256, 1, 320, 320, 1, 64, False), (300, 1, 256, 1, 320, 320, 1, 64, 0),
+        "sample 1 has 300 tokens; padded=True holds it as 1 row x 320 wide = 320 token "
+        "positions (a micro-batch costs rows x its widest row, each row rounded up to "
+        "pad_to_multiple_of=64), which exceeds max_token_len=256 (1 sample over the cap in this"
+        " batch); raise max_token_len to at least 320 (the costliest sample of the call, on "
+        "every DP rank of the group when they agree), or truncate the sequences"),
+    (PaddedGroupOverCap(90, 2, 100, 1, 360, 360, 16, 4, True), (90, 2, 100, 1, 360, 360, 16, 4, 1),
+        "forced group exceeds max_token_len: the group starting at sample 2 has a widest row of"
+        " 90 tokens (the costs given); padded=True holds it as 3 rows x 92 wide = 360 token "
+        "positions (a micro-batch costs rows x its widest row, each row rounded up to "
+        "pad_to_multiple_of=4), which exceeds max_token_len=100, usable as 96 since each "
+        "footprint is rounded up to a multiple of micro_batch_multiple_of=16 (1 group over the "
+        "cap in this batch); raise max_token_len to at least 368 (the costliest group of the "
+        "call, on every DP rank of the group when they agree), lower force_group_size or "
+        "truncate the sequences"),
+    (MinAboveGroups(9, 4), (9, 4),
+        "min_num_micro_batch=9 asks for more micro-batches than the 4 samples/groups available "
+        "(a micro-batch cannot be empty); lower min_num_micro_batch"),
+    (CountAboveGroups(3, 2, 3, 2), (3, 2, 3, 3, 0),
+        "Cannot satisfy max_token_len while keeping forced groups atomic: 3 micro-batches are "
+        "needed but only 2 samples/groups are available and a micro-batch cannot be empty (rank"
+        " 2 needs 3); raise max_token_len, lower num_batches_divided_by or min_num_micro_batch,"
+        " or pass more samples"),
+    (CountAboveGroups(4, 2, 3, None), (4, 2, 3, 0, 0),
+        "Cannot satisfy max_token_len while keeping forced groups atomic: 4 micro-batches are "
+        "needed but only 2 samples/groups are available and a micro-batch cannot be empty (the "
+        "cap needs 3, rounded up to 4 for num_batches_divided_by); raise max_token_len, lower "
+        "num_batches_divided_by or min_num_micro_batch, or pass more samples"),
+    (CountAboveGroups(8, 3, 5, 0, 0), (8, 3, 5, 1, 1),
+        "Cannot satisfy max_token_len while keeping forced groups atomic: 8 micro-batches are "
+        "needed but only 3 samples/groups are available and a micro-batch cannot be empty (rank"
+        " 0 (global rank 0) needs 5, rounded up to 8 for num_batches_divided_by); raise "
+        "max_token_len, lower num_batches_divided_by or min_num_micro_batch, or pass more "
+        "samples"),
+    (TooManyDummies(70000, 4, 70004), (70000, 4, 70004),
+        "70004 micro-batches would need 70000 dummy micro-batches on a rank of 4 "
+        "samples/groups, more than the 65536 allowed; lower min_num_micro_batch or "
+        "num_batches_divided_by"),
+    (StaticNotDivisible(10, 4, 2), (10, 4, 2),
+        "batch size 10 is not a positive multiple of micro_batch_size_per_gpu * "
+        "force_group_size = 4 * 2; change micro_batch_size_per_gpu or the batch size"),
+    (DivisorMismatch(2, 3), (2, 3),
+        "the ranks passed different num_batches_divided_by (from 2 to 3), so no count suits "
+        "them all; pass the same value on every rank"),
+    (ModeMismatch(1, 0), (1, 0, 0, 0),
+        "the ranks of the DP group disagree on use_dynamic_bsz: rank 1 cuts its batch "
+        "statically (use_dynamic_bsz=False) but rank 0 dynamically; store the same "
+        "use_dynamic_bsz in every rank's batch"),
+    (ModeMismatch(1, 2, 7, 14), (1, 2, 8, 15),
+        "the ranks of the DP group disagree on use_dynamic_bsz: rank 1 (global rank 7) cuts its"
+        " batch statically (use_dynamic_bsz=False) but rank 2 (global rank 14) dynamically; "
+        "store the same use_dynamic_bsz in every rank's batch"),
+    (StaticCountMismatch(1, 5, 4, 2, 101, 104), (1, 5, 4, 2, 102, 105),
+        "the ranks of the DP group would run different numbers of static micro-batches: rank 1 "
+        "(global rank 101) has 5 and rank 4 (global rank 104) has 2; give every rank the same "
+        "batch size (use_dynamic_bsz=False cuts batch size / (micro_batch_size_per_gpu * "
+        "force_group_size) micro-batches)"),
+    (NotInGroup(5, 2), (5, 2),
+        "this process (global rank 5) is not a member of dp_group (a group of 2 ranks), so it "
+        "cannot take part in that group's agreement; pass the DP group this process belongs to,"
+        " or dp_group=None to plan locally"),
+]
+
+EXAMPLES = [error for error, _, _ in VALUES]
+
+#: The records raised as TypeError (a wrong type); every other one is a ValueError.
+TYPE_ERRORS = {
+    "NotAnInteger", "NotASwitch", "OverCapNotAString", "LengthNotAnInteger", "LengthsNotASequence",
+    "NotADataProto", "NotATensorDict", "NonTensorNotArray", "EntryLayout", "EntryStack",
+    "MetaInfoNotCopyable", "ProtoRaggedStack", "LossWeightNotTensor", "LossWeightKeysNotKeys",
+}
+
+
+def expected_type(error: PlanError) -> type[Exception]:
+    return TypeError if type(error).__name__ in TYPE_ERRORS else ValueError
