@@ -223,6 +223,7 @@ OPTION_SETS = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     dp=st.integers(1, 6),
@@ -329,6 +330,7 @@ _PROGRAM = (
 )
 
 
+@pytest.mark.slow
 def test_two_fresh_processes_plan_the_same_step() -> None:
     outputs = []
     for hash_seed in ("1", "2"):
