@@ -70,6 +70,9 @@ nitpick_ignore = [
     ("py:class", "seqlen_balancing.errors.record._E"),
     # an annotated int (documented as data), in the signatures of the records that use it
     ("py:class", "seqlen_balancing.errors.NonPositive"),
+    # the parser's namespace (PlanOptions.from_args) and the planner's per-rank record
+    ("py:class", "argparse.Namespace"),
+    ("py:class", "seqlen_balancing.analysis.RankAnalysis"),
 ]
 # The standard library's and torch's types in signatures (no intersphinx: offline build)
 nitpick_ignore_regex = [

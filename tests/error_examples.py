@@ -13,9 +13,8 @@ from seqlen_balancing.errors import (
     Argument,
     BelowOne,
     BucketAboveCap,
-    CombinationRefused,
+    CallerDataRaised,
     CountAboveGroups,
-    DivisorMismatch,
     EmptyBatch,
     EntryLayout,
     EntryOnMeta,
@@ -48,6 +47,8 @@ from seqlen_balancing.errors import (
     NotDivisible,
     NotInGroup,
     NotOnePerSample,
+    NotPlanOptions,
+    OptionMismatch,
     OverCapNotAString,
     PaddedGroupOverCap,
     PaddedLazyStack,
@@ -56,11 +57,15 @@ from seqlen_balancing.errors import (
     ProtoRaggedStack,
     SampleLimitBelowGroup,
     SampleOverCap,
+    Shown,
     StaticCountMismatch,
     StaticNotDivisible,
     StaticPathOption,
     TooManyDummies,
+    UnknownOption,
     UnknownOverCap,
+    WorkloadModelInvalid,
+    WorkloadsAndModel,
 )
 
 TOP = OUT_OF_RANGE  # 2**76 - 1
@@ -121,14 +126,28 @@ VALUES: list[tuple[PlanError, tuple[int, ...], str]] = [
         "max_samples_per_micro_batch=3 is below force_group_size=4: a forced group shares one "
         "micro-batch, so none could hold it; raise max_samples_per_micro_batch to at least 4 or"
         " lower force_group_size"),
-    (CombinationRefused(Argument.PADDED, Argument.DUMMY_MICRO_BATCHES), (15, 16),
-        "padded cannot be combined with dummy_micro_batches=True in this release: the planner "
-        "for it does not model that option, and a setting is never silently ignored; drop one "
-        "of the two"),
     (OverCapNotAString(detail="3 (int)"), (),
         "over_cap must be 'raise' or 'alone', got a value that is not a string"),
     (UnknownOverCap(), (),
         "over_cap must be 'raise' or 'alone', got another string"),
+    (UnknownOption("pad_to_multple_of", "pad_to_multiple_of"),
+        (*key("pad_to_multple_of"), *key("pad_to_multiple_of")),
+        "'pad_to_multple_of' is not an option of seqlen-balancing (did you mean "
+        "'pad_to_multiple_of'?); the options are the fields of seqlen_balancing.PlanOptions "
+        "(docs/options.md)"),
+    (UnknownOption("x" * 40), (*key("x" * 33 + "..."), 0, 0, 0, 0),
+        f"'{'x' * 33}...' is not an option of seqlen-balancing; the options are the fields of "
+        "seqlen_balancing.PlanOptions (docs/options.md)"),
+    (NotPlanOptions(), (),
+        "options must be a seqlen_balancing.PlanOptions (or None), got a value that is not; "
+        "build one with PlanOptions(...) or pass the options as keywords"),
+    (WorkloadModelInvalid(detail="hidden_size must be a positive integer"), (),
+        "workload_model must be a seqlen_balancing.cost.WorkloadModel, a mapping of its fields "
+        "or 'key=value,...' text (e.g. 'hidden_size=8192,num_layers=80'), got one that is not a "
+        "valid model shape"),
+    (WorkloadsAndModel(), (),
+        "workloads and workload_model are both given: each sets the balance objective; pass one"
+        " of them (per-sample workloads, or the model whose workloads to compute)"),
     (LengthNotAnInteger(LengthSource.COSTS, 7), (1, 7),
         "costs[7] is not an integer; costs are whole numbers of tokens"),
     (NegativeLength(LengthSource.SEQ_LENS, 2, -3), (0, 2, 3),
@@ -138,9 +157,15 @@ VALUES: list[tuple[PlanError, tuple[int, ...], str]] = [
         "0"),
     (NotOnePerSample(LengthSource.WORKLOADS, 3, 5), (2, 3, 5),
         "workloads has 3 entries but the batch has 5 samples; give one workload per sample"),
-    (LengthsNotASequence(LengthSource.COSTS), (1,),
+    (LengthsNotASequence(LengthSource.COSTS), (1, 0, 0, 0, 0),
         "costs must be a sequence of whole numbers of tokens, one per sample (a list, a tuple, "
         "a 1-D tensor or array), got something that is not"),
+    (LengthsNotASequence(LengthSource.COSTS, "dict"), (1, *key("dict")),
+        "costs must be a sequence of whole numbers of tokens, one per sample (a list, a tuple, "
+        "a 1-D tensor or array), got a value of type dict"),
+    (CallerDataRaised(LengthSource.WORKLOADS, "KeyError", detail="KeyError(4)"), (2, *key("KeyError")),
+        "reading workloads raised KeyError: the workloads given (or what their callable "
+        "returned) must be read whole, one number per sample; fix the workloads or the callable"),
     (LengthsNotOneDimensional(LengthSource.SEQ_LENS), (0,),
         "seq_lens must be one-dimensional (one value per sample), got another shape"),
     (NoLengthSource(), (),
@@ -268,9 +293,43 @@ VALUES: list[tuple[PlanError, tuple[int, ...], str]] = [
     (StaticNotDivisible(10, 4, 2), (10, 4, 2),
         "batch size 10 is not a positive multiple of micro_batch_size_per_gpu * "
         "force_group_size = 4 * 2; change micro_batch_size_per_gpu or the batch size"),
-    (DivisorMismatch(2, 3), (2, 3),
-        "the ranks passed different num_batches_divided_by (from 2 to 3), so no count suits "
-        "them all; pass the same value on every rank"),
+    (OptionMismatch(Argument.NUM_BATCHES_DIVIDED_BY, Shown.NUMBER, 1, 3, 0, 2),
+        (3, 0, 1, 3, 0, 2, 0, 0),
+        "the ranks passed different num_batches_divided_by: rank 1 has num_batches_divided_by=3"
+        " and rank 0 has num_batches_divided_by=2; every rank of the DP group must plan under the"
+        " same options and cap, so set them alike on every rank (keywords, batch settings and "
+        "SEQLEN_BALANCING_* variables)"),
+    (OptionMismatch(Argument.MAX_SAMPLES_PER_MICRO_BATCH, Shown.NUMBER, 0, 2, 3, 0, 10, 13),
+        (14, 0, 0, 2, 3, 0, 11, 14),
+        "the ranks passed different max_samples_per_micro_batch: rank 0 (global rank 10) has "
+        "max_samples_per_micro_batch=2 and rank 3 (global rank 13) has "
+        "max_samples_per_micro_batch=None; every rank of the DP group must plan under the same "
+        "options and cap, so set them alike on every rank (keywords, batch settings and "
+        "SEQLEN_BALANCING_* variables)"),
+    (OptionMismatch(Argument.OVER_CAP, Shown.OVER_CAP, 2, 1, 0, 0), (17, 2, 2, 1, 0, 0, 0, 0),
+        "the ranks passed different over_cap: rank 2 has over_cap='alone' and rank 0 has "
+        "over_cap='raise'; every rank of the DP group must plan under the same options and cap,"
+        " so set them alike on every rank (keywords, batch settings and SEQLEN_BALANCING_* "
+        "variables)"),
+    (OptionMismatch(Argument.PADDED, Shown.SWITCH, 1, 1, 0, 0), (15, 1, 1, 1, 0, 0, 0, 0),
+        "the ranks passed different padded: rank 1 has padded=True and rank 0 has padded=False;"
+        " every rank of the DP group must plan under the same options and cap, so set them "
+        "alike on every rank (keywords, batch settings and SEQLEN_BALANCING_* variables)"),
+    (OptionMismatch(Argument.COSTS, Shown.GIVEN, 0, 1, 1, 0), (13, 3, 0, 1, 1, 0, 0, 0),
+        "the ranks passed different costs: rank 0 passes costs and rank 1 does not; every rank "
+        "of the DP group must plan under the same options and cap, so set them alike on every "
+        "rank (keywords, batch settings and SEQLEN_BALANCING_* variables)"),
+    (OptionMismatch(Argument.LOSS_WEIGHT_KEYS, Shown.HIDDEN, 2, 2**41 + 5, 0, 0),
+        (18, 4, 2, 2**41 + 5, 0, 0, 0, 0),
+        "the ranks passed different loss_weight_keys: rank 2 and rank 0 have different values;"
+        " every rank of the DP group must plan under the same options and cap, so set them "
+        "alike on every rank (keywords, batch settings and SEQLEN_BALANCING_* variables)"),
+    (OptionMismatch(Argument.MAX_TOKEN_LEN, Shown.NUMBER, 1, 2**41 + 9, 0, 8),
+        (0, 0, 1, 2**41 + 9, 0, 8, 0, 0),
+        "the ranks passed different max_token_len: rank 1 has max_token_len=a value too large to"
+        " show and rank 0 has max_token_len=8; every rank of the DP group must plan under the "
+        "same options and cap, so set them alike on every rank (keywords, batch settings and "
+        "SEQLEN_BALANCING_* variables)"),
     (ModeMismatch(1, 0), (1, 0, 0, 0),
         "the ranks of the DP group disagree on use_dynamic_bsz: rank 1 cuts its batch "
         "statically (use_dynamic_bsz=False) but rank 0 dynamically; store the same "
@@ -297,6 +356,7 @@ TYPE_ERRORS = {
     "NotAnInteger", "NotASwitch", "OverCapNotAString", "LengthNotAnInteger", "LengthsNotASequence",
     "NotADataProto", "NotATensorDict", "NonTensorNotArray", "EntryLayout", "EntryStack",
     "MetaInfoNotCopyable", "ProtoRaggedStack", "LossWeightNotTensor", "LossWeightKeysNotKeys",
+    "UnknownOption", "NotPlanOptions",
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -14,16 +15,14 @@ from hypothesis import strategies as st
 from oracles import brute_force_optimum_cost
 from seqlen_balancing import lower_bound, plan_data_parallel, plan_micro_batches
 from seqlen_balancing.cost import (
-    ENV_MICRO_BATCH_MULTIPLE_OF,
-    ENV_PAD_TO_MULTIPLE_OF,
     aligned_length,
-    alignment_from_env,
     megatron_alignment,
     micro_batch_capacity,
     micro_batch_cost,
     sample_costs,
 )
 from seqlen_balancing.errors import LengthNotAnInteger
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planner import analyse
 
 
@@ -88,17 +87,20 @@ def test_sample_costs() -> None:
         sample_costs([5], pad_to_multiple_of=0)
 
 
-def test_alignment_from_env() -> None:
-    assert alignment_from_env({}) == (1, 1)
-    both = {ENV_PAD_TO_MULTIPLE_OF: "16", ENV_MICRO_BATCH_MULTIPLE_OF: " 512 "}
-    assert alignment_from_env(both) == (16, 512)
-    assert alignment_from_env({ENV_PAD_TO_MULTIPLE_OF: ""}) == (1, 1)
-    assert ENV_PAD_TO_MULTIPLE_OF == "SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF"
-    assert ENV_MICRO_BATCH_MULTIPLE_OF == "SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF"
+def _alignment(environ: dict[str, str]) -> tuple[int, int]:
+    options = PlanOptions.from_env(environ)
+    return options.pad_to_multiple_of, options.micro_batch_multiple_of
+
+
+def test_the_alignment_from_the_environment() -> None:
+    pad, bucket = "SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", "SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF"
+    assert _alignment({}) == (1, 1)
+    assert _alignment({pad: "16", bucket: " 512 "}) == (16, 512)
+    assert _alignment({pad: ""}) == (1, 1)
     for bad in ("0", "-4", "16.0", "tp4"):
-        expected = f"SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF={bad!r} must be a positive"
+        expected = re.escape(f"{pad}={bad!r} is not accepted: it takes a positive integer")
         with pytest.raises(ValueError, match=expected):
-            alignment_from_env({ENV_PAD_TO_MULTIPLE_OF: bad})
+            _alignment({pad: bad})
 
 
 # --------------------------------------------------------------------------- the cases
@@ -114,7 +116,7 @@ def test_65_samples_of_250_tokens_one_micro_batch_today_two_aligned_to_32() -> N
     assert sum(aligned_sums(lengths, plan, 32)) == 16_640
     assert lower_bound(lengths, 16_384) == 1
     assert lower_bound(lengths, 16_384, pad_to_multiple_of=32) == 2
-    result = analyse(lengths, 16_384, pad_to_multiple_of=32)
+    result = analyse(lengths, 16_384, PlanOptions(pad_to_multiple_of=32))
     assert (result.min_count, result.lower_bound, result.proven_optimal) == (2, 2, True)
     assert result.group_sizes == [256] * 65 and result.max_token_len == 16_384
 
@@ -201,7 +203,7 @@ def test_every_micro_batch_costs_at_most_the_cap(
     assert_cover(plan, len(lengths))
     costs = [aligned_length(n, pad) for n in lengths]
     assert all(micro_batch_cost([costs[i] for i in mb], bucket) <= cap for mb in plan)
-    result = analyse(lengths, cap, pad_to_multiple_of=pad, micro_batch_multiple_of=bucket)
+    result = analyse(lengths, cap, PlanOptions(pad_to_multiple_of=pad, micro_batch_multiple_of=bucket))
     assert result.lower_bound <= len(plan)
 
 

@@ -27,6 +27,7 @@ import pytest
 
 from oracles import brute_force_optimum_cost, model_karmarkar_karp, model_verl_plan, workload
 from seqlen_balancing import lower_bound, plan_data_parallel, plan_micro_batches
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planner import analyse
 
 #: Random combinations per API (the closing note of issue 25 reports these numbers).
@@ -174,8 +175,8 @@ def test_random_combinations_on_the_list_api() -> None:
                 plan_micro_batches(setting["lengths"], setting["cap"], **call)
             continue
         assert isinstance(need, int)
-        analysis = analyse(setting["lengths"], setting["cap"], **{
-            k: v for k, v in kwargs.items() if k != "use_dynamic_bsz_balance"}, costs=setting["costs"])
+        analysis = analyse(setting["lengths"], setting["cap"], PlanOptions(**kwargs),
+                           costs=setting["costs"])
         # the bounds speak the same cost: never above the optimum
         if (setting["min"] or 1) > n_groups:
             assert analysis.error is not None and "min_num_micro_batch" in str(analysis.error.exception())
@@ -320,7 +321,10 @@ def test_the_issue_case_on_rearrange_and_prepare_micro_batches() -> None:
     )):
         prepare_micro_batches(data, pad_to_multiple_of=8)
     with pytest.raises(ValueError, match=r"^costs applies to the dynamic path"):
-        prepare_micro_batches(data, costs=costs)
+        prepare_micro_batches(data, costs=costs, pad_to_multiple_of=1)
+    # the batch's own setting is an option too: never silently ignored (issue 30)
+    with pytest.raises(ValueError, match=r"^pad_to_multiple_of=8 applies to the dynamic path"):
+        prepare_micro_batches(data)
     mbs, indices = prepare_micro_batches(data, pad_to_multiple_of=1, micro_batch_multiple_of=1)
     assert [len(mb) for mb in mbs] == [13] * 5 and indices is None
 
@@ -362,7 +366,8 @@ def test_the_issue_case_under_the_switch_with_the_alignment_variable(tmp_path: P
 @pytest.mark.timeout(300)
 @pytest.mark.slow
 def test_random_combinations_on_two_gloo_ranks(tmp_path: Path) -> None:
-    from distributed.test_oracle import run_world
+    from distributed import _world
+    from distributed.test_oracle import _WORKER, DEADLINE_S
 
     rng = random.Random(99)
     rounds, outcomes = [], []
@@ -379,7 +384,7 @@ def test_random_combinations_on_two_gloo_ranks(tmp_path: Path) -> None:
             "micro_batch_multiple_of": s["bucket"], "costs": s["costs"],
         } for s in settings]})
     assert {kind for kind, _ in outcomes} == {"plan", "raised"}
-    records = run_world(2, rounds, tmp_path)
+    records = _world.run_world(_WORKER, 2, rounds, tmp_path, DEADLINE_S)
     for number, (round_, (kind, want)) in enumerate(zip(rounds, outcomes, strict=True)):
         got = [records[rank][number] for rank in range(2)]
         where = (number, round_, got)

@@ -10,6 +10,7 @@ import pytest
 
 from seqlen_balancing.cost import transformer_workload_coefficients
 from seqlen_balancing.errors import MAX_DUMMY_MICRO_BATCHES
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planner import analyse, over_cap_messages
 from seqlen_balancing.verl.switch import options_from_env
 
@@ -26,7 +27,7 @@ def test_the_python_example_runs() -> None:
 
 def test_the_warning_text_is_the_librarys() -> None:
     (shown,) = re.findall(r"```text\n\s*(.*?)\n\s*```", TEXT, flags=re.DOTALL)
-    result = analyse([5000, 100, 200], 4096, over_cap="alone")
+    result = analyse([5000, 100, 200], 4096, PlanOptions(over_cap="alone"))
     assert over_cap_messages(result, rank=1) == [shown.strip()]
 
 
@@ -47,10 +48,10 @@ def test_the_numbers_on_the_page() -> None:
     [
         ("SEQLEN_BALANCING_OVER_CAP", "alone", {"over_cap": "alone"}),
         ("SEQLEN_BALANCING_DUMMY_MICRO_BATCHES", "true", {"dummy_micro_batches": True}),
-        ("SEQLEN_BALANCING_DUMMY_MICRO_BATCHES", "0", {}),
+        ("SEQLEN_BALANCING_DUMMY_MICRO_BATCHES", "0", {"dummy_micro_batches": False}),
+        ("SEQLEN_BALANCING_DUMMY_MICRO_BATCHES", "", {}),
         ("SEQLEN_BALANCING_LOSS_WEIGHT_KEYS", "a, b", {"loss_weight_keys": ("a", "b")}),
-        ("SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", "16", {"pad_to_multiple_of": 16,
-                                                       "micro_batch_multiple_of": 1}),
+        ("SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", "16", {"pad_to_multiple_of": 16}),
     ],
 )
 def test_every_variable_in_the_table_does_what_it_says(variable: str, value: str,
@@ -62,6 +63,7 @@ def test_every_variable_in_the_table_does_what_it_says(variable: str, value: str
 def test_the_workload_model_variable() -> None:
     assert "`SEQLEN_BALANCING_WORKLOAD_MODEL`" in TEXT
     options = options_from_env({"SEQLEN_BALANCING_WORKLOAD_MODEL": "hidden_size=4096"})
-    assert options["workloads"]([10, 1000]) == [24576 * 10 + 100, 24576 * 1000 + 1000**2]
-    with pytest.raises(ValueError, match="SEQLEN_BALANCING_DUMMY_MICRO_BATCHES='maybe' must be 1 or 0"):
+    assert options["workload_model"].workloads([10, 1000]) == [24576 * 10 + 100, 24576 * 1000 + 1000**2]
+    maybe = "SEQLEN_BALANCING_DUMMY_MICRO_BATCHES='maybe' is not a switch value"
+    with pytest.raises(ValueError, match=maybe):
         options_from_env({"SEQLEN_BALANCING_DUMMY_MICRO_BATCHES": "maybe"})

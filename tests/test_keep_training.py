@@ -22,6 +22,7 @@ from oracles import brute_force_optimum, model_karmarkar_karp, workload
 from seqlen_balancing import get_seqlen_balanced_partitions, plan_data_parallel, plan_micro_batches
 from seqlen_balancing.agreement import combine, decode, encode
 from seqlen_balancing.errors import MAX_DUMMY_MICRO_BATCHES
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planner import analyse, over_cap_messages
 
 LOGGER = "seqlen_balancing"
@@ -67,7 +68,7 @@ def test_over_cap_on_two_ranks_agree_and_only_the_holder_warns(
 
 
 def test_over_cap_group_is_named_by_its_first_sample_and_counted_in_the_bound() -> None:
-    result = analyse([10, 10, 3000, 2000, 5, 5], 4096, force_group_size=2, over_cap="alone")
+    result = analyse([10, 10, 3000, 2000, 5, 5], 4096, PlanOptions(force_group_size=2, over_cap="alone"))
     assert result.over_cap_groups == [1]
     assert result.min_count == result.lower_bound == 2
     assert over_cap_messages(result) == [
@@ -150,10 +151,10 @@ def test_a_poisoned_rank_fails_every_rank_with_dummies_on() -> None:
 
 
 def test_too_many_dummies_through_the_agreement_names_the_short_rank() -> None:
-    long_rank = analyse([1, 1], 1)
+    long_rank = analyse([1, 1], 1, PlanOptions(dummy_micro_batches=True))  # the same options
     long_rank.min_count = MAX_DUMMY_MICRO_BATCHES + 10  # as if it held that many samples
     long_rank.group_sizes = [1] * (MAX_DUMMY_MICRO_BATCHES + 10)
-    short_rank = analyse([1, 1], 1, dummy_micro_batches=True)
+    short_rank = analyse([1, 1], 1, PlanOptions(dummy_micro_batches=True))
     count, error, rank = decode(combine([encode(long_rank, 0), encode(short_rank, 1)]))
     assert (count, rank) == (0, 1)
     assert error is not None

@@ -102,7 +102,11 @@ def test_loss_weight_keys_are_checked_first(keys: tuple[str, ...], named: Any,
     with pytest.raises(error) as caught:
         rearrange_micro_batches(batch, 100, dummy_micro_batches=True, loss_weight_keys=named)
     assert fragment in str(caught.value)
-    # Without dummies nothing about loss weights is asked.
+    if isinstance(named, int):  # the option's type: one validation, with dummies or without
+        with pytest.raises(TypeError, match="loss_weight_keys must be a key"):
+            rearrange_micro_batches(batch, 100, loss_weight_keys=named)
+        return
+    # Without dummies nothing about the batch's loss weights is asked.
     assert len(rearrange_micro_batches(batch, 100, loss_weight_keys=named)[0]) == 1
 
 

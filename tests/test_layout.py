@@ -24,8 +24,13 @@ LAYERS: list[tuple[str, ...]] = [
     # errors/ is a package: record.py at its bottom, the areas of records above it (see
     # test_the_error_areas_import_only_the_record_room)
     ("_checks", "errors", "data"),
-    ("cost", "partition", "bounds", "packing", "balance", "padded"),
-    ("analysis",),
+    ("cost", "partition", "bounds", "per_sample"),
+    # the one rule: built on the plain bounds, taken by every algorithm above it
+    ("rule",),
+    ("packing", "repack", "balance"),
+    # the options object: checked values the planner, the batch glue, verl and the CLI take
+    ("options",),
+    ("analysis", "items"),
     ("search",),
     ("planner", "verl_rule"),
     # the whole step across DP ranks: the lock-step model and grid, then the global planner

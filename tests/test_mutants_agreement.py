@@ -25,16 +25,18 @@ from seqlen_balancing.errors import (
     Argument,
     BelowOne,
     CountAboveGroups,
-    DivisorMismatch,
     LengthSource,
     MinAboveGroups,
     ModeMismatch,
     NegativeLength,
     NotDivisible,
+    OptionMismatch,
     PlanError,
     SampleOverCap,
+    Shown,
     StaticCountMismatch,
 )
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planner import RankAnalysis, analyse
 
 MASK = (1 << 20) - 1
@@ -45,25 +47,53 @@ NONE = -(1 << 62)  # a negated slot of a rank with nothing to say
 CODE_BITS = 6  # codes 1..48 (module docstring: N.bit_length() bits)
 
 
+#: The request's quantities in slot order (agreement.py's docstring): the agreed options of
+#: PlanOptions (same_micro_num_in_dp decides whether ranks agree, so it is not one), the cap,
+#: whether costs and workloads are given.
+REQUEST_NAMES = [
+    "force_group_size", "num_batches_divided_by", "min_num_micro_batch", "use_dynamic_bsz_balance",
+    "pad_to_multiple_of", "micro_batch_multiple_of", "padded", "max_samples_per_micro_batch",
+    "over_cap", "dummy_micro_batches", "loss_weight_keys", "workload_model", "max_token_len",
+    "costs", "workloads",
+]
+FIXED = 27  # slots before the request's pairs
+SIZE = FIXED + 2 * len(REQUEST_NAMES)
+
+
+def request(cap: int | None, **changed: int) -> list[int | None]:
+    """The request of a rank asked for verl's defaults under ``cap``, by hand: the positive
+    integers 1 (None counts as 1 for the divisor and the floor), switches and over_cap 0,
+    keys and model None (0), the cap, nothing given; ``changed`` overrides by name."""
+    values = dict(zip(REQUEST_NAMES, [1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, cap, 0, 0], strict=True))
+    values.update(changed)
+    return [values[name] for name in REQUEST_NAMES]
+
+
 def model_vector(
     rank: int,
     error: PlanError | None = None,
-    dynamic: tuple[int, int, int] | None = None,
+    dynamic: tuple[int, int] | None = None,
     static: int | None = None,
     largest: int = 0,
     dummies: bool = False,
+    asked: list[int | None] | None = None,
 ) -> list[int]:
-    """The 29 slots as agreement.py's docstring lays them out, written out by hand: 0 the
-    error key, 1-18 the error's 9 values in halves, then count (19), groups (20), divisor
-    and its negation (21, 22), mode (23, 24), static count (25, 26), largest (27) and the
-    dummies' groups (28). ``dynamic`` is (needed count, groups, num_batches_divided_by);
-    ``largest`` the longest sample or group (capped at 2**62 + 1, which stands for "above
-    2**62"); ``dummies``: the rank may run dummy micro-batches, so its groups go to slot 28,
-    not 20."""
+    """The slots as agreement.py's docstring lays them out, written out by hand: 0 the error
+    key, 1-18 the error's 9 values in halves, then count (19), groups (20), mode (21, 22),
+    static count (23, 24), largest (25), the dummies' groups (26), then a pair per quantity
+    of the request (27 on: ``value << 20 | tag`` and ``-value << 20 | tag``). ``dynamic`` is
+    (needed count, groups); ``largest`` the longest sample or group (capped at 2**62 + 1,
+    which stands for "above 2**62"); ``dummies``: the rank may run dummy micro-batches, so
+    its groups go to slot 26, not 20; ``asked``: the request's values (``None``: the rank
+    states none, every pair idle)."""
     tag = MASK - rank
-    v = [0] * 29
-    v[27] = min(largest, 2**62 + 1)
-    v[28] = NONE
+    v = [0] * SIZE
+    v[25] = min(largest, 2**62 + 1)
+    v[26] = NONE
+    for j in range(len(REQUEST_NAMES)):
+        value = None if asked is None else asked[j]
+        v[FIXED + 2 * j] = 0 if value is None else value * 2**20 + tag
+        v[FIXED + 2 * j + 1] = NONE if value is None else -value * 2**20 + tag
     if error is not None:
         v[0] = tag << CODE_BITS | error.code
         padded = list(error.values()) + [0] * (9 - len(error.values()))
@@ -71,20 +101,19 @@ def model_vector(
             value = value if 0 <= value < TOP else TOP
             v[1 + 2 * j] = tag * 2**HALF + value // 2**HALF
             v[2 + 2 * j] = tag * 2**HALF + value % 2**HALF
-        v[20] = v[22] = v[24] = v[26] = NONE
+        v[20] = v[22] = v[24] = NONE
     elif static is not None:
-        v[23], v[24] = 2 * 2**20 + tag, -2 * 2**20 + tag
-        v[25], v[26] = static * 2**20 + tag, -static * 2**20 + tag
-        v[20] = v[22] = NONE
+        v[21], v[22] = 2 * 2**20 + tag, -2 * 2**20 + tag
+        v[23], v[24] = static * 2**20 + tag, -static * 2**20 + tag
+        v[20] = NONE
     else:
         assert dynamic is not None
-        needed, groups, divisor = dynamic
+        needed, groups = dynamic
         v[19], v[20] = needed * 2**20 + tag, -groups * 2**20 + tag
         if dummies:
-            v[20], v[28] = NONE, v[20]
-        v[21], v[22] = divisor, -divisor
-        v[23], v[24] = 1 * 2**20 + tag, -1 * 2**20 + tag
-        v[26] = NONE
+            v[20], v[26] = NONE, v[20]
+        v[21], v[22] = 1 * 2**20 + tag, -1 * 2**20 + tag
+        v[24] = NONE
     return v
 
 
@@ -98,12 +127,17 @@ def error_analysis(error: PlanError) -> RankAnalysis:
 
 def test_the_layout_is_declared_once_and_documented_by_name() -> None:
     names = [slot.name for slot in LAYOUT.slots]
-    assert names == ["error_key", "error_values", "count", "groups", "divisor", "neg_divisor", "mode",
-                     "neg_mode", "static", "neg_static", "largest", "dummy_groups"]
-    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == 29
-    assert [LAYOUT.start(n) for n in names] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28]
+    fixed = ["error_key", "error_values", "count", "groups", "mode", "neg_mode", "static",
+             "neg_static", "largest", "dummy_groups"]
+    pairs = [f"{neg}option_{name}" for name in REQUEST_NAMES for neg in ("", "neg_")]
+    assert names == fixed + pairs
+    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 57
+    assert [LAYOUT.start(n) for n in fixed] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26]
+    assert [LAYOUT.start(n) for n in pairs] == list(range(FIXED, SIZE))
+    assert [name for name, _, _ in agreement.REQUEST] == REQUEST_NAMES
     doc = agreement.__doc__ or ""
-    assert [n for n in names if f"``{n}``" not in doc] == []  # every slot named as declared
+    assert [n for n in fixed if f"``{n}``" not in doc] == []  # every slot named as declared
+    assert "``option_<name>``" in doc and "``neg_option_<name>``" in doc
     assert len(RECORDS).bit_length() == CODE_BITS
     # Appending a slot is one more Slot: the earlier indices stay, the size grows.
     longer = Layout(*LAYOUT.slots, Slot("option", 2, idle=NONE))
@@ -116,7 +150,7 @@ def test_the_layout_is_declared_once_and_documented_by_name() -> None:
 
 
 def test_rank_range_is_inclusive_of_the_last_rank() -> None:
-    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE == 29
+    assert len(encode(analyse([1], 4), MASK)) == VECTOR_SIZE == SIZE
     for rank in (MASK + 1, -1):
         with pytest.raises(ValueError, match=f"DP rank must be in 0..{MASK}, got {rank}"):
             encode(analyse([1], 4), rank)
@@ -125,18 +159,38 @@ def test_rank_range_is_inclusive_of_the_last_rank() -> None:
 @pytest.mark.parametrize("rank", [0, 1, 4096, 70000, MASK])
 def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
     # Dynamic: [8, 8, 1] under a cap of 9 needs 2 micro-batches of 3 samples.
-    assert encode(analyse([8, 8, 1], 9), rank) == model_vector(rank, dynamic=(2, 3, 1), largest=8)
-    five = analyse([1] * 5, 9, num_batches_divided_by=3)
-    assert encode(five, rank) == model_vector(rank, dynamic=(1, 5, 3), largest=1)
+    assert encode(analyse([8, 8, 1], 9), rank) == model_vector(
+        rank, dynamic=(2, 3), largest=8, asked=request(9))
+    five = analyse([1] * 5, 9, PlanOptions(num_batches_divided_by=3))
+    assert encode(five, rank) == model_vector(
+        rank, dynamic=(1, 5), largest=1, asked=request(9, num_batches_divided_by=3))
+    # the static path states no request (its options do not act there)
     assert encode(analyse([1], 4), rank, static_count=7) == model_vector(rank, static=7, largest=1)
-    grouped = analyse([3, 4, 9, 1], 20, force_group_size=2)  # groups of 7 and 10 tokens
-    assert encode(grouped, rank) == model_vector(rank, dynamic=(1, 2, 1), largest=10)
+    grouped = analyse([3, 4, 9, 1], 20, PlanOptions(force_group_size=2))  # groups of 7 and 10 tokens
+    assert encode(grouped, rank) == model_vector(
+        rank, dynamic=(1, 2), largest=10, asked=request(20, force_group_size=2))
+    every = PlanOptions(min_num_micro_batch=2, use_dynamic_bsz_balance=False, pad_to_multiple_of=4,
+                        micro_batch_multiple_of=8, over_cap="alone", dummy_micro_batches=True)
+    costly = analyse([3, 4, 9], 40, every, costs=[1, 2, 3], workloads=[5, 6, 7])
+    asked = request(40, min_num_micro_batch=2, use_dynamic_bsz_balance=0, pad_to_multiple_of=4,
+                    micro_batch_multiple_of=8, over_cap=1, dummy_micro_batches=1, costs=1,
+                    workloads=1)
+    assert encode(costly, rank) == model_vector(rank, dynamic=(2, 3), largest=4, dummies=True,
+                                                asked=asked)
+    limited = analyse([3, 4, 9], 40, PlanOptions(max_samples_per_micro_batch=2, padded=True))
+    assert encode(limited, rank) == model_vector(
+        rank, dynamic=(2, 3), largest=9, asked=request(40, max_samples_per_micro_batch=2, padded=1))
     over = analyse([3, 40, 9], 20)  # the longest sample (40) travels with the error
     assert over.error is not None
-    assert encode(over, rank)[27] == 40
-    huge = analyse([2**63], 2**64)
-    assert encode(huge, rank)[27] == 2**62 + 1
-    assert encode(analyse([2**62], 2**64), rank)[27] == 2**62  # exact up to 2**62
+    assert encode(over, rank) == model_vector(rank, error=over.error, largest=40, asked=request(20))
+    no_cap = analyse([1, 2], 0)  # a cap that is not one: its slots idle, its error speaks
+    assert no_cap.error is not None
+    assert encode(no_cap, rank) == model_vector(rank, error=no_cap.error, largest=2,
+                                                asked=request(None))
+    huge = analyse([2**63], 2**64)  # a cap of 2**41 or more travels as a hash
+    assert encode(huge, rank)[25] == 2**62 + 1
+    assert encode(huge, rank)[FIXED + 24] >> 20 >= 2**41
+    assert encode(analyse([2**62], 2**64), rank)[25] == 2**62  # exact up to 2**62
     error = SampleOverCap(1 << 40, (1 << 38) - 1, 3, TOP - 1, 1 << 80, 7, 8, 16, True)
     assert encode(error_analysis(error), rank) == model_vector(rank, error=error)
 
@@ -179,20 +233,22 @@ def test_every_slot_is_int64_even_for_huge_values() -> None:
         encode(error_analysis(over_cap(big, big, big, big, big, big)), MASK),
         encode(error_analysis(over_cap(1 << 70, 0, 3, 1, 1 << 70)), 0),
         encode(error_analysis(over_cap(TOP - 1, TOP, 1 << 90, 0, 1)), MASK),
-        encode(analyse([1, 2], 4, num_batches_divided_by=(1 << 63) + 5), 3),
-        encode(analyse([1, 2], 4, num_batches_divided_by=1 << 42), 3),
-        encode(analyse([1, 2], 4, num_batches_divided_by=(1 << 42) + 1), 3),
+        encode(analyse([1, 2], 4, PlanOptions(num_batches_divided_by=(1 << 63) + 5)), 3),
+        encode(analyse([1, 2], 4, PlanOptions(num_batches_divided_by=(1 << 41) - 1)), 3),
+        encode(analyse([1, 2], 4, PlanOptions(num_batches_divided_by=1 << 41)), 3),
         encode(analyse([1, 2], 4), 0, static_count=1 << 42),
+        encode(analyse([1, 2], 2**70), MASK),
     ]
     for vector in vectors:
         assert all(INT64[0] <= value <= INT64[1] for value in vector), vector
-    # 2**42 is the largest divisor the vector carries; one more is the rank's own error.
-    assert vectors[4] == model_vector(3, dynamic=(1, 2, 1 << 42), largest=2)
+    # 2**41 - 1 is the largest divisor the vector carries; one more is the rank's own error.
+    assert vectors[4] == model_vector(3, dynamic=(1, 2), largest=2,
+                                      asked=request(4, num_batches_divided_by=(1 << 41) - 1))
     assert vectors[5][0] == (MASK - 3) << CODE_BITS | CountAboveGroups.code
     _, error, rank = decode(vectors[5])
     assert rank == 3 and error is not None
     # (agreed count, groups, count before rounding, rank needing it, its global rank)
-    assert error == CountAboveGroups((1 << 42) + 1, 2, 1, 3, None, rank=3)
+    assert error == CountAboveGroups(1 << 41, 2, 1, 3, None, rank=3)
 
 
 @pytest.mark.parametrize(
@@ -290,18 +346,22 @@ def test_agreed_count_and_the_ranks_named() -> None:
     assert error == CountAboveGroups(3, 2, 3, 2, 9, rank=0, global_rank=5)
     assert error.message().startswith("rank 0 of the DP group (global rank 5): ")
     assert "(rank 2 (global rank 9) needs 3)" in error.message()
-    analyses = [analyse([8, 8, 8], 8), analyse([1, 1, 1, 1], 8, num_batches_divided_by=1)]
+    analyses = [analyse([8, 8, 8], 8), analyse([1, 1, 1, 1], 8, PlanOptions(num_batches_divided_by=1))]
     assert decode(combine([encode(a, r) for r, a in enumerate(analyses)])) == (3, None, None)
 
 
 def test_rounding_to_the_divisor_and_the_divisor_mismatch() -> None:
-    same = [analyse([8, 8, 8, 1], 9, num_batches_divided_by=2), analyse([1] * 6, 9, num_batches_divided_by=2)]
+    two = PlanOptions(num_batches_divided_by=2)
+    same = [analyse([8, 8, 8, 1], 9, two), analyse([1] * 6, 9, two)]
     assert decode(combine([encode(a, r) for r, a in enumerate(same)])) == (4, None, None)
-    differ = [analyse([1] * 4, 8, num_batches_divided_by=2), analyse([1] * 4, 8, num_batches_divided_by=3)]
+    differ = [analyse([1] * 4, 8, two), analyse([1] * 4, 8, PlanOptions(num_batches_divided_by=3))]
     count, error, rank = decode(combine([encode(a, r) for r, a in enumerate(differ)]))
     assert (count, rank) == (0, None)
-    assert error == DivisorMismatch(2, 3)
-    assert "from 2 to 3" in error.message()
+    assert error == OptionMismatch(Argument.NUM_BATCHES_DIVIDED_BY, Shown.NUMBER, 1, 3, 0, 2)
+    assert "rank 1 has num_batches_divided_by=3 and rank 0 has num_batches_divided_by=2" in error.message()
+    # None and 1 plan alike, and agree
+    ones = [analyse([1] * 4, 8), analyse([1] * 4, 8, PlanOptions(num_batches_divided_by=1))]
+    assert decode(combine([encode(a, r) for r, a in enumerate(ones)])) == (1, None, None)
 
 
 def test_plan_data_parallel_passes_every_setting_on() -> None:

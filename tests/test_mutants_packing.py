@@ -24,13 +24,13 @@ from seqlen_balancing.bounds import (
     l2_lower_bound,
 )
 from seqlen_balancing.packing import (
-    _FixedCount,
     best_fit_decreasing,
     closing_fit_decreasing,
     minimum_bin_slack,
-    reduce_bins,
     split_to_count,
 )
+from seqlen_balancing.repack import _FixedCount, reduce_bins
+from seqlen_balancing.rule import Rule
 
 
 def model_split(sizes: list[int], bins: list[list[int]], count: int) -> list[list[int]]:
@@ -554,7 +554,7 @@ def test_free_sums_offers_every_sum_of_one_to_three_free_items() -> None:
     for f in (1, 2, 3, 15, 16, 17, 63, 64, 65):
         sizes = [rng.randint(1, 10_000) for _ in range(f + 3)]
         free = rng.sample(range(len(sizes)), f)
-        search = _FixedCount(sizes, 20_000, [], list(free), seed=0)
+        search = _FixedCount(Rule.sums(sizes, 20_000), [], list(free), seed=0)
         keys, codes = search._free_sums()
         # Documented: pairs for pools of up to 64 items, triples for up to 16.
         most = 3 if f <= 16 else 2 if f <= 64 else 1
@@ -575,7 +575,7 @@ def test_outs_offers_every_set_of_up_to_two_items_of_a_bin() -> None:
     for m in (0, 1, 2, 5, 12, 13):
         sizes = [rng.randint(1, 100) for _ in range(m + 2)]
         items = rng.sample(range(len(sizes)), m)
-        search = _FixedCount(sizes, 10_000, [list(items)], [], seed=0)
+        search = _FixedCount(Rule.sums(sizes, 10_000), [list(items)], [], seed=0)
         out_sizes, out_codes = search._outs(0)
         most = 2 if m <= 12 else 1  # documented: pairs for bins of up to 12 items
         expected = sorted(
@@ -602,7 +602,7 @@ def test_best_move_gains_the_most_load() -> None:
         packed, free = order[:cut], order[cut:]
         while sum(sizes[i] for i in packed) > cap:
             free.append(packed.pop())
-        search = _FixedCount(sizes, cap, [packed], free, seed=0)
+        search = _FixedCount(Rule.sums(sizes, cap), [packed], free, seed=0)
         keys, codes = search._free_sums()
         gain, out_code, in_code = search._best_move(0, keys, codes)
         load = sum(sizes[i] for i in packed)
@@ -651,7 +651,7 @@ def test_descend_stops_only_where_no_exchange_gains() -> None:
             else:
                 free.append(i)
         weight = sum(sizes[i] for i in free)
-        search = _FixedCount(sizes, cap, [list(b) for b in bins], list(free), seed=0)
+        search = _FixedCount(Rule.sums(sizes, cap), [list(b) for b in bins], list(free), seed=0)
         search.descend(10**9)
         placed = sorted(i for b in search.bins for i in b)
         assert sorted(placed + search.free) == list(range(len(sizes)))
@@ -665,7 +665,7 @@ def test_descend_stops_only_where_no_exchange_gains() -> None:
 def test_descend_spends_no_more_than_its_budget() -> None:
     # Two bins with room and three free items: several exchanges would gain.
     sizes, cap = [5, 5, 3, 4, 2], 10
-    search = _FixedCount(sizes, cap, [[0], [1]], [2, 3, 4], seed=0)
+    search = _FixedCount(Rule.sums(sizes, cap), [[0], [1]], [2, 3, 4], seed=0)
     search.descend(0)  # no budget: no exchange
     assert (search.bins, search.free) == ([[0], [1]], [2, 3, 4])
     # Budget 1: the budget is checked after each exchange, so exactly one is applied (the

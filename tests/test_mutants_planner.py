@@ -16,7 +16,7 @@ import random
 import pytest
 
 import seqlen_balancing.search as search
-from seqlen_balancing.balance import _lpt_with_cap, _rebalance, order_micro_batches, spread
+from seqlen_balancing.balance import lpt, order_micro_batches, rebalance, spread
 from seqlen_balancing.errors import (
     Argument,
     BelowOne,
@@ -28,6 +28,7 @@ from seqlen_balancing.errors import (
     NegativeLength,
     NotAnInteger,
 )
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planner import (
     RankAnalysis,
     agreed_count,
@@ -37,7 +38,23 @@ from seqlen_balancing.planner import (
     local_count,
     plan_micro_batches,
 )
-from seqlen_balancing.search import _close_gap, _fits
+from seqlen_balancing.rule import Rule
+from seqlen_balancing.search import _close_gap
+
+
+def sum_lpt(sizes: list[int], work: list[int], cap: int, count: int) -> list[list[int]] | None:
+    """The capacity-aware LPT under the summed-cost rule of ``sizes`` and ``cap``."""
+    return lpt(Rule.sums(sizes, cap), work, count)
+
+
+def sum_rebalance(bins: list[list[int]], sizes: list[int], work: list[int], cap: int) -> list[list[int]]:
+    """The rebalance under the summed-cost rule of ``sizes`` and ``cap``."""
+    return rebalance(Rule.sums(sizes, cap), bins, work)
+
+
+def sum_close_gap(sizes: list[int], cap: int, packing: list[list[int]], lower: int) -> list[list[int]]:
+    """The exchange search step under the summed-cost rule of ``sizes`` and ``cap``."""
+    return _close_gap(Rule.sums(sizes, cap), packing, lower)
 
 
 def model_lpt(sizes: list[int], work: list[int], cap: int, count: int) -> list[list[int]] | None:
@@ -110,7 +127,7 @@ def test_rebalance_keeps_its_contract_on_random_plans() -> None:
         if any(sum(sizes[i] for i in b) > cap for b in bins):
             continue
         _CountingBin.moves = 0
-        got = _rebalance([_CountingBin(b) for b in bins], sizes, work, cap)
+        got = sum_rebalance([_CountingBin(b) for b in bins], sizes, work, cap)
         moves = _CountingBin.moves
         assert len(got) == len(bins)
         assert sorted(g for b in got for g in b) == sorted(g for b in bins for g in b)
@@ -130,9 +147,9 @@ def test_rebalance_keeps_its_contract_on_random_plans() -> None:
 def test_rebalance_hand_checked() -> None:
     # Loads 60 and 5: the lightest bin takes group 0 (workload 30, closest to half of 55);
     # then no group of the heavier bin is below the gap of 5.
-    assert _rebalance([[0, 1, 2], [3]], [3, 3, 3, 1], [30, 20, 10, 5], 10) == [[1, 2], [3, 0]]
+    assert sum_rebalance([[0, 1, 2], [3]], [3, 3, 3, 1], [30, 20, 10, 5], 10) == [[1, 2], [3, 0]]
     # Room limits the move: group 0 (6 tokens) cannot join a bin with 5 of 10 tokens.
-    assert _rebalance([[0, 1], [2]], [6, 1, 5], [60, 40, 1], 10) == [[0], [2, 1]]
+    assert sum_rebalance([[0, 1], [2]], [6, 1, 5], [60, 40, 1], 10) == [[0], [2, 1]]
 
 
 def test_rebalance_stops_after_two_rounds_per_micro_batch() -> None:
@@ -140,7 +157,7 @@ def test_rebalance_stops_after_two_rounds_per_micro_batch() -> None:
     # is equally close to half the gap, so the lowest index goes) and the gap stays >= 12,
     # so only the limit of 2 * 2 = 4 rounds stops it: groups 0..3 move.
     bins: list[list[int]] = [list(range(20)), []]
-    assert _rebalance(bins, [1] * 20, [1] * 20, 100) == [list(range(4, 20)), [0, 1, 2, 3]]
+    assert sum_rebalance(bins, [1] * 20, [1] * 20, 100) == [list(range(4, 20)), [0, 1, 2, 3]]
 
 
 def test_rebalance_tries_the_next_heaviest_bin() -> None:
@@ -149,14 +166,14 @@ def test_rebalance_tries_the_next_heaviest_bin() -> None:
     # 15, |30 - 34| = 4) beats group 2 (20, |40 - 34| = 6). Then loads 70, 20, 16, room 6:
     # bin 0 still cannot give, bin 1's only group (20) is not below its gap of 4, and bin
     # 2 is the lightest itself: stop.
-    got = _rebalance([[0, 1], [2, 3], [4]], [9, 9, 2, 2, 10], [40, 30, 20, 15, 1], 18)
+    got = sum_rebalance([[0, 1], [2, 3], [4]], [9, 9, 2, 2, 10], [40, 30, 20, 15, 1], 18)
     assert got == [[0, 1], [2], [4, 3]]
 
 
 def test_rebalance_leaves_zero_workload_groups() -> None:
     # Gap 49 between loads 50 and 1: group 1 (50) is not below it and group 0 has no
     # workload (moving it would narrow nothing), so nothing moves.
-    assert _rebalance([[0, 1], [2]], [1, 1, 1], [0, 50, 1], 10) == [[0, 1], [2]]
+    assert sum_rebalance([[0, 1], [2]], [1, 1, 1], [0, 50, 1], 10) == [[0, 1], [2]]
 
 
 def test_rebalance_breaks_ties_by_lowest_index() -> None:
@@ -164,7 +181,7 @@ def test_rebalance_breaks_ties_by_lowest_index() -> None:
     # gap 9: groups 0 and 1 (5 each) are as close to 4.5, group 0 moves. Round 2: lightest
     # bin 3, heaviest bin 1 (10), gap 9: group 2 moves. Loads 5, 5, 6, 6: the lightest (bin
     # 0) is 1 below bins 2 and 3, and no group's workload is below 1: stop.
-    got = _rebalance([[0, 1], [2, 3], [4], [5]], [1] * 6, [5, 5, 5, 5, 1, 1], 10)
+    got = sum_rebalance([[0, 1], [2, 3], [4], [5]], [1] * 6, [5, 5, 5, 5, 1, 1], 10)
     assert got == [[1], [3], [4, 0], [5, 2]]
 
 
@@ -173,19 +190,19 @@ def test_lpt_with_cap_follows_its_rule() -> None:
     for _ in range(400):
         _, sizes, work, cap = random_case(rng)
         count = rng.randint(1, len(sizes))
-        assert _lpt_with_cap(sizes, work, cap, count) == model_lpt(sizes, work, cap, count)
+        assert sum_lpt(sizes, work, cap, count) == model_lpt(sizes, work, cap, count)
 
 
 def test_lpt_with_cap_hand_checked() -> None:
     # Equal workloads: larger groups first, and ties on load go to the bin with fewer groups.
-    assert _lpt_with_cap([5, 6, 4], [0, 0, 0], 10, 2) == [[1, 2], [0]]
-    assert _lpt_with_cap([0, 0, 0, 0], [0, 0, 0, 0], 10, 2) == [[0, 2], [1, 3]]
-    assert _lpt_with_cap([5, 5, 4, 3, 3], [5, 5, 4, 3, 3], 10, 2) is None
+    assert sum_lpt([5, 6, 4], [0, 0, 0], 10, 2) == [[1, 2], [0]]
+    assert sum_lpt([0, 0, 0, 0], [0, 0, 0, 0], 10, 2) == [[0, 2], [1, 3]]
+    assert sum_lpt([5, 5, 4, 3, 3], [5, 5, 4, 3, 3], 10, 2) is None
 
 
-def test_fits_is_inclusive() -> None:
-    assert _fits([[0, 1]], [3, 5], 8)
-    assert not _fits([[0, 1]], [3, 6], 8)
+def test_the_summed_rule_is_inclusive() -> None:
+    assert Rule.sums([3, 5], 8).fits([0, 1])
+    assert not Rule.sums([3, 6], 8).fits([0, 1])
 
 
 def test_agreed_count() -> None:
@@ -261,7 +278,7 @@ def test_default_order_is_balanced() -> None:
     assert balanced == [[1], [3], [2], [0]]
     assert plan_micro_batches(lengths, 4, min_num_micro_batch=4) == balanced
     assert plan_micro_batches(lengths, 4, min_num_micro_batch=4, use_dynamic_bsz_balance=False) == in_order
-    analysis = analyse(lengths, 4, min_num_micro_batch=4)
+    analysis = analyse(lengths, 4, PlanOptions(min_num_micro_batch=4))
     assert build_plan(analysis, 4) == balanced
     assert build_plan(analysis, 4, False) == in_order
 
@@ -278,7 +295,7 @@ def test_local_count_raises_the_error_with_the_rank() -> None:
         local_count(analysis, 2)
     with pytest.raises(ValueError, match=r"^the batch has no samples"):
         local_count(analysis)
-    assert local_count(analyse([3, 3, 3, 1], 4, num_batches_divided_by=2)) == 4
+    assert local_count(analyse([3, 3, 3, 1], 4, PlanOptions(num_batches_divided_by=2))) == 4
 
 
 def test_num_micro_batches_is_checked() -> None:
@@ -325,8 +342,7 @@ class _SubInt(int):
         (["x"], 8, {}, TypeError,
          "seq_lens[0] is not an integer; lengths are whole numbers of tokens ('x' (str))"),
         (5, 8, {}, TypeError, "seq_lens must be a sequence of whole numbers of tokens, one per sample "
-         "(a list, a tuple, a 1-D tensor or array), got something that is not "
-         "(seq_lens must be a sequence, got 5 (int))"),
+         "(a list, a tuple, a 1-D tensor or array), got a value of type int"),
         ([1, 1.5], 8, {}, TypeError,
          "seq_lens[1] is not an integer; lengths are whole numbers of tokens (1.5 (float))"),
         ([1, -3], 8, {}, ValueError, "seq_lens[1] is -3; lengths must be >= 0 tokens"),
@@ -362,8 +378,8 @@ def test_whole_numbers_of_any_int_type_are_lengths() -> None:
 
 def test_analysis_records_its_lower_bound() -> None:
     assert analyse([6, 6, 6], 10).lower_bound == 3
-    assert analyse([6, 6, 6], 10, min_num_micro_batch=3).lower_bound == 3
-    assert analyse([1, 1, 1], 10, min_num_micro_batch=2).lower_bound == 2
+    assert analyse([6, 6, 6], 10, PlanOptions(min_num_micro_batch=3)).lower_bound == 3
+    assert analyse([1, 1, 1], 10, PlanOptions(min_num_micro_batch=2)).lower_bound == 2
 
 
 def fewest_bins(sizes: list[int], cap: int) -> int:
@@ -411,8 +427,9 @@ def test_length_errors_are_recorded_exactly() -> None:
     # The agreement carries these records' fields, so they must be exact, not only the message.
     lens = LengthSource.SEQ_LENS
     assert analyse(["x"], 8).error == LengthNotAnInteger(lens, 0, detail="'x' (str)")
-    assert analyse(5, 8).error == LengthsNotASequence(  # type: ignore[arg-type]
-        lens, detail="seq_lens must be a sequence, got 5 (int)")
+    assert analyse(5, 8).error == LengthsNotASequence(lens, "int")  # type: ignore[arg-type]
+    assert analyse({3: 1}, 8).error == LengthsNotASequence(lens, "dict")  # never read as its keys
+    assert analyse({3, 1}, 8).error == LengthsNotASequence(lens, "set")
     assert analyse([1, 2, -3], 8).error == NegativeLength(lens, 2, -3)
     assert NegativeLength(lens, 2, -3).values() == (0, 2, 3)  # the value travels negated
 
@@ -423,12 +440,12 @@ def test_cap_and_group_size_cannot_be_none() -> None:
         plan_micro_batches([1], None)  # type: ignore[arg-type]
     assert str(caught.value) == (
         "max_token_len must be a positive integer, got a value that is not an integer (None (NoneType))")
-    assert analyse([1], 8, force_group_size=None).error == NotAnInteger(
+    assert PlanOptions.parse({"force_group_size": None})[1] == NotAnInteger(
         Argument.FORCE_GROUP_SIZE, detail="None (NoneType)")
 
 
 def test_analysis_counts_samples_and_groups() -> None:
-    analysis = analyse([1, 2, 3, 4, 5, 6], 20, force_group_size=3)
+    analysis = analyse([1, 2, 3, 4, 5, 6], 20, PlanOptions(force_group_size=3))
     assert (analysis.n_samples, analysis.n_groups, analysis.group_sizes) == (6, 2, [6, 15])
 
 
@@ -438,7 +455,7 @@ def test_bound_name_on_a_tie_with_the_floor() -> None:
     assert (analyse([1, 1], 10).lower_bound, analyse([1, 1], 10).bound_name) == (1, "L2")
     assert (analyse([0, 0], 10).lower_bound, analyse([0, 0], 10).bound_name) == (1, "one")
     # Three items above half the cap: L2 = 3, equal to min_num_micro_batch=3.
-    tie = analyse([6, 6, 6], 10, min_num_micro_batch=3)
+    tie = analyse([6, 6, 6], 10, PlanOptions(min_num_micro_batch=3))
     assert (tie.lower_bound, tie.bound_name) == (3, "L2")
 
 
@@ -448,7 +465,7 @@ def test_a_floor_at_the_packing_count_stops_the_bounds_early() -> None:
     # the cardinality bound (the 3 smallest items fit a bin: ceil(5 / 3) = 2) are evaluated.
     # Both are below 3, so the floor is named, although the matching bound (each 6 takes at
     # most one 2, the third 2 needs a bin: 3) would have met it.
-    analysis = analyse([6, 6, 2, 2, 2], 9, min_num_micro_batch=3)
+    analysis = analyse([6, 6, 2, 2, 2], 9, PlanOptions(min_num_micro_batch=3))
     assert (analysis.min_count, analysis.lower_bound, analysis.bound_name) == (
         3, 3, "min_num_micro_batch")
 
@@ -517,7 +534,7 @@ def test_close_gap_never_returns_more_bins_than_it_was_given() -> None:
     sizes, cap = [13, 16, 19, 21, 23, 17, 15, 18, 18, 18, 48, 13], 61
     given = [[11, 1, 5, 6], [2, 3, 7], [4, 8, 9], [10, 0]]
     assert [sum(sizes[g] for g in b) for b in given] == [61, 58, 59, 61]
-    got = _close_gap(sizes, cap, [list(b) for b in given], 4)
+    got = sum_close_gap(sizes, cap, [list(b) for b in given], 4)
     assert len(got) == 4 and _is_packing(got, sizes, cap)
 
 
@@ -528,7 +545,7 @@ def test_close_gap_starts_from_the_given_packing_restricted() -> None:
     # bin 48 + 13 the result has 4, the volume bound ceil(239 / 61).
     sizes, cap = [13, 16, 19, 21, 23, 17, 15, 18, 18, 18, 48, 13], 61
     given = [[0, 1, 5, 6], [2, 3, 7], [4, 8, 9], [10], [11]]
-    got = _close_gap(sizes, cap, [list(b) for b in given], 4)
+    got = sum_close_gap(sizes, cap, [list(b) for b in given], 4)
     assert len(got) == 4 and _is_packing(got, sizes, cap)
 
 
@@ -540,13 +557,13 @@ def test_close_gap_starts_from_the_best_fresh_packing() -> None:
     # 5 the search cannot close), so the result has 5 bins, the volume bound ceil(659 / 133).
     sizes = [51, 23, 27, 54, 63, 24, 58, 41, 58, 35, 47, 45, 110, 23]
     cap = 133
-    got = _close_gap(sizes, cap, [[g] for g in range(len(sizes))], 5)
+    got = sum_close_gap(sizes, cap, [[g] for g in range(len(sizes))], 5)
     assert len(got) == 5 and _is_packing(got, sizes, cap)
 
 
 def test_local_count_names_the_rank_when_the_count_exceeds_the_groups() -> None:
     # 3 samples of 3 tokens under 4 need 3 micro-batches, rounded up to 4 > 3 samples.
-    analysis = analyse([3, 3, 3], 4, num_batches_divided_by=2)
+    analysis = analyse([3, 3, 3], 4, PlanOptions(num_batches_divided_by=2))
     with pytest.raises(ValueError, match=(
         r"^rank 1 of the DP group: Cannot satisfy max_token_len while keeping forced groups atomic: "
         r"4 micro-batches are needed but only 3 samples/groups are "
@@ -577,7 +594,7 @@ def test_lpt_gives_up_after_8n_plus_4096_skips(skippers: int, gives_up: bool) ->
     sizes, work, cap, count = _skipping_case(skippers)
     n = len(sizes)
     assert 9 * skippers == 8 * n + 4096 + (1 if gives_up else 0)
-    got = _lpt_with_cap(sizes, work, cap, count)
+    got = sum_lpt(sizes, work, cap, count)
     if gives_up:
         assert got is None
     else:

@@ -15,16 +15,16 @@ from seqlen_balancing.bounds import (
     dominant_bins,
     l1_lower_bound,
     l2_lower_bound,
-    lower_bound,
 )
 from seqlen_balancing.packing import (
     best_fit_decreasing,
     closing_fit_decreasing,
     minimum_bin_slack,
-    reduce_bins,
     split_to_count,
 )
 from seqlen_balancing.planner import analyse, plan_micro_batches
+from seqlen_balancing.repack import reduce_bins
+from seqlen_balancing.rule import lower_bound
 
 
 def assert_packing(bins: list[list[int]], sizes: list[int], cap: int) -> None:

@@ -10,12 +10,9 @@ import pytest
 
 from oracles import oracle_count, partitions
 from seqlen_balancing import lower_bound, plan_data_parallel, plan_micro_batches
-from seqlen_balancing.cost import (
-    ENV_MAX_SAMPLES_PER_MICRO_BATCH,
-    max_samples_from_env,
-    padded_micro_batch_cost,
-)
+from seqlen_balancing.cost import padded_micro_batch_cost
 from seqlen_balancing.errors import PaddedSampleOverCap
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planner import analyse, build_plan
 
 
@@ -45,7 +42,7 @@ def test_meta_pytorch_data_788_three_micro_batches_of_footprints_100_30_100() ->
     # Today's (summed) rule: 2 micro-batches, whose padded footprints are 300 and 200.
     today = plan_micro_batches(lengths, 150)
     assert sorted(footprint(lengths, mb) for mb in today) == [200, 300]
-    result = analyse(lengths, 150, padded=True)
+    result = analyse(lengths, 150, PlanOptions(padded=True))
     assert (result.min_count, result.lower_bound, result.proven_optimal) == (3, 3, True)
     assert result.bound_name == "padded sorted rule"
 
@@ -62,9 +59,9 @@ def test_64_samples_of_100_tokens_at_most_16_per_micro_batch_make_4() -> None:
         plan = plan_micro_batches([100] * 64, 16_384, max_samples_per_micro_batch=16,
                                   padded=padded)
         assert sorted(map(len, plan)) == [16] * 4
-        result = analyse([100] * 64, 16_384, max_samples_per_micro_batch=16, padded=padded)
+        result = analyse([100] * 64, 16_384, PlanOptions(max_samples_per_micro_batch=16, padded=padded))
         assert result.proven_optimal and result.lower_bound == 4
-    assert analyse([100] * 64, 16_384, max_samples_per_micro_batch=16).bound_name == (
+    assert analyse([100] * 64, 16_384, PlanOptions(max_samples_per_micro_batch=16)).bound_name == (
         "samples per micro-batch"
     )
     assert len(plan_micro_batches([100] * 64, 16_384)) == 1
@@ -140,7 +137,7 @@ def test_summed_count_with_a_sample_limit_is_never_below_the_optimum(seed: int) 
         cap = rng.randint(30, 90)
         want = oracle_count(lengths, cap, padded=False, limit=limit)
         assert want is not None
-        result = analyse(lengths, cap, max_samples_per_micro_batch=limit)
+        result = analyse(lengths, cap, PlanOptions(max_samples_per_micro_batch=limit))
         assert result.lower_bound <= want <= result.min_count
         if result.proven_optimal:
             assert result.min_count == want
@@ -203,7 +200,7 @@ def test_an_over_cap_row_names_its_length_and_its_padded_cost_on_every_rank() ->
     assert text.startswith("rank 1 of the DP group: sample 1 has 300 tokens; padded=True holds "
                            "it as 1 row x 320 wide = 320 token positions")
     assert "exceeds max_token_len=256" in text and "to at least 320" in text
-    result = analyse([90, 300, 10], 256, padded=True, pad_to_multiple_of=64)
+    result = analyse([90, 300, 10], 256, PlanOptions(padded=True, pad_to_multiple_of=64))
     assert result.error is not None and type(result.error) is PaddedSampleOverCap
 
 
@@ -232,11 +229,12 @@ def test_the_footprint_helper_and_the_environment_variable() -> None:
     assert padded_micro_batch_cost([250, 3], 32) == 512
     assert padded_micro_batch_cost([250, 3], 32, 100) == 600
     assert padded_micro_batch_cost([]) == 0
-    assert max_samples_from_env({ENV_MAX_SAMPLES_PER_MICRO_BATCH: " 16 "}) == 16
-    assert max_samples_from_env({ENV_MAX_SAMPLES_PER_MICRO_BATCH: ""}) is None
-    with pytest.raises(ValueError, match="SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH='0' must be "
-                                         r"a positive integer \(samples\)"):
-        max_samples_from_env({ENV_MAX_SAMPLES_PER_MICRO_BATCH: "0"})
+    variable = "SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH"
+    assert PlanOptions.from_env({variable: " 16 "}).max_samples_per_micro_batch == 16
+    assert PlanOptions.from_env({variable: ""}).max_samples_per_micro_batch is None
+    with pytest.raises(ValueError, match="SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH='0' is not "
+                                         "accepted: it takes a positive integer, or empty for none"):
+        PlanOptions.from_env({variable: "0"})
 
 
 def test_rows_padded_on_both_sides_plan_on_max_left_plus_max_right() -> None:
@@ -256,7 +254,7 @@ def test_rows_padded_on_both_sides_plan_on_max_left_plus_max_right() -> None:
             return len(block) * (max(left[i] for i in block) + max(right[i] for i in block))
 
         best = min(len(p) for p in partitions(list(range(n))) if all(cost(b) <= cap for b in p))
-        result = analyse([a + b for a, b in zip(left, right, strict=True)], cap, padded=True,
+        result = analyse([a + b for a, b in zip(left, right, strict=True)], cap, PlanOptions(padded=True),
                          padded_extents=(left, right))
         assert result.lower_bound <= best <= result.min_count
         assert result.min_count == best or not result.proven_optimal
@@ -264,5 +262,5 @@ def test_rows_padded_on_both_sides_plan_on_max_left_plus_max_right() -> None:
         assert all(cost(mb) <= cap for mb in bins)
         assert_cover(bins, n)
     # The left side constant (left-padded rows): the sorted rule is exact again.
-    result = analyse([5, 9, 3, 9], 20, padded=True, padded_extents=([4, 8, 2, 8], [1, 1, 1, 1]))
+    result = analyse([5, 9, 3, 9], 20, PlanOptions(padded=True), padded_extents=([4, 8, 2, 8], [1, 1, 1, 1]))
     assert (result.min_count, result.proven_optimal) == (2, True)

@@ -16,6 +16,7 @@ from seqlen_balancing import (
     plan_micro_batches,
     roundup_divisible,
 )
+from seqlen_balancing.options import PlanOptions
 
 
 def group_sizes(lengths: list[int], group: int) -> list[int]:
@@ -166,7 +167,7 @@ def test_rank_analysis_reports_the_bound_and_whether_the_count_is_proven() -> No
     result = analyse([62, 58, 32, 27, 16], 100)
     assert (result.min_count, result.lower_bound, result.bound_name) == (3, 3, "matching")
     assert result.proven_optimal
-    floored = analyse([1] * 6, 10, min_num_micro_batch=4)
+    floored = analyse([1] * 6, 10, PlanOptions(min_num_micro_batch=4))
     assert (floored.lower_bound, floored.bound_name, floored.min_count) == (4, "min_num_micro_batch", 4)
     assert floored.proven_optimal
     empty_tokens = analyse([0, 0, 0], 10)
@@ -188,7 +189,8 @@ def test_count_search_stops_once_the_bound_is_met(monkeypatch: pytest.MonkeyPatc
     sizes = [rng.randint(100, 600) for _ in range(512)]
     sizes += [rng.randint(6000, 9000) for _ in range(512)]
     assert len(best_fit_decreasing(sizes, 16384)) > l2_lower_bound(sizes, 16384)
-    for name in ("closing_fit_decreasing", "minimum_bin_slack", "reduce_bins", "dominant_bins"):
+    for name in ("closing_fit_decreasing", "minimum_bin_slack", "repack", "dominant_bins",
+                 "randomized_best_fit", "exact_packing"):
         monkeypatch.setattr(search, name, forbidden)  # the count search's room
     result = planner.analyse(sizes, 16384)
     assert result.proven_optimal and result.bound_name == "matching"
@@ -200,9 +202,9 @@ def test_proven_counts_on_real_batches_are_optimal_by_a_slow_check() -> None:
     optimum of small draws agrees; the count is never below any bound."""
     import random
 
-    from seqlen_balancing.bounds import lower_bound
     from seqlen_balancing.data import load_champ_lengths
     from seqlen_balancing.planner import analyse
+    from seqlen_balancing.rule import lower_bound
 
     lengths = load_champ_lengths()
     proven = 0
@@ -222,9 +224,9 @@ def test_unproven_counts_report_the_strongest_bound() -> None:
     :func:`lower_bound`; where the count is proven it equals the count (and the full bound)."""
     import random
 
-    from seqlen_balancing.bounds import lower_bound
     from seqlen_balancing.data import load_champ_lengths
     from seqlen_balancing.planner import analyse
+    from seqlen_balancing.rule import lower_bound
 
     lengths = load_champ_lengths()
     outcomes = set()

@@ -23,9 +23,9 @@ from seqlen_balancing.packing import (
     best_fit_decreasing,
     closing_fit_decreasing,
     minimum_bin_slack,
-    reduce_bins,
     split_to_count,
 )
+from seqlen_balancing.repack import reduce_bins
 
 CAPS = st.one_of(
     st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 99, 100, 101, 16384]),

@@ -106,6 +106,7 @@ def verl_workload(s: int) -> int:
 # counts against the exhaustive search
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("equal", [True, False])
 def test_the_count_is_the_fewest_any_dealing_allows_on_tiny_steps(equal: bool) -> None:
     checked = 0

@@ -9,11 +9,8 @@ import re
 
 import pytest
 
-from seqlen_balancing.cost import (
-    transformer_workload_coefficients,
-    transformer_workloads,
-    workload_model_from_env,
-)
+from seqlen_balancing.cost import WorkloadModel, transformer_workload_coefficients, transformer_workloads
+from seqlen_balancing.options import PlanOptions
 
 
 def forward_flops(
@@ -105,11 +102,15 @@ def test_unknown_model_argument() -> None:
 
 def test_model_from_env() -> None:
     env = {"SEQLEN_BALANCING_WORKLOAD_MODEL": " hidden_size=8192, num_layers=80,gated_mlp=true "}
-    assert workload_model_from_env(env) == {"hidden_size": 8192, "num_layers": 80, "gated_mlp": True}
-    assert workload_model_from_env({}) is None
+    model = PlanOptions.from_env(env).workload_model
+    assert model == WorkloadModel(hidden_size=8192, num_layers=80, gated_mlp=True)
+    assert model is not None and model.shape() == {"hidden_size": 8192, "num_layers": 80, "gated_mlp": True}
+    assert str(model) == "hidden_size=8192,num_layers=80,gated_mlp=true"
+    assert WorkloadModel.parse(str(model)) == model
+    assert PlanOptions.from_env({}).workload_model is None
     for text, fragment in (("hidden=1", "is not key=value"), ("hidden_size=x", "must be an integer"),
                            ("hidden_size=0", "hidden_size must be a positive"),
                            ("hidden_size=64,causal=maybe", "causal must be true or false")):
         with pytest.raises(ValueError, match=re.escape(fragment)) as caught:
-            workload_model_from_env({"SEQLEN_BALANCING_WORKLOAD_MODEL": text})
-        assert str(caught.value).startswith("environment variable SEQLEN_BALANCING_WORKLOAD_MODEL=")
+            PlanOptions.from_env({"SEQLEN_BALANCING_WORKLOAD_MODEL": text})
+        assert str(caught.value).startswith(f"SEQLEN_BALANCING_WORKLOAD_MODEL={text!r} is not accepted")

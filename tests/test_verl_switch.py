@@ -14,6 +14,7 @@ import inspect
 import json
 import os
 import socket
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -57,7 +58,8 @@ def verl_parameters(name: str) -> str:
     import seqlen_balancing
 
     function = getattr(seqlen_balancing, name)
-    kept = [p for p in inspect.signature(function).parameters.values() if p.kind is not p.KEYWORD_ONLY]
+    kept = [p for p in inspect.signature(function).parameters.values()
+            if p.kind not in (p.KEYWORD_ONLY, p.VAR_KEYWORD)]
     return str(inspect.Signature([p.replace(annotation=p.empty) for p in kept]))
 
 
@@ -137,12 +139,18 @@ PRELUDE = textwrap.dedent(
 )
 
 
+def run_process(root: Path, body: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run PRELUDE + body with the stand-in first on the path (no SEQLEN_BALANCING_* of this
+    process's environment reaches it)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("SEQLEN_BALANCING_")}
+    environment |= {"PYTHONPATH": os.pathsep.join([str(root), str(SRC)]), **(env or {})}
+    return preloaded.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)], env=environment,
+                         timeout=100)
+
+
 def run(root: Path, body: str, env: dict[str, str] | None = None) -> dict[str, object]:
     """Run PRELUDE + body with the stand-in first on the path; body prints one JSON line."""
-    environment = {k: v for k, v in os.environ.items() if k != "SEQLEN_BALANCING_VERL"}
-    environment |= {"PYTHONPATH": os.pathsep.join([str(root), str(SRC)]), **(env or {})}
-    code = PRELUDE + textwrap.dedent(body)
-    proc = preloaded.run([sys.executable, "-c", code], env=environment, timeout=100)
+    proc = run_process(root, body, env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
     result["stderr"] = proc.stderr
@@ -274,9 +282,11 @@ def test_a_verl_without_the_engine_utils_module_is_switched_where_it_can_be(tmp_
 
 
 @pytest.mark.parametrize(
-    ("value", "switched"), [(None, False), ("true", False), ("1", True)]
+    ("value", "switched"), [(None, False), ("", False), ("off", False), ("1", True), ("TRUE", True),
+                            (" on ", True)]
 )
-def test_the_plugin_switches_only_on_one(tmp_path: Path, value: str | None, switched: bool) -> None:
+def test_the_plugin_switches_under_the_one_spelling_rule(tmp_path: Path, value: str | None,
+                                                         switched: bool) -> None:
     write_verl(tmp_path)
     env = {} if value is None else {"SEQLEN_BALANCING_VERL": value}
     result = run(tmp_path, """
@@ -287,21 +297,64 @@ def test_the_plugin_switches_only_on_one(tmp_path: Path, value: str | None, swit
     """, env=env)
     assert pairs(result["on"]) == (EXPECTED if switched else [])
     assert (result["level"] == 20) is switched  # INFO, so the line shows under verl's WARNING
-    stderr = str(result["stderr"])
-    assert ("SEQLEN_BALANCING_VERL='true' is ignored" in stderr) is (value == "true")
+    assert ("options in force" in str(result["stderr"])) is switched
 
 
-def test_a_failed_switch_is_logged_at_error_before_it_propagates(tmp_path: Path) -> None:
+PLUGIN = """
+    import verl  # the stand-in's version, as the plugin runs inside verl's __init__
+    import seqlen_balancing.verl.plugin
+    print(json.dumps(dict(on=holders()[0] if "verl.utils.seqlen_balancing" in sys.modules else [])))
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({"SEQLEN_BALANCING_VERL": "2"},
+         "SEQLEN_BALANCING_VERL='2' is not a switch value: it takes 1, true, yes or on, or 0, false,"
+         " no, off or empty (any case)"),
+        ({"SEQLEN_BALANCING_VERL": "1", "SEQLEN_BALANCING_OVER_CAP": "alnoe"},
+         "seqlen_balancing.verl cannot switch verl 0.9.1: SEQLEN_BALANCING_OVER_CAP='alnoe' is not "
+         "accepted: it takes raise or alone (any case), or empty for raise; nothing was replaced"),
+        ({"SEQLEN_BALANCING_VERL": "yes", "SEQLEN_BALANCING_DUMMY_MICRO_BATCHES": "maybe"},
+         "SEQLEN_BALANCING_DUMMY_MICRO_BATCHES='maybe' is not a switch value"),
+        # a typo of the switch itself, or of an option: refused even with the switch off
+        ({"SEQLEN_BALANCING_VRL": "1"},
+         "SEQLEN_BALANCING_VRL is not a seqlen-balancing variable (did you mean SEQLEN_BALANCING_VERL?)"),
+        ({"SEQLEN_BALANCING_VERL": "on", "SEQLEN_BALANCING_MAX_SAMPLE_PER_MICRO_BATCH": "2"},
+         "SEQLEN_BALANCING_MAX_SAMPLE_PER_MICRO_BATCH is not a seqlen-balancing variable (did you "
+         "mean SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH?)"),
+    ],
+)
+def test_a_bad_setting_stops_the_process_with_one_line(tmp_path: Path, env: dict[str, str],
+                                                       line: str) -> None:
+    # verl hides an Exception from a plugin at DEBUG: the plugin exits with the message instead
+    write_verl(tmp_path)
+    proc = run_process(tmp_path, PLUGIN, env)
+    assert proc.returncode == 1 and proc.stdout == ""
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("seqlen-balancing: ") and line in last, proc.stderr
+    assert last.endswith("; this process stops here, before verl runs any part of the job on "
+                         "mismatched functions")
+    assert "Traceback" not in proc.stderr
+
+
+def test_option_variables_without_the_switch_are_named_in_a_warning(tmp_path: Path) -> None:
+    write_verl(tmp_path)
+    env = {"SEQLEN_BALANCING_VERL": "0", "SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH": "2"}
+    result = run(tmp_path, PLUGIN, env)
+    assert result["on"] == []
+    assert ("SEQLEN_BALANCING_VERL is not on, so SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH do "
+            "nothing: verl runs on its own functions") in str(result["stderr"])
+
+
+def test_a_failed_switch_is_logged_at_error_and_stops_the_process(tmp_path: Path) -> None:
     write_verl(tmp_path, overrides={"ceildiv": "(a, b, c)"})
-    result = run(tmp_path, """
-        try:
-            import seqlen_balancing.verl.plugin
-        except RuntimeError as error:
-            print(json.dumps(dict(message=str(error))))
-    """, env={"SEQLEN_BALANCING_VERL": "1"})
-    assert "ceildiv(a, b, c)" in str(result["message"])
-    logged = "ERROR seqlen_balancing.verl SEQLEN_BALANCING_VERL=1 but this process could not be switched"
-    assert logged in str(result["stderr"])
+    proc = run_process(tmp_path, PLUGIN, env={"SEQLEN_BALANCING_VERL": "1"})
+    assert proc.returncode == 1
+    assert "ceildiv(a, b, c)" in proc.stderr.strip().splitlines()[-1]
+    logged = "ERROR seqlen_balancing.verl SEQLEN_BALANCING_VERL is on but this process could not be switched"
+    assert logged in proc.stderr
 
 
 def test_the_enable_module_switches_on_import(tmp_path: Path) -> None:
@@ -431,7 +484,7 @@ def test_a_malformed_alignment_variable_is_a_value_error_and_replaces_nothing(
     # The documented type: ValueError (a bad setting's value), naming the variable and value.
     write_verl(tmp_path)
     message = assert_refused_untouched(run(tmp_path, REFUSED, {variable: value}), "ValueError")
-    assert f"{variable}={value!r} must be a positive integer" in message
+    assert f"{variable}={value!r} is not accepted: it takes a positive integer, or empty for 1" in message
 
 
 def test_no_verl_installed_is_a_runtime_error_naming_the_environment(tmp_path: Path) -> None:
@@ -512,7 +565,7 @@ def test_issue_27_options_of_the_environment_reach_verls_calls(tmp_path: Path) -
         except ValueError as error:
             print(json.dumps(dict(error=str(error), on=holders()[0])))
     """, {"SEQLEN_BALANCING_OVER_CAP": "drop"})
-    assert "SEQLEN_BALANCING_OVER_CAP='drop' must be 'raise' or 'alone'" in str(bad["error"])
+    assert "SEQLEN_BALANCING_OVER_CAP='drop' is not accepted: it takes raise or alone" in str(bad["error"])
     assert bad["on"] == []
 
 
@@ -547,8 +600,9 @@ def test_the_log_lines_docs_verl_md_shows(tmp_path: Path) -> None:
     assert [len(record) for record in records] == [1, 1, 1, 1]
     first, utils, engine, off = (record[0] for record in records)
     assert first == (
-        f"seqlen-balancing 0.1.0 switched on for verl 0.9.1 in process {pid} on {socket.gethostname()}: "
-        "0 bindings replaced now; verl modules imported later are switched on import"
+        f"seqlen-balancing 0.1.0 switched on for verl 0.9.1 in process {pid} on {socket.gethostname()}, "
+        "options in force: none (verl's behaviour); 0 bindings replaced now; verl modules imported "
+        "later are switched on import"
     )
     names = ", ".join(DEFINITIONS["verl.utils.seqlen_balancing"])
     on_import = "seqlen-balancing switched {} on import in process {}: {}"
@@ -557,7 +611,8 @@ def test_the_log_lines_docs_verl_md_shows(tmp_path: Path) -> None:
     assert off == f"seqlen-balancing switched off in process {pid}: {len(EXPECTED)} bindings restored"
     (record,) = _switch_records(late)
     assert len(record) == len(EXPECTED) + 1
-    assert f"in process {pid} on {socket.gethostname()}: {len(EXPECTED)} bindings replaced now" in record[0]
+    assert (f"in process {pid} on {socket.gethostname()}, options in force: none (verl's behaviour); "
+            f"{len(EXPECTED)} bindings replaced now") in record[0]
     listed = [line.strip().removesuffix("; verl modules imported later are switched on import")
               for line in record[1:]]
     assert listed == [f"{module}.{name}" for module, name in EXPECTED]  # sorted, one per line

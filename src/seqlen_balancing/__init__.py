@@ -15,7 +15,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from seqlen_balancing.agreement import plan_data_parallel
-from seqlen_balancing.bounds import l1_lower_bound, l2_lower_bound, lower_bound
+from seqlen_balancing.bounds import l1_lower_bound, l2_lower_bound
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.packing import best_fit_decreasing
 from seqlen_balancing.partition import (
     ceildiv,
@@ -28,6 +29,7 @@ from seqlen_balancing.partition import (
     roundup_divisible,
 )
 from seqlen_balancing.planner import plan_micro_batches
+from seqlen_balancing.rule import lower_bound
 from seqlen_balancing.step import plan_global_batch
 
 if TYPE_CHECKING:
@@ -75,6 +77,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BalancedDistributedSampler",
+    "PlanOptions",
     "__version__",
     "best_fit_decreasing",
     "calculate_workload",

@@ -22,8 +22,6 @@ to say in holds its idle value (0, or ``-2**62`` for a negated slot, below any r
   larger ones arrive as "out of range");
 * ``count``, ``count << 20 | tag``: the largest needed count and the lowest rank needing it;
 * ``groups``, ``-groups << 20 | tag``: the fewest samples/groups and its rank;
-* ``divisor`` and ``neg_divisor``, ``num_batches_divided_by`` and its negation: ranks that
-  disagree on it would round to different counts, so a mismatch is an error on every rank;
 * ``mode`` and ``neg_mode``, the mode (1 dynamic, 2 static) as ``mode << 20 | tag`` and
   ``-mode << 20 | tag``: a group mixing both modes is an error on every rank, naming one
   rank of each;
@@ -38,7 +36,21 @@ to say in holds its idle value (0, or ``-2**62`` for a negated slot, below any r
 * ``dummy_groups``, ``-groups << 20 | tag`` of the ranks that serve a count above their
   groups with dummies (``dummy_micro_batches=True``): those ranks leave ``groups`` idle
   (they never make the count impossible), and this slot bounds the dummies the agreed count
-  needs on the shortest of them (:data:`~seqlen_balancing.errors.MAX_DUMMY_MICRO_BATCHES`).
+  needs on the shortest of them (:data:`~seqlen_balancing.errors.MAX_DUMMY_MICRO_BATCHES`);
+* the request, one pair of slots per quantity of :data:`REQUEST`: every agreed option of
+  :class:`~seqlen_balancing.PlanOptions` (``option_<name>``), the cap
+  (``option_max_token_len``) and whether the rank passes ``costs`` and ``workloads``
+  (``option_costs``, ``option_workloads``). A pair holds the value as ``value << 20 | tag``
+  and ``-value << 20 | tag`` (``neg_option_<name>``), a 42-bit value: a positive integer
+  as itself (0 for ``None``), a switch 0/1, ``over_cap`` its index; keys, a model and any
+  number of 2**41 or more as ``2**41`` plus a stable 41-bit hash (:func:`request_value`,
+  BLAKE2b: the same in every process, unlike ``hash()``). After the MAX, a pair whose two
+  halves differ names the largest value, the smallest and the lowest rank holding each:
+  every rank raises the same :class:`~seqlen_balancing.errors.OptionMismatch`, naming the
+  option and both ranks (and both values, when they are not hashes). This check comes
+  first, before any rank's own error (ranks asked to plan differently is the cause to
+  fix); a rank whose options could not be read contributes nothing here (its error
+  speaks), nor does a static rank (``use_dynamic_bsz=False``).
 
 Each rank contributes the count it needs (:attr:`~seqlen_balancing.planner.RankAnalysis.
 needed_count`: its own count, with ``over_cap="alone"`` one micro-batch per over-cap
@@ -46,26 +58,32 @@ sample included, and with dummies its ``min_num_micro_batch``); which ranks run 
 follows from the agreed count and each rank's own groups, so it takes no second
 collective.
 
-The agreed count is the largest needed count rounded up to ``num_batches_divided_by``; if a
-rank has fewer samples/groups than that, every rank raises the same ``ValueError``.
+The agreed count is the largest needed count rounded up to ``num_batches_divided_by`` (the
+same on every rank, or the mismatch above); if a rank has fewer samples/groups than that,
+every rank raises the same ``ValueError``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from seqlen_balancing._checks import switch
+from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.errors import (
+    LARGEST_SHOWN,
     N_ERROR_VALUES,
     OUT_OF_RANGE,
     RECORDS,
-    DivisorMismatch,
+    Argument,
     ModeMismatch,
+    OptionMismatch,
     PlanError,
+    Shown,
     StaticCountMismatch,
 )
+from seqlen_balancing.options import OPTIONS, Kind, PlanOptionKeywords, PlanOptions, Unpack
 from seqlen_balancing.planner import (
     RankAnalysis,
     agreed_count,
@@ -77,13 +95,17 @@ from seqlen_balancing.planner import (
 
 __all__ = [
     "LAYOUT",
+    "REQUEST",
     "VECTOR_SIZE",
     "Layout",
+    "RankPlan",
     "Slot",
     "combine",
     "decode",
     "encode",
     "plan_data_parallel",
+    "plan_ranks",
+    "request_value",
 ]
 
 _RANK_BITS = 20
@@ -134,34 +156,105 @@ class Layout:
         return [slot.idle for slot in self.slots for _ in range(slot.width)]
 
 
+#: What each rank was asked to do, one ``(name, argument, shown)`` per quantity the ranks
+#: must agree on: every agreed option (in :class:`~seqlen_balancing.PlanOptions`'
+#: order), the cap, and whether ``costs`` / ``workloads`` are given.
+REQUEST: tuple[tuple[str, Argument, Shown], ...] = (
+    *(
+        (name, opt.argument, {Kind.SWITCH: Shown.SWITCH, Kind.CHOICE: Shown.OVER_CAP,
+                              Kind.KEYS: Shown.HIDDEN, Kind.MODEL: Shown.HIDDEN}.get(opt.kind, Shown.NUMBER))
+        for name, opt in OPTIONS.items() if opt.agreed
+    ),
+    ("max_token_len", Argument.MAX_TOKEN_LEN, Shown.NUMBER),
+    ("costs", Argument.COSTS, Shown.GIVEN),
+    ("workloads", Argument.WORKLOADS, Shown.GIVEN),
+)
+
 #: The agreement's vector, slot by slot (the module docstring says what each one holds).
 LAYOUT = Layout(
     Slot("error_key"),
     Slot("error_values", 2 * N_ERROR_VALUES),
     Slot("count"),
     Slot("groups", idle=_NO_GROUPS),
-    Slot("divisor"),
-    Slot("neg_divisor", idle=_NO_GROUPS),
     Slot("mode"),
     Slot("neg_mode", idle=_NO_GROUPS),
     Slot("static"),
     Slot("neg_static", idle=_NO_GROUPS),
     Slot("largest"),
     Slot("dummy_groups", idle=_NO_GROUPS),
+    *(slot for name, _, _ in REQUEST
+      for slot in (Slot(f"option_{name}"), Slot(f"neg_option_{name}", idle=_NO_GROUPS))),
 )
 
 #: Length of the int64 vector each rank contributes.
 VECTOR_SIZE = LAYOUT.size
 
 _KEY, _VALUES, _COUNT, _GROUPS = (LAYOUT.start(n) for n in ("error_key", "error_values", "count", "groups"))
-_DIVISOR, _NEG_DIVISOR = LAYOUT.start("divisor"), LAYOUT.start("neg_divisor")
 _MODE, _NEG_MODE = LAYOUT.start("mode"), LAYOUT.start("neg_mode")
 _STATIC, _NEG_STATIC = LAYOUT.start("static"), LAYOUT.start("neg_static")
 _LARGEST, _DUMMY_GROUPS = LAYOUT.start("largest"), LAYOUT.start("dummy_groups")
+_REQUEST = tuple(
+    (LAYOUT.start(f"option_{name}"), LAYOUT.start(f"neg_option_{name}")) for name, _, _ in REQUEST
+)
+_DIVISOR = _REQUEST[[name for name, _, _ in REQUEST].index("num_batches_divided_by")][0]
 
-#: Largest num_batches_divided_by (and static count) the vector carries; a larger divisor
-#: makes the count exceed any batch, which the rank reports as its own error.
-_DIVISOR_LIMIT = 1 << 42
+#: A request value of ``2**41`` or more is a hash (or a large number, hashed).
+_HASHED = LARGEST_SHOWN + 1
+
+
+def request_value(value: Any) -> int:
+    """A requested option (or the cap) as the 42-bit value its slots carry: ``None`` 0, a
+    bool 0/1, ``over_cap`` its index, a positive integer below 2**41 itself; anything else
+    (keys, a model, a larger number) ``2**41`` plus 41 bits of its BLAKE2b hash, the same
+    in every process and on every machine.
+
+    Example:
+        >>> request_value(None), request_value(True), request_value("alone"), request_value(16)
+        (0, 1, 1, 16)
+        >>> request_value(("loss_mask",)) == request_value(("loss_mask",)) >= 2**41
+        True
+    """
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, str) and value in ("raise", "alone"):
+        return ("raise", "alone").index(value)
+    if isinstance(value, int) and 0 <= value <= LARGEST_SHOWN:
+        return value
+    if isinstance(value, WorkloadModel):
+        text = f"model:{value}"
+    elif isinstance(value, tuple):
+        text = "keys:" + "\0".join(value)
+    else:
+        text = f"{type(value).__name__}:{value}"
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return _HASHED + (int.from_bytes(digest, "big") & LARGEST_SHOWN)
+
+
+def _request_values(analysis: RankAnalysis) -> list[int | None] | None:
+    """The values of :data:`REQUEST` this rank was asked for, or ``None`` (no options); a
+    cap that could not be read is ``None`` too (the rank's error speaks for it)."""
+    options = analysis.options
+    if options is None:
+        return None
+    given = {"costs": analysis.custom_costs, "workloads": analysis.custom_workloads}
+    # min_num_micro_batch and num_batches_divided_by: None plans as 1, so it reads as 1
+    as_one = {"min_num_micro_batch", "num_batches_divided_by"}
+    values: list[int | None] = []
+    for name, _, _ in REQUEST:
+        if name == "max_token_len":
+            cap = analysis.requested_max_token_len
+            values.append(request_value(cap) if cap else None)
+            continue
+        value = given[name] if name in given else getattr(options, name)
+        values.append(request_value(1 if value is None and name in as_one else value))
+    return values
+
+
+#: Largest num_batches_divided_by the vector carries as a number; a larger divisor makes the
+#: count exceed any batch, which the rank reports as its own error.
+_DIVISOR_LIMIT = LARGEST_SHOWN
 _LARGEST_LIMIT = (1 << 62) + 1  # stored for anything above 2**62: "out of range"
 _DYNAMIC_MODE, _STATIC_MODE = 1, 2
 
@@ -187,6 +280,8 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
     tag = _RANK_MASK - rank
     vector = LAYOUT.idle_vector()
     vector[_LARGEST] = min(analysis.largest, _LARGEST_LIMIT)
+    if static_count is None:
+        _encode_request(vector, analysis, tag)
     error = analysis.error
     if error is None and static_count is None and analysis.num_batches_divided_by > _DIVISOR_LIMIT:
         # No batch has that many samples: this rank's own count is already impossible.
@@ -206,15 +301,24 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
         vector[_STATIC] = static_count << _RANK_BITS | tag
         vector[_NEG_STATIC] = -static_count << _RANK_BITS | tag
         return vector
-    divisor = analysis.num_batches_divided_by
     vector[_COUNT] = analysis.needed_count << _RANK_BITS | tag
     groups = _DUMMY_GROUPS if analysis.dummy_micro_batches else _GROUPS
     vector[groups] = -analysis.n_groups << _RANK_BITS | tag
-    vector[_DIVISOR] = divisor
-    vector[_NEG_DIVISOR] = -divisor
     vector[_MODE] = _DYNAMIC_MODE << _RANK_BITS | tag
     vector[_NEG_MODE] = -_DYNAMIC_MODE << _RANK_BITS | tag
     return vector
+
+
+def _encode_request(vector: list[int], analysis: RankAnalysis, tag: int) -> None:
+    """The request's slots of ``vector``: what this rank was asked to do, as its options
+    say (nothing when it has none: its error speaks for it)."""
+    values = _request_values(analysis)
+    if values is None:
+        return
+    for (high, low), value in zip(_REQUEST, values, strict=True):
+        if value is not None:
+            vector[high] = value << _RANK_BITS | tag
+            vector[low] = -value << _RANK_BITS | tag
 
 
 @dataclass(frozen=True)
@@ -243,6 +347,19 @@ def combine(vectors: Sequence[Sequence[int]]) -> list[int]:
 def _split(slot: int) -> tuple[int, int]:
     """``(value, rank)`` of a ``value << 20 | (2**20-1-rank)`` slot."""
     return slot >> _RANK_BITS, _RANK_MASK - (slot & _RANK_MASK)
+
+
+def _mismatch(reduced: Sequence[int], peers: _Peers) -> PlanError | None:
+    """The first quantity of :data:`REQUEST` on which the ranks that stated it differ
+    (largest and smallest value, the lowest rank holding each), else ``None``."""
+    for (high, low), (_, argument, shown) in zip(_REQUEST, REQUEST, strict=True):
+        if reduced[low] == _NO_GROUPS:
+            continue  # no rank stated a request
+        (largest, rank_high), (neg, rank_low) = _split(reduced[high]), _split(reduced[low])
+        if largest != -neg:
+            return OptionMismatch(argument, shown, rank_high, largest, rank_low, -neg,
+                                  peers.global_rank(rank_high), peers.global_rank(rank_low))
+    return None
 
 
 def _error_of(reduced: Sequence[int], peers: _Peers) -> tuple[PlanError, int]:
@@ -281,6 +398,9 @@ def decode(
             return 0, error, None
         return 0, replace(error, rank=rank, global_rank=peers.global_rank(rank)), rank
 
+    mismatch = _mismatch(reduced, peers)
+    if mismatch is not None:
+        return at_fault(mismatch, None)
     if reduced[_KEY]:
         return at_fault(*_error_of(reduced, peers))
     mode, rank_most = _split(reduced[_MODE])
@@ -300,9 +420,7 @@ def decode(
         return largest, None, None
     needed, rank_needing = _split(reduced[_COUNT])
     neg_groups, rank_fewest = _split(reduced[_GROUPS])
-    divisor, smallest_divisor = reduced[_DIVISOR], -reduced[_NEG_DIVISOR]
-    if divisor != smallest_divisor:
-        return at_fault(DivisorMismatch(smallest_divisor, divisor), None)
+    divisor = _split(reduced[_DIVISOR])[0]  # the same on every rank (else the mismatch)
     count, error = agreed_count(needed, -neg_groups, divisor, rank_needing)
     if error is not None:
         return at_fault(error.agreed(peers), rank_fewest)
@@ -314,56 +432,105 @@ def decode(
     return count, None, None
 
 
-def plan_data_parallel(
-    seq_lens_per_rank: Sequence[Sequence[int]],
-    max_token_len: int,
-    *,
-    same_micro_num_in_dp: bool = True,
-    num_batches_divided_by: int | None = None,
-    min_num_micro_batch: int | None = None,
-    force_group_size: int = 1,
-    use_dynamic_bsz_balance: bool = True,
-    pad_to_multiple_of: int = 1,
-    micro_batch_multiple_of: int = 1,
-    costs: Sequence[Sequence[int]] | None = None,
-    padded: bool = False,
-    max_samples_per_micro_batch: int | None = None,
-    workloads: Sequence[Sequence[int]] | None = None,
-    over_cap: str = "raise",
-    dummy_micro_batches: bool = False,
-) -> list[list[list[int]]]:
-    """Plan every DP rank's micro-batches in one process, with the real agreement rule.
+@dataclass(frozen=True)
+class RankPlan:
+    """One rank's part of :func:`plan_ranks`: its analysis and its micro-batches."""
 
-    What :func:`~seqlen_balancing.rearrange_micro_batches` does on each rank of a DP group
-    (same encoding, MAX and decoding), without ``torch.distributed``: useful for tools,
-    tests and capacity planning.
+    analysis: RankAnalysis
+    plan: list[list[int]]
+
+
+def plan_ranks(
+    seq_lens_per_rank: Sequence[Sequence[int]],
+    max_token_len: Any,
+    options: PlanOptions | None = None,
+    *,
+    costs: Sequence[Any] | None = None,
+    workloads: Sequence[Any] | None = None,
+) -> list[RankPlan]:
+    """Plan every DP rank in one process with the real agreement: each rank's analysis
+    (the planner's ``analyse``), the encoding, the MAX, the decoding, and
+    each rank's plan at the agreed count (or its own, with ``same_micro_num_in_dp``
+    false). What :func:`~seqlen_balancing.plan_data_parallel` and the command line plan with.
 
     Args:
         seq_lens_per_rank: for each DP rank, its samples' effective lengths in tokens.
         max_token_len: hard cap in tokens per micro-batch.
-        same_micro_num_in_dp: if True, every rank gets the same count (the largest needed,
-            rounded up to ``num_batches_divided_by``); else each rank plans alone.
-        num_batches_divided_by: round every count up to a multiple of this.
-        min_num_micro_batch: at least this many micro-batches per rank.
-        force_group_size: consecutive samples that must share a micro-batch.
-        use_dynamic_bsz_balance: verl's ordering (lightest micro-batches at both ends).
-        pad_to_multiple_of: per-sequence alignment in tokens: a sample costs its length
-            rounded up to this (see :mod:`seqlen_balancing.cost`).
-        micro_batch_multiple_of: a micro-batch's summed cost is rounded up to this before
-            it meets the cap (usable cap ``max_token_len // it * it``).
+        options: the options every rank plans with (``None``: verl's behaviour).
+        costs, workloads: for each rank, its per-sample data (as
+            :func:`~seqlen_balancing.plan_micro_batches` takes it), or ``None``.
+
+    Returns:
+        One :class:`RankPlan` per rank, in rank order.
+
+    Raises:
+        TypeError, ValueError: as on a real DP group, the message naming the rank at fault
+            (the lowest one, when several are); ``costs``/``workloads`` not one list per
+            rank, or no rank at all.
+
+    Complexity: the sum of the ranks' planning; one encode and decode per rank.
+    """
+    given = PlanOptions() if options is None else options
+    for name, per_rank in (("costs", costs), ("workloads", workloads)):
+        if per_rank is not None and len(per_rank) != len(seq_lens_per_rank):
+            raise ValueError(
+                f"{name} has {len(per_rank)} lists but seq_lens_per_rank has "
+                f"{len(seq_lens_per_rank)} ranks; give one list of {name} per DP rank"
+            )
+    if not seq_lens_per_rank:
+        raise ValueError("seq_lens_per_rank is empty; pass one list of lengths per DP rank")
+    analyses = [
+        analyse(lens, max_token_len, given, costs=None if costs is None else costs[rank],
+                workloads=None if workloads is None else workloads[rank])
+        for rank, lens in enumerate(seq_lens_per_rank)
+    ]
+    balance = given.use_dynamic_bsz_balance
+    if given.same_micro_num_in_dp:
+        count, error, _ = decode(combine([encode(a, rank) for rank, a in enumerate(analyses)]))
+        if error is not None:
+            raise error.exception()
+        plans = [build_plan(a, count, balance) for a in analyses]
+    else:
+        plans = [build_plan(a, local_count(a, rank), balance) for rank, a in enumerate(analyses)]
+    for rank, a in enumerate(analyses):
+        log_over_cap(a, rank)
+    return [RankPlan(a, plan) for a, plan in zip(analyses, plans, strict=True)]
+
+
+def plan_data_parallel(
+    seq_lens_per_rank: Sequence[Sequence[int]],
+    max_token_len: int,
+    *,
+    options: PlanOptions | None = None,
+    costs: Sequence[Sequence[int]] | None = None,
+    workloads: Sequence[Sequence[int]] | None = None,
+    **option_keywords: Unpack[PlanOptionKeywords],
+) -> list[list[list[int]]]:
+    """Plan every DP rank's micro-batches in one process, with the real agreement rule.
+
+    What :func:`~seqlen_balancing.rearrange_micro_batches` does on each rank of a DP group
+    (same encoding, MAX and decoding: :func:`~seqlen_balancing.agreement.plan_ranks`),
+    without ``torch.distributed``: useful for tools, tests and capacity planning. Every rank
+    plans with the same options.
+
+    Args:
+        seq_lens_per_rank: for each DP rank, its samples' effective lengths in tokens.
+        max_token_len: hard cap in tokens per micro-batch.
+        options: the options (:class:`~seqlen_balancing.PlanOptions`, docs/options.md);
+            ``None``: verl's behaviour.
         costs: for each rank, one cost in tokens per sample (same shape as
             ``seq_lens_per_rank``) instead of the effective lengths, rounded up to
             ``pad_to_multiple_of`` as they are, or ``None``.
-        padded: a micro-batch costs its rows times its widest row (see
-            :func:`~seqlen_balancing.plan_micro_batches`); every rank agrees on the
-            largest of the ranks' fewest padded counts.
-        max_samples_per_micro_batch: samples per micro-batch at most, or ``None``.
         workloads: for each rank, one balance workload per sample (same shape), instead
             of verl's ``24576*s + s**2``, or ``None``.
-        over_cap: ``"raise"`` or ``"alone"`` (an over-cap sample or group runs alone; its
-            micro-batch counts in the agreed count; a warning names the rank holding it).
-        dummy_micro_batches: a rank with fewer samples/groups than the agreed count gets
-            the missing micro-batches as dummies (empty lists, last) instead of the error.
+        **option_keywords: any option by name, laid over ``options``: e.g.
+            ``same_micro_num_in_dp`` (if true, the default, every rank gets the largest
+            needed count, rounded up to ``num_batches_divided_by``; else each rank plans
+            alone), ``min_num_micro_batch``, ``padded`` (every rank agrees on the largest
+            of the ranks' fewest padded counts), ``over_cap="alone"`` (its micro-batch
+            counts in the agreed count; a warning names the rank holding it),
+            ``dummy_micro_batches`` (a rank with fewer samples/groups than the agreed count
+            gets the missing micro-batches as empty lists, last).
 
     Returns:
         For each rank, its micro-batches as lists of that rank's sample indices; every
@@ -371,8 +538,8 @@ def plan_data_parallel(
         dummies are empty lists at the end.
 
     Raises:
-        TypeError: ``same_micro_num_in_dp`` or ``use_dynamic_bsz_balance`` is not a bool
-            (or 0/1), checked first; else as below.
+        TypeError: an option of the wrong type (a switch that is not a bool or 0/1, an
+            unknown name), checked first; else as below.
         TypeError, ValueError: as on a real DP group: the message names the rank at fault
             (the lowest one, when several are).
 
@@ -381,40 +548,8 @@ def plan_data_parallel(
         >>> [len(p) for p in plans]
         [5, 5]
     """
-    agree = switch(same_micro_num_in_dp, "same_micro_num_in_dp")
-    balance = switch(use_dynamic_bsz_balance, "use_dynamic_bsz_balance")
-    kwargs: dict[str, Any] = {
-        "force_group_size": force_group_size,
-        "min_num_micro_batch": min_num_micro_batch,
-        "num_batches_divided_by": num_batches_divided_by,
-        "pad_to_multiple_of": pad_to_multiple_of,
-        "micro_batch_multiple_of": micro_batch_multiple_of,
-        "padded": padded,
-        "max_samples_per_micro_batch": max_samples_per_micro_batch,
-        "over_cap": over_cap,
-        "dummy_micro_batches": dummy_micro_batches,
-    }
-    for name, per_rank in (("costs", costs), ("workloads", workloads)):
-        if per_rank is not None and len(per_rank) != len(seq_lens_per_rank):
-            raise ValueError(
-                f"{name} has {len(per_rank)} lists but seq_lens_per_rank has "
-                f"{len(seq_lens_per_rank)} ranks; give one list of {name} per DP rank"
-            )
-    analyses = [
-        analyse(lens, max_token_len, costs=None if costs is None else costs[rank],
-                workloads=None if workloads is None else workloads[rank], **kwargs)
-        for rank, lens in enumerate(seq_lens_per_rank)
-    ]
-    if not analyses:
-        raise ValueError("seq_lens_per_rank is empty; pass one list of lengths per DP rank")
-    if agree:
-        reduced = combine([encode(a, rank) for rank, a in enumerate(analyses)])
-        count, error, _ = decode(reduced)
-        if error is not None:
-            raise error.exception()
-        plans = [build_plan(a, count, balance) for a in analyses]
-    else:
-        plans = [build_plan(a, local_count(a, rank), balance) for rank, a in enumerate(analyses)]
-    for rank, a in enumerate(analyses):
-        log_over_cap(a, rank)
-    return plans
+    given, error = PlanOptions.from_keywords(options, None, option_keywords)
+    if error is not None:
+        raise error.exception()
+    ranks = plan_ranks(seq_lens_per_rank, max_token_len, given, costs=costs, workloads=workloads)
+    return [rank.plan for rank in ranks]

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from seqlen_balancing.errors import PlanError
 
 if TYPE_CHECKING:
-    from seqlen_balancing.padded import BinRule
+    from seqlen_balancing.options import PlanOptions
+    from seqlen_balancing.rule import Rule
 
 __all__ = ["RankAnalysis"]
 
@@ -47,7 +48,8 @@ class RankAnalysis:
             :data:`~seqlen_balancing.bounds.BOUND_NAMES` (``"L2"``, ``"cardinality"``,
             ``"matching"``, ``"reduction"``, ``"Fekete-Schepers"``), ``"min_num_micro_batch"``,
             ``"one"`` (zero-length samples), ``"padded sorted rule"``, ``"samples per
-            micro-batch"`` (:mod:`~seqlen_balancing.padded`), or "" on error.
+            micro-batch"`` (:mod:`~seqlen_balancing.rule`), ``"exhaustive search"``, or ""
+            on error.
         min_count: the smallest count this rank reached under the cap (0 on error).
         largest: the costliest forced group (a sample when ``force_group_size`` is 1) in
             tokens of cost (effective tokens by default), also on an over-cap error (0 when
@@ -58,9 +60,11 @@ class RankAnalysis:
         micro_batch_multiple_of: per-micro-batch rounding in tokens (1: none).
         custom_costs: True when the caller gave ``costs``.
         sample_costs: cost of each sample in tokens (empty on error); padded: its width.
-        padded, max_samples_per_micro_batch: as given (see :mod:`seqlen_balancing.padded`).
-        rule: when a micro-batch fits under those (``None``: the summed cost alone);
-            padded, ``group_sizes`` holds each group's footprint alone.
+        padded, max_samples_per_micro_batch: as given (see :mod:`seqlen_balancing.rule`).
+        rule: when a micro-batch of groups fits and what it costs, under all of those
+            (:class:`~seqlen_balancing.rule.Rule`; ``None`` on error); every algorithm of
+            the plan takes it. ``group_sizes`` is its ``sizes``: padded, each group's
+            footprint alone.
         custom_workloads: True when the caller gave ``workloads`` (the balance objective).
         over_cap_groups: with ``over_cap="alone"``, the groups (samples when
             ``force_group_size`` is 1) whose cost is over the cap: each runs alone, in the
@@ -68,7 +72,14 @@ class RankAnalysis:
             (one micro-batch each, in every plan).
         dummy_micro_batches: True when a count above ``n_groups`` is served with dummy
             micro-batches (empty index lists, at the end of the plan) instead of an error.
+        dummy_group: with ``dummy_micro_batches``, the group a dummy copies: the cheapest
+            under the rule alone (a group that fits before one that does not, then the
+            fewest effective tokens, then the lowest index).
         min_num_micro_batch: the ``min_num_micro_batch`` given (0 when ``None``).
+        options: the options this rank was asked to plan with (``None`` when they could not
+            be read: the rank's error says why); the DP group checks that every rank has the
+            same (:mod:`seqlen_balancing.agreement`), with ``requested_max_token_len``,
+            ``custom_costs`` and ``custom_workloads``.
     """
 
     error: PlanError | None
@@ -91,14 +102,16 @@ class RankAnalysis:
     sample_costs: list[int] = field(default_factory=list, repr=False)
     padded: bool = False
     max_samples_per_micro_batch: int | None = None
-    rule: BinRule | None = field(default=None, repr=False)
+    rule: Rule | None = field(default=None, repr=False)
     custom_workloads: bool = False
     over_cap_groups: list[int] = field(default_factory=list)
     dummy_micro_batches: bool = False
+    dummy_group: int = 0
     min_num_micro_batch: int = 0
     # With over-cap groups set aside: the analysis of the others, and their group indices.
     _rest: RankAnalysis | None = field(default=None, repr=False)
     _rest_index: list[int] = field(default_factory=list, repr=False)
+    options: PlanOptions | None = field(default=None, repr=False)
 
     def micro_batch_cost(self, groups: Sequence[int]) -> int:
         """A micro-batch's cost in tokens (padded: rows x width), before rounding."""

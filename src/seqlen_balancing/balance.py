@@ -1,9 +1,10 @@
-"""Balancing micro-batches at a fixed count under the cap, and their order (no torch).
+"""Balancing micro-batches at a fixed count under the one rule, and their order (no torch).
 
-Pure functions on lists of group sizes (tokens) and workloads: the capacity-aware
-longest-processing-time packing, the exchange that narrows the workload gap of a packing
-made for the count, the gap itself, verl 0.9.1's order of micro-batches, and the relative
-spread the reports print. :mod:`seqlen_balancing.planner` chooses among them.
+Pure functions on items, their workloads and a :class:`~seqlen_balancing.rule.Rule`: the
+capacity-aware longest-processing-time packing, the exchange that narrows the workload gap
+of a packing made for the count, the sorted slices of padded rows, the gap itself, the
+choice among them (:func:`balanced`), verl 0.9.1's order of micro-batches, and the relative
+spread the reports print. Each algorithm exists once and takes the rule.
 """
 
 from __future__ import annotations
@@ -12,22 +13,43 @@ import bisect
 import heapq
 from collections.abc import Sequence
 
-__all__ = ["order_micro_batches", "spread"]
+from seqlen_balancing.packing import split
+from seqlen_balancing.rule import Loads, Rule, widest_first
+
+__all__ = [
+    "balanced",
+    "lpt",
+    "order_micro_batches",
+    "rebalance",
+    "sorted_slices",
+    "spread",
+    "workload_gap",
+]
 
 
-def _rebalance(
-    bins: list[list[int]], sizes: list[int], workloads: list[int], cap: int
-) -> list[list[int]]:
-    """Move groups from the heaviest micro-batch into the lightest while it narrows the gap.
+def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> list[list[int]]:
+    """Move items from the heaviest micro-batch (by workload) into the lightest while it
+    narrows their gap and the lightest still fits ``rule``.
 
     For a packing made for the count, not for balance (every bin nearly full, the last one
-    light): each round moves the group of the heaviest bin whose workload is closest to
-    half the gap, if the lightest bin has the tokens for it (the next heaviest bin is tried
-    when one cannot give). At most ``2 * count`` rounds, each O(count) at worst (the bins
-    are kept sorted by workload, not sorted again each round); the cap holds throughout.
+    light): each round moves the item of the heaviest bin whose workload is closest to
+    half the gap among those the lightest bin can take under the rule (the next heaviest
+    bin is tried when one cannot give). At most ``2 * count`` rounds, each O(count) at worst
+    (the bins are kept sorted by workload, not sorted again each round) plus the items of
+    the bins tried (padded: plus the O(m) recomputation of a bin's width after a move); the
+    rule holds throughout and no bin is emptied.
+
+    Args:
+        rule: the :class:`~seqlen_balancing.rule.Rule` the bins fit.
+        bins: micro-batches (lists of items), changed in place.
+        workloads: per item.
+
+    Returns:
+        ``bins``.
     """
     loads = [sum(workloads[g] for g in b) for b in bins]
-    tokens = [sum(sizes[g] for g in b) for b in bins]
+    state = Loads.of(rule, bins)
+    fits, cost, sizes, cap, plain = state.fits, state.cost, rule.sizes, rule.cap, rule.plain
     # (-load, bin) ascending: heaviest first, ties by index; kept sorted as loads change, so
     # a round costs O(count) memory moves instead of a sort (large counts: a whole step)
     keys = sorted((-load, b) for b, load in enumerate(loads))
@@ -36,15 +58,18 @@ def _rebalance(
             break
         # the lightest bin, the smallest index among equals (what min() over the ids gives)
         light = keys[bisect.bisect_left(keys, (keys[-1][0], -1))][1]
-        room = cap - tokens[light]
+        room = cap - cost[light]  # plain sums (the hot path): an item fits when it is no larger
         move = None
-        # The heaviest bin that can give: groups too big are skipped. A bin of one group
-        # never gives: its group's workload is the gap plus the lightest load, not below it.
+        # The heaviest bin that can give. A bin of one item never gives: its item's
+        # workload is the gap plus the lightest load, not below it.
         for _, heavy in keys:
             gap = loads[heavy] - loads[light]
             if gap <= 0:
                 break
-            movable = [g for g in bins[heavy] if sizes[g] <= room and 0 < workloads[g] < gap]
+            if plain:
+                movable = [g for g in bins[heavy] if sizes[g] <= room and 0 < workloads[g] < gap]
+            else:
+                movable = [g for g in bins[heavy] if 0 < workloads[g] < gap and fits(light, g)]
             if movable:
                 move = heavy, min(movable, key=lambda g: (abs(2 * workloads[g] - gap), g))
                 break
@@ -53,29 +78,51 @@ def _rebalance(
         heavy, g = move
         bins[heavy].remove(g)
         bins[light].append(g)
+        state.remove(heavy, g, bins[heavy])
+        state.add(light, g)
         for b, sign in ((heavy, -1), (light, 1)):
             del keys[bisect.bisect_left(keys, (-loads[b], b))]
             loads[b] += sign * workloads[g]
-            tokens[b] += sign * sizes[g]
             bisect.insort(keys, (-loads[b], b))
     return bins
 
 
-def _lpt_with_cap(
-    sizes: list[int], workloads: list[int], cap: int, count: int
-) -> list[list[int]] | None:
-    """Heaviest group first into the lightest micro-batch (by workload) that has room.
+def lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | None:
+    """Heaviest item first into the lightest micro-batch (by workload) that it fits under
+    ``rule`` (longest processing time first, with the rule as the bins' capacity).
 
-    Gives up (``None``) after skipping ``8 n + 4096`` full micro-batches in all: on tight
-    counts it would fail anyway, and this bounds its cost to O(n log count).
+    Gives up (``None``) after skipping ``8 n + 4096`` micro-batches that it does not fit,
+    in all: on tight counts it would fail anyway, and this bounds its cost to
+    O(n log count). Items are taken by ``(-workload, -cost alone, index)``; bins by
+    ``(workload, items, index)``, empty bins first.
+
+    Args:
+        rule: a :class:`~seqlen_balancing.rule.Rule` under which every item fits alone.
+        workloads: per item.
+        count: micro-batches.
+
+    Returns:
+        ``count`` lists of items (some may be empty when ``count`` is large), each fitting
+        ``rule``, or ``None``.
+
+    Complexity: O(n log n + n log count).
+
+    References:
+        R. L. Graham, "Bounds on multiprocessing timing anomalies", SIAM J. Appl. Math. 17
+        (1969) (LPT).
     """
+    sizes = rule.sizes
     bins: list[list[int]] = [[] for _ in range(count)]
-    room = [cap] * count
-    heap = [(0, 0, b) for b in range(count)]  # (workload, groups, bin): empty bins first
-    budget = 8 * len(sizes) + 4096  # full bins skipped over the whole run
+    state = Loads(rule, count)
+    fits, add = state.fits, state.add
+    # Plain sums (the hot path): the room left, compared inline, instead of a call per check.
+    room = [rule.cap] * count if rule.plain else []
+    heap = [(0, 0, b) for b in range(count)]  # (workload, items, bin): empty bins first
+    budget = 8 * len(sizes) + 4096  # bins skipped over the whole run
     for g in sorted(range(len(sizes)), key=lambda g: (-workloads[g], -sizes[g], g)):
+        size = sizes[g]
         skipped = []
-        while heap and room[heap[0][2]] < sizes[g]:
+        while heap and (room[heap[0][2]] < size if room else not fits(heap[0][2], g)):
             skipped.append(heapq.heappop(heap))
             budget -= 1
             if budget < 0:
@@ -84,17 +131,115 @@ def _lpt_with_cap(
             return None
         load, members, b = heapq.heappop(heap)
         bins[b].append(g)
-        room[b] -= sizes[g]
+        if room:
+            room[b] -= size
+        else:
+            add(b, g)
         heapq.heappush(heap, (load + workloads[g], members + 1, b))
         for entry in skipped:
             heapq.heappush(heap, entry)
     return bins
 
 
-def _workload_gap(bins: list[list[int]], workloads: list[int]) -> int:
+def workload_gap(bins: list[list[int]], workloads: Sequence[int]) -> int:
     """Heaviest minus lightest micro-batch workload (the spread at a fixed count)."""
     loads = [sum(workloads[g] for g in b) for b in bins]
     return max(loads) - min(loads)
+
+
+def sorted_slices(
+    rule: Rule, workloads: Sequence[int], count: int, rounds: int = 48
+) -> list[list[int]] | None:
+    """Consecutive slices of the widest-first order (as the sorted rule cuts it,
+    :func:`~seqlen_balancing.rule.fewest_sorted`), exactly ``count`` of them, whose
+    heaviest workload is as small as slices allow (to within 0.4%): a binary search on
+    that limit ``T``, each step cutting every slice as long as both the rule and ``T``
+    allow (a slice's sub-slices keep both, so the greedy count is the fewest for that
+    ``T``, as in the sorted rule's proof), then the longest slices split until there are
+    ``count``. ``None`` when the rule is not padded with one-sided rows of equal rows (the
+    order is then no better than another) or no ``T`` reaches ``count``.
+
+    Complexity: O(rounds * n) plus the sort.
+    """
+    if rule.left is None or len(set(rule.left)) > 1 or len(set(rule.rows)) > 1 or count > rule.n:
+        return None
+    order = widest_first(rule)
+
+    def cut(limit: int) -> list[list[int]]:
+        bins: list[list[int]] = []
+        state = Loads(rule, 0)
+        load = 0
+        for g in order:
+            work = workloads[g]
+            if bins and load + work <= limit and state.fits(len(bins) - 1, g):
+                load += work
+            else:
+                bins.append([])
+                state.open()
+                load = work
+            bins[-1].append(g)
+            state.add(len(bins) - 1, g)
+        return bins
+
+    low, high = max(workloads, default=0), sum(workloads)
+    best = None
+    for _ in range(rounds):
+        if low > high or (best is not None and high - low <= low // 256):
+            break  # within 0.4% of the smallest limit: as good as balance needs
+        mid = (low + high) // 2
+        bins = cut(mid)
+        if len(bins) <= count:
+            best, high = bins, mid - 1
+        else:
+            low = mid + 1
+    if best is None:
+        return None
+    return split(rule, best, count)
+
+
+def balanced(
+    rule: Rule,
+    workloads: Sequence[int],
+    packing: list[list[int]],
+    count: int,
+    verl: list[list[int]] | None = None,
+) -> list[list[int]]:
+    """The best-balanced plan of ``count`` micro-batches under ``rule``: the smallest
+    workload gap among the candidates, the earliest on a tie.
+
+    Candidates, in order: ``verl`` (verl's Karmarkar-Karp partition at this count) when
+    it fits ``rule``; the capacity-aware LPT (:func:`lpt`); for padded rules, the sorted
+    slices (:func:`sorted_slices`) rebalanced; and ``packing`` split up to ``count`` and
+    rebalanced (:func:`~seqlen_balancing.packing.split`, :func:`rebalance`), which always
+    fits: for summed costs without a limit only when no other candidate fits (the plain
+    path's cost), for every other rule always (the rule may refuse LPT's moves).
+
+    Args:
+        rule: when a micro-batch fits.
+        workloads: per item.
+        packing: a packing under ``rule`` with at most ``count`` bins.
+        count: micro-batches, at most the number of items.
+        verl: one more candidate, or ``None``.
+
+    Returns:
+        ``count`` non-empty lists of items, each fitting ``rule``.
+
+    Complexity: O(n log n + count * n).
+    """
+    candidates = []
+    if verl is not None and (rule.plain or all(rule.fits(b) for b in verl)):
+        candidates.append(verl)
+    found = lpt(rule, workloads, count)
+    if found is not None:
+        candidates.append(found)
+    if not candidates or not rule.plain:
+        candidates.append(rebalance(rule, split(rule, packing, count), workloads))
+    sliced = sorted_slices(rule, workloads, count) if rule.is_padded else None
+    if sliced is not None:
+        candidates.append(rebalance(rule, sliced, workloads))
+    if len(candidates) == 1:
+        return candidates[0]
+    return min(candidates, key=lambda bins: workload_gap(bins, workloads))
 
 
 def order_micro_batches(

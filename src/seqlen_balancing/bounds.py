@@ -2,9 +2,10 @@
 
 L1 (``ceil(total / cap)``), the Martello-Toth L2 bound, a cardinality bound, a matching bound
 on items above a third of the cap, the Martello-Toth reduction (dominant bins) and the dual
-feasible functions of Fekete and Schepers, cheapest first (:func:`best_lower_bound`), and the
-cost-aware :func:`lower_bound` the planner and the command line report. Pure integer
-arithmetic; none of it needs torch.
+feasible functions of Fekete and Schepers, cheapest first (:func:`best_lower_bound`), on
+plain lists of sizes against a cap. The bounds under the one rule (costs, padded rows, the
+sample limit) and the cost-aware :func:`~seqlen_balancing.rule.lower_bound` build on them
+in :mod:`seqlen_balancing.rule`. Pure integer arithmetic; none of it needs torch.
 """
 
 from __future__ import annotations
@@ -14,9 +15,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from math import inf
 
-from seqlen_balancing._checks import as_list, non_negative_ints, positive_int, switch
-from seqlen_balancing.cost import aligned_length, micro_batch_capacity, sample_costs
-from seqlen_balancing.padded import BinRule, padded_bound
+from seqlen_balancing._checks import as_list, non_negative_ints, positive_int
 
 __all__ = [
     "BOUND_NAMES",
@@ -24,7 +23,6 @@ __all__ = [
     "dominant_bins",
     "l1_lower_bound",
     "l2_lower_bound",
-    "lower_bound",
 ]
 
 
@@ -447,128 +445,3 @@ def _best_lower_bound(
         value = max(value, len(fixed) + _dff_sorted(residual, cap))
     better(value, "Fekete-Schepers")
     return best, name
-
-
-def lower_bound(
-    sizes: Sequence[int],
-    cap: int,
-    *,
-    pad_to_multiple_of: int = 1,
-    micro_batch_multiple_of: int = 1,
-    costs: Sequence[int] | None = None,
-    padded: bool = False,
-    max_samples_per_micro_batch: int | None = None,
-) -> int:
-    """Lower bound on the number of bins of capacity ``cap``: the best of L2, the
-    cardinality bound, the large-item matching bound, the Martello-Toth reduction and the
-    Fekete-Schepers dual feasible functions (see ``best_lower_bound`` for each).
-
-    Every packing of ``sizes`` into bins of ``cap`` tokens uses at least this many bins, so
-    a packing with this many is optimal. Never below :func:`l2_lower_bound`.
-
-    With the costs of :mod:`seqlen_balancing.cost`, the bound is on micro-batches whose
-    cost is at most ``cap``: item ``i`` weighs ``costs[i]`` when given, else ``sizes[i]``,
-    rounded up to ``pad_to_multiple_of``, and a bin's total rounded up to
-    ``micro_batch_multiple_of`` must stay within ``cap``, that is its plain total within
-    ``cap // micro_batch_multiple_of * micro_batch_multiple_of``. The defaults give the
-    plain bound.
-
-    With ``padded=True`` a bin costs its number of items times its widest item (each
-    item's width its cost or size rounded up to ``pad_to_multiple_of``), and the bound is
-    the fewest such bins exactly: the sorted rule of
-    :func:`~seqlen_balancing.padded.fewest_padded`, optimal by the argument given there
-    (1 for a non-empty list of zero widths: rows take room even when empty). With
-    ``max_samples_per_micro_batch = N`` no bin holds more than ``N`` items, and the bound
-    is at least ``ceil(n / N)``.
-
-    Args:
-        sizes: item sizes in tokens, each in ``0..cap``.
-        cap: bin capacity in tokens (>= 1).
-        pad_to_multiple_of: per-item alignment in tokens (>= 1).
-        micro_batch_multiple_of: per-bin rounding in tokens (>= 1).
-        costs: one non-negative cost per item, replacing the sizes (and rounded up to
-            ``pad_to_multiple_of`` like them), or ``None``.
-        padded: a bin costs items x its widest item instead of the sum.
-        max_samples_per_micro_batch: items per bin at most (>= 1), or ``None``.
-
-    Returns:
-        The bound (0 for an empty list, or all-zero sizes when not ``padded``).
-
-    Raises:
-        TypeError: a size, a cost, ``cap`` or a multiple is not an integer.
-        ValueError: a negative size or cost, ``costs`` not one per item, a multiple below
-            1, ``cap < 1``, or an item whose cost exceeds the usable cap (the message gives
-            its size, its cost and that cap).
-
-    Complexity: as ``best_lower_bound``: O(n log n) for a bounded family of bounds,
-    plus the reduction's O(n) list removals.
-
-    References:
-        S. Martello and P. Toth, "Lower bounds and reduction procedures for the bin packing
-        problem", Discrete Applied Mathematics 28 (1990);
-        S. P. Fekete and J. Schepers, "New classes of fast lower bounds for bin packing
-        problems", Mathematical Programming 91 (2001).
-
-    Example:
-        >>> l2_lower_bound([66, 46, 37, 25, 18], 100)
-        2
-        >>> lower_bound([66, 46, 37, 25, 18], 100)   # 66 takes one more item, 46 too
-        3
-        >>> lower_bound([250] * 65, 16384), lower_bound([250] * 65, 16384, pad_to_multiple_of=32)
-        (1, 2)
-        >>> lower_bound([100, 10, 10, 10, 100], 150, padded=True)
-        3
-        >>> lower_bound([100] * 64, 16384, max_samples_per_micro_batch=16)
-        4
-    """
-    pad = positive_int(pad_to_multiple_of, "pad_to_multiple_of")
-    bucket = positive_int(micro_batch_multiple_of, "micro_batch_multiple_of")
-    on = switch(padded, "padded")
-    most = None
-    if max_samples_per_micro_batch is not None:
-        most = positive_int(max_samples_per_micro_batch, "max_samples_per_micro_batch")
-    if on:
-        return _padded_lower_bound(sizes, cap, pad, bucket, costs, most)
-    if most is not None:
-        plain = lower_bound(sizes, cap, pad_to_multiple_of=pad, micro_batch_multiple_of=bucket,
-                            costs=costs)
-        return max(plain, -(-len(as_list(sizes, "sizes")) // most))
-    if pad == 1 and bucket == 1 and costs is None:
-        return best_lower_bound(sizes, cap)[0]
-    weights = sample_costs(sizes, pad_to_multiple_of=pad, costs=costs)
-    given = positive_int(cap, "cap")
-    usable = micro_batch_capacity(given, bucket)
-    over = [i for i, w in enumerate(weights) if w > usable]
-    if over:
-        i = over[0]
-        size = sample_costs(sizes)[i]
-        raise ValueError(
-            f"item {i} has size {size} and cost {weights[i]}, larger than the usable capacity "
-            f"{usable} (cap {given} rounded down to a multiple of micro_batch_multiple_of="
-            f"{micro_batch_multiple_of})"
-        )
-    return best_lower_bound(weights, usable)[0] if usable else 0
-
-
-def _padded_lower_bound(
-    sizes: Sequence[int], cap: int, pad: int, bucket: int, costs: Sequence[int] | None,
-    most: int | None,
-) -> int:
-    """:func:`lower_bound` with ``padded=True``: the sorted rule's count (exact)."""
-    lengths = sample_costs(sizes)
-    widths = sample_costs(sizes, costs=costs) if costs is not None else lengths
-    given = positive_int(cap, "cap")
-    usable = micro_batch_capacity(given, bucket)
-    for i, width in enumerate(widths):
-        if aligned_length(width, pad) > usable:
-            raise ValueError(
-                f"item {i} has size {lengths[i]} and, padded, a width of "
-                f"{aligned_length(width, pad)} (1 row x {aligned_length(width, pad)} token "
-                f"positions), larger than the usable capacity {usable} (cap {given} rounded "
-                f"down to a multiple of micro_batch_multiple_of={bucket})"
-            )
-    if not widths:
-        return 0
-    rule = BinRule(usable, [aligned_length(w, pad) for w in widths], True, [0] * len(widths),
-                   widths, 1, pad, most)
-    return padded_bound(rule)

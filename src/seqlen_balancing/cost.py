@@ -37,36 +37,30 @@ micro-batches are balanced and ordered exactly as without costs.
   more than ``N`` samples (a forced group counts all its samples), with any of the costs
   above.
 
-verl users (the library switched on inside verl) set the alignment once for every process
-with environment variables, read by :func:`alignment_from_env` and
-:func:`max_samples_from_env`: :data:`ENV_PAD_TO_MULTIPLE_OF`,
-:data:`ENV_MICRO_BATCH_MULTIPLE_OF` and :data:`ENV_MAX_SAMPLES_PER_MICRO_BATCH`.
+verl users (the library switched on inside verl) set these once for every process with the
+``SEQLEN_BALANCING_*`` environment variables, which
+:meth:`~seqlen_balancing.PlanOptions.from_env` reads (docs/options.md).
 
 **Compute cost (the balance objective).** :func:`transformer_workloads` gives a sample's
 forward FLOPs from the model's shape (hidden size, layers, heads, MLP width, experts per
 token, vocabulary), reduced to the smallest integer coefficients: what ``workloads=``
 takes to balance on the caller's model instead of verl's 7B formula, which it reproduces
-exactly for ``hidden_size=4096``. :data:`ENV_WORKLOAD_MODEL` names the shape for a
-switched verl job (:func:`workload_model_from_env`).
+exactly for ``hidden_size=4096``; :class:`WorkloadModel` is such a shape as one frozen value
+(the ``workload_model`` option, ``SEQLEN_BALANCING_WORKLOAD_MODEL`` for a switched verl job).
 """
 
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from seqlen_balancing._checks import as_list, describe, non_negative_ints, positive_int
 
 __all__ = [
-    "ENV_MAX_SAMPLES_PER_MICRO_BATCH",
-    "ENV_MICRO_BATCH_MULTIPLE_OF",
-    "ENV_PAD_TO_MULTIPLE_OF",
-    "ENV_WORKLOAD_MODEL",
+    "WorkloadModel",
     "aligned_length",
-    "alignment_from_env",
-    "max_samples_from_env",
     "megatron_alignment",
     "micro_batch_capacity",
     "micro_batch_cost",
@@ -75,18 +69,7 @@ __all__ = [
     "sample_costs",
     "transformer_workload_coefficients",
     "transformer_workloads",
-    "workload_model_from_env",
 ]
-
-#: Environment variable holding ``pad_to_multiple_of`` for every process of a verl job.
-ENV_PAD_TO_MULTIPLE_OF = "SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF"
-
-#: Environment variable holding ``micro_batch_multiple_of`` for every process of a verl job.
-ENV_MICRO_BATCH_MULTIPLE_OF = "SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF"
-
-#: Environment variable holding ``max_samples_per_micro_batch`` for every process of a verl job.
-ENV_MAX_SAMPLES_PER_MICRO_BATCH = "SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH"
-
 
 def aligned_length(length: int, multiple: int) -> int:
     """``length`` rounded up to a multiple of ``multiple`` (tokens).
@@ -268,11 +251,6 @@ def megatron_alignment(tp: int, cp: int = 1, fp8: bool = False) -> tuple[int, in
     return align, 1
 
 
-#: Environment variable naming the model shape whose FLOPs a switched verl job balances on,
-#: as ``key=value`` pairs separated by commas (the keyword arguments of
-#: :func:`transformer_workload_coefficients`), e.g. ``hidden_size=8192,num_layers=80``.
-ENV_WORKLOAD_MODEL = "SEQLEN_BALANCING_WORKLOAD_MODEL"
-
 _MODEL_KEYS = (
     "hidden_size", "num_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "gated_mlp", "experts_per_token", "vocab_size", "causal",
@@ -417,43 +395,11 @@ def transformer_workloads(seq_lens: Sequence[int] | Any, **model: Any) -> list[i
     return [(a + b * s) * s for s in values]
 
 
-def workload_model_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """The model shape in :data:`ENV_WORKLOAD_MODEL`, or ``None`` when it is unset or empty.
-
-    Format: ``key=value`` pairs separated by commas, the keys those of
-    :func:`transformer_workload_coefficients`, integers (``true``/``false`` for
-    ``gated_mlp`` and ``causal``): e.g. ``hidden_size=8192,num_layers=80``.
-
-    Args:
-        environ: the mapping to read (default ``os.environ``).
-
-    Returns:
-        The keyword arguments, checked (the coefficients can be computed from them).
-
-    Raises:
-        ValueError: a malformed pair, an unknown key, a value that is not an integer or a
-            shape :func:`transformer_workload_coefficients` refuses (the message names
-            the variable).
-
-    Example:
-        >>> workload_model_from_env({"SEQLEN_BALANCING_WORKLOAD_MODEL": "hidden_size=8192"})
-        {'hidden_size': 8192}
-    """
-    env = os.environ if environ is None else environ
-    text = env.get(ENV_WORKLOAD_MODEL, "").strip()
-    if not text:
-        return None
-    try:
-        return parse_workload_model(text)
-    except ValueError as exc:
-        raise ValueError(f"environment variable {ENV_WORKLOAD_MODEL}={text!r}: {exc}") from exc
-
-
 def parse_workload_model(text: str) -> dict[str, Any]:
     """A model shape written as ``key=value`` pairs separated by commas (the keyword
     arguments of :func:`transformer_workload_coefficients`; ``true``/``false`` for the two
-    switches), as :data:`ENV_WORKLOAD_MODEL` and the command line's ``--workload-model``
-    take it.
+    switches), as ``SEQLEN_BALANCING_WORKLOAD_MODEL`` and the command line's ``--workload-model``
+    take it (:meth:`WorkloadModel.parse` makes it a :class:`WorkloadModel`).
 
     Args:
         text: e.g. ``"hidden_size=8192,num_layers=80"``.
@@ -495,85 +441,67 @@ def parse_workload_model(text: str) -> dict[str, Any]:
     return model
 
 
-def _env_int(
-    environ: Mapping[str, str], name: str, unit: str = "tokens", unset: str = "1: no alignment"
-) -> int:
-    text = environ.get(name, "").strip()
-    if not text:
-        return 1
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(
-            f"environment variable {name}={text!r} must be a positive integer ({unit}); "
-            f"set it to e.g. 16 or unset it ({unset})"
+@dataclass(frozen=True)
+class WorkloadModel:
+    """A model shape whose forward FLOPs are the balance objective (the ``workload_model``
+    option): the keyword arguments of :func:`transformer_workload_coefficients`, checked
+    on construction, as one frozen (hashable, picklable) value.
+
+    Raises:
+        TypeError, ValueError: a field :func:`transformer_workload_coefficients` refuses.
+
+    Example:
+        >>> model = WorkloadModel.parse("hidden_size=8192,num_layers=80")
+        >>> model.coefficients(), str(model), model.workloads([10])
+        ((49152, 1), 'hidden_size=8192,num_layers=80', [491620])
+    """
+
+    hidden_size: int
+    num_layers: int = 1
+    num_attention_heads: int = 1
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    intermediate_size: int | None = None
+    gated_mlp: bool = False
+    experts_per_token: int = 1
+    vocab_size: int = 0
+    causal: bool = False
+
+    def __post_init__(self) -> None:
+        self.coefficients()
+
+    def shape(self) -> dict[str, Any]:
+        """The fields that differ from their defaults (``hidden_size`` always), as
+        :func:`parse_workload_model` gives them."""
+        return {
+            f.name: getattr(self, f.name) for f in fields(self)
+            if f.name == "hidden_size" or getattr(self, f.name) != f.default
+        }
+
+    def coefficients(self) -> tuple[int, int]:
+        """``(a, b)`` of :func:`transformer_workload_coefficients` for this shape."""
+        shape = {f.name: getattr(self, f.name) for f in fields(self)}
+        return transformer_workload_coefficients(**shape)
+
+    def workloads(self, seq_lens: Sequence[int] | Any) -> list[int]:
+        """Each sample's workload ``a*s + b*s**2`` (:func:`transformer_workloads`).
+
+        Complexity: O(n).
+        """
+        return transformer_workloads(seq_lens, **self.shape())
+
+    def __str__(self) -> str:
+        """The shape as ``key=value`` pairs, the text :meth:`parse` reads back."""
+        return ",".join(
+            f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+            for key, value in self.shape().items()
         )
-    return value
 
+    @classmethod
+    def parse(cls, text: str) -> WorkloadModel:
+        """The model written as ``key=value`` pairs (:func:`parse_workload_model`).
 
-def alignment_from_env(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
-    """``(pad_to_multiple_of, micro_batch_multiple_of)`` from the environment.
-
-    How a verl job sets the alignment once for every process: export
-    ``SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF`` (per-sequence alignment, e.g. 16 for Megatron
-    ``tp=4, cp=2``; see :func:`megatron_alignment`) and
-    ``SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF`` (per-micro-batch rounding, e.g. verl's
-    ``pad_to_length_bucket``) in the driver's environment and in Ray's
-    ``runtime_env.env_vars``, so that every worker plans with the same costs (ranks with
-    different costs would plan under different caps). The verl switch reads them with this
-    function for calls that do not pass the parameters. Unset or empty: 1 (verl's rule).
-
-    Args:
-        environ: the mapping to read (default ``os.environ``).
-
-    Returns:
-        Two positive ints, in tokens.
-
-    Raises:
-        ValueError: a variable is set to something other than a positive integer (the
-            message names it).
-
-    Complexity: O(1).
-
-    Example:
-        >>> alignment_from_env({"SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF": "16"})
-        (16, 1)
-        >>> alignment_from_env({})
-        (1, 1)
-    """
-    env = os.environ if environ is None else environ
-    return _env_int(env, ENV_PAD_TO_MULTIPLE_OF), _env_int(env, ENV_MICRO_BATCH_MULTIPLE_OF)
-
-
-def max_samples_from_env(environ: Mapping[str, str] | None = None) -> int | None:
-    """``max_samples_per_micro_batch`` from :data:`ENV_MAX_SAMPLES_PER_MICRO_BATCH`.
-
-    How a verl job limits the samples per micro-batch (e.g. to what a CUDA graph was
-    captured for, or Megatron's ``max_sequences_per_bin``) once for every process: export
-    ``SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH`` in the driver's environment and in Ray's
-    ``runtime_env.env_vars``. The verl switch reads it for calls that do not pass the
-    parameter. Unset or empty: ``None`` (no limit, verl's rule).
-
-    Args:
-        environ: the mapping to read (default ``os.environ``).
-
-    Returns:
-        A positive int (samples), or ``None``.
-
-    Raises:
-        ValueError: the variable is set to something other than a positive integer.
-
-    Complexity: O(1).
-
-    Example:
-        >>> max_samples_from_env({"SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH": "16"})
-        16
-        >>> max_samples_from_env({}) is None
-        True
-    """
-    env = os.environ if environ is None else environ
-    if not env.get(ENV_MAX_SAMPLES_PER_MICRO_BATCH, "").strip():
-        return None
-    return _env_int(env, ENV_MAX_SAMPLES_PER_MICRO_BATCH, "samples", "no limit")
+        Raises:
+            ValueError: as :func:`parse_workload_model`.
+        """
+        return cls(**parse_workload_model(text))

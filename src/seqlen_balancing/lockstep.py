@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from seqlen_balancing.analysis import RankAnalysis
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp
 from seqlen_balancing.planner import analyse, build_plan
 
@@ -124,8 +125,8 @@ class Grid:
         self.sizes, self.workloads = result.group_sizes, result.group_workloads
         self.cap = result.max_token_len
         rule = result.rule
-        self.limit = None if rule is None else rule.max_groups
-        self.padded = rule if rule is not None and rule.padded else None
+        self.limit = _groups_limit(result)
+        self.padded = rule if rule is not None and rule.is_padded else None
         self.load = [[sum(self.workloads[g] for g in cell) for cell in row] for row in cells]
         self.tokens = [[sum(self.sizes[g] for g in cell) for cell in row] for row in cells]
         self.rank_load = [sum(row) for row in self.load]
@@ -488,9 +489,9 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
     part needs more (or the rule is padded: a part is planned on its groups' summed costs).
     ``memo`` keeps the parts and their analyses for the next count tried."""
     rule = result.rule
-    if rule is not None and rule.padded:
+    if rule is not None and rule.is_padded:
         return None
-    limit = None if rule is None else rule.max_groups
+    limit = _groups_limit(result)
     loads = result.group_workloads
     if "parts" not in memo:
         parts = karmarkar_karp(loads, dp, equal_size=True)
@@ -503,7 +504,8 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
         if key not in memo:
             # each group is one item of its summed cost: the same rule, on the usable cap
             memo[key] = analyse([result.group_sizes[g] for g in part], result.max_token_len,
-                                max_samples_per_micro_batch=limit, workloads=[loads[g] for g in part])
+                                PlanOptions(max_samples_per_micro_batch=limit),
+                                workloads=[loads[g] for g in part])
         alone = memo[key]
         if alone.error is not None or alone.min_count > count:
             return None  # before any part is cut: the next count reuses these analyses
@@ -514,6 +516,15 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
         for part, alone in analyses
     ]
     return Grid(result, cells)
+
+
+def _groups_limit(result: RankAnalysis) -> int | None:
+    """Force groups per micro-batch at most under the rule's sample limit (its rows over
+    the groups' ``force_group_size`` rows), or ``None``."""
+    rule = result.rule
+    if rule is None or rule.limit is None:
+        return None
+    return rule.limit // result.force_group_size
 
 
 def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[list[int]]:

@@ -1,12 +1,14 @@
-"""Cap-respecting bin packings on plain integer lists (no torch).
+"""Cap-respecting packings under the one rule (no torch).
 
-Best-fit and closing-fit decreasing, minimum bin slack, bin-count reduction by exchange
-local search, exact search on small inputs, and splitting up to a target count.
+Best fit (one algorithm for every rule, with a fast path for plain sums) and its seeded
+randomized restarts, closing-fit decreasing and minimum bin slack (summed costs without a
+sample limit), and splitting up to a target count.
 
-A *bin* here is a list of item indices whose sizes (tokens) sum to at most ``cap``. Every
-function in this module returns bins that respect the cap; none of them needs torch. The
-lower bounds live in :mod:`seqlen_balancing.bounds`; their names stay importable from here
-(the import paths of earlier releases).
+A *bin* here is a list of item indices that fits its :class:`~seqlen_balancing.rule.Rule`:
+for the public functions on ``(sizes, cap)``, whose sizes sum to at most ``cap``. Every
+function in this module returns bins that fit; none of them needs torch. The exchange and
+exact searches that take a packing to fewer bins live in :mod:`seqlen_balancing.repack`,
+the lower bounds in :mod:`seqlen_balancing.bounds` and :mod:`seqlen_balancing.rule`.
 """
 
 from __future__ import annotations
@@ -17,37 +19,27 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from math import gcd
 
-from seqlen_balancing.bounds import (  # re-exported: the import paths of earlier releases
-    BOUND_NAMES,
-    _checked,
-    best_lower_bound,
-    dominant_bins,
-    l1_lower_bound,
-    l2_lower_bound,
-    lower_bound,
-)
+from seqlen_balancing.bounds import _checked
+from seqlen_balancing.rule import Loads, Rule
 
 __all__ = [
-    "BOUND_NAMES",
+    "best_fit",
     "best_fit_decreasing",
-    "best_lower_bound",
     "closing_fit_decreasing",
-    "dominant_bins",
-    "l1_lower_bound",
-    "l2_lower_bound",
-    "lower_bound",
     "minimum_bin_slack",
-    "reduce_bins",
+    "randomized_best_fit",
+    "row_filling",
+    "split",
     "split_to_count",
 ]
 
-_MAX_FREE_PAIRS = 64  # free pools up to this size also offer pairs of items
-_MAX_FREE_TRIPLES = 16  # ... and triples
 _CLOSING_TRIES = 64  # sizes tried per exact-pair search in closing_fit_decreasing
-_MAX_OUT_PAIRS = 12  # bins with up to this many items may give up two at once
-_KICK_BINS = 2  # bins emptied into the pool per kick
 _MAX_BITSET_BITS = 1 << 16  # minimum_bin_slack: widest subset-sum bitset (cap / gcd)
 _MAX_STORED_BITS = 1 << 26  # minimum_bin_slack: bitsets kept per bin (8 MiB)
+_PROBES = 16  # best_fit: micro-batches with the room tried per item under a rule
+_MAX_RESTARTS = 64  # randomized_best_fit: restarts at most
+_STALE_RESTARTS = 24  # randomized_best_fit: ... and at most this many in a row that gain nothing
+_SPREADS = (0.05, 0.1, 0.2, 0.4)  # randomized_best_fit: the noise on the order's key
 
 
 def best_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
@@ -78,6 +70,73 @@ def best_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
         [[1, 2], [0, 3]]
     """
     sizes, cap = _checked(sizes, cap)
+    return best_fit(Rule.sums(sizes, cap))
+
+
+def best_fit(rule: Rule, order: Sequence[int] | None = None) -> list[list[int]]:
+    """Best fit under ``rule``: each item, in ``order`` (default: :meth:`Rule.decreasing`,
+    largest or widest first), into the fullest micro-batch it fits, else a new one.
+
+    The micro-batches that can still take something sit in a list sorted by the room the
+    cap leaves them; an item looks from the first whose room is at least what it costs
+    alone (it adds at least that, :attr:`Rule.sizes`) and takes the first that fits the
+    rule, among at most ``_PROBES`` (a padded width or a sample limit can refuse a bin that
+    has the room). For summed costs without a limit the first always fits: that is plain
+    best-fit decreasing, run by a tighter loop with no per-item call (the fast path).
+
+    Args:
+        rule: a :class:`~seqlen_balancing.rule.Rule` under which every item fits alone.
+        order: the items in the order to place them, or ``None``.
+
+    Returns:
+        Micro-batches (lists of items, in placement order), each fitting ``rule``, together
+        an exact cover of the items.
+
+    Raises:
+        ValueError: (fast path) an item larger than the cap.
+
+    Complexity: O(n log n + n * _PROBES) comparisons, plus list insertions that move
+    O(bins) pointers each.
+
+    Example:
+        >>> best_fit(Rule.sums([5, 7, 3, 5], 10))
+        [[1, 2], [0, 3]]
+        >>> best_fit(Rule.sums([5, 7, 3, 5], 10, limit=1))
+        [[1], [0], [3], [2]]
+    """
+    if order is None and rule.plain:
+        return _best_fit_sums(rule.sizes, rule.cap)
+    order = rule.decreasing() if order is None else order
+    sizes, counts, cap, limit = rule.sizes, rule.rows, rule.cap, rule.limit
+    least, fewest = min(sizes, default=0), min(counts, default=0)
+    loads = Loads(rule, 0)
+    fits, add, cost, rows = loads.fits, loads.add, loads.cost, loads.rows
+    rooms: list[int] = []  # ascending, of the bins that may take more
+    owners: list[int] = []  # parallel to ``rooms``
+    bins: list[list[int]] = []
+    for i in order:
+        pos = bisect_left(rooms, sizes[i])
+        for at in range(pos, min(pos + _PROBES, len(rooms))):
+            if fits(owners[at], i):
+                rooms.pop(at)
+                b = owners.pop(at)
+                bins[b].append(i)
+                break
+        else:
+            b = loads.open()
+            bins.append([i])
+        add(b, i)
+        room = cap - cost[b]
+        if room < least or (limit is not None and limit - rows[b] < fewest):
+            continue  # nothing fits it any more
+        at = bisect_right(rooms, room)
+        rooms.insert(at, room)
+        owners.insert(at, b)
+    return bins
+
+
+def _best_fit_sums(sizes: list[int], cap: int) -> list[list[int]]:
+    """:func:`best_fit` for summed costs without a limit, in decreasing order."""
     residuals: list[int] = []  # ascending
     owners: list[int] = []  # bin of each residual, parallel to ``residuals``
     bins: list[list[int]] = []
@@ -105,6 +164,193 @@ def best_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
         residuals.insert(pos, left)
         owners.insert(pos, owner)
     return bins
+
+
+def randomized_best_fit(
+    rule: Rule, target: int, packing: list[list[int]], budget: int | None = None
+) -> list[list[int]]:
+    """The fewest micro-batches among ``packing`` and seeded restarts of :func:`best_fit`
+    on perturbed orders, stopping once one reaches ``target``.
+
+    Even restarts sort the items by their decreasing key (cost alone, or width when
+    padded) each scaled by a random factor in ``[1 - d, 1 + d]``, ``d`` cycling through
+    0.05, 0.1, 0.2 and 0.4; odd restarts take a random order (under a sample limit a
+    random order often packs tighter than a decreasing one: small items then meet large
+    ones early, before the limit, not the cap, has to pack them). The seed is
+    derived from the input, so the result is deterministic.
+
+    Args:
+        rule: a :class:`~seqlen_balancing.rule.Rule` under which every item fits alone.
+        target: stop as soon as a packing has this many micro-batches (a lower bound).
+        packing: the best packing so far (returned when no restart beats it).
+        budget: items placed over all restarts (default ``20 n + 100000``; at most 64
+            restarts, and the restarts stop after 24 in a row that find no fewer).
+
+    Returns:
+        The packing with the fewest micro-batches, the earliest on a tie.
+
+    Complexity: O(restarts * (n log n + n * _PROBES)).
+
+    References:
+        The randomized first/best fit of bin-packing practice; e.g. E. Falkenauer, "A
+        hybrid grouping genetic algorithm for bin packing", J. Heuristics 2 (1996), which
+        seeds with randomized first fit.
+    """
+    n = rule.n
+    restarts = min(_MAX_RESTARTS, (20 * n + 100_000 if budget is None else budget) // max(n, 1))
+    rng = random.Random((n * 1_000_003 + rule.cap * 7919 + sum(rule.sizes)) & 0xFFFFFFFF)
+    key = _order_key(rule)
+    best = packing
+    stale = 0
+    for restart in range(restarts):
+        if len(best) <= target or stale >= _STALE_RESTARTS:
+            break
+        if restart % 2:
+            order = list(range(n))
+            rng.shuffle(order)
+        else:
+            spread = _SPREADS[restart // 2 % len(_SPREADS)]
+            noisy = [key[i] * (1.0 + rng.uniform(-spread, spread)) for i in range(n)]
+            order = sorted(range(n), key=noisy.__getitem__, reverse=True)
+        found = best_fit(rule, order)
+        stale += 1
+        if len(found) < len(best):
+            best, stale = found, 0
+    return best
+
+
+def _order_key(rule: Rule) -> list[int]:
+    """What decreasing orders sort by: the cost alone, or (padded) the width."""
+    if rule.left is None or rule.right is None:
+        return rule.sizes
+    return [a + b for a, b in zip(rule.left, rule.right, strict=True)]
+
+
+def row_filling(rule: Rule) -> list[list[int]]:
+    """Bin-by-bin packing for a sample limit: each micro-batch opens with the largest item
+    left, then takes, while it has rows to spare, the largest item that still leaves room
+    for the smallest items left to fill its other rows (else the largest that fits).
+
+    Under a tight sample limit best-fit decreasing fills its first micro-batches with the
+    large items and leaves the small ones to the end, where the limit, not the cap, packs
+    them: every micro-batch then holds either too few tokens or too few rows. Reserving
+    the smallest items' tokens for the rows left keeps each micro-batch full in both (on
+    CHAMP lengths with both bounds binding it reaches the bound where best fit is 20% over).
+    It is a one-bin-at-a-time fill in the spirit of Minimum Bin Slack, with the limit's
+    rows as the second resource.
+
+    Args:
+        rule: a summed-cost :class:`~seqlen_balancing.rule.Rule` with a sample limit (any
+            rule works; without a limit it is first-fit-like decreasing), every item
+            fitting alone.
+
+    Returns:
+        Micro-batches (lists of items, the largest first), each fitting ``rule``, together
+        an exact cover of the items.
+
+    Complexity: O(n log n): the items left are a Fenwick tree over their ascending order
+    (counts and token sums), so each pick and each reserve is O(log n).
+
+    References:
+        H. Kellerer and U. Pferschy, "Cardinality constrained bin-packing problems",
+        Annals of Operations Research 92 (1999) (the problem);
+        J. N. D. Gupta and J. C. Ho, "A new heuristic algorithm for the one-dimensional
+        bin-packing problem", Production Planning & Control 10 (1999) (bin-by-bin filling).
+
+    Example:
+        >>> row_filling(Rule.sums([9, 8, 7, 2, 1, 1], 12, limit=2))
+        [[0, 3], [1, 5], [2, 4]]
+    """
+    sizes, counts, cap = rule.sizes, rule.rows, rule.cap
+    limit = sum(counts) if rule.limit is None else rule.limit
+    fewest = max(min(counts, default=1), 1)
+    ascending = sorted(range(rule.n), key=lambda i: (sizes[i], i))
+    keys = [sizes[i] for i in ascending]
+    left = _Fenwick([1] * rule.n), _Fenwick(keys)  # items left: count, tokens
+    loads = Loads(rule, 0)
+    bins: list[list[int]] = []
+    remaining = rule.n
+    while remaining:
+        b = loads.open()
+        at: int | None = left[0].find(remaining)  # the largest item left
+        bins.append([])
+        while at is not None:
+            item = ascending[at]
+            bins[b].append(item)
+            loads.add(b, item)
+            left[0].add(at, -1)
+            left[1].add(at, -keys[at])
+            remaining -= 1
+            at = _next_fill(left, keys, cap - loads.cost[b], (limit - loads.rows[b]) // fewest,
+                            remaining)
+            if at is not None and not loads.fits(b, ascending[at]):
+                at = None  # rows of different sizes: this one does not fit
+    return bins
+
+
+def _next_fill(
+    left: tuple[_Fenwick, _Fenwick], keys: list[int], room: int, slots: int, remaining: int
+) -> int | None:
+    """The position (in ascending order) of :func:`row_filling`'s next item for a bin with
+    ``room`` tokens and ``slots`` items to spare, or ``None``."""
+    if slots <= 0 or not remaining:
+        return None
+    count, tokens = left
+    reserve = min(slots - 1, remaining - 1)
+    held = tokens.prefix(count.find(reserve)) if reserve else 0  # the smallest items' tokens
+    pick = _largest_within(count, keys, room - held)
+    if pick is not None and count.prefix(pick) > reserve:
+        return pick  # not one of the reserved smallest
+    return _largest_within(count, keys, room)
+
+
+def _largest_within(count: _Fenwick, keys: list[int], most: int) -> int | None:
+    """The position of the largest item left whose size is at most ``most``, or ``None``."""
+    if most < 0:
+        return None
+    alive = count.prefix(bisect_right(keys, most) - 1)
+    return count.find(alive) if alive else None
+
+
+class _Fenwick:
+    """A Fenwick (binary indexed) tree: point updates, prefix sums and the position of the
+    ``k``-th unit, each O(log n). Positions are 0-based."""
+
+    __slots__ = ("tree",)
+
+    def __init__(self, values: list[int]) -> None:
+        tree = [0, *values]
+        for i in range(1, len(tree)):
+            parent = i + (i & -i)
+            if parent < len(tree):
+                tree[parent] += tree[i]
+        self.tree = tree
+
+    def add(self, position: int, delta: int) -> None:
+        tree, i = self.tree, position + 1
+        while i < len(tree):
+            tree[i] += delta
+            i += i & -i
+
+    def prefix(self, position: int) -> int:
+        """Sum of positions ``0..position`` (0 for ``position < 0``)."""
+        tree, i, total = self.tree, position + 1, 0
+        while i > 0:
+            total += tree[i]
+            i -= i & -i
+        return total
+
+    def find(self, k: int) -> int:
+        """The smallest position whose prefix sum reaches ``k`` (``k >= 1``; the values are
+        non-negative counts)."""
+        tree, position, step = self.tree, 0, 1 << (len(self.tree) - 1).bit_length()
+        while step:
+            nxt = position + step
+            if nxt < len(tree) and tree[nxt] < k:
+                position = nxt
+                k -= tree[nxt]
+            step >>= 1
+        return position  # 0-based: the 1-based index is position + 1
 
 
 def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
@@ -311,307 +557,6 @@ def minimum_bin_slack(
     return bins
 
 
-class _FixedCount:
-    """A packing into a fixed number of bins plus a pool of unplaced ("free") items.
-
-    Every bin respects the cap at all times; the search tries to empty the free pool.
-    ``work`` counts elementary steps (bisections, subset sums, copied items) so that the
-    search is bounded by a deterministic budget rather than by wall-clock time. A subset
-    of up to three items is encoded as one int (digits ``i + 1`` in base ``n + 1``), so
-    the search allocates no tuples that the cyclic garbage collector would have to scan.
-    """
-
-    def __init__(
-        self, sizes: Sequence[int], cap: int, bins: list[list[int]], free: list[int],
-        seed: int,
-    ) -> None:
-        self.sizes = sizes
-        self.cap = cap
-        self.base = len(sizes) + 1
-        self.bins = bins
-        self.loads = [sum(sizes[i] for i in b) for b in bins]
-        self.free = free
-        self.work = 0
-        self.rng = random.Random(seed)
-        # Per bin: sorted-by-nothing parallel lists (sizes, codes) of the subsets it may
-        # give up, or None when stale.
-        self.outs: list[tuple[list[int], list[int]] | None] = [None] * len(bins)
-
-    def free_weight(self) -> int:
-        sizes = self.sizes
-        return sum(sizes[i] for i in self.free)
-
-    def _decode(self, code: int) -> list[int]:
-        items = []
-        while code:
-            code, digit = divmod(code, self.base)
-            items.append(digit - 1)
-        return items
-
-    def _free_sums(self) -> tuple[list[int], list[int]]:
-        """Sorted distinct sums of 1-3 free items (pairs and triples only for small pools),
-        with the code of one subset per sum."""
-        sizes, free, base = self.sizes, self.free, self.base
-        by_sum: dict[int, int] = {}
-        for i in free:
-            by_sum.setdefault(sizes[i], i + 1)
-        f = len(free)
-        if f <= _MAX_FREE_PAIRS:
-            for x in range(f):
-                a = free[x]
-                size_a, code_a = sizes[a], (a + 1) * base
-                for y in range(x + 1, f):
-                    b = free[y]
-                    by_sum.setdefault(size_a + sizes[b], code_a + b + 1)
-            self.work += f * f // 2
-        if f <= _MAX_FREE_TRIPLES:
-            square = base * base
-            for x in range(f):
-                a = free[x]
-                for y in range(x + 1, f):
-                    b = free[y]
-                    size_ab = sizes[a] + sizes[b]
-                    code_ab = (a + 1) * square + (b + 1) * base
-                    for z in range(y + 1, f):
-                        c = free[z]
-                        by_sum.setdefault(size_ab + sizes[c], code_ab + c + 1)
-            self.work += f * f * f // 6
-        keys = sorted(by_sum)
-        self.work += f + len(keys)
-        return keys, [by_sum[k] for k in keys]
-
-    def _outs(self, b: int) -> tuple[list[int], list[int]]:
-        outs = self.outs[b]
-        if outs is None:
-            sizes, base = self.sizes, self.base
-            items = self.bins[b]
-            out_sizes = [0]
-            out_codes = [0]
-            out_sizes.extend(sizes[i] for i in items)
-            out_codes.extend(i + 1 for i in items)
-            if len(items) <= _MAX_OUT_PAIRS:
-                m = len(items)
-                for x in range(m):
-                    i = items[x]
-                    for y in range(x + 1, m):
-                        j = items[y]
-                        out_sizes.append(sizes[i] + sizes[j])
-                        out_codes.append((i + 1) * base + j + 1)
-            outs = (out_sizes, out_codes)
-            self.outs[b] = outs
-        return outs
-
-    def _best_move(self, b: int, keys: list[int], codes: list[int]) -> tuple[int, int, int]:
-        """Largest load increase ``(gain, out code, in code)`` of bin ``b`` by swapping up to
-        two of its items for one to three free ones (gain 0: no move)."""
-        room = self.cap - self.loads[b]
-        best = (0, 0, 0)
-        out_sizes, out_codes = self._outs(b)
-        self.work += len(out_sizes)
-        for k, out_size in enumerate(out_sizes):
-            pos = bisect_right(keys, out_size + room) - 1
-            if pos < 0:
-                continue
-            gain = keys[pos] - out_size
-            if gain > best[0]:
-                best = (gain, out_codes[k], codes[pos])
-                if gain == room:
-                    break
-        return best
-
-    def _apply(self, b: int, gain: int, out_code: int, in_code: int) -> None:
-        items = self.bins[b]
-        out = self._decode(out_code)
-        into = self._decode(in_code)
-        for i in out:
-            items.remove(i)
-        items.extend(into)
-        self.loads[b] += gain
-        self.outs[b] = None
-        for i in into:
-            self.free.remove(i)
-        self.free.extend(out)
-
-    def descend(self, budget: int) -> None:
-        """Apply load-increasing exchanges until none is left (each lowers the free weight)."""
-        while self.free and self.work < budget:
-            keys, codes = self._free_sums()
-            moved = False
-            loads = self.loads
-            for b in sorted(range(len(self.bins)), key=lambda b: (loads[b], b)):
-                gain, out_code, in_code = self._best_move(b, keys, codes)
-                if not gain:
-                    continue
-                self._apply(b, gain, out_code, in_code)
-                moved = True
-                if not self.free or self.work >= budget:
-                    return
-                keys, codes = self._free_sums()
-            if not moved:
-                return
-
-    def run(self, budget: int) -> bool:
-        """Descend, then kick (empty random bins into the pool, descend again) while the
-        budget lasts, keeping a kick unless it leaves more free weight. True on success."""
-        self.descend(budget)
-        weight = self.free_weight()
-        n_bins = len(self.bins)
-        while self.free and self.work < budget:
-            saved = ([list(b) for b in self.bins], list(self.loads), list(self.free))
-            for _ in range(min(_KICK_BINS, n_bins)):
-                victim = self.rng.randrange(n_bins)
-                self.free.extend(self.bins[victim])
-                self.bins[victim] = []
-                self.loads[victim] = 0
-                self.outs[victim] = None
-            self.work += n_bins + len(self.sizes)
-            self.descend(budget)
-            new_weight = self.free_weight()
-            if new_weight <= weight:
-                weight = new_weight
-            else:
-                self.bins, self.loads, self.free = saved
-                self.outs = [None] * n_bins
-        return not self.free
-
-
-def reduce_bins(
-    sizes: Sequence[int], cap: int, bins: list[list[int]], target: int,
-    budget: int | None = None,
-) -> list[list[int]]:
-    """Try to repack ``bins`` into fewer bins, down to ``target``, by exchange local search.
-
-    One bin at a time: the least-loaded bin is emptied into a pool of free items, and an
-    iterated local search tries to place the pool into the remaining bins. Its descent
-    applies, bin by bin, the exchange of up to two packed items for up to three free ones
-    that raises the bin's load the most (so the free weight strictly falls and free items
-    get smaller until they fit the gaps); when it stalls, a kick empties a random bin into
-    the pool and descends again, and the kick is kept unless the free weight grew
-    (non-improving rounds are accepted, which lets the search cross plateaus). The first
-    count that cannot be reached within the budget ends the search.
-
-    Args:
-        sizes: item sizes in tokens, each in ``0..cap``.
-        cap: bin capacity in tokens.
-        bins: a packing that respects ``cap`` (not modified).
-        target: stop once this many bins remain (e.g. a lower bound).
-        budget: bound on move evaluations over the whole call (default ``20 n + 100000``),
-            which bounds the time on any input; the search is deterministic (its random
-            kicks use a seed derived from the input).
-
-    Returns:
-        A packing with at most ``len(bins)`` bins, each within ``cap``, exact cover of the
-        same items.
-
-    Complexity: O(budget) evaluations, each a bisection in the sorted sums of the pool,
-    plus O(n) per kick; in practice a few milliseconds per 1,000 items.
-
-    References:
-        J. Levine and F. Ducatelle, "Ant colony optimization and local search for bin
-        packing and cutting stock problems", JORS 55 (2004) (the exchange moves);
-        K. Fleszar and K. S. Hindi, "New heuristics for one-dimensional bin-packing",
-        Computers & OR 29 (2002) (perturbation of a fixed-count packing);
-        M. Buljubasic and M. Vasquez, "Consistent neighborhood search for one-dimensional
-        bin packing and two-dimensional vector packing", Computers & OR 76 (2016) (search
-        over partial packings with a pool of unplaced items).
-    """
-    current = [list(b) for b in bins if b]
-    n = sum(len(b) for b in current)
-    limit = 20 * n + 100_000 if budget is None else budget
-    spent = 0
-    seed = (n * 1_000_003 + cap * 7919 + sum(sizes)) & 0xFFFFFFFF
-    while len(current) > max(target, 1) and spent < limit:
-        loads = [sum(sizes[i] for i in b) for b in current]
-        victim = min(range(len(current)), key=lambda b: (loads[b], -b))
-        trial = [list(b) for j, b in enumerate(current) if j != victim]
-        search = _FixedCount(sizes, cap, trial, list(current[victim]), seed + len(current))
-        ok = search.run(limit - spent)
-        spent += search.work
-        if not ok:
-            break
-        current = [b for b in search.bins if b]
-    return current
-
-
-def exact_packing(
-    sizes: Sequence[int], cap: int, count: int, budget: int = 50_000
-) -> tuple[list[list[int]] | None, bool]:
-    """Depth-first search for a packing of ``sizes`` into at most ``count`` bins of ``cap``.
-
-    Items go in decreasing size, each into every bin it fits in turn; bins with the same
-    load are tried once per item (they are interchangeable), and a branch stops when the
-    room no remaining item can use (bins whose free space is below the smallest item left)
-    leaves too little for the items left. Exhausting the search proves that no packing
-    into ``count`` bins exists: a lower bound of ``count + 1`` bins.
-
-    Args:
-        sizes: item sizes in tokens, each in ``0..cap``.
-        cap: bin capacity in tokens (>= 1).
-        count: bins available (>= 1).
-        budget: items placed over the whole search before it gives up.
-
-    Returns:
-        ``(packing, False)`` with at most ``count`` non-empty bins (an exact cover of the
-        items) when one is found; ``(None, True)`` when none exists; ``(None, False)``
-        when the budget ran out first.
-
-    Complexity: O(budget * count).
-
-    References:
-        S. Martello and P. Toth, "Knapsack problems" (1990), ch. 8 (branch and bound for
-        bin packing: first-fit order, dominance of equal bins).
-    """
-    items = sorted((i for i in range(len(sizes)) if sizes[i] > 0), key=lambda i: (-sizes[i], i))
-    zeros = [i for i in range(len(sizes)) if sizes[i] == 0]
-    if sum(sizes[i] for i in items) > count * cap:
-        return None, True
-    loads = [0] * count
-    where = [0] * len(items)
-    left = [0] * (len(items) + 1)  # tokens of items[j:]
-    for j in range(len(items) - 1, -1, -1):
-        left[j] = left[j + 1] + sizes[items[j]]
-    spent = 0
-
-    def place(j: int) -> bool | None:
-        """True: all placed; False: no way from here; None: the budget ran out."""
-        nonlocal spent
-        if j == len(items):
-            return True
-        size, smallest = sizes[items[j]], sizes[items[-1]]
-        usable = sum(cap - load for load in loads if cap - load >= smallest)
-        if usable < left[j]:
-            return False
-        tried: set[int] = set()
-        for b in range(count):
-            if loads[b] + size > cap or loads[b] in tried:
-                continue
-            tried.add(loads[b])
-            spent += 1
-            if spent > budget:
-                return None
-            loads[b] += size
-            where[j] = b
-            found = place(j + 1)
-            loads[b] -= size
-            if found is not False:
-                return found
-        return False
-
-    outcome = place(0)
-    if outcome is not True:
-        return None, outcome is False
-    bins: list[list[int]] = [[] for _ in range(count)]
-    for j, i in enumerate(items):
-        bins[where[j]].append(i)
-    packing = [b for b in bins if b]
-    if zeros:
-        if packing:
-            packing[0].extend(zeros)
-        else:
-            packing = [zeros]
-    return packing, False
-
-
 def split_to_count(sizes: Sequence[int], bins: list[list[int]], count: int) -> list[list[int]]:
     """Split bins until there are exactly ``count`` (splitting never breaks a cap).
 
@@ -633,30 +578,78 @@ def split_to_count(sizes: Sequence[int], bins: list[list[int]], count: int) -> l
     bins), with m a split bin's item count: O(n log^2 n) at worst, when one bin of n items
     is split down to single items.
     """
+    values = list(sizes)
+    return split(Rule.sums(values, max(sum(values), 1)), bins, count)
+
+
+def split(rule: Rule, bins: list[list[int]], count: int) -> list[list[int]]:
+    """Split micro-batches until there are exactly ``count``; a part of a micro-batch that
+    fits ``rule`` fits it, so the result does.
+
+    Each step halves the costliest micro-batch with at least two items (the lowest index
+    on a tie): summed costs deal its items, largest first, to the lighter half (the two
+    largest seed the halves); padded micro-batches keep their wider half and put the
+    narrower half apart, so the new micro-batch is as narrow as it can be.
+
+    Args:
+        rule: the :class:`~seqlen_balancing.rule.Rule` the micro-batches fit.
+        bins: micro-batches (lists of items; not modified).
+        count: wanted, ``len(bins) <= count <= number of items``.
+
+    Returns:
+        ``count`` non-empty micro-batches, an exact cover of the same items.
+
+    Raises:
+        ValueError: ``count`` is below ``len(bins)`` or above the number of items.
+
+    Complexity: as :func:`split_to_count` (padded: each step also prices its halves,
+    O(m)).
+    """
     result = [list(b) for b in bins]
     n_items = sum(len(b) for b in result)
     if not len(result) <= count <= n_items:
         raise ValueError(f"cannot split {len(result)} bins of {n_items} items into {count}")
-    # Splittable bins keyed by (-load, index): the heaviest first, the lowest index on ties.
-    heap = [(-sum(sizes[i] for i in b), k) for k, b in enumerate(result) if len(b) > 1]
+    # Splittable bins keyed by (-cost, index): the costliest first, the lowest index on ties.
+    heap = [(-rule.cost(b), k) for k, b in enumerate(result) if len(b) > 1]
     heapq.heapify(heap)
+    halve = _halve_padded if rule.is_padded else _halve_summed
     while len(result) < count:
-        heaviest = heapq.heappop(heap)[1]
-        ordered = sorted(result[heaviest], key=lambda i: (-sizes[i], i))
-        first: list[int] = []
-        second: list[int] = []
-        load_first = load_second = 0
-        for position, i in enumerate(ordered):
-            # The two largest items seed the halves so both stay non-empty.
-            if position == 0 or (position > 1 and load_first <= load_second):
-                first.append(i)
-                load_first += sizes[i]
-            else:
-                second.append(i)
-                load_second += sizes[i]
-        result[heaviest] = first
+        costliest = heapq.heappop(heap)[1]
+        first, second = halve(rule, result[costliest])
+        result[costliest] = first
         result.append(second)
-        for k, load in ((heaviest, load_first), (len(result) - 1, load_second)):
+        for k in (costliest, len(result) - 1):
             if len(result[k]) > 1:
-                heapq.heappush(heap, (-load, k))
+                heapq.heappush(heap, (-rule.cost(result[k]), k))
     return result
+
+
+def _halve_summed(rule: Rule, items: list[int]) -> tuple[list[int], list[int]]:
+    """Largest first, each to the lighter half (the first on a tie); the two largest seed
+    the halves so both stay non-empty."""
+    sizes = rule.sizes
+    first: list[int] = []
+    second: list[int] = []
+    load_first = load_second = 0
+    for position, i in enumerate(sorted(items, key=lambda i: (-sizes[i], i))):
+        if position == 0 or (position > 1 and load_first <= load_second):
+            first.append(i)
+            load_first += sizes[i]
+        else:
+            second.append(i)
+            load_second += sizes[i]
+    return first, second
+
+
+def _halve_padded(rule: Rule, items: list[int]) -> tuple[list[int], list[int]]:
+    """Widest first: the longest prefix holding at most half the rows (at least one item)
+    and the rest, each sorted by index."""
+    left, right, counts = rule.left or [], rule.right or [], rule.rows
+    ordered = sorted(items, key=lambda i: (-(left[i] + right[i]), i))
+    total = sum(counts[i] for i in ordered)
+    half = taken = 0
+    while half < len(ordered) - 1 and 2 * (taken + counts[ordered[half]]) <= total:
+        taken += counts[ordered[half]]
+        half += 1
+    half = max(half, 1)
+    return sorted(ordered[:half]), sorted(ordered[half:])

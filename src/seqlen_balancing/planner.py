@@ -50,47 +50,39 @@ implementation needs over 10 s per count there) and the cap-aware packings alone
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
 
-from seqlen_balancing._checks import _integer_or_none, as_list, as_switch, describe, switch
+from seqlen_balancing._checks import _integer_or_none, describe
 from seqlen_balancing.analysis import RankAnalysis
-from seqlen_balancing.balance import _lpt_with_cap, _rebalance, _workload_gap, order_micro_batches
-from seqlen_balancing.cost import aligned_length, micro_batch_capacity
+from seqlen_balancing.balance import balanced, order_micro_batches
+from seqlen_balancing.cost import micro_batch_capacity
 from seqlen_balancing.errors import (
     MAX_DUMMY_MICRO_BATCHES,
     Argument,
     BelowOne,
     BucketAboveCap,
-    CombinationRefused,
     CountAboveGroups,
     EmptyBatch,
-    GroupOverCap,
-    LengthNotAnInteger,
-    LengthsNotASequence,
-    LengthsNotOneDimensional,
     LengthSource,
     MinAboveGroups,
-    NegativeLength,
     NotAnInteger,
-    NotASwitch,
     NotDivisible,
-    NotOnePerSample,
-    OverCap,
-    OverCapNotAString,
     PlanError,
-    SampleOverCap,
     TooManyDummies,
-    UnknownOverCap,
 )
-from seqlen_balancing.packing import exact_packing, reduce_bins, split_to_count
-from seqlen_balancing.padded import (
-    BinRule,
-    balanced_under_rule,
-    padded_options,
-    plan_padded,
+from seqlen_balancing.items import (
+    dummy_group,
+    group_rule,
+    longest,
+    sample_costs_of,
+    workloads_of,
 )
-from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, roundup_divisible
+from seqlen_balancing.options import OVER_CAP_CHOICES, PlanOptionKeywords, PlanOptions, Unpack
+from seqlen_balancing.packing import randomized_best_fit
+from seqlen_balancing.partition import roundup_divisible
+from seqlen_balancing.per_sample import read_numbers
+from seqlen_balancing.repack import exact_packing, repack
 from seqlen_balancing.search import (
     _EXACT_BUDGET,
     _EXACT_GROUPS,
@@ -105,16 +97,13 @@ __all__ = [
     "agreed_count",
     "analyse",
     "build_plan",
+    "failed_analysis",
     "local_count",
     "log_over_cap",
     "order_micro_batches",
     "over_cap_messages",
     "plan_micro_batches",
 ]
-
-#: The values ``over_cap`` takes: ``"raise"`` (verl's behaviour: an over-cap sample is a
-#: ``ValueError``) or ``"alone"`` (it runs in a micro-batch of its own, with a warning).
-OVER_CAP_CHOICES = ("raise", "alone")
 
 #: Where the over-cap warnings go (``over_cap="alone"``): logging rather than
 #: ``warnings.warn``, since a warnings filter set to "error" would turn the warning into an
@@ -135,123 +124,29 @@ def argument_error(value: Any, argument: Argument, optional: bool) -> tuple[Plan
     return None, as_int
 
 
-def _lengths(
-    seq_lens: Sequence[Any], source: LengthSource = LengthSource.SEQ_LENS
-) -> tuple[PlanError | None, list[int]]:
-    out: list[int] = []
-    try:
-        values = as_list(seq_lens, source.name.lower())
-    except (TypeError, ValueError) as exc:  # not a sequence, or not one-dimensional
-        shape = LengthsNotOneDimensional if isinstance(exc, ValueError) else LengthsNotASequence
-        return shape(source, detail=str(exc)), []
-    for index, value in enumerate(values):
-        as_int = value if type(value) is int else _integer_or_none(value)
-        if as_int is None:
-            return LengthNotAnInteger(source, index, detail=describe(value)), []
-        if as_int < 0:
-            return NegativeLength(source, index, as_int), []
-        out.append(as_int)
-    return None, out
-
-
-def _longest(sizes: list[int], group: int | None) -> int:
-    """The costliest forced group in tokens (its samples' costs summed; the costliest
-    sample when the groups cannot be formed), 0 for no samples."""
-    if not sizes:
-        return 0
-    if group is None or group <= 1 or len(sizes) % group:
-        return max(sizes)
-    return max(sum(sizes[g : g + group]) for g in range(0, len(sizes), group))
-
-
-def _sample_costs(
-    lengths: list[int], pad: int, costs: Any
-) -> tuple[PlanError | None, list[int]]:
-    """Each sample's cost (:func:`~seqlen_balancing.cost.sample_costs`: the given cost, or
-    the effective length, rounded up to ``pad``), or the error to agree on."""
-    if costs is None:
-        return None, [aligned_length(n, pad) for n in lengths] if pad > 1 else lengths
-    error, given = _lengths(costs, LengthSource.COSTS)
-    if error is None and len(given) != len(lengths):
-        error = NotOnePerSample(LengthSource.COSTS, len(given), len(lengths))
-    if error is None and pad > 1:
-        given = [aligned_length(c, pad) for c in given]
-    return error, given
-
-
-def _workloads_of(lengths: list[int], workloads: Any) -> tuple[PlanError | None, list[int]]:
-    """Each sample's balance workload: the caller's (a list, or a callable of the
-    effective lengths), or verl's ``24576*s + s**2``."""
-    if workloads is None:
-        return None, [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
-    if callable(workloads):
-        try:
-            workloads = workloads(list(lengths))
-        except Exception as exc:  # agreed on as this rank's error, never raised here
-            detail = f"the workloads callable raised {exc!r}"
-            return LengthsNotASequence(LengthSource.WORKLOADS, detail=detail), []
-    error, given = _lengths(workloads, LengthSource.WORKLOADS)
-    if error is None and len(given) != len(lengths):
-        error = NotOnePerSample(LengthSource.WORKLOADS, len(given), len(lengths))
-    return error, given
-
-
-def _option_error(over_cap: Any, dummy_micro_batches: Any) -> PlanError | None:
-    """The error for a bad ``over_cap`` or ``dummy_micro_batches``, else ``None``."""
-    if not isinstance(over_cap, str):
-        return OverCapNotAString(detail=describe(over_cap))
-    if over_cap not in OVER_CAP_CHOICES:
-        return UnknownOverCap(detail=repr(over_cap)[:60])
-    if as_switch(dummy_micro_batches) is None:
-        return NotASwitch(Argument.DUMMY_MICRO_BATCHES, detail=describe(dummy_micro_batches))
-    return None
-
-
-def _cost_over_cap(
-    result: RankAnalysis, lengths: list[int], costs: list[int], kind: type[OverCap], stride: int
-) -> PlanError | None:
-    """The error for items (samples or groups) whose cost exceeds the usable cap, naming
-    the first one's tokens and cost, the cap given, how many and the largest cost."""
-    cap = result.max_token_len
-    over = [i for i, cost in enumerate(costs) if cost > cap]
-    if not over:
-        return None
-    first = over[0]
-    largest = max(costs[i] for i in over)
-    return kind(lengths[first], first * stride, result.requested_max_token_len, len(over), largest,
-                costs[first], result.micro_batch_multiple_of, result.pad_to_multiple_of,
-                result.custom_costs)
-
-
 def analyse(
     seq_lens: Sequence[Any],
     max_token_len: Any,
+    options: PlanOptions | None = None,
     *,
-    force_group_size: Any = 1,
-    min_num_micro_batch: Any = None,
-    num_batches_divided_by: Any = None,
-    pad_to_multiple_of: Any = 1,
-    micro_batch_multiple_of: Any = 1,
     costs: Any = None,
-    padded: Any = False,
-    max_samples_per_micro_batch: Any = None,
-    padded_extents: tuple[Sequence[int], Sequence[int]] | None = None,
     workloads: Any = None,
-    over_cap: Any = "raise",
-    dummy_micro_batches: Any = False,
+    padded_extents: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> RankAnalysis:
     """Check one rank's input and find its smallest micro-batch count under the cap.
 
     Never raises for bad input; the reason is returned in ``error`` so that the DP group
     can agree on it first (see :mod:`seqlen_balancing.agreement`).
 
-    Count search: best-fit decreasing gives ``U``; ``L = max(lower bound,
-    min_num_micro_batch, 1)``, the bounds of
-    :func:`~seqlen_balancing.bounds.best_lower_bound` tried cheapest first until one meets
-    ``U``. Only if ``U > L`` do stronger packings and an exchange local search
-    (:func:`~seqlen_balancing.packing.reduce_bins`) work from ``U`` down towards ``L``,
-    stopping as soon as they meet it. Every count between the result and the number of
-    groups is feasible, since splitting a micro-batch never breaks the cap.
+    Count search (:func:`~seqlen_balancing.search._search_count`): the packers of
+    :data:`~seqlen_balancing.search.PACKERS` that serve the batch's rule run in order, the
+    first (best-fit decreasing, or the sorted rule for padded rows) giving ``U``; ``L =
+    max(lower bound, min_num_micro_batch, 1)``, the bounds of
+    :func:`~seqlen_balancing.rule.rule_bound` tried cheapest first until one meets ``U``.
+    Only if ``U > L`` do stronger packings and an exchange local search
+    (:func:`~seqlen_balancing.repack.repack`) work from ``U`` down towards ``L``, stopping
+    as soon as they meet it. Every count between the result and the number of groups is
+    feasible, since splitting a micro-batch never breaks the rule.
 
     The cap holds on what the GPU holds (:mod:`seqlen_balancing.cost`): each sample costs
     its given cost (``costs``) or else its effective length, rounded up to
@@ -262,27 +157,22 @@ def analyse(
     search above runs on those costs and that cap.
 
     Args:
-        seq_lens: effective length in tokens of each sample on this rank.
+        seq_lens: effective length in tokens of each sample on this rank (read whole,
+            :func:`~seqlen_balancing.per_sample.read_numbers`).
         max_token_len: cap in tokens per micro-batch.
-        force_group_size: consecutive samples that must share a micro-batch.
-        min_num_micro_batch: lower limit on the count, or ``None``.
-        num_batches_divided_by: the final count must be a multiple of this, or ``None``.
-        pad_to_multiple_of: per-sequence alignment in tokens (``None`` or 1: none).
-        micro_batch_multiple_of: per-micro-batch rounding in tokens (``None`` or 1: none).
-        costs: one non-negative cost in tokens per sample, replacing the effective lengths
-            and rounded up to ``pad_to_multiple_of`` like them, or ``None``.
-        padded, max_samples_per_micro_batch: as in :func:`plan_micro_batches`.
-        padded_extents: with ``padded``, each sample's ``(left, right)`` span around a
-            column every row shares (:func:`~seqlen_balancing.padded.padded_rule`).
+        options: the options of the plan, already checked (:class:`~seqlen_balancing.
+            options.PlanOptions`; ``None``: ``PlanOptions()``, verl's behaviour).
+        costs: one non-negative cost in tokens per sample (or a callable of the effective
+            lengths returning them), replacing the effective lengths and rounded up to
+            ``pad_to_multiple_of`` like them, or ``None``. Read whole.
         workloads: one non-negative integer per sample, the balance objective (summed per
-            group) instead of verl's ``24576*s + s**2``, or a callable taking the list of
-            effective lengths and returning them (e.g. ``functools.partial(
-            transformer_workloads, hidden_size=8192)``; what it raises becomes this rank's
-            error), or ``None``. The cap is untouched.
-        over_cap: ``"raise"`` (an over-cap sample or group is an error) or ``"alone"``
-            (each runs in a micro-batch of its own; the rest is planned as usual).
-        dummy_micro_batches: serve counts above ``n_groups`` (``min_num_micro_batch``,
-            ``num_batches_divided_by``, a DP group's count) with dummy micro-batches.
+            group) instead of verl's ``24576*s + s**2`` (or ``options.workload_model``'s),
+            or a callable taking the list of effective lengths and returning them (e.g.
+            ``functools.partial(transformer_workloads, hidden_size=8192)``), or ``None``.
+            Read whole: whatever reading them raises becomes this rank's error. The cap is
+            untouched.
+        padded_extents: with ``padded``, each sample's ``(left, right)`` span around a
+            column every row shares (:func:`~seqlen_balancing.items.group_rule`).
 
     Returns:
         A :class:`RankAnalysis`.
@@ -290,135 +180,155 @@ def analyse(
     Complexity: O(n log n) for the bounds and best-fit decreasing, plus the bounded local
     search when best-fit decreasing misses the bound.
     """
-    checks = (
-        (max_token_len, Argument.MAX_TOKEN_LEN, False),
-        (force_group_size, Argument.FORCE_GROUP_SIZE, False),
-        (min_num_micro_batch, Argument.MIN_NUM_MICRO_BATCH, True),
-        (num_batches_divided_by, Argument.NUM_BATCHES_DIVIDED_BY, True),
-        (pad_to_multiple_of, Argument.PAD_TO_MULTIPLE_OF, True),
-        (micro_batch_multiple_of, Argument.MICRO_BATCH_MULTIPLE_OF, True),
-    )
-    length_error, lengths = _lengths(seq_lens)
-    as_pad = _integer_or_none(pad_to_multiple_of) if pad_to_multiple_of is not None else 1
-    cost_error, sizes_of = (
-        (length_error, []) if length_error else _sample_costs(lengths, max(as_pad or 1, 1), costs)
-    )
-    # Read even when an argument is bad: the DP group's advice on the cap counts this rank.
-    largest = _longest(lengths if cost_error else sizes_of, _integer_or_none(force_group_size))
-    ints: list[int] = []
-    for value, argument, optional in checks:
-        error, as_int = argument_error(value, argument, optional)
-        if error is not None:
-            return RankAnalysis(error, largest=largest)
-        ints.append(as_int)
-    option_error = _option_error(over_cap, dummy_micro_batches)
-    if option_error is not None:
-        return RankAnalysis(option_error, largest=largest)
-    alone, dummies = over_cap == "alone", bool(as_switch(dummy_micro_batches))
-    cap, group, floor, divisor, pad, bucket = ints
+    options = PlanOptions() if options is None else options
+    result = _analyse(seq_lens, max_token_len, options, costs, workloads, padded_extents)
+    return _with_request(result, max_token_len, options, costs is not None, workloads is not None)
+
+
+def failed_analysis(
+    error: PlanError, max_token_len: Any = None, options: PlanOptions | None = None,
+    costs_given: bool = False, workloads_given: bool = False,
+) -> RankAnalysis:
+    """The analysis of a rank that failed before :func:`analyse` (a bad batch, a bad
+    option), holding its error and what it was asked to do (``options`` ``None``: the
+    options themselves could not be read), so that the DP group still checks the request."""
+    result = RankAnalysis(error)
+    if options is None:
+        return result
+    return _with_request(result, max_token_len, options, costs_given, workloads_given)
+
+
+
+def _with_request(
+    result: RankAnalysis, max_token_len: Any, options: PlanOptions, costs_given: bool,
+    workloads_given: bool,
+) -> RankAnalysis:
+    """``result`` with the request's record, error or not: the DP group checks that every
+    rank was asked for the same (:mod:`seqlen_balancing.agreement`)."""
+    result.options = options
+    cap = _integer_or_none(max_token_len)
+    result.requested_max_token_len = cap if cap is not None and cap >= 1 else 0
+    result.custom_costs = costs_given
+    result.custom_workloads = workloads_given or options.workload_model is not None
+    return result
+
+
+
+def _analyse(
+    seq_lens: Sequence[Any], max_token_len: Any, options: PlanOptions, costs: Any, workloads: Any,
+    padded_extents: tuple[Sequence[int], Sequence[int]] | None,
+) -> RankAnalysis:
+    """:func:`analyse` but the request's record (options, cap, what was given)."""
+    length_error, lengths = read_numbers(seq_lens, LengthSource.SEQ_LENS)
+    pad = options.pad_to_multiple_of
+    cost_error, sizes_of = (length_error, []) if length_error else sample_costs_of(lengths, pad, costs)
+    # Read even when the cap is bad: the DP group's advice on the cap counts this rank.
+    largest = longest(lengths if cost_error else sizes_of, options.force_group_size)
+    error, given = _given(max_token_len, options, largest)
+    if given is None:
+        return RankAnalysis(error, largest=largest)
+    result = _record(given, costs is not None, workloads is not None, largest)
+    sample_workloads: list[int] = []
+    error = cost_error
+    if error is None:
+        error, sample_workloads = workloads_of(lengths, workloads, options.workload_model)
+    if error is None and not lengths:
+        error = EmptyBatch()
+    if error is None and len(lengths) % given.group:
+        error = NotDivisible(len(lengths), given.group)
+    if error is not None:
+        result.error = error
+        return result
+    shape = (given.group, given.pad, given.limit, given.padded)
+    caps = (given.usable, given.cap, given.bucket)
+    built = group_rule(lengths, sizes_of, sample_workloads, shape, caps, padded_extents,
+                       costs is not None, given.alone)
+    result.rule, result.sample_costs, result.group_workloads = built.rule, built.sample_costs, built.workloads
+    result.group_sizes, result.n_samples = built.rule.sizes, len(lengths)
+    if given.padded:
+        result.largest = max(built.rule.sizes)
+    result.error = built.error or _floor_error(result, given)
+    if result.error is not None:
+        return result
+    if given.dummies:
+        result.dummy_group = dummy_group(built.rule, lengths, given.group)
+    _count(result, given)
+    return result
+
+
+class _Given(NamedTuple):
+    """The options of :func:`analyse` and its checked cap, as plain values."""
+
+    cap: int
+    group: int
+    floor: int | None  # min_num_micro_batch (None: not given)
+    divisor: int
+    pad: int
+    bucket: int
+    usable: int  # the cap rounded down to the bucket
+    padded: bool
+    limit: int | None  # max_samples_per_micro_batch
+    alone: bool  # over_cap="alone"
+    dummies: bool
+
+
+def _given(
+    max_token_len: Any, options: PlanOptions, largest: int
+) -> tuple[PlanError | None, _Given | None]:
+    """``(None, given)``, or ``(error, None)`` for a bad cap or a bucket above it (the
+    options themselves were checked by :class:`~seqlen_balancing.PlanOptions`)."""
+    error, cap = argument_error(max_token_len, Argument.MAX_TOKEN_LEN, False)
+    if error is not None:
+        return error, None
+    bucket = options.micro_batch_multiple_of
     usable = micro_batch_capacity(cap, bucket)
     if usable == 0:
         # The advised cap holds a bucket and the costliest group, rounded up to the bucket.
         needed = max(bucket, -(-largest // bucket) * bucket)
-        return RankAnalysis(BucketAboveCap(bucket, cap, needed), largest=largest)
-    error, padded_on, limit = padded_options(padded, max_samples_per_micro_batch, group)
-    if error is None:
-        error = _combination_error(padded_on, limit, alone, dummies)
-    if error is not None:
-        return RankAnalysis(error, largest=largest)
-    result = RankAnalysis(None, usable, group, divisor, largest=largest)
-    result.requested_max_token_len = cap
-    result.pad_to_multiple_of, result.micro_batch_multiple_of = pad, bucket
-    result.custom_costs = costs is not None
-    result.padded, result.max_samples_per_micro_batch = padded_on, limit
-    result.custom_workloads = workloads is not None
-    result.dummy_micro_batches = dummies
-    result.min_num_micro_batch = floor if min_num_micro_batch is not None else 0
-    error = cost_error
-    sample_workloads: list[int] = []
-    if error is None:
-        error, sample_workloads = _workloads_of(lengths, workloads)
-    if error is None and not lengths:
-        error = EmptyBatch()
-    if error is None and len(lengths) % group:
-        error = NotDivisible(len(lengths), group)
-    if error is None and not padded_on and not alone:
-        error = _cost_over_cap(result, lengths, sizes_of, SampleOverCap, 1)
-    if error is not None:
-        result.error = error
-        return result
-    if padded_on:
-        floor_given = None if min_num_micro_batch is None else floor
-        return _analyse_padded(result, lengths, sizes_of, floor_given, padded_extents, sample_workloads)
-    result.n_samples = len(lengths)
-    result.sample_costs = sizes_of
-    if group == 1:  # the common case, without a slice per sample
-        sizes = sizes_of
-        result.group_workloads = sample_workloads
-    else:
-        sizes = [sum(sizes_of[g : g + group]) for g in range(0, len(lengths), group)]
-        result.group_workloads = [
-            sum(sample_workloads[g : g + group]) for g in range(0, len(lengths), group)
-        ]
-    result.group_sizes = sizes
-    if limit is not None:
-        result.rule = BinRule(usable, sizes, max_groups=limit // group)
-    if group > 1 and not alone:
-        tokens = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
-        result.error = _cost_over_cap(result, tokens, sizes, GroupOverCap, group)
-    if result.error is None and min_num_micro_batch is not None and floor > len(sizes):
-        if not dummies:
-            result.error = MinAboveGroups(floor, len(sizes))
-        elif floor - len(sizes) > MAX_DUMMY_MICRO_BATCHES:
-            result.error = TooManyDummies(floor - len(sizes), len(sizes), floor)
-    if result.error is not None:
-        return result
-    own_floor = min(floor, len(sizes)) if min_num_micro_batch is not None else None
-    over = [g for g, size in enumerate(sizes) if size > usable] if alone else []
-    if not over:
-        _search_count(result, own_floor)
-        return result
-    _set_aside(result, over, own_floor)
+        return BucketAboveCap(bucket, cap, needed), None
+    return None, _Given(
+        cap, options.force_group_size, options.min_num_micro_batch,
+        options.num_batches_divided_by or 1, options.pad_to_multiple_of, bucket, usable,
+        options.padded, options.max_samples_per_micro_batch, options.over_cap == "alone",
+        options.dummy_micro_batches,
+    )
+
+
+def _record(given: _Given, custom_costs: bool, custom_workloads: bool, largest: int) -> RankAnalysis:
+    """The analysis of one rank's checked arguments, its items not read yet."""
+    result = RankAnalysis(None, given.usable, given.group, given.divisor, largest=largest)
+    result.requested_max_token_len = given.cap
+    result.pad_to_multiple_of, result.micro_batch_multiple_of = given.pad, given.bucket
+    result.custom_costs, result.custom_workloads = custom_costs, custom_workloads
+    result.padded, result.max_samples_per_micro_batch = given.padded, given.limit
+    result.dummy_micro_batches = given.dummies
+    result.min_num_micro_batch = given.floor or 0
     return result
 
 
-def _combination_error(padded: bool, limit: int | None, alone: bool, dummies: bool) -> PlanError | None:
-    """The error for options that do not compose yet, else ``None``: ``padded=True`` with
-    ``over_cap="alone"`` or ``dummy_micro_batches=True``, and ``max_samples_per_micro_batch``
-    with ``over_cap="alone"`` (the padded planner and the sample limit do not model a
-    micro-batch set aside over the cap, nor the dummies' copied rows). Refused rather than
-    ignored (DESIGN section 3: no setting is ever silently ignored)."""
-    pairs = ((padded and alone, Argument.PADDED, Argument.OVER_CAP),
-             (padded and dummies, Argument.PADDED, Argument.DUMMY_MICRO_BATCHES),
-             (limit is not None and alone, Argument.MAX_SAMPLES_PER_MICRO_BATCH, Argument.OVER_CAP))
-    for clash, argument, other in pairs:
-        if clash:
-            return CombinationRefused(argument, other)
+def _floor_error(result: RankAnalysis, given: _Given) -> PlanError | None:
+    """The error for ``min_num_micro_batch`` above the groups (without dummies, or with
+    more dummies than allowed), else ``None``."""
+    groups = result.n_groups
+    if given.floor is None or given.floor <= groups:
+        return None
+    if not given.dummies:
+        return MinAboveGroups(given.floor, groups)
+    if given.floor - groups > MAX_DUMMY_MICRO_BATCHES:
+        return TooManyDummies(given.floor - groups, groups, given.floor)
     return None
 
 
-def _analyse_padded(
-    result: RankAnalysis, lengths: list[int], costs: list[int], floor: int | None,
-    extents: tuple[Sequence[int], Sequence[int]] | None, sample_workloads: list[int],
-) -> RankAnalysis:
-    """:func:`analyse` under ``padded=True``: :func:`~seqlen_balancing.padded.plan_padded`;
-    the caller's ``workloads`` (when given) replace verl's as the balance objective."""
-    limit, group = result.max_samples_per_micro_batch, result.force_group_size
-    found = plan_padded(lengths, costs if result.custom_costs else None, extents, group,
-                        result.pad_to_multiple_of, result.max_token_len,
-                        None if limit is None else limit // group,
-                        (result.requested_max_token_len, result.micro_batch_multiple_of), floor)
-    result.largest, result.error, result.rule = max(found.rule.sizes), found.error, found.rule
-    if found.error is None:
-        result.n_samples, result.sample_costs = len(lengths), found.widths
-        result.group_sizes, result.group_workloads = found.rule.sizes, found.workloads
-        if result.custom_workloads:
-            result.group_workloads = [
-                sum(sample_workloads[g : g + group]) for g in range(0, len(lengths), group)
-            ]
-        result.lower_bound, result.bound_name = found.bound, found.bound_name
-        result.min_count, result._packing = len(found.packing), found.packing
-    return result
+def _count(result: RankAnalysis, given: _Given) -> None:
+    """The smallest count under the rule, with the over-cap items set apart first under
+    ``over_cap="alone"`` (the floor counts the groups, not the dummies)."""
+    rule = result.rule
+    own_floor = None if given.floor is None else min(given.floor, result.n_groups)
+    over = [g for g in range(result.n_groups) if not rule.fits_alone(g)] if rule and given.alone else []
+    if over:
+        _set_aside(result, over, own_floor)
+    else:
+        _search_count(result, own_floor)
 
 
 def agreed_count(
@@ -489,22 +399,14 @@ def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
         left = count - len(over)
         rest = _balanced_bins(result._rest, left) if left else []
         return [[g] for g in over] + [[index[j] for j in b] for b in rest]
-    sizes, workloads, cap = result.group_sizes, result.group_workloads, result.max_token_len
-    if count == len(sizes):
+    if count == result.n_groups:
         return [[g] for g in range(count)]
-    if result.rule is not None:  # padded or a sample limit; verl's partition for the sum
-        kk = None if result.rule.padded else _fitting_kk(result, count)
-        return balanced_under_rule(result.rule, workloads, result._packing, count, kk)
-    # verl's own partition at this count whenever it fits the cap: at verl's count it
-    # always does, so the plan is never less balanced than verl's.
-    candidates = [kk] if (kk := _fitting_kk(result, count)) is not None else []
-    lpt = _lpt_with_cap(sizes, workloads, cap, count)
-    if lpt is not None:
-        candidates.append(lpt)
-    if not candidates:
-        # A tight count where neither balancer fits: the count's packing, rebalanced.
-        return _rebalance(split_to_count(sizes, result._packing, count), sizes, workloads, cap)
-    return min(candidates, key=lambda bins: _workload_gap(bins, workloads))  # verl's on a tie
+    if result.rule is None:
+        raise ValueError("an analysis without a rule has no plan")
+    # verl's own partition at this count whenever it fits: at verl's count it always does,
+    # so the plan is never less balanced than verl's (its candidate wins ties).
+    return balanced(result.rule, result.group_workloads, result._packing, count,
+                    _fitting_kk(result, count))
 
 
 def build_plan(
@@ -512,18 +414,13 @@ def build_plan(
 ) -> list[list[int]]:
     """The best-balanced plan with exactly ``count`` micro-batches, ordered.
 
-    Karmarkar-Karp on workloads when its plan respects the cap; otherwise a capacity-aware
-    longest-processing-time (LPT) packing; otherwise the analysis' packing split up to
-    ``count`` and rebalanced by moving groups from the heaviest micro-batch to the
-    lightest. All three respect the cap. Karmarkar-Karp is tried only when LPT fits (on
-    tight counts neither does: in 600 random CHAMP trials Karmarkar-Karp never fitted
-    where LPT did not, and ``tests/test_planner.py`` keeps checking it on real batches)
-    and when ``n * count <= 2**22``, which bounds its O(n * count) cost.
-
-    Args:
-        result: an error-free :class:`RankAnalysis`.
-        count: micro-batches, ``result.min_count <= count <= result.n_groups``.
-        use_dynamic_bsz_balance: order as :func:`order_micro_batches` describes.
+    The smallest workload gap among :func:`~seqlen_balancing.balance.balanced`'s
+    candidates under the analysis' rule: Karmarkar-Karp on workloads (verl's partition)
+    when it fits the rule, the capacity-aware longest-processing-time (LPT) packing, and
+    the analysis' packing split up to ``count`` and rebalanced by moving groups from the
+    heaviest micro-batch to the lightest (for plain sums only when neither of the others
+    fits; padded rules add the sorted slices). All respect the rule. Karmarkar-Karp is
+    tried only when ``n * count <= 2**22``, which bounds its O(n * count) cost.
 
     With ``over_cap="alone"`` each over-cap group takes a micro-batch of its own and the
     others fill the remaining ``count - len(over_cap_groups)`` as above. With
@@ -568,19 +465,11 @@ def plan_micro_batches(
     seq_lens: Sequence[int],
     max_token_len: int,
     *,
-    num_batches_divided_by: int | None = None,
-    min_num_micro_batch: int | None = None,
-    force_group_size: int = 1,
-    use_dynamic_bsz_balance: bool = True,
+    options: PlanOptions | None = None,
     num_micro_batches: int | None = None,
-    pad_to_multiple_of: int = 1,
-    micro_batch_multiple_of: int = 1,
-    costs: Sequence[int] | None = None,
-    padded: bool = False,
-    max_samples_per_micro_batch: int | None = None,
-    workloads: Sequence[int] | None = None,
-    over_cap: str = "raise",
-    dummy_micro_batches: bool = False,
+    costs: Sequence[int] | Callable[[list[int]], Iterable[int]] | None = None,
+    workloads: Sequence[int] | Callable[[list[int]], Iterable[int]] | None = None,
+    **option_keywords: Unpack[PlanOptionKeywords],
 ) -> list[list[int]]:
     """Plan one rank's micro-batches on a plain list of lengths (no torch needed).
 
@@ -592,48 +481,34 @@ def plan_micro_batches(
     Args:
         seq_lens: effective length in tokens of each of the ``n`` samples.
         max_token_len: hard cap in tokens on every micro-batch.
-        num_batches_divided_by: the count is rounded up to a multiple of this.
-        min_num_micro_batch: at least this many micro-batches.
-        force_group_size: consecutive samples ``[g*size, (g+1)*size)`` stay together.
-        use_dynamic_bsz_balance: lightest micro-batches at both ends (verl's order).
+        options: the plan's options (:class:`~seqlen_balancing.PlanOptions`;
+            docs/options.md says what each does); ``None``: verl's behaviour.
         num_micro_batches: use exactly this count (e.g. agreed by a DP group) instead of
             the smallest: a multiple of ``num_batches_divided_by``, at most the number of
             samples/groups, and a count this library can plan (where its own count is
             higher, it searches for a plan with this many: verl's Karmarkar-Karp at that
             count, an exhaustive search on up to 40 groups, the exchange search).
-        pad_to_multiple_of: each sample costs its length rounded up to a multiple of this
-            (Megatron's per-sequence THD alignment, see
-            :func:`~seqlen_balancing.cost.megatron_alignment`); 1 (verl's rule): its length.
-        micro_batch_multiple_of: a micro-batch's summed cost is rounded up to a multiple of
-            this before it meets the cap (verl's ``pad_to_length_bucket``; FP8's total
-            alignment); a cap that is not a multiple of it is usable as
-            ``max_token_len // micro_batch_multiple_of * micro_batch_multiple_of``.
         costs: one non-negative cost in tokens per sample instead of the effective
-            lengths, e.g. image plus text tokens or a memory estimate, rounded up to
-            ``pad_to_multiple_of`` as the lengths are (one rule: a sample costs its given
-            cost or length, aligned); ``None``: none.
-        workloads: one non-negative integer per sample, the balance objective (what
-            Karmarkar-Karp, the capacity-aware balancing, the rebalancing and the order of
-            micro-batches weigh) instead of verl's ``24576*s + s**2``; e.g.
-            :func:`~seqlen_balancing.cost.transformer_workloads` of the lengths. The cap,
-            the count and the bounds are untouched. ``None``: verl's workload (and the
-            "never worse than verl" guarantee, which is stated for it).
-        over_cap: ``"raise"`` (default, verl's behaviour) or ``"alone"``: a sample (or
-            forced group) whose cost is over the cap runs in a micro-batch of its own, the
-            only micro-batches allowed over the cap, and a warning naming its index, its
-            cost and the cap is logged on the ``seqlen_balancing`` logger
-            (``over_cap_messages``). The count and the lower bound count one
-            micro-batch for each.
-        dummy_micro_batches: when the count (``min_num_micro_batch``,
-            ``num_batches_divided_by``, ``num_micro_batches``) is above the number of
-            samples/groups, each runs alone and the missing micro-batches are dummies:
-            empty lists at the end of the plan (the caller runs a copy of a real row with
-            zero loss weight there). Default False: that is an error, as in verl.
-        padded: for models that run padded tensors: a micro-batch costs rows x its widest
-            row (:func:`~seqlen_balancing.cost.padded_micro_batch_cost`), with the fewest
-            micro-batches possible (:func:`~seqlen_balancing.padded.fewest_padded`).
-        max_samples_per_micro_batch: samples per micro-batch at most (a forced group
-            counts all its samples); ``None``: no limit.
+            lengths (or a callable of the lengths returning them), e.g. image plus text
+            tokens or a memory estimate, rounded up to ``pad_to_multiple_of`` as the
+            lengths are (one rule: a sample costs its given cost or length, aligned);
+            ``None``: none. Read whole; a mapping, a set or a string is refused.
+        workloads: one non-negative integer per sample (or a callable of the lengths),
+            the balance objective (what Karmarkar-Karp, the capacity-aware balancing, the
+            rebalancing and the order of micro-batches weigh) instead of verl's ``24576*s
+            + s**2``; e.g. :func:`~seqlen_balancing.cost.transformer_workloads` of the
+            lengths. The cap, the count and the bounds are untouched. ``None``: verl's
+            workload (or the ``workload_model``'s), and the "never worse than verl"
+            guarantee, which is stated for it.
+        **option_keywords: any option of :class:`~seqlen_balancing.PlanOptions`
+            by name (laid over ``options``): ``num_batches_divided_by``,
+            ``min_num_micro_batch``, ``force_group_size``, ``use_dynamic_bsz_balance``,
+            ``pad_to_multiple_of``, ``micro_batch_multiple_of``, ``padded``,
+            ``max_samples_per_micro_batch``, ``over_cap`` (``"alone"``: a sample or group
+            over the cap runs in a micro-batch of its own, with a warning on the
+            ``seqlen_balancing`` logger), ``dummy_micro_batches`` (a count above the
+            samples/groups is served by empty dummy lists at the end),
+            ``loss_weight_keys`` and ``workload_model``.
 
     Returns:
         Micro-batches as lists of sample indices (each sorted, non-empty, its cost at most
@@ -643,8 +518,8 @@ def plan_micro_batches(
         lists, last. Balance and order use the effective lengths (or ``workloads``).
 
     Raises:
-        TypeError: an argument or length is not an integer, or ``use_dynamic_bsz_balance``
-            is not a bool (or 0/1).
+        TypeError: an argument or length is not an integer, a switch is not a bool (or
+            0/1), an unknown option name, or per-sample data that is not a sequence.
         ValueError: empty input, a negative length or cost, ``costs`` not one per sample,
             a sample or forced group whose cost is over the cap (``exceeds
             max_token_len``, giving its tokens and its cost), a ``micro_batch_multiple_of``
@@ -675,26 +550,14 @@ def plan_micro_batches(
         >>> plan_micro_batches([10, 20, 30], 100, num_batches_divided_by=4, dummy_micro_batches=True)
         [[0], [2], [1], []]
     """
-    balance = switch(use_dynamic_bsz_balance, "use_dynamic_bsz_balance")
-    result = analyse(
-        seq_lens,
-        max_token_len,
-        force_group_size=force_group_size,
-        min_num_micro_batch=min_num_micro_batch,
-        num_batches_divided_by=num_batches_divided_by,
-        pad_to_multiple_of=pad_to_multiple_of,
-        micro_batch_multiple_of=micro_batch_multiple_of,
-        costs=costs,
-        padded=padded,
-        max_samples_per_micro_batch=max_samples_per_micro_batch,
-        workloads=workloads,
-        over_cap=over_cap,
-        dummy_micro_batches=dummy_micro_batches,
-    )
+    given, error = PlanOptions.from_keywords(options, None, option_keywords)
+    if error is not None:
+        raise error.exception()
+    result = analyse(seq_lens, max_token_len, given, costs=costs, workloads=workloads)
     count = local_count(result)
     if num_micro_batches is not None:
         count = _exact_count(result, num_micro_batches)
-    plan = build_plan(result, count, balance)
+    plan = build_plan(result, count, given.use_dynamic_bsz_balance)
     log_over_cap(result)
     return plan
 
@@ -714,15 +577,16 @@ def over_cap_messages(result: RankAnalysis, rank: int | None = None) -> list[str
         ``rank R of the DP group: `` when ``rank`` is given).
 
     Example:
-        >>> result = analyse([5000, 100, 200], 4096, over_cap="alone")
+        >>> result = analyse([5000, 100, 200], 4096, PlanOptions(over_cap="alone"))
         >>> over_cap_messages(result, rank=1)[0][:51]
         'rank 1 of the DP group: sample 0 costs 5000 tokens,'
     """
     prefix = "" if rank is None else f"rank {rank} of the DP group: "
     group = result.force_group_size
     what = "sample" if group == 1 else "the forced group starting at sample"
+    unit = "token positions padded (rows x its widest row)" if result.padded else "tokens"
     return [
-        f"{prefix}{what} {g * group} costs {result.group_sizes[g]} tokens, over "
+        f"{prefix}{what} {g * group} costs {result.group_sizes[g]} {unit}, over "
         f"max_token_len={result.requested_max_token_len}: it runs alone in a micro-batch of "
         "its own (over_cap='alone'), the only micro-batch over the cap; it may run out of memory"
         for g in result.over_cap_groups
@@ -771,8 +635,9 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> int:
 
 def _reach(result: RankAnalysis, count: int) -> bool:
     """Look for a packing with at most ``count`` micro-batches (``count`` below the
-    analysis' own): verl's Karmarkar-Karp at ``count``, the exhaustive search on few
-    groups, then the exchange search; store it in ``result`` when found."""
+    analysis' own): verl's Karmarkar-Karp at ``count``, then (summed costs) the exhaustive
+    search on few groups and the exchange search, then (any other rule) the randomized
+    best fit; store it in ``result`` when found."""
     if result._rest is not None:
         over = len(result.over_cap_groups)
         if count <= over or not _reach(result._rest, count - over):
@@ -783,14 +648,17 @@ def _reach(result: RankAnalysis, count: int) -> bool:
             [index[j] for j in b] for b in result._rest._packing
         ]
         return True
-    sizes, cap = result.group_sizes, result.max_token_len
-    if result.rule is not None:
-        return False  # the searches below know the summed cost only
+    rule = result.rule
+    if rule is None:
+        return False
     found = _fitting_kk(result, count)
-    if found is None and len(sizes) <= _EXACT_GROUPS:
-        found, _ = exact_packing(sizes, cap, count, _EXACT_BUDGET)
-    if found is None:
-        packed = reduce_bins(sizes, cap, result._packing, target=count)
+    if found is None and not rule.is_padded and rule.n <= _EXACT_GROUPS:
+        found, _ = exact_packing(rule, count, _EXACT_BUDGET)
+    if found is None and not rule.is_padded:
+        packed = repack(rule, result._packing, target=count)
+        found = packed if len(packed) <= count else None
+    if found is None and not rule.plain:
+        packed = randomized_best_fit(rule, count, result._packing)
         found = packed if len(packed) <= count else None
     if found is None:
         return False

@@ -1,45 +1,229 @@
-"""The smallest micro-batch count one rank reaches under the cap, and its packing (no torch).
+"""The smallest micro-batch count one rank reaches under its rule, and its packing (no torch).
 
-:func:`_search_count` runs the packings (best-fit, closing-fit, minimum-bin-slack
-decreasing), holds them to the lower bounds, narrows a gap that remains with the exchange
-search and, on few groups, the exhaustive search, and tries verl 0.9.1's own construction
-(Karmarkar-Karp at the counts verl's rule could stop at) so the count is never above
-verl's. :func:`_set_aside` sets the over-cap groups of ``over_cap="alone"`` apart first.
+:func:`_search_count` runs the packers of :data:`PACKERS` in order, each declaring the
+rules it serves, and stops as soon as the count meets the lower bound, which it strengthens
+step by step (cheap bounds first, the stronger ones only where a gap remains). For summed
+costs without a sample limit: best-fit, closing-fit and minimum-bin-slack decreasing, the
+exchange search on what the Martello-Toth reduction leaves, the exhaustive search on few
+items, and verl 0.9.1's own construction (Karmarkar-Karp at the counts verl's rule could
+stop at) so the count is never above verl's. For a sample limit: best fit, row filling and
+seeded randomized best-fit restarts under the rule, the plain search's plan cut to the
+limit, then the exchange and exact searches with the limit.
+For padded rows: the sorted rule (optimal on one-sided rows), best fit and its restarts.
+:func:`_set_aside` sets the over-cap items of ``over_cap="alone"`` apart first and plans
+the rest under the same rule (:meth:`~seqlen_balancing.rule.Rule.restrict`).
 :mod:`seqlen_balancing.planner` calls them from its analysis.
 """
 
 from __future__ import annotations
 
-from seqlen_balancing.analysis import RankAnalysis
-from seqlen_balancing.bounds import BOUND_NAMES, _best_lower_bound, dominant_bins
-from seqlen_balancing.packing import (
-    best_fit_decreasing,
-    closing_fit_decreasing,
-    exact_packing,
-    minimum_bin_slack,
-    reduce_bins,
-    split_to_count,
-)
-from seqlen_balancing.padded import SAMPLE_LIMIT, limit_samples
-from seqlen_balancing.partition import _capped_largest_differencing, roundup_divisible
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-__all__ = ["EXHAUSTIVE"]
+from seqlen_balancing.analysis import RankAnalysis
+from seqlen_balancing.bounds import BOUND_NAMES, dominant_bins
+from seqlen_balancing.packing import (
+    best_fit,
+    closing_fit_decreasing,
+    minimum_bin_slack,
+    randomized_best_fit,
+    row_filling,
+    split,
+)
+from seqlen_balancing.partition import _capped_largest_differencing, roundup_divisible
+from seqlen_balancing.repack import exact_packing, repack
+from seqlen_balancing.rule import Rule, fewest_sorted, rule_bound
+
+__all__ = ["EXHAUSTIVE", "PACKERS", "Packer"]
 
 #: Karmarkar-Karp costs O(n * count); above this product the capacity-aware LPT packing
 #: (O(n log count)) balances alone. 2**22 covers 2,048 samples into 2,048 micro-batches
 #: and 16,384 into 256.
 _KK_BUDGET = 1 << 22
 
+#: Largest number of items the exhaustive search (:func:`_exact_search`) is tried on.
+_EXACT_GROUPS = 40
+
+#: Items the exhaustive search may place per count tried before it gives up.
+_EXACT_BUDGET = 50_000
+
+#: ``bound_name`` of a lower bound proven by the exhaustive search.
+EXHAUSTIVE = "exhaustive search"
+
+
+@dataclass
+class _Search:
+    """The state of one count search: the rule, the best packing so far and the bound it
+    is held to (cheap bounds first: ``level`` is the last of ``BOUND_NAMES`` evaluated)."""
+
+    result: RankAnalysis
+    rule: Rule
+    floor: int | None
+    packing: list[list[int]] = field(default_factory=list)
+    lower: int = 0
+    level: int = -1
+
+    def done(self) -> bool:
+        return bool(self.packing) and len(self.packing) <= self.lower
+
+    def hold(self, upto: str) -> None:
+        """Evaluate the bounds up to ``upto`` (once per level) and the floor."""
+        level = BOUND_NAMES.index(upto)
+        if level <= self.level:
+            return
+        self.level = level
+        wanted = 1 if self.floor is None else self.floor
+        # At or below the floor, no bound can change the count: L2 alone is enough.
+        enough = len(self.packing) if wanted < len(self.packing) else 0
+        bound, name = rule_bound(self.rule, enough, upto)
+        if wanted > bound:
+            bound, name = wanted, ("one" if self.floor is None else "min_num_micro_batch")
+        self.prove(bound, name)
+
+    def prove(self, bound: int, name: str) -> None:
+        self.lower = bound
+        self.result.lower_bound, self.result.bound_name = bound, name
+
+    def offer(self, found: list[list[int]] | None, ties: bool) -> None:
+        """Keep ``found`` when it has fewer micro-batches (or as many, with ``ties``)."""
+        if found is None:
+            return
+        if not self.packing or len(found) < len(self.packing) or (ties and len(found) == len(self.packing)):
+            self.packing = found
+
+
+@dataclass(frozen=True)
+class Packer:
+    """One step of the count search.
+
+    Attributes:
+        name: what it is.
+        serves: which rules it packs correctly and usefully.
+        run: its packing of the search's items (``None``: nothing found).
+        upto: the bounds evaluated before it runs (it runs only while a gap remains).
+        ties: a packing with as many micro-batches as the best so far replaces it.
+    """
+
+    name: str
+    serves: Callable[[Rule], bool]
+    run: Callable[[_Search], list[list[int]] | None]
+    upto: str = "matching"
+    ties: bool = False
+
+
+def _any(rule: Rule) -> bool:
+    return True
+
+
+def _plain(rule: Rule) -> bool:
+    return rule.plain
+
+
+def _summed(rule: Rule) -> bool:
+    return not rule.is_padded
+
+
+def _cut_summed(search: _Search) -> list[list[int]]:
+    """The count search of the same items without the sample limit (summed costs alone),
+    each of its micro-batches then cut into runs of at most ``limit`` rows: a plan under
+    the limit, as good as the plain search whenever its micro-batches hold few rows."""
+    rule, result = search.rule, search.result
+    plain = RankAnalysis(None, result.max_token_len, 1, result.num_batches_divided_by)
+    plain.rule = Rule.sums(rule.sizes, rule.cap)
+    plain.group_sizes, plain.group_workloads = rule.sizes, result.group_workloads
+    _search_count(plain, None)
+    limit, rows = rule.limit or 0, rule.rows
+    cut: list[list[int]] = []
+    for items in plain._packing:
+        cut.append([])
+        taken = 0
+        for i in items:
+            if cut[-1] and taken + rows[i] > limit:
+                cut.append([])
+                taken = 0
+            cut[-1].append(i)
+            taken += rows[i]
+    return cut
+
+
+def _exact(search: _Search) -> list[list[int]]:
+    packing, proven = _exact_search(search.rule, search.packing, search.lower)
+    if proven > search.lower:
+        search.prove(proven, EXHAUSTIVE)
+    return packing
+
+
+#: The count search's steps, in order. The first that serves a rule gives the first
+#: packing; each later one runs only while the count is above the bound.
+PACKERS = (
+    Packer("sorted rule", lambda rule: rule.is_padded, lambda s: fewest_sorted(s.rule)),
+    Packer("best fit decreasing", _any, lambda s: best_fit(s.rule)),
+    Packer("row filling", lambda rule: not rule.is_padded and rule.limit is not None,
+           lambda s: row_filling(s.rule)),
+    Packer("randomized best fit", lambda rule: not rule.plain,
+           lambda s: randomized_best_fit(s.rule, s.lower, s.packing)),
+    Packer("the summed plan cut to the limit", lambda rule: not rule.is_padded and rule.limit is not None,
+           lambda s: _cut_summed(s)),
+    Packer("closing fit decreasing", _plain,
+           lambda s: closing_fit_decreasing(s.rule.sizes, s.rule.cap)),
+    # Bins filled exactly, one at a time: on few-items-per-bin batches with little slack
+    # (CHAMP x10 at 32,768) this reaches L where best fit and the exchange search miss,
+    # and on a tie its waste sits in the last bins, which the search empties first.
+    Packer("minimum bin slack", lambda rule: rule.plain and rule.n <= 4096,
+           lambda s: minimum_bin_slack(s.rule.sizes, s.rule.cap), ties=True),
+    Packer("exchange search", _summed, lambda s: _close_gap(s.rule, s.packing, s.lower),
+           upto=BOUND_NAMES[-1], ties=True),
+    # Few items: an exhaustive search finds the optimum, or proves the bound too low.
+    Packer("exact search", lambda rule: _summed(rule) and rule.n <= _EXACT_GROUPS, lambda s: _exact(s),
+           upto=BOUND_NAMES[-1]),
+    # verl's own construction at every count it could stop at below ours: never more
+    # micro-batches than verl's rule (see plan_micro_batches).
+    Packer("Karmarkar-Karp", _summed,
+           lambda s: _verl_candidates(s.result, s.lower, len(s.packing)), upto=BOUND_NAMES[-1]),
+)
+
+
+def _search_count(result: RankAnalysis, floor: int | None) -> None:
+    """Smallest count reached under ``result.rule``, with its packing and the bound it is
+    held to: the :data:`PACKERS` that serve the rule, in order, each only while the count
+    is above the bound (evaluated up to the packer's ``upto`` first), so a batch proven
+    optimal early costs nothing more. A packing below ``L`` (set by
+    ``min_num_micro_batch``) is split up to ``L``."""
+    rule = result.rule
+    if rule is None:
+        raise ValueError("the count search needs the analysis' rule")
+    search = _Search(result, rule, floor)
+    for packer in PACKERS:
+        if not packer.serves(rule):
+            continue
+        if search.packing:
+            if search.done():
+                break  # met the bound already evaluated: no stronger bound needed
+            search.hold(packer.upto)
+            if search.done():
+                break
+        search.offer(packer.run(search), packer.ties)
+    search.hold(BOUND_NAMES[2])  # the cheap bounds, if no second packer ran
+    packing = search.packing
+    if len(packing) < search.lower:
+        packing = split(rule, packing, search.lower)
+    result.min_count = len(packing)
+    result._packing = packing
+
 
 def _set_aside(result: RankAnalysis, over: list[int], floor: int | None) -> None:
-    """``over_cap="alone"``: the over-cap groups take one micro-batch each (in every plan,
+    """``over_cap="alone"``: the over-cap items take one micro-batch each (in every plan,
     so they add one each to the count and to the lower bound); the others are analysed
-    as a batch of their own, under the floor that remains."""
+    as a batch of their own under the same rule, with the floor that remains."""
+    rule = result.rule
+    if rule is None:
+        raise ValueError("setting items apart needs the analysis' rule")
     result.over_cap_groups = over
     chosen = set(over)
     rest_index = [g for g in range(result.n_groups) if g not in chosen]
     rest = RankAnalysis(None, result.max_token_len, 1, result.num_batches_divided_by)
-    rest.group_sizes = [result.group_sizes[g] for g in rest_index]
+    rest.rule = rule.restrict(rest_index)
+    rest.group_sizes = rest.rule.sizes
     rest.group_workloads = [result.group_workloads[g] for g in rest_index]
     rest.n_samples = len(rest_index)
     rest.requested_max_token_len = result.requested_max_token_len
@@ -57,95 +241,16 @@ def _set_aside(result: RankAnalysis, over: list[int], floor: int | None) -> None
     result._packing = [[g] for g in over] + [[rest_index[j] for j in b] for b in rest._packing]
 
 
-def _search_count(result: RankAnalysis, floor: int | None) -> None:
-    """Smallest count reached under the cap, with its packing and the bound it is held to.
-
-    Best-fit decreasing, held to the O(n log n) bounds (L2, cardinality, large-item
-    matching); where a gap remains, closing-fit decreasing and (up to 4,096 groups)
-    minimum-bin-slack packing; where one still remains, the stronger bounds (reduction,
-    Fekete-Schepers) and then the search of :func:`_close_gap`. Each step runs only while
-    the count is above the bound, so a batch proven optimal early costs nothing more. A
-    packing below ``L`` (set by ``min_num_micro_batch``) is split up to ``L``.
-    """
-    sizes, cap = result.group_sizes, result.max_token_len
-    wanted = 1 if floor is None else floor
-    packing = best_fit_decreasing(sizes, cap)
-
-    def hold(upto: str) -> int:
-        """Set the bound (bounds up to ``upto``, the floor) and return it."""
-        # At or below the floor, no bound can change the count: L2 alone is enough.
-        enough = len(packing) if wanted < len(packing) else 0
-        bound, name = _best_lower_bound(sizes, cap, enough, upto)
-        if wanted > bound:
-            bound, name = wanted, ("one" if floor is None else "min_num_micro_batch")
-        result.lower_bound, result.bound_name = bound, name
-        return bound
-
-    lower = hold("matching")
-    if len(packing) > lower:
-        closing = closing_fit_decreasing(sizes, cap)
-        if len(closing) < len(packing):
-            packing = closing
-    if len(packing) > lower and len(sizes) <= 4096:
-        # Bins filled exactly, one at a time: on few-items-per-bin batches with little slack
-        # (CHAMP x10 at 32,768) this reaches L where best fit and the exchange search miss,
-        # and on a tie its waste sits in the last bins, which the search empties first.
-        slack = minimum_bin_slack(sizes, cap)
-        if len(slack) <= len(packing):
-            packing = slack
-    if len(packing) > lower:
-        lower = hold(BOUND_NAMES[-1])
-    if len(packing) > lower:
-        packing = _close_gap(sizes, cap, packing, lower)
-    if len(packing) > lower and len(sizes) <= _EXACT_GROUPS:
-        # Few groups: an exhaustive search finds the optimum, or proves the bound too low.
-        packing, proven = _exact_search(sizes, cap, packing, lower)
-        if proven > lower:
-            result.lower_bound, result.bound_name = proven, EXHAUSTIVE
-            lower = proven
-    if len(packing) > lower:
-        # verl's own construction at every count it could stop at below ours: never more
-        # micro-batches than verl's rule (see plan_micro_batches).
-        found = _verl_candidates(result, lower, len(packing))
-        if found is not None:
-            packing = found
-    most = None if result.rule is None else result.rule.max_groups
-    if most is not None:  # no bin holds more than `most` groups: at least ceil(groups / most)
-        packing, by_count = limit_samples(sizes, cap, most, packing)
-        if by_count > lower:
-            lower = result.lower_bound = by_count
-            result.bound_name = SAMPLE_LIMIT
-    if len(packing) < lower:
-        packing = split_to_count(sizes, packing, lower)
-    result.min_count = len(packing)
-    result._packing = packing
-
-
-def _fits(bins: list[list[int]], sizes: list[int], cap: int) -> bool:
-    """Every bin within ``cap`` (the capped Karmarkar-Karp checks as it merges instead)."""
-    return all(sum(sizes[i] for i in b) <= cap for b in bins)
-
-
-#: Largest number of groups the exhaustive search (:func:`_exact_search`) is tried on.
-_EXACT_GROUPS = 40
-
-#: Items the exhaustive search may place per count tried before it gives up.
-_EXACT_BUDGET = 50_000
-
-#: ``bound_name`` of a lower bound proven by the exhaustive search.
-EXHAUSTIVE = "exhaustive search"
-
-
 def _exact_search(
-    sizes: list[int], cap: int, packing: list[list[int]], lower: int
+    rule: Rule, packing: list[list[int]], lower: int
 ) -> tuple[list[list[int]], int]:
     """``(best packing, proven lower bound)``: counts from ``lower`` up to one below the
-    packing's are searched exhaustively (:func:`~seqlen_balancing.packing.exact_packing`)
+    packing's are searched exhaustively (:func:`~seqlen_balancing.repack.exact_packing`)
     within :data:`_EXACT_BUDGET` placed items per count; a count whose search is exhausted
     without a packing raises the bound above it, and the first count that runs out of
     budget ends the search."""
     for count in range(lower, len(packing)):
-        found, impossible = exact_packing(sizes, cap, count, _EXACT_BUDGET)
+        found, impossible = exact_packing(rule, count, _EXACT_BUDGET)
         if found is not None:
             return found, lower
         if not impossible:
@@ -155,9 +260,9 @@ def _exact_search(
 
 
 def _verl_candidates(result: RankAnalysis, lower: int, upper: int) -> list[list[int]] | None:
-    """Karmarkar-Karp on the groups' workloads (verl 0.9.1's construction, identical
+    """Karmarkar-Karp on the items' workloads (verl 0.9.1's construction, identical
     partitions) at each count from ``lower`` up to ``upper - 1`` that verl's rule could stop
-    at (the multiples of ``num_batches_divided_by``); the first that fits the cap, or
+    at (the multiples of ``num_batches_divided_by``); the first that fits the rule, or
     ``None``. At most ``(upper - lower) / num_batches_divided_by + 1`` tries, each
     O(n log n + n count), and none where ``n * count`` exceeds :data:`_KK_BUDGET`."""
     step = result.num_batches_divided_by
@@ -170,39 +275,48 @@ def _verl_candidates(result: RankAnalysis, lower: int, upper: int) -> list[list[
 
 
 def _fitting_kk(result: RankAnalysis, count: int) -> list[list[int]] | None:
-    """verl's Karmarkar-Karp partition of the groups into ``count`` micro-batches if it
-    keeps every micro-batch within the cap (and ``n * count <= _KK_BUDGET``), else ``None``."""
-    sizes = result.group_sizes
-    if len(sizes) * count > _KK_BUDGET or count > len(sizes):
+    """verl's Karmarkar-Karp partition of the items into ``count`` micro-batches if it
+    keeps every micro-batch within the rule (and ``n * count <= _KK_BUDGET``), else
+    ``None``. The merge stops early once a part's summed cost is over the cap, which
+    every rule implies (a padded footprint is at least the rows' own)."""
+    sizes, rule = result.group_sizes, result.rule
+    if len(sizes) * count > _KK_BUDGET or count > len(sizes) or rule is None:
         return None
-    return _capped_largest_differencing(result.group_workloads, count, sizes, result.max_token_len)
+    found = _capped_largest_differencing(result.group_workloads, count, sizes, result.max_token_len)
+    if found is None or rule.plain or all(rule.fits(part) for part in found):
+        return found
+    return None
 
 
-def _close_gap(sizes: list[int], cap: int, packing: list[list[int]], lower: int) -> list[list[int]]:
-    """The exchange local search towards ``lower``, on the items the Martello-Toth
-    reduction leaves (:func:`~seqlen_balancing.bounds.dominant_bins`: bins some optimal
-    packing contains, so nothing is lost), from the best of the given packing restricted
-    to them and fresh packings of them; the reduction's bins are added back.
-    """
+def _close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[int]]:
+    """The exchange local search towards ``lower``. For summed costs without a limit, on
+    the items the Martello-Toth reduction leaves (:func:`~seqlen_balancing.bounds.dominant_bins`:
+    bins some optimal packing contains, so nothing is lost), from the best of the given
+    packing restricted to them and fresh packings of them; the reduction's bins are added
+    back. With a sample limit (where the reduction's pairs may hold too many rows), on
+    the whole packing."""
+    sizes, cap = rule.sizes, rule.cap
+    if not rule.plain:
+        return repack(rule, packing, target=lower)
     fixed, rest = dominant_bins(sizes, cap)
     if not fixed:
-        return reduce_bins(sizes, cap, packing, target=lower)
-    sub = [sizes[i] for i in rest]
-    if not any(sub):
+        return repack(rule, packing, target=lower)
+    sub = rule.restrict(rest)
+    if not any(sub.sizes):
         if rest:
-            fixed[0].extend(rest)  # zero-length groups fit anywhere
+            fixed[0].extend(rest)  # zero-length items fit anywhere
         return fixed
     remaining = set(rest)
     candidates = [
-        best_fit_decreasing(sub, cap),
-        closing_fit_decreasing(sub, cap),
-        minimum_bin_slack(sub, cap) if len(sub) <= 4096 else [],
+        best_fit(sub),
+        closing_fit_decreasing(sub.sizes, cap),
+        minimum_bin_slack(sub.sizes, cap) if sub.n <= 4096 else [],
     ]
     position = {g: j for j, g in enumerate(rest)}
     restricted = [[position[g] for g in b if g in remaining] for b in packing]
     candidates.append([b for b in restricted if b])
     best = min((c for c in candidates if c), key=len)
-    best = reduce_bins(sub, cap, best, target=max(1, lower - len(fixed)))
+    best = repack(sub, best, target=max(1, lower - len(fixed)))
     if len(fixed) + len(best) > len(packing):  # never seen on CHAMP; kept as a safety net
-        return reduce_bins(sizes, cap, packing, target=lower)
+        return repack(rule, packing, target=lower)
     return fixed + [[rest[j] for j in b] for b in best]

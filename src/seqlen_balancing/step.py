@@ -62,6 +62,7 @@ from seqlen_balancing.lockstep import (
     plan_at,
     step_time_floor,
 )
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.partition import roundup_divisible
 from seqlen_balancing.planner import analyse
 
@@ -182,9 +183,16 @@ def _whole_step(
 
 
 def _analysed(seq_lens: Sequence[int], max_token_len: int, rule: dict[str, Any]) -> RankAnalysis:
-    result = analyse(seq_lens, max_token_len, **rule)
-    if result.error is not None:
-        raise result.error.exception()
+    """``analyse`` of the whole step: ``rule``'s options checked into one
+    :class:`~seqlen_balancing.PlanOptions` (an unknown name is refused), its ``costs`` and
+    ``workloads`` passed as the per-sample data they are."""
+    values = dict(rule)
+    costs, workloads = values.pop("costs", None), values.pop("workloads", None)
+    options, error = PlanOptions.parse(values)
+    result = analyse(seq_lens, max_token_len, options, costs=costs, workloads=workloads)
+    error = error or result.error
+    if error is not None:
+        raise error.exception()
     return result
 
 

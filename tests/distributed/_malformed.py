@@ -16,7 +16,7 @@ cases is here; the catalogue holds :data:`KINDS`.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,9 @@ class Kind:
     fragment: str
     names_faulty_rank: bool = True  # the message starts with "rank R of the DP group ..."
     local_error: str | None = "same"  # the faulty input planned alone: "same" or None (valid)
+    # the faulty input planned alone when it differs from the group's (type, fragment): a
+    # value only wrong alone that also differs from the peer's is a mismatch in the group
+    alone: tuple[str, str] | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -262,6 +265,38 @@ def _raising_workloads(found: list[int]) -> list[int]:
     raise RuntimeError("the caller's cost model failed")
 
 
+def _fine_workloads(found: list[int]) -> list[int]:
+    return [2 * n for n in found]
+
+
+def _padded_peer(rng: random.Random) -> Call:
+    return rearrange(masked([rng.randint(1, 8) for _ in range(4)]), padded=True, force_group_size=2)
+
+
+def _prepare_dummies_peer(rng: random.Random) -> Call:
+    batch = settings(lengths(rng), max_token_len_per_gpu=CAP, dummy_micro_batches=True)
+    batch["loss_mask"] = batch["attention_mask"].float()
+    return prepare(batch)
+
+
+def _workloads_peer(rng: random.Random) -> Call:
+    lens = lengths(rng)
+    return rearrange(masked(lens), workloads=[1] * len(lens))
+
+
+class _RaisingSequence:
+    """A sequence of two costs whose iteration raises (a caller's lazy container)."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: int) -> int:
+        return 1 // 0
+
+
+Sequence.register(_RaisingSequence)
+
+
 KINDS: list[Kind] = [
     # rearrange_micro_batches: the batch itself
     Kind("batch_none", _r(lambda rng: rearrange(None)), "TypeError",
@@ -307,7 +342,9 @@ KINDS: list[Kind] = [
          "ValueError", "min_num_micro_batch must be a positive integer (>= 1), got 0"),
     Kind("divisor_beyond_int64",
          _r(lambda rng: rearrange(masked(lengths(rng, 4)), num_batches_divided_by=2**63)),
-         "ValueError", f"rounded up to {2**63} for num_batches_divided_by"),
+         "ValueError", "the ranks passed different num_batches_divided_by: rank",
+         names_faulty_rank=False,
+         alone=("ValueError", f"rounded up to {2**63} for num_batches_divided_by")),
     Kind("divisor_bool", _r(lambda rng: rearrange(masked(lengths(rng)), num_batches_divided_by=True)),
          "TypeError", "num_batches_divided_by must be a positive integer"),
     Kind("same_micro_num_in_dp_not_bool",
@@ -321,7 +358,15 @@ KINDS: list[Kind] = [
          "micro-batches are needed but only 1 samples/groups are available",
          local_error=None),
     Kind("divisor_differs", _divisor_differs, "ValueError",
-         "the ranks passed different num_batches_divided_by (from 1 to 2)",
+         "the ranks passed different num_batches_divided_by: rank",
+         names_faulty_rank=False, local_error=None),
+    Kind("cap_differs", lambda faulty, rng: rearrange(masked(lengths(rng, 4, 8)), 16 if faulty else 8),
+         "ValueError", "the ranks passed different max_token_len: rank",
+         names_faulty_rank=False, local_error=None),
+    Kind("option_differs",
+         lambda faulty, rng: rearrange(masked(lengths(rng, 6)),
+                                       max_samples_per_micro_batch=2 if faulty else None),
+         "ValueError", "the ranks passed different max_samples_per_micro_batch: rank",
          names_faulty_rank=False, local_error=None),
     # prepare_micro_batches (settings in the TensorDict, static path, modes)
     Kind("prepare_none", _r(lambda rng: prepare(None), valid_prepare), "TypeError",
@@ -365,9 +410,10 @@ KINDS: list[Kind] = [
     # issue 26: padded=True and max_samples_per_micro_batch
     Kind("padded_not_bool", _r(lambda rng: rearrange(masked(lengths(rng)), padded="yes")),
          "TypeError", "padded must be a bool"),
-    Kind("padded_group_over_cap", _r(_padded_over_cap), "ValueError",
+    Kind("padded_group_over_cap", _r(_padded_over_cap, _padded_peer), "ValueError",
          "padded=True holds it as 2 rows x"),
-    Kind("padded_lazy_stack", _r(_padded_lazy_stack), "ValueError",
+    Kind("padded_lazy_stack",
+         _r(_padded_lazy_stack, lambda rng: rearrange(masked(lengths(rng)), padded=True)), "ValueError",
          "padded=True cuts every micro-batch to its width, but the batch is a lazy stack"),
     Kind("max_samples_zero",
          _r(lambda rng: rearrange(masked(lengths(rng)), max_samples_per_micro_batch=0)),
@@ -394,14 +440,29 @@ KINDS: list[Kind] = [
          "ValueError", "loss-weight key 'weights' named for the dummy micro-batches is not in"),
     Kind("prepare_dummies_without_loss_weights",
          _r(lambda rng: prepare(settings(lengths(rng), max_token_len_per_gpu=CAP,
-                                         dummy_micro_batches=True)), valid_prepare),
+                                         dummy_micro_batches=True)), _prepare_dummies_peer),
          "ValueError", "the batch has neither 'loss_mask' nor 'response_mask'"),
     Kind("workloads_not_one_per_sample",
-         _r(lambda rng: rearrange(masked(lengths(rng, 3)), workloads=[1, 2])),
+         _r(lambda rng: rearrange(masked(lengths(rng, 3)), workloads=[1, 2]), _workloads_peer),
          "ValueError", "workloads has 2 entries but the batch has 3 samples"),
+    # issue 30, item 6: caller data read whole before the agreement, whatever it raises
     Kind("workloads_callable_raises",
-         _r(lambda rng: rearrange(masked(lengths(rng)), workloads=_raising_workloads)),
-         "TypeError", "workloads must be a sequence of whole numbers"),
+         _r(lambda rng: rearrange(masked(lengths(rng)), workloads=_raising_workloads),
+            lambda rng: rearrange(masked(lengths(rng)), workloads=_fine_workloads)),
+         "ValueError", "reading workloads raised RuntimeError"),
+    Kind("workloads_map_raises_while_iterated",
+         _r(lambda rng: rearrange(masked(lengths(rng)), workloads=lambda lens: map({}.__getitem__, lens)),
+            lambda rng: rearrange(masked(lengths(rng)), workloads=lambda lens: map(int, lens))),
+         "ValueError", "reading workloads raised KeyError"),
+    Kind("costs_a_mapping",
+         _r(lambda rng: rearrange(masked([3, 5, 2, 4]), costs={0: 9, 1: 9, 2: 9, 3: 9}),
+            lambda rng: rearrange(masked([3, 5, 2, 4]), costs=[3, 5, 2, 4])),
+         "TypeError", "costs must be a sequence of whole numbers of tokens, one per sample (a list, a "
+         "tuple, a 1-D tensor or array), got a value of type dict"),
+    Kind("costs_iteration_raises",
+         _r(lambda rng: rearrange(masked([3, 5]), costs=_RaisingSequence()),
+            lambda rng: rearrange(masked([3, 5]), costs=[3, 5])),
+         "ValueError", "reading costs raised ZeroDivisionError"),
 ]
 
 

@@ -9,19 +9,13 @@ arguments. For each round this rank builds a padded TensorDict from its lengths,
 entry point with ``dp_group`` set to the world group, and appends one JSON line to
 ``OUT_DIR/rank{RANK}.jsonl`` (flushed at once): the exception type and message, or the
 micro-batches' row indices and their token counts read from each micro-batch's own
-attention mask. A fence (``all_gather_object`` of the round number) follows every round, so
-a rank that skipped or repeated a collective shows up as a desync rather than a shifted
-result. The expected outcomes are computed by the test, not here.
+attention mask (the rounds and the fence after each: ``_world.py``). The expected outcomes
+are computed by the test, not here.
 """
 
 from __future__ import annotations
 
-import datetime
-import json
-import os
 import sys
-import traceback
-from pathlib import Path
 from typing import Any
 
 #: Seconds a gloo collective may wait before it raises (a hang becomes an error).
@@ -80,47 +74,7 @@ def play(spec: dict[str, Any], group: Any) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
-    rounds_path, rank, world_size, init_method, out_dir = (
-        Path(argv[0]), int(argv[1]), int(argv[2]), argv[3], Path(argv[4]),
-    )
-    import torch.distributed as dist
-
-    rounds = json.loads(rounds_path.read_text(encoding="utf-8"))
-    with (out_dir / f"rank{rank}.jsonl").open("a", encoding="utf-8") as out:
-
-        def write(record: dict[str, Any]) -> None:
-            out.write(json.dumps(record) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-
-        try:
-            dist.init_process_group(
-                "gloo", init_method=init_method, rank=rank, world_size=world_size,
-                timeout=datetime.timedelta(seconds=PG_TIMEOUT_S),
-            )
-            try:
-                for number, round_ in enumerate(rounds):
-                    record = play(round_["ranks"][rank], dist.group.WORLD)
-                    write({"round": number, **record})
-                    seen: list[Any] = [None] * world_size
-                    dist.all_gather_object(seen, number)
-                    if seen != [number] * world_size:
-                        write({"round": "__desync__", "seen": seen})
-                        return 3
-            finally:
-                dist.destroy_process_group()
-        except BaseException:
-            write({"round": "__harness_error__", "traceback": traceback.format_exc()})
-            return 2
-    return 0
-
-
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Every record is fsynced and the group destroyed; skip interpreter teardown, where a
-    # gloo worker thread still alive can abort the process (SIGABRT, "terminate called
-    # without an active exception") after the work is done.
-    os._exit(code)
+    from _world import exit_now, play_rounds  # beside this script
+
+    exit_now(play_rounds(sys.argv[1:], play, PG_TIMEOUT_S))

@@ -223,9 +223,9 @@ PAIR_SCENARIOS += [
         "name": "padded_prepare_settings",
         "call": "prepare_micro_batches",
         "batches": {
-            r: {"lengths": [20] * 12, "side": "right",
+            r: {"lengths": [20] * (12 - 4 * r), "side": "right",
                 "settings": {"max_token_len_per_gpu": 1_000, "padded": True,
-                             "max_samples_per_micro_batch": 4 + 2 * r}}
+                             "max_samples_per_micro_batch": 4}}
             for r in range(2)
         },
         "kwargs": {},
@@ -251,8 +251,8 @@ PAIR_SCENARIOS += [
     {  # a divisor too large for int64 on one rank: still one agreed error
         "name": "huge_divisor_one_rank",
         "batches": {0: {"lengths": [10] * 4}, 1: {"lengths": [10] * 4}},
-        "kwargs": {"max_token_len": CAP},
-        "rank_kwargs": {1: {"num_batches_divided_by": 2**63}},
+        # the options are agreed: both ranks pass it (one alone is an OptionMismatch)
+        "kwargs": {"max_token_len": CAP, "num_batches_divided_by": 2**63},
     },
 ]
 

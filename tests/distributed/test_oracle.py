@@ -3,11 +3,16 @@
 For 2, 3 and 4 ranks (file rendezvous, loopback only), seeded random rounds give every rank
 its own lengths and ``min_num_micro_batch``; some ranks get a planning error (a sample over
 the cap, an empty batch, a batch not divisible by ``force_group_size``, a bad or too large
-``min_num_micro_batch``, too few samples for the count another rank needs). The workers
-(``_oracle_worker.py``) call ``rearrange_micro_batches`` or ``prepare_micro_batches`` with
-``dp_group`` set; this module predicts every outcome from :func:`plan_micro_batches` on each
-rank's input alone (no group, nothing of ``agreement.py``):
+``min_num_micro_batch``, too few samples for the count another rank needs), and some rank
+another valid ``min_num_micro_batch`` than its peers. The workers (``_oracle_worker.py``)
+call ``rearrange_micro_batches`` or ``prepare_micro_batches`` with ``dp_group`` set; this
+module predicts every outcome from :func:`plan_micro_batches` on each rank's input alone
+(no group, nothing of ``agreement.py``):
 
+0. Ranks asked for different valid ``min_num_micro_batch`` (``None`` reads as 1): every rank
+   raises the same ``ValueError`` naming the lowest rank with the largest and the lowest
+   with the smallest, whatever else fails (issue 30: the options are agreed; verl 0.9.1 took
+   the largest, and so did this oracle before). A rank whose value is not valid states none.
 1. A rank that fails alone (other than by the count): every rank raises the error of the
    lowest such rank, same type, byte-identical message on every rank, naming
    ``rank {r} of the DP group`` and carrying that rank's own message (less the local detail
@@ -20,24 +25,30 @@ rank's input alone (no group, nothing of ``agreement.py``):
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
+import importlib.util
 import random
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import preloaded
 from seqlen_balancing import plan_micro_batches
+
+
+def _load(name: str) -> Any:
+    """A helper module beside this one (the tests run under importlib mode)."""
+    path = Path(__file__).resolve().parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_seqlen_balancing_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 pytestmark = [pytest.mark.distributed, pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(420)]
 
 _WORKER = Path(__file__).resolve().parent / "_oracle_worker.py"
+_world = _load("_world")
 #: Seconds one world may take for all its rounds (spawn, torch import, rendezvous, rounds).
 DEADLINE_S = 240
 ROUNDS = {2: 60, 3: 30, 4: 30}
@@ -66,6 +77,8 @@ def _round(rng: random.Random, world_size: int) -> dict[str, Any]:
         lengths = [rng.choice([0, 1, top // 3, top // 2, top // 2 + 1, top, rng.randint(0, top)])
                    for _ in range(groups * group)]
         rank_min: Any = minimum
+        if rng.random() < 0.15 / world_size:  # another valid floor than its peers'
+            rank_min = (minimum or 1) + rng.randint(1, 2)
         # About one faulty rank in three rounds, whatever the world size.
         fault = rng.choice(["over", "empty", "indivisible", "bad_min"]) \
             if rng.random() < 0.35 / world_size else None
@@ -102,9 +115,31 @@ def _is_count_error(error: Exception) -> bool:
     return "micro-batches are needed but only" in str(error)
 
 
+def _agreed_floor(value: Any) -> int | None:
+    """The floor a rank states in the agreement: ``None`` as 1, a value that is not a
+    positive integer states nothing (it is that rank's error)."""
+    if value is None:
+        return 1
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return None
+
+
 def expected(round_: dict[str, Any]) -> dict[str, Any]:
     """The outcome every rank must reach, from each rank's solo outcome."""
     specs = round_["ranks"]
+    floors = [(r, _agreed_floor(spec["min_num_micro_batch"])) for r, spec in enumerate(specs)]
+    stated = [(r, f) for r, f in floors if f is not None]
+    if len({f for _, f in stated}) > 1:
+        top, bottom = max(f for _, f in stated), min(f for _, f in stated)
+        high = next(r for r, f in stated if f == top)
+        low = next(r for r, f in stated if f == bottom)
+        return {"kind": "mismatch", "message": (
+            f"the ranks passed different min_num_micro_batch: rank {high} (global rank {high}) "
+            f"has min_num_micro_batch={top} and rank {low} (global rank {low}) has "
+            f"min_num_micro_batch={bottom}; every rank of the DP group must plan under the same "
+            "options and cap, so set them alike on every rank (keywords, batch settings and "
+            "SEQLEN_BALANCING_* variables)")}
     solo = [_alone(spec) for spec in specs]
     failing = [r for r, (kind, e) in enumerate(solo) if kind == "raised" and not _is_count_error(e)]
     if failing:
@@ -124,41 +159,6 @@ def expected(round_: dict[str, Any]) -> dict[str, Any]:
             "groups": min(groups), "needed": max(needed), "rank_needing": needed.index(max(needed)),
         }
     return {"kind": "plan", "count": count}
-
-
-def run_world(world_size: int, rounds: list[dict[str, Any]], directory: Path) -> list[list[dict[str, Any]]]:
-    """Start the ranks, wait for them (killing any left at the deadline), read their records."""
-    (directory / "rounds.json").write_text(json.dumps(rounds), encoding="utf-8")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    init_method = "file://" + str(directory / "rendezvous")
-    processes = []
-    start = time.monotonic()
-    try:
-        for rank in range(world_size):
-            argv = [sys.executable, str(_WORKER), str(directory / "rounds.json"), str(rank),
-                    str(world_size), init_method, str(directory)]
-            output = directory / f"rank{rank}.out"
-            processes.append(preloaded.popen(argv, output=output, env=env, cwd=directory))
-        for process in processes:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=max(DEADLINE_S - (time.monotonic() - start), 0.1))
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=10)
-    records = []
-    for rank in range(world_size):
-        path = directory / f"rank{rank}.jsonl"
-        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-        records.append([json.loads(line) for line in lines])
-        tail = (directory / f"rank{rank}.out").read_text(errors="replace")[-3000:]
-        assert processes[rank].returncode == 0, (
-            f"rank {rank} ended with {processes[rank].returncode} after {len(lines)} records "
-            f"({time.monotonic() - start:.0f}s): {records[rank][-1:]}\n{tail}"
-        )
-    return records
 
 
 def _longest(spec: dict[str, Any]) -> int:
@@ -193,10 +193,10 @@ def test_agreement_matches_each_rank_planning_alone(world_size: int, tmp_path: P
     outcomes = [expected(round_) for round_ in rounds]
     kinds = [o["kind"] for o in outcomes]
     # The seeded rounds cover every outcome (a change of the generator must keep that).
-    assert {"plan", "rank_error", "count_error"} <= set(kinds), kinds
+    assert {"plan", "rank_error", "count_error", "mismatch"} <= set(kinds), kinds
     assert any(o["kind"] == "rank_error" and o["rank"] > 0 for o in outcomes)
 
-    records = run_world(world_size, rounds, tmp_path)
+    records = _world.run_world(_WORKER, world_size, rounds, tmp_path, DEADLINE_S)
     for rank_records in records:
         assert [r["round"] for r in rank_records] == list(range(len(rounds)))
     for number, (round_, want) in enumerate(zip(rounds, outcomes, strict=True)):
@@ -215,6 +215,9 @@ def test_agreement_matches_each_rank_planning_alone(world_size: int, tmp_path: P
             continue
         assert all("raised" in record for record in got), where
         assert len({(r["raised"], r["message"]) for r in got}) == 1, f"ranks differ: {where}"
+        if want["kind"] == "mismatch":
+            assert got[0]["raised"] == "ValueError" and got[0]["message"] == want["message"], where
+            continue
         raised, message = got[0]["raised"], got[0]["message"]
         assert message.startswith(f"rank {want['rank']} of the DP group"), where
         text = _text_after_rank(message)

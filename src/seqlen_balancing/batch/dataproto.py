@@ -7,14 +7,13 @@ shape (``.batch``, ``.non_tensor_batch``, ``.meta_info``, ``from_dict``), no imp
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 from seqlen_balancing._checks import describe
-from seqlen_balancing.batch.dummies import _Keep
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
 from seqlen_balancing.batch.micro_batches import _rearrange_rows
 from seqlen_balancing.batch.verdict import _batch_problem
@@ -26,6 +25,7 @@ from seqlen_balancing.errors import (
     PlanError,
     ProtoRaggedStack,
 )
+from seqlen_balancing.options import GroupOptionKeywords, PlanOptions, Unpack
 
 __all__ = ["prepare_dynamic_batch"]
 
@@ -81,28 +81,23 @@ def prepare_dynamic_batch(
     min_num_micro_batch: int | None = None,
     use_dynamic_bsz_balance: bool = True,
     *,
-    pad_to_multiple_of: int = 1,
-    micro_batch_multiple_of: int = 1,
-    costs: Sequence[int] | torch.Tensor | None = None,
-    padded: bool = False,
-    max_samples_per_micro_batch: int | None = None,
-    workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Sequence[int]] | None = None,
-    over_cap: str = "raise",
-    dummy_micro_batches: bool = False,
-    loss_weight_keys: str | Sequence[str] | None = None,
+    options: PlanOptions | None = None,
+    costs: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
+    workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
+    **option_keywords: Unpack[GroupOptionKeywords],
 ) -> tuple[list[T], list[list[int]]]:
     """:func:`rearrange_micro_batches` for a DataProto-like object (verl's DataProto).
 
     ``data`` needs ``.batch`` (TensorDict), ``.non_tensor_batch`` (dict of NumPy arrays,
     first axis = samples), ``.meta_info`` (dict) and a classmethod
     ``from_dict(tensors, non_tensors, meta_info=...)``. verl is not imported.
-    ``pad_to_multiple_of``, ``micro_batch_multiple_of``, ``costs``, ``padded`` and
-    ``max_samples_per_micro_batch`` (keyword-only) are as in
-    :func:`rearrange_micro_batches`: the cap holds on what the GPU holds (with ``padded``
-    the batch's dense entries of the mask's width come back cut to each micro-batch's
-    width; the non-tensor arrays are per sample and are not cut); so are ``workloads``,
-    ``over_cap``, ``dummy_micro_batches`` and ``loss_weight_keys`` (a dummy's
-    ``non_tensor_batch`` rows are those of the row it copies; its index list is empty).
+    ``options``, ``costs``, ``workloads`` and ``**option_keywords`` (keyword-only; the
+    options of :class:`~seqlen_balancing.options.GroupOptionKeywords`, ``force_group_size``
+    among them) are as in :func:`rearrange_micro_batches`: the cap holds on what the GPU
+    holds (with ``padded`` the batch's dense entries of the mask's width come back cut to
+    each micro-batch's width; the non-tensor arrays are per sample and are not cut), and a
+    dummy's ``non_tensor_batch`` rows are those of the row it copies (its index list is
+    empty).
     What ``type(data).from_dict`` itself raises passes through unchanged: it is the
     caller's class, called after the agreement with the micro-batches' parts.
 
@@ -140,19 +135,14 @@ def prepare_dynamic_batch(
     """
     source: Any = data
     problem, arrays, meta_info = _dataproto_parts(source)
+    verl = {
+        "num_batches_divided_by": num_batches_divided_by, "same_micro_num_in_dp": same_micro_num_in_dp,
+        "min_num_micro_batch": min_num_micro_batch, "use_dynamic_bsz_balance": use_dynamic_bsz_balance,
+    }
+    given, options_error = PlanOptions.from_keywords(options, verl, option_keywords)
     batches, plan, rows = _rearrange_rows(
-        source.batch if problem is None else None,
-        max_token_len,
-        dp_group,
-        num_batches_divided_by,
-        same_micro_num_in_dp,
-        min_num_micro_batch,
-        use_dynamic_bsz_balance,
-        1,
-        problem,
-        cost=(pad_to_multiple_of, micro_batch_multiple_of, costs),
-        shape=(padded, max_samples_per_micro_batch),
-        keep=_Keep(workloads, over_cap, dummy_micro_batches, loss_weight_keys),
+        source.batch if problem is None else None, max_token_len, dp_group, given, options_error,
+        problem, costs, workloads, same_micro_num_in_dp,
     )
     out: list[T] = []
     for m, (micro_batch, indices) in enumerate(zip(batches, rows, strict=True)):

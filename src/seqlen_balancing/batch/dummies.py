@@ -5,8 +5,10 @@ agreed count runs the missing micro-batches as dummies, so that every rank makes
 number of forward/backward passes (and so the same collectives: gradient syncs, pipeline
 sends) while the gradients stay those of the real samples:
 
-* a dummy is a copy of the rank's shortest real row (its shortest forced group, with
-  ``force_group_size > 1``), the cheapest pass the model can make on data it accepts;
+* a dummy is a copy of the rank's cheapest real row under the plan's rule (its cheapest
+  forced group, with ``force_group_size > 1``; the fewest effective tokens on a tie), the
+  cheapest pass the model can make on data it accepts; with ``padded=True`` it is cut to
+  its own width, as every micro-batch is;
 * every loss-weight entry of the dummy is zero (``torch.zeros_like``): by default those of
   ``loss_mask`` and ``response_mask`` the batch holds (verl's loss weights), else the keys
   the caller names (``loss_weight_keys``). A loss summed over weighted tokens, or divided
@@ -25,7 +27,6 @@ no default key is an error), so a rank that cannot zero its dummies fails with i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,6 +35,7 @@ from tensordict import TensorDict
 from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.entries import _Entries
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
+from seqlen_balancing.batch.trim import MicroBatchIndices, Trim
 from seqlen_balancing.errors import (
     LossWeightKeyMissing,
     LossWeightKeysNotKeys,
@@ -46,16 +48,6 @@ __all__ = ["DEFAULT_LOSS_WEIGHT_KEYS"]
 
 #: The loss-weight entries a dummy zeroes by default: verl's, those the batch holds.
 DEFAULT_LOSS_WEIGHT_KEYS = ("loss_mask", "response_mask")
-
-
-@dataclass(frozen=True)
-class _Keep:
-    """Issue 27's options of one call, as given (checked by the planner and here)."""
-
-    workloads: Any = None
-    over_cap: Any = "raise"
-    dummy_micro_batches: Any = False
-    loss_weight_keys: Any = None
 
 
 def _loss_weight_keys(batch: TensorDict, named: Any) -> tuple[PlanError | None, tuple[str, ...]]:
@@ -92,28 +84,40 @@ def _rows(batch: TensorDict) -> list[Any]:
     return [batch]
 
 
-def _dummy_rows(lengths: list[int], group: int) -> list[int]:
-    """The rows of the shortest forced group (the shortest row for ``group == 1``; the lowest
-    index on a tie) in effective tokens."""
-    starts = range(0, len(lengths), group)
-    first = min(starts, key=lambda g: (sum(lengths[g : g + group]), g))
-    return list(range(first, first + group))
+def _dummy_rows(group: int, dummy_group: int) -> list[int]:
+    """The rows of the group a dummy copies (the planner's choice: the cheapest under the
+    rule alone, :attr:`~seqlen_balancing.analysis.RankAnalysis.dummy_group`)."""
+    return list(range(dummy_group * group, (dummy_group + 1) * group))
 
 
 def _cut_with_dummies(
-    batch: TensorDict, plan: list[list[int]], entries: _Entries, lengths: list[int], group: int,
-    keys: tuple[str, ...],
-) -> tuple[list[TensorDict], list[list[int]]]:
+    batch: TensorDict, plan: list[list[int]], entries: _Entries, dummy: list[int],
+    keys: tuple[str, ...], trim: Trim | None = None, pad: int = 1,
+) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
     """The micro-batches of ``plan``, its empty lists (the dummies) cut as copies of the
-    shortest group with ``keys`` zeroed; and the rows each micro-batch holds."""
-    if all(plan):
-        return _cut(batch, plan, entries), plan
-    dummy = _dummy_rows(lengths, group)
+    ``dummy`` rows with ``keys`` zeroed; the index lists to return (a dummy's empty); and
+    the rows each micro-batch holds.
+
+    With ``trim`` (``padded=True`` on a dense batch) every micro-batch, a dummy included,
+    is cut to its own rows' width (a dummy to its copied rows'), and the index lists are
+    :class:`~seqlen_balancing.batch.trim.MicroBatchIndices` that remember the cut.
+    """
     rows = [part if part else dummy for part in plan]
-    micro_batches = _cut(batch, rows, entries)
+    if trim is None or not trim.dims:
+        micro_batches = _cut(batch, rows, entries)
+        returned: list[list[int]] = plan
+    else:
+        # The entries cut by width are not gathered whole: each micro-batch takes its columns.
+        micro_batches = _cut(batch.exclude(*trim.dims), rows, entries)
+        cut = trim.cut(micro_batches, batch, rows, pad)
+        returned = [
+            indices if part else MicroBatchIndices([], indices.start, indices.stop, indices.width,
+                                                   indices.dims, indices.pad_values, indices.uncut)
+            for indices, part in zip(cut, plan, strict=True)
+        ]
     for micro_batch, part in zip(micro_batches, plan, strict=True):
         if not part:
             for key in keys:
                 for row in _rows(micro_batch):
                     row.set(key, torch.zeros_like(row.get(key)))
-    return micro_batches, rows
+    return micro_batches, returned, rows

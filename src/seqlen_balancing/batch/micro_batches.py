@@ -6,22 +6,22 @@ The verl-named micro-batch entry points: :func:`rearrange_micro_batches` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from tensordict import NonTensorData, TensorDict
 
-from seqlen_balancing._checks import as_switch, describe
+from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.dummies import _cut_with_dummies, _Keep, _loss_weight_keys
+from seqlen_balancing.batch.dummies import _cut_with_dummies, _dummy_rows, _loss_weight_keys
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
 from seqlen_balancing.batch.kinds import _READ_ERRORS
 from seqlen_balancing.batch.lengths import _read_lengths
-from seqlen_balancing.batch.settings import _cost_settings, _keep_settings, _settings, _shape_settings
+from seqlen_balancing.batch.settings import _batch_options, _per_sample_entry, _settings
 from seqlen_balancing.batch.trim import Trim, trim_inputs
-from seqlen_balancing.batch.verdict import _batch_problem, _begin, _finish, _switch_error
+from seqlen_balancing.batch.verdict import _batch_problem, _begin, _finish
 from seqlen_balancing.errors import (
     Argument,
     LengthsUnreadable,
@@ -29,12 +29,10 @@ from seqlen_balancing.errors import (
     StaticNotDivisible,
     StaticPathOption,
 )
-from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, log_over_cap
+from seqlen_balancing.options import OPTIONS, GroupOptionKeywords, OptionKeywords, PlanOptions, Unpack
+from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, failed_analysis, log_over_cap
 
 __all__ = ["prepare_micro_batches", "rearrange_micro_batches"]
-
-#: Issue 27's options off: verl's behaviour.
-_VERL = _Keep()
 
 
 def rearrange_micro_batches(
@@ -47,15 +45,10 @@ def rearrange_micro_batches(
     use_dynamic_bsz_balance: bool = True,
     force_group_size: int = 1,
     *,
-    pad_to_multiple_of: int = 1,
-    micro_batch_multiple_of: int = 1,
-    costs: Sequence[int] | torch.Tensor | None = None,
-    padded: bool = False,
-    max_samples_per_micro_batch: int | None = None,
-    workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Sequence[int]] | None = None,
-    over_cap: str = "raise",
-    dummy_micro_batches: bool = False,
-    loss_weight_keys: str | Sequence[str] | None = None,
+    options: PlanOptions | None = None,
+    costs: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
+    workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
+    **option_keywords: Unpack[OptionKeywords],
 ) -> tuple[list[TensorDict], list[list[int]]]:
     """Cut a batch into micro-batches of at most ``max_token_len`` effective tokens.
 
@@ -82,44 +75,39 @@ def rearrange_micro_batches(
             ends of the list and the heaviest in the middle.
         force_group_size: consecutive samples ``[g*size, (g+1)*size)`` stay in one
             micro-batch.
-        pad_to_multiple_of: keyword-only. Each sample costs its effective length rounded up
-            to a multiple of this (Megatron's packed THD alignment: 16 for ``tp=4, cp=2``, see
-            :func:`~seqlen_balancing.cost.megatron_alignment`). Default 1: verl's rule.
-        micro_batch_multiple_of: keyword-only. A micro-batch's summed cost is rounded up to a
-            multiple of this before it meets the cap (verl's ``pad_to_length_bucket``, FP8's
-            total alignment); a cap that is not a multiple is usable as
-            ``max_token_len // micro_batch_multiple_of * micro_batch_multiple_of``. Default 1.
+        options: keyword-only. The plan's options (:class:`~seqlen_balancing.PlanOptions`,
+            docs/options.md); verl's parameters above that are not at their default, then
+            ``option_keywords``, are laid over it. ``None``: verl's behaviour.
         costs: keyword-only. One non-negative cost in tokens per sample (a list or a 1-D
-            tensor, read once to the host), replacing the effective lengths and rounded up to
-            ``pad_to_multiple_of`` as they would be: e.g. image plus text tokens, or a memory
-            estimate. Default ``None``. Balance stays on the effective lengths.
-        padded: keyword-only. For models that run padded tensors: a micro-batch costs
-            its rows times its width (:func:`~seqlen_balancing.plan_micro_batches`), the
-            count is the fewest possible, and every dense entry with the mask's width
-            comes back cut to the micro-batch's width, on the side(s) the mask pads
-            (:mod:`~seqlen_balancing.batch.trim`; a row's width is the span of its real
-            tokens, around the column every row shares). Default ``False``: verl's rule.
-        max_samples_per_micro_batch: keyword-only. No micro-batch holds more samples (a
-            forced group counts all its samples). Default ``None``: no limit.
+            tensor, read once to the host, or a callable of the effective lengths),
+            replacing the effective lengths and rounded up to ``pad_to_multiple_of`` as
+            they would be: e.g. image plus text tokens, or a memory estimate. Default
+            ``None``. Balance stays on the effective lengths.
         workloads: keyword-only. The balance objective: one non-negative integer per
             sample (a list or 1-D tensor), or a callable of the effective lengths (e.g.
             ``functools.partial(transformer_workloads, hidden_size=8192, num_layers=80)``,
             see :func:`~seqlen_balancing.cost.transformer_workloads`), instead of verl's
             ``24576*s + s**2``. The cap and the count are untouched. Default ``None``.
-        over_cap: keyword-only. ``"raise"`` (default, verl's behaviour) or ``"alone"``: a
-            sample or forced group over the cap runs in a micro-batch of its own (the only
-            one allowed over the cap), counted in the agreed count, and the rank holding
-            it logs a warning on the ``seqlen_balancing`` logger naming its index, its cost
-            and the cap (``seqlen_balancing.planner.over_cap_messages``).
-        dummy_micro_batches: keyword-only. Default False (verl: a rank with fewer samples or
-            groups than the agreed count raises, on every rank). True: that rank runs every
-            group alone and the missing micro-batches as dummies, last, each a copy of its
-            shortest row (group) with every loss-weight entry zero and an empty index list
-            (see ``seqlen_balancing.batch.dummies`` and docs/keep-training.md).
-        loss_weight_keys: keyword-only. The entries a dummy zeroes (a key or a list of
-            keys); ``None``: ``loss_mask`` and ``response_mask``, those the batch holds. A
-            named key that is absent, or a batch with neither default key, is an error
-            before the agreement (only with ``dummy_micro_batches``).
+            Both are read whole before the agreement: a mapping, a set or a string is
+            refused, and whatever reading them raises is this rank's agreed error.
+        **option_keywords: keyword-only. The library's own options by name
+            (:class:`~seqlen_balancing.options.OptionKeywords`), each off by default:
+            ``pad_to_multiple_of`` (per-sequence alignment, Megatron's THD: see
+            :func:`~seqlen_balancing.cost.megatron_alignment`), ``micro_batch_multiple_of``
+            (a micro-batch's total rounded up before it meets the cap),
+            ``padded`` (a micro-batch costs rows x width; dense entries of the mask's width
+            come back cut to each micro-batch's width, :mod:`~seqlen_balancing.batch.trim`),
+            ``max_samples_per_micro_batch``, ``over_cap`` (``"alone"``: an over-cap sample
+            or forced group runs in a micro-batch of its own, counted in the agreed count,
+            and the rank holding it logs a warning on the ``seqlen_balancing`` logger),
+            ``dummy_micro_batches`` (a rank with fewer samples or groups than the agreed
+            count runs every group alone and the missing micro-batches as dummies, last,
+            each a copy of its shortest row with every loss-weight entry zero and an empty
+            index list: docs/keep-training.md), ``loss_weight_keys`` (the entries a dummy
+            zeroes; ``None``: ``loss_mask`` and ``response_mask``, those the batch holds)
+            and ``workload_model``. Under DP agreement every rank must plan with the same
+            options and cap: ranks that differ all raise the same ``ValueError`` naming
+            the option and two ranks.
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: the micro-batches (TensorDicts) and, for each,
@@ -167,80 +155,57 @@ def rearrange_micro_batches(
         >>> idx[-1], micro_batches[-1]["loss_mask"].sum().item()
         ([], 0.0)
     """
-    return _rearrange(
-        batch,
-        max_token_len,
-        dp_group,
-        num_batches_divided_by,
-        same_micro_num_in_dp,
-        min_num_micro_batch,
-        use_dynamic_bsz_balance,
-        force_group_size,
-        cost=(pad_to_multiple_of, micro_batch_multiple_of, costs),
-        shape=(padded, max_samples_per_micro_batch),
-        keep=_Keep(workloads, over_cap, dummy_micro_batches, loss_weight_keys),
-    )
-
-
-def _rearrange(
-    batch: Any,
-    max_token_len: Any,
-    dp_group: Any,
-    num_batches_divided_by: Any,
-    same_micro_num_in_dp: Any,
-    min_num_micro_batch: Any,
-    use_dynamic_bsz_balance: Any,
-    force_group_size: Any,
-    pre_error: PlanError | None = None,
-    cost: tuple[Any, Any, Any] = (1, 1, None),
-    shape: tuple[Any, Any] = (False, None),
-    keep: _Keep = _VERL,
-) -> tuple[list[TensorDict], list[list[int]]]:
-    """Plan (agreeing with the DP group when asked), then cut."""
+    verl = {
+        "num_batches_divided_by": num_batches_divided_by, "same_micro_num_in_dp": same_micro_num_in_dp,
+        "min_num_micro_batch": min_num_micro_batch, "use_dynamic_bsz_balance": use_dynamic_bsz_balance,
+        "force_group_size": force_group_size,
+    }
+    given, error = PlanOptions.from_keywords(options, verl, option_keywords)
     micro_batches, plan, _ = _rearrange_rows(
-        batch, max_token_len, dp_group, num_batches_divided_by, same_micro_num_in_dp,
-        min_num_micro_batch, use_dynamic_bsz_balance, force_group_size, pre_error, cost, shape,
-        keep,
+        batch, max_token_len, dp_group, given, error, None, costs, workloads, same_micro_num_in_dp
     )
     return micro_batches, plan
+
+
+def _agree_asked(given: PlanOptions, error: PlanError | None, same_micro_num_in_dp: Any) -> Any:
+    """The ``same_micro_num_in_dp`` that decides whether the call agrees (verl's rule): the
+    options' when they could be read, else the call's own value (as given: a value that is
+    not a switch counts as true there, and is the error the group agrees on)."""
+    if error is None or _is_verl_default(same_micro_num_in_dp):
+        return given.same_micro_num_in_dp
+    return same_micro_num_in_dp
+
+
+def _is_verl_default(value: Any) -> bool:
+    return value is True
 
 
 def _rearrange_rows(
     batch: Any,
     max_token_len: Any,
     dp_group: Any,
-    num_batches_divided_by: Any,
-    same_micro_num_in_dp: Any,
-    min_num_micro_batch: Any,
-    use_dynamic_bsz_balance: Any,
-    force_group_size: Any,
+    options: PlanOptions,
+    options_error: PlanError | None = None,
     pre_error: PlanError | None = None,
-    cost: tuple[Any, Any, Any] = (1, 1, None),
-    shape: tuple[Any, Any] = (False, None),
-    keep: _Keep = _VERL,
+    costs: Any = None,
+    workloads: Any = None,
+    same_micro_num_in_dp: Any = True,
 ) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
     """Plan (agreeing with the DP group when asked), then cut: ``(micro_batches, plan,
     rows)``, ``rows`` the batch rows each micro-batch holds (a dummy's: the copied ones);
     with ``padded`` cutting widths, ``plan`` is the :class:`~seqlen_balancing.batch.trim.MicroBatchIndices`.
 
-    ``pre_error`` is a problem the caller found before planning (a bad setting, a bad
-    DataProto); like every other error it goes through the agreement before anyone raises.
-    ``cost`` is ``(pad_to_multiple_of, micro_batch_multiple_of, costs)``, checked by
-    :func:`~seqlen_balancing.planner.analyse` (a bad one is agreed on too); ``shape`` is
-    ``(padded, max_samples_per_micro_batch)``, checked there too. With ``padded`` the
-    mask's extents, the entries to cut and their pad values are read before the agreement
-    (:func:`~seqlen_balancing.batch.trim.trim_inputs`); ``keep`` the workloads,
-    over-cap and dummy options, checked by the planner and, for the dummies' loss-weight
-    keys, here (a bad one is agreed on too).
+    ``options`` are the call's, read by the caller, and ``options_error`` why they could
+    not be (then no request is checked: the rank's error speaks); ``pre_error`` is another
+    problem the caller found before planning (a bad setting, a bad DataProto). Like every
+    other error they go through the agreement before anyone raises. With ``padded`` the mask's
+    extents, the entries to cut and their pad values are read before the agreement
+    (:func:`~seqlen_balancing.batch.trim.trim_inputs`), and with ``dummy_micro_batches`` the
+    loss-weight keys are checked there too.
     """
-    sync = _begin(dp_group, same_micro_num_in_dp)
+    sync = _begin(dp_group, _agree_asked(options, options_error, same_micro_num_in_dp))
     cause: BaseException | None = None
-    error = (
-        pre_error
-        or _switch_error(same_micro_num_in_dp, Argument.SAME_MICRO_NUM_IN_DP)
-        or _switch_error(use_dynamic_bsz_balance, Argument.USE_DYNAMIC_BSZ_BALANCE)
-        or _batch_problem(batch)
-    )
+    error = options_error or pre_error or _batch_problem(batch)
     lengths: list[int] = []
     offsets: list[int] | None = None
     if error is None:
@@ -257,46 +222,31 @@ def _rearrange_rows(
         # failure is agreed on, and the cut after it cannot fail.
         error, entries, cause = _cut_inputs(batch, known)
     trim: Trim | None = None
-    if error is None and as_switch(shape[0]):
+    if error is None and options.padded:
         error, trim, cause = trim_inputs(batch, entries.by_rows)
     keys: tuple[str, ...] = ()
-    if error is None and as_switch(keep.dummy_micro_batches):
-        error, keys = _loss_weight_keys(batch, keep.loss_weight_keys)
+    if error is None and options.dummy_micro_batches:
+        error, keys = _loss_weight_keys(batch, options.loss_weight_keys)
     if error is None:
-        extents = None if trim is None or cost[2] is not None else (trim.left, trim.right)
-        given = keep.workloads.data if isinstance(keep.workloads, NonTensorData) else keep.workloads
-        analysis = analyse(
-            lengths,
-            max_token_len,
-            force_group_size=force_group_size,
-            min_num_micro_batch=min_num_micro_batch,
-            num_batches_divided_by=num_batches_divided_by,
-            pad_to_multiple_of=cost[0],
-            micro_batch_multiple_of=cost[1],
-            # costs given as NonTensorData read as the batch's own entry does
-            costs=cost[2].data if isinstance(cost[2], NonTensorData) else cost[2],
-            padded=shape[0],
-            max_samples_per_micro_batch=shape[1],
-            padded_extents=extents,
-            workloads=given,
-            over_cap=keep.over_cap,
-            dummy_micro_batches=keep.dummy_micro_batches,
-        )
+        extents = None if trim is None or costs is not None else (trim.left, trim.right)
+        analysis = analyse(lengths, max_token_len, options, costs=_unwrapped(costs),
+                           workloads=_unwrapped(workloads), padded_extents=extents)
     else:
-        analysis = RankAnalysis(error)
+        analysis = failed_analysis(error, max_token_len, None if options_error else options,
+                                   costs is not None, workloads is not None)
     count = _finish(analysis, sync, dp_group, cause)
-    plan = build_plan(analysis, count, bool(as_switch(use_dynamic_bsz_balance)))
+    plan = build_plan(analysis, count, options.use_dynamic_bsz_balance)
     log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
-    if trim is None or not trim.dims:
-        micro_batches, rows = _cut_with_dummies(batch, plan, entries, lengths, analysis.force_group_size,
-                                                keys)
-        return micro_batches, plan, rows
-    # The entries to cut by width are not gathered whole: each micro-batch takes its columns
-    # (no dummies here: padded with dummy_micro_batches is refused before the agreement).
-    micro_batches = _cut(batch.exclude(*trim.dims), plan, entries)
-    indices = trim.cut(micro_batches, batch, plan, analysis.pad_to_multiple_of)
-    return micro_batches, list(indices), plan
+    dummy = _dummy_rows(analysis.force_group_size, analysis.dummy_group)
+    micro_batches, returned, rows = _cut_with_dummies(batch, plan, entries, dummy, keys, trim,
+                                                      analysis.pad_to_multiple_of)
+    return micro_batches, returned, rows
+
+
+def _unwrapped(values: Any) -> Any:
+    """Per-sample data given as ``NonTensorData`` read as the batch's own entry is."""
+    return values.data if isinstance(values, NonTensorData) else values
 
 
 def prepare_micro_batches(
@@ -307,25 +257,22 @@ def prepare_micro_batches(
     min_num_micro_batch: int | None = None,
     use_dynamic_bsz_balance: bool = True,
     *,
-    pad_to_multiple_of: int | None = None,
-    micro_batch_multiple_of: int | None = None,
-    costs: Sequence[int] | torch.Tensor | None = None,
-    padded: bool | None = None,
-    max_samples_per_micro_batch: int | None = None,
-    workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Sequence[int]] | None = None,
-    over_cap: str | None = None,
-    dummy_micro_batches: bool | None = None,
-    loss_weight_keys: str | Sequence[str] | None = None,
+    options: PlanOptions | None = None,
+    costs: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
+    workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
+    **option_keywords: Unpack[GroupOptionKeywords],
 ) -> tuple[list[TensorDict], list[list[int]] | None]:
     """verl's ``prepare_micro_batches``: settings are read from the TensorDict itself.
 
     Settings (plain entries or ``NonTensorData``): ``use_dynamic_bsz`` (default True),
-    ``sp_size`` (default 1), ``force_group_size`` (default 1), ``max_token_len_per_gpu``
-    (required when dynamic; the cap is ``max_token_len_per_gpu * sp_size`` tokens) and
-    ``micro_batch_size_per_gpu`` (required when not dynamic). The cap on what the GPU holds
-    (dynamic path, see :func:`rearrange_micro_batches`): ``pad_to_multiple_of`` and
-    ``micro_batch_multiple_of`` (default 1 each) and a per-sample ``costs`` entry (default:
-    none), each used when the keyword argument of that name is ``None``.
+    ``sp_size`` (default 1), ``max_token_len_per_gpu`` (required when dynamic; the cap is
+    ``max_token_len_per_gpu * sp_size`` tokens), ``micro_batch_size_per_gpu`` (required
+    when not dynamic), and every option's batch key (docs/options.md: ``force_group_size``,
+    default 1, then the library's own: ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
+    ``padded``, ``max_samples_per_micro_batch``, ``over_cap``, ``dummy_micro_batches``,
+    ``loss_weight_keys``), plus per-sample ``costs`` and ``workloads`` entries (cut with the
+    batch). Precedence: ``options=`` (else the defaults), then the batch's settings, then
+    verl's parameters not at their default, then each keyword given other than ``None``.
 
     Dynamic: :func:`rearrange_micro_batches` with that cap. Static: consecutive chunks of
     ``micro_batch_size_per_gpu * force_group_size`` samples; the batch size must be a
@@ -348,23 +295,14 @@ def prepare_micro_batches(
         same_micro_num_in_dp: agree with the group (needs ``dp_group``).
         min_num_micro_batch: dynamic path: at least this many micro-batches.
         use_dynamic_bsz_balance: dynamic path: verl's workload order.
-        pad_to_multiple_of: keyword-only, dynamic path: per-sequence alignment in tokens
-            (as in :func:`rearrange_micro_batches`). ``None``: the batch's
-            ``pad_to_multiple_of`` setting, else 1.
-        micro_batch_multiple_of: keyword-only, dynamic path: per-micro-batch rounding in
-            tokens. ``None``: the batch's ``micro_batch_multiple_of`` setting, else 1.
-        costs: keyword-only, dynamic path: one cost in tokens per sample. ``None``: the
-            batch's ``costs`` entry (a per-sample tensor, cut with the batch), else none.
-        padded: keyword-only, dynamic path: as in :func:`rearrange_micro_batches`.
-            ``None``: the batch's ``padded`` setting, else ``False``.
-        max_samples_per_micro_batch: keyword-only, dynamic path: samples per micro-batch
-            at most. ``None``: the batch's ``max_samples_per_micro_batch`` setting, else no
-            limit.
-        workloads, over_cap, dummy_micro_batches, loss_weight_keys: keyword-only, dynamic
-            path, as in :func:`rearrange_micro_batches`. ``None``: the batch's entry of that
-            name (``workloads`` per sample; the others settings, plain or
-            ``NonTensorData``), else verl's behaviour (verl's workload, ``"raise"``, no
-            dummies, the default keys).
+        options: keyword-only: the options the batch's settings are laid over
+            (:class:`~seqlen_balancing.PlanOptions`); ``None``: verl's behaviour.
+        costs, workloads: keyword-only, dynamic path: as in
+            :func:`rearrange_micro_batches`. ``None``: the batch's entry of that name (per
+            sample), else none.
+        **option_keywords: keyword-only, as in :func:`rearrange_micro_batches`, and
+            ``force_group_size`` (:class:`~seqlen_balancing.options.GroupOptionKeywords`);
+            one given as ``None``: the batch's setting, else the default.
 
     Returns:
         ``(micro_batches, indices)``; ``indices`` is ``None`` on the static path.
@@ -372,10 +310,11 @@ def prepare_micro_batches(
     Raises:
         TypeError: ``data`` is not a TensorDict, or a setting or switch has a wrong type.
         ValueError: a required setting is missing or below 1, a static batch not
-            divisible into chunks, a cost keyword (``pad_to_multiple_of`` or
-            ``micro_batch_multiple_of`` other than 1, ``costs``) given on the static path,
-            which has no cap for it to change, ranks disagreeing on the mode or the static
-            count, this process is not in ``dp_group``, or as :func:`rearrange_micro_batches`.
+            divisible into chunks, one of the library's own options (not verl's
+            parameters) set on the static path, which has no cap for it to change (e.g.
+            ``pad_to_multiple_of`` other than 1, ``costs``), ranks disagreeing on the mode or
+            the static count, this process is not in ``dp_group``, or as
+            :func:`rearrange_micro_batches`.
 
     Example:
         >>> td = TensorDict({"attention_mask": torch.ones(4, 3)}, batch_size=[4])
@@ -385,54 +324,46 @@ def prepare_micro_batches(
         >>> [len(mb) for mb in micro_batches], indices
         ([2, 2], None)
     """
-    sync = _begin(dp_group, same_micro_num_in_dp)
+    verl = {
+        "num_batches_divided_by": num_batches_divided_by, "same_micro_num_in_dp": same_micro_num_in_dp,
+        "min_num_micro_batch": min_num_micro_batch, "use_dynamic_bsz_balance": use_dynamic_bsz_balance,
+    }
     cause: BaseException | None = None
     error = _batch_problem(data)
-    dynamic, value, force_group_size = True, 0, 1
+    keywords = {name: value for name, value in option_keywords.items() if value is not None}
+    given, options_error = PlanOptions.from_keywords(options, verl, keywords)
+    dynamic, value = True, 0
     if error is None:
         try:
-            error, dynamic, setting, force_group_size = _settings(data)
+            error, dynamic, setting = _settings(data)
             value = setting or 0
+            given, options_error = _batch_options(data, options, verl, keywords)
+            costs = _per_sample_entry(data, "costs", costs) if dynamic else costs
+            workloads = _per_sample_entry(data, "workloads", workloads) if dynamic else workloads
         except _READ_ERRORS as exc:
             cause = exc
             error = LengthsUnreadable(detail=describe(exc))
     if dynamic:
-        cost = (pad_to_multiple_of, micro_batch_multiple_of, costs)
-        shape: tuple[Any, Any] = (padded, max_samples_per_micro_batch)
-        keep = (workloads, over_cap, dummy_micro_batches, loss_weight_keys)
-        if error is None:
-            try:
-                cost = _cost_settings(data, cost)
-                shape = _shape_settings(data, shape)
-                keep = _keep_settings(data, keep)
-            except _READ_ERRORS as exc:
-                cause = exc
-                error = LengthsUnreadable(detail=describe(exc))
-        return _rearrange(
-            data if error is None else None,
-            value,
-            dp_group,
-            num_batches_divided_by,
-            same_micro_num_in_dp,
-            min_num_micro_batch,
-            use_dynamic_bsz_balance,
-            force_group_size,
-            error,
-            cost=cost,
-            shape=shape,
-            keep=_Keep(*keep),
-        )
-    # The static path: chunks of micro_batch_size_per_gpu * force_group_size samples.
-    error = (
-        error
-        or _switch_error(same_micro_num_in_dp, Argument.SAME_MICRO_NUM_IN_DP)
-        or _switch_error(use_dynamic_bsz_balance, Argument.USE_DYNAMIC_BSZ_BALANCE)
-        or _static_cost_error(pad_to_multiple_of, micro_batch_multiple_of, costs)
-    )
-    chunk = value * force_group_size
+        return _rearrange_rows(
+            data if error is None else None, value, dp_group, given, options_error, error, costs,
+            workloads, same_micro_num_in_dp,
+        )[:2]
+    return _static(data, dp_group, given, options_error or error, cause, value, costs, workloads,
+                   same_micro_num_in_dp)
+
+
+def _static(
+    data: TensorDict, dp_group: Any, options: PlanOptions, error: PlanError | None,
+    cause: BaseException | None, size: int, costs: Any, workloads: Any, same_micro_num_in_dp: Any,
+) -> tuple[list[TensorDict], None]:
+    """The static path: chunks of ``micro_batch_size_per_gpu * force_group_size`` samples,
+    agreed on (mode and count) with the group like the dynamic path."""
+    sync = _begin(dp_group, _agree_asked(options, error, same_micro_num_in_dp))
+    error = error or _static_option_error(options, costs, workloads)
+    chunk = size * options.force_group_size
     n = int(data.batch_size[0])
     if error is None and (n == 0 or n % chunk):
-        error = StaticNotDivisible(n, value, force_group_size)
+        error = StaticNotDivisible(n, size, options.force_group_size)
     entries = _Entries()
     if error is None:
         error, entries, cause = _cut_inputs(data, {})
@@ -444,13 +375,17 @@ def prepare_micro_batches(
     return _cut(data, chunks, entries, copy=False), None
 
 
-def _static_cost_error(pad: Any, bucket: Any, costs: Any) -> PlanError | None:
-    """A cost setting given to the static path, which has no cap it could change: refused,
-    never ignored (a value of 1, verl's default, changes nothing and is accepted)."""
-    for value, argument in ((pad, Argument.PAD_TO_MULTIPLE_OF), (bucket, Argument.MICRO_BATCH_MULTIPLE_OF)):
-        if value is not None and not (type(value) is int and value == 1):
-            shown = value if type(value) is int and value >= 0 else None  # None: not shown
-            return StaticPathOption(argument, shown)
+def _static_option_error(options: PlanOptions, costs: Any, workloads: Any) -> PlanError | None:
+    """One of the library's own options set on the static path, which has no cap it could
+    change: refused, never ignored (verl's parameters are accepted there, as verl accepts
+    them; a value at its default changes nothing and is accepted)."""
+    for name, value in options.changed().items():
+        opt = OPTIONS[name]
+        if not (opt.static or opt.verl_parameter):
+            shown = value if type(value) is int else None  # None: not shown
+            return StaticPathOption(opt.argument, shown)
     if costs is not None:
         return StaticPathOption(Argument.COSTS, None)
+    if workloads is not None:
+        return StaticPathOption(Argument.WORKLOADS, None)
     return None

@@ -6,6 +6,7 @@ TensorDict, as verl stores them (plain entries or ``NonTensorData``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -15,6 +16,7 @@ from seqlen_balancing._checks import as_switch
 from seqlen_balancing.batch.kinds import _same_data
 from seqlen_balancing.batch.verdict import _switch_error
 from seqlen_balancing.errors import Argument, MissingSetting, PlanError
+from seqlen_balancing.options import OPTIONS, PlanOptions
 from seqlen_balancing.planner import argument_error
 
 
@@ -45,78 +47,66 @@ def _int_setting(
     return argument_error(value, argument, optional=False)
 
 
-def _settings(data: TensorDict) -> tuple[PlanError | None, bool, int | None, int]:
-    """``(error, dynamic, cap or chunk, force_group_size)`` read from the batch's settings.
+def _settings(data: TensorDict) -> tuple[PlanError | None, bool, int | None]:
+    """``(error, dynamic, cap or chunk)`` read from verl's settings in the batch.
 
     Dynamic: the cap ``max_token_len_per_gpu * sp_size``. Static: the chunk size
-    ``micro_batch_size_per_gpu`` (``force_group_size`` is returned apart). A bad or missing
-    setting is returned as the error to agree on (the first one found).
+    ``micro_batch_size_per_gpu`` (the options, ``force_group_size`` among them, are read by
+    :func:`_batch_options`). A bad or missing setting is returned as the error to agree on
+    (the first one found).
     """
     raw_dynamic = _setting(data, "use_dynamic_bsz", True)
     dynamic = as_switch(raw_dynamic)
     dynamic_error = _switch_error(raw_dynamic, Argument.USE_DYNAMIC_BSZ)
     if dynamic is None:  # an unreadable switch: plan dynamically (the default), agree on it
         dynamic = True
-    group_error, force_group_size = _int_setting(
-        data, "force_group_size", Argument.FORCE_GROUP_SIZE, 1
-    )
     if dynamic:
         sp_error, sp_size = _int_setting(data, "sp_size", Argument.SP_SIZE, 1)
         cap_error, per_gpu = _int_setting(
             data, "max_token_len_per_gpu", Argument.MAX_TOKEN_LEN_PER_GPU, None
         )
-        error = dynamic_error or group_error or sp_error or cap_error
-        return error, True, per_gpu * sp_size, force_group_size
+        return dynamic_error or sp_error or cap_error, True, per_gpu * sp_size
     size_error, size = _int_setting(
         data, "micro_batch_size_per_gpu", Argument.MICRO_BATCH_SIZE_PER_GPU, None
     )
-    return group_error or size_error, False, size, force_group_size
+    return size_error, False, size
 
 
-def _cost_settings(data: TensorDict, given: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
-    """``(pad_to_multiple_of, micro_batch_multiple_of, costs)``: each argument given (not
-    ``None``), else the batch's setting of that name (plain entry or NonTensorData), else
-    verl's default (1, 1, no costs). Checked later, by the planner, like every setting."""
-    pad, bucket, costs = given
-    if pad is None:
-        pad = _setting(data, "pad_to_multiple_of", 1)
-    if bucket is None:
-        bucket = _setting(data, "micro_batch_multiple_of", 1)
-    if costs is None and "costs" in data.keys():
-        costs = data.get("costs")  # per sample: never turned into a scalar
-        if isinstance(costs, NonTensorData):
-            costs = costs.data
-    return pad, bucket, costs
+#: The batch keys of the options (``prepare_micro_batches`` reads them from the batch).
+_OPTION_KEYS = tuple(opt.batch_key for opt in OPTIONS.values() if opt.batch_key)
+
+_ABSENT = object()
 
 
-def _shape_settings(data: TensorDict, given: tuple[Any, Any]) -> tuple[Any, Any]:
-    """``(padded, max_samples_per_micro_batch)``: each argument given (not ``None``), else
-    the batch's setting of that name, else ``(False, None)`` (verl's rule). Checked later,
-    by the planner."""
-    padded, limit = given
-    if padded is None:
-        padded = _setting(data, "padded", False)
-    if limit is None:
-        limit = _setting(data, "max_samples_per_micro_batch", None)
-    return padded, limit
+def _batch_options(
+    data: TensorDict,
+    options: Any,
+    verl_parameters: Mapping[str, Any],
+    keywords: Mapping[str, Any],
+) -> tuple[PlanOptions, PlanError | None]:
+    """The options of one ``prepare_micro_batches`` call: ``options=`` (else the defaults),
+    then the batch's settings (plain entries or NonTensorData, as verl stores them), then
+    verl's parameters not at their default, then the keywords given other than ``None``
+    (``None``: the batch's setting, as before). Later wins; the first problem is returned
+    as the error to agree on (with the options so far)."""
+    start, error = PlanOptions.from_keywords(options)
+    if error is not None:
+        return start, error
+    present = {key: _setting(data, key, _ABSENT) for key in _OPTION_KEYS}
+    settings = {key: value for key, value in present.items() if value is not _ABSENT}
+    if isinstance(settings.get("loss_weight_keys"), list):
+        settings["loss_weight_keys"] = tuple(settings["loss_weight_keys"])
+    start, error = PlanOptions.from_batch(settings, start)
+    if error is not None:
+        return start, error
+    given = {name: value for name, value in keywords.items() if value is not None}
+    return PlanOptions.from_keywords(None, verl_parameters, given, base=start)
 
 
-def _keep_settings(data: TensorDict, given: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
-    """``(workloads, over_cap, dummy_micro_batches, loss_weight_keys)``: each argument given
-    (not ``None``), else the batch's setting of that name (``workloads``: a per-sample entry,
-    cut with the batch), else the default that keeps verl's behaviour (none, ``"raise"``,
-    False, the default keys). Checked later, by the planner and the dummies' check."""
-    workloads, over_cap, dummies, keys = given
-    if workloads is None and "workloads" in data.keys():
-        workloads = data.get("workloads")  # per sample: never turned into a scalar
-        if isinstance(workloads, NonTensorData):
-            workloads = workloads.data
-    if over_cap is None:
-        over_cap = _setting(data, "over_cap", "raise")
-    if dummies is None:
-        dummies = _setting(data, "dummy_micro_batches", False)
-    if keys is None:
-        keys = _setting(data, "loss_weight_keys", None)
-        if isinstance(keys, list):
-            keys = tuple(keys)
-    return workloads, over_cap, dummies, keys
+def _per_sample_entry(data: TensorDict, key: str, given: Any) -> Any:
+    """``given`` (a keyword), else the batch's per-sample entry ``key`` (``costs``,
+    ``workloads``: cut with the batch, never turned into a scalar), else ``None``."""
+    if given is not None or key not in data.keys():
+        return given
+    value = data.get(key)
+    return value.data if isinstance(value, NonTensorData) else value

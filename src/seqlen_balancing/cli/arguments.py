@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 from seqlen_balancing.cli._text import PROG, CliError, int_text, short
 from seqlen_balancing.cli.inputs import DEFAULT_MAX_INPUT_MB
 from seqlen_balancing.cli.report import columns_help
+from seqlen_balancing.cli.results import options_of
 from seqlen_balancing.cli.trainers import (
     DEFAULT_GLOBAL_BATCH_SIZE,
     DEFAULT_SAMPLER_SEED,
@@ -18,6 +19,7 @@ from seqlen_balancing.cli.trainers import (
     TRAINERS,
     balances_by_default,
 )
+from seqlen_balancing.options import add_arguments
 from seqlen_balancing.verl_rule import DEFAULT_MAX_TRIES
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_CAP", "DEFAULT_DP_SIZE", "DEFAULT_SWEEP_CAPS", "build_parser"]
@@ -30,10 +32,18 @@ PLOT_HINT = "pip install 'seqlen-balancing[plot]'"
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors become a one-line :class:`CliError` (exit 2)."""
+    """An ArgumentParser whose usage errors become a one-line :class:`CliError` (exit 2), and
+    whose namespace holds ``options``, the plan's
+    :class:`~seqlen_balancing.PlanOptions` (:func:`~seqlen_balancing.cli.results.options_of`)."""
 
     def error(self, message: str) -> NoReturn:
         raise CliError(f"{message} (see '{self.prog} --help')", 2)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed = super().parse_args(args, namespace)
+        if getattr(parsed, "command", None) is not None:
+            parsed.options = options_of(parsed)
+        return parsed
 
 
 def _positive_int(text: str) -> int:
@@ -68,15 +78,6 @@ def _single_cap(text: str) -> int:
             f"plan takes one cap, got {text!r}; use 'seqlen-balancing sweep' to compare caps"
         )
     return _positive_int(text)
-
-
-def _workload_model(text: str) -> dict[str, object]:
-    from seqlen_balancing.cost import parse_workload_model
-
-    try:
-        return parse_workload_model(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_float(text: str) -> float:
@@ -191,7 +192,7 @@ def _add_trainer(group: Any, choices: tuple[str, ...], default: str) -> None:
     )
 
 
-def _add_step(parser: argparse.ArgumentParser) -> None:
+def _add_step(parser: argparse.ArgumentParser) -> Any:
     step = parser.add_argument_group("training step (verl's settings)")
     step.add_argument(
         "--dp-size",
@@ -224,66 +225,12 @@ def _add_step(parser: argparse.ArgumentParser) -> None:
         "default (trainer.balance_batch: equal sample counts, Karmarkar-Karp on workload) "
         "(default: on, except with --trainer sft_trainer, which never balances)",
     )
-    step.add_argument(
-        "--same-micro-num-in-dp",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="agree on one micro-batch count across the DP ranks (default: on)",
-    )
-    step.add_argument(
-        "--force-group-size",
-        type=_positive_int,
-        default=1,
-        metavar="N",
-        help="consecutive samples that must share a micro-batch (and a DP rank) (default: 1)",
-    )
-    step.add_argument(
-        "--num-batches-divided-by",
-        type=_positive_int,
-        metavar="N",
-        help="round every micro-batch count up to a multiple of N",
-    )
-    step.add_argument(
-        "--min-num-micro-batch",
-        type=_positive_int,
-        metavar="N",
-        help="at least N micro-batches per rank",
-    )
-    step.add_argument(
-        "--over-cap",
-        choices=("raise", "alone"),
-        default="raise",
-        help="a sample (or forced group) over the cap: 'raise' stops, as verl does; 'alone' "
-        "runs it in a micro-batch of its own, the only one over the cap, and the report "
-        "names it (default: raise)",
-    )
-    step.add_argument(
-        "--workload-model",
-        type=_workload_model,
-        metavar="SHAPE",
-        help="balance on a model's FLOPs instead of verl's 7B formula 24576*s + s**2: "
-        "key=value pairs, e.g. hidden_size=8192,num_layers=80 (the keys of "
-        "seqlen_balancing.cost.transformer_workload_coefficients); the cap and the count are "
-        "unchanged",
-    )
-    step.add_argument(
-        "--dynamic-bsz-balance",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="verl's micro-batch ordering, lightest at both ends (default: on)",
-    )
+    return step
 
 
-def _add_cost(parser: argparse.ArgumentParser) -> None:
+def _add_cost(parser: argparse.ArgumentParser) -> Any:
     cost = parser.add_argument_group(
         "the cap on what the GPU holds (default: effective tokens, verl's rule)"
-    )
-    cost.add_argument(
-        "--pad-to-multiple-of",
-        type=_positive_int,
-        metavar="N",
-        help="each sample costs its length rounded up to a multiple of N tokens (per-sequence "
-        "alignment of packed THD input) (default: 1)",
     )
     cost.add_argument(
         "--tp",
@@ -304,29 +251,7 @@ def _add_cost(parser: argparse.ArgumentParser) -> None:
         help="with --tp: FP8 padding, each sequence to lcm(16, align) and each micro-batch's "
         "total to a multiple of align*128",
     )
-    cost.add_argument(
-        "--micro-batch-multiple-of",
-        type=_positive_int,
-        metavar="N",
-        help="each micro-batch's total is rounded up to a multiple of N tokens before it meets "
-        "the cap (verl's pad_to_length_bucket); a cap that is not a multiple of N is usable as "
-        "cap // N * N; with --fp8 the bucket is the least common multiple of N and FP8's "
-        "align*128 (both roundings hold) (default: 1)",
-    )
-    cost.add_argument(
-        "--padded",
-        action="store_true",
-        help="for models that run padded tensors: a micro-batch costs its rows x its widest row "
-        "(each rounded up to --pad-to-multiple-of), cut to that width; the tables show that "
-        "footprint (default: off, the summed cost)",
-    )
-    cost.add_argument(
-        "--max-samples-per-micro-batch",
-        type=_positive_int,
-        metavar="N",
-        help="no micro-batch holds more than N samples (a forced group counts all its rows) "
-        "(default: no limit)",
-    )
+    return cost
 
 
 def _add_output(parser: argparse.ArgumentParser, plot_help: str) -> None:
@@ -375,8 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"max_token_len_per_gpu: hard cap on tokens per micro-batch (default: {DEFAULT_CAP})",
     )
     _add_input(plan)
-    _add_step(plan)
-    _add_cost(plan)
+    add_arguments(plan, {"step": _add_step(plan), "cost": _add_cost(plan)})
     _add_output(plan, "save tokens per micro-batch for each rank as a bar chart")
     sweep = commands.add_parser(
         "sweep",
@@ -393,8 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="caps to compare, comma-separated (default: " + ",".join(map(str, DEFAULT_SWEEP_CAPS)) + ")",
     )
     _add_input(sweep)
-    _add_step(sweep)
-    _add_cost(sweep)
+    add_arguments(sweep, {"step": _add_step(sweep), "cost": _add_cost(sweep)})
     _add_output(sweep, "plot micro-batches per rank and mean fill against the cap")
     _add_epoch(commands, formatter)
     return parser
@@ -442,7 +365,7 @@ def _add_epoch(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
         "--balance-batch", action=argparse.BooleanOptionalAction, default=None,
         help="sft_trainer_ray's trainer.balance_batch (default: on); sft_trainer never balances",
     )
-    _add_cost(epoch)
+    add_arguments(epoch, {"step": run, "cost": _add_cost(epoch)})
     out = epoch.add_argument_group("output")
     out.add_argument("--compare-verl", action="store_true",
                      help="also replay verl 0.9.1's own micro-batch count rule on every step")
@@ -473,7 +396,9 @@ output: per cap, each step's micro-batches per rank (library, verl), then the to
 
 
 def check_combinations(args: argparse.Namespace) -> None:
-    """Options that only make sense together (CliError, exit 2, naming what to add)."""
+    """Options that only make sense together (CliError, exit 2, naming what to add); sets
+    ``args.options``, the plan's :class:`~seqlen_balancing.PlanOptions` (the option
+    flags, with the alignment of ``--tp``/``--cp``/``--fp8``)."""
     token_fields = [
         name for name in ("messages_field", "text_field", "prompt_field") if getattr(args, name) is not None
     ]
@@ -501,7 +426,8 @@ def check_combinations(args: argparse.Namespace) -> None:
             f"{'--cp' if args.cp is not None else '--fp8'} derives Megatron's alignment with "
             "--tp; pass --tp N too (1 without tensor parallelism)"
         )
-    if getattr(args, "over_cap", "raise") == "alone" and args.truncate:
+    args.options = options_of(args)  # again: a caller may have changed a flag's value
+    if args.options.over_cap == "alone" and getattr(args, "truncate", False):
         raise CliError(
             "--over-cap alone runs over-cap samples whole and --truncate clips them to the cap; "
             "pass one"
@@ -511,9 +437,9 @@ def check_combinations(args: argparse.Namespace) -> None:
             "--pad-to-multiple-of and --tp/--cp/--fp8 both set the per-sequence alignment; pass one"
         )
     trainer = getattr(args, "trainer", DEFAULT_TRAINER)
-    if trainer == "sft_trainer" and getattr(args, "force_group_size", 1) > 1:
+    if trainer == "sft_trainer" and args.options.force_group_size > 1:
         raise CliError(
-            f"--force-group-size {args.force_group_size}: verl 0.9.1's sft_trainer deals every "
+            f"--force-group-size {args.options.force_group_size}: verl 0.9.1's sft_trainer deals every "
             "dp-th row to a rank, so consecutive rows never stay together; drop it, or pass "
             "--trainer main_ppo"
         )

@@ -18,13 +18,13 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from seqlen_balancing.agreement import combine, decode, encode
+from seqlen_balancing.agreement import plan_ranks
 from seqlen_balancing.cli._text import PROG, CliError, plural
 from seqlen_balancing.cli.inputs import Loaded
-from seqlen_balancing.cli.results import alignment
+from seqlen_balancing.cli.results import options_json
 from seqlen_balancing.cli.step import scale_lengths
 from seqlen_balancing.cli.trainers import RULES, EpochStep, epoch_steps, steps_per_epoch
-from seqlen_balancing.planner import analyse
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
 
 __all__ = ["CapReplay", "Replay", "replay", "run_epoch"]
@@ -35,11 +35,14 @@ LONG_REPLAY = 200
 
 @dataclass
 class CapReplay:
-    """One cap over the whole run: micro-batches per rank at each step (all ranks agree)."""
+    """One cap over the whole run: micro-batches per rank at each step (all ranks agree; with
+    ``--no-same-micro-num-in-dp`` the most any rank runs, the step's lock-step count)."""
 
     max_token_len: int  # per GPU, as given
     cap: int  # max_token_len x sp_size
     counts: list[int] = field(default_factory=list)  # the library's, one per step planned
+    # each step's micro-batches' tokens per rank, in run order (dummies: 0)
+    tokens: list[list[list[int]]] = field(default_factory=list)
     verl: list[int | None] = field(default_factory=list)  # verl's (None: it fails or gives up)
     verl_notes: list[str] = field(default_factory=list)  # why, for each None
     error: str | None = None  # the step the library cannot plan (the run would stop there)
@@ -108,15 +111,11 @@ class _Progress:
             self.bar.close()
 
 
-def _plan_step(per_rank: list[list[int]], cap: int, pad: int, bucket: int) -> int:
-    """The library's agreed micro-batch count for one step, or its error raised."""
-    analyses = [
-        analyse(lens, cap, pad_to_multiple_of=pad, micro_batch_multiple_of=bucket) for lens in per_rank
-    ]
-    count, error, rank = decode(combine([encode(a, r) for r, a in enumerate(analyses)]))
-    if error is not None:
-        raise error.exception(rank)
-    return count
+def _plan_step(per_rank: list[list[int]], cap: int, options: PlanOptions) -> list[list[int]]:
+    """Each rank's micro-batches' tokens for one step, planned by the library's own DP
+    planning (:func:`~seqlen_balancing.agreement.plan_ranks`), or its error raised."""
+    ranks = plan_ranks(per_rank, cap, options)
+    return [[sum(lens[i] for i in mb) for mb in r.plan] for lens, r in zip(per_rank, ranks, strict=True)]
 
 
 def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
@@ -128,8 +127,8 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
     """
     lengths = scale_lengths(loaded.lengths, args.scale)
     steps = list(epoch_steps(lengths, args.dp_size, args.global_batch_size, args.trainer,
-                             args.seed, args.epochs, bool(args.balance_batch)))
-    pad, bucket = alignment(args)
+                             args.seed, args.epochs, bool(args.balance_batch),
+                             args.options.workload_model))
     caps = [CapReplay(c, c * args.sp_size) for c in args.max_token_len]
     total = len(steps) * len(caps)
     progress = _Progress(total, args.progress or (sys.stderr.isatty() and total >= LONG_REPLAY))
@@ -141,10 +140,12 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
                     continue
                 per_rank = [[lengths[i] for i in rows] for rows in step.ranks]
                 try:
-                    result.counts.append(_plan_step(per_rank, result.cap, pad, bucket))
+                    tokens = _plan_step(per_rank, result.cap, args.options)
                 except (ValueError, TypeError) as exc:
                     result.error = f"step {step.step} (epoch {step.epoch + 1}): {exc}"
                     continue
+                result.counts.append(max(len(rank) for rank in tokens))
+                result.tokens.append(tokens)
                 if args.compare_verl:
                     _verl_step(result, per_rank, args)
     finally:
@@ -154,8 +155,14 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
 
 
 def _verl_step(result: CapReplay, per_rank: list[list[int]], args: argparse.Namespace) -> None:
+    options = args.options
     try:
-        found = verl_counts(per_rank, result.cap, max_tries=args.verl_max_tries)
+        found = verl_counts(
+            per_rank, result.cap, same_micro_num_in_dp=options.same_micro_num_in_dp,
+            num_batches_divided_by=options.num_batches_divided_by,
+            min_num_micro_batch=options.min_num_micro_batch,
+            force_group_size=options.force_group_size, max_tries=args.verl_max_tries,
+        )
     except VerlSearchLimit as exc:
         result.verl.append(None)
         result.verl_notes.append(f">{exc.last_tried}")
@@ -164,7 +171,7 @@ def _verl_step(result: CapReplay, per_rank: list[list[int]], args: argparse.Name
         result.verl.append(None)
         result.verl_notes.append(str(exc))
         return
-    result.verl.append(found.counts[0])
+    result.verl.append(max(found.counts))
     result.verl_notes.append("")
 
 
@@ -199,9 +206,11 @@ def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
     lines = [first, f"trainer modelled: {RULES[args.trainer]}{balance}"]
     if replay_.loaded.counted:
         lines.append(replay_.loaded.counted)
-    pad, bucket = alignment(args)
+    pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
     if (pad, bucket) != (1, 1):
         lines.append(f"cost: each sample aligned to {pad} tokens, each micro-batch rounded up to {bucket}")
+    if args.options.changed():
+        lines.append(f"options: {args.options.describe()}")
     lines.append(
         "each step: every rank planned with this library's planner and DP agreement (one count "
         "on every rank, as prepare_micro_batches with the DP group)"
@@ -282,7 +291,7 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
 
 def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
     """The ``epoch --json`` object (keys stable)."""
-    pad, bucket = alignment(args)
+    pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
     caps = []
     for result in replay_.caps:
         item: dict[str, Any] = {
@@ -290,7 +299,8 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
             "cap": result.cap,
             "error": result.error,
             "steps": [
-                {"step": replay_.steps[i].step, "epoch": replay_.steps[i].epoch + 1, "micro_batches": c}
+                {"step": replay_.steps[i].step, "epoch": replay_.steps[i].epoch + 1, "micro_batches": c,
+                 "micro_batch_tokens": result.tokens[i]}
                 | ({"verl_micro_batches": result.verl[i]} if args.compare_verl else {})
                 for i, c in enumerate(result.counts)
             ],
@@ -321,6 +331,7 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
         "sp_size": args.sp_size,
         "pad_to_multiple_of": pad,
         "micro_batch_multiple_of": bucket,
+        "options": options_json(args.options),
         "caps": caps,
     }
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from seqlen_balancing.cli._text import pct, plural
-from seqlen_balancing.cli.results import alignment
+from seqlen_balancing.cli.results import options_json
 
 if TYPE_CHECKING:
     from seqlen_balancing.cli.results import RankResult, Step, StepResult
@@ -57,7 +57,7 @@ def _aligned_on(args: argparse.Namespace) -> bool:
 
 def _padded_on(args: argparse.Namespace) -> bool:
     """--padded: the cap is on rows x width; show that footprint."""
-    return bool(getattr(args, "padded", False))
+    return bool(args.options.padded)
 
 
 def _saving(ours: int, verl: int | None) -> str:
@@ -295,7 +295,7 @@ def _cap_text(args: argparse.Namespace, cap: int | None) -> str:
 
 
 def _alignment_text(args: argparse.Namespace) -> str:
-    pad, bucket = alignment(args)
+    pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
     if args.tp is not None:
         fp8 = ", fp8" if args.fp8 else ""
         source = f" (verl's Megatron THD rule for tp {args.tp}, cp {args.cp or 1}{fp8})"
@@ -316,11 +316,18 @@ def _alignment_text(args: argparse.Namespace) -> str:
         )
     if _padded_on(args):
         parts.append("a micro-batch costs its rows x its widest row, cut to that width (--padded)")
-    if getattr(args, "max_samples_per_micro_batch", None):
-        parts.append(f"at most {args.max_samples_per_micro_batch} samples per micro-batch")
+    if args.options.max_samples_per_micro_batch:
+        parts.append(f"at most {args.options.max_samples_per_micro_batch} samples per micro-batch")
     if not parts:
         parts.append("each sample costs its length (no alignment)")
     return "cap on what the GPU holds: " + "; ".join(parts)
+
+
+def _other_options(args: argparse.Namespace) -> dict[str, str]:
+    """The options given that no other header line shows (their values as text)."""
+    shown = {"pad_to_multiple_of", "micro_batch_multiple_of", "padded",
+             "max_samples_per_micro_batch", "force_group_size", "same_micro_num_in_dp"}
+    return {name: str(value) for name, value in args.options.changed().items() if name not in shown}
 
 
 def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]:
@@ -341,9 +348,11 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
     lines = [first]
     if step.counted:
         lines.append(step.counted)
-    if _aligned_on(args) or _padded_on(args) or getattr(args, "max_samples_per_micro_batch", None):
+    if _aligned_on(args) or _padded_on(args) or args.options.max_samples_per_micro_batch:
         lines.append(_alignment_text(args))
     lines.append(step_text(step.dp_size, args))
+    if _other_options(args):
+        lines.append("options: " + ", ".join(f"{k}={v}" for k, v in _other_options(args).items()))
     return lines
 
 
@@ -356,7 +365,8 @@ def step_text(dp_size: int, args: argparse.Namespace) -> str:
             "(DistributedSampler), never balanced" if dp_size > 1 else "one DP rank, never balanced"
         )
     elif args.balance_batch and dp_size > 1:
-        grouped = f", groups of {args.force_group_size} rows kept whole" if args.force_group_size > 1 else ""
+        group = args.options.force_group_size
+        grouped = f", groups of {group} rows kept whole" if group > 1 else ""
         deal = (
             "balanced across DP ranks as verl's trainer.balance_batch (equal sample counts, "
             f"Karmarkar-Karp on workload{grouped}); equal contiguous chunks per rank (verl's dispatch)"
@@ -368,7 +378,7 @@ def step_text(dp_size: int, args: argparse.Namespace) -> str:
         )
     else:
         deal = "one DP rank"
-    agree = "on" if args.same_micro_num_in_dp else "off"
+    agree = "on" if args.options.same_micro_num_in_dp else "off"
     return f"step (verl 0.9.1 {trainer}): {deal}; same_micro_num_in_dp {agree}"
 
 
@@ -381,7 +391,7 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
         print(f"{plural(result.truncated, 'drawn sample')} longer than {cap} tokens truncated to the cap")
     print(_render(PLAN_COLUMNS, [(r, result) for r in result.ranks], args))
     agreed = result.agreed_count
-    if not args.same_micro_num_in_dp:
+    if not args.options.same_micro_num_in_dp:
         counts = f"no agreement (per-rank counts {_count_text(result)})"
     elif agreed is not None:
         counts = f"agreed count {plural(agreed, 'micro-batch')} per rank"
@@ -463,7 +473,7 @@ def print_sweep(
 def _smallest_text(args: argparse.Namespace, smallest: int) -> str:
     unit = "aligned tokens" if _aligned_on(args) else "tokens"
     truncate = " without --truncate" if args.truncate else ""
-    if args.over_cap == "alone":
+    if args.options.over_cap == "alone":
         return (
             f"smallest max_token_len at which no sample runs alone over the cap: {smallest} (the "
             f"costliest sample or forced group of the step, in {unit}); below it such samples "
@@ -492,19 +502,20 @@ def settings(step: Step, args: argparse.Namespace) -> dict[str, Any]:
         "sp_size": args.sp_size,
         "trainer": args.trainer,
         "balance_batch": args.balance_batch,
-        "same_micro_num_in_dp": args.same_micro_num_in_dp,
-        "force_group_size": args.force_group_size,
-        "num_batches_divided_by": args.num_batches_divided_by,
-        "min_num_micro_batch": args.min_num_micro_batch,
-        "dynamic_bsz_balance": args.dynamic_bsz_balance,
-        "over_cap": args.over_cap,
-        "workload_model": args.workload_model,
+        "same_micro_num_in_dp": args.options.same_micro_num_in_dp,
+        "force_group_size": args.options.force_group_size,
+        "num_batches_divided_by": args.options.num_batches_divided_by,
+        "min_num_micro_batch": args.options.min_num_micro_batch,
+        "dynamic_bsz_balance": args.options.use_dynamic_bsz_balance,
+        "over_cap": args.options.over_cap,
+        "workload_model": options_json(args.options)["workload_model"],
         **_alignment_json(args),
+        "options": options_json(args.options),
     }
 
 
 def _alignment_json(args: argparse.Namespace) -> dict[str, Any]:
-    pad, bucket = alignment(args)
+    pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
     return {
         "pad_to_multiple_of": pad,
         "micro_batch_multiple_of": bucket,
@@ -512,7 +523,7 @@ def _alignment_json(args: argparse.Namespace) -> dict[str, Any]:
         "cp": args.cp,
         "fp8": bool(args.fp8),
         "padded": _padded_on(args),
-        "max_samples_per_micro_batch": getattr(args, "max_samples_per_micro_batch", None),
+        "max_samples_per_micro_batch": args.options.max_samples_per_micro_batch,
     }
 
 
@@ -604,6 +615,7 @@ def sweep_row_json(result: StepResult, sp_size: int) -> dict[str, Any]:
         "largest_micro_batch_cost": result.largest_cost,
         "truncated": result.truncated,
         "over_cap_alone": sum(len(r.over_cap_alone) for r in result.ranks),
+        "micro_batch_tokens": [r.micro_batch_tokens for r in result.ranks],
         "seconds": round(result.seconds, 6),
         **_verl_json(result),
     }

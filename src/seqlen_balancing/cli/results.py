@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the planner is not needed to hold a result (nor for --help)
+    from seqlen_balancing.options import PlanOptions
     from seqlen_balancing.planner import RankAnalysis
 
-__all__ = ["RankResult", "Step", "StepResult", "VerlResult", "alignment"]
+__all__ = ["RankResult", "Step", "StepResult", "VerlResult", "alignment", "options_json", "options_of"]
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,41 @@ def alignment(args: argparse.Namespace) -> tuple[int, int]:
 
     pad = args.pad_to_multiple_of or 1
     bucket = args.micro_batch_multiple_of or 1
-    if args.tp is not None:
+    if getattr(args, "tp", None) is not None:
         pad, total = megatron_alignment(args.tp, args.cp or 1, bool(args.fp8))
         bucket = math.lcm(bucket, total)
     return pad, bucket
+
+
+def options_of(args: argparse.Namespace) -> PlanOptions:
+    """The plan's options: every option flag given
+    (:meth:`~seqlen_balancing.PlanOptions.from_args`), the alignment as
+    :func:`alignment` derives it.
+
+    Raises:
+        CliError: (exit 2) options that contradict each other, naming them.
+    """
+    from seqlen_balancing.cli._text import CliError
+    from seqlen_balancing.options import PlanOptions
+
+    pad, bucket = alignment(args)
+    try:
+        options = PlanOptions.from_args(args)
+        return replace(options, pad_to_multiple_of=pad, micro_batch_multiple_of=bucket)
+    except (TypeError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+
+
+def options_json(options: PlanOptions) -> dict[str, object]:
+    """Every option as the JSON reports hold it (a model as its shape, keys as a list)."""
+    from dataclasses import asdict
+
+    out: dict[str, object] = {}
+    for name, value in asdict(options).items():
+        held = getattr(options, name)
+        if isinstance(held, tuple):
+            value = list(held)
+        elif held is not None and hasattr(held, "shape") and callable(held.shape):
+            value = held.shape()
+        out[name] = value
+    return out

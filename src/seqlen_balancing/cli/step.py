@@ -17,9 +17,10 @@
    (``part[::2] + part[1::2][::-1]``), as verl 0.9.1 does. With ``--force-group-size N``
    the groups of ``N`` consecutive rows are balanced instead, each kept whole and in order
    (verl's group-balanced path: equal group counts, Karmarkar-Karp on group workloads).
-4. **Planning** (:func:`plan_step`): every rank with this library's planner and the DP
-   agreement of :mod:`seqlen_balancing.agreement` (the same encode/MAX/decode a real group
-   runs); with ``--compare-verl`` also verl 0.9.1's count (:mod:`seqlen_balancing.verl_rule`).
+4. **Planning** (:func:`plan_step`): every rank with this library's own DP planning
+   (:func:`~seqlen_balancing.agreement.plan_ranks`: the same encode/MAX/decode a real group
+   runs, under the options of every flag, ``args.options``); with ``--compare-verl`` also
+   verl 0.9.1's count (:mod:`seqlen_balancing.verl_rule`).
 
 The cap is ``max_token_len * sp_size`` (``prepare_micro_batches``), on what the GPU holds:
 with ``--pad-to-multiple-of`` (or ``--tp``/``--cp``/``--fp8``) each sample costs its aligned
@@ -35,7 +36,7 @@ import random
 import time
 from collections.abc import Sequence
 
-from seqlen_balancing.agreement import combine, decode, encode
+from seqlen_balancing.agreement import plan_ranks
 from seqlen_balancing.balance import spread
 from seqlen_balancing.bounds import l2_lower_bound
 from seqlen_balancing.cli._text import CliError, plural
@@ -47,10 +48,9 @@ from seqlen_balancing.cost import (
     micro_batch_capacity,
     micro_batch_cost,
     padded_micro_batch_cost,
-    transformer_workloads,
 )
 from seqlen_balancing.partition import workload
-from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, local_count
+from seqlen_balancing.planner import RankAnalysis
 from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
 
 __all__ = ["balance_order", "make_step", "plan_step", "smallest_cap"]
@@ -160,8 +160,8 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
     """
     pad, bucket = alignment(args)
     costs = [aligned_length(step.lengths[p], pad) for p in step.positions]
-    size = args.force_group_size
-    if getattr(args, "padded", False):  # a group alone: its rows x its widest row
+    size = args.options.force_group_size
+    if args.options.padded:  # a group alone: its rows x its widest row
         largest = max((size * max(costs[g : g + size]) for g in range(0, len(costs), size)), default=0)
     else:
         largest = max((sum(costs[g : g + size]) for g in range(0, len(costs), size)), default=0)
@@ -172,39 +172,18 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
 def _plan_ranks(
     per_rank: list[list[int]], cap: int, args: argparse.Namespace
 ) -> tuple[list[RankAnalysis], list[list[list[int]]]]:
-    """:func:`~seqlen_balancing.agreement.plan_data_parallel`, keeping each rank's analysis."""
-    pad, bucket = alignment(args)
-    analyses = [
-        analyse(
-            lens,
-            cap,
-            force_group_size=args.force_group_size,
-            min_num_micro_batch=args.min_num_micro_batch,
-            num_batches_divided_by=args.num_batches_divided_by,
-            pad_to_multiple_of=pad,
-            micro_batch_multiple_of=bucket,
-            padded=getattr(args, "padded", False),
-            max_samples_per_micro_batch=getattr(args, "max_samples_per_micro_batch", None),
-            over_cap=getattr(args, "over_cap", "raise"),
-            workloads=_workloads(lens, args),
-        )
-        for lens in per_rank
-    ]
-    balance = args.dynamic_bsz_balance
-    if args.same_micro_num_in_dp:
-        count, error, rank = decode(combine([encode(a, r) for r, a in enumerate(analyses)]))
-        if error is not None:
-            raise error.exception(rank)
-        return analyses, [build_plan(a, count, balance) for a in analyses]
-    return analyses, [build_plan(a, local_count(a, r), balance) for r, a in enumerate(analyses)]
+    """The library's own DP planning (:func:`~seqlen_balancing.agreement.plan_ranks`, as
+    :func:`~seqlen_balancing.plan_data_parallel`), keeping each rank's analysis."""
+    ranks = plan_ranks(per_rank, cap, args.options)
+    return [r.analysis for r in ranks], [r.plan for r in ranks]
 
 
 def _workloads(lengths: list[int], args: argparse.Namespace) -> list[int]:
     """Each sample's balance workload: the ``--workload-model``'s FLOPs, else verl's."""
-    model = getattr(args, "workload_model", None)  # epoch's parser has no --workload-model
+    model = args.options.workload_model
     if model is None:
         return [workload(s) for s in lengths]
-    return transformer_workloads(lengths, **model)
+    return list(model.workloads(lengths))
 
 
 def _verl(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -> VerlResult:
@@ -212,10 +191,10 @@ def _verl(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -> Verl
         found = verl_counts(
             per_rank,
             cap,
-            same_micro_num_in_dp=args.same_micro_num_in_dp,
-            num_batches_divided_by=args.num_batches_divided_by,
-            min_num_micro_batch=args.min_num_micro_batch,
-            force_group_size=args.force_group_size,
+            same_micro_num_in_dp=args.options.same_micro_num_in_dp,
+            num_batches_divided_by=args.options.num_batches_divided_by,
+            min_num_micro_batch=args.options.min_num_micro_batch,
+            force_group_size=args.options.force_group_size,
             max_tries=args.verl_max_tries,
         )
     except VerlSearchLimit as exc:
@@ -235,7 +214,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     drawn = [step.lengths[p] for p in step.positions]
     pad, bucket = alignment(args)
     usable = micro_batch_capacity(cap, bucket)
-    if (not args.truncate and getattr(args, "over_cap", "raise") == "raise") or usable == 0:
+    if (not args.truncate and args.options.over_cap == "raise") or usable == 0:
         error = _over_cap_error(drawn, cap, pad, bucket)
         if error is not None:
             raise error
@@ -245,9 +224,9 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     truncated = sum(n > clip for n in drawn)
     clipped = [min(n, clip) for n in drawn]
     # A rank batch that force_group_size does not divide is the planner's error (exit 1).
-    balance = args.balance_batch and step.batch_size % args.force_group_size == 0
-    dealt = deal(clipped, step.dp_size, args.trainer, balance, args.force_group_size,
-                 getattr(args, "workload_model", None))
+    group = args.options.force_group_size
+    balance = args.balance_batch and step.batch_size % group == 0
+    dealt = deal(clipped, step.dp_size, args.trainer, balance, group, args.options.workload_model)
     order = [p for part in dealt for p in part]
     positions = [step.positions[i] for i in order]
     clipped = [clipped[i] for i in order]
@@ -267,7 +246,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         loads = _workloads(lens, args)
         mb_costs = [micro_batch_cost([costs[i] for i in mb], bucket) for mb in plan]
         held = sum(costs)
-        if getattr(args, "padded", False):  # rows x the widest row (costs: aligned widths)
+        if args.options.padded:  # rows x the widest row (costs: aligned widths)
             footprints = [padded_micro_batch_cost([costs[i] for i in mb]) for mb in plan]
             mb_costs = [aligned_length(f, bucket) for f in footprints]
             held = sum(footprints)
@@ -302,8 +281,8 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         truncated,
         seconds,
         verl,
-        num_batches_divided_by=args.num_batches_divided_by or 1,
-        agreed=args.same_micro_num_in_dp,
+        num_batches_divided_by=args.options.num_batches_divided_by or 1,
+        agreed=args.options.same_micro_num_in_dp,
         pad_to_multiple_of=pad,
         micro_batch_multiple_of=bucket,
     )

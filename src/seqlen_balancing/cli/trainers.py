@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from seqlen_balancing.cli._text import CliError
-from seqlen_balancing.cost import transformer_workloads
+from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
 
 __all__ = [
@@ -94,7 +94,7 @@ def balances_by_default(trainer: str) -> bool:
 
 
 def balance_order(
-    lengths: Sequence[int], dp_size: int, group: int = 1, model: dict[str, object] | None = None
+    lengths: Sequence[int], dp_size: int, group: int = 1, model: WorkloadModel | None = None
 ) -> list[int]:
     """verl 0.9.1's ``_balance_batch`` order of the step's rows (indices into ``lengths``).
 
@@ -114,8 +114,7 @@ def balance_order(
     Complexity: Karmarkar-Karp's O(n log n + n dp).
     """
     n = len(lengths)
-    per_row = (transformer_workloads(list(lengths), **model) if model is not None
-               else [workload(s) for s in lengths])
+    per_row = model.workloads(list(lengths)) if model is not None else [workload(s) for s in lengths]
     if group == 1:
         loads = per_row
         parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
@@ -142,7 +141,7 @@ def deal(
     trainer: str,
     balance: bool,
     group: int = 1,
-    model: dict[str, object] | None = None,
+    model: WorkloadModel | None = None,
 ) -> list[list[int]]:
     """The step's rows each DP rank gets (positions into ``lengths``, in the rank's order).
 
@@ -239,6 +238,7 @@ def epoch_steps(
     seed: int,
     epochs: int,
     balance: bool,
+    model: WorkloadModel | None = None,
 ) -> Iterator[EpochStep]:
     """Every step of ``epochs`` epochs as ``trainer`` feeds them (see the module docstring).
 
@@ -250,6 +250,8 @@ def epoch_steps(
         seed: the sampler's seed (verl's: 0).
         epochs: ``trainer.total_epochs``.
         balance: ``trainer.balance_batch`` (``sft_trainer_ray`` only).
+        model: a ``--workload-model`` shape the balance weighs (the switch's
+            ``calculate_workload``), or ``None``: verl's workload.
 
     Yields:
         One :class:`EpochStep` per step, in training order.
@@ -272,6 +274,6 @@ def epoch_steps(
         order = sampler_indices(n, 1, 0, seed, epoch)
         for s in range(per_epoch):
             rows = order[s * global_batch_size : (s + 1) * global_batch_size]
-            dealt = deal([lengths[i] for i in rows], dp_size, trainer, balance)
+            dealt = deal([lengths[i] for i in rows], dp_size, trainer, balance, model=model)
             number += 1
             yield EpochStep(epoch, number, [[rows[p] for p in part] for part in dealt])

@@ -7,24 +7,71 @@ global ranks, when known) in their fields.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 
-from seqlen_balancing.errors.record import PlanError, rank_words, record, shown
+from seqlen_balancing.errors.record import Argument, PlanError, rank_words, record, shown
 
-__all__ = ["DivisorMismatch", "ModeMismatch", "NotInGroup", "StaticCountMismatch"]
+__all__ = ["LARGEST_SHOWN", "ModeMismatch", "NotInGroup", "OptionMismatch", "Shown", "StaticCountMismatch"]
+
+
+class Shown(IntEnum):
+    """How an :class:`OptionMismatch` shows the two values it carries."""
+
+    NUMBER = 0  # a count or a number of tokens; 0 stands for None
+    SWITCH = 1  # 0 or 1: False or True
+    OVER_CAP = 2  # an index into ("raise", "alone")
+    GIVEN = 3  # 1: the rank passes the per-sample data, 0: it does not
+    HIDDEN = 4  # a hash: the values differ, and are not shown
+
+
+#: Values of 2**41 and above are hashes of values too large to carry (never shown).
+LARGEST_SHOWN = (1 << 41) - 1
+
+_OVER_CAP_NAMES = ("'raise'", "'alone'")
+
+
+def _shown(kind: Shown, value: int) -> str:
+    if kind is Shown.SWITCH and value in (0, 1):
+        return str(bool(value))
+    if kind is Shown.OVER_CAP and value in (0, 1):
+        return _OVER_CAP_NAMES[value]
+    if kind is Shown.NUMBER and 0 <= value <= LARGEST_SHOWN:
+        return "None" if value == 0 else str(value)
+    return "a value too large to show"
 
 
 @record
 @dataclass(frozen=True)
-class DivisorMismatch(PlanError):
-    """The ranks passed different ``num_batches_divided_by`` (``smallest`` to ``largest``)."""
+class OptionMismatch(PlanError):
+    """The ranks of a DP group were asked to plan under different options (or caps): the
+    option (an ``Argument``), how its values show, the lowest
+    rank holding the largest value and that value, the lowest rank holding the smallest
+    and that value, and their global ranks when known. No single rank is at fault."""
 
-    smallest: int
-    largest: int
+    argument: Argument
+    shown: Shown
+    rank_high: int
+    high: int
+    rank_low: int
+    low: int
+    global_high: int | None = None
+    global_low: int | None = None
 
     def text(self) -> str:
+        name = self.argument.parameter
+        high = rank_words(self.rank_high, self.global_high)
+        low = rank_words(self.rank_low, self.global_low)
+        if self.shown is Shown.GIVEN:
+            differ = f"{high} passes {name} and {low} does not"
+        elif self.shown is Shown.HIDDEN:
+            differ = f"{high} and {low} have different values"
+        else:
+            differ = (f"{high} has {name}={_shown(self.shown, self.high)} and {low} has "
+                      f"{name}={_shown(self.shown, self.low)}")
         return (
-            f"the ranks passed different num_batches_divided_by (from {shown(self.smallest)} to "
-            f"{shown(self.largest)}), so no count suits them all; pass the same value on every rank"
+            f"the ranks passed different {name}: {differ}; every rank of the DP group must "
+            "plan under the same options and cap, so set them alike on every rank (keywords, "
+            "batch settings and SEQLEN_BALANCING_* variables)"
         )
 
 

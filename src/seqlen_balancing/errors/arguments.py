@@ -7,10 +7,10 @@ name as the caller spells it (``max_token_len``, ``sp_size``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import IntEnum
 
 from seqlen_balancing.errors.record import (
     OUT_OF_RANGE,
+    Argument,
     NonPositive,
     Peers,
     PlanError,
@@ -24,44 +24,18 @@ __all__ = [
     "Argument",
     "BelowOne",
     "BucketAboveCap",
-    "CombinationRefused",
     "MissingSetting",
     "NotASwitch",
     "NotAnInteger",
+    "NotPlanOptions",
     "OverCapNotAString",
     "SampleLimitBelowGroup",
     "StaticPathOption",
+    "UnknownOption",
     "UnknownOverCap",
+    "WorkloadModelInvalid",
+    "WorkloadsAndModel",
 ]
-
-
-class Argument(IntEnum):
-    """Which scalar argument (or batch setting) an error is about; its name, lower-cased,
-    is the parameter's."""
-
-    MAX_TOKEN_LEN = 0
-    FORCE_GROUP_SIZE = 1
-    MIN_NUM_MICRO_BATCH = 2
-    NUM_BATCHES_DIVIDED_BY = 3
-    NUM_MICRO_BATCHES = 4
-    MAX_TOKEN_LEN_PER_GPU = 5
-    SP_SIZE = 6
-    USE_DYNAMIC_BSZ = 7
-    MICRO_BATCH_SIZE_PER_GPU = 8
-    SAME_MICRO_NUM_IN_DP = 9
-    USE_DYNAMIC_BSZ_BALANCE = 10
-    PAD_TO_MULTIPLE_OF = 11
-    MICRO_BATCH_MULTIPLE_OF = 12
-    COSTS = 13
-    MAX_SAMPLES_PER_MICRO_BATCH = 14
-    PADDED = 15
-    DUMMY_MICRO_BATCHES = 16
-    OVER_CAP = 17
-
-    @property
-    def parameter(self) -> str:
-        """The name as the caller spells it."""
-        return self.name.lower()
 
 
 @record
@@ -179,25 +153,6 @@ class SampleLimitBelowGroup(PlanError):
 
 @record
 @dataclass(frozen=True)
-class CombinationRefused(PlanError):
-    """Two options that this release does not plan together (``argument`` with ``other``:
-    ``over_cap='alone'`` or ``dummy_micro_batches=True``)."""
-
-    argument: Argument
-    other: Argument
-
-    def text(self) -> str:
-        settings = {Argument.OVER_CAP: "over_cap='alone'",
-                    Argument.DUMMY_MICRO_BATCHES: "dummy_micro_batches=True"}
-        return (
-            f"{self.argument.parameter} cannot be combined with "
-            f"{settings.get(self.other, 'another option')} in this release: the planner for it "
-            "does not model that option, and a setting is never silently ignored; drop one of the two"
-        )
-
-
-@record
-@dataclass(frozen=True)
 class OverCapNotAString(PlanError):
     """``over_cap`` is not a string."""
 
@@ -214,3 +169,61 @@ class UnknownOverCap(PlanError):
 
     def text(self) -> str:
         return "over_cap must be 'raise' or 'alone', got another string"
+
+
+@record
+@dataclass(frozen=True)
+class UnknownOption(PlanError):
+    """A keyword or batch setting that names no option (``name``, as given; ``close``: the
+    option it most resembles, or "")."""
+
+    exception_type = TypeError
+    name: str
+    close: str = ""
+
+    def text(self) -> str:
+        hint = f" (did you mean {self.close!r}?)" if self.close else ""
+        return (
+            f"{self.name!r} is not an option of seqlen-balancing{hint}; the options are the "
+            "fields of seqlen_balancing.PlanOptions (docs/options.md)"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class NotPlanOptions(PlanError):
+    """``options=`` given something other than a :class:`~seqlen_balancing.PlanOptions`."""
+
+    exception_type = TypeError
+
+    def text(self) -> str:
+        return (
+            "options must be a seqlen_balancing.PlanOptions (or None), got a value that is not; "
+            "build one with PlanOptions(...) or pass the options as keywords"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class WorkloadModelInvalid(PlanError):
+    """``workload_model`` is not a model shape the workload formula accepts."""
+
+    def text(self) -> str:
+        return (
+            "workload_model must be a seqlen_balancing.cost.WorkloadModel, a mapping of its "
+            "fields or 'key=value,...' text (e.g. 'hidden_size=8192,num_layers=80'), got one "
+            "that is not a valid model shape"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class WorkloadsAndModel(PlanError):
+    """Both per-sample ``workloads`` and a ``workload_model`` were given: two balance
+    objectives, and a setting is never silently ignored."""
+
+    def text(self) -> str:
+        return (
+            "workloads and workload_model are both given: each sets the balance objective; "
+            "pass one of them (per-sample workloads, or the model whose workloads to compute)"
+        )

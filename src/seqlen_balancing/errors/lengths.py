@@ -12,6 +12,7 @@ from enum import IntEnum
 from seqlen_balancing.errors.record import OUT_OF_RANGE, NonPositive, PlanError, record, shown
 
 __all__ = [
+    "CallerDataRaised",
     "LengthNotAnInteger",
     "LengthSource",
     "LengthsNotASequence",
@@ -95,16 +96,38 @@ class NotOnePerSample(PlanError):
 @record
 @dataclass(frozen=True)
 class LengthsNotASequence(PlanError):
-    """The list is not a sequence (a number, a mapping, a generator that raised)."""
+    """The list is not a sequence of per-sample numbers: ``given`` names what it is (a type
+    name such as ``dict``, ``set``, ``str`` or ``generator``; "" when not known). A mapping
+    or a set is refused, never read as its keys."""
 
     exception_type = TypeError
     source: LengthSource
+    given: str = ""
 
     def text(self) -> str:
         name, _, _, of_tokens, _ = self.source.words
+        what = f"a value of type {self.given}" if self.given else "something that is not"
         return (
             f"{name} must be a sequence of whole numbers{of_tokens}, one per sample (a list, a "
-            "tuple, a 1-D tensor or array), got something that is not"
+            f"tuple, a 1-D tensor or array), got {what}"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class CallerDataRaised(PlanError):
+    """Reading the caller's per-sample data (calling a callable, iterating the values, or
+    converting one) raised an exception of type ``raised`` (its name): this rank's
+    error, agreed on by the DP group like any other."""
+
+    source: LengthSource
+    raised: str
+
+    def text(self) -> str:
+        name = self.source.words[0]
+        return (
+            f"reading {name} raised {self.raised}: the {name} given (or what their callable "
+            f"returned) must be read whole, one number per sample; fix the {name} or the callable"
         )
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "N_ERROR_VALUES",
     "OUT_OF_RANGE",
     "RECORDS",
+    "Argument",
     "Coding",
     "NonPositive",
     "Peers",
@@ -164,6 +165,39 @@ class Peers(Protocol):
 
     def global_rank(self, rank: int) -> int | None:
         """The global rank of DP group rank ``rank``, or ``None`` when not known."""
+
+
+class Argument(IntEnum):
+    """Which scalar argument (or batch setting) an error is about; its name, lower-cased,
+    is the parameter's."""
+
+    MAX_TOKEN_LEN = 0
+    FORCE_GROUP_SIZE = 1
+    MIN_NUM_MICRO_BATCH = 2
+    NUM_BATCHES_DIVIDED_BY = 3
+    NUM_MICRO_BATCHES = 4
+    MAX_TOKEN_LEN_PER_GPU = 5
+    SP_SIZE = 6
+    USE_DYNAMIC_BSZ = 7
+    MICRO_BATCH_SIZE_PER_GPU = 8
+    SAME_MICRO_NUM_IN_DP = 9
+    USE_DYNAMIC_BSZ_BALANCE = 10
+    PAD_TO_MULTIPLE_OF = 11
+    MICRO_BATCH_MULTIPLE_OF = 12
+    COSTS = 13
+    MAX_SAMPLES_PER_MICRO_BATCH = 14
+    PADDED = 15
+    DUMMY_MICRO_BATCHES = 16
+    OVER_CAP = 17
+    LOSS_WEIGHT_KEYS = 18
+    WORKLOAD_MODEL = 19
+    WORKLOADS = 20
+    OPTIONS = 21
+
+    @property
+    def parameter(self) -> str:
+        """The name as the caller spells it."""
+        return self.name.lower()
 
 
 #: The fields every record has, set by the caller or the agreement, never carried.

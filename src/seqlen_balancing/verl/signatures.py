@@ -117,8 +117,9 @@ def prefix_problem(verl: list[Parameter], ours: list[Parameter]) -> str | None:
     """Why a call written for ``verl``'s parameters could behave differently with ``ours``.
 
     ``verl`` must be a prefix of ``ours`` (same names, kinds and defaults, in order), and
-    every parameter ``ours`` adds must be keyword-only with a default, so that no call verl
-    makes can bind to it.
+    every parameter ``ours`` adds must be keyword-only with a default, or a trailing
+    ``**kwargs`` (the library's options, :class:`~seqlen_balancing.options.OptionKeywords`),
+    so that no call verl makes can bind to it.
 
     Returns:
         ``None`` when it is safe, else one sentence saying what differs.
@@ -126,6 +127,8 @@ def prefix_problem(verl: list[Parameter], ours: list[Parameter]) -> str | None:
     Example:
         >>> a = from_function(lambda x, k=1: 0)
         >>> prefix_problem(a, from_function(lambda x, k=1, *, pad=1: 0)) is None
+        True
+        >>> prefix_problem(a, from_function(lambda x, k=1, *, pad=1, **options: 0)) is None
         True
         >>> prefix_problem(a, from_function(lambda x, k=2: 0))
         'parameter 2: verl has k=1, the library has k=2'
@@ -137,7 +140,10 @@ def prefix_problem(verl: list[Parameter], ours: list[Parameter]) -> str | None:
             )
     if len(ours) < len(verl):
         return f"verl has {len(verl)} parameters, the library {len(ours)}"
-    for name, kind, default in ours[len(verl):]:
+    extra = ours[len(verl):]
+    for position, (name, kind, default) in enumerate(extra, start=1):
+        if kind is inspect.Parameter.VAR_KEYWORD and position == len(extra):
+            continue  # **option_keywords, last: only a keyword call can reach it
         if kind is not inspect.Parameter.KEYWORD_ONLY or default is _EMPTY:
             return f"the library's extra parameter {name!r} is not keyword-only with a default"
     return None

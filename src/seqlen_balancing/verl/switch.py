@@ -15,7 +15,8 @@ with defaults (:mod:`seqlen_balancing.verl.signatures`). A verl module not impor
 checked from its source, so :func:`apply` imports no verl module: it runs inside verl's own
 ``__init__`` (the ``verl.plugins`` entry point, :mod:`seqlen_balancing.verl.plugin`).
 
-Standard library only at import; the library's torch functions are loaded by :func:`apply`.
+At import, only the standard library and the library's torch-free core (which the package's
+root loads anyway); the library's torch functions are loaded by :func:`apply`.
 """
 
 from __future__ import annotations
@@ -29,19 +30,18 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from seqlen_balancing.cost import WorkloadModel
+from seqlen_balancing.options import ENV_SWITCH, PlanOptions, env_values
 from seqlen_balancing.verl import signatures
 from seqlen_balancing.verl.hook import PostImportFinder
 
 __all__ = [
-    "ENV_DUMMY_MICRO_BATCHES",
-    "ENV_LOSS_WEIGHT_KEYS",
-    "ENV_OVER_CAP",
     "SUPPORTED_VERL",
     "VERL_FUNCTIONS",
     "Replacement",
@@ -103,115 +103,49 @@ class _State:
         self.back: dict[int, Callable[..., Any]] = {}  # id(ours) -> verl's function
         self.keep: list[Callable[..., Any]] = []  # keeps the ids above alive and unique
         self.ours: dict[str, Callable[..., Any]] = {}
+        self.options = PlanOptions()  # the options of the environment, in force while switched
 
 
 _STATE = _State()
 
 
-#: The functions that take the cost parameters: the alignment of the environment reaches them.
-_ALIGNED = ("rearrange_micro_batches", "prepare_dynamic_batch", "prepare_micro_batches")
-
-#: ``over_cap`` for every process of a switched verl job: ``raise`` (verl's) or ``alone``.
-ENV_OVER_CAP = "SEQLEN_BALANCING_OVER_CAP"
-
-#: ``dummy_micro_batches`` for every process: ``1``/``true`` on, ``0``/``false``/unset off.
-ENV_DUMMY_MICRO_BATCHES = "SEQLEN_BALANCING_DUMMY_MICRO_BATCHES"
-
-#: ``loss_weight_keys`` for the dummies: TensorDict keys separated by commas (unset: the
-#: batch's ``loss_mask`` and ``response_mask``).
-ENV_LOSS_WEIGHT_KEYS = "SEQLEN_BALANCING_LOSS_WEIGHT_KEYS"
+#: The functions that take the options: the options of the environment reach them.
+_WITH_OPTIONS = ("rearrange_micro_batches", "prepare_dynamic_batch", "prepare_micro_batches")
 
 
-def _flag(environ: Any, name: str) -> bool:
-    text = environ.get(name, "").strip().lower()
-    if text in ("", "0", "false", "no", "off"):
-        return False
-    if text in ("1", "true", "yes", "on"):
-        return True
-    raise ValueError(f"environment variable {name}={text!r} must be 1 or 0 (true or false); "
-                     "set it to 1 to turn the option on, or unset it")
-
-
-def options_from_env(environ: Any = None) -> dict[str, Any]:
-    """The keyword arguments a switched verl job's micro-batch functions get by default
-    from the environment (only those set; the caller's own arguments win).
-
-    * ``SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF``, ``SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF``:
-      the alignment (:func:`~seqlen_balancing.cost.alignment_from_env`);
-    * ``SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH``: ``max_samples_per_micro_batch``
-      (:func:`~seqlen_balancing.cost.max_samples_from_env`);
-    * ``SEQLEN_BALANCING_OVER_CAP``: ``raise`` or ``alone`` (``over_cap``);
-    * ``SEQLEN_BALANCING_DUMMY_MICRO_BATCHES``: ``1`` for ``dummy_micro_batches=True``;
-    * ``SEQLEN_BALANCING_LOSS_WEIGHT_KEYS``: ``loss_weight_keys``, comma-separated;
-    * ``SEQLEN_BALANCING_WORKLOAD_MODEL``: a model shape
-      (:func:`~seqlen_balancing.cost.workload_model_from_env`): ``workloads`` become that
-      model's (:func:`~seqlen_balancing.cost.transformer_workloads` of the effective
-      lengths), and ``calculate_workload`` (verl's DP balancing across ranks) too.
+def options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The options a switched verl job's micro-batch functions get by default from the
+    ``SEQLEN_BALANCING_*`` variables (only those set; the caller's own keywords win, and
+    verl passes none of them): :func:`~seqlen_balancing.options.env_values`, every
+    variable checked. docs/verl.md lists the variables and where each can act.
 
     Set them in the driver's environment and in Ray's ``runtime_env.env_vars``: every DP
-    rank must plan with the same options.
+    rank must plan with the same options (the agreement checks it).
 
     Args:
         environ: the mapping to read (default ``os.environ``).
 
     Returns:
-        ``{parameter: value}`` for the variables set.
+        ``{option: value}`` for the variables set.
 
     Raises:
-        ValueError: a variable set to a value it cannot take (the message names it).
+        ValueError: an unknown ``SEQLEN_BALANCING_*`` name, or a value a variable cannot
+            take (one line naming each, its value and what it takes).
 
     Example:
         >>> options_from_env({"SEQLEN_BALANCING_OVER_CAP": "alone"})
         {'over_cap': 'alone'}
     """
-    from seqlen_balancing.cost import alignment_from_env, max_samples_from_env, workload_model_from_env
-
-    env = os.environ if environ is None else environ
-    options: dict[str, Any] = {}
-    pad, bucket = alignment_from_env(env)
-    if (pad, bucket) != (1, 1):
-        options.update(pad_to_multiple_of=pad, micro_batch_multiple_of=bucket)
-    limit = max_samples_from_env(env)
-    if limit is not None:
-        options["max_samples_per_micro_batch"] = limit
-    over_cap = env.get(ENV_OVER_CAP, "").strip().lower()
-    if over_cap:
-        if over_cap not in ("raise", "alone"):
-            raise ValueError(f"environment variable {ENV_OVER_CAP}={over_cap!r} must be 'raise' "
-                             "or 'alone'; unset it for verl's behaviour (raise)")
-        options["over_cap"] = over_cap
-    if _flag(env, ENV_DUMMY_MICRO_BATCHES):
-        options["dummy_micro_batches"] = True
-    keys = [key.strip() for key in env.get(ENV_LOSS_WEIGHT_KEYS, "").split(",") if key.strip()]
-    if keys:
-        options["loss_weight_keys"] = tuple(keys)
-    model = workload_model_from_env(env)
-    if model is not None:
-        options["workloads"] = _ModelWorkloads(model)
-    return options
-
-
-class _ModelWorkloads:
-    """The workloads of a model shape, as a callable of the effective lengths (picklable,
-    so a verl worker can ship it)."""
-
-    def __init__(self, model: dict[str, Any]) -> None:
-        self.model = dict(model)
-
-    def __call__(self, lengths: list[int]) -> list[int]:
-        from seqlen_balancing.cost import transformer_workloads
-
-        return transformer_workloads(lengths, **self.model)
-
-    def __repr__(self) -> str:
-        return f"transformer_workloads({', '.join(f'{k}={v}' for k, v in self.model.items())})"
+    values = env_values(environ)
+    PlanOptions(**values)  # the checks across options (none of them can fail today)
+    return values
 
 
 def _library_functions() -> dict[str, Callable[..., Any]]:
     """The library's 13 functions; the three micro-batch functions get the options of the
-    environment (:func:`options_from_env`: alignment, sample limit, over-cap, dummies, workload
-    model) whenever the caller passes none (verl never does), and with a workload model
-    ``calculate_workload`` returns that model's.
+    environment (:func:`options_from_env`) as defaults of the keywords the call does not
+    pass (verl never passes them), and with a workload model ``calculate_workload`` returns
+    that model's.
 
     ``padded`` has no variable: its cut is for callers that restore per-micro-batch outputs
     themselves, verl's engines join them into one tensor first, and one process-wide value
@@ -229,11 +163,12 @@ def _library_functions() -> dict[str, Callable[..., Any]]:
             "replaced"
         ) from None
     if options:
-        for name in _ALIGNED:
+        for name in _WITH_OPTIONS:
             ours[name] = _with_options(ours[name], options)
-    if "workloads" in options:
+    if "workload_model" in options:
         ours["calculate_workload"] = _model_calculate_workload(
-            ours["calculate_workload"], options["workloads"])
+            ours["calculate_workload"], options["workload_model"])
+    _STATE.options = PlanOptions(**options)
     return ours
 
 
@@ -253,9 +188,7 @@ def _with_options(function: Callable[..., Any], options: dict[str, Any]) -> Call
     return with_options
 
 
-def _model_calculate_workload(
-    function: Callable[..., Any], workloads: _ModelWorkloads
-) -> Callable[..., Any]:
+def _model_calculate_workload(function: Callable[..., Any], model: WorkloadModel) -> Callable[..., Any]:
     """``calculate_workload`` on the model's formula: the input checked as verl's formula
     checks it (``function`` on it), the result the model's workloads, int64 as verl's."""
 
@@ -265,7 +198,7 @@ def _model_calculate_workload(
 
         checked = function(seqlen_list)  # the same checks and errors as verl's formula
         lengths = [int(v) for v in torch.as_tensor(seqlen_list).reshape(-1).tolist()]
-        values = torch.tensor(workloads(lengths), dtype=torch.int64)
+        values = torch.tensor(model.workloads(lengths), dtype=torch.int64)
         if isinstance(checked, torch.Tensor):  # verl's dtype (float for float input), device
             return values.reshape(checked.shape).to(device=checked.device, dtype=checked.dtype)
         import numpy
@@ -310,7 +243,7 @@ def _verl_root() -> Path:
             raise RuntimeError(
                 "seqlen_balancing.verl: verl is not installed in this environment "
                 f"({sys.executable}); nothing was replaced. Install verl, or do not set "
-                "SEQLEN_BALANCING_VERL"
+                f"{ENV_SWITCH}"
             )
         paths = list(spec.submodule_search_locations)
     return Path(paths[0])
@@ -476,7 +409,8 @@ def apply() -> list[tuple[str, str]]:
     on verl's own functions.
 
     Idempotent: a second call changes nothing. Logs at INFO, once per switch-on, the process,
-    the verl version and what was replaced (docs/verl.md shows the lines). Every DP rank of a
+    the verl version, the options in force (those the ``SEQLEN_BALANCING_*`` variables
+    set) and what was replaced (docs/verl.md shows the lines). Every DP rank of a
     job must be switched, or none: docs/verl.md, "Never run a partially switched job".
 
     Returns:
@@ -489,10 +423,10 @@ def apply() -> list[tuple[str, str]]:
             library's signature. The message names the function (``module.name``), both
             signatures (``(signature unreadable)`` for verl's when it cannot be read) and
             the verl version, and says that nothing was replaced.
-        ValueError: ``SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF`` or
-            ``SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF`` is set to something other than a
-            positive integer (a bad value, as for any setting; the message names the
-            variable and its value, and says that nothing was replaced).
+        ValueError: a ``SEQLEN_BALANCING_*`` variable is unknown (a typo) or set to a value
+            it cannot take (:func:`~seqlen_balancing.options.env_values`, checked in every process that calls
+            this; one line naming the variable, its value and what it takes, and saying that
+            nothing was replaced).
 
     Example:
         >>> import seqlen_balancing.verl
@@ -525,9 +459,10 @@ def apply() -> list[tuple[str, str]]:
             )
         done = sorted(_STATE.records)
         logger.info(
-            "seqlen-balancing %s switched on for verl %s in process %d on %s: %d bindings replaced "
-            "now%s; verl modules imported later are switched on import",
-            _library_version(), version, os.getpid(), socket.gethostname(), len(done),
+            "seqlen-balancing %s switched on for verl %s in process %d on %s, options in force: "
+            "%s; %d bindings replaced now%s; verl modules imported later are switched on import",
+            _library_version(), version, os.getpid(), socket.gethostname(),
+            _STATE.options.describe(), len(done),
             "".join(f"\n  {module}.{name}" for module, name in done),
         )
         return done

@@ -1,0 +1,674 @@
+"""The planning options as one frozen object: one validation, one way in from each source.
+
+:class:`~seqlen_balancing.PlanOptions` holds every option of a plan (all but the cap and the
+per-sample data: ``costs``, ``workloads``). Each field is declared once, with its
+:class:`~seqlen_balancing.options.Option` metadata: its kind, its one-line doc, the keyword
+(the field's name), the command-line flag, the batch setting ``prepare_micro_batches``
+reads, the ``SEQLEN_BALANCING_*`` variable of a switched verl job, whether the DP ranks
+must agree on it, and where it can act in verl's trainers. Everything else follows from
+that declaration:
+
+* **one validation**: :meth:`~seqlen_balancing.PlanOptions.parse` checks and normalises a
+  mapping of values (never raising: the error is a record every DP rank can agree on);
+  ``PlanOptions(...)`` raises it;
+* **keywords** (:meth:`~seqlen_balancing.PlanOptions.from_keywords`): ``options=`` first,
+  then each keyword given; the verl-named functions take the library's own options as
+  ``**option_keywords`` typed by :class:`~seqlen_balancing.options.OptionKeywords` (their
+  verl parameters stay a prefix of the signature);
+* **the batch** (:meth:`~seqlen_balancing.PlanOptions.from_batch`): the settings
+  ``prepare_micro_batches`` finds in the TensorDict, as verl stores them;
+* **the environment** (:meth:`~seqlen_balancing.PlanOptions.from_env`,
+  :func:`~seqlen_balancing.options.env_values`): every ``SEQLEN_BALANCING_*`` variable
+  checked, unknown names refused, one spelling rule for every switch
+  (:func:`~seqlen_balancing.options.env_switch`);
+* **the command line** (:func:`~seqlen_balancing.options.add_arguments`,
+  :meth:`~seqlen_balancing.PlanOptions.from_args`): one flag per option, generated from the
+  metadata.
+
+No torch here: the planner takes a :class:`~seqlen_balancing.PlanOptions` (docs/options.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any, TypedDict
+
+from seqlen_balancing._checks import _integer_or_none, as_switch, describe
+from seqlen_balancing.cost import WorkloadModel
+from seqlen_balancing.errors import (
+    Argument,
+    BelowOne,
+    LossWeightKeysNotKeys,
+    NotAnInteger,
+    NotASwitch,
+    NotPlanOptions,
+    OverCapNotAString,
+    PlanError,
+    SampleLimitBelowGroup,
+    UnknownOption,
+    UnknownOverCap,
+    WorkloadModelInvalid,
+)
+
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:  # pragma: no cover - Python 3.10
+    from typing_extensions import Unpack
+
+__all__ = [
+    "ENV_PREFIX",
+    "ENV_SWITCH",
+    "OPTIONS",
+    "OPTION_DEFAULTS",
+    "OVER_CAP_CHOICES",
+    "GroupOptionKeywords",
+    "Kind",
+    "Option",
+    "OptionKeywords",
+    "PlanOptionKeywords",
+    "PlanOptions",
+    "Unpack",
+    "add_arguments",
+    "env_switch",
+    "env_values",
+    "keyword_names",
+]
+
+#: Every environment variable of the library starts with this.
+ENV_PREFIX = "SEQLEN_BALANCING_"
+
+#: The main switch, which (on) runs a verl job on the library (:mod:`seqlen_balancing.verl.plugin`).
+ENV_SWITCH = "SEQLEN_BALANCING_VERL"
+
+#: The one spelling rule of every switch variable (case-insensitive; empty is off).
+SWITCH_ON = ("1", "true", "yes", "on")
+SWITCH_OFF = ("0", "false", "no", "off", "")
+
+#: The values ``over_cap`` takes: ``"raise"`` (verl's behaviour) or ``"alone"``.
+OVER_CAP_CHOICES = ("raise", "alone")
+
+
+class Kind(Enum):
+    """What values an option takes (and how its variable and flag are spelt)."""
+
+    POSITIVE = "a positive integer"
+    OPTIONAL = "a positive integer, or none"
+    SWITCH = "a switch"
+    CHOICE = "one of a few words"
+    KEYS = "TensorDict keys"
+    MODEL = "a model shape"
+
+
+@dataclass(frozen=True)
+class Option:
+    """An option's declaration (the ``metadata["option"]`` of its
+    :class:`~seqlen_balancing.PlanOptions` field).
+
+    Attributes:
+        kind: the values it takes.
+        doc: one line: what it does.
+        argument: the name errors use for it.
+        flag: the command-line flag of ``plan``, ``sweep`` and ``epoch``.
+        env: the ``SEQLEN_BALANCING_*`` variable a switched verl job sets it with, or
+            ``None`` (verl passes it, or the switch never sets it).
+        batch_key: the setting ``prepare_micro_batches`` reads from the batch, or ``None``.
+        agreed: every DP rank must plan with the same value (the agreement checks it);
+            false only for ``same_micro_num_in_dp``, which decides whether ranks agree.
+        verl_parameter: a parameter of verl 0.9.1's own functions (kept in their order).
+        static: it also acts on ``prepare_micro_batches``' static path.
+        verl: where it can act in verl 0.9.1's trainers (docs/verl.md's table).
+        group: the command line's help group, ``"step"`` or ``"cost"``.
+        none_is_default: ``None`` given means the default (1) rather than an error.
+    """
+
+    kind: Kind
+    doc: str
+    argument: Argument
+    flag: str
+    env: str | None = None
+    batch_key: str | None = None
+    agreed: bool = True
+    verl_parameter: bool = False
+    static: bool = False
+    verl: str = ""
+    group: str = "step"
+    none_is_default: bool = False
+
+
+def _option(default: Any, **metadata: Any) -> Any:
+    return field(default=default, metadata={"option": Option(**metadata)})
+
+
+_DYNAMIC_PATH = "every dynamic-path call (use_dynamic_bsz): both SFT trainers, every PPO phase"
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Every option of a micro-batch plan, checked and normalised (see the module docstring
+    and docs/options.md). Frozen and hashable; ``PlanOptions()`` is verl 0.9.1's behaviour.
+
+    Raises:
+        TypeError, ValueError: an option of the wrong type or value (the message names it),
+            or two that contradict each other (``max_samples_per_micro_batch`` below
+            ``force_group_size``).
+
+    Example:
+        >>> options = PlanOptions(max_samples_per_micro_batch=8, over_cap="alone")
+        >>> options.changed()
+        {'max_samples_per_micro_batch': 8, 'over_cap': 'alone'}
+        >>> PlanOptions(pad_to_multiple_of=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: pad_to_multiple_of must be a positive integer (>= 1), got 0
+    """
+
+    force_group_size: int = _option(
+        1, kind=Kind.POSITIVE, argument=Argument.FORCE_GROUP_SIZE, flag="--force-group-size",
+        batch_key="force_group_size", verl_parameter=True, static=True,
+        doc="consecutive samples [g*size, (g+1)*size) that must share a micro-batch",
+        verl="read from the batch by prepare_micro_batches; no verl 0.9.1 code sets it",
+    )
+    num_batches_divided_by: int | None = _option(
+        None, kind=Kind.OPTIONAL, argument=Argument.NUM_BATCHES_DIVIDED_BY,
+        flag="--num-batches-divided-by", verl_parameter=True,
+        doc="round the micro-batch count up to a multiple of this",
+        verl="Megatron with virtual pipeline stages passes microbatch_group_size_per_vp_stage",
+    )
+    min_num_micro_batch: int | None = _option(
+        None, kind=Kind.OPTIONAL, argument=Argument.MIN_NUM_MICRO_BATCH,
+        flag="--min-num-micro-batch", verl_parameter=True,
+        doc="at least this many micro-batches",
+        verl="no verl 0.9.1 trainer passes a value (Megatron passes None)",
+    )
+    same_micro_num_in_dp: bool = _option(
+        True, kind=Kind.SWITCH, argument=Argument.SAME_MICRO_NUM_IN_DP,
+        flag="--same-micro-num-in-dp", agreed=False, verl_parameter=True, static=True,
+        doc="with a DP group, every rank runs the same count (one all_reduce)",
+        verl="every engine passes True",
+    )
+    use_dynamic_bsz_balance: bool = _option(
+        True, kind=Kind.SWITCH, argument=Argument.USE_DYNAMIC_BSZ_BALANCE,
+        flag="--dynamic-bsz-balance", verl_parameter=True,
+        doc="order micro-batches by workload, the lightest at both ends (verl's order)",
+        verl="nobody passes it: the default, True",
+    )
+    pad_to_multiple_of: int = _option(
+        1, kind=Kind.POSITIVE, argument=Argument.PAD_TO_MULTIPLE_OF, flag="--pad-to-multiple-of",
+        env="SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", batch_key="pad_to_multiple_of",
+        group="cost", none_is_default=True,
+        doc="each sample costs its length (or cost) rounded up to a multiple of this (tokens)",
+        verl=_DYNAMIC_PATH + "; meaningful where the engine pads each sequence (Megatron THD: "
+        "tp*cp*2); the switch does not read verl's tp/cp, export the matching value",
+    )
+    micro_batch_multiple_of: int = _option(
+        1, kind=Kind.POSITIVE, argument=Argument.MICRO_BATCH_MULTIPLE_OF,
+        flag="--micro-batch-multiple-of", env="SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF",
+        batch_key="micro_batch_multiple_of", group="cost", none_is_default=True,
+        doc="a micro-batch's total is rounded up to a multiple of this before it meets the cap",
+        verl=_DYNAMIC_PATH + "; models FSDP's pad_to_length_bucket, Megatron's bucket, FP8's "
+        "total (not read from verl's config)",
+    )
+    padded: bool = _option(
+        False, kind=Kind.SWITCH, argument=Argument.PADDED, flag="--padded", batch_key="padded",
+        group="cost",
+        doc="for models that run padded tensors: a micro-batch costs rows x its widest row",
+        verl="no variable: verl's engines remove padding, and the switch never turns it on",
+    )
+    max_samples_per_micro_batch: int | None = _option(
+        None, kind=Kind.OPTIONAL, argument=Argument.MAX_SAMPLES_PER_MICRO_BATCH,
+        flag="--max-samples-per-micro-batch", env="SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH",
+        batch_key="max_samples_per_micro_batch", group="cost",
+        doc="no micro-batch holds more samples (a forced group counts all its samples)",
+        verl=_DYNAMIC_PATH + " (ran in torchrun SFT)",
+    )
+    over_cap: str = _option(
+        "raise", kind=Kind.CHOICE, argument=Argument.OVER_CAP, flag="--over-cap",
+        env="SEQLEN_BALANCING_OVER_CAP", batch_key="over_cap",
+        doc="'raise' (verl's behaviour) or 'alone': a sample over the cap runs in a "
+        "micro-batch of its own",
+        verl="any dynamic-path call meeting a sample over max_token_len_per_gpu * sp: PPO "
+        "when prompt+response can exceed the cap; SFT when data.max_length is above it",
+    )
+    dummy_micro_batches: bool = _option(
+        False, kind=Kind.SWITCH, argument=Argument.DUMMY_MICRO_BATCHES,
+        flag="--dummy-micro-batches", env="SEQLEN_BALANCING_DUMMY_MICRO_BATCHES",
+        batch_key="dummy_micro_batches",
+        doc="a rank with fewer samples than the agreed count runs zero-weight dummies",
+        verl="only where a rank can be short: Megatron with virtual pipeline stages; never "
+        "in both SFT trainers on FSDP/VeOmni/torchtitan/automodel, nor PPO on those",
+    )
+    loss_weight_keys: tuple[str, ...] | None = _option(
+        None, kind=Kind.KEYS, argument=Argument.LOSS_WEIGHT_KEYS, flag="--loss-weight-keys",
+        env="SEQLEN_BALANCING_LOSS_WEIGHT_KEYS", batch_key="loss_weight_keys",
+        doc="the entries a dummy zeroes (None: loss_mask and response_mask, those present)",
+        verl="only with dummies (the same places); verl's losses weight by loss_mask or "
+        "response_mask, the defaults",
+    )
+    workload_model: WorkloadModel | None = _option(  # noqa: RUF009 (a field(), frozen value)
+        None, kind=Kind.MODEL, argument=Argument.WORKLOAD_MODEL, flag="--workload-model",
+        env="SEQLEN_BALANCING_WORKLOAD_MODEL",
+        doc="balance on this model's FLOPs instead of verl's 24576*s + s**2 (cap untouched)",
+        verl="micro-batch contents and order in every dynamic-path call; with the switch also "
+        "calculate_workload (DP balance: PPO's _balance_batch, sft_trainer_ray); not the rank "
+        "assignment of torchrun sft_trainer",
+    )
+
+    def __post_init__(self) -> None:
+        values, error = _checked({name: getattr(self, name) for name in OPTIONS})
+        if error is not None:
+            raise error.exception()
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def parse(
+        cls, values: Mapping[str, Any], base: PlanOptions | None = None
+    ) -> tuple[PlanOptions, PlanError | None]:
+        """``base`` (default ``PlanOptions()``) with ``values`` laid over it, checked.
+
+        Never raises for bad values: the first problem is returned as the error record a DP
+        group agrees on, with ``base`` (so that the call can still take part).
+
+        Args:
+            values: option name -> value (a value as a keyword takes it).
+            base: the options the values override.
+
+        Returns:
+            ``(options, None)`` or ``(base, error)``; an unknown name is an
+            :class:`~seqlen_balancing.errors.arguments.UnknownOption` error naming it.
+        """
+        start = cls() if base is None else base
+        for name in values:
+            if name not in OPTIONS:
+                close = difflib.get_close_matches(str(name), list(OPTIONS), n=1)
+                return start, UnknownOption(str(name), close[0] if close else "")
+        merged = {name: getattr(start, name) for name in OPTIONS} | dict(values)
+        checked, error = _checked(merged)
+        if error is not None:
+            return start, error
+        return cls(**checked), None
+
+    @classmethod
+    def from_keywords(
+        cls,
+        options: Any = None,
+        verl_parameters: Mapping[str, Any] | None = None,
+        keywords: Mapping[str, Any] | None = None,
+        base: PlanOptions | None = None,
+    ) -> tuple[PlanOptions, PlanError | None]:
+        """The options of one call: ``options=`` (else ``base``), then verl's parameters
+        that are not at their default, then the keywords given (later wins).
+
+        Args:
+            options: the call's ``options=`` (a :class:`~seqlen_balancing.PlanOptions` or ``None``).
+            verl_parameters: verl's positional parameters of the call, by name (one at its
+                default counts as not given: ``options`` keeps its value).
+            keywords: the call's ``**option_keywords``.
+            base: the start when ``options`` is ``None`` (default ``PlanOptions()``).
+
+        Returns:
+            As :meth:`parse` (``options`` not a :class:`~seqlen_balancing.PlanOptions` is a
+            :class:`~seqlen_balancing.errors.arguments.NotPlanOptions` error).
+        """
+        start = (cls() if base is None else base) if options is None else options
+        if not isinstance(start, PlanOptions):
+            return cls() if base is None else base, NotPlanOptions(detail=describe(options))
+        given = {
+            name: value for name, value in (verl_parameters or {}).items()
+            if not _is_default(value, OPTION_DEFAULTS[name])
+        }
+        return cls.parse(given | dict(keywords or {}), start)
+
+    @classmethod
+    def from_batch(
+        cls, settings: Mapping[str, Any], base: PlanOptions | None = None
+    ) -> tuple[PlanOptions, PlanError | None]:
+        """The options a batch's settings set (``prepare_micro_batches``): ``settings`` maps
+        a batch key (an option's ``batch_key``) to the value stored there, already read out
+        of its ``NonTensorData`` (``seqlen_balancing.batch.settings`` does); absent keys keep
+        ``base``. As :meth:`parse`."""
+        by_key = {opt.batch_key: name for name, opt in OPTIONS.items() if opt.batch_key}
+        given = {by_key[key]: value for key, value in settings.items() if key in by_key}
+        return cls.parse(given, base)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> PlanOptions:
+        """The options the ``SEQLEN_BALANCING_*`` variables set
+        (:func:`~seqlen_balancing.options.env_values`).
+
+        Raises:
+            ValueError: as :func:`~seqlen_balancing.options.env_values`.
+
+        Example:
+            >>> PlanOptions.from_env({"SEQLEN_BALANCING_OVER_CAP": "Alone"}).over_cap
+            'alone'
+        """
+        values = env_values(environ)
+        try:
+            return cls(**values)
+        except (TypeError, ValueError) as exc:  # two variables that contradict each other
+            names = ", ".join(f"{OPTIONS[name].env}={values[name]}" for name in values)
+            raise ValueError(f"{names}: {exc}") from None
+
+    @classmethod
+    def from_args(cls, namespace: argparse.Namespace) -> PlanOptions:
+        """The options given on the command line (the flags of
+        :func:`~seqlen_balancing.options.add_arguments`; a flag not given keeps the default).
+
+        Raises:
+            TypeError, ValueError: as ``PlanOptions(...)``.
+        """
+        given = {name: getattr(namespace, name, None) for name in OPTIONS}
+        return cls(**{name: value for name, value in given.items() if value is not None})
+
+    def changed(self) -> dict[str, Any]:
+        """The options that differ from ``PlanOptions()``, in declaration order."""
+        return {
+            name: getattr(self, name) for name in OPTIONS
+            if getattr(self, name) != OPTION_DEFAULTS[name]
+        }
+
+    def describe(self) -> str:
+        """The options that differ from verl's behaviour, as ``name=value`` (for logs).
+
+        Example:
+            >>> PlanOptions(max_samples_per_micro_batch=2).describe()
+            'max_samples_per_micro_batch=2'
+            >>> PlanOptions().describe()
+            "none (verl's behaviour)"
+        """
+        changed = self.changed()
+        if not changed:
+            return "none (verl's behaviour)"
+        return ", ".join(f"{name}={_text(value)}" for name, value in changed.items())
+
+
+#: Each option's declaration, by name, in field order.
+OPTIONS: dict[str, Option] = {f.name: f.metadata["option"] for f in fields(PlanOptions)}
+
+#: Each option's default.
+OPTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(PlanOptions)}
+
+
+def _options_doc() -> str:
+    """The options, one line each, for the class docstring (from the metadata)."""
+    lines = ["", "", "    The options, each declared once (docs/options.md has every source):", ""]
+    for name, opt in OPTIONS.items():
+        lines.append(f"    * ``{name}`` (default ``{OPTION_DEFAULTS[name]!r}``): {opt.doc}.")
+    return "\n".join(lines) + "\n"
+
+
+PlanOptions.__doc__ = (PlanOptions.__doc__ or "").rstrip() + _options_doc()
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    return value is default or (type(value) is type(default) and bool(value == default))
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, WorkloadModel):
+        return f"'{value}'"
+    return repr(value)
+
+
+def _checked(values: Mapping[str, Any]) -> tuple[dict[str, Any], PlanError | None]:
+    """Every option of ``values`` (all of them) checked and normalised, or the first error
+    (in declaration order), then the checks across options."""
+    out: dict[str, Any] = {}
+    for name, opt in OPTIONS.items():
+        value, error = _check(opt, values[name])
+        if error is not None:
+            return {}, error
+        out[name] = value
+    limit, group = out["max_samples_per_micro_batch"], out["force_group_size"]
+    if limit is not None and limit < group:
+        return {}, SampleLimitBelowGroup(limit, group)
+    return out, None
+
+
+def _check(opt: Option, value: Any) -> tuple[Any, PlanError | None]:
+    """One option's value normalised (a plain int, bool, str, tuple or model), or its error."""
+    kind = opt.kind
+    if kind in (Kind.POSITIVE, Kind.OPTIONAL):
+        if value is None and (kind is Kind.OPTIONAL or opt.none_is_default):
+            return (None if kind is Kind.OPTIONAL else 1), None
+        as_int = _integer_or_none(value)
+        if as_int is None:
+            return None, NotAnInteger(opt.argument, detail=describe(value))
+        if as_int < 1:
+            return None, BelowOne(opt.argument, as_int)
+        return as_int, None
+    if kind is Kind.SWITCH:
+        on = as_switch(value)
+        if on is None:
+            return None, NotASwitch(opt.argument, detail=describe(value))
+        return on, None
+    if kind is Kind.CHOICE:
+        if not isinstance(value, str):
+            return None, OverCapNotAString(detail=describe(value))
+        if value not in OVER_CAP_CHOICES:
+            return None, UnknownOverCap(detail=repr(value)[:60])
+        return value, None
+    if kind is Kind.KEYS:
+        return _keys(value)
+    return _model(value)
+
+
+def _keys(value: Any) -> tuple[tuple[str, ...] | None, PlanError | None]:
+    if value is None:
+        return None, None
+    if isinstance(value, str):
+        return (value,), None
+    if isinstance(value, Sequence) and value and all(isinstance(k, str) for k in value):
+        return tuple(value), None
+    return None, LossWeightKeysNotKeys(detail=f"got {describe(value)}")
+
+
+def _model(value: Any) -> tuple[WorkloadModel | None, PlanError | None]:
+    if value is None or isinstance(value, WorkloadModel):
+        return value, None
+    try:
+        if isinstance(value, str):
+            return WorkloadModel.parse(value), None
+        if isinstance(value, Mapping):
+            return WorkloadModel(**value), None
+    except (TypeError, ValueError) as exc:
+        return None, WorkloadModelInvalid(detail=str(exc)[:120])
+    return None, WorkloadModelInvalid(detail=f"got {describe(value)}")
+
+
+# ----------------------------------------------------------------------------- keywords
+
+
+class OptionKeywords(TypedDict, total=False):
+    """The library's own options, as keywords of the verl-named functions (after verl's
+    parameters): ``**option_keywords: Unpack[OptionKeywords]``. Each as in
+    :class:`~seqlen_balancing.PlanOptions`; a test keeps these keys equal to its fields."""
+
+    pad_to_multiple_of: int | None
+    micro_batch_multiple_of: int | None
+    padded: bool
+    max_samples_per_micro_batch: int | None
+    over_cap: str
+    dummy_micro_batches: bool
+    loss_weight_keys: str | Sequence[str] | None
+    workload_model: WorkloadModel | Mapping[str, Any] | str | None
+
+
+class GroupOptionKeywords(OptionKeywords, total=False):
+    """:class:`~seqlen_balancing.options.OptionKeywords` and ``force_group_size``: the
+    keywords of the functions whose verl signature lacks it (``prepare_micro_batches``,
+    ``prepare_dynamic_batch``)."""
+
+    force_group_size: int
+
+
+class PlanOptionKeywords(GroupOptionKeywords, total=False):
+    """Every option as a keyword (the list API: ``plan_micro_batches``,
+    ``plan_data_parallel``)."""
+
+    num_batches_divided_by: int | None
+    min_num_micro_batch: int | None
+    same_micro_num_in_dp: bool
+    use_dynamic_bsz_balance: bool
+
+
+def keyword_names(keywords: type[Any]) -> frozenset[str]:
+    """The keys of one of the TypedDicts above."""
+    return frozenset(keywords.__required_keys__ | keywords.__optional_keys__)
+
+
+# ----------------------------------------------------------------------------- environment
+
+
+def env_switch(name: str, text: str) -> bool:
+    """A switch variable's value under the one spelling rule: ``1``/``true``/``yes``/``on``
+    or ``0``/``false``/``no``/``off``/empty, case-insensitive, spaces around ignored.
+
+    Raises:
+        ValueError: any other value (the message names the variable, its value and what is
+            accepted).
+
+    Example:
+        >>> env_switch("SEQLEN_BALANCING_VERL", " On "), env_switch("SEQLEN_BALANCING_VERL", "")
+        (True, False)
+    """
+    word = text.strip().lower()
+    if word in SWITCH_ON:
+        return True
+    if word in SWITCH_OFF:
+        return False
+    raise ValueError(
+        f"{name}={text!r} is not a switch value: it takes 1, true, yes or on, or 0, false, "
+        "no, off or empty (any case)"
+    )
+
+
+def _env_value(name: str, opt: Option, text: str) -> Any:
+    """One variable's value for its option (``text`` stripped, not empty)."""
+    accepted = {
+        Kind.POSITIVE: "a positive integer, or empty for 1",
+        Kind.OPTIONAL: "a positive integer, or empty for none",
+        Kind.CHOICE: "raise or alone (any case), or empty for raise",
+        Kind.KEYS: "TensorDict keys separated by commas, or empty for the defaults",
+        Kind.MODEL: "key=value pairs separated by commas, e.g. hidden_size=8192,num_layers=80",
+    }
+    if opt.kind is Kind.SWITCH:
+        return env_switch(name, text)
+    problem = ""
+    if opt.kind in (Kind.POSITIVE, Kind.OPTIONAL):
+        number = int(text) if text.lstrip("+").isdigit() else 0
+        if number >= 1:
+            return number
+    elif opt.kind is Kind.CHOICE:
+        if text.lower() in OVER_CAP_CHOICES:
+            return text.lower()
+    elif opt.kind is Kind.KEYS:
+        keys = tuple(part.strip() for part in text.split(","))
+        if all(keys):
+            return keys
+    else:
+        try:
+            return WorkloadModel.parse(text)
+        except (TypeError, ValueError) as exc:
+            problem = f" ({exc})"
+    raise ValueError(f"{name}={text!r} is not accepted{problem}: it takes {accepted[opt.kind]}")
+
+
+def env_values(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The options the ``SEQLEN_BALANCING_*`` variables set, by option name (only the
+    variables set and not empty), every such variable checked.
+
+    Args:
+        environ: the variables to read (default ``os.environ``).
+
+    Returns:
+        ``{option name: value}``, values as :class:`~seqlen_balancing.PlanOptions` holds them.
+
+    Raises:
+        ValueError: one line naming every variable that is unknown (with the prefix but no
+            option, e.g. a typo) or whose value is not accepted, its value and what it
+            takes; :data:`ENV_SWITCH` is checked under the same spelling rule.
+
+    Example:
+        >>> env_values({"SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH": "2", "HOME": "/"})
+        {'max_samples_per_micro_batch': 2}
+        >>> env_values({"SEQLEN_BALANCING_OVER_CAP": "alnoe"})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: SEQLEN_BALANCING_OVER_CAP='alnoe' is not accepted: it takes raise or alone ...
+    """
+    env = os.environ if environ is None else environ
+    by_env = {opt.env: name for name, opt in OPTIONS.items() if opt.env}
+    known = sorted([*by_env, ENV_SWITCH])
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for variable in sorted(key for key in env if key.startswith(ENV_PREFIX)):
+        text = env[variable]
+        try:
+            if variable == ENV_SWITCH:
+                env_switch(variable, text)
+            elif variable not in by_env:
+                close = difflib.get_close_matches(variable, known, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                problems.append(f"{variable} is not a seqlen-balancing variable{hint}; they are "
+                                f"{', '.join(known)}")
+            elif text.strip():
+                values[by_env[variable]] = _env_value(variable, OPTIONS[by_env[variable]], text.strip())
+        except ValueError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ValueError("; ".join(problems))
+    return values
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def _positive(text: str) -> int:
+    number = int(text) if text.strip().lstrip("+").isdigit() else 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text[:40]!r}")
+    return number
+
+
+def _key_list(text: str) -> tuple[str, ...]:
+    keys = tuple(part.strip() for part in text.split(","))
+    if not all(keys):
+        raise argparse.ArgumentTypeError(f"must be keys separated by commas, got {text[:40]!r}")
+    return keys
+
+
+def _model_text(text: str) -> WorkloadModel:
+    try:
+        return WorkloadModel.parse(text)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_arguments(parser: Any, groups: Mapping[str, Any] | None = None) -> None:
+    """Add one flag per option to ``parser`` (an argparse parser), each in the group named
+    by :attr:`Option.group` when ``groups`` holds it; every flag defaults to ``None`` (not
+    given: :meth:`~seqlen_balancing.PlanOptions.from_args` keeps the option's default)."""
+    for name, opt in OPTIONS.items():
+        target = (groups or {}).get(opt.group, parser)
+        default = OPTION_DEFAULTS[name]
+        shown = "none" if default is None else str(default).lower() if isinstance(default, bool) else default
+        help_text = f"{opt.doc} (default: {shown})"
+        common: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
+        if opt.kind is Kind.SWITCH:
+            target.add_argument(opt.flag, action=argparse.BooleanOptionalAction, **common)
+        elif opt.kind is Kind.CHOICE:
+            target.add_argument(opt.flag, choices=OVER_CAP_CHOICES, **common)
+        else:
+            convert = {Kind.KEYS: _key_list, Kind.MODEL: _model_text}.get(opt.kind, _positive)
+            metavar = {Kind.KEYS: "KEY[,KEY...]", Kind.MODEL: "SHAPE"}.get(opt.kind, "N")
+            target.add_argument(opt.flag, type=convert, metavar=metavar, **common)

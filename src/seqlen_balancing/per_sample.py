@@ -1,0 +1,118 @@
+"""Reading the caller's per-sample numbers whole, once: lengths, costs, workloads (no torch).
+
+One reader, :func:`read_numbers`, for every list of one number per sample the caller hands
+the planner (``seq_lens``, ``costs``, ``workloads``). It runs before the DP agreement and
+never raises for bad input: it returns the error record the group agrees on, so a rank
+whose data cannot be read fails with its peers instead of leaving them in the collective.
+
+* A list, a tuple, any other :class:`~collections.abc.Sequence` (``range``, ...), or a 1-D
+  tensor or array (anything with ``tolist``) is read in full.
+* A callable (``costs`` and ``workloads`` only) is called once with the list of effective
+  lengths, and what it returns is iterated in full (an iterator, e.g. ``map(...)``, is
+  fine there).
+* A mapping, a set, a string or bytes, and any other value that is not a sequence (a
+  generator, a number, ``map(...)`` given directly) is refused, by its type's name, never
+  read as its keys or characters (:class:`~seqlen_balancing.errors.LengthsNotASequence`).
+* Whatever calling, iterating or converting raises, of any type (an ``Exception``), becomes
+  :class:`~seqlen_balancing.errors.CallerDataRaised` naming the list and the exception's
+  type; the exception itself is kept in the record's local ``detail``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+from seqlen_balancing._checks import _integer_or_none, describe
+from seqlen_balancing.errors import (
+    CallerDataRaised,
+    LengthNotAnInteger,
+    LengthsNotASequence,
+    LengthsNotOneDimensional,
+    LengthSource,
+    NegativeLength,
+    PlanError,
+)
+
+__all__ = ["read_numbers"]
+
+#: Containers that are iterable but never a list of per-sample numbers.
+_REFUSED = (Mapping, AbstractSet, str, bytes, bytearray, memoryview)
+
+
+def read_numbers(
+    values: Any, source: LengthSource, lengths: Sequence[int] | None = None
+) -> tuple[PlanError | None, list[int]]:
+    """``values`` as non-negative Python ints, read whole, or the error to agree on.
+
+    Args:
+        values: one whole number per sample (see the module docstring for what is read
+            and what is refused), or, when ``lengths`` is given, a callable of them.
+        source: which list this is (named in every error).
+        lengths: the effective lengths a callable ``values`` is called with; ``None``:
+            ``values`` may not be a callable.
+
+    Returns:
+        ``(None, numbers)``, or ``(error, [])``. The numbers' count is not checked here
+        (the caller compares it with the batch's samples).
+
+    Complexity: O(n), one pass over the values (two for a tensor: ``tolist``, then the
+    conversion).
+
+    Example:
+        >>> read_numbers((3, 5), LengthSource.COSTS)
+        (None, [3, 5])
+        >>> read_numbers({0: 9, 1: 9}, LengthSource.COSTS)[0].message()[-57:]
+        'a tuple, a 1-D tensor or array), got a value of type dict'
+        >>> table = {3: 30}
+        >>> error, _ = read_numbers(lambda lens: map(table.__getitem__, lens),
+        ...                         LengthSource.WORKLOADS, [3, 4])
+        >>> error.message()[:36], error.detail
+        ('reading workloads raised KeyError: t', 'KeyError(4) (KeyError)')
+    """
+    try:
+        if lengths is not None and callable(values) and not _is_array(values):
+            call: Callable[[list[int]], Any] = values
+            return _read(call(list(lengths)), source, returned=True)
+        return _read(values, source, returned=False)
+    except Exception as exc:  # any exception of the caller's data: this rank's agreed error
+        return CallerDataRaised(source, type(exc).__name__, detail=describe(exc)[:120]), []
+
+
+def _is_array(values: Any) -> bool:
+    return callable(getattr(values, "tolist", None))
+
+
+def _items(values: Any, source: LengthSource, returned: bool) -> tuple[PlanError | None, Any]:
+    """The values as a list (or tuple) to convert, or why they are refused."""
+    if isinstance(values, (list, tuple)):
+        return None, values
+    if isinstance(values, _REFUSED):
+        return LengthsNotASequence(source, type(values).__name__), None
+    if _is_array(values):
+        if getattr(values, "ndim", 1) != 1:
+            shape = tuple(getattr(values, "shape", ()))
+            return LengthsNotOneDimensional(source, detail=f"shape {shape}"), None
+        converted = values.tolist()
+        if not isinstance(converted, list):
+            return LengthsNotASequence(source, type(values).__name__), None
+        return None, converted
+    if isinstance(values, Sequence) or (returned and isinstance(values, Iterable)):
+        return None, list(values)
+    return LengthsNotASequence(source, type(values).__name__), None
+
+
+def _read(values: Any, source: LengthSource, returned: bool) -> tuple[PlanError | None, list[int]]:
+    error, items = _items(values, source, returned)
+    if error is not None:
+        return error, []
+    out: list[int] = []
+    for index, value in enumerate(items):
+        as_int = value if type(value) is int else _integer_or_none(value)
+        if as_int is None:
+            return LengthNotAnInteger(source, index, detail=describe(value)), []
+        if as_int < 0:
+            return NegativeLength(source, index, as_int), []
+        out.append(as_int)
+    return None, out
