@@ -3,10 +3,12 @@
 Tests that need torch (or tensordict, or ``torch.distributed``) say so per module with
 ``pytestmark = pytest.mark.torch`` (a ``distributed`` mark implies ``torch``), or per test
 with ``@pytest.mark.torch`` and a local ``import torch``. With a ``-m`` expression that
-deselects every torch test (``-m "not torch"``, as CI's Python 3.10/3.13 stage runs), a
-module marked torch is never imported: :func:`pytest_ignore_collect` reads its marks from
-the source, without running it. ``tests/test_torch_free.py`` fails when a module uses
-torch without the mark.
+deselects every test a module's own marks allow (``-m "not torch"``, as CI's Python
+3.10/3.13 stage runs, or ``-m "not slow"``), the module is never imported:
+:func:`pytest_ignore_collect` reads its marks from the source, without running it; a
+folder whose every test module is left out so is not entered either, so its
+``conftest.py`` (``tests/compat``'s imports verl, which imports torch) is not imported.
+``tests/test_torch_free.py`` fails when a module uses torch without the mark.
 
 The fixtures build TensorDict batches from lists of effective lengths; they import torch
 when called, so this file itself never does.
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
 TORCH_MARKS = frozenset({"torch", "distributed"})
 #: Fixtures of this file that import torch; a test using one must be marked torch.
 TORCH_FIXTURES = frozenset({"masked_batch", "jagged_batch"})
+#: Marks whose tests run only when the ``-m`` expression names them (``-m fuzz``,
+#: ``-m "fuzz or extras"``): so ``-m "not slow"`` or ``-m "not torch"`` leaves them out too.
+OPT_IN_MARKS = ("fuzz", "extras")
 
 
 def _mark_names(node: ast.AST) -> set[str]:
@@ -65,14 +70,18 @@ def module_marks(path: Path) -> frozenset[str]:
     return frozenset(marks)
 
 
+def _names(markexpr: str) -> set[str]:
+    """The mark names a ``-m`` expression mentions."""
+    return set(re.findall(r"[A-Za-z_][\w.]*", markexpr)) - {"and", "or", "not"}
+
+
 def _never_selects(markexpr: str, marks: frozenset[str]) -> bool:
     """True when ``-m markexpr`` deselects every test carrying ``marks``, whatever other
     marks a test adds (each other name in the expression is tried both ways)."""
     from _pytest.mark.expression import Expression
 
     expression = Expression.compile(markexpr)
-    names = set(re.findall(r"[A-Za-z_][\w.]*", markexpr)) - {"and", "or", "not"}
-    free = sorted(names - marks)
+    free = sorted(_names(markexpr) - marks)
     for values in itertools.product((False, True), repeat=len(free)):
         chosen = marks | {name for name, on in zip(free, values, strict=True) if on}
 
@@ -84,23 +93,54 @@ def _never_selects(markexpr: str, marks: frozenset[str]) -> bool:
     return True
 
 
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Do not import a torch module when the ``-m`` expression deselects all its tests."""
-    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
-        return None
+def _left_out(path: Path, markexpr: str) -> bool:
+    """True when ``-m markexpr`` deselects every test of the module at ``path``."""
+    marks = module_marks(path)
+    if marks & TORCH_MARKS:
+        marks |= {"torch"}
+    return bool(marks) and _never_selects(markexpr, marks)
+
+
+def _selection(config: pytest.Config) -> str:
+    """The ``-m`` expression in force: the one given, and ``not M`` for each opt-in mark
+    ``M`` it does not name."""
     markexpr = config.getoption("markexpr", "") or ""
-    marks = module_marks(collection_path)
-    if marks & TORCH_MARKS and markexpr and _never_selects(markexpr, marks | {"torch"}):
-        return True
+    parts = [f"({markexpr})"] if markexpr else []
+    parts += [f"not {mark}" for mark in OPT_IN_MARKS if mark not in _names(markexpr)]
+    return " and ".join(parts)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Do not import a module, or enter a folder, when the ``-m`` expression in force
+    deselects all its tests."""
+    markexpr = _selection(config)
+    if collection_path.is_dir():
+        modules = sorted(collection_path.rglob("test_*.py"))
+        if modules and all(_left_out(module, markexpr) for module in modules):
+            return True
+        return None
+    if collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        return True if _left_out(collection_path, markexpr) else None
     return None
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A ``distributed`` test needs torch too, so ``-m "not torch"`` deselects it."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A ``distributed`` test needs torch too, so ``-m "not torch"`` deselects it; an
+    opt-in test the ``-m`` expression does not name is deselected (pytest's own ``-m``
+    then selects among the rest)."""
     for item in items:
         if item.get_closest_marker("distributed") and not item.get_closest_marker("torch"):
             item.add_marker(pytest.mark.torch)
+    named = _names(config.getoption("markexpr", "") or "")
+    left_out = [
+        item for item in items
+        if any(item.get_closest_marker(mark) for mark in OPT_IN_MARKS if mark not in named)
+    ]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        removed = set(map(id, left_out))
+        items[:] = [item for item in items if id(item) not in removed]
 
 # tests/compat/ runs this library side by side with verl 0.9.1 itself. verl is not a
 # dependency, so where it is not installed the directory is not collected at all (not

@@ -166,6 +166,7 @@ def dff_by_definition(sizes: list[int], cap: int) -> int:
     return best
 
 
+@pytest.mark.slow
 def test_fekete_schepers_bound_matches_its_definition() -> None:
     rng = random.Random(14)
     for _ in range(150):
@@ -267,6 +268,7 @@ def crowded_instance(rng: random.Random) -> tuple[list[int], int]:
     return sizes, cap
 
 
+@pytest.mark.slow
 def test_lower_bound_never_exceeds_the_brute_force_optimum_and_never_falls_below_l2() -> None:
     rng = random.Random(2026)
     above_l2 = {name: 0 for name in BOUND_NAMES}

@@ -156,6 +156,7 @@ def test_the_issue_case_costs_and_alignment_compose() -> None:
         plan_micro_batches([10, 10], 100, costs=[97, 3], pad_to_multiple_of=8)
 
 
+@pytest.mark.slow
 def test_random_combinations_on_the_list_api() -> None:
     rng = random.Random(2025)
     seen = {"plan": 0, "over": 0, "count": 0, "exact": 0, "exact_refused": 0, "verl": 0}
@@ -329,6 +330,7 @@ def test_the_issue_case_on_rearrange_and_prepare_micro_batches() -> None:
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_the_issue_case_under_the_switch_with_the_alignment_variable(tmp_path: Path) -> None:
     # A Megatron VLM user: SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF set, batches carrying costs.
     from test_verl_switch import run, write_verl
@@ -362,6 +364,7 @@ def test_the_issue_case_under_the_switch_with_the_alignment_variable(tmp_path: P
 
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_random_combinations_on_two_gloo_ranks(tmp_path: Path) -> None:
     from distributed import _world
     from distributed.test_oracle import _WORKER, DEADLINE_S

@@ -63,6 +63,7 @@ def test_zero_partitions_or_empty_list(values: list[int], k: int) -> None:
     equal_size=st.booleans(),
 )
 @settings(max_examples=200, deadline=None)
+@pytest.mark.slow
 def test_balanced_partitions_contract(values: list[int], data: st.DataObject, equal_size: bool) -> None:
     n = len(values)
     divisors = [k for k in range(1, n + 1) if n % k == 0] if equal_size else list(range(1, n + 1))
@@ -143,6 +144,7 @@ def test_greedy_partition_is_verls_in_order_greedy() -> None:
     equal_size=st.booleans(),
 )
 @settings(max_examples=300, deadline=None)
+@pytest.mark.slow
 def test_greedy_partition_matches_the_model(values: list[int], k: int, equal_size: bool) -> None:
     if equal_size:
         values = values[: len(values) - len(values) % k]

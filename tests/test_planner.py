@@ -56,6 +56,7 @@ def group_sizes(lengths: list[int], group: int) -> list[int]:
     balance=st.booleans(),
 )
 @settings(max_examples=400, deadline=None)
+@pytest.mark.slow
 def test_plan_is_strict_exact_divisible_and_deterministic(
     lengths: list[int], cap: int, group: int, divisor: int | None, minimum: int | None,
     balance: bool,
@@ -136,6 +137,7 @@ def test_simulated_agreement_names_the_rank_with_too_few_samples() -> None:
     divisor=st.one_of(st.none(), st.integers(1, 3)),
 )
 @settings(max_examples=150, deadline=None)
+@pytest.mark.slow
 def test_agreed_counts_are_equal_or_everyone_fails(
     loads: list[list[int]], cap: int, divisor: int | None
 ) -> None:
@@ -151,6 +153,7 @@ def test_agreed_counts_are_equal_or_everyone_fails(
         assert max(sum(lengths[i] for i in part) for part in plan) <= cap
 
 
+@pytest.mark.slow
 def test_karmarkar_karp_is_returned_wherever_it_fits_on_real_batches() -> None:
     """The balance promise: where plain Karmarkar-Karp at our count respects the cap, our
     plan has its workload spread (we return it); checked on real CHAMP batches, tight and

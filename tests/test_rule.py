@@ -130,6 +130,7 @@ def test_restrict_is_the_same_rule_on_a_subset_renumbered() -> None:
                 assert sub.fits(local) == spelled_fits(original, case)
 
 
+@pytest.mark.slow
 def test_the_sorted_rule_is_optimal_on_one_sided_rows_of_equal_rows() -> None:
     """fewest_sorted meets the brute-force optimum (rows x width, any pad and limit) when
     every row is padded on one side and every item has the same rows; sorted_bound then
@@ -146,6 +147,7 @@ def test_the_sorted_rule_is_optimal_on_one_sided_rows_of_equal_rows() -> None:
         assert sorted_bound(rule) == best
 
 
+@pytest.mark.slow
 def test_the_sorted_bound_never_exceeds_the_optimum() -> None:
     """Two-sided rows and items of different rows: the bound is a bound, the sorted rule a
     feasible packing (neither proven exact)."""
@@ -159,6 +161,7 @@ def test_the_sorted_bound_never_exceeds_the_optimum() -> None:
         assert all(spelled_fits(b, case) for b in found) and len(found) >= best
 
 
+@pytest.mark.slow
 def test_rule_bound_never_exceeds_the_optimum_and_names_its_source() -> None:
     rng = random.Random(6)
     for _ in range(250):

@@ -22,6 +22,7 @@ def assert_plan(bins: list[list[int]], n: int, case: dict) -> None:
     assert all(spelled_fits(b, case) for b in bins), [spelled_cost(b, case) for b in bins]
 
 
+@pytest.mark.slow
 def test_best_fit_and_its_restarts_fit_every_rule() -> None:
     rng = random.Random(11)
     for _ in range(300):

@@ -106,6 +106,7 @@ def verl_workload(s: int) -> int:
 # counts against the exhaustive search
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("equal", [True, False])
 def test_the_count_is_the_fewest_any_dealing_allows_on_tiny_steps(equal: bool) -> None:
     checked = 0
@@ -223,6 +224,7 @@ OPTION_SETS = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     dp=st.integers(1, 6),
@@ -329,6 +331,7 @@ _PROGRAM = (
 )
 
 
+@pytest.mark.slow
 def test_two_fresh_processes_plan_the_same_step() -> None:
     outputs = []
     for hash_seed in ("1", "2"):

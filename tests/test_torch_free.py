@@ -61,6 +61,7 @@ def _run(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_core_and_cli_import_and_plan_without_torch() -> None:
     code = (
         "import pkgutil, seqlen_balancing\n"
@@ -90,6 +91,7 @@ def test_core_and_cli_import_and_plan_without_torch() -> None:
     assert "micro-batches" in proc.stdout and "planned" in proc.stdout
 
 
+@pytest.mark.slow
 def test_not_torch_collection_never_imports_torch() -> None:
     """``-m "not torch"`` collects every unmarked module with torch unimportable, and
     imports no module marked torch (a module marked torch but imported would fail here)."""
@@ -108,6 +110,42 @@ def test_not_torch_collection_never_imports_torch() -> None:
         relative = str(path.relative_to(ROOT))
         if module_marks(path) & TORCH_MARKS:
             assert not any(c.endswith(relative.removeprefix("tests/")) for c in collected), relative
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("markexpr", "entered"),
+    [("not torch", False), ("not slow", False), ("torch", True), ("", True), ("fuzz or not slow", True)],
+)
+def test_a_folder_whose_modules_are_all_deselected_is_not_entered(
+    tmp_path: Path, markexpr: str, entered: bool
+) -> None:
+    """Where verl is installed, ``tests/compat/conftest.py`` imports it (and so torch): the
+    folder must not be entered by a run that deselects all its modules (issue 30 item 7).
+    A fuzz test runs only where the expression names fuzz."""
+    (tmp_path / "conftest.py").write_text((TESTS / "conftest.py").read_text(encoding="utf-8"))
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nmarkers = ["torch: t", "slow: s", "distributed: d", "fuzz: f", '
+        '"extras: e"]\naddopts = "--strict-markers -p no:cacheprovider"\n', encoding="utf-8"
+    )
+    folder = tmp_path / "needs_torch"
+    folder.mkdir()
+    (folder / "conftest.py").write_text("raise ImportError('the folder was entered')\n")
+    (folder / "test_a.py").write_text(
+        "import pytest\npytestmark = [pytest.mark.torch, pytest.mark.slow]\ndef test_a(): pass\n"
+    )
+    (folder / "test_b.py").write_text(
+        "import pytest\npytestmark = [pytest.mark.distributed, pytest.mark.slow]\ndef test_b(): pass\n"
+    )
+    (tmp_path / "test_plain.py").write_text("def test_plain(): pass\n")
+    (tmp_path / "test_opt_in.py").write_text("import pytest\n@pytest.mark.fuzz\ndef test_fuzz(): pass\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", markexpr, str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+    )
+    assert ("the folder was entered" in proc.stdout) is entered, proc.stdout[-3000:]
+    assert (proc.returncode != 0) is entered, proc.stdout[-3000:]
+    assert ("test_opt_in.py::test_fuzz" in proc.stdout) is ("fuzz" in markexpr), proc.stdout[-3000:]
 
 
 def _decorator_marks(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> set[str]:

@@ -3,8 +3,9 @@
 The stand-in is a package named ``verl`` written to a temporary folder: the modules where
 verl defines the 13 functions (stubs with verl's parameters, returning ``"verl"``), and
 modules that bind them at import the ways verl's do (absolute, relative, aliased). Each
-scenario runs in a fresh interpreter, so the switch and the stand-in never reach this
-process. The real verl 0.9.1 is exercised in tests/compat/test_switch.py.
+scenario runs in a new process (started with torch imported, tests/preloaded.py), so the
+switch and the stand-in never reach this process. The real verl 0.9.1 is exercised in
+tests/compat/test_switch.py.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.torch  # apply() loads the library's TensorDict functions
+import preloaded
+
+# apply() loads the library's TensorDict functions; every scenario is a process of its own
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -140,10 +144,8 @@ def run_process(root: Path, body: str, env: dict[str, str] | None = None) -> sub
     process's environment reaches it)."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("SEQLEN_BALANCING_")}
     environment |= {"PYTHONPATH": os.pathsep.join([str(root), str(SRC)]), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-c", PRELUDE + textwrap.dedent(body)], capture_output=True, text=True,
-        timeout=100, check=False, env=environment,
-    )
+    return preloaded.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)], env=environment,
+                         timeout=100)
 
 
 def run(root: Path, body: str, env: dict[str, str] | None = None) -> dict[str, object]:

@@ -175,6 +175,7 @@ def test_default_plan_table_agrees_with_json(capsys: pytest.CaptureFixture[str])
     assert f"mean fill {100 * result['mean_fill']:.1f}%" in summary
 
 
+@pytest.mark.slow
 def test_subprocess_python_m_plan_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rng = random.Random(7)
     lengths = [rng.randint(0, 3000) for _ in range(300)]
@@ -195,6 +196,7 @@ def test_subprocess_python_m_plan_json(tmp_path: Path, capsys: pytest.CaptureFix
     assert capsys.readouterr().out == proc.stdout
 
 
+@pytest.mark.slow
 def test_cli_does_not_import_torch() -> None:
     code = (
         "import sys\n"
@@ -256,6 +258,7 @@ def test_num_batches_divided_by_and_min_num_micro_batch(
     check_plan(at_least, CHAMP, random.Random(0).sample(range(len(CHAMP)), 2048))
 
 
+@pytest.mark.slow
 def test_bundled_data_draws_with_replacement_when_too_short(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -558,6 +561,7 @@ def test_force_group_size_keeps_groups_together(
 # --------------------------------------------------------------------------- sweep
 
 
+@pytest.mark.slow
 def test_sweep_json_rows(capsys: pytest.CaptureFixture[str]) -> None:
     result = run_json(capsys, "sweep", "--max-token-len", "32768,8192,16384,8192,65536")
     rows = result["rows"]
@@ -636,6 +640,7 @@ def test_sweep_marks_infeasible_caps_and_goes_on(
     assert [r["largest_micro_batch"] <= r["max_token_len"] for r in result["rows"]] == [True] * 3
 
 
+@pytest.mark.slow
 def test_output_to_a_closed_pipe_is_not_an_error() -> None:
     # A 1,000-row table: the writer is still printing when the reader leaves.
     command = [sys.executable, "-m", "seqlen_balancing", "plan", "--dp-size", "1000", "--batch-size", "16"]

@@ -1,9 +1,9 @@
 """Datasets on the command line: Parquet (extra 'data'), token counting with a local
 tokenizer (extra 'tokenize'), and the one-line messages when an extra is missing.
 
-Tests marked ``extras`` need pyarrow, tokenizers and transformers. They are deselected in the
-default run (``addopts``) and run by CI's extras stage: ``python -m pytest -m extras``, where a
-missing package fails them (nothing is skipped). Issue 11, cases 4-6.
+Tests marked ``extras`` need pyarrow, tokenizers and transformers. They run only where the
+``-m`` expression names them (tests/conftest.py), as CI's ``python -m pytest -m "fuzz or extras"``
+does, where a missing package fails them (nothing is skipped). Issue 11, cases 4-6.
 """
 
 from __future__ import annotations

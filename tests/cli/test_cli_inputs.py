@@ -20,7 +20,10 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 CLI = [sys.executable, "-m", "seqlen_balancing"]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipes, FIFOs and /dev/fd")
+# each test runs the command line in a process of its own
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipes, FIFOs and /dev/fd"), pytest.mark.slow,
+]
 
 
 def plan_json(path_arg: str, **popen: object) -> dict[str, object]:

@@ -164,6 +164,7 @@ def test_compare_verl_without_agreement_and_other_caps(seed: int, capsys: pytest
         assert all(r["verl_count"] >= r["count"] for r in result["ranks"])
 
 
+@pytest.mark.slow
 def test_compare_verl_in_sweep(capsys: pytest.CaptureFixture[str]) -> None:
     result = run_json(capsys, "sweep", "--compare-verl", "--max-token-len", "16384,32768")
     for row in result["rows"]:
@@ -250,6 +251,7 @@ def test_balancing_keeps_forced_groups_whole(tmp_path: Path, capsys: pytest.Capt
 # --------------------------------------------------------------------------- --sp-size
 
 
+@pytest.mark.slow
 def test_sp_size_multiplies_the_cap(capsys: pytest.CaptureFixture[str]) -> None:
     sp = run_json(capsys, "plan", "--max-token-len", "8192", "--sp-size", "2")
     assert (sp["max_token_len"], sp["sp_size"], sp["cap"]) == (8192, 2, 16384)

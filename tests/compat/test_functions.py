@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-pytestmark = pytest.mark.torch  # with torch and verl only (tests/conftest.py)
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # with torch and verl only (tests/conftest.py)
 
 
 def random_lengths(rng: random.Random, n: int) -> list[int]:

@@ -18,7 +18,7 @@ import seqlen_balancing.verl as switch
 from seqlen_balancing import get_seqlen_balanced_partitions
 from seqlen_balancing.cost import transformer_workloads
 
-pytestmark = pytest.mark.torch  # with torch and verl only (tests/conftest.py)
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # with torch and verl only (tests/conftest.py)
 
 #: verl's own function, read before any test switches verl.
 VERL_GET_REVERSE_IDX = importlib.import_module("verl.utils.seqlen_balancing").get_reverse_idx

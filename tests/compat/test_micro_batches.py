@@ -14,7 +14,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 from seqlen_balancing.planner import order_micro_batches
 
-pytestmark = pytest.mark.torch  # with torch and verl only (tests/conftest.py)
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # with torch and verl only (tests/conftest.py)
 
 
 def jagged(rows: list[torch.Tensor], ragged_dim: int = 1) -> torch.Tensor:

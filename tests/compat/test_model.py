@@ -12,7 +12,7 @@ import torch
 import transformers  # verl's modules import it; CI's compat stage installs it with verl
 from tensordict import TensorDict
 
-pytestmark = pytest.mark.torch  # with torch and verl only (tests/conftest.py)
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # with torch and verl only (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

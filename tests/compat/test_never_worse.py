@@ -34,7 +34,7 @@ from tensordict import TensorDict
 from seqlen_balancing.data import load_champ_lengths
 
 # 20,400 batches: about 2 minutes on a quiet 2-core machine, so not the 120 s default.
-pytestmark = [pytest.mark.torch, pytest.mark.timeout(900)]  # with torch and verl only
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(900)]  # with torch and verl only
 
 #: Batches per family; eight families make 20,400 (NEVER_WORSE_PER_FAMILY for a quick run).
 PER_FAMILY = int(os.environ.get("NEVER_WORSE_PER_FAMILY", "2550"))

@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-pytestmark = pytest.mark.torch  # with torch and verl only (tests/conftest.py)
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # with torch and verl only (tests/conftest.py)
 
 MIRRORED = [
     "calculate_workload",

@@ -31,7 +31,7 @@ from tensordict import NonTensorData, TensorDict
 
 import seqlen_balancing.verl as switch
 
-pytestmark = pytest.mark.torch  # with torch and verl only (tests/conftest.py)
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # with torch and verl only (tests/conftest.py)
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"

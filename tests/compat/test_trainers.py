@@ -34,7 +34,7 @@ with warnings.catch_warnings():
 
 from seqlen_balancing.cli.trainers import deal, epoch_steps, steps_per_epoch  # noqa: E402
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 EPOCHS = 3
 

@@ -195,6 +195,7 @@ def peak_planning_memory(n: int) -> tuple[list[int], list[list[int]], int]:
     return lengths, plan, peak
 
 
+@pytest.mark.slow
 def test_65536_samples_plan_with_linear_memory() -> None:
     lengths, plan, peak = peak_planning_memory(65536)
     assert sorted(i for part in plan for i in part) == list(range(65536))
@@ -713,6 +714,7 @@ def test_issue20_case6_dataproto_parts_are_checked_before_the_agreement() -> Non
         catalogue.call(catalogue.dynamic(uncopyable))
 
 
+@pytest.mark.slow
 def test_issue20_case7_absurd_k_partitions_is_refused_before_allocating() -> None:
     from seqlen_balancing import greedy_partition
     from seqlen_balancing.partition import MAX_EMPTY_PARTITIONS

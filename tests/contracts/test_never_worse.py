@@ -103,6 +103,7 @@ def test_case9_small_batches_are_solved_exactly() -> None:
     assert analyse(lengths, 16_384).proven_optimal
 
 
+@pytest.mark.slow
 def test_exhaustive_search_proves_a_bound_the_cheap_bounds_miss() -> None:
     # Small batches of items between a fifth and three fifths of the cap: the count is the
     # optimum on every one, and where the closed-form bounds fall short of it the
@@ -122,6 +123,7 @@ def test_exhaustive_search_proves_a_bound_the_cheap_bounds_miss() -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
+@pytest.mark.slow
 def test_never_more_nor_less_balanced_than_the_model_of_verls_rule(seed: int) -> None:
     rng = random.Random(1900 + seed)
     fewer = equal = 0
@@ -156,6 +158,7 @@ def test_never_more_nor_less_balanced_than_the_model_of_verls_rule(seed: int) ->
     assert fewer > 0 and equal > 0
 
 
+@pytest.mark.slow
 def test_data_parallel_never_above_the_model_of_verls_rule() -> None:
     rng = random.Random(1919)
     for _ in range(300):

@@ -106,6 +106,7 @@ SETTINGS = {
 
 @given(sample=crowded(), over=st.booleans(), **SETTINGS)
 @settings(max_examples=250, deadline=None)
+@pytest.mark.slow
 def test_plan_micro_batches_keeps_the_cap(
     sample: tuple[list[int], int], over: bool, group: int, divisor: int | None,
     minimum: int | None, balance: bool,
@@ -134,6 +135,7 @@ def test_plan_micro_batches_keeps_the_cap(
     divisor=SETTINGS["divisor"], minimum=SETTINGS["minimum"],
 )
 @settings(max_examples=80, deadline=None)
+@pytest.mark.slow
 def test_plan_data_parallel_keeps_the_cap_on_every_rank(
     cap: int, data: st.DataObject, ranks: int, divisor: int | None, minimum: int | None
 ) -> None:
@@ -161,6 +163,7 @@ def check_bins(bins: list[list[int]], sizes: list[int], cap: int) -> None:
 
 @given(sample=crowded(max_n=40), data=st.data())
 @settings(max_examples=150, deadline=None)
+@pytest.mark.slow
 def test_packings_keep_the_cap(sample: tuple[list[int], int], data: st.DataObject) -> None:
     sizes, cap = sample
     l1, l2 = l1_lower_bound(sizes, cap), l2_lower_bound(sizes, cap)

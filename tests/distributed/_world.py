@@ -9,8 +9,9 @@ and calls :func:`play_rounds` with its own ``play(spec, group)``: for each round
 one JSON line to ``OUT_DIR/rank{RANK}.jsonl`` (flushed and synced at once), then a fence
 (``all_gather_object`` of the round number), so a rank that skipped or repeated a
 collective shows up as a desync rather than a shifted result. :func:`run_world` starts the
-ranks (file rendezvous, loopback only), kills any left at the deadline, and returns every
-rank's records; a rank that did not exit 0 fails the test with its output's tail.
+ranks (file rendezvous, loopback only) as forks of a server that imported torch once
+(tests/preloaded.py), kills any left at the deadline, and returns every rank's records; a
+rank that did not exit 0 fails the test with its output's tail.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from typing import Any
 def run_world(worker: Path, world: int, rounds: list[dict[str, Any]], directory: Path,
               deadline_s: float) -> list[list[dict[str, Any]]]:
     """Start the ranks, wait for them (killing any left at the deadline), read their records."""
+    import preloaded  # the test side only: a worker imports this module for play_rounds
+
     (directory / "rounds.json").write_text(json.dumps(rounds), encoding="utf-8")
     env = {key: value for key, value in os.environ.items() if not key.startswith("SEQLEN_BALANCING_")}
     env |= {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "GLOO_SOCKET_IFNAME": "lo"}
@@ -41,9 +44,8 @@ def run_world(worker: Path, world: int, rounds: list[dict[str, Any]], directory:
         for rank in range(world):
             argv = [sys.executable, str(worker), str(directory / "rounds.json"), str(rank), str(world),
                     init_method, str(directory)]
-            with (directory / f"rank{rank}.out").open("wb") as output:
-                processes.append(subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env,
-                                                  cwd=directory))
+            output = directory / f"rank{rank}.out"
+            processes.append(preloaded.popen(argv, output=output, env=env, cwd=directory))
         for process in processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(deadline_s - (time.monotonic() - start), 0.1))

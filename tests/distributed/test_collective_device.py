@@ -8,7 +8,6 @@ the accelerator's availability (``torch.accelerator``, or a device module such a
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 import types
@@ -17,6 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import preloaded
 from seqlen_balancing import distributed
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(120)]
@@ -142,10 +142,9 @@ _NPU_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_issue10_case6_hccl_uses_the_current_npu() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", _NPU_SCRIPT], capture_output=True, text=True, timeout=100, check=False
-    )
+    result = preloaded.run([sys.executable, "-c", _NPU_SCRIPT], timeout=100)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["npu:1", "npu:1", "cpu"]
 
@@ -168,9 +167,8 @@ _GLOO_SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.distributed
+@pytest.mark.slow
 def test_real_gloo_group_uses_the_cpu_and_sync_needs_dp_group() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", _GLOO_SCRIPT], capture_output=True, text=True, timeout=100, check=False
-    )
+    result = preloaded.run([sys.executable, "-c", _GLOO_SCRIPT], timeout=100)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["cpu", "cpu", "False", "True", "False", "True"]

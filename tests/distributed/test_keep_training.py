@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.distributed, pytest.mark.torch, pytest.mark.timeout(150)]
+import preloaded
+
+pytestmark = [pytest.mark.distributed, pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(150)]
 
 _WORKER = Path(__file__).resolve().parent / "_keep_training_worker.py"
 DEADLINE_S = 100
@@ -39,9 +41,8 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, dict[str
     try:
         for rank in range(WORLD):
             argv = [sys.executable, str(_WORKER), str(rank), str(WORLD), init_method, str(directory)]
-            with (directory / f"rank{rank}.out").open("wb") as output:
-                processes.append(subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT,
-                                                  env=env, cwd=directory))
+            output = directory / f"rank{rank}.out"
+            processes.append(preloaded.popen(argv, output=output, env=env, cwd=directory))
         for process in processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(DEADLINE_S - (time.monotonic() - start), 0.1))

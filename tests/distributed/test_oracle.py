@@ -45,7 +45,7 @@ def _load(name: str) -> Any:
     return module
 
 
-pytestmark = [pytest.mark.distributed, pytest.mark.torch, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.distributed, pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(420)]
 
 _WORKER = Path(__file__).resolve().parent / "_oracle_worker.py"
 _world = _load("_world")

@@ -4,7 +4,8 @@ Every step's rows over all ranks are DistributedSampler's (same seed, same epoch
 ranks agree on every step's count without a collective, and one training step of a tiny
 float64 model has the same loss and gradient with either sampler when the loss is
 normalised over the global batch's tokens (verl 0.9.1's SFT trainer). The workers are
-``_sampler_worker.py``; a rank that does not finish within the deadline fails the test.
+``_sampler_worker.py``, started as forks of a server that imported torch once
+(tests/preloaded.py); a rank that does not finish within the deadline fails the test.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
+import preloaded
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(240)]
 
 WORKER = Path(__file__).resolve().parent / "_sampler_worker.py"
 DEADLINE_S = 150
@@ -29,11 +32,11 @@ DEADLINE_S = 150
 def run(scenario: str, world: int, directory: Path) -> list[dict[str, Any]]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1"}
     init = "file://" + str(directory / "rendezvous")
-    processes = []
+    processes: list[preloaded.Started] = []
     for rank in range(world):
-        with (directory / f"rank{rank}.out").open("wb") as output:
-            argv = [sys.executable, str(WORKER), scenario, str(rank), str(world), init, str(directory)]
-            processes.append(subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env))
+        argv = [sys.executable, str(WORKER), scenario, str(rank), str(world), init, str(directory)]
+        output = directory / f"rank{rank}.out"
+        processes.append(preloaded.popen(argv, output=output, env=env, cwd=directory))
     try:
         for process in processes:
             process.wait(timeout=DEADLINE_S)

@@ -27,7 +27,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(600)]
 
 _ROOT = Path(__file__).resolve().parents[2]
 _EXAMPLES = _ROOT / "examples"
