@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -172,6 +173,7 @@ def test_reduce_bins_honours_a_small_budget() -> None:
     assert len(reduce_bins([1, 1, 1], 10, [[0], [1], [2]], 2)) == 2
 
 
+@pytest.mark.slow  # 200 examples, each a brute force and two searches: seconds
 @given(small_instances, st.integers(0, 9))
 @settings(max_examples=200, deadline=None)
 def test_reduce_bins_reaches_a_valid_packing_between_opt_and_its_input(
