@@ -4,6 +4,7 @@ verl's way), so every call verl makes is unchanged."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from types import ModuleType
 
@@ -36,27 +37,41 @@ def parameters(function: object) -> list[tuple[str, object, object]]:
 
 
 def assert_extends(ours: object, theirs: object) -> None:
-    """verl's parameters are a prefix of ours; each extra one is keyword-only, defaulted."""
+    """verl's parameters are a prefix of ours; each extra one is keyword-only, defaulted, but
+    a last ``**option_keywords`` (the options by name, :class:`~seqlen_balancing.PlanOptions`)."""
     mine, verls = parameters(ours), parameters(theirs)
     assert mine[: len(verls)] == verls
     extras = mine[len(verls) :]
+    if extras and extras[-1][1] is inspect.Parameter.VAR_KEYWORD:
+        assert extras[-1][0] == "option_keywords"
+        extras = extras[:-1]
     for name, kind, default in extras:
         assert kind is inspect.Parameter.KEYWORD_ONLY, name
         assert default is not inspect.Parameter.empty, name
 
 
-#: The extensions each mirrored function adds (issue 21: the cap on what the GPU holds;
-#: issue 26: the padded footprint and the sample limit; issue 27: the balance objective,
-#: over-cap samples alone, dummy micro-batches).
-_COST = ["pad_to_multiple_of", "micro_batch_multiple_of", "costs", "padded",
-         "max_samples_per_micro_batch"]
-_KEEP_TRAINING = ["workloads", "over_cap", "dummy_micro_batches", "loss_weight_keys"]
+#: The extensions each mirrored function adds: the options object (issue 30: every option of
+#: the plan in one ``options=``, or by name through ``**option_keywords``), and the per-sample
+#: data that is not an option (issue 21's costs, issue 27's balance objective).
+_PLANNING = ["options", "costs", "workloads", "option_keywords"]
+#: Today's keyword names, each still taken by name (through ``**option_keywords``).
+_OPTION_NAMES = ["pad_to_multiple_of", "micro_batch_multiple_of", "padded",
+                 "max_samples_per_micro_batch", "over_cap", "dummy_micro_batches",
+                 "loss_weight_keys"]
 EXTENDED = {
     "get_seqlen_balanced_partitions": ["workloads"],
-    "rearrange_micro_batches": [*_COST, *_KEEP_TRAINING],
-    "prepare_dynamic_batch": [*_COST, *_KEEP_TRAINING],
-    "prepare_micro_batches": [*_COST, *_KEEP_TRAINING],
+    "rearrange_micro_batches": _PLANNING,
+    "prepare_dynamic_batch": _PLANNING,
+    "prepare_micro_batches": _PLANNING,
 }
+
+
+def test_todays_keyword_names_are_options() -> None:
+    from seqlen_balancing import PlanOptions
+    from seqlen_balancing.options import OptionKeywords, keyword_names
+
+    assert set(_OPTION_NAMES) <= keyword_names(OptionKeywords)
+    assert set(_OPTION_NAMES) <= {field.name for field in dataclasses.fields(PlanOptions)}
 
 
 @pytest.mark.parametrize("name", MIRRORED)
