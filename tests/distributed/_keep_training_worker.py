@@ -11,14 +11,9 @@ repeated a collective shows up as a desync. The test judges the records.
 
 from __future__ import annotations
 
-import datetime
 import itertools
-import json
 import logging
-import os
 import sys
-import traceback
-from pathlib import Path
 from typing import Any
 
 PG_TIMEOUT_S = 30
@@ -249,40 +244,15 @@ SCENARIOS = {
 }
 
 
-def main(argv: list[str]) -> int:
-    rank, world_size, init_method, out_dir = int(argv[0]), int(argv[1]), argv[2], Path(argv[3])
+def play(spec: dict[str, Any], group: Any) -> dict[str, Any]:
+    """One scenario of :data:`SCENARIOS` on this rank (a round of ``_world.play_rounds``)."""
     import torch.distributed as dist
 
-    with (out_dir / f"rank{rank}.jsonl").open("a", encoding="utf-8") as out:
-
-        def write(record: dict[str, Any]) -> None:
-            out.write(json.dumps(record) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-
-        try:
-            dist.init_process_group(
-                "gloo", init_method=init_method, rank=rank, world_size=world_size,
-                timeout=datetime.timedelta(seconds=PG_TIMEOUT_S),
-            )
-            try:
-                for name, scenario in SCENARIOS.items():
-                    write({"scenario": name, **scenario(rank, dist.group.WORLD)})
-                    seen: list[Any] = [None] * world_size
-                    dist.all_gather_object(seen, name)
-                    if seen != [name] * world_size:
-                        write({"scenario": "__desync__", "seen": seen})
-                        return 3
-            finally:
-                dist.destroy_process_group()
-        except BaseException:
-            write({"scenario": "__harness_error__", "traceback": traceback.format_exc()})
-            return 2
-    return 0
+    name = spec["scenario"]
+    return {"scenario": name, **SCENARIOS[name](dist.get_rank(group), group)}
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # skip teardown, where a gloo thread still alive can abort the process
+    from _world import exit_now, play_rounds  # beside this script
+
+    exit_now(play_rounds(sys.argv[1:], play, PG_TIMEOUT_S))

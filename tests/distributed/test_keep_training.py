@@ -10,18 +10,13 @@ gradient sync) stays in step.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import preloaded
+from distributed import _keep_training_worker as _worker
+from distributed import _world
 
 pytestmark = [pytest.mark.distributed, pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -32,37 +27,11 @@ WORLD = 2
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, dict[str, Any]]]:
-    """Every rank's record per scenario (the ranks run once per module)."""
+    """Every rank's record per scenario (the ranks run once per module, one round each)."""
     directory = tmp_path_factory.mktemp("keep_training")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    init_method = "file://" + str(directory / "rendezvous")
-    processes = []
-    start = time.monotonic()
-    try:
-        for rank in range(WORLD):
-            argv = [sys.executable, str(_WORKER), str(rank), str(WORLD), init_method, str(directory)]
-            output = directory / f"rank{rank}.out"
-            processes.append(preloaded.popen(argv, output=output, env=env, cwd=directory))
-        for process in processes:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=max(DEADLINE_S - (time.monotonic() - start), 0.1))
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=10)
-    out = []
-    for rank in range(WORLD):
-        path = directory / f"rank{rank}.jsonl"
-        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-        by_name = {record["scenario"]: record for record in map(json.loads, lines)}
-        tail = (directory / f"rank{rank}.out").read_text(errors="replace")[-3000:]
-        assert processes[rank].returncode == 0, (
-            f"rank {rank} ended with {processes[rank].returncode}: {lines[-1:]}\n{tail}"
-        )
-        out.append(by_name)
-    return out
+    rounds = [{"ranks": [{"scenario": name}] * WORLD} for name in _worker.SCENARIOS]
+    played = _world.run_world(_WORKER, WORLD, rounds, directory, DEADLINE_S)
+    return [{record["scenario"]: record for record in rank} for rank in played]
 
 
 def test_dummies_keep_the_loss_and_gradients_of_the_real_samples(
