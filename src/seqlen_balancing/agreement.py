@@ -92,6 +92,7 @@ from seqlen_balancing.planner import (
     local_count,
     log_over_cap,
 )
+from seqlen_balancing.window import PROFILE, WINDOW, Choice, choose, encode_window, settle
 
 __all__ = [
     "LAYOUT",
@@ -103,6 +104,7 @@ __all__ = [
     "combine",
     "decode",
     "encode",
+    "lockstep_choice",
     "plan_data_parallel",
     "plan_ranks",
     "request_value",
@@ -162,7 +164,8 @@ class Layout:
 REQUEST: tuple[tuple[str, Argument, Shown], ...] = (
     *(
         (name, opt.argument, {Kind.SWITCH: Shown.SWITCH, Kind.CHOICE: Shown.OVER_CAP,
-                              Kind.KEYS: Shown.HIDDEN, Kind.MODEL: Shown.HIDDEN}.get(opt.kind, Shown.NUMBER))
+                              Kind.KEYS: Shown.HIDDEN, Kind.MODEL: Shown.HIDDEN,
+                              Kind.SHARE: Shown.HIDDEN}.get(opt.kind, Shown.NUMBER))
         for name, opt in OPTIONS.items() if opt.agreed
     ),
     ("max_token_len", Argument.MAX_TOKEN_LEN, Shown.NUMBER),
@@ -182,6 +185,11 @@ LAYOUT = Layout(
     Slot("neg_static", idle=_NO_GROUPS),
     Slot("largest"),
     Slot("dummy_groups", idle=_NO_GROUPS),
+    Slot("window_count", WINDOW),
+    Slot("neg_window_count", WINDOW, idle=-_NO_GROUPS),
+    Slot("window_fits", WINDOW),
+    Slot("profile", WINDOW * PROFILE),
+    Slot("verl_profile", WINDOW * PROFILE),
     *(slot for name, _, _ in REQUEST
       for slot in (Slot(f"option_{name}"), Slot(f"neg_option_{name}", idle=_NO_GROUPS))),
 )
@@ -193,6 +201,8 @@ _KEY, _VALUES, _COUNT, _GROUPS = (LAYOUT.start(n) for n in ("error_key", "error_
 _MODE, _NEG_MODE = LAYOUT.start("mode"), LAYOUT.start("neg_mode")
 _STATIC, _NEG_STATIC = LAYOUT.start("static"), LAYOUT.start("neg_static")
 _LARGEST, _DUMMY_GROUPS = LAYOUT.start("largest"), LAYOUT.start("dummy_groups")
+_WINDOW = {name: LAYOUT.start(name) for name in
+           ("window_count", "neg_window_count", "window_fits", "profile", "verl_profile")}
 _REQUEST = tuple(
     (LAYOUT.start(f"option_{name}"), LAYOUT.start(f"neg_option_{name}")) for name, _, _ in REQUEST
 )
@@ -301,6 +311,7 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
         vector[_STATIC] = static_count << _RANK_BITS | tag
         vector[_NEG_STATIC] = -static_count << _RANK_BITS | tag
         return vector
+    encode_window(vector, _WINDOW, analysis)
     vector[_COUNT] = analysis.needed_count << _RANK_BITS | tag
     groups = _DUMMY_GROUPS if analysis.dummy_micro_batches else _GROUPS
     vector[groups] = -analysis.n_groups << _RANK_BITS | tag
@@ -432,6 +443,21 @@ def decode(
     return count, None, None
 
 
+def lockstep_choice(reduced: Sequence[int], count: int, analysis: RankAnalysis) -> Choice:
+    """The DP group's lock-step choice (:func:`~seqlen_balancing.window.choose`) at the
+    agreed ``count``, with this rank's options (the same on every rank, or the mismatch
+    error came first), recorded on ``analysis`` for
+    :func:`~seqlen_balancing.planner.build_plan` (:func:`~seqlen_balancing.window.settle`)."""
+    options = analysis.options
+    if options is None or analysis.error is not None or analysis.dummy_micro_batches:
+        return Choice(count)
+    fewest = -_split(reduced[_GROUPS])[0]
+    choice = choose(reduced, _WINDOW, count, fewest, analysis.num_batches_divided_by,
+                    analysis.requested_max_token_len, options.micro_batch_overhead)
+    settle(analysis, choice)
+    return choice
+
+
 @dataclass(frozen=True)
 class RankPlan:
     """One rank's part of :func:`plan_ranks`: its analysis and its micro-batches."""
@@ -486,10 +512,11 @@ def plan_ranks(
     ]
     balance = given.use_dynamic_bsz_balance
     if given.same_micro_num_in_dp:
-        count, error, _ = decode(combine([encode(a, rank) for rank, a in enumerate(analyses)]))
+        reduced = combine([encode(a, rank) for rank, a in enumerate(analyses)])
+        count, error, _ = decode(reduced)
         if error is not None:
             raise error.exception()
-        plans = [build_plan(a, count, balance) for a in analyses]
+        plans = [build_plan(a, lockstep_choice(reduced, count, a).count, balance) for a in analyses]
     else:
         plans = [build_plan(a, local_count(a, rank), balance) for rank, a in enumerate(analyses)]
     for rank, a in enumerate(analyses):

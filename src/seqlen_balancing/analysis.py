@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from seqlen_balancing.errors import PlanError
 
@@ -112,6 +112,11 @@ class RankAnalysis:
     _rest: RankAnalysis | None = field(default=None, repr=False)
     _rest_index: list[int] = field(default_factory=list, repr=False)
     options: PlanOptions | None = field(default=None, repr=False)
+    # The DP group's lock-step choice (seqlen_balancing.window): the count and the groups of
+    # each micro-batch this rank runs at it, aligned with the other ranks by workload.
+    lockstep: tuple[int, list[list[int]]] | None = field(default=None, repr=False)
+    # What this rank planned before the agreement at its window of counts (window.Window).
+    window: Any = field(default=None, repr=False)
 
     def micro_batch_cost(self, groups: Sequence[int]) -> int:
         """A micro-batch's cost in tokens (padded: rows x width), before rounding."""

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from seqlen_balancing._checks import as_switch
-from seqlen_balancing.agreement import decode, encode
+from seqlen_balancing.agreement import decode, encode, lockstep_choice
 from seqlen_balancing.errors import NotInGroup, PlanError
 from seqlen_balancing.planner import RankAnalysis
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -48,6 +49,8 @@ from seqlen_balancing.errors import (
     NotAnInteger,
     NotASwitch,
     NotPlanOptions,
+    OverheadInvalid,
+    OverheadNotANumber,
     OverCapNotAString,
     PlanError,
     SampleLimitBelowGroup,
@@ -103,6 +106,7 @@ class Kind(Enum):
     CHOICE = "one of a few words"
     KEYS = "TensorDict keys"
     MODEL = "a model shape"
+    SHARE = "a number >= 0"
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,15 @@ class PlanOptions:
         verl="micro-batch contents and order in every dynamic-path call; with the switch also "
         "calculate_workload (DP balance: PPO's _balance_batch, sft_trainer_ray); not the rank "
         "assignment of torchrun sft_trainer",
+    )
+
+    micro_batch_overhead: float = _option(
+        0.05, kind=Kind.SHARE, argument=Argument.MICRO_BATCH_OVERHEAD,
+        flag="--micro-batch-overhead", env="SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD",
+        batch_key="micro_batch_overhead",
+        doc="the fixed cost of one micro-batch, a share of 24576 x max_token_len: with a DP "
+        "group, the count and order that lower the lock-step step time (docs/step-time.md)",
+        verl=_DYNAMIC_PATH + " with a DP group (the count between the bound and verl's, the order)",
     )
 
     def __post_init__(self) -> None:
@@ -459,7 +472,18 @@ def _check(opt: Option, value: Any) -> tuple[Any, PlanError | None]:
         return value, None
     if kind is Kind.KEYS:
         return _keys(value)
+    if kind is Kind.SHARE:
+        return _share(value)
     return _model(value)
+
+
+def _share(value: Any) -> tuple[float | None, PlanError | None]:
+    """A finite number >= 0 as a float (``micro_batch_overhead``), or its error."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None, OverheadNotANumber(detail=describe(value))
+    if not math.isfinite(value) or value < 0:
+        return None, OverheadInvalid(detail=repr(value))
+    return float(value), None
 
 
 def _keys(value: Any) -> tuple[tuple[str, ...] | None, PlanError | None]:
@@ -560,6 +584,7 @@ def _env_value(name: str, opt: Option, text: str) -> Any:
         Kind.CHOICE: "raise or alone (any case), or empty for raise",
         Kind.KEYS: "TensorDict keys separated by commas, or empty for the defaults",
         Kind.MODEL: "key=value pairs separated by commas, e.g. hidden_size=8192,num_layers=80",
+        Kind.SHARE: "a finite number >= 0, e.g. 0.05",
     }
     if opt.kind is Kind.SWITCH:
         return env_switch(name, text)
@@ -575,6 +600,10 @@ def _env_value(name: str, opt: Option, text: str) -> Any:
         keys = tuple(part.strip() for part in text.split(","))
         if all(keys):
             return keys
+    elif opt.kind is Kind.SHARE:
+        share = _share_text(text)
+        if share is not None:
+            return share
     else:
         try:
             return WorkloadModel.parse(text)
@@ -647,6 +676,22 @@ def _key_list(text: str) -> tuple[str, ...]:
     return keys
 
 
+def _share_text(text: str) -> float | None:
+    """``text`` as a finite number >= 0, or ``None``."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _share_flag(text: str) -> float:
+    value = _share_text(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number >= 0")
+    return value
+
+
 def _model_text(text: str) -> WorkloadModel:
     try:
         return WorkloadModel.parse(text)
@@ -669,6 +714,7 @@ def add_arguments(parser: Any, groups: Mapping[str, Any] | None = None) -> None:
         elif opt.kind is Kind.CHOICE:
             target.add_argument(opt.flag, choices=OVER_CAP_CHOICES, **common)
         else:
-            convert = {Kind.KEYS: _key_list, Kind.MODEL: _model_text}.get(opt.kind, _positive)
-            metavar = {Kind.KEYS: "KEY[,KEY...]", Kind.MODEL: "SHAPE"}.get(opt.kind, "N")
+            convert = {Kind.KEYS: _key_list, Kind.MODEL: _model_text,
+                       Kind.SHARE: _share_flag}.get(opt.kind, _positive)
+            metavar = {Kind.KEYS: "KEY[,KEY...]", Kind.MODEL: "SHAPE", Kind.SHARE: "F"}.get(opt.kind, "N")
             target.add_argument(opt.flag, type=convert, metavar=metavar, **common)

@@ -96,6 +96,7 @@ __all__ = [
     "RankAnalysis",
     "agreed_count",
     "analyse",
+    "balanced_bins",
     "build_plan",
     "failed_analysis",
     "local_count",
@@ -394,6 +395,12 @@ def local_count(result: RankAnalysis, rank: int | None = None) -> int:
 
 
 def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
+    return balanced_bins(result, count, None if result._rest is not None else _fitting_kk(result, count))
+
+
+def balanced_bins(result: RankAnalysis, count: int, verl: list[list[int]] | None) -> list[list[int]]:
+    """The groups of each of ``count`` best-balanced micro-batches (unordered), ``verl``
+    (verl's Karmarkar-Karp partition at ``count``, or ``None``) among the candidates."""
     if result._rest is not None:  # over-cap groups alone, the others balanced around them
         over, index = result.over_cap_groups, result._rest_index
         left = count - len(over)
@@ -405,8 +412,7 @@ def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
         raise ValueError("an analysis without a rule has no plan")
     # verl's own partition at this count whenever it fits: at verl's count it always does,
     # so the plan is never less balanced than verl's (its candidate wins ties).
-    return balanced(result.rule, result.group_workloads, result._packing, count,
-                    _fitting_kk(result, count))
+    return balanced(result.rule, result.group_workloads, result._packing, count, verl)
 
 
 def build_plan(
@@ -454,10 +460,17 @@ def build_plan(
         )
     group = result.force_group_size
     real = min(count, result.n_groups)
-    bins = _balanced_bins(result, real)
+    chosen = result.lockstep
+    bins = chosen[1] if chosen is not None and chosen[0] == real else _balanced_bins(result, real)
     micro_batches = [sorted(s for g in b for s in range(g * group, (g + 1) * group)) for b in bins]
-    ordered = order_micro_batches(micro_batches, result.group_workloads, use_dynamic_bsz_balance,
-                                  group)
+    if chosen is not None and not use_dynamic_bsz_balance:
+        # lined up with the DP group's ranks: heaviest first on every rank (window.py)
+        loads = result.group_workloads
+        ordered = sorted(micro_batches, key=lambda mb: (sum(loads[i // group] for i in mb[::group]),
+                                                        mb[0] if mb else 0), reverse=True)
+    else:
+        ordered = order_micro_batches(micro_batches, result.group_workloads, use_dynamic_bsz_balance,
+                                      group)
     return ordered + [[] for _ in range(count - real)]
 
 

@@ -27,6 +27,8 @@ __all__ = [
     "MissingSetting",
     "NotASwitch",
     "NotAnInteger",
+    "OverheadInvalid",
+    "OverheadNotANumber",
     "NotPlanOptions",
     "OverCapNotAString",
     "SampleLimitBelowGroup",
@@ -226,4 +228,31 @@ class WorkloadsAndModel(PlanError):
         return (
             "workloads and workload_model are both given: each sets the balance objective; "
             "pass one of them (per-sample workloads, or the model whose workloads to compute)"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class OverheadNotANumber(PlanError):
+    """``micro_batch_overhead`` is not a real number (a string, a bool, ``None``)."""
+
+    exception_type = TypeError
+
+    def text(self) -> str:
+        return (
+            "micro_batch_overhead must be a number >= 0 (the fixed cost of one micro-batch as "
+            "a share of 24576 x max_token_len), got a value that is not a number"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class OverheadInvalid(PlanError):
+    """``micro_batch_overhead`` is negative, infinite or NaN."""
+
+    def text(self) -> str:
+        return (
+            "micro_batch_overhead must be a finite number >= 0 (the fixed cost of one "
+            "micro-batch as a share of 24576 x max_token_len), got a negative, infinite or NaN "
+            "value; pass e.g. 0.05"
         )

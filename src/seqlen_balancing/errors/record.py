@@ -193,6 +193,7 @@ class Argument(IntEnum):
     WORKLOAD_MODEL = 19
     WORKLOADS = 20
     OPTIONS = 21
+    MICRO_BATCH_OVERHEAD = 22
 
     @property
     def parameter(self) -> str:
