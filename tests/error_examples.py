@@ -64,6 +64,8 @@ from seqlen_balancing.errors import (
     TooManyDummies,
     UnknownOption,
     UnknownOverCap,
+    OverheadInvalid,
+    OverheadNotANumber,
     WorkloadModelInvalid,
     WorkloadsAndModel,
 )
@@ -145,6 +147,12 @@ VALUES: list[tuple[PlanError, tuple[int, ...], str]] = [
         "workload_model must be a seqlen_balancing.cost.WorkloadModel, a mapping of its fields "
         "or 'key=value,...' text (e.g. 'hidden_size=8192,num_layers=80'), got one that is not a "
         "valid model shape"),
+    (OverheadNotANumber(detail="'0.1' (str)"), (),
+        "micro_batch_overhead must be a number >= 0 (the fixed cost of one micro-batch as a share "
+        "of 24576 x max_token_len), got a value that is not a number"),
+    (OverheadInvalid(detail="-0.1"), (),
+        "micro_batch_overhead must be a finite number >= 0 (the fixed cost of one micro-batch as "
+        "a share of 24576 x max_token_len), got a negative, infinite or NaN value; pass e.g. 0.05"),
     (WorkloadsAndModel(), (),
         "workloads and workload_model are both given: each sets the balance objective; pass one"
         " of them (per-sample workloads, or the model whose workloads to compute)"),
@@ -353,7 +361,8 @@ EXAMPLES = [error for error, _, _ in VALUES]
 
 #: The records raised as TypeError (a wrong type); every other one is a ValueError.
 TYPE_ERRORS = {
-    "NotAnInteger", "NotASwitch", "OverCapNotAString", "LengthNotAnInteger", "LengthsNotASequence",
+    "NotAnInteger", "NotASwitch", "OverCapNotAString", "OverheadNotANumber", "LengthNotAnInteger",
+    "LengthsNotASequence",
     "NotADataProto", "NotATensorDict", "NonTensorNotArray", "EntryLayout", "EntryStack",
     "MetaInfoNotCopyable", "ProtoRaggedStack", "LossWeightNotTensor", "LossWeightKeysNotKeys",
     "UnknownOption", "NotPlanOptions",

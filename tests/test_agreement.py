@@ -5,10 +5,12 @@ that survived ``mutmut`` before these tests; see README, Development)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 import seqlen_balancing.agreement as agreement
+from seqlen_balancing import karmarkar_karp, plan_micro_batches
 from error_examples import EXAMPLES
 from seqlen_balancing.agreement import (
     LAYOUT,
@@ -53,18 +55,44 @@ CODE_BITS = 6  # codes 1..48 (module docstring: N.bit_length() bits)
 REQUEST_NAMES = [
     "force_group_size", "num_batches_divided_by", "min_num_micro_batch", "use_dynamic_bsz_balance",
     "pad_to_multiple_of", "micro_batch_multiple_of", "padded", "max_samples_per_micro_batch",
-    "over_cap", "dummy_micro_batches", "loss_weight_keys", "workload_model", "max_token_len",
-    "costs", "workloads",
+    "over_cap", "dummy_micro_batches", "loss_weight_keys", "workload_model",
+    "micro_batch_overhead", "max_token_len", "costs", "workloads",
 ]
 FIXED = 27  # slots before the request's pairs
-SIZE = FIXED + 2 * len(REQUEST_NAMES)
+WINDOW_AT = FIXED + 2 * len(REQUEST_NAMES)  # the lock-step window (window.py) after them:
+# 2 counts, 2 negated counts, 2 Karmarkar-Karp verdicts, 2 x 16 profile values, 2 x 16 verl's
+SIZE = WINDOW_AT + 2 + 2 + 2 + 32 + 32
+#: micro_batch_overhead=0.05 (the default) travels hashed, as any float does
+OVERHEAD = agreement.request_value(0.05)
+
+
+def workload(s: int) -> int:
+    return 24576 * s + s * s
+
+
+def window(lengths: list[int], cap: int, counts: list[int], step: int = 1, **options: Any) -> dict[int, int]:
+    """The window's slots of a rank planning ``counts`` (window.py's docstring): slot
+    ``(c / step) % 2`` holds c, -c, whether verl's Karmarkar-Karp fits (0) or not (1), the
+    plan's micro-batch workloads heaviest first and Karmarkar-Karp's, zeros after them."""
+    out: dict[int, int] = {}
+    for c in counts:
+        i = (c // step) % 2
+        plan = plan_micro_batches(lengths, cap, num_micro_batches=c, num_batches_divided_by=step, **options)
+        kk = karmarkar_karp([workload(x) for x in lengths], c, equal_size=False)
+        fits = all(sum(lengths[j] for j in part) <= cap for part in kk)
+        out[WINDOW_AT + i], out[WINDOW_AT + 2 + i], out[WINDOW_AT + 4 + i] = c, -c, int(not fits)
+        for name, parts in ((6, plan), (38, kk if fits else [])):
+            loads = sorted((sum(workload(lengths[j]) for j in p) for p in parts), reverse=True)
+            for k, load in enumerate(loads):
+                out[WINDOW_AT + name + 16 * i + k] = load
+    return out
 
 
 def request(cap: int | None, **changed: int) -> list[int | None]:
     """The request of a rank asked for verl's defaults under ``cap``, by hand: the positive
     integers 1 (None counts as 1 for the divisor and the floor), switches and over_cap 0,
     keys and model None (0), the cap, nothing given; ``changed`` overrides by name."""
-    values = dict(zip(REQUEST_NAMES, [1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, cap, 0, 0], strict=True))
+    values = dict(zip(REQUEST_NAMES, [1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, OVERHEAD, cap, 0, 0], strict=True))
     values.update(changed)
     return [values[name] for name in REQUEST_NAMES]
 
@@ -77,6 +105,7 @@ def model_vector(
     largest: int = 0,
     dummies: bool = False,
     asked: list[int | None] | None = None,
+    planned: dict[int, int] | None = None,
 ) -> list[int]:
     """The slots as agreement.py's docstring lays them out, written out by hand: 0 the error
     key, 1-18 the error's 9 values in halves, then count (19), groups (20), mode (21, 22),
@@ -85,9 +114,13 @@ def model_vector(
     (needed count, groups); ``largest`` the longest sample or group (capped at 2**62 + 1,
     which stands for "above 2**62"); ``dummies``: the rank may run dummy micro-batches, so
     its groups go to slot 26, not 20; ``asked``: the request's values (``None``: the rank
-    states none, every pair idle)."""
+    states none, every pair idle); ``planned``: the window's slots (:func:`window`; else
+    idle: the negated counts 2**62, the rest 0)."""
     tag = MASK - rank
     v = [0] * SIZE
+    v[WINDOW_AT + 2], v[WINDOW_AT + 3] = -NONE, -NONE
+    for at, value in (planned or {}).items():
+        v[at] = value
     v[25] = min(largest, 2**62 + 1)
     v[26] = NONE
     for j in range(len(REQUEST_NAMES)):
@@ -130,10 +163,12 @@ def test_the_layout_is_declared_once_and_documented_by_name() -> None:
     fixed = ["error_key", "error_values", "count", "groups", "mode", "neg_mode", "static",
              "neg_static", "largest", "dummy_groups"]
     pairs = [f"{neg}option_{name}" for name in REQUEST_NAMES for neg in ("", "neg_")]
-    assert names == fixed + pairs
-    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 57
+    windows = ["window_count", "neg_window_count", "window_fits", "profile", "verl_profile"]
+    assert names == fixed + pairs + windows
+    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 129
     assert [LAYOUT.start(n) for n in fixed] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26]
-    assert [LAYOUT.start(n) for n in pairs] == list(range(FIXED, SIZE))
+    assert [LAYOUT.start(n) for n in pairs] == list(range(FIXED, WINDOW_AT))
+    assert [LAYOUT.start(n) for n in windows] == [WINDOW_AT + k for k in (0, 2, 4, 6, 38)]
     assert [name for name, _, _ in agreement.REQUEST] == REQUEST_NAMES
     doc = agreement.__doc__ or ""
     assert [n for n in fixed if f"``{n}``" not in doc] == []  # every slot named as declared
@@ -160,15 +195,23 @@ def test_rank_range_is_inclusive_of_the_last_rank() -> None:
 def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
     # Dynamic: [8, 8, 1] under a cap of 9 needs 2 micro-batches of 3 samples.
     assert encode(analyse([8, 8, 1], 9), rank) == model_vector(
-        rank, dynamic=(2, 3), largest=8, asked=request(9))
+        rank, dynamic=(2, 3), largest=8, asked=request(9), planned=window([8, 8, 1], 9, [2, 3]))
     five = analyse([1] * 5, 9, PlanOptions(num_batches_divided_by=3))
+    # its own count 1 rounds up to 3; 6 is above its 5 samples: one count planned
     assert encode(five, rank) == model_vector(
-        rank, dynamic=(1, 5), largest=1, asked=request(9, num_batches_divided_by=3))
+        rank, dynamic=(1, 5), largest=1, asked=request(9, num_batches_divided_by=3),
+        planned=window([1] * 5, 9, [3], step=3))
     # the static path states no request (its options do not act there)
     assert encode(analyse([1], 4), rank, static_count=7) == model_vector(rank, static=7, largest=1)
     grouped = analyse([3, 4, 9, 1], 20, PlanOptions(force_group_size=2))  # groups of 7 and 10 tokens
+    g0, g1 = workload(3) + workload(4), workload(9) + workload(1)  # 172057, 245842
+    # count 1 in slot 1 (both groups), count 2 in slot 0 (heaviest first); both fit
+    grouped_window = {WINDOW_AT: 2, WINDOW_AT + 1: 1, WINDOW_AT + 2: -2, WINDOW_AT + 3: -1,
+                      WINDOW_AT + 6: g1, WINDOW_AT + 7: g0, WINDOW_AT + 22: g0 + g1,
+                      WINDOW_AT + 38: g1, WINDOW_AT + 39: g0, WINDOW_AT + 54: g0 + g1}
     assert encode(grouped, rank) == model_vector(
-        rank, dynamic=(1, 2), largest=10, asked=request(20, force_group_size=2))
+        rank, dynamic=(1, 2), largest=10, asked=request(20, force_group_size=2),
+        planned=grouped_window)
     every = PlanOptions(min_num_micro_batch=2, use_dynamic_bsz_balance=False, pad_to_multiple_of=4,
                         micro_batch_multiple_of=8, over_cap="alone", dummy_micro_batches=True)
     costly = analyse([3, 4, 9], 40, every, costs=[1, 2, 3], workloads=[5, 6, 7])
@@ -179,7 +222,8 @@ def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
                                                 asked=asked)
     limited = analyse([3, 4, 9], 40, PlanOptions(max_samples_per_micro_batch=2, padded=True))
     assert encode(limited, rank) == model_vector(
-        rank, dynamic=(2, 3), largest=9, asked=request(40, max_samples_per_micro_batch=2, padded=1))
+        rank, dynamic=(2, 3), largest=9, asked=request(40, max_samples_per_micro_batch=2, padded=1),
+        planned=window([3, 4, 9], 40, [2, 3], max_samples_per_micro_batch=2, padded=True))
     over = analyse([3, 40, 9], 20)  # the longest sample (40) travels with the error
     assert over.error is not None
     assert encode(over, rank) == model_vector(rank, error=over.error, largest=40, asked=request(20))
@@ -242,6 +286,7 @@ def test_every_slot_is_int64_even_for_huge_values() -> None:
     for vector in vectors:
         assert all(INT64[0] <= value <= INT64[1] for value in vector), vector
     # 2**41 - 1 is the largest divisor the vector carries; one more is the rank's own error.
+    # (its window would start at 2**41 - 1 micro-batches, far above 16: none planned)
     assert vectors[4] == model_vector(3, dynamic=(1, 2), largest=2,
                                       asked=request(4, num_batches_divided_by=(1 << 41) - 1))
     assert vectors[5][0] == (MASK - 3) << CODE_BITS | CountAboveGroups.code
@@ -381,7 +426,11 @@ def test_plan_data_parallel_orders_as_verl_by_default() -> None:
     balanced = [[[1], [3], [2], [0]]] * 2
     in_order = [[[0], [1], [2], [3]]] * 2
     assert plan_data_parallel(lengths, 4, min_num_micro_batch=4) == balanced
-    assert plan_data_parallel(lengths, 4, min_num_micro_batch=4, use_dynamic_bsz_balance=False) == in_order
+    # without verl's order, ranks that agree line their micro-batches up heaviest first
+    # (window.py: index k about the same workload on every rank); alone, by first index
+    heaviest_first = [[[3], [2], [1], [0]]] * 2
+    assert plan_data_parallel(lengths, 4, min_num_micro_batch=4,
+                              use_dynamic_bsz_balance=False) == heaviest_first
     alone = plan_data_parallel(lengths, 4, min_num_micro_batch=4, same_micro_num_in_dp=False)
     assert alone == balanced
     alone = plan_data_parallel(

@@ -64,6 +64,8 @@ DECLARED: dict[str, tuple[Any, str | None, str, str | None, bool]] = {
     "loss_weight_keys": (None, "SEQLEN_BALANCING_LOSS_WEIGHT_KEYS", "--loss-weight-keys",
                          "loss_weight_keys", True),
     "workload_model": (None, "SEQLEN_BALANCING_WORKLOAD_MODEL", "--workload-model", None, True),
+    "micro_batch_overhead": (0.05, "SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD", "--micro-batch-overhead",
+                             "micro_batch_overhead", True),
 }
 
 #: verl 0.9.1's own parameters among the options (rearrange_micro_batches' order).
@@ -264,12 +266,17 @@ def test_every_variable_of_the_environment() -> None:
         "SEQLEN_BALANCING_DUMMY_MICRO_BATCHES": "yes",
         "SEQLEN_BALANCING_LOSS_WEIGHT_KEYS": "loss_mask, response_mask",
         "SEQLEN_BALANCING_WORKLOAD_MODEL": "hidden_size=8192,num_layers=80",
+        "SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD": " 0.2 ",
         "PATH": "/bin",
     }
     assert PlanOptions.from_env(env) == PlanOptions(
         pad_to_multiple_of=16, micro_batch_multiple_of=512, max_samples_per_micro_batch=2,
         over_cap="alone", dummy_micro_batches=True, loss_weight_keys=("loss_mask", "response_mask"),
-        workload_model=WorkloadModel(8192, 80))
+        workload_model=WorkloadModel(8192, 80), micro_batch_overhead=0.2)
+    for bad in ("-0.1", "nan", "inf", "a lot"):
+        with pytest.raises(ValueError, match="SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD=.* is not accepted: it "
+                           "takes a finite number >= 0, e.g. 0.05"):
+            PlanOptions.from_env({"SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD": bad})
     variables = {opt.env for opt in OPTIONS.values() if opt.env} | {"SEQLEN_BALANCING_VERL"}
     assert set(env) - {"PATH"} == variables  # the test names every variable there is
     assert PlanOptions.from_env({name: "" for name in variables}) == PlanOptions()
@@ -306,14 +313,16 @@ def test_one_flag_per_option_generated_from_the_metadata() -> None:
         "--no-same-micro-num-in-dp", "--no-dynamic-bsz-balance", "--pad-to-multiple-of", "8",
         "--micro-batch-multiple-of", "16", "--padded", "--max-samples-per-micro-batch", "6",
         "--over-cap", "alone", "--dummy-micro-batches", "--loss-weight-keys", "a,b",
-        "--workload-model", "hidden_size=64",
+        "--workload-model", "hidden_size=64", "--micro-batch-overhead", "0",
     ])
     assert PlanOptions.from_args(args) == PlanOptions(
         force_group_size=2, num_batches_divided_by=3, min_num_micro_batch=4,
         same_micro_num_in_dp=False, use_dynamic_bsz_balance=False, pad_to_multiple_of=8,
         micro_batch_multiple_of=16, padded=True, max_samples_per_micro_batch=6, over_cap="alone",
-        dummy_micro_batches=True, loss_weight_keys=("a", "b"), workload_model=WorkloadModel(64))
-    for bad in (["--force-group-size", "0"], ["--over-cap", "alnoe"], ["--workload-model", "x=1"]):
+        dummy_micro_batches=True, loss_weight_keys=("a", "b"), workload_model=WorkloadModel(64),
+        micro_batch_overhead=0.0)
+    for bad in (["--force-group-size", "0"], ["--over-cap", "alnoe"], ["--workload-model", "x=1"],
+                ["--micro-batch-overhead", "-1"]):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
 
@@ -330,3 +339,18 @@ def test_docs_options_md_has_one_row_per_option_as_declared() -> None:
         assert cells[2] == f"`{flag}`", name
         assert cells[3] == (f"`{key}`" if key else "-"), name
         assert cells[4] == ("agreed" if agreed else "decides whether ranks agree"), name
+
+
+@pytest.mark.parametrize(("value", "kind", "text"), [
+    (-0.1, ValueError, "micro_batch_overhead must be a finite number >= 0"),
+    (float("nan"), ValueError, "micro_batch_overhead must be a finite number >= 0"),
+    (float("inf"), ValueError, "micro_batch_overhead must be a finite number >= 0"),
+    ("0.1", TypeError, "micro_batch_overhead must be a number >= 0"),
+    (True, TypeError, "micro_batch_overhead must be a number >= 0"),
+    (None, TypeError, "micro_batch_overhead must be a number >= 0"),
+])
+def test_micro_batch_overhead_is_a_finite_number_at_least_zero(value: Any, kind: type, text: str) -> None:
+    with pytest.raises(kind, match=text):
+        PlanOptions(micro_batch_overhead=value)
+    assert PlanOptions(micro_batch_overhead=0).micro_batch_overhead == 0.0
+    assert type(PlanOptions(micro_batch_overhead=1).micro_batch_overhead) is float

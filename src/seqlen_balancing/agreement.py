@@ -185,13 +185,13 @@ LAYOUT = Layout(
     Slot("neg_static", idle=_NO_GROUPS),
     Slot("largest"),
     Slot("dummy_groups", idle=_NO_GROUPS),
+    *(slot for name, _, _ in REQUEST
+      for slot in (Slot(f"option_{name}"), Slot(f"neg_option_{name}", idle=_NO_GROUPS))),
     Slot("window_count", WINDOW),
     Slot("neg_window_count", WINDOW, idle=-_NO_GROUPS),
     Slot("window_fits", WINDOW),
     Slot("profile", WINDOW * PROFILE),
     Slot("verl_profile", WINDOW * PROFILE),
-    *(slot for name, _, _ in REQUEST
-      for slot in (Slot(f"option_{name}"), Slot(f"neg_option_{name}", idle=_NO_GROUPS))),
 )
 
 #: Length of the int64 vector each rank contributes.

@@ -525,6 +525,7 @@ class OptionKeywords(TypedDict, total=False):
     dummy_micro_batches: bool
     loss_weight_keys: str | Sequence[str] | None
     workload_model: WorkloadModel | Mapping[str, Any] | str | None
+    micro_batch_overhead: float
 
 
 class GroupOptionKeywords(OptionKeywords, total=False):
