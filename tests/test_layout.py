@@ -33,8 +33,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("analysis", "items"),
     ("search",),
     ("planner", "verl_rule"),
-    # the whole step across DP ranks: the lock-step model and grid, then the global planner
-    ("lockstep", "step"),
+    # the whole step across DP ranks: the lock-step model and grid, then the global planner;
+    # the lock-step choice of a DP group's per-rank plans
+    ("lockstep", "step", "window"),
     ("agreement",),
     ("distributed",),
     ("batch", "sampler"),

@@ -34,7 +34,8 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "num_batches_divided_by": (["--num-batches-divided-by", "4"], []),
     "min_num_micro_batch": (["--min-num-micro-batch", "5"], []),
     "same_micro_num_in_dp": (["--no-same-micro-num-in-dp"], []),
-    "use_dynamic_bsz_balance": (["--no-dynamic-bsz-balance"], []),
+    # three micro-batches or more: verl's order (lightest at both ends) is not heaviest first
+    "use_dynamic_bsz_balance": (["--no-dynamic-bsz-balance"], ["--min-num-micro-batch", "4"]),
     "pad_to_multiple_of": (["--pad-to-multiple-of", "512"], []),
     "micro_batch_multiple_of": (["--micro-batch-multiple-of", "1024"], []),
     "padded": (["--padded"], []),
@@ -43,7 +44,16 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "dummy_micro_batches": (["--dummy-micro-batches"], ["--num-batches-divided-by", "8"]),
     "loss_weight_keys": (["--loss-weight-keys", "loss_mask"], []),
     "workload_model": (["--workload-model", "hidden_size=64,num_layers=2"], ["BALANCED"]),
+    # free micro-batches: one more per rank lines the ranks up better (window.py)
+    "micro_batch_overhead": (["--micro-batch-overhead", "0"], ["LOCKSTEP"]),
 }
+
+#: 20 rows whose two ranks run faster in lock-step with 6 micro-batches of 50 tokens than
+#: with the 5 each needs alone (tests/test_window.py), and the caps where that shows.
+LOCKSTEP = [20, 34, 28, 15, 27, 30, 34, 18, 12, 16, 26, 15, 17, 37, 28, 15, 32, 19, 21, 20]
+LOCKSTEP_ARGS = {"plan": ["--max-token-len", "50"], "sweep": ["--max-token-len", "45,50"],
+                 "epoch": ["--trainer", "sft_trainer", "--global-batch-size", "20",
+                           "--max-token-len", "45"]}
 
 DEFAULTS = options_json(PlanOptions())
 
@@ -107,7 +117,11 @@ def test_every_option_changes_the_plan_of_every_subcommand(
     flag, extra = CASES[name]
     plain, over = _files(tmp_path)
     base = _base(command, over if "OVER" in extra else plain, "BALANCED" in extra)
-    base += [arg for arg in extra if arg not in ("OVER", "BALANCED")]
+    base += [arg for arg in extra if arg not in ("OVER", "BALANCED", "LOCKSTEP")]
+    if "LOCKSTEP" in extra:  # later flags win: these rows, these caps
+        rows = tmp_path / "lockstep.txt"
+        rows.write_text("".join(f"{n}\n" for n in LOCKSTEP), encoding="utf-8")
+        base += ["--lengths", str(rows), *LOCKSTEP_ARGS[command]]
     without, with_flag = _outcome(capsys, base), _outcome(capsys, [*base, *flag])
     assert isinstance(with_flag, dict), f"{command} {' '.join(flag)} cannot plan: {with_flag}"
     assert with_flag["options"][name] != DEFAULTS[name]  # the option as planned: the flag's
