@@ -503,8 +503,10 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
         key = tuple(part)
         if key not in memo:
             # each group is one item of its summed cost: the same rule, on the usable cap
+            # at least ``count``: the search stops once a packing fits in that many
             memo[key] = analyse([result.group_sizes[g] for g in part], result.max_token_len,
-                                PlanOptions(max_samples_per_micro_batch=limit),
+                                PlanOptions(max_samples_per_micro_batch=limit,
+                                            min_num_micro_batch=min(count, len(part))),
                                 workloads=[loads[g] for g in part])
         alone = memo[key]
         if alone.error is not None or alone.min_count > count:

@@ -193,7 +193,10 @@ def _search_count(result: RankAnalysis, floor: int | None) -> None:
     if rule is None:
         raise ValueError("the count search needs the analysis' rule")
     search = _Search(result, rule, floor)
-    for packer in PACKERS:
+    if floor is not None and floor >= rule.n and all(rule.fits_alone(g) for g in range(rule.n)):
+        # every item alone is the only plan with that many micro-batches: no packer needed
+        search.packing = [[g] for g in range(rule.n)]
+    for packer in PACKERS if not search.packing else ():
         if not packer.serves(rule):
             continue
         if search.packing:
