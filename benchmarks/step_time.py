@@ -193,8 +193,13 @@ def setting(lengths_all: list[int], dp: int, per: int, cap: int, steps: int
     return tallies, bound_total, outcomes
 
 
-def main_tables(steps: int) -> list[tuple[str, Outcome]]:
-    """Print a table per dataset; return every step's outcome, with its dataset."""
+#: One setting's global plans: its dataset, ranks, samples per rank, cap and tally.
+Row = tuple[str, int, int, int, "Tally"]
+
+
+def main_tables(steps: int, rows: list[Row] | None = None) -> list[tuple[str, Outcome]]:
+    """Print a table per dataset; return every step's outcome, with its dataset (and add
+    each setting's global tally to ``rows``)."""
     header = "".join(f"{'x floor':>9}{'worst':>7}" for _ in OVERHEADS)
     fs = "".join(f"{'f=' + format(f, 'g'):>16}" for f in OVERHEADS)
     everything: list[tuple[str, Outcome]] = []
@@ -208,6 +213,8 @@ def main_tables(steps: int) -> list[tuple[str, Outcome]]:
             for label, tally in tallies.items():
                 print(tally.row(label))
             everything += [(name, outcome) for outcome in outcomes]
+            if rows is not None:
+                rows.append((name, dp, per, cap, tallies["global"]))
     return everything
 
 
@@ -221,6 +228,27 @@ def summary(outcomes: list[tuple[str, Outcome]]) -> None:
             most = max((counts[f] - bound for counts, bound in chosen), default=0)
             cells.append(f"f={f:g}: {hits}/{len(chosen)} ({hits / max(1, len(chosen)):.1%}), +{most} at most")
         print(f"  {label:<12}" + "; ".join(cells))
+
+
+def targets(outcomes: list[tuple[str, Outcome]], rows: list[Row]) -> None:
+    """Issue 31's targets for plan_global_batch, on the CHAMP sets, at each ``f``."""
+    print("\nIssue 31's targets (plan_global_batch, CHAMP and CHAMP responses):")
+    champ = [o for name, o in outcomes if name.startswith("CHAMP")]
+    for f in OVERHEADS:
+        hits = sum(counts[f] == bound for counts, bound in champ)
+        most = max(counts[f] - bound for counts, bound in champ)
+        share = hits / len(champ)
+        verdict = "met" if share >= 0.95 and most <= 1 else "MISSED"
+        print(f"  f={f:<5g}count at ceil(B / dp) on {hits}/{len(champ)} steps ({share:.1%}, target "
+              f">= 95%), at most +{most} (target +1): {verdict}")
+    wide = [row for row in rows if row[0].startswith("CHAMP") and row[2] >= 32]
+    for f in OVERHEADS:
+        ratios = [t.time[f] / t.floor[f] for *_, t in wide]
+        worst = max(t.worst[f] for *_, t in wide)
+        verdict = "met" if max(ratios) <= 1.02 else "MISSED"
+        print(f"  f={f:<5g}step time / floor, ranks of 32+ samples ({len(wide)} settings): at most "
+              f"{max(ratios):.4f} over a setting's steps (target 1.02): {verdict}; worst single "
+              f"step {worst:.3f}")
 
 
 def issue_table(steps: int) -> None:
@@ -263,7 +291,8 @@ def timing_table() -> None:
     ]
     for label, call in rows:
         wall, cpu = timed(call)
-        print(f"  {label:<40}{wall:>8.2f} s wall{cpu:>8.2f} s cpu")
+        target = "  (target < 5 s)" if label.startswith("global") else ""
+        print(f"  {label:<40}{wall:>8.2f} s wall{cpu:>8.2f} s cpu{target}")
     print(f"  (load average after: {os.getloadavg()[0]:.2f})")
 
 
@@ -274,7 +303,10 @@ def main() -> None:
     args = parser.parse_args()
     steps = 3 if args.quick else args.steps
     issue_table(steps)
-    summary(main_tables(steps))
+    rows: list[Row] = []
+    outcomes = main_tables(steps, rows)
+    summary(outcomes)
+    targets(outcomes, rows)
     if not args.quick:
         timing_table()
 

@@ -50,6 +50,8 @@ from seqlen_balancing.errors import (
     NotPlanOptions,
     OptionMismatch,
     OverCapNotAString,
+    OverheadInvalid,
+    OverheadNotANumber,
     PaddedGroupOverCap,
     PaddedLazyStack,
     PaddedSampleOverCap,
@@ -64,8 +66,6 @@ from seqlen_balancing.errors import (
     TooManyDummies,
     UnknownOption,
     UnknownOverCap,
-    OverheadInvalid,
-    OverheadNotANumber,
     WorkloadModelInvalid,
     WorkloadsAndModel,
 )

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import seqlen_balancing.agreement as agreement
-from seqlen_balancing import karmarkar_karp, plan_micro_batches
 from error_examples import EXAMPLES
+from seqlen_balancing import karmarkar_karp, plan_micro_batches
 from seqlen_balancing.agreement import (
     LAYOUT,
     VECTOR_SIZE,

@@ -274,8 +274,8 @@ def test_every_variable_of_the_environment() -> None:
         over_cap="alone", dummy_micro_batches=True, loss_weight_keys=("loss_mask", "response_mask"),
         workload_model=WorkloadModel(8192, 80), micro_batch_overhead=0.2)
     for bad in ("-0.1", "nan", "inf", "a lot"):
-        with pytest.raises(ValueError, match="SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD=.* is not accepted: it "
-                           "takes a finite number >= 0, e.g. 0.05"):
+        with pytest.raises(ValueError, match=r"SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD=.* is not accepted: "
+                           r"it takes a finite number >= 0, e\.g\. 0\.05"):
             PlanOptions.from_env({"SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD": bad})
     variables = {opt.env for opt in OPTIONS.values() if opt.env} | {"SEQLEN_BALANCING_VERL"}
     assert set(env) - {"PATH"} == variables  # the test names every variable there is

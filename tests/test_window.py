@@ -124,7 +124,8 @@ def test_an_extra_micro_batch_when_it_saves_more_than_it_costs() -> None:
     for overhead, count in ((0.0, 6), (0.2, 5)):
         plans = plan_data_parallel(lengths, 50, micro_batch_overhead=overhead)
         assert [len(p) for p in plans] == [count, count]
-        assert expected(lengths, 50, overhead) == (count, lock_step(plans, lengths, overhead * 24576 * 50, False))
+        modeled = lock_step(plans, lengths, overhead * 24576 * 50, False)
+        assert expected(lengths, 50, overhead) == (count, modeled)
     at_five = [plan_micro_batches(lens, 50, num_micro_batches=5) for lens in lengths]
     at_six = plan_data_parallel(lengths, 50, micro_batch_overhead=0.0)
     assert lock_step(at_six, lengths, 0.0, False) < lock_step(at_five, lengths, 0.0, True)

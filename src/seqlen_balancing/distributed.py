@@ -164,9 +164,10 @@ def agree(
     Returns:
         ``(count, None, None)`` or ``(0, error, rank at fault or None)``; identical on every
         rank. The count is the largest any rank needs, rounded up to
-        ``num_batches_divided_by`` (which must be the same on every rank, else an error);
-        on the static path, the common static count. The error names the DP group rank and
-        the global rank at fault.
+        ``num_batches_divided_by`` (which must be the same on every rank, else an error),
+        or the lock-step choice above it (:mod:`seqlen_balancing.window`, recorded on
+        ``analysis`` for its plan); on the static path, the common static count. The
+        error names the DP group rank and the global rank at fault.
 
     Complexity: one collective of :data:`~seqlen_balancing.agreement.VECTOR_SIZE` int64
     values and one device-to-host copy of it.
@@ -179,4 +180,9 @@ def agree(
     def global_rank(group_rank: int) -> int:
         return int(dist.get_global_rank(group, group_rank)) if group is not None else group_rank
 
-    return decode(vector.tolist(), global_rank)
+    reduced = vector.tolist()
+    count, error, rank_at_fault = decode(reduced, global_rank)
+    if error is not None or static_count is not None:
+        return count, error, rank_at_fault
+    # the lock-step choice, the same on every rank: the count, and this rank's plan at it
+    return lockstep_choice(reduced, count, analysis).count, None, None

@@ -87,7 +87,8 @@ def window_of(result: RankAnalysis) -> Window | None:
     error, dummy micro-batches). Cached on ``result``."""
     if result.window is not None:
         return result.window  # type: ignore[no-any-return]
-    if result.error is not None or result.rule is None and result._rest is None or result.dummy_micro_batches:
+    unplanned = result.rule is None and result._rest is None
+    if result.error is not None or unplanned or result.dummy_micro_batches:
         return None
     step = result.num_batches_divided_by
     first = roundup_divisible(result.needed_count, step)

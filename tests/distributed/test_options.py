@@ -57,12 +57,14 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, str] | None, tuple[str, ...]]] = {
     "dummy_micro_batches": (False, True, ("False", "True"), ("rearrange", "prepare", "dynamic")),
     "loss_weight_keys": (None, ["w"], None, ("rearrange", "prepare", "dynamic")),
     "workload_model": (None, "hidden_size=64,num_layers=2", None, ("rearrange", "dynamic", "prepare")),
+    "micro_batch_overhead": (0.05, 0.2, None, ("rearrange", "prepare", "dynamic")),
     "max_token_len": (CAP, 32, (str(CAP), "32"), ("rearrange", "prepare", "dynamic")),
 }
 
 #: Options ``prepare_micro_batches`` reads from the batch (the others: as keywords).
 BATCH_KEYS = {"force_group_size", "pad_to_multiple_of", "micro_batch_multiple_of", "padded",
-              "max_samples_per_micro_batch", "over_cap", "dummy_micro_batches", "loss_weight_keys"}
+              "max_samples_per_micro_batch", "over_cap", "dummy_micro_batches", "loss_weight_keys",
+              "micro_batch_overhead"}
 
 TAIL = ("; every rank of the DP group must plan under the same options and cap, so set them "
         "alike on every rank (keywords, batch settings and SEQLEN_BALANCING_* variables)")
@@ -186,3 +188,29 @@ def test_ranks_asked_for_other_options_all_raise_the_same_error(world: int, tmp_
             continue
         assert all(record.get("raised") == expected["type"] for record in got), where
         assert {record["message"] for record in got} == {expected["message"]}, where
+
+
+#: Two ranks that each need 5 micro-batches of 50 tokens alone and run faster in lock-step
+#: with 6 when a micro-batch costs nothing beyond its tokens (tests/test_window.py).
+LOCKSTEP = [[20, 34, 28, 15, 27, 30, 34, 18, 12, 16], [26, 15, 17, 37, 28, 15, 32, 19, 21, 20]]
+
+
+def test_the_lock_step_choice_on_gloo_ranks(tmp_path: Path) -> None:
+    """The count and plans chosen by the step through the real all_reduce: 6 micro-batches
+    at micro_batch_overhead=0, 5 at 0.2, each rank's plan the one plan_data_parallel gives
+    (the same encoding, MAX and decoding in one process), on every entry point."""
+    from seqlen_balancing import plan_data_parallel
+
+    rounds, want = [], []
+    for overhead, count in ((0.0, 6), (0.2, 5)):
+        for entry in ("rearrange", "prepare", "dynamic"):
+            where = "settings" if entry == "prepare" else "keywords"
+            rounds.append({"ranks": [{"entry": entry, "lengths": lens, "cap": 50, "keywords": {},
+                                      "settings": {}, where: {"micro_batch_overhead": overhead}}
+                                     for lens in LOCKSTEP]})
+            want.append((count, plan_data_parallel(LOCKSTEP, 50, micro_batch_overhead=overhead)))
+    records = _world.run_world(_WORKER, 2, rounds, tmp_path, DEADLINE_S)
+    for number, (count, plans) in enumerate(want):
+        got = [records[rank][number] for rank in range(2)]
+        assert [record.get("count") for record in got] == [count, count], got
+        assert [record["plan"] for record in got] == plans
