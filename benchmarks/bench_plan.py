@@ -52,6 +52,7 @@ from seqlen_balancing import (
     best_fit_decreasing,
     l2_lower_bound,
     lower_bound,
+    plan_data_parallel,
     plan_micro_batches,
     rearrange_micro_batches,
 )
@@ -263,6 +264,31 @@ def bench_cases(quick: bool) -> list[tuple[str, list[int], int, bool]]:
     ]
 
 
+def dp_rows(quick: bool, repeat: int) -> list[str]:
+    """Planning with a DP group (``plan_data_parallel``: every rank's analysis, the one
+    agreement and every rank's plan, in one process): CPU ms per rank, the best of
+    ``repeat`` runs over 5 steps (3 with ``--quick``), each step's ranks drawn from CHAMP."""
+    cases = [(8, 64, 16384, 1), (8, 256, 16384, 1), (8, 1024, 16384, 1), (4, 2048, 24576, 4),
+             (8, 256, 32768, 10)]
+    rows = []
+    for dp, n, cap, scale in cases:
+        rng = random.Random(0)
+        steps = [[[min(cap, scale * rng.choice(load_champ_lengths())) for _ in range(n)] for _ in range(dp)]
+                 for _ in range(3 if quick else 5)]
+        best = min(_cpu(lambda steps=steps, cap=cap: [plan_data_parallel(s, cap) for s in steps])
+                   for _ in range(repeat))
+        counts = sum(len(plan_data_parallel(step, cap)[0]) for step in steps)
+        rows.append(f"{f'CHAMP x{scale}':<12}{dp:>6}{n:>7}{cap:>7}{counts:>8}"
+                    f"{best / len(steps) / dp * 1000:>14.2f}")
+    return rows
+
+
+def _cpu(call: Callable[[], object]) -> float:
+    start = time.process_time()
+    call()
+    return time.process_time() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer trials and sizes")
@@ -279,6 +305,11 @@ def main() -> None:
     )
     for name, lengths, cap, with_retry in bench_cases(args.quick):
         print(case_row(name, lengths, cap, repeat, with_retry), flush=True)
+
+    print("\nWith a DP group (plan_data_parallel; issue 31's lock-step window): CPU ms per rank")
+    print(f"{'case':<12}{'ranks':>6}{'n':>7}{'cap':>7}{'counts':>8}{'ms per rank':>14}")
+    for row in dp_rows(args.quick, repeat):
+        print(row, flush=True)
 
     print("\nAlignment (issue 21): the cap on aligned tokens; * = count meets lower_bound")
     print(
