@@ -34,7 +34,7 @@ sampler, PPO's balance step), :func:`~seqlen_balancing.plan_global_batch` plans 
    micro-batches of other layers. Sample counts and the rule hold throughout.
 5. **One more?** Where ``K`` met the bound and its plan is further above its floor than
    the fixed cost of one more micro-batch per rank (``micro_batch_overhead``) and than
-   1% of the floor, ``K + 1`` is planned too and the faster of the two in the model is
+   2% of the floor, ``K + 1`` is planned too and the faster of the two in the model is
    kept: never two above the bound.
 6. **Order.** With ``use_dynamic_bsz_balance`` the indices take verl's pipeline-parallel
    order (sorted by lock-step workload, lightest at both ends), the same on every rank.
@@ -77,9 +77,9 @@ __all__ = [
 ]
 
 #: Another count is tried only where the plan is more than 1/_WORTH of its floor above it:
-#: 1%, half the issue's 2% target, so free micro-batches (``micro_batch_overhead=0``) do
-#: not buy fractions of a percent with a micro-batch per rank the model does not charge.
-_WORTH = 100
+#: 2%, issue 31's target, so free micro-batches (``micro_batch_overhead=0``) do not buy
+#: fractions of a percent with a micro-batch per rank the model does not charge.
+_WORTH = 50
 
 #: The fixed cost of one micro-batch as a share of the linear term of a full one
 #: (``24576 x max_token_len``); docs/step-time.md gives the measurement behind it.
