@@ -258,7 +258,7 @@ def plan_step(
         grid = plan_at(result, dp, count, per_rank, memo, whole)
     bound = roundup_divisible(max(-(-lower // dp), floor or 1), divisor)
     # the step time above its floor that another count could save: more than the extra
-    # fixed costs, and more than 1/_WORTH of the floor (finer than the model itself)
+    # fixed costs, and more than 1/_WORTH of the floor (issue 31 asks for 2%)
     worth = max(divisor * fixed, sum(result.group_workloads) / dp / _WORTH)
     if count == bound and count + divisor <= most and grid.gap() > dp * worth:
         # one more micro-batch per rank may balance better than it costs (never two more)
