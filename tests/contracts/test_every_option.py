@@ -4,7 +4,7 @@ Each seeded round draws every field of :class:`~seqlen_balancing.PlanOptions` at
 (``force_group_size``, ``num_batches_divided_by``, ``min_num_micro_batch``,
 ``use_dynamic_bsz_balance``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
 ``padded``, ``max_samples_per_micro_batch``, ``over_cap``, ``dummy_micro_batches``,
-``loss_weight_keys``, ``workload_model``), the cap, ``costs`` and ``workloads``, a layout
+``loss_weight_keys``, ``workload_model``, ``micro_batch_overhead``), the cap, ``costs`` and ``workloads``, a layout
 (dense right-, left- or mixed-padded rows, verl's left-padded prompt plus right-padded
 response, or jagged nested rows) and each rank's lengths. The ranks
 (``_every_option_worker.py``, file rendezvous, one process start per world) call
@@ -108,6 +108,7 @@ def draw_options(rng: random.Random) -> dict[str, Any]:
         "dummy_micro_batches": rng.random() < 0.4,
         "loss_weight_keys": rng.choice([None, ["loss_mask"], ["loss_mask", "weight"], ["weight"]]),
         "workload_model": rng.choice([None, None, MODELS[0]]),
+        "micro_batch_overhead": rng.choice([0.0, 0.05, 0.2]),
     }
 
 
@@ -289,6 +290,8 @@ def _other_value(name: str, options: dict[str, Any]) -> Any:
         return ["loss_mask"] if value is None else None
     if name == "workload_model":
         return MODELS[1] if value == MODELS[0] else MODELS[0]
+    if name == "micro_batch_overhead":
+        return value + 0.5
     return not value  # the switches
 
 
