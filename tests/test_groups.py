@@ -235,3 +235,48 @@ def test_an_empty_rank_without_dummies_is_todays_agreed_error() -> None:
 
 def test_every_rank_empty_runs_one_dummy_each() -> None:
     assert plan_data_parallel([[], []], 100, dummy_micro_batches=True) == [[[]], [[]]]
+
+
+# -- the whole step across ranks -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dp", [2, 3, 4])
+def test_plan_global_batch_never_splits_a_group_across_ranks(dp: int) -> None:
+    from seqlen_balancing import plan_global_batch
+
+    rng = random.Random(dp)
+    for _ in range(25):
+        n = rng.randint(dp, 30)
+        lengths = [rng.randint(1, 200) for _ in range(n)]
+        ids = draw_ids(rng, n)
+        oracle = Oracle(lengths, 0, ids, limit=rng.choice([None, 6, 10]))
+        if oracle.limit is not None and max(len(g) for g in oracle.groups) > oracle.limit:
+            oracle.limit = None
+        oracle.cap = max(oracle.cost(g) for g in oracle.groups) + rng.randint(0, 300)
+        if len(oracle.groups) < dp:
+            continue
+        try:
+            ranks, micro = plan_global_batch(lengths, dp, oracle.cap, equal_size=False, group_ids=ids,
+                                             max_samples_per_micro_batch=oracle.limit)
+        except ValueError as error:  # too few groups for the count the cap needs on every rank
+            assert "a micro-batch is never empty" in str(error) or "no plan with the same" in str(error)
+            continue
+        assert len({len(m) for m in micro}) == 1  # the same count on every rank
+        assert sorted(i for s in ranks for i in s) == list(range(n))
+        for samples, plan in zip(ranks, micro, strict=True):
+            assert samples == [i for part in plan for i in part]
+            for part in plan:
+                assert part and oracle.fits(part), part
+        rank_of = {i: r for r, s in enumerate(ranks) for i in s}
+        assert all(len({rank_of[i] for i in g}) == 1 for g in oracle.groups)  # one rank per group
+        in_one = {i: k for plan in micro for k, part in enumerate(map(tuple, plan)) for i in part}
+        assert all(len({(rank_of[i], in_one[i]) for i in g}) == 1 for g in oracle.groups)
+
+
+def test_plan_global_batch_equal_size_needs_groups_of_one_size() -> None:
+    from seqlen_balancing import plan_global_batch
+
+    ranks, _ = plan_global_batch([5] * 8, 2, 20, group_ids=[i % 4 for i in range(8)])
+    assert [len(s) for s in ranks] == [4, 4]
+    with pytest.raises(ValueError, match="groups of 1 to 2 samples; pass equal_size=False"):
+        plan_global_batch([5] * 3, 1, 20, group_ids=["a", "a", "b"])

@@ -135,6 +135,16 @@ class RankAnalysis:
         """The sample indices of group ``g``, ascending."""
         return [g] if self.members is None else self.members[g]
 
+    def group_of(self) -> list[int]:
+        """Each sample's group. O(n)."""
+        if self.members is None:
+            return list(range(self.n_samples))
+        owner = [0] * self.n_samples
+        for g, samples in enumerate(self.members):
+            for i in samples:
+                owner[i] = g
+        return owner
+
     @property
     def n_groups(self) -> int:
         """Number of forced groups (samples when ``force_group_size`` is 1)."""
