@@ -174,8 +174,26 @@ def _plan_ranks(
 ) -> tuple[list[RankAnalysis], list[list[list[int]]]]:
     """The library's own DP planning (:func:`~seqlen_balancing.agreement.plan_ranks`, as
     :func:`~seqlen_balancing.plan_data_parallel`), keeping each rank's analysis."""
-    ranks = plan_ranks(per_rank, cap, args.options)
+    sizes = getattr(args, "group_sizes", None)
+    ids = None if not sizes else [group_ids_of(len(lens), sizes) for lens in per_rank]
+    ranks = plan_ranks(per_rank, cap, args.options, group_ids=ids)
     return [r.analysis for r in ranks], [r.plan for r in ranks]
+
+
+def group_ids_of(n: int, sizes: tuple[int, ...]) -> list[int]:
+    """``--group-sizes``: ``n`` rows in consecutive groups of ``sizes``, cycled (the last
+    group takes what is left), as group ids.
+
+    Example:
+        >>> group_ids_of(7, (3, 1))
+        [0, 0, 0, 1, 2, 2, 2]
+    """
+    ids: list[int] = []
+    group = 0
+    while len(ids) < n:
+        ids.extend([group] * min(sizes[group % len(sizes)], n - len(ids)))
+        group += 1
+    return ids
 
 
 def _workloads(lengths: list[int], args: argparse.Namespace) -> list[int]:
@@ -269,7 +287,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
                 micro_batch_costs=mb_costs,
                 largest_cost=max(mb_costs, default=0),
                 over_cap_alone=[
-                    (mine[g * analysis.force_group_size], analysis.group_sizes[g])
+                    (mine[analysis.samples_of(g)[0]], analysis.group_sizes[g])
                     for g in analysis.over_cap_groups
                 ],
             )
