@@ -661,12 +661,19 @@ def over_cap_messages(result: RankAnalysis, rank: int | None = None) -> list[str
             return f"group {labels[g]} (first sample {members[g][0]})"
         return f"the forced group starting at sample {members[g][0]}"
 
-    return [
-        f"{prefix}{what(g)} costs {result.group_sizes[g]} {unit}, over "
-        f"max_token_len={result.requested_max_token_len}: it runs alone in a micro-batch of "
-        "its own (over_cap='alone'), the only micro-batch over the cap; it may run out of memory"
-        for g in result.over_cap_groups
-    ]
+    limit = result.max_samples_per_micro_batch
+
+    def over(g: int) -> str:
+        if result.group_sizes[g] <= result.max_token_len and limit is not None:
+            samples = len(result.samples_of(g))  # a group of ids over the sample limit
+            return (f"holds {samples} samples, over max_samples_per_micro_batch={limit}: it runs "
+                    "alone in a micro-batch of its own (over_cap='alone'), the only micro-batch "
+                    "over the limit")
+        return (f"costs {result.group_sizes[g]} {unit}, over "
+                f"max_token_len={result.requested_max_token_len}: it runs alone in a micro-batch of "
+                "its own (over_cap='alone'), the only micro-batch over the cap; it may run out of memory")
+
+    return [f"{prefix}{what(g)} {over(g)}" for g in result.over_cap_groups]
 
 
 def log_over_cap(result: RankAnalysis, rank: int | None = None) -> None:
