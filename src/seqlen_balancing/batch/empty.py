@@ -65,7 +65,7 @@ class _EmptySource:
     """The one row an empty rank's dummies copy, its entries checked, and its loss-weight
     keys (:func:`_empty_inputs`)."""
 
-    row: TensorDict
+    row: TensorDictBase
     entries: _Entries
     keys: tuple[str, ...]
 
@@ -74,7 +74,7 @@ def _one_row(batch: TensorDict) -> TensorDict | None:
     """One row built from a zero-row batch's own entries (zeros of each dense entry's
     shape and dtype, one real token in ``attention_mask``), or ``None`` when an entry
     gives nothing to build from (a nested or non-tensor per-sample entry, no columns)."""
-    out: dict[str, Any] = {}
+    out: dict[Any, Any] = {}
     for key in batch.keys():
         value = batch.get(key)
         if isinstance(value, NonTensorData):
@@ -102,13 +102,14 @@ def _empty_inputs(
         if int(template.batch_size[0]) == 0:
             return DummyTemplateInvalid(1), None
         try:
-            row = template[0:1]
+            row: TensorDictBase = template[0:1]
         except _READ_ERRORS:
             return DummyTemplateInvalid(3), None
     else:
-        row = _one_row(batch) if isinstance(batch, TensorDictBase) else None
-        if row is None:
+        built = _one_row(batch) if isinstance(batch, TensorDictBase) else None
+        if built is None:
             return NoDummyTemplate(), None
+        row = built
     error, keys = _loss_weight_keys(row, named_keys)
     if error is not None:
         return (DummyTemplateInvalid(2) if template is not None else error), None
@@ -118,7 +119,9 @@ def _empty_inputs(
     return None, _EmptySource(row, entries, keys)
 
 
-def _empty_cut(source: _EmptySource, count: int) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
+def _empty_cut(
+    source: _EmptySource, count: int
+) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
     """The ``count`` dummies of an empty rank: copies of ``source.row`` with its loss
     weights zero; their index lists (empty) and the rows they copy (row 0 of the source)."""
     rows = [[0] for _ in range(count)]
