@@ -76,7 +76,7 @@ def read_group_ids(group_ids: Any, n: int) -> tuple[PlanError | None, list[list[
     Returns:
         ``(None, members, labels)``: ``members[g]`` the ascending sample indices of group
         ``g`` (groups in the order of their first sample) and ``labels[g]`` its name in
-        messages (:func:`group_label`); or ``(error, [], [])``: not a sequence
+        messages (its id's ``repr``); or ``(error, [], [])``: not a sequence
         (``TypeError``), not one id per sample, an id that cannot be hashed (``TypeError``),
         or reading raised.
 
