@@ -148,3 +148,11 @@ def test_prepare_dynamic_batch_empty_rank_copies_the_templates_arrays() -> None:
     parts, plan = prepare_dynamic_batch(empty, 10, dummy_micro_batches=True)  # its own columns
     assert plan == [[]] and parts[0].batch.batch_size == torch.Size([1])
     assert len(parts[0].non_tensor_batch["uid"]) == 1
+
+
+def test_a_template_is_checked_on_a_rank_with_samples_too() -> None:
+    with pytest.raises(ValueError, match="dummy_template has no rows"):
+        rearrange_micro_batches(batch_of([3, 4]), 10, dummy_micro_batches=True, dummy_template=batch_of([]))
+    _, plan = rearrange_micro_batches(batch_of([3, 4]), 10, dummy_micro_batches=True,
+                                      dummy_template=batch_of([5]), min_num_micro_batch=3)
+    assert sorted(plan[:2]) == [[0], [1]] and plan[2] == []  # the rank's own row is copied

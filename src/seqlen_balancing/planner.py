@@ -286,8 +286,7 @@ def _groups(
     if group_ids is None:
         if size == 1 or n % size:
             return None, [], []
-        members = uniform_members(n, size)
-        return None, members, [str(g) for g in range(len(members))]
+        return None, uniform_members(n, size), []  # named by their first sample, not an id
     if size > 1:
         return GroupIdsAndForceGroupSize(size), [], []
     if length_error is not None:

@@ -292,6 +292,9 @@ def _read_batch(batch: Any, options: PlanOptions, error: PlanError | None, empty
         read.error, read.trim, read.cause = trim_inputs(batch, read.entries.by_rows)
     if read.error is None and options.dummy_micro_batches:
         read.error, read.keys = _loss_weight_keys(batch, options.loss_weight_keys)
+    if read.error is None and options.dummy_micro_batches and dummy_template is not None:
+        # checked on every rank, so that a template that cannot serve shows at once
+        read.error, _ = _empty_inputs(None, dummy_template, options.loss_weight_keys)
     return read
 
 
