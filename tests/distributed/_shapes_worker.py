@@ -134,6 +134,40 @@ def _outcome(call: Any) -> dict[str, Any]:
     return {"count": len(micro_batches), "plan": plan}
 
 
+class _Proto:
+    """A DataProto-like object (verl's shape: batch, non_tensor_batch, meta_info, from_dict)."""
+
+    def __init__(self, batch: Any, non_tensor_batch: dict[str, Any], meta_info: Any = None) -> None:
+        self.batch, self.non_tensor_batch, self.meta_info = batch, non_tensor_batch, meta_info or {}
+
+    @classmethod
+    def from_dict(cls, tensors: dict[str, Any], non_tensors: dict[str, Any], meta_info: Any = None) -> Any:
+        from tensordict import TensorDict
+
+        size = len(next(iter(tensors.values())))
+        return cls(TensorDict(tensors, batch_size=[size]), non_tensors, meta_info)
+
+
+def _proto(rank: int, group: Any) -> dict[str, Any]:
+    """prepare_dynamic_batch on DataProtos: rank 0 groups by verl's ``uid`` array, rank 1
+    has no samples and copies a template's row."""
+    import numpy as np
+
+    from seqlen_balancing import prepare_dynamic_batch
+
+    uids = ["a", "b", "a", "c", "b"]
+    if rank == 0:
+        data = _Proto(_batch([4, 3, 2, 5, 4], seed=0), {"uid": np.array(uids, dtype=object)})
+        template = None
+    else:
+        data = _Proto(_batch([], seed=1), {"uid": np.array([], dtype=object)})
+        template = _Proto(_batch([2], seed=2), {"uid": np.array(["t"], dtype=object)})
+    parts, plan = prepare_dynamic_batch(data, 7, dp_group=group, group_ids="uid",
+                                        dummy_micro_batches=True, dummy_template=template)
+    return {"plan": plan, "uids": [list(p.non_tensor_batch["uid"]) for p in parts],
+            "weights": [float(p.batch["loss_mask"].sum()) for p in parts]}
+
+
 def play(spec: dict[str, Any], group: Any) -> dict[str, Any]:
     import torch.distributed as dist
     from tensordict import TensorDict
@@ -143,6 +177,8 @@ def play(spec: dict[str, Any], group: Any) -> dict[str, Any]:
     rank, name = dist.get_rank(group), spec["scenario"]
     if name in ("empty_columns", "empty_template"):
         return {"scenario": name, **_empty(rank, group, name.split("_")[1])}
+    if name == "proto":
+        return {"scenario": name, **_proto(rank, group)}
     if name == "empty_without_option":
         batch = _batch(EMPTY_LENGTHS[rank], seed=rank)
         return {"scenario": name, **_outcome(lambda: rearrange_micro_batches(batch, 7, dp_group=group))}
