@@ -128,6 +128,7 @@ class Grid:
         # the sample limit on a cell's rows (a group counts its samples)
         self.limit = rule.limit if rule is not None else None
         self.rows = rule.rows if rule is not None else [1] * len(self.sizes)
+        self.fewest_rows = min(self.rows, default=1)  # the smallest group a cell could take
         self.padded = rule if rule is not None and rule.is_padded else None
         self.load = [[sum(self.workloads[g] for g in cell) for cell in row] for row in cells]
         self.tokens = [[sum(self.sizes[g] for g in cell) for cell in row] for row in cells]
@@ -348,7 +349,8 @@ def _room(grid: Grid, b: int) -> int:
     """The most cost any micro-batch of rank ``b`` can still take (-1: none can)."""
     limit, rows = grid.limit, grid.rows
     return max((grid.cap - grid.tokens[b][k] for k in range(grid.count)
-                if limit is None or sum(rows[g] for g in grid.cells[b][k]) < limit), default=-1)
+                if limit is None or sum(rows[g] for g in grid.cells[b][k]) + grid.fewest_rows <= limit),
+               default=-1)
 
 
 def _targets(grid: Grid, r: int, k: int) -> list[tuple[int, int]]:
