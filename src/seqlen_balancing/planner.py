@@ -237,8 +237,7 @@ def _analyse(
     cost_error, sizes_of = (length_error, []) if length_error else sample_costs_of(lengths, pad, costs)
     group_error, members, labels = _groups(group_ids, lengths, options, length_error)
     # Read even when the cap is bad: the DP group's advice on the cap counts this rank.
-    largest = longest(lengths if cost_error else sizes_of, options.force_group_size,
-                      members if group_ids is not None else None)
+    largest = longest(lengths if cost_error else sizes_of, options.force_group_size, members or None)
     error, given = _given(max_token_len, options, largest)
     if given is None:
         return RankAnalysis(error, largest=largest)
