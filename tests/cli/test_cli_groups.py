@@ -53,3 +53,13 @@ def test_group_sizes_are_positive_integers(tmp_path: Path, capsys: pytest.Captur
     path = lengths_file(tmp_path, [1, 2])
     code, _, err = run(capsys, "plan", "--lengths", path, "--group-sizes", "2,0")
     assert code == 2 and "must be positive integers separated by commas" in err
+
+
+def test_sweep_names_the_smallest_cap_of_the_costliest_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = lengths_file(tmp_path, [30, 50, 20, 60, 10, 40, 70, 15, 25])  # groups 80, 90, 110, 40
+    code, out, _ = run(capsys, "sweep", "--lengths", path, "--dp-size", "1", "--max-token-len", "100,120",
+                       "--group-sizes", "2,3")
+    assert code == 0
+    assert "smallest max_token_len that can be planned at all: 110 " in out
