@@ -46,17 +46,17 @@ INT64 = (-(1 << 63), (1 << 63) - 1)
 HALF = 38  # bits in each half of an error value (module docstring)
 TOP = (1 << 76) - 1  # "out of range"; values 0..TOP-1 travel whole
 NONE = -(1 << 62)  # a negated slot of a rank with nothing to say
-CODE_BITS = 6  # codes 1..48 (module docstring: N.bit_length() bits)
+CODE_BITS = 7  # codes 1..65 (module docstring: N.bit_length() bits)
 
 
 #: The request's quantities in slot order (agreement.py's docstring): the agreed options of
 #: PlanOptions (same_micro_num_in_dp decides whether ranks agree, so it is not one), the cap,
-#: whether costs and workloads are given.
+#: whether costs, workloads and group_ids are given.
 REQUEST_NAMES = [
     "force_group_size", "num_batches_divided_by", "min_num_micro_batch", "use_dynamic_bsz_balance",
     "pad_to_multiple_of", "micro_batch_multiple_of", "padded", "max_samples_per_micro_batch",
     "over_cap", "dummy_micro_batches", "loss_weight_keys", "workload_model",
-    "micro_batch_overhead", "max_token_len", "costs", "workloads",
+    "micro_batch_overhead", "max_token_len", "costs", "workloads", "group_ids",
 ]
 FIXED = 27  # slots before the request's pairs
 WINDOW_AT = FIXED + 2 * len(REQUEST_NAMES)  # the lock-step window (window.py) after them:
@@ -92,7 +92,8 @@ def request(cap: int | None, **changed: int) -> list[int | None]:
     """The request of a rank asked for verl's defaults under ``cap``, by hand: the positive
     integers 1 (None counts as 1 for the divisor and the floor), switches and over_cap 0,
     keys and model None (0), the cap, nothing given; ``changed`` overrides by name."""
-    values = dict(zip(REQUEST_NAMES, [1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, OVERHEAD, cap, 0, 0], strict=True))
+    values = dict(zip(REQUEST_NAMES, [1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, OVERHEAD, cap, 0, 0, 0],
+                      strict=True))
     values.update(changed)
     return [values[name] for name in REQUEST_NAMES]
 
@@ -165,7 +166,7 @@ def test_the_layout_is_declared_once_and_documented_by_name() -> None:
     pairs = [f"{neg}option_{name}" for name in REQUEST_NAMES for neg in ("", "neg_")]
     windows = ["window_count", "neg_window_count", "window_fits", "profile", "verl_profile"]
     assert names == fixed + pairs + windows
-    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 129
+    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 131
     assert [LAYOUT.start(n) for n in fixed] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26]
     assert [LAYOUT.start(n) for n in pairs] == list(range(FIXED, WINDOW_AT))
     assert [LAYOUT.start(n) for n in windows] == [WINDOW_AT + k for k in (0, 2, 4, 6, 38)]
@@ -242,7 +243,7 @@ def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
 @pytest.mark.parametrize("rank", [0, 1, 4096, 5000, 70000, MASK])
 @pytest.mark.parametrize("error", EXAMPLES[::3], ids=lambda e: type(e).__name__)
 def test_error_key_layout(rank: int, error: PlanError) -> None:
-    """Slot 0 is ``(2**20-1-rank) << 6 | code`` (module docstring)."""
+    """Slot 0 is ``(2**20-1-rank) << 7 | code`` (module docstring)."""
     error = replace(error, detail="")
     vector = encode(error_analysis(error), rank)
     key = vector[0]

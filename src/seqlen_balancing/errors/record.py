@@ -193,7 +193,9 @@ class Argument(IntEnum):
     WORKLOAD_MODEL = 19
     WORKLOADS = 20
     OPTIONS = 21
-    MICRO_BATCH_OVERHEAD = 22
+    GROUP_IDS = 22
+    DUMMY_TEMPLATE = 23
+    MICRO_BATCH_OVERHEAD = 24
 
     @property
     def parameter(self) -> str:
