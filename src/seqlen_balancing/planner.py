@@ -443,7 +443,9 @@ def local_count(result: RankAnalysis, rank: int | None = None) -> int:
 
 
 def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
-    return balanced_bins(result, count, None if result._rest is not None else _fitting_kk(result, count))
+    if result._rest is not None or count == result.n_groups or result.rule is None:
+        return balanced_bins(result, count, None)  # no Karmarkar-Karp there
+    return balanced_bins(result, count, _fitting_kk(result, count))
 
 
 def balanced_bins(result: RankAnalysis, count: int, verl: list[list[int]] | None) -> list[list[int]]:
