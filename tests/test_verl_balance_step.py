@@ -430,3 +430,76 @@ def test_the_variable_patches_the_trainers_and_revert_restores_them(tmp_path: An
     assert result["on"] == ours
     assert ("; the step is balanced across DP ranks (SEQLEN_BALANCING_BALANCE_STEP: sft_trainer's "
             "sampler, PPO's _balance_batch); ") in str(result["stderr"])
+
+
+#: ``torchrun -m verl.trainer.sft_trainer`` runs the file as ``__main__``, which no import
+#: hook sees; this stand-in follows verl 0.9.1's order: the sampler bound before ``import
+#: verl`` (where verl's plugin switches), ``auto_set_device`` after, the config given to it
+#: in ``main``.
+MAIN_SFT_TRAINER = """
+import json
+from torch.utils.data import DistributedSampler
+import verl.utils.seqlen_balancing  # noqa: F401  (imports verl: the plugin switches)
+from verl.utils.device import auto_set_device
+
+class SFTTrainer:
+    def __init__(self, config, rank):
+        self.config, self.rank = config, rank
+        self.train_dataset = [{"input_ids": [1] * n} for n in (50, 90, 30, 70, 20, 60, 80, 40)]
+        self.val_dataset = self.train_dataset[:4]
+
+    def _build_dataloader(self):
+        self.train_sampler = DistributedSampler(self.train_dataset, shuffle=True, num_replicas=2,
+                                                rank=self.rank, drop_last=True)
+        self.val_sampler = DistributedSampler(self.val_dataset, shuffle=False, num_replicas=2,
+                                              rank=self.rank, drop_last=True)
+
+def main(config):
+    auto_set_device(config)
+    out = []
+    for rank in range(2):
+        trainer = SFTTrainer(config, rank)
+        trainer._build_dataloader()
+        sampler = trainer.train_sampler
+        out.append([type(sampler).__name__, type(trainer.val_sampler).__name__,
+                    getattr(sampler, "max_token_len", None), getattr(sampler, "batch_size", None),
+                    list(sampler)])
+    print(json.dumps(out))
+
+if __name__ == "__main__":
+    main({"data": {"use_dynamic_bsz": True, "train_batch_size": 8, "max_token_len_per_gpu": 100},
+          "engine": {"ulysses_sequence_parallel_size": 1}})
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_the_sft_trainer_run_as_main_gets_the_balanced_sampler(tmp_path: Any) -> None:
+    import json
+    import os
+
+    import preloaded
+    from test_verl_switch import SRC, write_verl
+
+    write_verl(tmp_path)
+    files = {
+        "verl/__init__.py": "__version__ = '0.9.1'\nimport seqlen_balancing.verl.plugin  # verl's plugins\n",
+        "verl/utils/device.py": "def auto_set_device(config):\n    return None\n",
+        "verl/trainer/sft_trainer.py": MAIN_SFT_TRAINER,
+    }
+    for relative, text in files.items():
+        (tmp_path / relative).write_text(text, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLEN_BALANCING_")}
+    env |= {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(SRC)]), "SEQLEN_BALANCING_VERL": "1",
+            "SEQLEN_BALANCING_BALANCE_STEP": "1"}
+    code = "import runpy; runpy.run_module('verl.trainer.sft_trainer', run_name='__main__', alter_sys=True)"
+    proc = preloaded.run([sys.executable, "-c", code], env=env, timeout=100)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [r[:4] for r in ranks] == [["BalancedDistributedSampler", "DistributedSampler", 100, 4]] * 2
+    lengths = [50, 90, 30, 70, 20, 60, 80, 40]
+    # one step of 8 rows, 440 tokens: 2 ranks x 3 micro-batches of at most 100 (the bound:
+    # 440 / 100 rounds up to 5, so 3 per rank); each rank's rows fit 3 micro-batches
+    assert sorted(ranks[0][4] + ranks[1][4]) == list(range(8))
+    for rank in ranks:
+        assert fewest([lengths[i] for i in rank[4]], 100) == 3

@@ -69,9 +69,12 @@ logger = logging.getLogger("seqlen_balancing.verl")
 
 #: The verl modules this acts on, and what it replaces in each (holder.attribute).
 TARGETS = {
+    "verl.utils.device": ("auto_set_device",),
     "verl.trainer.sft_trainer": ("DistributedSampler", "SFTTrainer._build_dataloader"),
     "verl.trainer.ppo.ray_trainer": ("RayPPOTrainer._balance_batch",),
     "verl.trainer.ppo.v1.trainer_base": ("PPOTrainer._balance_batch",),
+    # the same file run as ``torchrun -m`` (``__main__``): what it has bound so far
+    "__main__ verl.trainer.sft_trainer": ("DistributedSampler", "auto_set_device"),
 }
 
 #: The trainer whose ``_build_dataloader`` is running in this context, if any.
@@ -93,6 +96,7 @@ class _State:
         self.options = PlanOptions()
         self.records: list[_Record] = []
         self.announced: set[str] = set()
+        self.job_config: Any = None  # the config verl's entry point gave auto_set_device
 
 
 _STATE = _State()
@@ -394,7 +398,9 @@ def sft_sampler(
 ) -> Any:
     """What ``verl.trainer.sft_trainer.DistributedSampler`` builds while switched (the
     arguments of ``torch.utils.data.DistributedSampler``): for the train dataset of the
-    ``SFTTrainer`` whose ``_build_dataloader`` is running, a
+    ``SFTTrainer`` whose ``_build_dataloader`` is running (where ``torchrun -m`` runs the
+    module as ``__main__``: for the shuffled sampler, verl's train one, under the config
+    verl's ``main`` gave ``auto_set_device``), a
     :class:`~seqlen_balancing.BalancedDistributedSampler` with the same arguments and
     :func:`sft_settings`, each row's length read once (:func:`row_tokens` of
     ``dataset[i]``: O(rows) reads, in every rank); for anything else (or with
@@ -405,13 +411,18 @@ def sft_sampler(
     plain: dict[str, Any] = {"num_replicas": num_replicas, "rank": rank, "shuffle": shuffle, "seed": seed,
              "drop_last": drop_last}
     trainer = _BUILDING.get()
-    if trainer is None or id(dataset) != id(getattr(trainer, "train_dataset", None)):
+    if trainer is not None:  # the module imported as such: its trainer is known
+        train = id(dataset) == id(getattr(trainer, "train_dataset", None))
+        config = trainer.config
+    else:  # run as ``-m`` (``__main__``): the job's config, and verl's train sampler shuffles
+        train, config = bool(shuffle), _STATE.job_config
+    if not train or config is None:
         return DistributedSampler(dataset, **plain)
     from seqlen_balancing.sampler import BalancedDistributedSampler
 
     try:
         sampler: Any = DistributedSampler(dataset, **plain)  # torch's checks, and the replicas
-        settings = sft_settings(trainer.config, sampler.num_replicas)
+        settings = sft_settings(config, sampler.num_replicas)
         if settings is None:
             return sampler
         sampler = BalancedDistributedSampler(
@@ -426,6 +437,18 @@ def sft_sampler(
                 os.getpid(), sampler.rank, sampler.num_replicas, len(sampler.lengths),
                 sampler.batch_size, sampler.max_token_len)
     return sampler
+
+
+def _auto_set_device(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``verl.utils.device.auto_set_device``, which every verl entry point's ``main`` calls
+    first with the job's whole config, keeping that config for :func:`sft_sampler`."""
+
+    @functools.wraps(original)
+    def auto_set_device(config: Any, *args: Any, **kwargs: Any) -> Any:
+        _STATE.job_config = config
+        return original(config, *args, **kwargs)
+
+    return auto_set_device
 
 
 def _build_dataloader(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -446,32 +469,46 @@ def _build_dataloader(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _WRAPPERS: dict[str, Callable[[Any], Any]] = {
+    "auto_set_device": _auto_set_device,
     "SFTTrainer._build_dataloader": _build_dataloader,
     "RayPPOTrainer._balance_batch": _legacy_balance_batch,
     "PPOTrainer._balance_batch": _v1_balance_batch,
 }
 
 
-def _patch(module: ModuleType) -> None:
-    for target in TARGETS.get(module.__name__, ()):
-        if any(r.holder is module and r.name == target for r in _STATE.records):
-            continue  # already done
+def _patch(module: ModuleType, name_as: str | None = None) -> None:
+    """Replace the targets of ``module`` (its own name's, or ``name_as``'s: verl's entry
+    point run as ``__main__``) that are still verl's."""
+    for target in TARGETS.get(name_as or module.__name__, ()):
         holder: Any
-        replacement: Any
-        if target == "DistributedSampler":
-            holder, name, replacement = module, target, sft_sampler
-            original = vars(module).get(name)
-        else:
+        if "." in target:
             cls_name, name = target.split(".")
             holder = vars(module).get(cls_name)
-            original = None if holder is None else vars(holder).get(name)
-            replacement = None if original is None else _WRAPPERS[target](original)
-        if original is None:  # another verl release: that place keeps verl's own code
-            logger.warning("seqlen-balancing: %s.%s is missing in this verl; %s leaves it as it is",
-                           module.__name__, target, ENV_BALANCE_STEP)
+        else:
+            holder, name = module, target
+        original = None if holder is None else vars(holder).get(name)
+        if any((r.holder is holder and r.name == name) or r.replacement is original
+                   for r in _STATE.records):
+            continue  # already done, or bound from a module already patched
+        if original is None:
+            if name_as is None:  # another verl release: that place keeps verl's own code
+                logger.warning("seqlen-balancing: %s.%s is missing in this verl; %s leaves it as it is",
+                               module.__name__, target, ENV_BALANCE_STEP)
             continue
+        replacement = sft_sampler if target == "DistributedSampler" else _WRAPPERS[target](original)
         setattr(holder, name, replacement)
         _STATE.records.append(_Record(holder, name, original, replacement))
+
+
+def _patch_main() -> None:
+    """``torchrun -m verl.trainer.sft_trainer`` runs that module as ``__main__``, which no
+    import hook sees: its bindings made so far (``DistributedSampler``, bound before its
+    first ``import verl``) are replaced in ``__main__`` itself; ``auto_set_device``, bound
+    after, comes from the patched ``verl.utils.device``."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if main is not None and getattr(spec, "name", None) == "verl.trainer.sft_trainer":
+        _patch(main, name_as="__main__ verl.trainer.sft_trainer")
 
 
 def enable(options: PlanOptions | None = None) -> None:
@@ -485,12 +522,15 @@ def enable(options: PlanOptions | None = None) -> None:
         module = sys.modules.get(name)
         if module is not None:
             _patch(module)
+    _patch_main()
 
 
 def on_import(module: ModuleType) -> None:
     """The switch's post-import hook calls this for every verl module it sees."""
-    if _STATE.on and module.__name__ in TARGETS:
-        _patch(module)
+    if _STATE.on:
+        if module.__name__ in TARGETS:
+            _patch(module)
+        _patch_main()
 
 
 def disable() -> int:
@@ -503,5 +543,6 @@ def disable() -> int:
             restored += 1
     _STATE.records.clear()
     _STATE.announced.clear()
+    _STATE.job_config = None
     _STATE.on = False
     return restored
