@@ -503,3 +503,21 @@ def test_the_sft_trainer_run_as_main_gets_the_balanced_sampler(tmp_path: Any) ->
     assert sorted(ranks[0][4] + ranks[1][4]) == list(range(8))
     for rank in ranks:
         assert fewest([lengths[i] for i in rank[4]], 100) == 3
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_the_variable_alone_does_nothing_and_the_plugin_says_so(caplog: pytest.LogCaptureFixture,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from seqlen_balancing.verl.plugin import switch_from_environment
+
+    with caplog.at_level(logging.WARNING, logger="seqlen_balancing.verl"):
+        assert switch_from_environment({"SEQLEN_BALANCING_BALANCE_STEP": "1"}) is False
+    assert any("SEQLEN_BALANCING_VERL is not on, so SEQLEN_BALANCING_BALANCE_STEP do nothing" in r.getMessage()
+               for r in caplog.records)
+    # its value is checked where it could act: with the switch on (nothing is replaced)
+    with pytest.raises(SystemExit, match="SEQLEN_BALANCING_BALANCE_STEP='2' is not a switch value"):
+        monkeypatch.setenv("SEQLEN_BALANCING_VERL", "1")  # apply() reads the process's own
+        monkeypatch.setenv("SEQLEN_BALANCING_BALANCE_STEP", "2")
+        switch_from_environment()
+    assert not balance_step.is_enabled()

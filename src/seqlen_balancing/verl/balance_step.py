@@ -5,15 +5,20 @@ With :data:`~seqlen_balancing.options.ENV_BALANCE_STEP` on beside the switch
 of which samples each DP rank gets to :func:`~seqlen_balancing.plan_global_batch`, in the
 two places where verl 0.9.1 makes it:
 
-* ``verl.trainer.sft_trainer`` (torchrun): the module's binding ``DistributedSampler``
-  becomes :func:`sft_sampler`, and ``SFTTrainer._build_dataloader`` is wrapped so that,
-  while it runs, :func:`sft_sampler` knows the trainer. The train dataset's sampler is then
-  a :class:`~seqlen_balancing.BalancedDistributedSampler` with verl's own arguments (DP
-  rank and size, ``shuffle``, ``drop_last``, the default seed), each row's length read once
-  from the dataset (:func:`row_tokens`), ``batch_size = data.train_batch_size // dp_size``
-  and the cap ``data.max_token_len_per_gpu x engine.ulysses_sequence_parallel_size``
+* ``verl.trainer.sft_trainer`` (torchrun): its binding ``DistributedSampler`` becomes
+  :func:`sft_sampler`, which for verl's train sampler builds a
+  :class:`~seqlen_balancing.BalancedDistributedSampler` with verl's own arguments (DP rank
+  and size, ``shuffle``, ``drop_last``, the default seed), each row's length read once from
+  the dataset (:func:`row_tokens`), ``batch_size = data.train_batch_size // dp_size`` and
+  the cap ``data.max_token_len_per_gpu x engine.ulysses_sequence_parallel_size``
   (:func:`sft_settings`). Each step holds the rows ``DistributedSampler`` gives it; only
-  their ranks change. Any other dataset (the validation set) keeps torch's sampler.
+  their ranks change. The validation sampler stays torch's. The config comes from the
+  trainer itself where the module is imported (``SFTTrainer._build_dataloader`` is wrapped
+  to make it known); ``torchrun -m verl.trainer.sft_trainer`` runs the file as
+  ``__main__``, which no import hook sees, so there the binding is replaced in ``__main__``
+  itself (bound before its first ``import verl``, where the plugin switches) and the config
+  is the one verl's ``main`` passes to ``verl.utils.device.auto_set_device`` (wrapped to
+  keep it), the train sampler being the shuffled one.
 * PPO's balance step: ``RayPPOTrainer._balance_batch`` (``verl.trainer.ppo.ray_trainer``,
   run when ``trainer.balance_batch``) and the V1 trainer's ``PPOTrainer._balance_batch``
   (``verl.trainer.ppo.v1.trainer_base``, run on every step, after padding the batch with
