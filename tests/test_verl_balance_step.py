@@ -516,8 +516,8 @@ def test_the_variable_alone_does_nothing_and_the_plugin_says_so(caplog: pytest.L
     warned = "SEQLEN_BALANCING_VERL is not on, so SEQLEN_BALANCING_BALANCE_STEP do nothing"
     assert any(warned in r.getMessage() for r in caplog.records)
     # its value is checked where it could act: with the switch on (nothing is replaced)
+    monkeypatch.setenv("SEQLEN_BALANCING_VERL", "1")  # apply() reads the process's own
+    monkeypatch.setenv("SEQLEN_BALANCING_BALANCE_STEP", "2")
     with pytest.raises(SystemExit, match="SEQLEN_BALANCING_BALANCE_STEP='2' is not a switch value"):
-        monkeypatch.setenv("SEQLEN_BALANCING_VERL", "1")  # apply() reads the process's own
-        monkeypatch.setenv("SEQLEN_BALANCING_BALANCE_STEP", "2")
         switch_from_environment()
     assert not balance_step.is_enabled()
