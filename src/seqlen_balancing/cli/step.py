@@ -41,8 +41,14 @@ from seqlen_balancing.balance import spread
 from seqlen_balancing.bounds import l2_lower_bound
 from seqlen_balancing.cli._text import CliError, plural
 from seqlen_balancing.cli.inputs import Loaded
+from seqlen_balancing.cli.modeled import model_step
 from seqlen_balancing.cli.results import RankResult, Step, StepResult, VerlResult, alignment
-from seqlen_balancing.cli.trainers import balance_order, deal  # balance_order: kept importable here
+from seqlen_balancing.cli.trainers import (  # balance_order: kept importable here
+    SYNTHETIC_ROW_TOKENS,
+    balance_order,
+    deal,
+    synthetic_rows,
+)
 from seqlen_balancing.cost import (
     aligned_length,
     micro_batch_capacity,
@@ -84,6 +90,11 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
     lengths = scale_lengths(loaded.lengths, args.scale)
     n, dp = len(lengths), args.dp_size
     if args.lengths is not None and args.batch_size is None:
+        extra = synthetic_rows(n, dp, args.trainer)
+        if extra:  # verl's V1 trainer pads the batch to a multiple of the DP size
+            padded = lengths + [SYNTHETIC_ROW_TOKENS] * extra
+            return Step(loaded.source, padded, list(range(n + extra)), "whole_file", dp,
+                        (n + extra) // dp, loaded.counted, synthetic=extra)
         if n % dp:
             divisors = _divisors(n)
             hint = (
@@ -226,6 +237,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     # A rank batch that force_group_size does not divide is the planner's error (exit 1).
     group = args.options.force_group_size
     balance = args.balance_batch and step.batch_size % group == 0
+    pre_deal = clipped
     dealt = deal(clipped, step.dp_size, args.trainer, balance, group, args.options.workload_model)
     order = [p for part in dealt for p in part]
     positions = [step.positions[i] for i in order]
@@ -275,6 +287,11 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
             )
         )
     verl = _verl(per_rank, cap, args) if args.compare_verl else None
+    modeled = []
+    if getattr(args, "command", None) == "plan":
+        library = [[[dealt[r][i] for i in mb] for mb in plan] for r, plan in enumerate(plans)]
+        modeled = model_step(pre_deal, dealt, library, cap, args.options,
+                             None if verl is None else verl.counts)
     return StepResult(
         cap,
         ranks,
@@ -285,4 +302,5 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         agreed=args.options.same_micro_num_in_dp,
         pad_to_multiple_of=pad,
         micro_batch_multiple_of=bucket,
+        modeled=modeled,
     )
