@@ -90,7 +90,7 @@ ENV_SWITCH = "SEQLEN_BALANCING_VERL"
 
 #: Beside :data:`ENV_SWITCH` (and only with it on): the whole step is balanced across the DP
 #: ranks by the global planner, in verl's torchrun SFT trainer (its sampler) and in PPO's
-#: balance step (:mod:`seqlen_balancing.verl.balance_step`). A switch, not an option of a plan.
+#: balance step (``seqlen_balancing.verl.balance_step``). A switch, not an option of a plan.
 ENV_BALANCE_STEP = "SEQLEN_BALANCING_BALANCE_STEP"
 
 #: The variables that are switches of the job rather than options of a plan.
