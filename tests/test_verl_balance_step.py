@@ -492,7 +492,9 @@ def test_the_sft_trainer_run_as_main_gets_the_balanced_sampler(tmp_path: Any) ->
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLEN_BALANCING_")}
     env |= {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(SRC)]), "SEQLEN_BALANCING_VERL": "1",
             "SEQLEN_BALANCING_BALANCE_STEP": "1"}
-    code = "import runpy; runpy.run_module('verl.trainer.sft_trainer', run_name='__main__', alter_sys=True)"
+    # as ``python -m``: runpy imports the package verl (the plugin switches) before the file runs
+    code = ("import logging; logging.basicConfig(level=logging.INFO, format='%(message)s'); import runpy; "
+            "runpy.run_module('verl.trainer.sft_trainer', run_name='__main__', alter_sys=True)")
     proc = preloaded.run([sys.executable, "-c", code], env=env, timeout=100)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -503,6 +505,9 @@ def test_the_sft_trainer_run_as_main_gets_the_balanced_sampler(tmp_path: Any) ->
     assert sorted(ranks[0][4] + ranks[1][4]) == list(range(8))
     for rank in ranks:
         assert fewest([lengths[i] for i in rank[4]], 100) == 3
+    # what docs/verl.md tells a user to look for in each rank's log
+    assert proc.stderr.count("verl.trainer.sft_trainer's train sampler is BalancedDistributedSampler") == 2
+    assert "; the step is balanced across DP ranks (SEQLEN_BALANCING_BALANCE_STEP" in proc.stderr
 
 
 @pytest.mark.torch

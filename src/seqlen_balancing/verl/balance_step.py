@@ -451,6 +451,8 @@ def _auto_set_device(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def auto_set_device(config: Any, *args: Any, **kwargs: Any) -> Any:
         _STATE.job_config = config
+        if _STATE.on:
+            _patch_main()  # the entry point's file has run to its end by now
         return original(config, *args, **kwargs)
 
     return auto_set_device
@@ -507,9 +509,11 @@ def _patch(module: ModuleType, name_as: str | None = None) -> None:
 
 def _patch_main() -> None:
     """``torchrun -m verl.trainer.sft_trainer`` runs that module as ``__main__``, which no
-    import hook sees: its bindings made so far (``DistributedSampler``, bound before its
-    first ``import verl``) are replaced in ``__main__`` itself; ``auto_set_device``, bound
-    after, comes from the patched ``verl.utils.device``."""
+    import hook sees. ``runpy`` imports the package ``verl`` (so the plugin switches) before
+    the file runs; the file then binds ``DistributedSampler`` before its first verl import,
+    and each verl module it imports brings this back (:func:`on_import`), finding
+    ``__main__`` with verl's file's spec: the binding is replaced in ``__main__`` itself.
+    ``auto_set_device``, bound after, comes from the patched ``verl.utils.device``."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if main is not None and getattr(spec, "name", None) == "verl.trainer.sft_trainer":
