@@ -365,6 +365,12 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
             "whatever trainer.balance_batch says, so the step is balanced here too (--trainer "
             "main_ppo_v0 models the legacy trainer, which follows the flag)"
         )
+    sizes = getattr(args, "group_sizes", None)
+    if sizes:
+        lines.append(
+            f"groups (group_ids): each rank's rows in consecutive groups of {','.join(map(str, sizes))}"
+            f"{' rows, cycled' if len(sizes) > 1 else ' rows'}; each group lands whole in one micro-batch"
+        )
     if _other_options(args):
         lines.append("options: " + ", ".join(f"{k}={v}" for k, v in _other_options(args).items()))
     return lines
@@ -522,6 +528,7 @@ def settings(step: Step, args: argparse.Namespace) -> dict[str, Any]:
         "balance_batch": args.balance_batch,
         "same_micro_num_in_dp": args.options.same_micro_num_in_dp,
         "force_group_size": args.options.force_group_size,
+        "group_sizes": list(getattr(args, "group_sizes", None) or []) or None,
         "num_batches_divided_by": args.options.num_batches_divided_by,
         "min_num_micro_batch": args.options.min_num_micro_batch,
         "dynamic_bsz_balance": args.options.use_dynamic_bsz_balance,
