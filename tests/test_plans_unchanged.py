@@ -151,6 +151,12 @@ def test_lpt_with_growing_costs_is_the_spelled_out_rule() -> None:
 def test_best_fit_decreasing_is_the_spelled_out_rule_on_seeded_batches() -> None:
     for name, lens, cap in BATCHES:
         assert best_fit_decreasing(lens, cap) == reference_best_fit(lens, cap), name
+    # caps above the bucketed rooms' widest keep the sorted list: the same rule
+    for seed in range(20):
+        rng = random.Random(seed)
+        wide = (1 << 22) + rng.randint(1, 1 << 22)
+        lens = [rng.randint(1, wide) for _ in range(rng.randint(1, 200))]
+        assert best_fit_decreasing(lens, wide) == reference_best_fit(lens, wide), seed
     # equal sizes and zero sizes: the ties of the rule
     assert best_fit_decreasing([3] * 50, 10) == reference_best_fit([3] * 50, 10)
     assert best_fit_decreasing([0, 5, 0, 5, 2], 10) == reference_best_fit([0, 5, 0, 5, 2], 10)
