@@ -79,7 +79,7 @@ def peak_mb(call: Callable[[], object]) -> str:
             refs.write("5")  # resets VmHWM to the current resident size
         before = _status_kb("VmRSS")
         call()
-        return f"{(_status_kb('VmHWM') - before) / 1024:.0f}"
+        return f"{max(0, _status_kb('VmHWM') - before) / 1024:.0f}"
     except OSError:
         return "-"
 
@@ -108,7 +108,10 @@ def exponent(points: Sequence[tuple[int, float]]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
 
 
-def tensor_cases(lengths: list[int], cap: int, jagged: bool) -> tuple[Callable[[], object], Callable[[], object], Callable[[], int]]:
+Thunk = Callable[[], object]
+
+
+def tensor_cases(lengths: list[int], cap: int, jagged: bool) -> tuple[Thunk, Thunk, Callable[[], int]]:
     """The call, its gather floor and its count on a TensorDict of ``lengths``."""
     import itertools
 
