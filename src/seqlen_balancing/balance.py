@@ -53,6 +53,9 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
     # (-load, bin) ascending: heaviest first, ties by index; kept sorted as loads change, so
     # a round costs O(count) memory moves instead of a sort (large counts: a whole step)
     keys = sorted((-load, b) for b, load in enumerate(loads))
+    # plain sums: each bin's smallest item, so a bin none of whose items has the room is
+    # passed over without looking at its items (most heavy bins, once the light one is full)
+    least = [min((sizes[g] for g in b), default=cap + 1) for b in bins] if plain else []
     for _ in range(2 * len(bins)):
         if not keys:
             break
@@ -67,6 +70,8 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
             if gap <= 0:
                 break
             if plain:
+                if least[heavy] > room:
+                    continue
                 movable = [g for g in bins[heavy] if sizes[g] <= room and 0 < workloads[g] < gap]
             else:
                 movable = [g for g in bins[heavy] if 0 < workloads[g] < gap and fits(light, g)]
@@ -80,6 +85,9 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
         bins[light].append(g)
         state.remove(heavy, g, bins[heavy])
         state.add(light, g)
+        if plain:
+            least[heavy] = min((sizes[h] for h in bins[heavy]), default=cap + 1)
+            least[light] = min(least[light], sizes[g])
         for b, sign in ((heavy, -1), (light, 1)):
             del keys[bisect.bisect_left(keys, (-loads[b], b))]
             loads[b] += sign * workloads[g]
