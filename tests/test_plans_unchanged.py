@@ -181,3 +181,52 @@ def test_plans_equal_those_of_the_spelled_out_algorithms(monkeypatch: pytest.Mon
     frozen = [plan(lens, cap) for _, lens, cap in BATCHES]
     changed = [name for (name, _, _), a, b in zip(BATCHES, shipped, frozen, strict=True) if a != b]
     assert changed == []
+
+
+def every_candidate_close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[int]]:
+    """The exchange search's start as it was: every candidate made, the fewest bins taken
+    (the earliest on a tie), then the exchange search towards the bound."""
+    from seqlen_balancing.bounds import dominant_bins
+    from seqlen_balancing.packing import closing_fit_decreasing, minimum_bin_slack
+    from seqlen_balancing.repack import repack
+
+    fixed, rest = dominant_bins(rule.sizes, rule.cap)
+    sub = rule.restrict(rest)
+    position = {g: j for j, g in enumerate(rest)}
+    restricted = [[position[g] for g in b if g in position] for b in packing]
+    candidates = [
+        packing_best_fit(sub),
+        closing_fit_decreasing(sub.sizes, rule.cap),
+        minimum_bin_slack(sub.sizes, rule.cap) if sub.n <= 4096 else [],
+        [b for b in restricted if b],
+    ]
+    best = min((c for c in candidates if c), key=len)
+    best = repack(sub, best, target=max(1, lower - len(fixed)))
+    return fixed + [[rest[j] for j in b] for b in best]
+
+
+def packing_best_fit(rule: Rule) -> list[list[int]]:
+    return packing.best_fit(rule)
+
+
+@pytest.mark.slow
+def test_exchange_search_start_stops_at_the_bound_with_the_same_packing() -> None:
+    from seqlen_balancing.bounds import dominant_bins
+    from seqlen_balancing.packing import closing_fit_decreasing
+    from seqlen_balancing.rule import lower_bound
+    from seqlen_balancing.search import _close_gap
+
+    compared = stopped = 0
+    for name, lens, cap in BATCHES:
+        rule = Rule.sums(lens, cap)
+        start = packing.best_fit(rule)
+        lower = lower_bound(lens, cap)
+        fixed, rest = dominant_bins(lens, cap)
+        if len(start) <= lower or not fixed or not any(lens[g] for g in rest):
+            continue
+        compared += 1
+        # closing fit at the bound: minimum bin slack is never made
+        closing = closing_fit_decreasing([lens[g] for g in rest], cap)
+        stopped += len(closing) <= max(1, lower - len(fixed))
+        assert _close_gap(rule, start, lower) == every_candidate_close_gap(rule, start, lower), name
+    assert compared > 10 and stopped > 0, (compared, stopped)
