@@ -187,15 +187,15 @@ def _best_fit_sums(sizes: list[int], cap: int) -> list[list[int]]:
             left = room - size
         if left < smallest:
             continue  # no item left fits this bin: keep it out of the index
-        stack = stacks.get(left)
-        if stack is None:
+        waiting = stacks.get(left)
+        if waiting is None:
             stacks[left] = [owner]
             w = left >> 6
             if not words[w]:
                 used |= 1 << w
             words[w] |= 1 << (left & 63)
         else:
-            stack.append(owner)
+            waiting.append(owner)
     return bins
 
 
