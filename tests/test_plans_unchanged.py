@@ -77,7 +77,7 @@ def lognormal(rng: random.Random, n: int, cap: int, sigma: float = 1.0) -> list[
 
 
 def batches() -> list[tuple[str, list[int], int]]:
-    """About 300 seeded batches: lognormal (two spreads), CHAMP, uniform and bimodal."""
+    """300 seeded batches (lognormal of two spreads, CHAMP, uniform, bimodal) and 4 adversarial."""
     from seqlen_balancing.data import load_champ_lengths
 
     champ = load_champ_lengths()
@@ -99,6 +99,13 @@ def batches() -> list[tuple[str, list[int], int]]:
             lens = [rng.choice([rng.randint(100, 600), rng.randint(cap // 3, cap // 2)])
                     for _ in range(n)]
         out.append((f"seed{seed}-kind{kind}", lens, cap))
+    # tests/test_packing.py's adversarial inputs, smaller (the references are quadratic)
+    out += [
+        ("sevens", [7] * 512, 8),
+        ("zeros", [0] * 2000, 5),
+        ("three per bin", [5000] * 900, 16384),
+        ("threes and fives", [3, 5] * 300, 8),
+    ]
     return out
 
 
