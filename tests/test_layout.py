@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("packing", "repack", "balance"),
     # the options object: checked values the planner, the batch glue, verl and the CLI take
     ("options",),
-    ("analysis", "items"),
+    ("analysis", "items", "groups"),
     ("search",),
     ("planner", "verl_rule"),
     # the whole step across DP ranks: the lock-step model and grid, then the global planner

@@ -193,6 +193,8 @@ class Argument(IntEnum):
     WORKLOAD_MODEL = 19
     WORKLOADS = 20
     OPTIONS = 21
+    GROUP_IDS = 22
+    DUMMY_TEMPLATE = 23
 
     @property
     def parameter(self) -> str:
