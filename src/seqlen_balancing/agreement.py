@@ -37,6 +37,12 @@ to say in holds its idle value (0, or ``-2**62`` for a negated slot, below any r
   groups with dummies (``dummy_micro_batches=True``): those ranks leave ``groups`` idle
   (they never make the count impossible), and this slot bounds the dummies the agreed count
   needs on the shortest of them (:data:`~seqlen_balancing.errors.MAX_DUMMY_MICRO_BATCHES`);
+* ``rows`` and ``neg_rows_tolerance`` (``equal_rows_per_micro_batch``): ``rows << 20 |
+  tag``, the rows of the rank's own plan, and ``-tolerance << 20 | tag``, the most rows
+  its micro-batches can be topped up to under the cap (:mod:`seqlen_balancing.rows`).
+  Every micro-batch of the group then holds the largest ``rows``; when that is above the
+  smallest tolerance, every rank raises the same
+  :class:`~seqlen_balancing.errors.RowsOverCap`, naming the rank holding it;
 * the request, one pair of slots per quantity of :data:`REQUEST`: every agreed option of
   :class:`~seqlen_balancing.PlanOptions` (``option_<name>``), the cap
   (``option_max_token_len``) and whether the rank passes ``costs`` and ``workloads``
@@ -80,6 +86,7 @@ from seqlen_balancing.errors import (
     ModeMismatch,
     OptionMismatch,
     PlanError,
+    RowsOverCap,
     Shown,
     StaticCountMismatch,
 )
@@ -100,6 +107,7 @@ __all__ = [
     "Layout",
     "RankPlan",
     "Slot",
+    "agreed_rows",
     "combine",
     "decode",
     "encode",
@@ -182,6 +190,8 @@ LAYOUT = Layout(
     Slot("neg_static", idle=_NO_GROUPS),
     Slot("largest"),
     Slot("dummy_groups", idle=_NO_GROUPS),
+    Slot("rows"),
+    Slot("neg_rows_tolerance", idle=_NO_GROUPS),
     *(slot for name, _, _ in REQUEST
       for slot in (Slot(f"option_{name}"), Slot(f"neg_option_{name}", idle=_NO_GROUPS))),
 )
@@ -193,10 +203,12 @@ _KEY, _VALUES, _COUNT, _GROUPS = (LAYOUT.start(n) for n in ("error_key", "error_
 _MODE, _NEG_MODE = LAYOUT.start("mode"), LAYOUT.start("neg_mode")
 _STATIC, _NEG_STATIC = LAYOUT.start("static"), LAYOUT.start("neg_static")
 _LARGEST, _DUMMY_GROUPS = LAYOUT.start("largest"), LAYOUT.start("dummy_groups")
+_ROWS, _NEG_TOLERANCE = LAYOUT.start("rows"), LAYOUT.start("neg_rows_tolerance")
 _REQUEST = tuple(
     (LAYOUT.start(f"option_{name}"), LAYOUT.start(f"neg_option_{name}")) for name, _, _ in REQUEST
 )
 _DIVISOR = _REQUEST[[name for name, _, _ in REQUEST].index("num_batches_divided_by")][0]
+_CAP = _REQUEST[[name for name, _, _ in REQUEST].index("max_token_len")][0]
 
 #: A request value of ``2**41`` or more is a hash (or a large number, hashed).
 _HASHED = LARGEST_SHOWN + 1
@@ -306,6 +318,9 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
     vector[groups] = -analysis.n_groups << _RANK_BITS | tag
     vector[_MODE] = _DYNAMIC_MODE << _RANK_BITS | tag
     vector[_NEG_MODE] = -_DYNAMIC_MODE << _RANK_BITS | tag
+    if analysis.equal_rows:
+        vector[_ROWS] = analysis.equal_rows << _RANK_BITS | tag
+        vector[_NEG_TOLERANCE] = -analysis.rows_tolerance << _RANK_BITS | tag
     return vector
 
 
@@ -429,7 +444,18 @@ def decode(
         _, error = agreed_count(count, -neg_dummy_groups, 1, dummies=True)
         if error is not None:
             return at_fault(error, rank_shortest)
+    if reduced[_NEG_TOLERANCE] != _NO_GROUPS:
+        rows = agreed_rows(reduced)
+        neg_tolerance, rank_tight = _split(reduced[_NEG_TOLERANCE])
+        if rows > -neg_tolerance:
+            return at_fault(RowsOverCap(rows, -neg_tolerance, _split(reduced[_CAP])[0]), rank_tight)
     return count, None, None
+
+
+def agreed_rows(reduced: Sequence[int]) -> int:
+    """The rows every micro-batch holds under ``equal_rows_per_micro_batch`` (the largest
+    any rank's plan holds), from the reduced vector; 0 when no rank stated rows."""
+    return _split(reduced[_ROWS])[0] if reduced[_ROWS] else 0
 
 
 @dataclass(frozen=True)
@@ -486,9 +512,12 @@ def plan_ranks(
     ]
     balance = given.use_dynamic_bsz_balance
     if given.same_micro_num_in_dp:
-        count, error, _ = decode(combine([encode(a, rank) for rank, a in enumerate(analyses)]))
+        reduced = combine([encode(a, rank) for rank, a in enumerate(analyses)])
+        count, error, _ = decode(reduced)
         if error is not None:
             raise error.exception()
+        for a in analyses:
+            a.agreed_rows = agreed_rows(reduced)
         plans = [build_plan(a, count, balance) for a in analyses]
     else:
         plans = [build_plan(a, local_count(a, rank), balance) for rank, a in enumerate(analyses)]

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from seqlen_balancing._checks import as_switch
-from seqlen_balancing.agreement import decode, encode
+from seqlen_balancing.agreement import agreed_rows, decode, encode
 from seqlen_balancing.errors import NotInGroup, PlanError
 from seqlen_balancing.planner import RankAnalysis
 
@@ -179,4 +179,7 @@ def agree(
     def global_rank(group_rank: int) -> int:
         return int(dist.get_global_rank(group, group_rank)) if group is not None else group_rank
 
-    return decode(vector.tolist(), global_rank)
+    reduced = vector.tolist()
+    # equal_rows_per_micro_batch: the rows every micro-batch holds, read by build_plan
+    analysis.agreed_rows = agreed_rows(reduced)
+    return decode(reduced, global_rank)

@@ -250,6 +250,15 @@ class PlanOptions:
         verl="only with dummies (the same places); verl's losses weight by loss_mask or "
         "response_mask, the defaults",
     )
+    equal_rows_per_micro_batch: bool = _option(
+        False, kind=Kind.SWITCH, argument=Argument.EQUAL_ROWS_PER_MICRO_BATCH,
+        flag="--equal-rows-per-micro-batch", env="SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH",
+        batch_key="equal_rows_per_micro_batch", group="cost",
+        doc="every micro-batch (of every DP rank) holds the same rows: short ones are topped "
+        "up with zero-weight filler copies, counted under the cap (pipeline parallelism)",
+        verl="only where the engine needs one micro-batch size: Megatron's pipeline "
+        "schedule; verl 0.9.1's engines do not need it",
+    )
     workload_model: WorkloadModel | None = _option(  # noqa: RUF009 (a field(), frozen value)
         None, kind=Kind.MODEL, argument=Argument.WORKLOAD_MODEL, flag="--workload-model",
         env="SEQLEN_BALANCING_WORKLOAD_MODEL",
@@ -501,6 +510,7 @@ class OptionKeywords(TypedDict, total=False):
     dummy_micro_batches: bool
     loss_weight_keys: str | Sequence[str] | None
     workload_model: WorkloadModel | Mapping[str, Any] | str | None
+    equal_rows_per_micro_batch: bool
 
 
 class GroupOptionKeywords(OptionKeywords, total=False):

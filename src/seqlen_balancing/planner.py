@@ -83,6 +83,7 @@ from seqlen_balancing.packing import randomized_best_fit
 from seqlen_balancing.partition import roundup_divisible
 from seqlen_balancing.per_sample import read_numbers
 from seqlen_balancing.repack import exact_packing, repack
+from seqlen_balancing.rows import filled_plan, rows_view, search_rows
 from seqlen_balancing.search import (
     _EXACT_BUDGET,
     _EXACT_GROUPS,
@@ -253,6 +254,8 @@ def _analyse(
     if given.dummies:
         result.dummy_group = dummy_group(built.rule, lengths, given.group)
     _count(result, given)
+    if options.equal_rows_per_micro_batch:
+        search_rows(result, None if given.floor is None else min(given.floor, result.n_groups))
     return result
 
 
@@ -410,7 +413,8 @@ def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
 
 
 def build_plan(
-    result: RankAnalysis, count: int, use_dynamic_bsz_balance: bool = True
+    result: RankAnalysis, count: int, use_dynamic_bsz_balance: bool = True,
+    rows: int | None = None,
 ) -> list[list[int]]:
     """The best-balanced plan with exactly ``count`` micro-batches, ordered.
 
@@ -434,6 +438,10 @@ def build_plan(
         count: micro-batches, ``result.min_count <= count <= result.n_groups`` (or above
             ``n_groups`` with ``dummy_micro_batches``).
         use_dynamic_bsz_balance: order as :func:`order_micro_batches` describes.
+        rows: with ``equal_rows_per_micro_batch``, the rows of every micro-batch (``None``:
+            the DP group's agreed rows, else the rank's own); the plan is then balanced
+            under :func:`~seqlen_balancing.rows.rows_rule` and each list is a
+            :class:`~seqlen_balancing.rows.RowIndices` holding its filler count.
 
     Returns:
         ``count`` lists of sample indices, each sorted ascending, together an exact cover of
@@ -447,6 +455,10 @@ def build_plan(
     """
     if result.error is not None:
         raise result.error.exception()
+    if result.equal_rows:
+        wanted = rows or result.agreed_rows or result.equal_rows
+        plan = build_plan(rows_view(result, wanted), count, use_dynamic_bsz_balance)
+        return list(filled_plan(result, plan, wanted))
     top = count if result.dummy_micro_batches else result.n_groups
     if not result.min_count <= count <= top:
         raise ValueError(

@@ -17,6 +17,7 @@ from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.dummies import _cut_with_dummies, _dummy_rows, _loss_weight_keys
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
+from seqlen_balancing.batch.filler import _cut_with_filler
 from seqlen_balancing.batch.kinds import _READ_ERRORS
 from seqlen_balancing.batch.lengths import _read_lengths
 from seqlen_balancing.batch.settings import _batch_options, _per_sample_entry, _settings
@@ -225,7 +226,8 @@ def _rearrange_rows(
     if error is None and options.padded:
         error, trim, cause = trim_inputs(batch, entries.by_rows)
     keys: tuple[str, ...] = ()
-    if error is None and options.dummy_micro_batches:
+    if error is None and (options.dummy_micro_batches or options.equal_rows_per_micro_batch):
+        # dummies and filler rows alike are zero-weight copies: their keys checked first
         error, keys = _loss_weight_keys(batch, options.loss_weight_keys)
     if error is None:
         extents = None if trim is None or costs is not None else (trim.left, trim.right)
@@ -237,6 +239,8 @@ def _rearrange_rows(
     count = _finish(analysis, sync, dp_group, cause)
     plan = build_plan(analysis, count, options.use_dynamic_bsz_balance)
     log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
+    if analysis.equal_rows:
+        return _cut_with_filler(batch, plan, entries, keys, trim, analysis.pad_to_multiple_of)
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
     dummy = _dummy_rows(analysis.force_group_size, analysis.dummy_group)
     micro_batches, returned, rows = _cut_with_dummies(batch, plan, entries, dummy, keys, trim,

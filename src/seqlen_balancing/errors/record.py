@@ -193,6 +193,7 @@ class Argument(IntEnum):
     WORKLOAD_MODEL = 19
     WORKLOADS = 20
     OPTIONS = 21
+    EQUAL_ROWS_PER_MICRO_BATCH = 22
 
     @property
     def parameter(self) -> str:

@@ -1,0 +1,252 @@
+"""Equal rows per micro-batch (``equal_rows_per_micro_batch``), on plain integer lists (no torch).
+
+Pipeline parallelism takes one micro-batch size for every micro-batch of a step
+(Megatron's schedule; DeepSpeed's pipeline engine), while token-budget micro-batches hold
+different numbers of rows. With the option on, every micro-batch of a plan holds the
+same number of rows ``R``: the real rows, then ``R - real`` **filler rows**, zero-weight
+copies of a real row (as dummy micro-batches are, :mod:`seqlen_balancing.batch.dummies`).
+Filler rows reach the GPU, so the cap counts them:
+
+* **summed costs**: a filler row is a copy of the rank's cheapest sample (its cost ``c``,
+  the fewest tokens, the lowest index): a micro-batch of real cost ``C`` and ``k`` rows
+  costs ``C + (R - k) c``. That is the summed rule with each item's cost lowered by
+  ``rows x c`` and the cap by ``R x c``, and at most ``R`` rows (:func:`rows_rule`), so
+  every algorithm of the plan runs on it unchanged;
+* **padded** (``padded=True``): a filler row is a copy of the micro-batch's own narrowest
+  row, so the width is unchanged and the micro-batch costs ``R x width``
+  (:attr:`~seqlen_balancing.rule.Rule.filled`).
+
+Splitting a micro-batch keeps it within that rule (each row taken out costs at least a
+filler row's ``c``; a padded part is no wider), so a plan for ``R`` rows at ``K``
+micro-batches gives one at every larger count. :func:`search_rows` finds a rank's pair:
+the fewest micro-batches ``K`` first, then the fewest rows ``R`` at that count, from the
+balanced ``ceil(rows / K)`` up. Its **tolerance** is the most rows its plan's
+micro-batches can be topped up to under the cap; a DP group agrees on the largest ``R``
+and the largest ``K`` in its one collective, and a rank whose tolerance is below that
+``R`` is the group's error (:class:`~seqlen_balancing.errors.RowsOverCap`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from seqlen_balancing.analysis import RankAnalysis
+from seqlen_balancing.cost import aligned_length
+from seqlen_balancing.errors import RowsOverCap
+from seqlen_balancing.partition import roundup_divisible
+from seqlen_balancing.rule import Rule
+from seqlen_balancing.search import _search_count
+
+__all__ = ["UNBOUNDED_ROWS", "RowIndices", "filled_plan", "rows_rule", "rows_view", "search_rows"]
+
+#: The tolerance of a rank whose filler rows cost nothing: any number of rows fits.
+UNBOUNDED_ROWS = 1 << 40
+
+#: Row counts tried per micro-batch count, from the balanced one up.
+_ROW_TRIES = 3
+
+#: Count searches one rank runs at most before it falls back to every item alone.
+_SEARCH_BUDGET = 24
+
+
+class RowIndices(list):  # type: ignore[type-arg]
+    """The real sample indices of one micro-batch (a ``list`` of ints, unchanged for code
+    that iterates it) and how many filler rows follow them.
+
+    Attributes:
+        filler: filler rows the micro-batch holds after its real rows (zero-weight copies).
+        filler_row: the sample index each filler row copies (-1 without filler).
+
+    Example:
+        >>> part = RowIndices([0, 3], filler=2, filler_row=1)
+        >>> part == [0, 3], len(part) + part.filler
+        (True, 4)
+    """
+
+    filler: int
+    filler_row: int
+
+    def __init__(self, indices: Any = (), filler: int = 0, filler_row: int = -1) -> None:
+        super().__init__(indices)
+        self.filler, self.filler_row = filler, filler_row
+
+    def __repr__(self) -> str:
+        return f"RowIndices({list(self)!r}, filler={self.filler}, filler_row={self.filler_row})"
+
+
+def filler_sample(result: RankAnalysis) -> int:
+    """The sample a summed-cost filler row copies: the cheapest (then the lowest index)."""
+    costs = result.sample_costs
+    return min(range(len(costs)), key=lambda i: (costs[i], i))
+
+
+def _core(result: RankAnalysis) -> RankAnalysis:
+    """The analysis whose items are packed together (the rest, with over-cap items alone)."""
+    return result._rest if result._rest is not None else result
+
+
+def rows_rule(result: RankAnalysis, rows: int) -> Rule | None:
+    """The rule of micro-batches topped up to ``rows`` rows (the module docstring), on the
+    items of ``result`` (its rest under ``over_cap="alone"``), or ``None`` when no
+    micro-batch of that many rows fits (an item's filled cost is over the cap, or the
+    filler rows alone are).
+
+    Example:
+        >>> from seqlen_balancing.planner import analyse
+        >>> rule = rows_rule(analyse([10, 4, 6], 20), 2)
+        >>> rule.sizes, rule.cap, rule.limit
+        ([6, 0, 2], 12, 2)
+    """
+    core = _core(result)
+    rule = core.rule
+    if rule is None:
+        return None
+    limit = rows if rule.limit is None else min(rule.limit, rows)
+    if rule.is_padded:
+        out = Rule.padded(rule.left or [], rule.right or [], rule.cap, rule.rows, rule.pad, limit, rows)
+    else:
+        cost = result.sample_costs[filler_sample(result)]
+        if rows * cost > rule.cap:
+            return None
+        sizes = [size - k * cost for size, k in zip(rule.sizes, rule.rows, strict=True)]
+        room = rule.cap - rows * cost
+        if room == 0 and not any(sizes):
+            room = 1  # the same rule (every size 0), and the bounds need a positive cap
+        out = Rule.sums(sizes, room, rule.rows, limit)
+    return out if all(out.fits_alone(i) for i in range(out.n)) else None
+
+
+def _sub(core: RankAnalysis, rule: Rule) -> RankAnalysis:
+    """``core`` with its rule replaced (the count search and the balancing read these)."""
+    return replace(core, rule=rule, group_sizes=rule.sizes, max_token_len=rule.cap,
+                   _packing=[], min_count=0, lower_bound=0, bound_name="")
+
+
+def search_rows(result: RankAnalysis, floor: int | None) -> None:
+    """Find the rank's equal-rows pair and store it in ``result``: ``min_count`` becomes
+    the fewest micro-batches ``K`` at which some row count fits (at least the plain
+    count), :attr:`~seqlen_balancing.analysis.RankAnalysis.equal_rows` the fewest rows
+    ``R`` at that count, ``rows_tolerance`` the most rows its plan's micro-batches take,
+    and ``error`` a :class:`~seqlen_balancing.errors.RowsOverCap` when even every item
+    alone cannot be topped up (items of different rows).
+
+    Args:
+        result: an error-free analysis after the plain count search.
+        floor: ``min_num_micro_batch`` (``None``: none).
+
+    Complexity: at most 24 count searches under :func:`rows_rule`, each as
+    :func:`~seqlen_balancing.planner.analyse`'s; O(n) when the plain plan is already
+    balanced in rows.
+    """
+    core = _core(result)
+    over = len(result.over_cap_groups)
+    rows = core.rule.rows if core.rule is not None else []
+    over_rows = max((result.rule.rows[g] for g in result.over_cap_groups), default=0) if result.rule else 0
+    total = sum(rows)
+    # The count this rank plans alone (rounded up to num_batches_divided_by): its rows there.
+    alone = roundup_divisible(max(result.min_count, floor or 1), result.num_batches_divided_by)
+    count, tries = max(alone - over, 1), 0
+    found: tuple[int, RankAnalysis] | None = None
+    while rows and found is None and count <= core.n_groups and tries < _SEARCH_BUDGET:
+        low = max(-(-total // count), max(rows), over_rows)
+        for wanted in range(low, low + _ROW_TRIES):
+            rule = rows_rule(result, wanted)
+            if rule is None:
+                continue
+            sub = _sub(core, rule)
+            _search_count(sub, None if floor is None else max(1, floor - over))
+            tries += 1
+            if sub.min_count <= count:
+                found = wanted, sub
+                break
+        count += 1
+    if found is None:  # every item alone, at the most rows one holds
+        wanted = max(max(rows, default=0), over_rows, 1)
+        rule = rows_rule(result, wanted)
+        sub = _sub(core, rule or core.rule)  # type: ignore[arg-type]
+        sub._packing, sub.min_count = [[g] for g in range(core.n_groups)], core.n_groups
+        found = wanted, sub
+    result.equal_rows, result._rows_sub = found
+    result.min_count = max(result.min_count, over + found[1].min_count)
+    result.rows_tolerance = _tolerance(result, found[1]._packing)
+    if result.rows_tolerance < result.equal_rows:
+        result.error = rows_error(result, result.equal_rows)
+
+
+def rows_error(result: RankAnalysis, rows: int) -> RowsOverCap:
+    """The error of a rank whose tolerance is below ``rows``."""
+    return RowsOverCap(rows, result.rows_tolerance, result.requested_max_token_len)
+
+
+def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
+    """The most rows every micro-batch of ``packing`` (items of the core, real costs) and
+    a dummy micro-batch can be topped up to under the cap (:data:`UNBOUNDED_ROWS` when a
+    filler row costs nothing and no limit is set)."""
+    core = _core(result)
+    rule = core.rule
+    if rule is None:
+        return 0
+    most = UNBOUNDED_ROWS if rule.limit is None else rule.limit
+    cap = rule.cap
+    if rule.is_padded:
+        widths = [rule.width(items) for items in packing if items]
+        if result.dummy_micro_batches:
+            spans = [aligned_length(w, rule.pad) for w in result.sample_costs]
+            widths.append(min(spans, default=0))
+        return min([most, *(cap // w for w in widths if w > 0)])
+    cost = result.sample_costs[filler_sample(result)]
+    if cost == 0:
+        return most
+    for items in packing:
+        used = sum(rule.sizes[i] for i in items)
+        held = sum(rule.rows[i] for i in items)
+        most = min(most, held + (cap - used) // cost)
+    return max(0, min(most, cap // cost))
+
+
+def rows_view(result: RankAnalysis, rows: int) -> RankAnalysis:
+    """``result`` under :func:`rows_rule` for ``rows`` rows, with a packing that fits it
+    (its own search's when ``rows`` is its own, else its plan, which the tolerance
+    guarantees fits): what :func:`~seqlen_balancing.planner.build_plan` balances.
+
+    Raises:
+        ValueError: ``rows`` above the rank's tolerance (the agreement rules that out).
+    """
+    if rows > result.rows_tolerance:
+        raise rows_error(result, rows).exception()
+    own = result._rows_sub
+    if own is None:
+        raise ValueError("the analysis has no equal-rows plan (equal_rows_per_micro_batch is off)")
+    if rows == result.equal_rows:
+        sub = own
+    else:
+        rule = rows_rule(result, rows)
+        if rule is None:
+            raise rows_error(result, rows).exception()
+        sub = _sub(_core(result), rule)
+        sub._packing, sub.min_count = own._packing, own.min_count
+    if result._rest is None:
+        return replace(result, rule=sub.rule, group_sizes=sub.group_sizes,
+                       max_token_len=sub.max_token_len, _packing=sub._packing,
+                       min_count=sub.min_count, equal_rows=0)
+    return replace(result, _rest=sub, equal_rows=0)
+
+
+def filled_plan(result: RankAnalysis, plan: list[list[int]], rows: int) -> list[RowIndices]:
+    """Each micro-batch of ``plan`` (sample indices; dummies empty) as a
+    :class:`RowIndices` topped up to ``rows`` rows: summed costs copy the rank's cheapest
+    sample, padded the micro-batch's narrowest row (a dummy: the rank's narrowest)."""
+    core = _core(result)
+    padded = core.rule is not None and core.rule.is_padded
+    costs = result.sample_costs
+    cheapest = filler_sample(result)
+    out = []
+    for part in plan:
+        if padded and part:
+            row = min(part, key=lambda i: (costs[i], i))
+        else:
+            row = cheapest
+        extra = rows - len(part)
+        out.append(RowIndices(part, extra, row if extra else -1))
+    return out
