@@ -53,10 +53,11 @@ CODE_BITS = 6  # codes 1..48 (module docstring: N.bit_length() bits)
 REQUEST_NAMES = [
     "force_group_size", "num_batches_divided_by", "min_num_micro_batch", "use_dynamic_bsz_balance",
     "pad_to_multiple_of", "micro_batch_multiple_of", "padded", "max_samples_per_micro_batch",
-    "over_cap", "dummy_micro_batches", "loss_weight_keys", "workload_model", "max_token_len",
-    "costs", "workloads",
+    "over_cap", "dummy_micro_batches", "loss_weight_keys", "workload_model",
+    "equal_rows_per_micro_batch", "max_token_len", "costs", "workloads",
 ]
-FIXED = 27  # slots before the request's pairs
+WINDOW = 4  # equal_rows_per_micro_batch: the rows (27-30) and tolerances (31-34) of 4 counts
+FIXED = 35  # slots before the request's pairs
 SIZE = FIXED + 2 * len(REQUEST_NAMES)
 
 
@@ -64,7 +65,7 @@ def request(cap: int | None, **changed: int) -> list[int | None]:
     """The request of a rank asked for verl's defaults under ``cap``, by hand: the positive
     integers 1 (None counts as 1 for the divisor and the floor), switches and over_cap 0,
     keys and model None (0), the cap, nothing given; ``changed`` overrides by name."""
-    values = dict(zip(REQUEST_NAMES, [1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, cap, 0, 0], strict=True))
+    values = dict(zip(REQUEST_NAMES, [1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, cap, 0, 0], strict=True))
     values.update(changed)
     return [values[name] for name in REQUEST_NAMES]
 
@@ -80,8 +81,8 @@ def model_vector(
 ) -> list[int]:
     """The slots as agreement.py's docstring lays them out, written out by hand: 0 the error
     key, 1-18 the error's 9 values in halves, then count (19), groups (20), mode (21, 22),
-    static count (23, 24), largest (25), the dummies' groups (26), then a pair per quantity
-    of the request (27 on: ``value << 20 | tag`` and ``-value << 20 | tag``). ``dynamic`` is
+    static count (23, 24), largest (25), the dummies' groups (26), the equal rows' window
+    (27-30 rows, 31-34 tolerances; idle here), then a pair per quantity of the request (35 on: ``value << 20 | tag`` and ``-value << 20 | tag``). ``dynamic`` is
     (needed count, groups); ``largest`` the longest sample or group (capped at 2**62 + 1,
     which stands for "above 2**62"); ``dummies``: the rank may run dummy micro-batches, so
     its groups go to slot 26, not 20; ``asked``: the request's values (``None``: the rank
@@ -90,6 +91,7 @@ def model_vector(
     v = [0] * SIZE
     v[25] = min(largest, 2**62 + 1)
     v[26] = NONE
+    v[27 + WINDOW : 27 + 2 * WINDOW] = [NONE] * WINDOW
     for j in range(len(REQUEST_NAMES)):
         value = None if asked is None else asked[j]
         v[FIXED + 2 * j] = 0 if value is None else value * 2**20 + tag
@@ -128,11 +130,11 @@ def error_analysis(error: PlanError) -> RankAnalysis:
 def test_the_layout_is_declared_once_and_documented_by_name() -> None:
     names = [slot.name for slot in LAYOUT.slots]
     fixed = ["error_key", "error_values", "count", "groups", "mode", "neg_mode", "static",
-             "neg_static", "largest", "dummy_groups"]
+             "neg_static", "largest", "dummy_groups", "rows", "neg_rows_tolerance"]
     pairs = [f"{neg}option_{name}" for name in REQUEST_NAMES for neg in ("", "neg_")]
     assert names == fixed + pairs
-    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 57
-    assert [LAYOUT.start(n) for n in fixed] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26]
+    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 67
+    assert [LAYOUT.start(n) for n in fixed] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26, 27, 31]
     assert [LAYOUT.start(n) for n in pairs] == list(range(FIXED, SIZE))
     assert [name for name, _, _ in agreement.REQUEST] == REQUEST_NAMES
     doc = agreement.__doc__ or ""
@@ -189,7 +191,7 @@ def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
                                                 asked=request(None))
     huge = analyse([2**63], 2**64)  # a cap of 2**41 or more travels as a hash
     assert encode(huge, rank)[25] == 2**62 + 1
-    assert encode(huge, rank)[FIXED + 24] >> 20 >= 2**41
+    assert encode(huge, rank)[FIXED + 2 * REQUEST_NAMES.index("max_token_len")] >> 20 >= 2**41
     assert encode(analyse([2**62], 2**64), rank)[25] == 2**62  # exact up to 2**62
     error = SampleOverCap(1 << 40, (1 << 38) - 1, 3, TOP - 1, 1 << 80, 7, 8, 16, True)
     assert encode(error_analysis(error), rank) == model_vector(rank, error=error)

@@ -64,6 +64,8 @@ DECLARED: dict[str, tuple[Any, str | None, str, str | None, bool]] = {
     "loss_weight_keys": (None, "SEQLEN_BALANCING_LOSS_WEIGHT_KEYS", "--loss-weight-keys",
                          "loss_weight_keys", True),
     "workload_model": (None, "SEQLEN_BALANCING_WORKLOAD_MODEL", "--workload-model", None, True),
+    "equal_rows_per_micro_batch": (False, "SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH",
+                                   "--equal-rows-per-micro-batch", "equal_rows_per_micro_batch", True),
 }
 
 #: verl 0.9.1's own parameters among the options (rearrange_micro_batches' order).
@@ -264,12 +266,13 @@ def test_every_variable_of_the_environment() -> None:
         "SEQLEN_BALANCING_DUMMY_MICRO_BATCHES": "yes",
         "SEQLEN_BALANCING_LOSS_WEIGHT_KEYS": "loss_mask, response_mask",
         "SEQLEN_BALANCING_WORKLOAD_MODEL": "hidden_size=8192,num_layers=80",
+        "SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH": "On",
         "PATH": "/bin",
     }
     assert PlanOptions.from_env(env) == PlanOptions(
         pad_to_multiple_of=16, micro_batch_multiple_of=512, max_samples_per_micro_batch=2,
         over_cap="alone", dummy_micro_batches=True, loss_weight_keys=("loss_mask", "response_mask"),
-        workload_model=WorkloadModel(8192, 80))
+        workload_model=WorkloadModel(8192, 80), equal_rows_per_micro_batch=True)
     variables = {opt.env for opt in OPTIONS.values() if opt.env} | {"SEQLEN_BALANCING_VERL"}
     assert set(env) - {"PATH"} == variables  # the test names every variable there is
     assert PlanOptions.from_env({name: "" for name in variables}) == PlanOptions()

@@ -37,12 +37,17 @@ to say in holds its idle value (0, or ``-2**62`` for a negated slot, below any r
   groups with dummies (``dummy_micro_batches=True``): those ranks leave ``groups`` idle
   (they never make the count impossible), and this slot bounds the dummies the agreed count
   needs on the shortest of them (:data:`~seqlen_balancing.errors.MAX_DUMMY_MICRO_BATCHES`);
-* ``rows`` and ``neg_rows_tolerance`` (``equal_rows_per_micro_batch``): ``rows << 20 |
-  tag``, the rows of the rank's own plan, and ``-tolerance << 20 | tag``, the most rows
-  its micro-batches can be topped up to under the cap (:mod:`seqlen_balancing.rows`).
-  Every micro-batch of the group then holds the largest ``rows``; when that is above the
-  smallest tolerance, every rank raises the same
-  :class:`~seqlen_balancing.errors.RowsOverCap`, naming the rank holding it;
+* ``rows`` and ``neg_rows_tolerance`` (``equal_rows_per_micro_batch``), each
+  :data:`~seqlen_balancing.rows.ROWS_WINDOW` wide: for each count ``c`` of the rank's
+  window (its own count and the next multiples of ``num_batches_divided_by``), at place
+  ``c / num_batches_divided_by`` modulo the width, ``rows << 20 | tag``, the fewest rows
+  its plan needs at ``c``, and ``-tolerance << 20 | tag``, the most rows that plan's
+  micro-batches can be topped up to under the cap (:mod:`seqlen_balancing.rows`). At the
+  agreed count's place every micro-batch of the group holds the largest ``rows``; when
+  that is above the smallest tolerance, every rank raises the same
+  :class:`~seqlen_balancing.errors.RowsOverCap`, naming the rank holding it. A count
+  above a rank's window reads the rows of the window's count at the same place, whose
+  plan split up to the agreed count keeps them;
 * the request, one pair of slots per quantity of :data:`REQUEST`: every agreed option of
   :class:`~seqlen_balancing.PlanOptions` (``option_<name>``), the cap
   (``option_max_token_len``) and whether the rank passes ``costs`` and ``workloads``
@@ -91,6 +96,7 @@ from seqlen_balancing.errors import (
     StaticCountMismatch,
 )
 from seqlen_balancing.options import OPTIONS, Kind, PlanOptionKeywords, PlanOptions, Unpack
+from seqlen_balancing.rows import ROWS_WINDOW
 from seqlen_balancing.planner import (
     RankAnalysis,
     agreed_count,
@@ -190,8 +196,8 @@ LAYOUT = Layout(
     Slot("neg_static", idle=_NO_GROUPS),
     Slot("largest"),
     Slot("dummy_groups", idle=_NO_GROUPS),
-    Slot("rows"),
-    Slot("neg_rows_tolerance", idle=_NO_GROUPS),
+    Slot("rows", ROWS_WINDOW),
+    Slot("neg_rows_tolerance", ROWS_WINDOW, idle=_NO_GROUPS),
     *(slot for name, _, _ in REQUEST
       for slot in (Slot(f"option_{name}"), Slot(f"neg_option_{name}", idle=_NO_GROUPS))),
 )
@@ -318,9 +324,10 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
     vector[groups] = -analysis.n_groups << _RANK_BITS | tag
     vector[_MODE] = _DYNAMIC_MODE << _RANK_BITS | tag
     vector[_NEG_MODE] = -_DYNAMIC_MODE << _RANK_BITS | tag
-    if analysis.equal_rows:
-        vector[_ROWS] = analysis.equal_rows << _RANK_BITS | tag
-        vector[_NEG_TOLERANCE] = -analysis.rows_tolerance << _RANK_BITS | tag
+    for at in analysis.rows_window:
+        place = at.count // analysis.num_batches_divided_by % ROWS_WINDOW
+        vector[_ROWS + place] = at.rows << _RANK_BITS | tag
+        vector[_NEG_TOLERANCE + place] = -at.tolerance << _RANK_BITS | tag
     return vector
 
 
@@ -444,18 +451,22 @@ def decode(
         _, error = agreed_count(count, -neg_dummy_groups, 1, dummies=True)
         if error is not None:
             return at_fault(error, rank_shortest)
-    if reduced[_NEG_TOLERANCE] != _NO_GROUPS:
-        rows = agreed_rows(reduced)
-        neg_tolerance, rank_tight = _split(reduced[_NEG_TOLERANCE])
+    place = _NEG_TOLERANCE + count // divisor % ROWS_WINDOW
+    if reduced[place] != _NO_GROUPS:
+        rows = agreed_rows(reduced, count)
+        neg_tolerance, rank_tight = _split(reduced[place])
         if rows > -neg_tolerance:
             return at_fault(RowsOverCap(rows, -neg_tolerance, _split(reduced[_CAP])[0]), rank_tight)
     return count, None, None
 
 
-def agreed_rows(reduced: Sequence[int]) -> int:
-    """The rows every micro-batch holds under ``equal_rows_per_micro_batch`` (the largest
-    any rank's plan holds), from the reduced vector; 0 when no rank stated rows."""
-    return _split(reduced[_ROWS])[0] if reduced[_ROWS] else 0
+def agreed_rows(reduced: Sequence[int], count: int) -> int:
+    """The rows every micro-batch holds under ``equal_rows_per_micro_batch`` at the agreed
+    ``count`` (the largest any rank needs there), from the reduced vector; 0 when no rank
+    stated rows."""
+    divisor = max(1, _split(reduced[_DIVISOR])[0])
+    slot = reduced[_ROWS + count // divisor % ROWS_WINDOW]
+    return _split(slot)[0] if slot else 0
 
 
 @dataclass(frozen=True)
@@ -517,7 +528,7 @@ def plan_ranks(
         if error is not None:
             raise error.exception()
         for a in analyses:
-            a.agreed_rows = agreed_rows(reduced)
+            a.agreed_rows = agreed_rows(reduced, count)
         plans = [build_plan(a, count, balance) for a in analyses]
     else:
         plans = [build_plan(a, local_count(a, rank), balance) for rank, a in enumerate(analyses)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from seqlen_balancing.errors import PlanError
 
@@ -120,8 +120,9 @@ class RankAnalysis:
     equal_rows: int = 0
     rows_tolerance: int = 0
     agreed_rows: int = 0
-    # The equal-rows count search's analysis (its rule and packing) at ``equal_rows``.
-    _rows_sub: RankAnalysis | None = field(default=None, repr=False)
+    # The equal-rows window (seqlen_balancing.rows.RowsAt): rows and plans at the counts
+    # this rank can be agreed to.
+    rows_window: list[Any] = field(default_factory=list, repr=False)
 
     def micro_batch_cost(self, groups: Sequence[int]) -> int:
         """A micro-batch's cost in tokens (padded: rows x width), before rounding."""

@@ -180,6 +180,8 @@ def agree(
         return int(dist.get_global_rank(group, group_rank)) if group is not None else group_rank
 
     reduced = vector.tolist()
-    # equal_rows_per_micro_batch: the rows every micro-batch holds, read by build_plan
-    analysis.agreed_rows = agreed_rows(reduced)
-    return decode(reduced, global_rank)
+    verdict = decode(reduced, global_rank)
+    if verdict[1] is None and not static_count:
+        # equal_rows_per_micro_batch: the rows every micro-batch holds, read by build_plan
+        analysis.agreed_rows = agreed_rows(reduced, verdict[0])
+    return verdict

@@ -250,6 +250,14 @@ class PlanOptions:
         verl="only with dummies (the same places); verl's losses weight by loss_mask or "
         "response_mask, the defaults",
     )
+    workload_model: WorkloadModel | None = _option(  # noqa: RUF009 (a field(), frozen value)
+        None, kind=Kind.MODEL, argument=Argument.WORKLOAD_MODEL, flag="--workload-model",
+        env="SEQLEN_BALANCING_WORKLOAD_MODEL",
+        doc="balance on this model's FLOPs instead of verl's 24576*s + s**2 (cap untouched)",
+        verl="micro-batch contents and order in every dynamic-path call; with the switch also "
+        "calculate_workload (DP balance: PPO's _balance_batch, sft_trainer_ray); not the rank "
+        "assignment of torchrun sft_trainer",
+    )
     equal_rows_per_micro_batch: bool = _option(
         False, kind=Kind.SWITCH, argument=Argument.EQUAL_ROWS_PER_MICRO_BATCH,
         flag="--equal-rows-per-micro-batch", env="SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH",
@@ -258,14 +266,6 @@ class PlanOptions:
         "up with zero-weight filler copies, counted under the cap (pipeline parallelism)",
         verl="only where the engine needs one micro-batch size: Megatron's pipeline "
         "schedule; verl 0.9.1's engines do not need it",
-    )
-    workload_model: WorkloadModel | None = _option(  # noqa: RUF009 (a field(), frozen value)
-        None, kind=Kind.MODEL, argument=Argument.WORKLOAD_MODEL, flag="--workload-model",
-        env="SEQLEN_BALANCING_WORKLOAD_MODEL",
-        doc="balance on this model's FLOPs instead of verl's 24576*s + s**2 (cap untouched)",
-        verl="micro-batch contents and order in every dynamic-path call; with the switch also "
-        "calculate_workload (DP balance: PPO's _balance_batch, sft_trainer_ray); not the rank "
-        "assignment of torchrun sft_trainer",
     )
 
     def __post_init__(self) -> None:

@@ -83,7 +83,7 @@ from seqlen_balancing.packing import randomized_best_fit
 from seqlen_balancing.partition import roundup_divisible
 from seqlen_balancing.per_sample import read_numbers
 from seqlen_balancing.repack import exact_packing, repack
-from seqlen_balancing.rows import filled_plan, rows_view, search_rows
+from seqlen_balancing.rows import filled_plan, rows_for, rows_view, search_rows
 from seqlen_balancing.search import (
     _EXACT_BUDGET,
     _EXACT_GROUPS,
@@ -455,9 +455,10 @@ def build_plan(
     """
     if result.error is not None:
         raise result.error.exception()
-    if result.equal_rows:
-        wanted = rows or result.agreed_rows or result.equal_rows
-        plan = build_plan(rows_view(result, wanted), count, use_dynamic_bsz_balance)
+    if result.rows_window:
+        at = rows_for(result, count)
+        wanted = rows or result.agreed_rows or at.rows
+        plan = build_plan(rows_view(result, at, wanted), count, use_dynamic_bsz_balance)
         return list(filled_plan(result, plan, wanted))
     top = count if result.dummy_micro_batches else result.n_groups
     if not result.min_count <= count <= top:

@@ -28,7 +28,7 @@ and the largest ``K`` in its one collective, and a rank whose tolerance is below
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from seqlen_balancing.analysis import RankAnalysis
@@ -38,7 +38,17 @@ from seqlen_balancing.partition import roundup_divisible
 from seqlen_balancing.rule import Rule
 from seqlen_balancing.search import _search_count
 
-__all__ = ["UNBOUNDED_ROWS", "RowIndices", "filled_plan", "rows_rule", "rows_view", "search_rows"]
+__all__ = [
+    "ROWS_WINDOW",
+    "UNBOUNDED_ROWS",
+    "RowIndices",
+    "RowsAt",
+    "filled_plan",
+    "rows_for",
+    "rows_rule",
+    "rows_view",
+    "search_rows",
+]
 
 #: The tolerance of a rank whose filler rows cost nothing: any number of rows fits.
 UNBOUNDED_ROWS = 1 << 40
@@ -48,6 +58,10 @@ _ROW_TRIES = 3
 
 #: Count searches one rank runs at most before it falls back to every item alone.
 _SEARCH_BUDGET = 24
+
+#: Counts of a rank's window (:func:`search_rows`): its own and the next multiples of
+#: ``num_batches_divided_by``, each with its rows; the agreement carries one pair of slots each.
+ROWS_WINDOW = 4
 
 
 class RowIndices(list):  # type: ignore[type-arg]
@@ -123,60 +137,112 @@ def _sub(core: RankAnalysis, rule: Rule) -> RankAnalysis:
                    _packing=[], min_count=0, lower_bound=0, bound_name="")
 
 
+@dataclass(frozen=True)
+class RowsAt:
+    """One count of a rank's equal-rows window: at ``count`` micro-batches (over-cap ones
+    included) the fewest ``rows`` found, the most rows its plan's micro-batches take
+    (``tolerance``) and ``sub``, the core analysis under :func:`rows_rule` holding that
+    plan (at most ``count`` micro-batches of the core's items)."""
+
+    count: int
+    rows: int
+    tolerance: int
+    sub: RankAnalysis
+
+
+def _rows_at(
+    result: RankAnalysis, count: int, low: int, high: int, floor: int | None
+) -> tuple[int, RankAnalysis] | None:
+    """The fewest rows in ``low..high`` at which the core packs into ``count`` micro-batches
+    (over-cap ones included), and its analysis, or ``None``."""
+    core, over = _core(result), len(result.over_cap_groups)
+    for wanted in range(low, high + 1):
+        rule = rows_rule(result, wanted)
+        if rule is None:
+            continue
+        sub = _sub(core, rule)
+        _search_count(sub, None if floor is None else max(1, floor - over))
+        if sub.min_count <= count - over:
+            return wanted, sub
+    return None
+
+
+def _alone(result: RankAnalysis, least: int) -> tuple[int, RankAnalysis]:
+    """Every core item alone, at the most rows one holds (at least ``least``)."""
+    core = _core(result)
+    wanted = max(max(core.rule.rows if core.rule else [], default=0), least, 1)
+    rule = rows_rule(result, wanted)
+    sub = _sub(core, rule or core.rule)  # type: ignore[arg-type]
+    sub._packing, sub.min_count = [[g] for g in range(core.n_groups)], core.n_groups
+    return wanted, sub
+
+
 def search_rows(result: RankAnalysis, floor: int | None) -> None:
-    """Find the rank's equal-rows pair and store it in ``result``: ``min_count`` becomes
-    the fewest micro-batches ``K`` at which some row count fits (at least the plain
-    count), :attr:`~seqlen_balancing.analysis.RankAnalysis.equal_rows` the fewest rows
-    ``R`` at that count, ``rows_tolerance`` the most rows its plan's micro-batches take,
-    and ``error`` a :class:`~seqlen_balancing.errors.RowsOverCap` when even every item
-    alone cannot be topped up (items of different rows).
+    """Find the rank's equal-rows window and store it in ``result``: at the count it plans
+    alone ``K`` (the fewest micro-batches, a multiple of ``num_batches_divided_by``, at
+    which some row count fits) and at the next :data:`ROWS_WINDOW` - 1 multiples, the
+    fewest rows found and their tolerance (:class:`RowsAt`). ``min_count`` becomes ``K``,
+    :attr:`~seqlen_balancing.analysis.RankAnalysis.equal_rows` and ``rows_tolerance``
+    those at ``K``; ``error`` a :class:`~seqlen_balancing.errors.RowsOverCap` when even
+    every item alone cannot be topped up (items of different rows).
 
     Args:
         result: an error-free analysis after the plain count search.
         floor: ``min_num_micro_batch`` (``None``: none).
 
-    Complexity: at most 24 count searches under :func:`rows_rule`, each as
-    :func:`~seqlen_balancing.planner.analyse`'s; O(n) when the plain plan is already
-    balanced in rows.
+    Complexity: at most 24 count searches under :func:`rows_rule` (each as
+    :func:`~seqlen_balancing.planner.analyse`'s) for ``K``, and 3 per other count.
     """
-    core = _core(result)
-    over = len(result.over_cap_groups)
+    core, over, step = _core(result), len(result.over_cap_groups), result.num_batches_divided_by
     rows = core.rule.rows if core.rule is not None else []
     over_rows = max((result.rule.rows[g] for g in result.over_cap_groups), default=0) if result.rule else 0
     total = sum(rows)
+
+    def low(count: int) -> int:
+        return max(-(-total // max(count - over, 1)), max(rows, default=1), over_rows)
+
     # The count this rank plans alone (rounded up to num_batches_divided_by): its rows there.
-    alone = roundup_divisible(max(result.min_count, floor or 1), result.num_batches_divided_by)
-    count, tries = max(alone - over, 1), 0
-    found: tuple[int, RankAnalysis] | None = None
-    while rows and found is None and count <= core.n_groups and tries < _SEARCH_BUDGET:
-        low = max(-(-total // count), max(rows), over_rows)
-        for wanted in range(low, low + _ROW_TRIES):
-            rule = rows_rule(result, wanted)
-            if rule is None:
-                continue
-            sub = _sub(core, rule)
-            _search_count(sub, None if floor is None else max(1, floor - over))
-            tries += 1
-            if sub.min_count <= count:
-                found = wanted, sub
-                break
-        count += 1
-    if found is None:  # every item alone, at the most rows one holds
-        wanted = max(max(rows, default=0), over_rows, 1)
-        rule = rows_rule(result, wanted)
-        sub = _sub(core, rule or core.rule)  # type: ignore[arg-type]
-        sub._packing, sub.min_count = [[g] for g in range(core.n_groups)], core.n_groups
-        found = wanted, sub
-    result.equal_rows, result._rows_sub = found
-    result.min_count = max(result.min_count, over + found[1].min_count)
-    result.rows_tolerance = _tolerance(result, found[1]._packing)
+    count = roundup_divisible(max(result.min_count, floor or 1), step)
+    found, tries = None, 0
+    while rows and found is None and count - over <= core.n_groups and tries < _SEARCH_BUDGET:
+        found = _rows_at(result, count, low(count), low(count) + _ROW_TRIES - 1, floor)
+        tries += _ROW_TRIES
+        count = count if found else count + step
+    if found is None:
+        count = max(count, over + core.n_groups) if rows else max(count, over)
+        found = _alone(result, over_rows)
+    window = [RowsAt(count, found[0], _tolerance(result, found[1]._packing), found[1])]
+    for j in range(1, ROWS_WINDOW):
+        at, last = count + j * step, window[-1]
+        better = None
+        if at - over <= core.n_groups and low(at) < last.rows:
+            better = _rows_at(result, at, low(at), min(low(at) + _ROW_TRIES, last.rows) - 1, floor)
+        if better is None:  # the plan of one count fewer, split: the same rows fit
+            window.append(RowsAt(at, last.rows, last.tolerance, last.sub))
+        else:
+            window.append(RowsAt(at, better[0], _tolerance(result, better[1]._packing), better[1]))
+    result.rows_window = window
+    result.min_count = max(result.min_count, count)
+    result.equal_rows, result.rows_tolerance = window[0].rows, window[0].tolerance
     if result.rows_tolerance < result.equal_rows:
         result.error = rows_error(result, result.equal_rows)
 
 
-def rows_error(result: RankAnalysis, rows: int) -> RowsOverCap:
+def rows_for(result: RankAnalysis, count: int) -> RowsAt:
+    """The entry of ``result``'s window that serves ``count`` micro-batches: the one at
+    ``count``, or (above the window) at the window's count with the same place modulo
+    :data:`ROWS_WINDOW` multiples of ``num_batches_divided_by``, whose plan split up to
+    ``count`` keeps its rows (the agreement reads the same place)."""
+    window, step = result.rows_window, result.num_batches_divided_by
+    if count <= window[0].count:
+        return window[0]
+    return window[(count - window[0].count) // step % len(window)]
+
+
+def rows_error(result: RankAnalysis, rows: int, tolerance: int | None = None) -> RowsOverCap:
     """The error of a rank whose tolerance is below ``rows``."""
-    return RowsOverCap(rows, result.rows_tolerance, result.requested_max_token_len)
+    held = result.rows_tolerance if tolerance is None else tolerance
+    return RowsOverCap(rows, held, result.requested_max_token_len)
 
 
 def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
@@ -205,32 +271,29 @@ def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
     return max(0, min(most, cap // cost))
 
 
-def rows_view(result: RankAnalysis, rows: int) -> RankAnalysis:
-    """``result`` under :func:`rows_rule` for ``rows`` rows, with a packing that fits it
-    (its own search's when ``rows`` is its own, else its plan, which the tolerance
-    guarantees fits): what :func:`~seqlen_balancing.planner.build_plan` balances.
+def rows_view(result: RankAnalysis, at: RowsAt, rows: int) -> RankAnalysis:
+    """``result`` under :func:`rows_rule` for ``rows`` rows, with the packing of ``at``
+    (which fits it: ``rows`` is at least ``at.rows`` and at most its tolerance): what
+    :func:`~seqlen_balancing.planner.build_plan` balances.
 
     Raises:
-        ValueError: ``rows`` above the rank's tolerance (the agreement rules that out).
+        ValueError: ``rows`` outside ``at.rows..at.tolerance`` (the agreement rules it out).
     """
-    if rows > result.rows_tolerance:
-        raise rows_error(result, rows).exception()
-    own = result._rows_sub
-    if own is None:
-        raise ValueError("the analysis has no equal-rows plan (equal_rows_per_micro_batch is off)")
-    if rows == result.equal_rows:
-        sub = own
-    else:
+    if not at.rows <= rows <= at.tolerance:
+        raise rows_error(result, rows, at.tolerance).exception()
+    sub = at.sub
+    if rows != at.rows:
         rule = rows_rule(result, rows)
         if rule is None:
-            raise rows_error(result, rows).exception()
+            raise rows_error(result, rows, at.tolerance).exception()
         sub = _sub(_core(result), rule)
-        sub._packing, sub.min_count = own._packing, own.min_count
+        sub._packing, sub.min_count = at.sub._packing, at.sub.min_count
     if result._rest is None:
         return replace(result, rule=sub.rule, group_sizes=sub.group_sizes,
                        max_token_len=sub.max_token_len, _packing=sub._packing,
-                       min_count=sub.min_count, equal_rows=0)
-    return replace(result, _rest=sub, equal_rows=0)
+                       min_count=sub.min_count, rows_window=[])
+    return replace(result, _rest=sub, rows_window=[],
+                   min_count=len(result.over_cap_groups) + sub.min_count)
 
 
 def filled_plan(result: RankAnalysis, plan: list[list[int]], rows: int) -> list[RowIndices]:
