@@ -56,8 +56,14 @@ UNBOUNDED_ROWS = 1 << 40
 #: Row counts tried per micro-batch count, from the balanced one up.
 _ROW_TRIES = 3
 
-#: Count searches one rank runs at most before it falls back to every item alone.
-_SEARCH_BUDGET = 24
+#: Counts one rank tries at most before it falls back to every item alone.
+_SEARCH_BUDGET = 8
+
+#: Up to this many items, every row count is tried at each count.
+_EVERY_ROWS = 8
+
+#: Plans beyond the fewest rows' one that stretch an entry's tolerance (:func:`_extended`).
+_STRETCH = 2
 
 #: Counts of a rank's window (:func:`search_rows`): its own and the next multiples of
 #: ``num_batches_divided_by``, each with its rows; the agreement carries one pair of slots each.
@@ -140,14 +146,20 @@ def _sub(core: RankAnalysis, rule: Rule) -> RankAnalysis:
 @dataclass(frozen=True)
 class RowsAt:
     """One count of a rank's equal-rows window: at ``count`` micro-batches (over-cap ones
-    included) the fewest ``rows`` found, the most rows its plan's micro-batches take
-    (``tolerance``) and ``sub``, the core analysis under :func:`rows_rule` holding that
-    plan (at most ``count`` micro-batches of the core's items)."""
+    included) the fewest ``rows`` found, and plans for every row count from there up to
+    ``tolerance``: ``plans`` holds ``(from_rows, sub)`` pairs in order, ``sub`` the core
+    analysis under :func:`rows_rule` for ``from_rows`` rows with a plan of at most
+    ``count`` micro-batches that takes any row count up to the next pair's ``from_rows``
+    (the last: up to ``tolerance``)."""
 
     count: int
     rows: int
     tolerance: int
-    sub: RankAnalysis
+    plans: tuple[tuple[int, RankAnalysis], ...]
+
+    def plan_for(self, rows: int) -> tuple[int, RankAnalysis]:
+        """The pair whose plan takes ``rows`` rows (``rows`` within ``rows..tolerance``)."""
+        return [pair for pair in self.plans if pair[0] <= rows][-1]
 
 
 def _rows_at(
@@ -190,8 +202,9 @@ def search_rows(result: RankAnalysis, floor: int | None) -> None:
         result: an error-free analysis after the plain count search.
         floor: ``min_num_micro_batch`` (``None``: none).
 
-    Complexity: at most 24 count searches under :func:`rows_rule` (each as
-    :func:`~seqlen_balancing.planner.analyse`'s) for ``K``, and 3 per other count.
+    Complexity: at most 8 counts of 3 count searches each under :func:`rows_rule` (each
+    as :func:`~seqlen_balancing.planner.analyse`'s) for ``K``, and 3 per other count of
+    the window (on up to 8 items, every row count instead of 3: exhaustive).
     """
     core, over, step = _core(result), len(result.over_cap_groups), result.num_batches_divided_by
     rows = core.rule.rows if core.rule is not None else []
@@ -201,31 +214,53 @@ def search_rows(result: RankAnalysis, floor: int | None) -> None:
     def low(count: int) -> int:
         return max(-(-total // max(count - over, 1)), max(rows, default=1), over_rows)
 
+    # Few items: every row count is tried (the search is then exhaustive with the exact one).
+    span = total if core.n_groups <= _EVERY_ROWS else _ROW_TRIES
     # The count this rank plans alone (rounded up to num_batches_divided_by): its rows there.
     count = roundup_divisible(max(result.min_count, floor or 1), step)
     found, tries = None, 0
-    while rows and found is None and count - over <= core.n_groups and tries < _SEARCH_BUDGET:
-        found = _rows_at(result, count, low(count), low(count) + _ROW_TRIES - 1, floor)
-        tries += _ROW_TRIES
+    while rows and found is None and count - over <= core.n_groups and tries < _SEARCH_BUDGET * span:
+        found = _rows_at(result, count, low(count), low(count) + span - 1, floor)
+        tries += span
         count = count if found else count + step
     if found is None:
         count = max(count, over + core.n_groups) if rows else max(count, over)
         found = _alone(result, over_rows)
-    window = [RowsAt(count, found[0], _tolerance(result, found[1]._packing), found[1])]
+    window = [_extended(result, count, found, floor)]
     for j in range(1, ROWS_WINDOW):
         at, last = count + j * step, window[-1]
         better = None
         if at - over <= core.n_groups and low(at) < last.rows:
-            better = _rows_at(result, at, low(at), min(low(at) + _ROW_TRIES, last.rows) - 1, floor)
-        if better is None:  # the plan of one count fewer, split: the same rows fit
-            window.append(RowsAt(at, last.rows, last.tolerance, last.sub))
+            better = _rows_at(result, at, low(at), min(low(at) + span, last.rows) - 1, floor)
+        if better is None:  # the plans of one count fewer, split: the same rows fit
+            window.append(RowsAt(at, last.rows, last.tolerance, last.plans))
         else:
-            window.append(RowsAt(at, better[0], _tolerance(result, better[1]._packing), better[1]))
+            window.append(_extended(result, at, better, floor))
     result.rows_window = window
     result.min_count = max(result.min_count, count)
     result.equal_rows, result.rows_tolerance = window[0].rows, window[0].tolerance
     if result.rows_tolerance < result.equal_rows:
         result.error = rows_error(result, result.equal_rows)
+
+
+def _extended(
+    result: RankAnalysis, count: int, found: tuple[int, RankAnalysis], floor: int | None
+) -> RowsAt:
+    """The entry at ``count`` from its fewest rows' plan, its tolerance stretched by up to
+    :data:`_STRETCH` more plans, each found for one row more than the last one takes, so
+    that a rank whose fewest rows' plan is tight can still take the rows a peer needs."""
+    plans = [found]
+    tolerance = _tolerance(result, found[1]._packing)
+    core = _core(result)
+    for _ in range(_STRETCH):
+        if tolerance >= UNBOUNDED_ROWS or core.rule is None:
+            break
+        more = _rows_at(result, count, tolerance + 1, tolerance + 1, floor)
+        if more is None:
+            break
+        plans.append(more)
+        tolerance = max(tolerance + 1, _tolerance(result, more[1]._packing))
+    return RowsAt(count, found[0], tolerance, tuple(plans))
 
 
 def rows_for(result: RankAnalysis, count: int) -> RowsAt:
@@ -273,7 +308,8 @@ def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
 
 def rows_view(result: RankAnalysis, at: RowsAt, rows: int) -> RankAnalysis:
     """``result`` under :func:`rows_rule` for ``rows`` rows, with the packing of ``at``
-    (which fits it: ``rows`` is at least ``at.rows`` and at most its tolerance): what
+    that takes them (:meth:`RowsAt.plan_for`; ``rows`` is at least ``at.rows`` and at most
+    its tolerance): what
     :func:`~seqlen_balancing.planner.build_plan` balances.
 
     Raises:
@@ -281,13 +317,14 @@ def rows_view(result: RankAnalysis, at: RowsAt, rows: int) -> RankAnalysis:
     """
     if not at.rows <= rows <= at.tolerance:
         raise rows_error(result, rows, at.tolerance).exception()
-    sub = at.sub
-    if rows != at.rows:
+    start, sub = at.plan_for(rows)
+    if rows != start:
         rule = rows_rule(result, rows)
         if rule is None:
             raise rows_error(result, rows, at.tolerance).exception()
+        plan = sub
         sub = _sub(_core(result), rule)
-        sub._packing, sub.min_count = at.sub._packing, at.sub.min_count
+        sub._packing, sub.min_count = plan._packing, plan.min_count
     if result._rest is None:
         return replace(result, rule=sub.rule, group_sizes=sub.group_sizes,
                        max_token_len=sub.max_token_len, _packing=sub._packing,
