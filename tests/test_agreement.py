@@ -82,7 +82,8 @@ def model_vector(
     """The slots as agreement.py's docstring lays them out, written out by hand: 0 the error
     key, 1-18 the error's 9 values in halves, then count (19), groups (20), mode (21, 22),
     static count (23, 24), largest (25), the dummies' groups (26), the equal rows' window
-    (27-30 rows, 31-34 tolerances; idle here), then a pair per quantity of the request (35 on: ``value << 20 | tag`` and ``-value << 20 | tag``). ``dynamic`` is
+    (27-30 rows, 31-34 tolerances; idle here), then a pair per quantity of the request (35
+    on: ``value << 20 | tag`` and ``-value << 20 | tag``). ``dynamic`` is
     (needed count, groups); ``largest`` the longest sample or group (capped at 2**62 + 1,
     which stands for "above 2**62"); ``dummies``: the rank may run dummy micro-batches, so
     its groups go to slot 26, not 20; ``asked``: the request's values (``None``: the rank

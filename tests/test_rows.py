@@ -177,7 +177,7 @@ def test_every_rank_every_micro_batch_the_same_rows_under_the_rule(seed: int) ->
 def test_a_rank_that_cannot_take_the_rows_fails_every_rank_alike() -> None:
     # rank 0: twelve 1-token rows, 6 per micro-batch at 2; rank 1: two full rows, which a
     # filler row would push over the cap
-    with pytest.raises(ValueError) as raised:
+    with pytest.raises(ValueError, match="equal_rows_per_micro_batch") as raised:
         plan_data_parallel([[1] * 12, [12, 12]], 12, equal_rows_per_micro_batch=True)
     assert str(raised.value) == (
         "rank 1 of the DP group: equal_rows_per_micro_batch: every micro-batch must hold 6 "

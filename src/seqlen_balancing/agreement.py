@@ -96,7 +96,6 @@ from seqlen_balancing.errors import (
     StaticCountMismatch,
 )
 from seqlen_balancing.options import OPTIONS, Kind, PlanOptionKeywords, PlanOptions, Unpack
-from seqlen_balancing.rows import ROWS_WINDOW
 from seqlen_balancing.planner import (
     RankAnalysis,
     agreed_count,
@@ -105,6 +104,7 @@ from seqlen_balancing.planner import (
     local_count,
     log_over_cap,
 )
+from seqlen_balancing.rows import ROWS_WINDOW
 
 __all__ = [
     "LAYOUT",

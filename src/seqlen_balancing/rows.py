@@ -268,7 +268,8 @@ def rows_for(result: RankAnalysis, count: int) -> RowsAt:
     ``count``, or (above the window) at the window's count with the same place modulo
     :data:`ROWS_WINDOW` multiples of ``num_batches_divided_by``, whose plan split up to
     ``count`` keeps its rows (the agreement reads the same place)."""
-    window, step = result.rows_window, result.num_batches_divided_by
+    window: list[RowsAt] = result.rows_window
+    step = result.num_batches_divided_by
     if count <= window[0].count:
         return window[0]
     return window[(count - window[0].count) // step % len(window)]
@@ -343,10 +344,7 @@ def filled_plan(result: RankAnalysis, plan: list[list[int]], rows: int) -> list[
     cheapest = filler_sample(result)
     out = []
     for part in plan:
-        if padded and part:
-            row = min(part, key=lambda i: (costs[i], i))
-        else:
-            row = cheapest
+        row = min(part, key=lambda i: (costs[i], i)) if padded and part else cheapest
         extra = rows - len(part)
         out.append(RowIndices(part, extra, row if extra else -1))
     return out

@@ -8,7 +8,8 @@ For each round this rank builds its TensorDict (dense rows in the columns the ro
 or jagged nested rows), calls ``rearrange_micro_batches`` with ``dp_group`` set, every
 option of the round (as keywords or as one ``PlanOptions``) and the round's ``costs`` and
 ``workloads``, and records what came back as plain data: the exception, or the index lists,
-each micro-batch's ``uid`` rows, dense width and loss-weight sums, and whether
+each micro-batch's ``uid`` rows, dense width and loss-weight sums (and, with
+``equal_rows_per_micro_batch``, its filler rows and their loss-weight sums), and whether
 ``restore_dynamic_batch`` gave the input back. The test judges; nothing is judged here.
 """
 
@@ -107,6 +108,12 @@ def play(spec: dict[str, Any], group: Any) -> dict[str, Any]:
         "widths": [int(mb["attention_mask"].shape[1]) if dense else None for mb in micro_batches],
         "weights": [{key: _weight_sum(mb[key]) for key in WEIGHT_KEYS if key in mb.keys()}
                     for mb in micro_batches],
+        # equal_rows_per_micro_batch: each list's filler rows, and their loss weights alone
+        "filler": [int(getattr(part, "filler", 0)) for part in plan],
+        "filler_row": [int(getattr(part, "filler_row", -1)) for part in plan],
+        "filler_weights": [
+            {key: _weight_sum(mb[len(part):][key]) for key in WEIGHT_KEYS if key in mb.keys()}
+            for mb, part in zip(micro_batches, plan, strict=True)],
         "restored": restored,
     }
 

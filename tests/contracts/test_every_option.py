@@ -4,7 +4,7 @@ Each seeded round draws every field of :class:`~seqlen_balancing.PlanOptions` at
 (``force_group_size``, ``num_batches_divided_by``, ``min_num_micro_batch``,
 ``use_dynamic_bsz_balance``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
 ``padded``, ``max_samples_per_micro_batch``, ``over_cap``, ``dummy_micro_batches``,
-``loss_weight_keys``, ``workload_model``), the cap, ``costs`` and ``workloads``, a layout
+``loss_weight_keys``, ``workload_model``, ``equal_rows_per_micro_batch``), the cap, ``costs`` and ``workloads``, a layout
 (dense right-, left- or mixed-padded rows, verl's left-padded prompt plus right-padded
 response, or jagged nested rows) and each rank's lengths. The ranks
 (``_every_option_worker.py``, file rendezvous, one process start per world) call
@@ -19,6 +19,10 @@ being the hull of its rows' real columns (a dense mask without ``costs``), else 
 ``c_i``. ``p = pad_to_multiple_of``, ``b = micro_batch_multiple_of``. It fits when that is
 at most the cap and it holds at most ``max_samples_per_micro_batch`` rows. Items are the
 force groups; one that does not fit alone is an error (``over_cap="raise"``) or runs alone.
+With ``equal_rows_per_micro_batch`` a micro-batch holds its real rows and ``filler`` copies
+of its filler row (a dummy: filler only), and the rule holds on all of them together; every
+micro-batch of every rank holds the same rows, the filler rows' loss weights are zero, and
+the one refusal of its own is the agreed "every micro-batch must hold" error.
 
 **What every round must show.** Ranks asked to plan under different options (one rank is
 given another value of one option, of the cap, or passes ``costs``/``workloads`` where the
@@ -83,6 +87,8 @@ FAULT_WORDS = {
     "model_and_workloads": "workloads and workload_model are both given",
     "min_above": "asks for more micro-batches than the",
 }
+#: Words of the agreed refusal of equal rows (a rank that cannot take the group's rows).
+ROWS_WORDS = "equal_rows_per_micro_batch: every micro-batch must hold"
 
 
 def ceil_to(x: int, m: int) -> int:
@@ -108,6 +114,7 @@ def draw_options(rng: random.Random) -> dict[str, Any]:
         "dummy_micro_batches": rng.random() < 0.4,
         "loss_weight_keys": rng.choice([None, ["loss_mask"], ["loss_mask", "weight"], ["weight"]]),
         "workload_model": rng.choice([None, None, MODELS[0]]),
+        "equal_rows_per_micro_batch": rng.random() < 0.3,
     }
 
 
@@ -388,12 +395,29 @@ def expected(round_: dict[str, Any], list_api: bool = False) -> dict[str, Any]:
 # -- judging ---------------------------------------------------------------------------------------
 
 
+def held(plan: list[Any], filler: list[int], filler_row: list[int]) -> list[list[int]]:
+    """The rows each micro-batch holds: its real rows, then its filler rows."""
+    return [list(part) + [row] * extra for part, extra, row in zip(plan, filler, filler_row, strict=True)]
+
+
 def check_plan(rank: Rank, plan: list[list[int]], count: int, record: dict[str, Any] | None) -> None:
     """One rank's plan against the rule: whole groups, the cap, the limit, over-cap items
     alone, dummies last and zeroed, an exact cover; with the TensorDict ``record``, its rows,
-    widths and restore."""
+    widths and restore. With equal rows, the rule on the real and filler rows together."""
     o = rank.spec["options"]
     assert len(plan) == count
+    source = record if record is not None else {
+        "filler": [getattr(part, "filler", 0) for part in plan],
+        "filler_row": [getattr(part, "filler_row", -1) for part in plan]}
+    rows = held(plan, source["filler"], source["filler_row"])
+    if o["equal_rows_per_micro_batch"]:
+        assert len({len(r) for r in rows}) == 1, rows  # one row count
+        for part, whole in zip(plan, rows, strict=True):
+            over_alone = rank.alone and len(part) == rank.group and rank.cost(list(part)) > rank.cap
+            assert all(0 <= i < rank.n for i in whole)
+            assert rank.fits(whole) or over_alone, (part, whole, rank.cost(whole), rank.cap, rank.limit)
+    else:
+        assert not any(source["filler"])
     real = [part for part in plan if part]
     assert plan[: len(real)] == real, "dummies (empty index lists) come last"
     assert sorted(i for part in plan for i in part) == list(range(rank.n)), "an exact cover"
@@ -413,7 +437,10 @@ def check_plan(rank: Rank, plan: list[list[int]], count: int, record: dict[str, 
         if not part:  # a dummy: at least one row, every loss-weight entry zero
             assert uids and all(weights[key] == 0 for key in keys if key in weights), weights
             continue
-        assert uids == part
+        assert uids == rows[plan.index(part)]  # the real rows, then the filler rows
+        if o["equal_rows_per_micro_batch"]:
+            zeroed = record["filler_weights"][plan.index(part)]
+            assert all(zeroed[key] == 0 for key in keys if key in zeroed), zeroed
         if width is None:
             continue
         if not o["padded"]:
@@ -443,6 +470,9 @@ def judge_errors(got: list[dict[str, Any]], want: dict[str, Any], where: str) ->
         assert raised == "ValueError", where
         assert message.startswith(f"the ranks passed different {want['name']}: "), where
         assert f"rank {want['rank']} (global rank {want['rank']})" in message, where
+    elif want["kind"] == "rows_error":
+        assert raised == "ValueError" and ROWS_WORDS in message, where
+        assert re.match(r"rank \d+ of the DP group", message), where
     elif want["kind"] == "rank_error":
         assert raised in ("ValueError", "TypeError"), where
         assert message.startswith(f"rank {want['rank']} of the DP group"), where
@@ -455,11 +485,13 @@ def judge_errors(got: list[dict[str, Any]], want: dict[str, Any], where: str) ->
 def judge(round_: dict[str, Any], got: list[dict[str, Any]], want: dict[str, Any], where: str) -> str:
     """Judge one round's records; return the outcome's kind."""
     if want["kind"] != "count" or want["certain_error"] or "raised" in got[0]:
-        if want["kind"] == "count":  # a count above some rank's groups, never a plan
+        if want["kind"] == "count" and _rows_refused(round_, got[0]):
+            want = {**want, "kind": "rows_error"}
+        elif want["kind"] == "count":  # a count above some rank's groups, never a plan
             assert not round_["ranks"][0]["options"]["dummy_micro_batches"], where
             want = {**want, "kind": "count_error"}
         judge_errors(got, want, where)
-        return want["kind"]
+        return str(want["kind"])
     count = len(got[0]["plan"])
     divisor = round_["ranks"][0]["options"]["num_batches_divided_by"] or 1
     assert want["low"] <= count <= want["high"] and count % divisor == 0, where
@@ -467,6 +499,12 @@ def judge(round_: dict[str, Any], got: list[dict[str, Any]], want: dict[str, Any
         assert "plan" in record, where
         check_plan(rank, record["plan"], count, record)
     return "plan"
+
+
+def _rows_refused(round_: dict[str, Any], record: dict[str, Any]) -> bool:
+    """The outcome is equal rows' own agreed refusal (only with the option on)."""
+    return bool(round_["ranks"][0]["options"]["equal_rows_per_micro_batch"]) and ROWS_WORDS in str(
+        record.get("message", ""))
 
 
 def list_api(round_: dict[str, Any]) -> tuple[str, Any]:
@@ -503,7 +541,9 @@ def judge_list_api(round_: dict[str, Any], where: str) -> str:
         # one PlanOptions for every rank: refused before any rank plans, naming none
         assert FAULT_WORDS["limit_below"] in record["message"], f"list API: {where}"
         return "rank_error"
-    if want["kind"] == "count":
+    if want["kind"] == "count" and _rows_refused(round_, record):
+        want = {**want, "kind": "rows_error"}
+    elif want["kind"] == "count":
         assert not round_["ranks"][0]["options"]["dummy_micro_batches"], where
         want = {**want, "kind": "count_error"}
     judge_errors([record], want, f"list API: {where}")

@@ -104,8 +104,8 @@ def scenario_gradients(rank: int, group: Any) -> dict[str, Any]:
         "rows": [int(mb.batch_size[0]) for mb in micro_batches],
         "held": [[int(r) for r in mb["row"]] for mb in micro_batches],
         "tokens": [int(mb["attention_mask"].sum()) for mb in micro_batches],
-        "filler_weight": [int(mb["loss_mask"][len(part):].abs().sum()) for mb, part in zip(micro_batches, plan,
-                                                                                         strict=True)],
+        "filler_weight": [int(mb["loss_mask"][len(part):].abs().sum())
+                          for mb, part in zip(micro_batches, plan, strict=True)],
         "filler_is_copy": all(
             bool(torch.equal(mb["input_ids"][j], batch["input_ids"][part.filler_row]))
             for mb, part in zip(micro_batches, plan, strict=True) for j in range(len(part), len(mb))),

@@ -24,7 +24,6 @@ from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.dummies import _rows
 from seqlen_balancing.batch.entries import _Entries
 from seqlen_balancing.batch.trim import Trim
-from seqlen_balancing.rows import RowIndices
 
 __all__ = ["filler_counts", "real_rows"]
 
@@ -65,6 +64,7 @@ def filler_counts(batch_idx_list: Sequence[Sequence[int]]) -> list[int]:
     """The filler rows of each micro-batch, from its index list (0 for plain lists).
 
     Example:
+        >>> from seqlen_balancing.rows import RowIndices
         >>> filler_counts([RowIndices([0, 2], filler=1, filler_row=0), [1]])
         [1, 0]
     """
@@ -97,8 +97,8 @@ def real_rows(data: Any, batch_idx_list: Sequence[Sequence[int]]) -> Any:
         return data
     sizes = [len(part) for part in batch_idx_list]
     if isinstance(data, (list, tuple)):
-        return [_first_rows(part, size) if m < len(sizes) else part
-                for m, (part, size) in enumerate(zip(data, sizes + [0] * (len(data) - len(sizes))))]
+        # outputs beyond the index lists are left for restore's count check to name
+        return [_first_rows(part, sizes[m]) if m < len(sizes) else part for m, part in enumerate(data)]
     keep: list[int] = []
     at = 0
     for size, extra in zip(sizes, counts, strict=True):

@@ -11,6 +11,7 @@ import torch
 from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from seqlen_balancing._checks import non_negative_ints
+from seqlen_balancing.batch.filler import real_rows
 from seqlen_balancing.batch.kinds import (
     _COMPRESSED,
     _READ_ERRORS,
@@ -24,7 +25,6 @@ from seqlen_balancing.batch.kinds import (
     _ragged_dim,
     _same_data,
 )
-from seqlen_balancing.batch.filler import real_rows
 from seqlen_balancing.batch.nested import _jagged, _SharedOffsets
 from seqlen_balancing.batch.trim import restore_widths
 from seqlen_balancing.partition import get_reverse_idx
