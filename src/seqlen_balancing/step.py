@@ -223,13 +223,17 @@ def _equal_rows(
     for rank, (result, at) in enumerate(zip(analyses, windows, strict=True)):
         if at.tolerance < rows:
             raise rows_error(result, rows, at.tolerance).exception(rank)
-    out = []
+    out: list[list[list[int]]] = []
     for samples, result in zip(rank_samples, analyses, strict=True):
         parts = build_plan(result, count, options.use_dynamic_bsz_balance, rows)
-        out.append([RowIndices([samples[i] for i in part], getattr(part, "filler", 0),
-                               samples[part.filler_row] if getattr(part, "filler", 0) else -1)
-                    for part in parts])
+        out.append([_global(part, samples) for part in parts])
     return out
+
+
+def _global(part: list[int], samples: list[int]) -> RowIndices:
+    """A rank's micro-batch (local indices, a :class:`RowIndices`) in global indices."""
+    filler, row = getattr(part, "filler", 0), getattr(part, "filler_row", -1)
+    return RowIndices([samples[i] for i in part], filler, samples[row] if filler else -1)
 
 
 def _rank_plans(grid: Grid, group: int, balance: bool) -> list[list[list[int]]]:
