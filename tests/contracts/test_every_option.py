@@ -5,8 +5,9 @@ Each seeded round draws every field of :class:`~seqlen_balancing.PlanOptions` at
 ``use_dynamic_bsz_balance``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
 ``padded``, ``max_samples_per_micro_batch``, ``over_cap``, ``dummy_micro_batches``,
 ``loss_weight_keys``, ``workload_model``, ``equal_rows_per_micro_batch``), the cap,
-``costs`` and ``workloads``, a layout (dense right-, left- or mixed-padded rows, verl's left-padded prompt plus right-padded
-response, or jagged nested rows) and each rank's lengths. The ranks
+``costs`` and ``workloads``, a layout (dense right-, left- or mixed-padded rows, verl's
+left-padded prompt plus right-padded response, or jagged nested rows) and each rank's
+lengths. The ranks
 (``_every_option_worker.py``, file rendezvous, one process start per world) call
 ``rearrange_micro_batches`` with ``dp_group`` set; this process also plans the same round
 with the list API (:func:`~seqlen_balancing.plan_data_parallel`). Nothing of the library's
