@@ -56,8 +56,8 @@ REQUEST_NAMES = [
     "over_cap", "dummy_micro_batches", "loss_weight_keys", "workload_model",
     "equal_rows_per_micro_batch", "max_token_len", "costs", "workloads",
 ]
-WINDOW = 4  # equal_rows_per_micro_batch: the rows (27-30) and tolerances (31-34) of 4 counts
-FIXED = 35  # slots before the request's pairs
+WINDOW = 32  # equal_rows_per_micro_batch: the rows (27-58) and tolerances (59-90) of 32 counts
+FIXED = 91  # slots before the request's pairs
 SIZE = FIXED + 2 * len(REQUEST_NAMES)
 
 
@@ -82,7 +82,7 @@ def model_vector(
     """The slots as agreement.py's docstring lays them out, written out by hand: 0 the error
     key, 1-18 the error's 9 values in halves, then count (19), groups (20), mode (21, 22),
     static count (23, 24), largest (25), the dummies' groups (26), the equal rows' window
-    (27-30 rows, 31-34 tolerances; idle here), then a pair per quantity of the request (35
+    (27-58 rows, 59-90 tolerances; idle here), then a pair per quantity of the request (91
     on: ``value << 20 | tag`` and ``-value << 20 | tag``). ``dynamic`` is
     (needed count, groups); ``largest`` the longest sample or group (capped at 2**62 + 1,
     which stands for "above 2**62"); ``dummies``: the rank may run dummy micro-batches, so
@@ -134,8 +134,8 @@ def test_the_layout_is_declared_once_and_documented_by_name() -> None:
              "neg_static", "largest", "dummy_groups", "rows", "neg_rows_tolerance"]
     pairs = [f"{neg}option_{name}" for name in REQUEST_NAMES for neg in ("", "neg_")]
     assert names == fixed + pairs
-    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 67
-    assert [LAYOUT.start(n) for n in fixed] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26, 27, 31]
+    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 123
+    assert [LAYOUT.start(n) for n in fixed] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26, 27, 59]
     assert [LAYOUT.start(n) for n in pairs] == list(range(FIXED, SIZE))
     assert [name for name, _, _ in agreement.REQUEST] == REQUEST_NAMES
     doc = agreement.__doc__ or ""

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from seqlen_balancing.analysis import RankAnalysis
+from seqlen_balancing.balance import lpt
 from seqlen_balancing.cost import aligned_length
 from seqlen_balancing.errors import RowsOverCap
 from seqlen_balancing.partition import roundup_divisible
@@ -44,6 +45,7 @@ __all__ = [
     "RowIndices",
     "RowsAt",
     "filled_plan",
+    "most_rows",
     "rows_for",
     "rows_rule",
     "rows_view",
@@ -62,12 +64,20 @@ _SEARCH_BUDGET = 8
 #: Up to this many items, every row count is tried at each count.
 _EVERY_ROWS = 8
 
+#: Up to this many items, the count search runs where the LPT packing fails.
+_SEARCHED_ITEMS = 64
+
 #: Plans beyond the fewest rows' one that stretch an entry's tolerance (:func:`_extended`).
 _STRETCH = 2
 
 #: Counts of a rank's window (:func:`search_rows`): its own and the next multiples of
 #: ``num_batches_divided_by``, each with its rows; the agreement carries one pair of slots each.
-ROWS_WINDOW = 4
+ROWS_WINDOW = 32
+
+#: Counts of the window searched with several row counts; the later ones try one, while
+#: items x (their place - 4) stays within _WINDOW_BUDGET (then they split the last plan).
+_SEARCHED_COUNTS = 4
+_WINDOW_BUDGET = 1 << 14
 
 
 class RowIndices(list):  # type: ignore[type-arg]
@@ -168,13 +178,23 @@ def _rows_at(
     """The fewest rows in ``low..high`` at which the core packs into ``count`` micro-batches
     (over-cap ones included), and its analysis, or ``None``."""
     core, over = _core(result), len(result.over_cap_groups)
+    bins = count - over
     for wanted in range(low, high + 1):
         rule = rows_rule(result, wanted)
-        if rule is None:
+        if rule is None or bins < 1:
             continue
         sub = _sub(core, rule)
+        # The capacity-aware LPT on the filled costs first (O(n log n)): it balances the
+        # rows and the tokens at once; the count search only where it fails, on few items.
+        quick = lpt(rule, rule.sizes, bins)
+        if quick is not None:
+            sub._packing = [items for items in quick if items]
+            sub.min_count = len(sub._packing)
+            return wanted, sub
+        if core.n_groups > _SEARCHED_ITEMS:
+            continue
         _search_count(sub, None if floor is None else max(1, floor - over))
-        if sub.min_count <= count - over:
+        if sub.min_count <= bins:
             return wanted, sub
     return None
 
@@ -202,9 +222,12 @@ def search_rows(result: RankAnalysis, floor: int | None) -> None:
         result: an error-free analysis after the plain count search.
         floor: ``min_num_micro_batch`` (``None``: none).
 
-    Complexity: at most 8 counts of 3 count searches each under :func:`rows_rule` (each
-    as :func:`~seqlen_balancing.planner.analyse`'s) for ``K``, and 3 per other count of
-    the window (on up to 8 items, every row count instead of 3: exhaustive).
+    Complexity: at most 8 counts of 3 row counts each for ``K``, 3 for each of the next 3
+    counts of the window and 1 for the others, each an O(n log n) LPT packing under
+    :func:`rows_rule` (and, on up to 64 items where it fails, a count search as
+    :func:`~seqlen_balancing.planner.analyse`'s), plus up to 2 more per count for its
+    tolerance; the later counts of the window only while ``n x (place - 4) <= 2**14``.
+    On up to 8 items every row count is tried instead of 3: exhaustive.
     """
     core, over, step = _core(result), len(result.over_cap_groups), result.num_batches_divided_by
     rows = core.rule.rows if core.rule is not None else []
@@ -216,11 +239,13 @@ def search_rows(result: RankAnalysis, floor: int | None) -> None:
 
     # Few items: every row count is tried (the search is then exhaustive with the exact one).
     span = total if core.n_groups <= _EVERY_ROWS else _ROW_TRIES
-    # The count this rank plans alone (rounded up to num_batches_divided_by): its rows there.
-    count = roundup_divisible(max(result.min_count, floor or 1), step)
+    # The count this rank plans alone (rounded up to num_batches_divided_by): its rows there;
+    # no fewer than its rows need at the most rows a micro-batch can take.
+    most = most_rows(result)
+    count = roundup_divisible(max(result.min_count, floor or 1, over + -(-total // max(most, 1))), step)
     found, tries = None, 0
     while rows and found is None and count - over <= core.n_groups and tries < _SEARCH_BUDGET * span:
-        found = _rows_at(result, count, low(count), low(count) + span - 1, floor)
+        found = _rows_at(result, count, low(count), min(low(count) + span - 1, most), floor)
         tries += span
         count = count if found else count + step
     if found is None:
@@ -230,12 +255,17 @@ def search_rows(result: RankAnalysis, floor: int | None) -> None:
     for j in range(1, ROWS_WINDOW):
         at, last = count + j * step, window[-1]
         better = None
-        if at - over <= core.n_groups and low(at) < last.rows:
-            better = _rows_at(result, at, low(at), min(low(at) + span, last.rows) - 1, floor)
+        cheap = j < _SEARCHED_COUNTS or core.n_groups * (j - _SEARCHED_COUNTS) <= _WINDOW_BUDGET
+        if cheap and at - over <= core.n_groups and low(at) < last.rows:
+            tries_here = span if j < _SEARCHED_COUNTS else 1
+            better = _rows_at(result, at, low(at), min(low(at) + tries_here, last.rows) - 1, floor)
         if better is None:  # the plans of one count fewer, split: the same rows fit
             window.append(RowsAt(at, last.rows, last.tolerance, last.plans))
-        else:
+        elif j < _SEARCHED_COUNTS:
             window.append(_extended(result, at, better, floor))
+        else:  # the fewest rows' plan alone, or the last entry's where it takes more
+            own = RowsAt(at, better[0], _tolerance(result, better[1]._packing), (better,))
+            window.append(own if own.tolerance >= last.tolerance or own.rows < last.rows else last)
     result.rows_window = window
     result.min_count = max(result.min_count, count)
     result.equal_rows, result.rows_tolerance = window[0].rows, window[0].tolerance
@@ -273,6 +303,31 @@ def rows_for(result: RankAnalysis, count: int) -> RowsAt:
     if count <= window[0].count:
         return window[0]
     return window[(count - window[0].count) // step % len(window)]
+
+
+def most_rows(result: RankAnalysis) -> int:
+    """The most rows any micro-batch of the rank can be topped up to: every item of the core
+    must fit a micro-batch of that many rows with nothing else but filler rows (summed: its
+    cost plus the filler rows', padded: the rows x its width, within the cap; and the
+    sample limit). :data:`UNBOUNDED_ROWS` when filler rows cost nothing and no limit is set.
+
+    Example:
+        >>> from seqlen_balancing.planner import analyse
+        >>> most_rows(analyse([8645, 302, 500], 10240))  # 8645 + 5 x 302 <= 10240
+        6
+    """
+    rule = _core(result).rule
+    if rule is None or not rule.n:
+        return UNBOUNDED_ROWS
+    most = UNBOUNDED_ROWS if rule.limit is None else rule.limit
+    if rule.is_padded:
+        widths = [aligned_length(a + b, rule.pad) for a, b in zip(rule.left or [], rule.right or [], strict=True)]
+        return min([most, *(rule.cap // w for w in widths if w > 0)])
+    cost = result.sample_costs[filler_sample(result)]
+    if cost == 0:
+        return most
+    return max(0, min([most, *(k + (rule.cap - size) // cost for size, k in zip(rule.sizes, rule.rows,
+                                                                                  strict=True))]))
 
 
 def rows_error(result: RankAnalysis, rows: int, tolerance: int | None = None) -> RowsOverCap:
