@@ -321,7 +321,8 @@ def most_rows(result: RankAnalysis) -> int:
         return UNBOUNDED_ROWS
     most = UNBOUNDED_ROWS if rule.limit is None else rule.limit
     if rule.is_padded:
-        widths = [aligned_length(a + b, rule.pad) for a, b in zip(rule.left or [], rule.right or [], strict=True)]
+        spans = zip(rule.left or [], rule.right or [], strict=True)
+        widths = [aligned_length(a + b, rule.pad) for a, b in spans]
         return min([most, *(rule.cap // w for w in widths if w > 0)])
     cost = result.sample_costs[filler_sample(result)]
     if cost == 0:
