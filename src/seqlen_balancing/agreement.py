@@ -570,7 +570,10 @@ def plan_data_parallel(
             of the ranks' fewest padded counts), ``over_cap="alone"`` (its micro-batch
             counts in the agreed count; a warning names the rank holding it),
             ``dummy_micro_batches`` (a rank with fewer samples/groups than the agreed count
-            gets the missing micro-batches as empty lists, last).
+            gets the missing micro-batches as empty lists, last),
+            ``equal_rows_per_micro_batch`` (every micro-batch of every rank holds the same
+            rows, short ones topped up with filler rows counted under the cap; a rank that
+            cannot take them raises on every rank: docs/pipeline.md).
 
     Returns:
         For each rank, its micro-batches as lists of that rank's sample indices; every

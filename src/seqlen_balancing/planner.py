@@ -521,14 +521,19 @@ def plan_micro_batches(
             over the cap runs in a micro-batch of its own, with a warning on the
             ``seqlen_balancing`` logger), ``dummy_micro_batches`` (a count above the
             samples/groups is served by empty dummy lists at the end),
-            ``loss_weight_keys`` and ``workload_model``.
+            ``loss_weight_keys``, ``workload_model`` and ``equal_rows_per_micro_batch``
+            (every micro-batch holds the same rows, its real rows topped up with filler
+            rows counted under the cap: docs/pipeline.md).
 
     Returns:
         Micro-batches as lists of sample indices (each sorted, non-empty, its cost at most
         ``max_token_len`` tokens: ``micro_batch_cost`` of its samples' costs), together an
         exact cover of ``range(n)``; with ``over_cap="alone"`` an over-cap sample or group
         is a micro-batch of its own, and with ``dummy_micro_batches`` the dummies are empty
-        lists, last. Balance and order use the effective lengths (or ``workloads``).
+        lists, last. With ``equal_rows_per_micro_batch`` each list is a
+        :class:`~seqlen_balancing.rows.RowIndices` (its ``filler`` rows, copies of sample
+        ``filler_row``, make ``len + filler`` the same for all; the cost counts them).
+        Balance and order use the effective lengths (or ``workloads``).
 
     Raises:
         TypeError: an argument or length is not an integer, a switch is not a bool (or
@@ -562,6 +567,9 @@ def plan_micro_batches(
         [[0], [1, 2]]
         >>> plan_micro_batches([10, 20, 30], 100, num_batches_divided_by=4, dummy_micro_batches=True)
         [[0], [2], [1], []]
+        >>> plan = plan_micro_batches([10, 4, 6, 3, 3, 8, 9, 1], 20, equal_rows_per_micro_batch=True)
+        >>> [(list(part), part.filler) for part in plan]
+        [([0, 1], 1), ([2, 5, 7], 0), ([3, 4, 6], 0)]
     """
     given, error = PlanOptions.from_keywords(options, None, option_keywords)
     if error is not None:

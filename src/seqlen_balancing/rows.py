@@ -52,7 +52,7 @@ __all__ = [
     "search_rows",
 ]
 
-#: The tolerance of a rank whose filler rows cost nothing: any number of rows fits.
+#: The tolerance of a rank whose filler rows cost nothing (any number of rows fits).
 UNBOUNDED_ROWS = 1 << 40
 
 #: Row counts tried per micro-batch count, from the balanced one up.
@@ -70,8 +70,9 @@ _SEARCHED_ITEMS = 64
 #: Plans beyond the fewest rows' one that stretch an entry's tolerance (:func:`_extended`).
 _STRETCH = 2
 
-#: Counts of a rank's window (:func:`search_rows`): its own and the next multiples of
-#: ``num_batches_divided_by``, each with its rows; the agreement carries one pair of slots each.
+#: Counts of a rank's window (what the planner finds with equal rows), its own and the
+#: next multiples of ``num_batches_divided_by``, each with its rows; the agreement carries
+#: one pair of slots for each.
 ROWS_WINDOW = 32
 
 #: Counts of the window searched with several row counts; the later ones try one, while
@@ -309,7 +310,8 @@ def most_rows(result: RankAnalysis) -> int:
     """The most rows any micro-batch of the rank can be topped up to: every item of the core
     must fit a micro-batch of that many rows with nothing else but filler rows (summed: its
     cost plus the filler rows', padded: the rows x its width, within the cap; and the
-    sample limit). :data:`UNBOUNDED_ROWS` when filler rows cost nothing and no limit is set.
+    sample limit). :data:`~seqlen_balancing.rows.UNBOUNDED_ROWS` when filler rows cost
+    nothing and no limit is set.
 
     Example:
         >>> from seqlen_balancing.planner import analyse

@@ -105,8 +105,13 @@ def rearrange_micro_batches(
             count runs every group alone and the missing micro-batches as dummies, last,
             each a copy of its shortest row with every loss-weight entry zero and an empty
             index list: docs/keep-training.md), ``loss_weight_keys`` (the entries a dummy
-            zeroes; ``None``: ``loss_mask`` and ``response_mask``, those the batch holds)
-            and ``workload_model``. Under DP agreement every rank must plan with the same
+            zeroes; ``None``: ``loss_mask`` and ``response_mask``, those the batch holds),
+            ``workload_model`` and ``equal_rows_per_micro_batch`` (every micro-batch of
+            every rank holds the same rows: its real rows, then filler rows, copies of one
+            real row with every loss-weight entry zero, counted under the cap; the index
+            lists are then :class:`~seqlen_balancing.rows.RowIndices`, the real rows with
+            their ``filler`` count, which :func:`restore_dynamic_batch` drops:
+            docs/pipeline.md). Under DP agreement every rank must plan with the same
             options and cap: ranks that differ all raise the same ``ValueError`` naming
             the option and two ranks.
 
