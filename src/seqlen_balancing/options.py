@@ -264,8 +264,8 @@ class PlanOptions:
         batch_key="equal_rows_per_micro_batch", group="cost",
         doc="every micro-batch (of every DP rank) holds the same rows: short ones are topped "
         "up with zero-weight filler copies, counted under the cap (pipeline parallelism)",
-        verl="only where the engine needs one micro-batch size: Megatron's pipeline "
-        "schedule; verl 0.9.1's engines do not need it",
+        verl="every dynamic-path call; of use where an engine takes one micro-batch size for "
+        "a step (a pipeline schedule such as Megatron's)",
     )
 
     def __post_init__(self) -> None:
