@@ -1,4 +1,4 @@
-"""The verl switch on verl 0.9.1 itself (issue 18): every binding, verl's call sites, Ray.
+"""The verl switch on verl 0.9.1 itself (issue 18): every binding, verl's call sites.
 
 - A fresh interpreter per mode (``_switch_scan.py``): with ``SEQLEN_BALANCING_VERL=1`` the
   ``verl.plugins`` entry point switches every binding of the 13 names in the modules that
@@ -7,20 +7,14 @@
   way) does the same as the plugin.
 - In this process: verl's own ``prepare_micro_batches``, ``prepare_dynamic_batch`` and
   ``RayPPOTrainer._balance_batch`` run the library's plan once switched, and verl's without.
-- verl's FSDP engine (``FSDPEngineWithLMHead.forward_backward_batch`` on a one-layer random
-  Llama, ``_fsdp_engine_check.py``) and two Ray workers of verl's ``RayWorkerGroup`` in a
-  gloo group (``_ray_switch_check.py``), each in its own interpreter.
+- verl's FSDP engine and two Ray workers, each in its own interpreter:
+  ``test_switch_jobs.py``.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from types import CodeType, FrameType, ModuleType
 
@@ -30,11 +24,10 @@ import torch
 from tensordict import NonTensorData, TensorDict
 
 import seqlen_balancing.verl as switch
+from compat._scripts import HERE, run_script
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # with torch and verl only (tests/conftest.py)
 
-HERE = Path(__file__).resolve().parent
-SRC = HERE.parents[1] / "src"
 
 #: Lengths where verl 0.9.1's rule needs 3 micro-batches at cap 12 (Karmarkar-Karp into 2
 #: parts breaks the cap) and the library 2 ({6, 6} and {2, 5, 5}).
@@ -58,35 +51,6 @@ NOT_IMPORTABLE_0_9_1 = {
     "verl.workers.engine.veomni.transformer_impl": 1,
     "verl.workers.engine.torchtitan.transformer_impl": 1,
 }
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """This process's environment without the switch's variables, plus ``extra``."""
-    env = {
-        k: v for k, v in os.environ.items()
-        if k not in ("SEQLEN_BALANCING_VERL", "VERL_USE_EXTERNAL_MODULES", "VERL_USE_EXTERNAL_PLUGINS")
-    }
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
-    return env | {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"} | extra
-
-
-def run_script(script: str, *args: str, timeout: float, **env: str) -> dict[str, object]:
-    """Run a check in its own session; on timeout its whole process group is killed (a Ray
-    cluster or a gloo peer it started must not outlive the test)."""
-    with subprocess.Popen(
-        [sys.executable, str(HERE / script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=child_env(**env), start_new_session=True,
-    ) as proc:
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            stdout, stderr = proc.communicate()
-            pytest.fail(f"{script} ran past {timeout} s:\n{(stdout + stderr)[-5000:]}")
-    assert proc.returncode == 0, (stdout + stderr)[-5000:]
-    result: dict[str, object] = json.loads(stdout.strip().splitlines()[-1])
-    result["stderr"] = stderr
-    return result
 
 
 def test_the_package_registers_its_verl_plugin() -> None:
@@ -252,34 +216,6 @@ def test_balance_batch_runs_the_librarys_partition(verl: ModuleType) -> None:
     # each DP rank gets one half of the reordered batch: the library's partition, as sets
     assert [sorted(our_order[:half]), sorted(our_order[half:])] == ours
     assert metrics == seqlen_balancing.log_seqlen_unbalance(BALANCE_LENGTHS, ours, "global_seqlen")
-
-
-@pytest.mark.timeout(300)
-def test_fsdp_engine_forward_backward_batch_on_a_tiny_model() -> None:
-    report = run_script("_fsdp_engine_check.py", timeout=240, SEQLEN_BALANCING_VERL="1")
-    assert report["micro_batches"] == {"switched": OUR_COUNT, "library": OUR_COUNT, "verl": VERL_COUNT}
-    assert report["loss_equal"] is True and report["grads_equal"] is True
-    assert report["output_equal"] is True
-    losses, verl_losses = report["losses"], report["verl_losses"]
-    assert isinstance(losses, list) and isinstance(verl_losses, list)
-    assert len(losses) == OUR_COUNT and len(verl_losses) == VERL_COUNT
-
-
-@pytest.mark.timeout(480)  # a local Ray cluster starts in 20-40 s; the check itself takes seconds
-def test_ray_actors_switched_through_runtime_env_agree_on_the_librarys_count() -> None:
-    start = time.perf_counter()
-    report = run_script("_ray_switch_check.py", timeout=420)
-    wall = time.perf_counter() - start
-    ranks = report["ranks"]
-    assert isinstance(ranks, list) and len(ranks) == 2
-    for rank in ranks:
-        assert rank["variable"] == "1"  # it came through runtime_env only: the driver has none
-        assert rank["switched"] is True and rank["replacements"] >= 13
-        assert rank["count"] == rank["library_count"] == rank["agreed"]
-        assert rank["verl_count"] != rank["count"]
-    assert report["driver_variable"] is None
-    print(f"\nRay: counts {[r['count'] for r in ranks]} (verl's rule: {[r['verl_count'] for r in ranks]}), "
-          f"{wall:.1f} s wall")
 
 
 #: The override the README and docs/verl.md give for the Ray actors (quoted: Ray wants

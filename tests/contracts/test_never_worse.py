@@ -1,6 +1,6 @@
 """Issue 19: never more micro-batches than verl 0.9.1's rule, never less balanced at the same
 count, on random batches against a plain model of verl's rule (``tests/oracles.py``; CI also
-compares with verl itself in ``tests/compat/test_never_worse.py``), and the cases found."""
+compares with verl itself in ``tests/compat/_differential.py``), and the cases found."""
 
 from __future__ import annotations
 

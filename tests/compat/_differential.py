@@ -1,4 +1,6 @@
-"""Never worse than verl 0.9.1, on any batch: the differential test of issue 19.
+"""Never worse than verl 0.9.1, on any batch: the differential of issue 19, run by
+``test_never_worse_a.py`` and ``test_never_worse_b.py`` (four families each, so that
+pytest-xdist's two workers share it: one file runs on one worker).
 
 verl's own ``rearrange_micro_batches`` (its whole planning; only its copy of rows into
 micro-batches is stubbed out) and this library's plan (``plan_micro_batches``, and one batch
@@ -13,8 +15,8 @@ eight families, with and without ``num_batches_divided_by``, ``min_num_micro_bat
 
 The summary (batches per family; verl fails, fewer, equal; at equal count, spread better
 or equal) is printed to the terminal, and written to the file ``NEVER_WORSE_REPORT`` names
-(CI prints it, since pytest-xdist keeps a worker's output). The batch sizes keep verl's
-retry loop fast.
+(CI prints it, since pytest-xdist keeps a worker's output; each file appends its
+families). The batch sizes keep verl's retry loop fast.
 """
 
 from __future__ import annotations
@@ -32,9 +34,6 @@ import torch
 from tensordict import TensorDict
 
 from seqlen_balancing.data import load_champ_lengths
-
-# 20,400 batches: about 2 minutes on a quiet 2-core machine, so not the 120 s default.
-pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(900)]  # with torch and verl only
 
 #: Batches per family; eight families make 20,400 (NEVER_WORSE_PER_FAMILY for a quick run).
 PER_FAMILY = int(os.environ.get("NEVER_WORSE_PER_FAMILY", "2550"))
@@ -156,19 +155,16 @@ def _gap(lengths: list[int], parts: list[list[int]]) -> int:
     return max(loads) - min(loads)
 
 
-def test_never_more_micro_batches_nor_worse_balance_than_verl(
-    verl: ModuleType, ours: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # verl's planning runs whole; only its copy of the rows into micro-batches is skipped
-    # (the plan does not depend on it, and it is most of verl's time on these batches).
-    monkeypatch.setattr(verl.tu, "index_select_tensor_dict", lambda batch, indices: None)
+def compare(verl: ModuleType, ours: ModuleType, names: list[str]) -> dict[str, Counter[str]]:
+    """Plan ``PER_FAMILY`` seeded batches of each named family with verl and with this
+    library, asserting the three promises on each; the tallies per family."""
     champ = load_champ_lengths()
-    counts: dict[str, Counter[str]] = {name: Counter() for name in FAMILIES}
-    for f, (name, draw) in enumerate(FAMILIES.items()):
-        rng = random.Random(19_000 + f)
-        tally = counts[name]
+    counts: dict[str, Counter[str]] = {}
+    for name in names:
+        rng = random.Random(19_000 + list(FAMILIES).index(name))
+        counts[name] = tally = Counter()
         while tally["batches"] < PER_FAMILY:
-            lengths, cap = draw(rng, champ)
+            lengths, cap = FAMILIES[name](rng, champ)
             options = _options(rng, len(lengths))
             group = options.get("force_group_size", 1)
             lengths = lengths[: len(lengths) - len(lengths) % group] or [1] * group
@@ -177,33 +173,51 @@ def test_never_more_micro_batches_nor_worse_balance_than_verl(
             theirs = _verl_plan(verl, lengths, cap, options)
             # One batch in 25 through the whole TensorDict path, the rest planned on lists.
             mine = _our_plan(ours, lengths, cap, options, full=tally["batches"] % 25 == 0)
-            where = f"{name}: lengths={lengths} cap={cap} options={options}"
             tally["batches"] += 1
-            if isinstance(theirs, Exception):
-                tally["verl fails"] += 1
-                continue
-            assert not isinstance(mine, Exception), f"{where}: verl plans {len(theirs)}, we raise {mine!r}"
-            for parts in (mine, theirs):
-                assert max(sum(lengths[i] for i in part) for part in parts) <= cap, where
-            assert len(mine) <= len(theirs), f"{where}: {len(mine)} > verl's {len(theirs)}"
-            if len(mine) < len(theirs):
-                tally["fewer"] += 1
-                continue
-            tally["equal"] += 1
-            ours_gap, verl_gap = _gap(lengths, mine), _gap(lengths, theirs)
-            assert ours_gap <= verl_gap, f"{where}: spread {ours_gap} > verl's {verl_gap}"
-            tally["spread better" if ours_gap < verl_gap else "spread equal"] += 1
+            where = f"{name}: lengths={lengths} cap={cap} options={options}"
+            _judge(tally, lengths, cap, theirs, mine, where)
+    return counts
+
+
+def _judge(tally: Counter[str], lengths: list[int], cap: int, theirs: Any, mine: Any, where: str) -> None:
+    """One batch: at most verl's count, at equal count at most verl's spread, both capped."""
+    if isinstance(theirs, Exception):
+        tally["verl fails"] += 1
+        return
+    assert not isinstance(mine, Exception), f"{where}: verl plans {len(theirs)}, we raise {mine!r}"
+    for parts in (mine, theirs):
+        assert max(sum(lengths[i] for i in part) for part in parts) <= cap, where
+    assert len(mine) <= len(theirs), f"{where}: {len(mine)} > verl's {len(theirs)}"
+    if len(mine) < len(theirs):
+        tally["fewer"] += 1
+        return
+    tally["equal"] += 1
+    ours_gap, verl_gap = _gap(lengths, mine), _gap(lengths, theirs)
+    assert ours_gap <= verl_gap, f"{where}: spread {ours_gap} > verl's {verl_gap}"
+    tally["spread better" if ours_gap < verl_gap else "spread equal"] += 1
+
+
+def run_and_report(
+    verl: ModuleType, ours: ModuleType, names: list[str], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The differential on ``names``: its summary on the terminal and appended to the file
+    ``NEVER_WORSE_REPORT`` names; it must bite (some batches fewer, some equal)."""
+    # verl's planning runs whole; only its copy of the rows into micro-batches is skipped
+    # (the plan does not depend on it, and it is most of verl's time on these batches).
+    monkeypatch.setattr(verl.tu, "index_select_tensor_dict", lambda batch, indices: None)
+    counts = compare(verl, ours, names)
     total = sum((tally for tally in counts.values()), Counter())
     lines = ["family        batches  verl fails  fewer  equal  spread better  spread equal"]
-    for name, tally in [*counts.items(), ("all", total)]:
+    for name, tally in [*counts.items(), ("these", total)]:
         lines.append(f"{name:<12} {tally['batches']:>8} {tally['verl fails']:>11} {tally['fewer']:>6} "
                      f"{tally['equal']:>6} {tally['spread better']:>14} {tally['spread equal']:>13}")
     with capsys.disabled():  # the summary shows on the terminal (not under pytest-xdist)
         print("\n" + "\n".join(lines))
     report = os.environ.get("NEVER_WORSE_REPORT")  # CI prints this file after the run
     if report:
-        with open(report, "w", encoding="utf-8") as handle:
+        with open(report, "a", encoding="utf-8") as handle:
             handle.write("\n".join(lines) + "\n")
-    assert total["batches"] == len(FAMILIES) * PER_FAMILY  # 20,400 unless overridden
-    # The comparison must bite: many batches where the library is strictly fewer.
+    assert total["batches"] == len(names) * PER_FAMILY
+    # The comparison must bite: batches where the library is strictly fewer, and equal ones.
     assert total["fewer"] > 0 and total["equal"] > 0

@@ -1,0 +1,26 @@
+"""Never worse than verl 0.9.1 (issue 19's differential), half a: the CHAMP lengths scaled 4x and 10x
+(long rollouts, truncated at the cap), uniform lengths, tiny caps.
+
+The eight families are split over two files so that pytest-xdist's workers share the
+20,400 batches (a file runs on one worker: ``--dist loadfile``); each half is about 40 s
+of CPU on this machine.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+
+from compat._differential import FAMILIES, run_and_report
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(900)]  # with torch and verl only
+
+NAMES = ["CHAMP x4", "CHAMP x10", "uniform", "tiny cap"]
+
+
+def test_never_more_micro_batches_nor_worse_balance_than_verl(
+    verl: ModuleType, ours: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert set(NAMES) <= set(FAMILIES)
+    run_and_report(verl, ours, NAMES, monkeypatch, capsys)
