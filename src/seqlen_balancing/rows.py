@@ -18,12 +18,20 @@ Filler rows reach the GPU, so the cap counts them:
 
 Splitting a micro-batch keeps it within that rule (each row taken out costs at least a
 filler row's ``c``; a padded part is no wider), so a plan for ``R`` rows at ``K``
-micro-batches gives one at every larger count. :func:`search_rows` finds a rank's pair:
-the fewest micro-batches ``K`` first, then the fewest rows ``R`` at that count, from the
-balanced ``ceil(rows / K)`` up. Its **tolerance** is the most rows its plan's
-micro-batches can be topped up to under the cap; a DP group agrees on the largest ``R``
-and the largest ``K`` in its one collective, and a rank whose tolerance is below that
-``R`` is the group's error (:class:`~seqlen_balancing.errors.RowsOverCap`).
+micro-batches gives one at every larger count. :func:`search_rows` finds a rank's
+**window**: the fewest micro-batches ``K`` first (at least the count without the option),
+then at ``K`` and at the next :data:`ROWS_WINDOW` - 1 multiples of
+``num_batches_divided_by`` the fewest rows, from the balanced ``ceil(rows / K)`` up (the
+capacity-aware LPT packing on the filled costs evens rows and tokens at once), each with
+its **tolerance**: the most rows its plans' micro-batches can be topped up to under the
+cap. A DP group agrees in its one collective on the largest ``K``, then at that count on
+the largest ``R`` any rank needs; a rank whose tolerance there is below ``R`` is the
+group's error (:class:`~seqlen_balancing.errors.RowsOverCap`).
+
+Why: Megatron's pipeline schedule takes one ``micro_batch_size`` per step, so SkyRL pads
+token-based micro-batches to the largest row count (SkyRL PR #1477); DeepSpeed's pipeline
+engine needs the same batch size across micro-batches (DeepSpeedExamples PR #963).
+Padding a plan afterwards breaks its cap; here the filler rows are planned.
 """
 
 from __future__ import annotations
@@ -158,19 +166,21 @@ def _sub(core: RankAnalysis, rule: Rule) -> RankAnalysis:
 class RowsAt:
     """One count of a rank's equal-rows window: at ``count`` micro-batches (over-cap ones
     included) the fewest ``rows`` found, and plans for every row count from there up to
-    ``tolerance``: ``plans`` holds ``(from_rows, sub)`` pairs in order, ``sub`` the core
-    analysis under :func:`rows_rule` for ``from_rows`` rows with a plan of at most
-    ``count`` micro-batches that takes any row count up to the next pair's ``from_rows``
-    (the last: up to ``tolerance``)."""
+    ``tolerance``: ``plans`` holds ``(from_rows, upto, sub)``, ``sub`` the core analysis
+    under :func:`rows_rule` for ``from_rows`` rows with a plan of at most ``count``
+    micro-batches that takes any row count in ``from_rows..upto``; together they cover
+    ``rows..tolerance``."""
 
     count: int
     rows: int
     tolerance: int
-    plans: tuple[tuple[int, RankAnalysis], ...]
+    plans: tuple[tuple[int, int, RankAnalysis], ...]
 
     def plan_for(self, rows: int) -> tuple[int, RankAnalysis]:
-        """The pair whose plan takes ``rows`` rows (``rows`` within ``rows..tolerance``)."""
-        return [pair for pair in self.plans if pair[0] <= rows][-1]
+        """``(from_rows, sub)`` of a plan that takes ``rows`` rows (``rows`` within
+        ``rows..tolerance``)."""
+        start, _, sub = next(p for p in self.plans if p[0] <= rows <= p[1])
+        return start, sub
 
 
 def _rows_at(
@@ -264,9 +274,13 @@ def search_rows(result: RankAnalysis, floor: int | None) -> None:
             window.append(RowsAt(at, last.rows, last.tolerance, last.plans))
         elif j < _SEARCHED_COUNTS:
             window.append(_extended(result, at, better, floor))
-        else:  # the fewest rows' plan alone, or the last entry's where it takes more
-            own = RowsAt(at, better[0], _tolerance(result, better[1]._packing), (better,))
-            window.append(own if own.tolerance >= last.tolerance or own.rows < last.rows else last)
+        else:  # the fewest rows' plan, joined to the last entry's plans where they meet
+            held = _tolerance(result, better[1]._packing)
+            mine = (better[0], held, better[1])
+            if held + 1 >= last.rows:
+                window.append(RowsAt(at, better[0], max(held, last.tolerance), (mine, *last.plans)))
+            else:
+                window.append(RowsAt(at, better[0], held, (mine,)))
     result.rows_window = window
     result.min_count = max(result.min_count, count)
     result.equal_rows, result.rows_tolerance = window[0].rows, window[0].tolerance
@@ -280,8 +294,8 @@ def _extended(
     """The entry at ``count`` from its fewest rows' plan, its tolerance stretched by up to
     :data:`_STRETCH` more plans, each found for one row more than the last one takes, so
     that a rank whose fewest rows' plan is tight can still take the rows a peer needs."""
-    plans = [found]
     tolerance = _tolerance(result, found[1]._packing)
+    plans = [(found[0], tolerance, found[1])]
     core = _core(result)
     for _ in range(_STRETCH):
         if tolerance >= UNBOUNDED_ROWS or core.rule is None:
@@ -289,8 +303,9 @@ def _extended(
         more = _rows_at(result, count, tolerance + 1, tolerance + 1, floor)
         if more is None:
             break
-        plans.append(more)
-        tolerance = max(tolerance + 1, _tolerance(result, more[1]._packing))
+        upto = max(tolerance + 1, _tolerance(result, more[1]._packing))
+        plans.append((tolerance + 1, upto, more[1]))
+        tolerance = upto
     return RowsAt(count, found[0], tolerance, tuple(plans))
 
 
