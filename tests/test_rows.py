@@ -197,3 +197,15 @@ def test_a_rank_with_a_smaller_count_takes_the_rows_of_the_agreed_count() -> Non
     assert [len(p) for p in plans] == [3, 3]
     assert {len(p) + p.filler for plan in plans for p in plan} == {3}
     check_plan([5, 5, 5, 5], 20, plans[1], 3)
+
+
+def test_an_exact_count_is_held_to_the_equal_rows_count() -> None:
+    # [100, 50, 50] under 100: 2 plain micro-batches, 3 with equal rows (module docstring)
+    with pytest.raises(ValueError, match=r"num_micro_batches=2: with equal_rows_per_micro_batch "
+                                         r"the fewest .* is 3; pass at least 3"):
+        plan_micro_batches([100, 50, 50], 100, num_micro_batches=2, equal_rows_per_micro_batch=True)
+    plan = plan_micro_batches([10, 4, 6, 3, 3, 8, 9, 1], 20, num_micro_batches=4,
+                              equal_rows_per_micro_batch=True)
+    assert len(plan) == 4
+    check_plan([10, 4, 6, 3, 3, 8, 9, 1], 20, plan, len(plan[0]) + plan[0].filler)
+    assert len(plan[0]) + plan[0].filler == 2  # ceil(8 / 4): the rows of 4 micro-batches

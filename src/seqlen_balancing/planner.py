@@ -638,6 +638,13 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> int:
                                 dummies=result.dummy_micro_batches)
     if error is not None:
         raise error.exception()
+    if result.rows_window and wanted < result.rows_window[0].count:
+        fewest = result.rows_window[0].count
+        raise ValueError(
+            f"num_micro_batches={wanted}: with equal_rows_per_micro_batch the fewest "
+            f"micro-batches found whose rows all fit max_token_len={cap} with their filler "
+            f"rows is {fewest}; pass at least {fewest}"
+        )
     if wanted < result.lower_bound:
         raise ValueError(
             f"num_micro_batches={wanted} is below the lower bound of {result.lower_bound} "
