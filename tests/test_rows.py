@@ -181,7 +181,7 @@ def test_a_rank_that_cannot_take_the_rows_fails_every_rank_alike() -> None:
         plan_data_parallel([[1] * 12, [12, 12]], 12, equal_rows_per_micro_batch=True)
     assert str(raised.value) == (
         "rank 1 of the DP group: equal_rows_per_micro_batch: every micro-batch must hold 6 "
-        "rows, but this rank's micro-batches hold at most 1 rows under max_token_len=12 once "
+        "rows, but this rank's micro-batches hold at most 1 row under max_token_len=12 once "
         "their filler rows (zero-weight copies of a real row) are counted; raise "
         "max_token_len, give the ranks batches of similar sizes, or turn "
         "equal_rows_per_micro_batch off"

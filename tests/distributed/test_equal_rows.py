@@ -43,7 +43,7 @@ def test_a_rank_that_cannot_take_the_rows_fails_both_ranks_alike(
     # 1's rows of 9 tokens under a cap of 9 take no filler row: at most 1 row each
     assert got[0]["message"] == (
         "rank 1 of the DP group (global rank 1): equal_rows_per_micro_batch: every micro-batch "
-        "must hold 6 rows, but this rank's micro-batches hold at most 1 rows under "
+        "must hold 6 rows, but this rank's micro-batches hold at most 1 row under "
         "max_token_len=9 once their filler rows (zero-weight copies of a real row) are "
         "counted; raise max_token_len, give the ranks batches of similar sizes, or turn "
         "equal_rows_per_micro_batch off"

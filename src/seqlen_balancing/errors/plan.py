@@ -305,7 +305,8 @@ class RowsOverCap(PlanError):
     def text(self) -> str:
         return (
             f"equal_rows_per_micro_batch: every micro-batch must hold {shown(self.rows)} rows, "
-            f"but this rank's micro-batches hold at most {shown(self.tolerance)} rows under "
+            f"but this rank's micro-batches hold at most {shown(self.tolerance)} "
+            f"{'row' if self.tolerance == 1 else 'rows'} under "
             f"max_token_len={shown(self.cap)} once their filler rows (zero-weight copies of a "
             "real row) are counted; raise max_token_len, give the ranks batches of similar "
             "sizes, or turn equal_rows_per_micro_batch off"
