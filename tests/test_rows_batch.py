@@ -160,3 +160,23 @@ def test_plan_global_batch_keeps_its_ranks_and_equalises_their_rows(seed: int) -
             held = list(part) + [part.filler_row] * part.filler
             assert part.filler == 0 or part.filler_row in mine
             assert sum(lengths[i] for i in held) <= cap
+
+
+def test_a_lazy_stack_of_ragged_rows_is_filled_row_by_row_and_left_untouched() -> None:
+    from tensordict import LazyStackedTensorDict
+
+    lengths = [10, 4, 6, 3, 3, 8, 9, 1]
+    rows = [TensorDict({"input_ids": torch.arange(n) + 1, "attention_mask": torch.ones(n, dtype=torch.long),
+                        "loss_mask": torch.ones(n)}, []) for n in lengths]
+    batch = LazyStackedTensorDict(*rows, stack_dim=0)
+    micro_batches, plan = rearrange_micro_batches(batch, 20, equal_rows_per_micro_batch=True)
+    assert {int(mb.batch_size[0]) for mb in micro_batches} == {3}
+    for mb, part in zip(micro_batches, plan, strict=True):
+        held = list(part) + [part.filler_row] * part.filler
+        got = [int(row["loss_mask"].sum()) for row in mb.tensordicts]
+        assert got == [lengths[i] if j < len(part) else 0 for j, i in enumerate(held)]
+        assert [row["input_ids"].numel() for row in mb.tensordicts] == [lengths[i] for i in held]
+    assert [int(row["loss_mask"].sum()) for row in batch.tensordicts] == lengths  # the input kept
+    restored = restore_dynamic_batch(micro_batches, plan)
+    assert [row["input_ids"].tolist() for row in restored.tensordicts] == [
+        row["input_ids"].tolist() for row in batch.tensordicts]
