@@ -209,3 +209,31 @@ def test_an_exact_count_is_held_to_the_equal_rows_count() -> None:
     assert len(plan) == 4
     check_plan([10, 4, 6, 3, 3, 8, 9, 1], 20, plan, len(plan[0]) + plan[0].filler)
     assert len(plan[0]) + plan[0].filler == 2  # ceil(8 / 4): the rows of 4 micro-batches
+
+
+def test_the_window_travels_at_its_counts_places_and_decodes_at_the_agreed_count() -> None:
+    from seqlen_balancing.agreement import LAYOUT, combine, decode, encode
+    from seqlen_balancing.planner import analyse
+
+    mask, none = (1 << 20) - 1, -(1 << 62)
+    options = PlanOptions(equal_rows_per_micro_batch=True)
+    first = analyse([10, 4, 6, 3, 3, 8, 9, 1], 20, options)  # 3 micro-batches of 3 rows
+    second = analyse([5, 5, 5, 5], 20, options)  # alone: 1 micro-batch of 4 rows
+    assert [(w.count, w.rows) for w in first.rows_window[:3]] == [(3, 3), (4, 2), (5, 2)]
+    assert [(w.count, w.rows) for w in second.rows_window[:4]] == [(1, 4), (2, 2), (3, 2), (4, 1)]
+    rows, tolerance = LAYOUT.start("rows"), LAYOUT.start("neg_rows_tolerance")
+    vector = encode(second, 1)
+    tag = mask - 1
+    # count c at place c mod 32: rows << 20 | tag and -tolerance << 20 | tag
+    assert vector[rows + 3] == (2 << 20 | tag)
+    assert vector[tolerance + 3] == (-second.rows_window[2].tolerance << 20 | tag)
+    assert second.rows_window[-1].count == 32  # the window: counts 1..32, count 32 at place 0
+    assert vector[rows + 0] == (1 << 20 | tag)  # above its 4 samples: count 4's plan, 1 row
+    assert encode(analyse([5, 5, 5, 5], 20), 1)[rows : rows + 32] == [0] * 32  # option off
+    assert encode(analyse([5, 5, 5, 5], 20), 1)[tolerance : tolerance + 32] == [none] * 32
+    reduced = combine([encode(first, 0), vector])
+    count, error, _ = decode(reduced)
+    assert (count, error) == (3, None)
+    from seqlen_balancing.agreement import agreed_rows
+
+    assert agreed_rows(reduced, 3) == 3  # the most any rank needs at the agreed count
