@@ -68,6 +68,19 @@ from seqlen_balancing.errors import (
     WorkloadModelInvalid,
     WorkloadsAndModel,
 )
+from seqlen_balancing.errors.groups import (
+    DummyTemplateInvalid,
+    GroupIdsAndForceGroupSize,
+    GroupIdsKeyMissing,
+    GroupIdsNotASequence,
+    GroupIdsNotOnePerSample,
+    GroupIdsOverCap,
+    GroupIdsRaised,
+    GroupIdUnhashable,
+    GroupOverSampleLimit,
+    NoDummyTemplate,
+    PaddedGroupIdsOverCap,
+)
 
 TOP = OUT_OF_RANGE  # 2**76 - 1
 BIG = TOP - 1  # the largest value carried whole
@@ -353,6 +366,49 @@ VALUES: list[tuple[PlanError, tuple[int, ...], str]] = [
         "this process (global rank 5) is not a member of dp_group (a group of 2 ranks), so it "
         "cannot take part in that group's agreement; pass the DP group this process belongs to,"
         " or dp_group=None to plan locally"),
+    # issue 32: group_ids and the dummies of an empty rank (texts written for them)
+    (GroupIdsNotASequence("dict"), key("dict"),
+        "group_ids must be one hashable id per sample (a list, a tuple, a 1-D tensor or array; "
+        "with a batch, also the name of one of its entries), got a value of type dict"),
+    (GroupIdsNotOnePerSample(3, 4), (3, 4),
+        "group_ids has 3 entries but the batch has 4 samples; give one group id per sample"),
+    (GroupIdUnhashable(2, "list"), (2, *key("list")),
+        "group_ids[2] is a list, which cannot be hashed; a group id is any hashable value (an "
+        "int, a str, a tuple, ...)"),
+    (GroupIdsRaised("KeyError", detail="KeyError(4)"), key("KeyError"),
+        "reading group_ids raised KeyError: group_ids must be read whole, one hashable id per "
+        "sample; fix the group_ids"),
+    (GroupIdsKeyMissing("uid"), key("uid"),
+        "group_ids='uid' names no entry of the batch; store one id per sample under that key (a "
+        "tensor, a NonTensorStack, or a numpy array in a DataProto's non_tensor_batch) or pass "
+        "the ids themselves"),
+    (GroupIdsAndForceGroupSize(4), (4,),
+        "group_ids and force_group_size=4 were both given; force_group_size=g is "
+        "group_ids=[i // g for i in range(n)]: pass one of them"),
+    (GroupIdsOverCap("'u7'", 5, 900, 800, 2**70, 1), (*key("'u7'"), 5, 900, 800, 2**70, 1),
+        "group 'u7' (group_ids[5], its first sample) costs 900 tokens (its samples' costs "
+        "summed), which exceeds max_token_len=800; a group runs whole in one micro-batch: raise"
+        " max_token_len to at least 1180591620717411303424 (the costliest group of the call, on "
+        "every DP rank of the group when they agree), split the group, or pass over_cap='alone'"),
+    (PaddedGroupIdsOverCap("3", 0, 300, 200, 300, 64), (*key("3"), 0, 300, 200, 300, 64),
+        "group 3 (group_ids[0], its first sample) costs 300 token positions padded (its rows x "
+        "its widest row), which exceeds max_token_len=200 (usable as 192: "
+        "micro_batch_multiple_of=64); a group runs whole in one micro-batch: raise max_token_len"
+        " to at least 320 (the costliest group of the call, on every DP rank of the group when "
+        "they agree), split the group, or pass over_cap='alone'"),
+    (GroupOverSampleLimit("'a'", 1, 3, 2), (*key("'a'"), 1, 3, 2),
+        "group 'a' (group_ids[1], its first sample) has 3 samples, more than "
+        "max_samples_per_micro_batch=2; a group runs whole in one micro-batch: raise "
+        "max_samples_per_micro_batch to at least 3, split the group, or pass over_cap='alone'"),
+    (NoDummyTemplate(), (),
+        "the batch has no samples and no columns to build dummy micro-batches from "
+        "(dummy_micro_batches=True); pass dummy_template= (a TensorDict or DataProto with at "
+        "least one row of the batch's keys and dtypes), or a batch of zero rows that holds its "
+        "entries"),
+    (DummyTemplateInvalid(1), (1,),
+        "dummy_template has no rows; it needs at least one row to copy; pass a TensorDict "
+        "(DataProto) with at least one row of the batch's keys and dtypes, its loss weights "
+        "among them"),
 ]
 
 EXAMPLES = [error for error, _, _ in VALUES]
@@ -362,7 +418,7 @@ TYPE_ERRORS = {
     "NotAnInteger", "NotASwitch", "OverCapNotAString", "LengthNotAnInteger", "LengthsNotASequence",
     "NotADataProto", "NotATensorDict", "NonTensorNotArray", "EntryLayout", "EntryStack",
     "MetaInfoNotCopyable", "ProtoRaggedStack", "LossWeightNotTensor", "LossWeightKeysNotKeys",
-    "UnknownOption", "NotPlanOptions",
+    "UnknownOption", "NotPlanOptions", "GroupIdsNotASequence", "GroupIdUnhashable",
 }
 
 

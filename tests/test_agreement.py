@@ -44,17 +44,17 @@ INT64 = (-(1 << 63), (1 << 63) - 1)
 HALF = 38  # bits in each half of an error value (module docstring)
 TOP = (1 << 76) - 1  # "out of range"; values 0..TOP-1 travel whole
 NONE = -(1 << 62)  # a negated slot of a rank with nothing to say
-CODE_BITS = 6  # codes 1..48 (module docstring: N.bit_length() bits)
+CODE_BITS = 7  # codes 1..64 (module docstring: N.bit_length() bits)
 
 
 #: The request's quantities in slot order (agreement.py's docstring): the agreed options of
 #: PlanOptions (same_micro_num_in_dp decides whether ranks agree, so it is not one), the cap,
-#: whether costs and workloads are given.
+#: whether costs, workloads and group_ids are given.
 REQUEST_NAMES = [
     "force_group_size", "num_batches_divided_by", "min_num_micro_batch", "use_dynamic_bsz_balance",
     "pad_to_multiple_of", "micro_batch_multiple_of", "padded", "max_samples_per_micro_batch",
     "over_cap", "dummy_micro_batches", "loss_weight_keys", "workload_model",
-    "equal_rows_per_micro_batch", "max_token_len", "costs", "workloads",
+    "equal_rows_per_micro_batch", "max_token_len", "costs", "workloads", "group_ids",
 ]
 WINDOW = 32  # equal_rows_per_micro_batch: the rows (27-58) and tolerances (59-90) of 32 counts
 FIXED = 91  # slots before the request's pairs
@@ -65,7 +65,8 @@ def request(cap: int | None, **changed: int) -> list[int | None]:
     """The request of a rank asked for verl's defaults under ``cap``, by hand: the positive
     integers 1 (None counts as 1 for the divisor and the floor), switches and over_cap 0,
     keys and model None (0), the cap, nothing given; ``changed`` overrides by name."""
-    values = dict(zip(REQUEST_NAMES, [1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, cap, 0, 0], strict=True))
+    values = dict(zip(REQUEST_NAMES, [1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, cap, 0, 0, 0],
+                      strict=True))
     values.update(changed)
     return [values[name] for name in REQUEST_NAMES]
 
@@ -134,7 +135,7 @@ def test_the_layout_is_declared_once_and_documented_by_name() -> None:
              "neg_static", "largest", "dummy_groups", "rows", "neg_rows_tolerance"]
     pairs = [f"{neg}option_{name}" for name in REQUEST_NAMES for neg in ("", "neg_")]
     assert names == fixed + pairs
-    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 123
+    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 125
     assert [LAYOUT.start(n) for n in fixed] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26, 27, 59]
     assert [LAYOUT.start(n) for n in pairs] == list(range(FIXED, SIZE))
     assert [name for name, _, _ in agreement.REQUEST] == REQUEST_NAMES

@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("packing", "repack", "balance"),
     # the options object: checked values the planner, the batch glue, verl and the CLI take
     ("options",),
-    ("analysis", "items"),
+    ("analysis", "items", "groups"),
     ("search",),
     # equal rows per micro-batch: the filled rule and its count search, under the planner
     ("rows",),

@@ -110,7 +110,8 @@ def test_the_verl_functions_keep_verls_parameters_and_add_options_and_keywords()
         kind = inspect.Parameter
         assert [(p.name, p.kind) for p in extra] == [
             ("options", kind.KEYWORD_ONLY), ("costs", kind.KEYWORD_ONLY),
-            ("workloads", kind.KEYWORD_ONLY), ("option_keywords", kind.VAR_KEYWORD)], name
+            ("workloads", kind.KEYWORD_ONLY), ("group_ids", kind.KEYWORD_ONLY),
+            ("dummy_template", kind.KEYWORD_ONLY), ("option_keywords", kind.VAR_KEYWORD)], name
     for function in (seqlen_balancing.plan_micro_batches, seqlen_balancing.plan_data_parallel):
         kinds = {p.name: p.kind for p in inspect.signature(function).parameters.values()}
         assert kinds["options"] is inspect.Parameter.KEYWORD_ONLY

@@ -50,8 +50,10 @@ to say in holds its idle value (0, or ``-2**62`` for a negated slot, below any r
   plan split up to the agreed count keeps them;
 * the request, one pair of slots per quantity of :data:`REQUEST`: every agreed option of
   :class:`~seqlen_balancing.PlanOptions` (``option_<name>``), the cap
-  (``option_max_token_len``) and whether the rank passes ``costs`` and ``workloads``
-  (``option_costs``, ``option_workloads``). A pair holds the value as ``value << 20 | tag``
+  (``option_max_token_len``) and whether the rank passes ``costs``, ``workloads`` and
+  ``group_ids`` (``option_costs``, ``option_workloads``, ``option_group_ids``: the ids
+  themselves differ from rank to rank, as the lengths do; whether groups are used must not).
+  A pair holds the value as ``value << 20 | tag``
   and ``-value << 20 | tag`` (``neg_option_<name>``), a 42-bit value: a positive integer
   as itself (0 for ``None``), a switch 0/1, ``over_cap`` its index; keys, a model and any
   number of 2**41 or more as ``2**41`` plus a stable 41-bit hash (:func:`request_value`,
@@ -182,6 +184,7 @@ REQUEST: tuple[tuple[str, Argument, Shown], ...] = (
     ("max_token_len", Argument.MAX_TOKEN_LEN, Shown.NUMBER),
     ("costs", Argument.COSTS, Shown.GIVEN),
     ("workloads", Argument.WORKLOADS, Shown.GIVEN),
+    ("group_ids", Argument.GROUP_IDS, Shown.GIVEN),
 )
 
 #: The agreement's vector, slot by slot (the module docstring says what each one holds).
@@ -256,7 +259,8 @@ def _request_values(analysis: RankAnalysis) -> list[int | None] | None:
     options = analysis.options
     if options is None:
         return None
-    given = {"costs": analysis.custom_costs, "workloads": analysis.custom_workloads}
+    given = {"costs": analysis.custom_costs, "workloads": analysis.custom_workloads,
+             "group_ids": analysis.custom_groups}
     # min_num_micro_batch and num_batches_divided_by: None plans as 1, so it reads as 1
     as_one = {"min_num_micro_batch", "num_batches_divided_by"}
     values: list[int | None] = []
@@ -484,6 +488,7 @@ def plan_ranks(
     *,
     costs: Sequence[Any] | None = None,
     workloads: Sequence[Any] | None = None,
+    group_ids: Sequence[Any] | None = None,
 ) -> list[RankPlan]:
     """Plan every DP rank in one process with the real agreement: each rank's analysis
     (the planner's ``analyse``), the encoding, the MAX, the decoding, and
@@ -494,7 +499,7 @@ def plan_ranks(
         seq_lens_per_rank: for each DP rank, its samples' effective lengths in tokens.
         max_token_len: hard cap in tokens per micro-batch.
         options: the options every rank plans with (``None``: verl's behaviour).
-        costs, workloads: for each rank, its per-sample data (as
+        costs, workloads, group_ids: for each rank, its per-sample data (as
             :func:`~seqlen_balancing.plan_micro_batches` takes it), or ``None``.
 
     Returns:
@@ -508,7 +513,7 @@ def plan_ranks(
     Complexity: the sum of the ranks' planning; one encode and decode per rank.
     """
     given = PlanOptions() if options is None else options
-    for name, per_rank in (("costs", costs), ("workloads", workloads)):
+    for name, per_rank in (("costs", costs), ("workloads", workloads), ("group_ids", group_ids)):
         if per_rank is not None and len(per_rank) != len(seq_lens_per_rank):
             raise ValueError(
                 f"{name} has {len(per_rank)} lists but seq_lens_per_rank has "
@@ -518,7 +523,8 @@ def plan_ranks(
         raise ValueError("seq_lens_per_rank is empty; pass one list of lengths per DP rank")
     analyses = [
         analyse(lens, max_token_len, given, costs=None if costs is None else costs[rank],
-                workloads=None if workloads is None else workloads[rank])
+                workloads=None if workloads is None else workloads[rank],
+                group_ids=None if group_ids is None else group_ids[rank])
         for rank, lens in enumerate(seq_lens_per_rank)
     ]
     balance = given.use_dynamic_bsz_balance
@@ -544,6 +550,7 @@ def plan_data_parallel(
     options: PlanOptions | None = None,
     costs: Sequence[Sequence[int]] | None = None,
     workloads: Sequence[Sequence[int]] | None = None,
+    group_ids: Sequence[Sequence[Any]] | None = None,
     **option_keywords: Unpack[PlanOptionKeywords],
 ) -> list[list[list[int]]]:
     """Plan every DP rank's micro-batches in one process, with the real agreement rule.
@@ -563,6 +570,9 @@ def plan_data_parallel(
             ``pad_to_multiple_of`` as they are, or ``None``.
         workloads: for each rank, one balance workload per sample (same shape), instead
             of verl's ``24576*s + s**2``, or ``None``.
+        group_ids: for each rank, one hashable id per sample (same shape), or ``None``:
+            each group lands whole in one micro-batch of its rank (as
+            :func:`~seqlen_balancing.plan_micro_batches` takes them).
         **option_keywords: any option by name, laid over ``options``: e.g.
             ``same_micro_num_in_dp`` (if true, the default, every rank gets the largest
             needed count, rounded up to ``num_batches_divided_by``; else each rank plans
@@ -570,7 +580,8 @@ def plan_data_parallel(
             of the ranks' fewest padded counts), ``over_cap="alone"`` (its micro-batch
             counts in the agreed count; a warning names the rank holding it),
             ``dummy_micro_batches`` (a rank with fewer samples/groups than the agreed count
-            gets the missing micro-batches as empty lists, last),
+            gets the missing micro-batches as empty lists, last; a rank with no samples
+            gets the agreed count of them),
             ``equal_rows_per_micro_batch`` (every micro-batch of every rank holds the same
             rows, short ones topped up with filler rows counted under the cap; a rank that
             cannot take them raises on every rank: docs/pipeline.md).
@@ -590,9 +601,12 @@ def plan_data_parallel(
         >>> plans = plan_data_parallel([[95] * 5, [20] * 5], 100)
         >>> [len(p) for p in plans]
         [5, 5]
+        >>> plan_data_parallel([[50], [60], [70], []], 1000, dummy_micro_batches=True)
+        [[[0]], [[0]], [[0]], [[]]]
     """
     given, error = PlanOptions.from_keywords(options, None, option_keywords)
     if error is not None:
         raise error.exception()
-    ranks = plan_ranks(seq_lens_per_rank, max_token_len, given, costs=costs, workloads=workloads)
+    ranks = plan_ranks(seq_lens_per_rank, max_token_len, given, costs=costs, workloads=workloads,
+                       group_ids=group_ids)
     return [rank.plan for rank in ranks]

@@ -85,6 +85,11 @@ class RankAnalysis:
             be read: the rank's error says why); the DP group checks that every rank has the
             same (:mod:`seqlen_balancing.agreement`), with ``requested_max_token_len``,
             ``custom_costs`` and ``custom_workloads``.
+        members: the samples of each group, ascending, groups in the order of their first
+            sample (``group_ids``' groups, or ``force_group_size``'s consecutive ones), or
+            ``None`` when every sample is its own group.
+        group_labels: with ``members``, each group's name in messages (its id's repr).
+        custom_groups: True when the caller gave ``group_ids`` (agreed by the DP group).
     """
 
     error: PlanError | None
@@ -117,6 +122,9 @@ class RankAnalysis:
     _rest: RankAnalysis | None = field(default=None, repr=False)
     _rest_index: list[int] = field(default_factory=list, repr=False)
     options: PlanOptions | None = field(default=None, repr=False)
+    members: list[list[int]] | None = field(default=None, repr=False)
+    group_labels: list[str] = field(default_factory=list, repr=False)
+    custom_groups: bool = False
     equal_rows: int = 0
     rows_tolerance: int = 0
     agreed_rows: int = 0
@@ -133,6 +141,20 @@ class RankAnalysis:
         """Micro-batches this rank asks the DP group for: ``min_count``, or
         ``min_num_micro_batch`` where dummies may serve a floor above ``n_groups``."""
         return max(self.min_count, self.min_num_micro_batch)
+
+    def samples_of(self, g: int) -> list[int]:
+        """The sample indices of group ``g``, ascending."""
+        return [g] if self.members is None else self.members[g]
+
+    def group_of(self) -> list[int]:
+        """Each sample's group. O(n)."""
+        if self.members is None:
+            return list(range(self.n_samples))
+        owner = [0] * self.n_samples
+        for g, samples in enumerate(self.members):
+            for i in samples:
+                owner[i] = g
+        return owner
 
     @property
     def n_groups(self) -> int:

@@ -15,16 +15,20 @@ from typing import Any
 
 from seqlen_balancing.cost import WorkloadModel, aligned_length
 from seqlen_balancing.errors import (
+    GroupIdsOverCap,
     GroupOverCap,
+    GroupOverSampleLimit,
     LengthSource,
     NotOnePerSample,
     OverCap,
+    PaddedGroupIdsOverCap,
     PaddedGroupOverCap,
     PaddedSampleOverCap,
     PlanError,
     SampleOverCap,
     WorkloadsAndModel,
 )
+from seqlen_balancing.groups import uniform_members
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF
 from seqlen_balancing.per_sample import read_numbers
 from seqlen_balancing.rule import Rule
@@ -32,11 +36,14 @@ from seqlen_balancing.rule import Rule
 __all__ = ["GroupRule", "group_rule"]
 
 
-def longest(sizes: list[int], group: int | None) -> int:
-    """The costliest forced group in tokens (its samples' costs summed; the costliest
-    sample when the groups cannot be formed), 0 for no samples."""
+def longest(sizes: list[int], group: int | None, members: list[list[int]] | None = None) -> int:
+    """The costliest group in tokens (its samples' costs summed; the costliest sample when
+    the groups cannot be formed), 0 for no samples. ``members``: the groups of
+    ``group_ids`` (:mod:`seqlen_balancing.groups`), else ``force_group_size=group``'s."""
     if not sizes:
         return 0
+    if members is not None:
+        return max(sum(sizes[i] for i in m) for m in members) if members else max(sizes)
     if group is None or group <= 1 or len(sizes) % group:
         return max(sizes)
     return max(sum(sizes[g : g + group]) for g in range(0, len(sizes), group))
@@ -75,26 +82,43 @@ def workloads_of(
 
 
 def over_cap_error(
-    tokens: list[int], costs: list[int], kind: type[OverCap], stride: int,
+    tokens: list[int], costs: list[int], kind: type[OverCap], firsts: list[int],
     caps: tuple[int, int, int], made: tuple[int, bool],
 ) -> PlanError | None:
     """The error for items (samples or groups) whose cost exceeds the usable cap, naming
-    the first one's tokens and cost, the cap given, how many and the largest cost.
-    ``caps``: ``(usable cap, max_token_len given, micro_batch_multiple_of)``; ``made``:
-    ``(pad_to_multiple_of, whether the caller gave costs)``."""
+    the first one's tokens and cost (``firsts``: each item's first sample), the cap given,
+    how many and the largest cost. ``caps``: ``(usable cap, max_token_len given,
+    micro_batch_multiple_of)``; ``made``: ``(pad_to_multiple_of, whether the caller gave
+    costs)``."""
     usable, given, bucket = caps
     over = [i for i, cost in enumerate(costs) if cost > usable]
     if not over:
         return None
     first = over[0]
     largest = max(costs[i] for i in over)
-    return kind(tokens[first], first * stride, given, len(over), largest, costs[first], bucket, *made)
+    return kind(tokens[first], firsts[first], given, len(over), largest, costs[first], bucket, *made)
 
 
-def _per_group(values: list[int], group: int, combine: Any = sum) -> list[int]:
-    if group == 1:
+def named_group_error(
+    rule: Rule, members: list[list[int]], labels: list[str], caps: tuple[int, int, int]
+) -> PlanError | None:
+    """The error for the first group of ``group_ids`` (by its first sample) that cannot run
+    alone: over the sample limit, or its cost over the usable cap (named by its id)."""
+    usable, given, bucket = caps
+    largest = max(rule.sizes, default=0)
+    for g in range(rule.n):
+        if rule.limit is not None and rule.rows[g] > rule.limit:
+            return GroupOverSampleLimit(labels[g], members[g][0], rule.rows[g], rule.limit)
+        if rule.sizes[g] > usable:
+            kind = PaddedGroupIdsOverCap if rule.is_padded else GroupIdsOverCap
+            return kind(labels[g], members[g][0], rule.sizes[g], given, largest, bucket)
+    return None
+
+
+def _per_group(values: list[int], members: list[list[int]] | None, combine: Any = sum) -> list[int]:
+    if members is None:
         return values
-    return [combine(values[g : g + group]) for g in range(0, len(values), group)]
+    return [combine(values[i] for i in m) for m in members]
 
 
 @dataclass(frozen=True)
@@ -117,8 +141,10 @@ def group_rule(
     extents: tuple[Sequence[int], Sequence[int]] | None,
     custom_costs: bool,
     alone: bool,
+    members: list[list[int]] | None = None,
+    labels: list[str] | None = None,
 ) -> GroupRule:
-    """The one rule on the force groups of one rank's samples.
+    """The one rule on the groups of one rank's samples.
 
     Args:
         lengths: effective length of each sample in tokens.
@@ -133,60 +159,87 @@ def group_rule(
             shares, or ``None``.
         custom_costs: the caller gave ``costs`` (named in the over-cap message).
         alone: ``over_cap="alone"``: over-cap items are set apart, not an error.
+        members: the groups (each its ascending sample indices, in the order of their
+            first sample: :func:`~seqlen_balancing.groups.read_group_ids`), or ``None``
+            for ``force_group_size``'s consecutive groups
+            (:func:`~seqlen_balancing.groups.uniform_members`).
+        labels: with ``members`` from ``group_ids``, each group's name: over-cap groups
+            are then named by their id (:class:`~seqlen_balancing.errors.GroupIdsOverCap`).
 
     Returns:
         A :class:`GroupRule`; its error is a :class:`~seqlen_balancing.errors.SampleOverCap`
         / :class:`~seqlen_balancing.errors.GroupOverCap` (summed) or a
         :class:`~seqlen_balancing.errors.PaddedSampleOverCap` /
         :class:`~seqlen_balancing.errors.PaddedGroupOverCap` (padded) for the first over-cap
-        sample or group, unless ``alone``.
+        sample or group (a group of ``group_ids``: by its id, or over the sample limit),
+        unless ``alone``.
 
     Complexity: O(n).
     """
     group, pad, limit, padded = shape
-    rows = [group] * (len(lengths) // group)
-    group_workloads = _per_group(workloads, group)
+    if members is None and group > 1:
+        members = uniform_members(len(lengths), group)
+    rows = [1] * len(lengths) if members is None else [len(m) for m in members]
+    group_workloads = _per_group(workloads, members)
     if padded:
-        return _padded_groups(lengths, costs, group_workloads, shape, caps, extents, custom_costs, alone)
+        return _padded_groups(lengths, costs, group_workloads, shape, caps, extents, custom_costs,
+                              alone, (members, labels, rows))
     made = (pad, custom_costs)
-    error = None if alone else over_cap_error(lengths, costs, SampleOverCap, 1, caps, made)
-    sizes = _per_group(costs, group)
+    firsts = list(range(len(lengths)))
+    error = None if alone else over_cap_error(lengths, costs, SampleOverCap, firsts, caps, made)
+    sizes = _per_group(costs, members)
     rule = Rule.sums(sizes, caps[0], rows, limit)
-    if error is None and group > 1 and not alone:
-        tokens = _per_group(lengths, group)
-        error = over_cap_error(tokens, sizes, GroupOverCap, group, caps, made)
+    if error is None and members is not None and not alone:
+        error = _group_error(rule, lengths, members, labels, caps, made, GroupOverCap)
     return GroupRule(rule, costs, group_workloads, error)
+
+
+def _group_error(
+    rule: Rule, lengths: list[int], members: list[list[int]], labels: list[str] | None,
+    caps: tuple[int, int, int], made: tuple[int, bool], kind: type[OverCap],
+    spans: list[int] | None = None,
+) -> PlanError | None:
+    """The groups' error once every sample fits: by id for ``group_ids``, else
+    ``force_group_size``'s (``spans``: padded, each group's span; else its tokens)."""
+    if labels is not None:
+        return named_group_error(rule, members, labels, caps)
+    tokens = spans if spans is not None else _per_group(lengths, members)
+    return over_cap_error(tokens, rule.sizes, kind, [m[0] for m in members], caps, made)
 
 
 def _padded_groups(
     lengths: list[int], costs: list[int], group_workloads: list[int],
     shape: tuple[int, int, int | None, bool], caps: tuple[int, int, int],
     extents: tuple[Sequence[int], Sequence[int]] | None, custom_costs: bool, alone: bool,
+    grouped: tuple[list[list[int]] | None, list[str] | None, list[int]],
 ) -> GroupRule:
     """:func:`group_rule` for ``padded=True``: each row spans ``extents`` or ``(0, its
     cost)`` (its length or the ``costs`` given, before alignment); a group spans its rows'
-    widest left and right; alone it costs ``group * ceil((left + right) / pad) * pad``."""
-    group, pad, limit, _ = shape
+    widest left and right; alone it costs ``rows * ceil((left + right) / pad) * pad``."""
+    _, pad, limit, _ = shape
+    members, labels, rows = grouped
     if extents is not None:
         left, right = list(extents[0]), list(extents[1])
     else:
         left, right = [0] * len(lengths), costs if custom_costs else lengths
     spans = [a + b for a, b in zip(left, right, strict=True)]
     widths = [aligned_length(span, pad) for span in spans]
-    rows = [group] * (len(lengths) // group)
-    rule = Rule.padded(_per_group(left, group, max), _per_group(right, group, max), caps[0],
+    rule = Rule.padded(_per_group(left, members, max), _per_group(right, members, max), caps[0],
                        rows, pad, limit)
     made = (pad, custom_costs)
     error = None
     if not alone:
-        error = over_cap_error(spans, widths, PaddedSampleOverCap, 1, caps, made)
-    if error is None and group > 1 and not alone:
+        error = over_cap_error(spans, widths, PaddedSampleOverCap, list(range(len(lengths))), caps, made)
+    if error is None and members is not None and not alone:
         group_spans = [a + b for a, b in zip(rule.left or [], rule.right or [], strict=True)]
-        error = over_cap_error(group_spans, rule.sizes, PaddedGroupOverCap, group, caps, made)
+        error = _group_error(rule, lengths, members, labels, caps, made, PaddedGroupOverCap,
+                             group_spans)
     return GroupRule(rule, widths, group_workloads, error)
 
 
-def dummy_group(rule: Rule, lengths: list[int], group: int) -> int:
+def dummy_group(
+    rule: Rule, lengths: list[int], group: int, members: list[list[int]] | None = None
+) -> int:
     """The group a dummy micro-batch copies: one that fits alone before one that does not,
     then the cheapest under the rule alone, the fewest effective tokens, the lowest index.
 
@@ -194,5 +247,7 @@ def dummy_group(rule: Rule, lengths: list[int], group: int) -> int:
         >>> dummy_group(Rule.sums([8, 8, 16], 100), [5, 3, 9], 1)
         1
     """
-    tokens = _per_group(lengths, group)
+    if members is None and group > 1:
+        members = uniform_members(len(lengths), group)
+    tokens = _per_group(lengths, members)
     return min(range(rule.n), key=lambda g: (not rule.fits_alone(g), rule.sizes[g], tokens[g], g))

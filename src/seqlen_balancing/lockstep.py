@@ -125,7 +125,10 @@ class Grid:
         self.sizes, self.workloads = result.group_sizes, result.group_workloads
         self.cap = result.max_token_len
         rule = result.rule
-        self.limit = _groups_limit(result)
+        # the sample limit on a cell's rows (a group counts its samples)
+        self.limit = rule.limit if rule is not None else None
+        self.rows = rule.rows if rule is not None else [1] * len(self.sizes)
+        self.fewest_rows = min(self.rows, default=1)  # the smallest group a cell could take
         self.padded = rule if rule is not None and rule.is_padded else None
         self.load = [[sum(self.workloads[g] for g in cell) for cell in row] for row in cells]
         self.tokens = [[sum(self.sizes[g] for g in cell) for cell in row] for row in cells]
@@ -151,8 +154,11 @@ class Grid:
     def fits(self, r: int, k: int, add: Sequence[int], remove: Sequence[int] = ()) -> bool:
         """Whether cell ``(r, k)`` with ``add`` in and ``remove`` out still fits the rule."""
         cell = self.cells[r][k]
-        if self.limit is not None and len(cell) + len(add) - len(remove) > self.limit:
-            return False
+        if self.limit is not None:
+            rows = self.rows
+            held = sum(rows[g] for g in cell) + sum(rows[g] for g in add) - sum(rows[g] for g in remove)
+            if held > self.limit:
+                return False
         if self.padded is None:
             change = sum(self.sizes[g] for g in add) - sum(self.sizes[g] for g in remove)
             return self.tokens[r][k] + change <= self.cap
@@ -209,8 +215,8 @@ def _even_layers(layers: list[list[tuple[int, int]]]) -> list[list[int]]:
 
 def _deal(result: RankAnalysis, dp: int, count: int) -> Grid:
     """The step's ``dp x count`` balanced micro-batches, dealt to ranks layer by layer."""
-    group = result.force_group_size
-    bins = [[i // group for i in mb[::group]] for mb in build_plan(result, dp * count, False)]
+    owner = result.group_of()
+    bins = [sorted({owner[i] for i in mb}) for mb in build_plan(result, dp * count, False)]
     loads = [sum(result.group_workloads[g] for g in b) for b in bins]
     order = sorted(range(len(bins)), key=lambda b: (loads[b], bins[b][0]))
     layers = [[(len(bins[b]), b) for b in order[k * dp : (k + 1) * dp]] for k in range(count)]
@@ -341,9 +347,10 @@ def _smallest(grid: Grid, a: int) -> float:
 
 def _room(grid: Grid, b: int) -> int:
     """The most cost any micro-batch of rank ``b`` can still take (-1: none can)."""
-    limit = grid.limit
+    limit, rows = grid.limit, grid.rows
     return max((grid.cap - grid.tokens[b][k] for k in range(grid.count)
-                if limit is None or len(grid.cells[b][k]) < limit), default=-1)
+                if limit is None or sum(rows[g] for g in grid.cells[b][k]) + grid.fewest_rows <= limit),
+               default=-1)
 
 
 def _targets(grid: Grid, r: int, k: int) -> list[tuple[int, int]]:
@@ -519,12 +526,12 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
 
 
 def _groups_limit(result: RankAnalysis) -> int | None:
-    """Force groups per micro-batch at most under the rule's sample limit (its rows over
-    the groups' ``force_group_size`` rows), or ``None``."""
+    """Groups per micro-batch at most under the rule's sample limit (its rows over the
+    groups' rows: all of one size where ranks get equal parts), or ``None``."""
     rule = result.rule
-    if rule is None or rule.limit is None:
+    if rule is None or rule.limit is None or not rule.rows:
         return None
-    return rule.limit // result.force_group_size
+    return rule.limit // max(rule.rows)
 
 
 def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[list[int]]:

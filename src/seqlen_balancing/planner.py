@@ -50,7 +50,7 @@ implementation needs over 10 s per count there) and the cap-aware packings alone
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from seqlen_balancing._checks import _integer_or_none, describe
@@ -64,6 +64,7 @@ from seqlen_balancing.errors import (
     BucketAboveCap,
     CountAboveGroups,
     EmptyBatch,
+    GroupIdsAndForceGroupSize,
     LengthSource,
     MinAboveGroups,
     NotAnInteger,
@@ -71,6 +72,7 @@ from seqlen_balancing.errors import (
     PlanError,
     TooManyDummies,
 )
+from seqlen_balancing.groups import read_group_ids, uniform_members
 from seqlen_balancing.items import (
     dummy_group,
     group_rule,
@@ -84,6 +86,7 @@ from seqlen_balancing.partition import roundup_divisible
 from seqlen_balancing.per_sample import read_numbers
 from seqlen_balancing.repack import exact_packing, repack
 from seqlen_balancing.rows import filled_plan, rows_for, rows_view, search_rows
+from seqlen_balancing.rule import Rule
 from seqlen_balancing.search import (
     _EXACT_BUDGET,
     _EXACT_GROUPS,
@@ -133,6 +136,7 @@ def analyse(
     costs: Any = None,
     workloads: Any = None,
     padded_extents: tuple[Sequence[int], Sequence[int]] | None = None,
+    group_ids: Any = None,
 ) -> RankAnalysis:
     """Check one rank's input and find its smallest micro-batch count under the cap.
 
@@ -174,21 +178,29 @@ def analyse(
             untouched.
         padded_extents: with ``padded``, each sample's ``(left, right)`` span around a
             column every row shares (:func:`~seqlen_balancing.items.group_rule`).
+        group_ids: one hashable id per sample, or ``None``: samples of equal id form a
+            group that lands whole in one micro-batch (any size, not necessarily
+            contiguous; :func:`~seqlen_balancing.groups.read_group_ids`). Read whole;
+            ``force_group_size=g`` is ``group_ids=[i // g for i in range(n)]``, and giving
+            both is an error.
 
     Returns:
-        A :class:`RankAnalysis`.
+        A :class:`RankAnalysis`. With ``dummy_micro_batches`` an empty batch is no error:
+        the rank has no groups and needs one micro-batch (a dummy), or its
+        ``min_num_micro_batch``.
 
     Complexity: O(n log n) for the bounds and best-fit decreasing, plus the bounded local
     search when best-fit decreasing misses the bound.
     """
     options = PlanOptions() if options is None else options
-    result = _analyse(seq_lens, max_token_len, options, costs, workloads, padded_extents)
-    return _with_request(result, max_token_len, options, costs is not None, workloads is not None)
+    result = _analyse(seq_lens, max_token_len, options, costs, workloads, padded_extents, group_ids)
+    return _with_request(result, max_token_len, options, costs is not None, workloads is not None,
+                         group_ids is not None)
 
 
 def failed_analysis(
     error: PlanError, max_token_len: Any = None, options: PlanOptions | None = None,
-    costs_given: bool = False, workloads_given: bool = False,
+    costs_given: bool = False, workloads_given: bool = False, groups_given: bool = False,
 ) -> RankAnalysis:
     """The analysis of a rank that failed before :func:`analyse` (a bad batch, a bad
     option), holding its error and what it was asked to do (``options`` ``None``: the
@@ -196,13 +208,13 @@ def failed_analysis(
     result = RankAnalysis(error)
     if options is None:
         return result
-    return _with_request(result, max_token_len, options, costs_given, workloads_given)
+    return _with_request(result, max_token_len, options, costs_given, workloads_given, groups_given)
 
 
 
 def _with_request(
     result: RankAnalysis, max_token_len: Any, options: PlanOptions, costs_given: bool,
-    workloads_given: bool,
+    workloads_given: bool, groups_given: bool = False,
 ) -> RankAnalysis:
     """``result`` with the request's record, error or not: the DP group checks that every
     rank was asked for the same (:mod:`seqlen_balancing.agreement`)."""
@@ -211,31 +223,35 @@ def _with_request(
     result.requested_max_token_len = cap if cap is not None and cap >= 1 else 0
     result.custom_costs = costs_given
     result.custom_workloads = workloads_given or options.workload_model is not None
+    result.custom_groups = groups_given
     return result
 
 
 
 def _analyse(
     seq_lens: Sequence[Any], max_token_len: Any, options: PlanOptions, costs: Any, workloads: Any,
-    padded_extents: tuple[Sequence[int], Sequence[int]] | None,
+    padded_extents: tuple[Sequence[int], Sequence[int]] | None, group_ids: Any = None,
 ) -> RankAnalysis:
     """:func:`analyse` but the request's record (options, cap, what was given)."""
     length_error, lengths = read_numbers(seq_lens, LengthSource.SEQ_LENS)
     pad = options.pad_to_multiple_of
     cost_error, sizes_of = (length_error, []) if length_error else sample_costs_of(lengths, pad, costs)
+    group_error, members, labels = _groups(group_ids, lengths, options, length_error)
     # Read even when the cap is bad: the DP group's advice on the cap counts this rank.
-    largest = longest(lengths if cost_error else sizes_of, options.force_group_size)
+    largest = longest(lengths if cost_error else sizes_of, options.force_group_size, members or None)
     error, given = _given(max_token_len, options, largest)
     if given is None:
         return RankAnalysis(error, largest=largest)
     result = _record(given, costs is not None, workloads is not None, largest)
     sample_workloads: list[int] = []
-    error = cost_error
+    error = cost_error or group_error
     if error is None:
         error, sample_workloads = workloads_of(lengths, workloads, options.workload_model)
     if error is None and not lengths:
+        if given.dummies:  # a rank with nothing to do runs the agreed count as dummies
+            return _empty_rank(result, given)
         error = EmptyBatch()
-    if error is None and len(lengths) % given.group:
+    if error is None and group_ids is None and len(lengths) % given.group:
         error = NotDivisible(len(lengths), given.group)
     if error is not None:
         result.error = error
@@ -243,19 +259,51 @@ def _analyse(
     shape = (given.group, given.pad, given.limit, given.padded)
     caps = (given.usable, given.cap, given.bucket)
     built = group_rule(lengths, sizes_of, sample_workloads, shape, caps, padded_extents,
-                       costs is not None, given.alone)
+                       costs is not None, given.alone, members or None,
+                       labels if group_ids is not None else None)
     result.rule, result.sample_costs, result.group_workloads = built.rule, built.sample_costs, built.workloads
     result.group_sizes, result.n_samples = built.rule.sizes, len(lengths)
+    result.members, result.group_labels = members or None, labels
     if given.padded:
         result.largest = max(built.rule.sizes)
     result.error = built.error or _floor_error(result, given)
     if result.error is not None:
         return result
     if given.dummies:
-        result.dummy_group = dummy_group(built.rule, lengths, given.group)
+        result.dummy_group = dummy_group(built.rule, lengths, given.group, result.members)
     _count(result, given)
     if options.equal_rows_per_micro_batch:
         search_rows(result, None if given.floor is None else min(given.floor, result.n_groups))
+    return result
+
+
+def _groups(
+    group_ids: Any, lengths: list[int], options: PlanOptions, length_error: PlanError | None
+) -> tuple[PlanError | None, list[list[int]], list[str]]:
+    """The groups of the batch: ``group_ids``' (read whole), or ``force_group_size``'s
+    consecutive ones, the same thing (``[i // g for i in range(n)]``); ``[]`` for single
+    samples. Both given is an error; so is a batch ``force_group_size`` does not divide
+    (reported by the caller, after the other checks, as verl orders them)."""
+    size, n = options.force_group_size, len(lengths)
+    if group_ids is None:
+        if size == 1 or n % size:
+            return None, [], []
+        return None, uniform_members(n, size), []  # named by their first sample, not an id
+    if size > 1:
+        return GroupIdsAndForceGroupSize(size), [], []
+    if length_error is not None:
+        return None, [], []
+    return read_group_ids(group_ids, n)
+
+
+def _empty_rank(result: RankAnalysis, given: _Given) -> RankAnalysis:
+    """The analysis of a rank with no samples under ``dummy_micro_batches=True``: no
+    groups, at least one micro-batch (every one a dummy), its floor as asked."""
+    result.rule = Rule.sums([], given.usable, [], given.limit)
+    result.min_count = result.lower_bound = 1
+    result.bound_name = "one"
+    if given.floor is not None and given.floor > MAX_DUMMY_MICRO_BATCHES:
+        result.error = TooManyDummies(given.floor, 0, given.floor)
     return result
 
 
@@ -465,12 +513,19 @@ def build_plan(
         raise ValueError(
             f"count must be in {result.min_count}..{result.n_groups} for this batch, got {count}"
         )
-    group = result.force_group_size
     real = min(count, result.n_groups)
     bins = _balanced_bins(result, real)
-    micro_batches = [sorted(s for g in b for s in range(g * group, (g + 1) * group)) for b in bins]
-    ordered = order_micro_batches(micro_batches, result.group_workloads, use_dynamic_bsz_balance,
-                                  group)
+    members = result.members
+    if members is None:
+        micro_batches = [sorted(b) for b in bins]
+        loads = result.group_workloads
+    else:
+        micro_batches = [sorted(s for g in b for s in members[g]) for b in bins]
+        # a group's workload at its first sample: a micro-batch weighs its groups' sum
+        loads = [0] * result.n_samples
+        for g, m in enumerate(members):
+            loads[m[0]] = result.group_workloads[g]
+    ordered = order_micro_batches(micro_batches, loads, use_dynamic_bsz_balance)
     return ordered + [[] for _ in range(count - real)]
 
 
@@ -482,6 +537,7 @@ def plan_micro_batches(
     num_micro_batches: int | None = None,
     costs: Sequence[int] | Callable[[list[int]], Iterable[int]] | None = None,
     workloads: Sequence[int] | Callable[[list[int]], Iterable[int]] | None = None,
+    group_ids: Sequence[Hashable] | None = None,
     **option_keywords: Unpack[PlanOptionKeywords],
 ) -> list[list[int]]:
     """Plan one rank's micro-batches on a plain list of lengths (no torch needed).
@@ -513,6 +569,14 @@ def plan_micro_batches(
             lengths. The cap, the count and the bounds are untouched. ``None``: verl's
             workload (or the ``workload_model``'s), and the "never worse than verl"
             guarantee, which is stated for it.
+        group_ids: one hashable id per sample (ints, strings such as verl's ``uid``,
+            tuples; a list, a tuple or a 1-D array), or ``None``: samples with equal ids
+            form a group that lands whole in one micro-batch. Groups may be of any size
+            and need not be contiguous; a group costs its samples' summed cost under the
+            rule (padded: its rows x the widest), and one over the cap (or over
+            ``max_samples_per_micro_batch``) is an error naming its id, or runs alone under
+            ``over_cap="alone"``. ``force_group_size=g`` is ``group_ids=[i // g for i in
+            range(n)]``; pass one of them (docs/shapes.md).
         **option_keywords: any option of :class:`~seqlen_balancing.PlanOptions`
             by name (laid over ``options``): ``num_batches_divided_by``,
             ``min_num_micro_batch``, ``force_group_size``, ``use_dynamic_bsz_balance``,
@@ -570,11 +634,14 @@ def plan_micro_batches(
         >>> plan = plan_micro_batches([10, 4, 6, 3, 3, 8, 9, 1], 20, equal_rows_per_micro_batch=True)
         >>> [(list(part), part.filler) for part in plan]
         [([0, 1], 1), ([2, 5, 7], 0), ([3, 4, 6], 0)]
+        >>> plan_micro_batches([60, 30, 50, 40], 100, group_ids=["a", "b", "b", "a"])
+        [[0, 3], [1, 2]]
     """
     given, error = PlanOptions.from_keywords(options, None, option_keywords)
     if error is not None:
         raise error.exception()
-    result = analyse(seq_lens, max_token_len, given, costs=costs, workloads=workloads)
+    result = analyse(seq_lens, max_token_len, given, costs=costs, workloads=workloads,
+                     group_ids=group_ids)
     count = local_count(result)
     if num_micro_batches is not None:
         count = _exact_count(result, num_micro_batches)
@@ -603,15 +670,29 @@ def over_cap_messages(result: RankAnalysis, rank: int | None = None) -> list[str
         'rank 1 of the DP group: sample 0 costs 5000 tokens,'
     """
     prefix = "" if rank is None else f"rank {rank} of the DP group: "
-    group = result.force_group_size
-    what = "sample" if group == 1 else "the forced group starting at sample"
+    members, labels = result.members, result.group_labels
     unit = "token positions padded (rows x its widest row)" if result.padded else "tokens"
-    return [
-        f"{prefix}{what} {g * group} costs {result.group_sizes[g]} {unit}, over "
-        f"max_token_len={result.requested_max_token_len}: it runs alone in a micro-batch of "
-        "its own (over_cap='alone'), the only micro-batch over the cap; it may run out of memory"
-        for g in result.over_cap_groups
-    ]
+
+    def what(g: int) -> str:
+        if members is None:
+            return f"sample {g}"
+        if result.custom_groups:
+            return f"group {labels[g]} (first sample {members[g][0]})"
+        return f"the forced group starting at sample {members[g][0]}"
+
+    limit = result.max_samples_per_micro_batch
+
+    def over(g: int) -> str:
+        if result.group_sizes[g] <= result.max_token_len and limit is not None:
+            samples = len(result.samples_of(g))  # a group of ids over the sample limit
+            return (f"holds {samples} samples, over max_samples_per_micro_batch={limit}: it runs "
+                    "alone in a micro-batch of its own (over_cap='alone'), the only micro-batch "
+                    "over the limit")
+        return (f"costs {result.group_sizes[g]} {unit}, over "
+                f"max_token_len={result.requested_max_token_len}: it runs alone in a micro-batch of "
+                "its own (over_cap='alone'), the only micro-batch over the cap; it may run out of memory")
+
+    return [f"{prefix}{what(g)} {over(g)}" for g in result.over_cap_groups]
 
 
 def log_over_cap(result: RankAnalysis, rank: int | None = None) -> None:

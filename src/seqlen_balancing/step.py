@@ -47,7 +47,7 @@ collective.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence, Sized
+from collections.abc import Callable, Hashable, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,8 +130,19 @@ def _count_range(
 ) -> tuple[int, int]:
     """The first count per rank to try, and the most any rank can hold."""
     n_groups, group = result.n_groups, result.force_group_size
+    sizes = {len(m) for m in result.members or []}
+    if equal and len(sizes) > 1:
+        raise ValueError(
+            f"equal_size=True needs groups of one size to give every rank as many samples, but "
+            f"the group_ids form groups of {min(sizes)} to {max(sizes)} samples; pass "
+            "equal_size=False (ranks may then get different sample counts, each group whole on "
+            "one rank)"
+        )
+    if sizes:
+        group = sizes.pop()
     if equal and n_groups % dp:
-        what = "samples" if group == 1 else f"forced groups of {group} samples"
+        kind = "groups" if result.custom_groups else "forced groups"
+        what = "samples" if group == 1 else f"{kind} of {group} samples"
         raise ValueError(
             f"equal_size=True needs the step's {n_groups} {what} to split equally over "
             f"dp_size={dp} ranks; pass a multiple of {dp * group} samples (verl's dispatch cuts "
@@ -175,7 +186,7 @@ def _whole_step(
     group = _integer_or_none(rule.get("force_group_size", 1))
     n = len(seq_lens) if isinstance(seq_lens, Sized) else None
     if rule.get("padded") or rule.get("max_samples_per_micro_batch") is not None or not group or \
-            group < 1 or not n or "min_num_micro_batch" in rule:
+            group < 1 or not n or "min_num_micro_batch" in rule or rule.get("group_ids") is not None:
         full = whole()
         return full, full.lower_bound, whole
     quick = _analysed(seq_lens, max_token_len, {**rule, "min_num_micro_batch": max(1, n // group)})
@@ -189,8 +200,10 @@ def _analysed(seq_lens: Sequence[int], max_token_len: int, rule: dict[str, Any])
     ``workloads`` passed as the per-sample data they are."""
     values = dict(rule)
     costs, workloads = values.pop("costs", None), values.pop("workloads", None)
+    group_ids = values.pop("group_ids", None)
     options, error = PlanOptions.parse(values)
-    result = analyse(seq_lens, max_token_len, options, costs=costs, workloads=workloads)
+    result = analyse(seq_lens, max_token_len, options, costs=costs, workloads=workloads,
+                     group_ids=group_ids)
     error = error or result.error
     if error is not None:
         raise error.exception()
@@ -200,16 +213,18 @@ def _analysed(seq_lens: Sequence[int], max_token_len: int, rule: dict[str, Any])
 def _equal_rows(
     rank_samples: list[list[int]], seq_lens: Sequence[int], max_token_len: int,
     options: PlanOptions, costs: Sequence[int] | None, workloads: Sequence[int] | None,
+    group_ids: Sequence[Hashable] | None = None,
 ) -> list[list[list[int]]]:
     """Each rank's samples planned again with equal rows, as a DP group agrees on them (the
     largest count, then at that count the largest rows any rank needs, within every rank's
     tolerance), the micro-batches in global indices."""
     analyses = []
     for samples in rank_samples:
-        def pick(values: Sequence[int] | None, mine: list[int] = samples) -> list[int] | None:
+        def pick(values: Sequence[Any] | None, mine: list[int] = samples) -> list[Any] | None:
             return None if values is None else [values[i] for i in mine]
         analyses.append(analyse([seq_lens[i] for i in samples], max_token_len, options,
-                                costs=pick(costs), workloads=pick(workloads)))
+                                costs=pick(costs), workloads=pick(workloads),
+                                group_ids=pick(group_ids)))
     for rank, result in enumerate(analyses):
         if result.error is not None:
             raise result.error.exception(rank)
@@ -236,11 +251,11 @@ def _global(part: list[int], samples: list[int]) -> RowIndices:
     return RowIndices([samples[i] for i in part], filler, samples[row] if filler else -1)
 
 
-def _rank_plans(grid: Grid, group: int, balance: bool) -> list[list[list[int]]]:
+def _rank_plans(grid: Grid, result: RankAnalysis, balance: bool) -> list[list[list[int]]]:
     """Each rank's micro-batches as sorted sample indices, layers in the final order."""
     order = layer_order(grid, balance)
     return [
-        [sorted(i for g in grid.cells[r][k] for i in range(g * group, (g + 1) * group)) for k in order]
+        [sorted(i for g in grid.cells[r][k] for i in result.samples_of(g)) for k in order]
         for r in range(grid.dp)
     ]
 
@@ -303,7 +318,7 @@ def plan_step(
         more = plan_at(result, dp, count + divisor, per_rank, memo, whole)
         if more is not None and more.step_time() + divisor * fixed < grid.step_time():
             count, grid = count + divisor, more
-    plans = _rank_plans(grid, result.force_group_size, balance)
+    plans = _rank_plans(grid, result, balance)
     return StepPlan(
         rank_samples=[[i for mb in plan for i in mb] for plan in plans],
         rank_micro_batches=plans,
@@ -332,6 +347,7 @@ def plan_global_batch(
     padded: bool = False,
     max_samples_per_micro_batch: int | None = None,
     workloads: Sequence[int] | None = None,
+    group_ids: Sequence[Hashable] | None = None,
     equal_rows_per_micro_batch: bool = False,
 ) -> tuple[list[list[int]], list[list[list[int]]]]:
     """Plan a whole step across its DP ranks: which samples each rank gets, and its
@@ -369,6 +385,11 @@ def plan_global_batch(
             (what the lock-step model weighs), or ``None``. These seven are the one rule
             and the balance objective of :func:`~seqlen_balancing.plan_micro_batches`,
             applied to the whole step.
+        group_ids: one hashable id per sample of the step, or ``None``: each group (equal
+            ids, any size, any positions) lands whole in one micro-batch of one rank, never
+            split across ranks. With groups of different sizes ``equal_size`` must be
+            False (equal group counts would not be equal sample counts); not with
+            ``force_group_size > 1``.
         equal_rows_per_micro_batch: every micro-batch of every rank holds the same rows
             (pipeline parallelism, docs/pipeline.md): the ranks keep the samples planned
             above, and each rank's micro-batches are planned again as
@@ -391,10 +412,10 @@ def plan_global_batch(
         TypeError: an argument or length is not an integer, or a switch not a bool.
         ValueError: what :func:`~seqlen_balancing.plan_micro_batches` refuses (a sample or
             group over the cap: ``exceeds max_token_len``), ``n`` (or its force groups)
-            not divisible by ``dp_size`` with ``equal_size``, or a rank left fewer samples
-            than micro-batches; with ``equal_rows_per_micro_batch``, a rank whose
-            micro-batches cannot take the rows another needs (``every micro-batch must
-            hold``).
+            not divisible by ``dp_size`` with ``equal_size`` (or groups of different sizes
+            with it), or a rank left fewer samples than micro-batches; with
+            ``equal_rows_per_micro_batch``, a rank whose micro-batches cannot take the rows
+            another needs (``every micro-batch must hold``).
 
     Complexity: ``seqlen_balancing.planner.analyse`` on the whole step and on each
     part (O(n log n) together, plus their bounded searches), Karmarkar-Karp's
@@ -422,6 +443,7 @@ def plan_global_batch(
         force_group_size=force_group_size, pad_to_multiple_of=pad_to_multiple_of,
         micro_batch_multiple_of=micro_batch_multiple_of, costs=costs, padded=padded,
         max_samples_per_micro_batch=max_samples_per_micro_batch, workloads=workloads,
+        **({} if group_ids is None else {"group_ids": group_ids}),
     )
     if not switch(equal_rows_per_micro_batch, "equal_rows_per_micro_batch"):
         return plan.rank_samples, plan.rank_micro_batches
@@ -432,5 +454,6 @@ def plan_global_batch(
         padded=padded, max_samples_per_micro_batch=max_samples_per_micro_batch,
         equal_rows_per_micro_batch=True,
     )
-    micro = _equal_rows(plan.rank_samples, seq_lens, max_token_len, options, costs, workloads)
+    micro = _equal_rows(plan.rank_samples, seq_lens, max_token_len, options, costs, workloads,
+                        group_ids)
     return [[i for part in rank for i in part] for rank in micro], micro

@@ -6,10 +6,13 @@ Run as a script, one process per rank (``tests/distributed/_world.py``)::
 
 For each round this rank builds its TensorDict (dense rows in the columns the round names,
 or jagged nested rows), calls ``rearrange_micro_batches`` with ``dp_group`` set, every
-option of the round (as keywords or as one ``PlanOptions``) and the round's ``costs`` and
-``workloads``, and records what came back as plain data: the exception, or the index lists,
-each micro-batch's ``uid`` rows, dense width and loss-weight sums (and, with
-``equal_rows_per_micro_batch``, its filler rows and their loss-weight sums), and whether
+option of the round (as keywords or as one ``PlanOptions``) and the round's ``costs``,
+``workloads`` and ``group_ids`` (a list, or the name of a tensor or ``NonTensorStack``
+entry); a rank with no samples passes a one-row ``dummy_template`` where it has no columns
+(jagged) and in some rounds where it has, and records what came back as plain data: the
+exception, or the index lists, each micro-batch's ``uid`` rows, dense width and loss-weight
+sums (and, with ``equal_rows_per_micro_batch``, its filler rows and their loss-weight
+sums), and whether
 ``restore_dynamic_batch`` gave the input back. The test judges; nothing is judged here.
 """
 
@@ -53,6 +56,10 @@ def build_batch(spec: dict[str, Any]) -> Any:
 
 
 def _equal(a: Any, b: Any) -> bool:
+    import torch
+
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):  # per-sample ids
+        return bool(a.tolist() == b.tolist())
     if a.is_nested or b.is_nested:
         rows_a, rows_b = a.unbind(), b.unbind()
         return len(rows_a) == len(rows_b) and all(
@@ -83,11 +90,29 @@ def _options(given: dict[str, Any]) -> dict[str, Any]:
 
 def play(spec: dict[str, Any], group: Any) -> dict[str, Any]:
     """One call of ``rearrange_micro_batches``; its outcome as plain data."""
+    import torch
+    from tensordict import NonTensorStack, TensorDict
+
     from seqlen_balancing import PlanOptions, rearrange_micro_batches, restore_dynamic_batch
 
-    batch = build_batch(spec)
+    empty = not spec["lengths"]
+    # an empty jagged rank has no nested rows to build: an empty batch and a template
+    batch = TensorDict({}, batch_size=[0]) if empty and spec["layout"] == "jagged" else build_batch(spec)
+    template = build_batch({**spec, "lengths": [1], "spans": [[0, 1]], "width": 1}) \
+        if empty and (spec["layout"] == "jagged" or spec["via"] == "options") else None
     options = _options(spec["options"])
-    per_sample = {key: spec[key] for key in ("costs", "workloads") if spec.get(key) is not None}
+    per_sample: dict[str, Any] = {key: spec[key] for key in ("costs", "workloads")
+                                  if spec.get(key) is not None}
+    ids = spec.get("group_ids")
+    if ids is not None:  # the ids as a list, as strings in a NonTensorStack entry, or a tensor entry
+        how = len(ids) % 3 if not empty else 0
+        if how == 1:
+            batch["gid"] = torch.tensor(ids, dtype=torch.long)
+        elif how == 2:
+            batch["gid"] = NonTensorStack(*[f"g{g}" for g in ids])
+        per_sample["group_ids"] = "gid" if how else ids
+    if template is not None:
+        per_sample["dummy_template"] = template
     try:
         if spec["via"] == "options":
             micro_batches, plan = rearrange_micro_batches(
@@ -98,7 +123,8 @@ def play(spec: dict[str, Any], group: Any) -> dict[str, Any]:
     except Exception as error:  # every outcome is recorded; the test judges it
         return {"raised": type(error).__name__, "message": str(error)}
     try:
-        restored = same(restore_dynamic_batch(micro_batches, plan), batch)
+        back = restore_dynamic_batch(micro_batches, plan)
+        restored = int(back.batch_size[0]) == 0 if empty else same(back, batch)
     except Exception as error:
         restored = f"{type(error).__name__}: {error}"
     dense = spec["layout"] != "jagged"

@@ -5,7 +5,8 @@ Each seeded round draws every field of :class:`~seqlen_balancing.PlanOptions` at
 ``use_dynamic_bsz_balance``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
 ``padded``, ``max_samples_per_micro_batch``, ``over_cap``, ``dummy_micro_batches``,
 ``loss_weight_keys``, ``workload_model``, ``equal_rows_per_micro_batch``), the cap,
-``costs`` and ``workloads``, a layout (dense right-, left- or mixed-padded rows, verl's
+``costs``, ``workloads`` and ``group_ids`` (random, non-contiguous ids of random sizes,
+instead of the force groups), a layout (dense right-, left- or mixed-padded rows, verl's
 left-padded prompt plus right-padded response, or jagged nested rows) and each rank's
 lengths. The ranks
 (``_every_option_worker.py``, file rendezvous, one process start per world) call
@@ -19,11 +20,14 @@ rounded up to ``b``; padded: ``rows x ceil(width / p) * p`` rounded up to ``b``,
 being the hull of its rows' real columns (a dense mask without ``costs``), else the largest
 ``c_i``. ``p = pad_to_multiple_of``, ``b = micro_batch_multiple_of``. It fits when that is
 at most the cap and it holds at most ``max_samples_per_micro_batch`` rows. Items are the
-force groups; one that does not fit alone is an error (``over_cap="raise"``) or runs alone.
+force groups, or the groups of equal ``group_ids``; one that does not fit alone (a group of
+ids also when it holds more rows than the limit) is an error (``over_cap="raise"``) or runs
+alone. A rank may have no samples: without dummies its error, with them every one of its
+micro-batches a dummy.
 With ``equal_rows_per_micro_batch`` a micro-batch holds its real rows and ``filler`` copies
 of its filler row (a dummy: filler only), and the rule holds on all of them together; every
-micro-batch of every rank holds the same rows, the filler rows' loss weights are zero, and
-the one refusal of its own is the agreed "every micro-batch must hold" error.
+micro-batch of every rank with samples holds the same rows, the filler rows' loss weights are
+zero, and the one refusal of its own is the agreed "every micro-batch must hold" error.
 
 **What every round must show.** Ranks asked to plan under different options (one rank is
 given another value of one option, of the cap, or passes ``costs``/``workloads`` where the
@@ -72,12 +76,15 @@ _world = _load_world()
 #: Seconds one world may take for all its rounds (spawn, torch import, rendezvous, rounds).
 DEADLINE_S = 300
 ROUNDS = {2: 20, 3: 14, 4: 12}
+#: The gloo worlds' seed (plus the world size): rounds that reach every outcome, plans of
+#: groups of ids and of an empty rank among them, in every world.
+GLOO_SEED = 3028
 #: Rounds per world size through the list API alone (in this process, no torch: cheap).
 LIST_ROUNDS = 150
 MODELS = ("hidden_size=64,num_layers=2", "hidden_size=96,num_layers=3")
 #: What may differ between the ranks of a round (the options, the cap, the per-sample data).
 MISMATCHED = (*PlanOptions.__dataclass_fields__.keys() - {"same_micro_num_in_dp"},
-              "max_token_len", "costs", "workloads")
+              "max_token_len", "costs", "workloads", "group_ids")
 #: Words of each planted fault's message.
 FAULT_WORDS = {
     "over": "exceeds max_token_len",
@@ -87,6 +94,8 @@ FAULT_WORDS = {
     "limit_below": "is below force_group_size",
     "model_and_workloads": "workloads and workload_model are both given",
     "min_above": "asks for more micro-batches than the",
+    "group_limit": "more than max_samples_per_micro_batch",
+    "empty": "the batch has no samples",
 }
 #: Words of the agreed refusal of equal rows (a rank that cannot take the group's rows).
 ROWS_WORDS = "equal_rows_per_micro_batch: every micro-batch must hold"
@@ -148,7 +157,7 @@ def draw_lengths(rng: random.Random, groups: int, options: dict[str, Any], cap: 
 #: with a short rank (a count error; then the same with dummies), then the others, each world
 #: going on where the last stopped, so that the three worlds plant every kind.
 FAULTS = ("over", "min_above_dummies", "indivisible", "costs_short", "over_alone", "bucket",
-          "limit_below", "model_and_workloads", "min_above")
+          "limit_below", "model_and_workloads", "min_above", "empty_rank", "empty_rank_dummies")
 
 
 def draw_round(rng: random.Random, world: int, mismatch: str | None, fault: str | None) -> dict[str, Any]:
@@ -156,8 +165,12 @@ def draw_round(rng: random.Random, world: int, mismatch: str | None, fault: str 
     options, cap = draw_options(rng), rng.choice([16, 24, 32, 48, 100])
     layout = rng.choice(["right", "left", "mixed", "two_sided", "jagged"])
     has_costs, has_workloads = rng.random() < 0.3 or fault == "costs_short", rng.random() < 0.25
+    has_ids = options["force_group_size"] == 1 and fault not in ("indivisible", "limit_below") \
+        and rng.random() < 0.5
     if has_workloads:
         options["workload_model"] = None
+    if has_ids:  # a limit that most groups of ids fit (a group over it is a fault of its own)
+        options["max_samples_per_micro_batch"] = rng.choice([None, None, 2, 4, 6])
     if fault in ("indivisible", "limit_below") and options["force_group_size"] == 1:
         options["force_group_size"], options["max_samples_per_micro_batch"] = 2, None
     if fault in ("min_above", "min_above_dummies"):
@@ -165,9 +178,12 @@ def draw_round(rng: random.Random, world: int, mismatch: str | None, fault: str 
     base = rng.randint(2, 7)
     ranks = []
     for _ in range(world):
-        lengths = draw_lengths(rng, max(1, base + rng.choice([0, 0, 1, -1])), options, cap,
+        # with ids, lengths as for groups of two: a group of ids holds about two samples
+        drawn = {**options, "force_group_size": 2} if has_ids else options
+        lengths = draw_lengths(rng, max(1, base + rng.choice([0, 0, 1, -1])), drawn, cap,
                                layout != "jagged")
         ranks.append(_rank_spec(rng, cap, options, layout, lengths, has_costs, has_workloads))
+        ranks[-1]["group_ids"] = draw_group_ids(rng, len(lengths)) if has_ids else None
     planted = _plant(rng, fault, ranks) if fault else None
     if mismatch is not None:
         _mismatch(rng, mismatch, ranks)
@@ -175,6 +191,13 @@ def draw_round(rng: random.Random, world: int, mismatch: str | None, fault: str 
     for spec in ranks:
         spec["via"] = via
     return {"ranks": ranks, "fault": planted, "mismatch": mismatch}
+
+
+def draw_group_ids(rng: random.Random, n: int) -> list[int]:
+    """Random ids, non-contiguous, of random sizes (JSON ints; the worker stores them as a
+    tensor entry, a list of strings or a list)."""
+    pool = rng.sample(range(100), rng.randint(max(1, n // 2), max(1, n)))
+    return [rng.choice(pool) for _ in range(n)]
 
 
 def _rank_spec(rng: random.Random, cap: int, options: dict[str, Any], layout: str, lengths: list[int],
@@ -225,11 +248,20 @@ def _plant(rng: random.Random, fault: str, ranks: list[dict[str, Any]]) -> dict[
         for s in (spec, other):
             s["costs"] = None if s["costs"] is None else list(s["lengths"])
             s["workloads"] = None if s["workloads"] is None else [7] * len(s["lengths"])
+            if s.get("group_ids") is not None:  # one group here, three there
+                s["group_ids"] = [7] * len(s["lengths"]) if s is spec else list(range(len(s["lengths"])))
             _respan(rng, s)
         for s in ranks:
             s["options"].update(pad_to_multiple_of=1, micro_batch_multiple_of=1, over_cap="raise",
                                 max_samples_per_micro_batch=None, min_num_micro_batch=None,
                                 dummy_micro_batches=fault == "short_rank_dummies")
+    elif fault in ("empty_rank", "empty_rank_dummies"):
+        for key in ("lengths", "costs", "workloads", "group_ids"):
+            if spec.get(key) is not None:
+                spec[key] = []
+        for s in ranks:
+            s["options"]["dummy_micro_batches"] = fault == "empty_rank_dummies"
+        _respan(rng, spec)
     elif fault == "model_and_workloads":
         for s in ranks:
             s["options"]["workload_model"] = MODELS[0]
@@ -250,6 +282,11 @@ def _mismatch(rng: random.Random, name: str, ranks: list[dict[str, Any]]) -> Non
     options = spec["options"]
     if name == "max_token_len":
         spec["cap"] = spec["cap"] * 2
+    elif name == "group_ids":
+        for s in ranks:
+            s["group_ids"] = None
+            s["options"]["force_group_size"] = 1
+        spec["group_ids"] = draw_group_ids(rng, len(spec["lengths"]))
     elif name in ("costs", "workloads"):
         for s in ranks:
             s[name] = None
@@ -260,6 +297,7 @@ def _mismatch(rng: random.Random, name: str, ranks: list[dict[str, Any]]) -> Non
     elif name == "force_group_size":
         for s in ranks:  # an even batch on that rank, no limit that a group of 2 could break
             s["options"]["max_samples_per_micro_batch"] = None
+            s["group_ids"] = None
         if len(spec["lengths"]) % 2:
             _grow(spec)
         options[name] = 2 if options[name] == 1 else 1
@@ -319,8 +357,16 @@ class Rank:
             self.extent = [(lo, hi) if hi > lo else None for lo, hi in spec["spans"]]
         else:
             self.extent = [(0, c) if c > 0 else None for c in self.c]
-        self.items = [list(range(g, g + self.group)) for g in range(0, self.n, self.group)] \
-            if self.n % self.group == 0 else []
+        ids = spec.get("group_ids")
+        self.named = ids is not None
+        if self.named:  # the samples of each id, in the order of their first sample
+            by_id: dict[Any, list[int]] = {}
+            for i, g in enumerate(ids):
+                by_id.setdefault(g, []).append(i)
+            self.items = list(by_id.values())
+        else:
+            self.items = [list(range(g, g + self.group)) for g in range(0, self.n, self.group)] \
+                if self.n % self.group == 0 else []
 
     def raw(self, rows: list[int]) -> int:
         """What a micro-batch of these rows holds (tokens or token positions), before b."""
@@ -338,8 +384,10 @@ class Rank:
         return self.cost(rows) <= self.cap and (self.limit is None or len(rows) <= self.limit)
 
     def over(self) -> list[int]:
-        """The items that do not fit alone."""
-        return [j for j, item in enumerate(self.items) if self.cost(item) > self.cap]
+        """The items that do not fit alone (a group of ids: also over the sample limit)."""
+        limit = self.limit if self.named else None
+        return [j for j, item in enumerate(self.items)
+                if self.cost(item) > self.cap or (limit is not None and len(item) > limit)]
 
     def lower_bound(self) -> int:
         """Micro-batches this rank needs at least: each over-cap item alone (with
@@ -351,13 +399,15 @@ class Rank:
         total = sum(self.raw(item) for item in rest)  # a micro-batch holds its items' own
         bound = math.ceil(total / usable) if total else 0
         if self.limit is not None:
-            bound = max(bound, math.ceil(len(rest) * self.group / self.limit))
+            bound = max(bound, math.ceil(sum(len(item) for item in rest) / self.limit))
         return len(over) + max(bound, 1 if rest else 0)
 
     def faults(self) -> set[str]:
         """The faults of this rank's batch and options, as the rule sees them."""
         o, found = self.spec["options"], set()
-        if self.n % self.group:
+        if self.n == 0 and not o["dummy_micro_batches"]:
+            found.add("empty")
+        if self.n % self.group and not self.named:
             found.add("indivisible")
         if self.spec["costs"] is not None and len(self.spec["costs"]) != self.n:
             found.add("costs_short")
@@ -369,7 +419,9 @@ class Rank:
             found.add("model_and_workloads")
         if not self.alone and self.over():
             found.add("over")
-        if not o["dummy_micro_batches"] and (o["min_num_micro_batch"] or 1) > len(self.items):
+            if self.named and self.limit is not None and any(len(item) > self.limit for item in self.items):
+                found.add("group_limit")
+        if not o["dummy_micro_batches"] and (o["min_num_micro_batch"] or 1) > len(self.items) and self.n:
             found.add("min_above")  # each rank checks its floor against its own groups
         return found
 
@@ -396,7 +448,7 @@ def expected(round_: dict[str, Any], list_api: bool = False) -> dict[str, Any]:
 # -- judging ---------------------------------------------------------------------------------------
 
 
-def held(plan: list[Any], filler: list[int], filler_row: list[int]) -> list[list[int]]:
+def held_rows(plan: list[Any], filler: list[int], filler_row: list[int]) -> list[list[int]]:
     """The rows each micro-batch holds: its real rows, then its filler rows."""
     return [list(part) + [row] * extra for part, extra, row in zip(plan, filler, filler_row, strict=True)]
 
@@ -410,7 +462,7 @@ def check_plan(rank: Rank, plan: list[list[int]], count: int, record: dict[str, 
     source = record if record is not None else {
         "filler": [getattr(part, "filler", 0) for part in plan],
         "filler_row": [getattr(part, "filler_row", -1) for part in plan]}
-    rows = held(plan, source["filler"], source["filler_row"])
+    rows = held_rows(plan, source["filler"], source["filler_row"])
     if o["equal_rows_per_micro_batch"]:
         assert len({len(r) for r in rows}) == 1, rows  # one row count
         for part, whole in zip(plan, rows, strict=True):
@@ -425,9 +477,12 @@ def check_plan(rank: Rank, plan: list[list[int]], count: int, record: dict[str, 
     assert o["dummy_micro_batches"] or len(real) == count
     if len(real) < count:  # a short rank runs each group alone, then dummies
         assert len(real) == len(rank.items)
+    items = {i: tuple(item) for item in rank.items for i in item}
+    over = {tuple(rank.items[j]) for j in rank.over()}
     for part in real:
-        assert all(i // rank.group * rank.group + k in part for i in part for k in range(rank.group))
-        over_alone = rank.alone and len(part) == rank.group and rank.cost(part) > rank.cap
+        held = {items[i] for i in part}
+        assert sorted(i for item in held for i in item) == part, (part, held)  # items whole
+        over_alone = rank.alone and len(held) == 1 and held <= over
         assert rank.fits(part) or over_alone, (part, rank.cost(part), rank.cap, rank.limit)
     if record is None:
         return
@@ -516,8 +571,8 @@ def list_api(round_: dict[str, Any]) -> tuple[str, Any]:
         options["loss_weight_keys"] = tuple(options["loss_weight_keys"])
     if options["workload_model"] is not None:
         options["workload_model"] = WorkloadModel.parse(options["workload_model"])
-    per_sample = {key: [s[key] for s in specs] for key in ("costs", "workloads")
-                  if specs[0][key] is not None}
+    per_sample = {key: [s.get(key) for s in specs] for key in ("costs", "workloads", "group_ids")
+                  if specs[0].get(key) is not None}
     try:
         return "plans", plan_data_parallel([s["lengths"] for s in specs], specs[0]["cap"],
                                            **options, **per_sample)
@@ -570,11 +625,12 @@ def test_every_option_at_once_through_the_list_api(world: int) -> None:
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("world", sorted(ROUNDS))
 def test_every_option_at_once_on_gloo_ranks(world: int, tmp_path: Path) -> None:
-    rng = random.Random(3000 + world)
+    rng = random.Random(GLOO_SEED + world)
     names = sorted(MISMATCHED)[list(ROUNDS).index(world)::len(ROUNDS)]
     mismatches = dict(zip(rng.sample(range(ROUNDS[world]), len(names)), names, strict=True))
     start = sum((ROUNDS[w] - len(names) + 1) // 2 - 2 for w in sorted(ROUNDS) if w < world)
-    faults = iter(["short_rank", "short_rank_dummies", *(FAULTS * 2)[start % len(FAULTS):]])
+    faults = iter(["short_rank", "short_rank_dummies", "empty_rank_dummies",
+                   *(FAULTS * 2)[start % len(FAULTS):]])
     clean = [number for number in range(ROUNDS[world]) if number not in mismatches]
     planted = {number: next(faults) for number in clean[::2]}
     rounds = [draw_round(rng, world, mismatches.get(number), planted.get(number))
@@ -591,6 +647,10 @@ def test_every_option_at_once_on_gloo_ranks(world: int, tmp_path: Path) -> None:
         kinds.append(judge(round_, got, want, where))
         if round_["mismatch"] is None:
             judge_list_api(round_, where)
-    # The seeded rounds reach every outcome and every mismatch this world checks.
+    # The seeded rounds reach every outcome and every mismatch this world checks, and plans
+    # of groups of ids and of a rank with no samples (its micro-batches all dummies).
     assert {"plan", "rank_error", "mismatch", "count_error"} <= set(kinds), kinds
+    planned = [round_ for round_, kind in zip(rounds, kinds, strict=True) if kind == "plan"]
+    assert any(s.get("group_ids") is not None for round_ in planned for s in round_["ranks"])
+    assert any(not s["lengths"] for round_ in planned for s in round_["ranks"])
     assert sorted(round_["mismatch"] for round_ in rounds if round_["mismatch"]) == sorted(names)

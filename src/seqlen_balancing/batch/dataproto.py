@@ -7,7 +7,7 @@ shape (``.batch``, ``.non_tensor_batch``, ``.meta_info``, ``from_dict``), no imp
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -18,6 +18,7 @@ from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
 from seqlen_balancing.batch.micro_batches import _rearrange_rows
 from seqlen_balancing.batch.verdict import _batch_problem
 from seqlen_balancing.errors import (
+    DummyTemplateInvalid,
     MetaInfoNotCopyable,
     NonTensorNotArray,
     NonTensorRows,
@@ -72,6 +73,17 @@ def _dataproto_parts(data: Any) -> tuple[PlanError | None, dict[Any, Any], Any]:
     return None, arrays, meta_info
 
 
+def _template_parts(
+    template: Any, arrays: dict[Any, Any], n: int
+) -> tuple[PlanError | None, Any, dict[Any, Any]]:
+    """A DataProto-like ``dummy_template`` checked: ``(error, its batch, the non-tensor
+    arrays to cut)``; the template's arrays (its first row) serve only a batch of no rows."""
+    error, template_arrays, _ = _dataproto_parts(template)
+    if error is not None:
+        return DummyTemplateInvalid(0), None, arrays
+    return None, template.batch, arrays if n else template_arrays
+
+
 def prepare_dynamic_batch(
     data: T,
     max_token_len: int,
@@ -84,6 +96,8 @@ def prepare_dynamic_batch(
     options: PlanOptions | None = None,
     costs: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
     workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
+    group_ids: str | Sequence[Hashable] | torch.Tensor | None = None,
+    dummy_template: Any = None,
     **option_keywords: Unpack[GroupOptionKeywords],
 ) -> tuple[list[T], list[list[int]]]:
     """:func:`rearrange_micro_batches` for a DataProto-like object (verl's DataProto).
@@ -98,6 +112,11 @@ def prepare_dynamic_batch(
     each micro-batch's width; the non-tensor arrays are per sample and are not cut), and a
     dummy's ``non_tensor_batch`` rows are those of the row it copies (its index list is
     empty).
+    ``group_ids`` is as there too, and a string names a ``non_tensor_batch`` array first
+    (verl's ``uid``), else an entry of ``batch``; ``dummy_template`` is a DataProto-like
+    object (its ``batch`` a TensorDict with at least one row) whose first row, tensors and
+    non-tensor arrays, the dummies of a rank with no samples copy (a zero-row ``data``
+    without one: its own entries give one row of zeros).
     What ``type(data).from_dict`` itself raises passes through unchanged: it is the
     caller's class, called after the agreement with the micro-batches' parts.
 
@@ -140,9 +159,16 @@ def prepare_dynamic_batch(
         "min_num_micro_batch": min_num_micro_batch, "use_dynamic_bsz_balance": use_dynamic_bsz_balance,
     }
     given, options_error = PlanOptions.from_keywords(options, verl, option_keywords)
+    if problem is None and isinstance(group_ids, str) and group_ids in arrays:
+        group_ids = list(arrays[group_ids])
+    template: Any = None
+    if problem is None and dummy_template is not None and given.dummy_micro_batches:
+        problem, template, arrays = _template_parts(dummy_template, arrays, int(source.batch.batch_size[0]))
+    elif problem is None and given.dummy_micro_batches and int(source.batch.batch_size[0]) == 0:
+        arrays = {key: np.zeros((1, *value.shape[1:]), dtype=value.dtype) for key, value in arrays.items()}
     batches, plan, rows = _rearrange_rows(
         source.batch if problem is None else None, max_token_len, dp_group, given, options_error,
-        problem, costs, workloads, same_micro_num_in_dp,
+        problem, costs, workloads, same_micro_num_in_dp, group_ids, template,
     )
     out: list[T] = []
     for m, (micro_batch, indices) in enumerate(zip(batches, rows, strict=True)):

@@ -84,12 +84,6 @@ def _rows(batch: TensorDict) -> list[Any]:
     return [batch]
 
 
-def _dummy_rows(group: int, dummy_group: int) -> list[int]:
-    """The rows of the group a dummy copies (the planner's choice: the cheapest under the
-    rule alone, :attr:`~seqlen_balancing.analysis.RankAnalysis.dummy_group`)."""
-    return list(range(dummy_group * group, (dummy_group + 1) * group))
-
-
 def _cut_with_dummies(
     batch: TensorDict, plan: list[list[int]], entries: _Entries, dummy: list[int],
     keys: tuple[str, ...], trim: Trim | None = None, pad: int = 1,

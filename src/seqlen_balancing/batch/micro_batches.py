@@ -6,7 +6,8 @@ The verl-named micro-batch entry points: :func:`rearrange_micro_batches` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -15,7 +16,8 @@ from tensordict import NonTensorData, TensorDict
 
 from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.dummies import _cut_with_dummies, _dummy_rows, _loss_weight_keys
+from seqlen_balancing.batch.dummies import _cut_with_dummies, _loss_weight_keys
+from seqlen_balancing.batch.empty import _batch_group_ids, _empty_cut, _empty_inputs, _EmptySource
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
 from seqlen_balancing.batch.filler import _cut_with_filler
 from seqlen_balancing.batch.kinds import _READ_ERRORS
@@ -49,6 +51,8 @@ def rearrange_micro_batches(
     options: PlanOptions | None = None,
     costs: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
     workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
+    group_ids: str | Sequence[Hashable] | torch.Tensor | None = None,
+    dummy_template: TensorDict | None = None,
     **option_keywords: Unpack[OptionKeywords],
 ) -> tuple[list[TensorDict], list[list[int]]]:
     """Cut a batch into micro-batches of at most ``max_token_len`` effective tokens.
@@ -91,6 +95,19 @@ def rearrange_micro_batches(
             ``24576*s + s**2``. The cap and the count are untouched. Default ``None``.
             Both are read whole before the agreement: a mapping, a set or a string is
             refused, and whatever reading them raises is this rank's agreed error.
+        group_ids: keyword-only. One hashable id per sample (a list, a 1-D tensor), or
+            the name of the batch's entry holding them (e.g. ``"uid"``: a tensor or a
+            ``NonTensorStack``): samples of equal id form a group that lands whole in one
+            micro-batch, of any size, contiguous or not (GRPO groups after filtering;
+            docs/shapes.md). A group over the cap is every rank's error naming its id (or
+            runs alone under ``over_cap="alone"``). Not with ``force_group_size > 1``,
+            which is ``group_ids=[i // g for i in range(n)]``. Default ``None``.
+        dummy_template: keyword-only. With ``dummy_micro_batches``, a TensorDict with at
+            least one row of the batch's keys and dtypes: a rank whose batch has no rows
+            runs the agreed count of dummies, copies of its first row with their loss
+            weights zero (without it, a zero-row batch's own dense entries give one row of
+            zeros with one real token; with nothing to build from, the agreed error says
+            so). Checked before the agreement. Default ``None``.
         **option_keywords: keyword-only. The library's own options by name
             (:class:`~seqlen_balancing.options.OptionKeywords`), each off by default:
             ``pad_to_multiple_of`` (per-sequence alignment, Megatron's THD: see
@@ -168,7 +185,8 @@ def rearrange_micro_batches(
     }
     given, error = PlanOptions.from_keywords(options, verl, option_keywords)
     micro_batches, plan, _ = _rearrange_rows(
-        batch, max_token_len, dp_group, given, error, None, costs, workloads, same_micro_num_in_dp
+        batch, max_token_len, dp_group, given, error, None, costs, workloads, same_micro_num_in_dp,
+        group_ids, dummy_template,
     )
     return micro_batches, plan
 
@@ -196,61 +214,98 @@ def _rearrange_rows(
     costs: Any = None,
     workloads: Any = None,
     same_micro_num_in_dp: Any = True,
+    group_ids: Any = None,
+    dummy_template: Any = None,
 ) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
     """Plan (agreeing with the DP group when asked), then cut: ``(micro_batches, plan,
-    rows)``, ``rows`` the batch rows each micro-batch holds (a dummy's: the copied ones);
-    with ``padded`` cutting widths, ``plan`` is the :class:`~seqlen_balancing.batch.trim.MicroBatchIndices`.
+    rows)``, ``rows`` the batch rows each micro-batch holds (a dummy's: the copied ones;
+    on a rank with no samples, row 0 of the dummies' source); with ``padded`` cutting
+    widths, ``plan`` is the :class:`~seqlen_balancing.batch.trim.MicroBatchIndices`.
 
     ``options`` are the call's, read by the caller, and ``options_error`` why they could
     not be (then no request is checked: the rank's error speaks); ``pre_error`` is another
     problem the caller found before planning (a bad setting, a bad DataProto). Like every
     other error they go through the agreement before anyone raises. With ``padded`` the mask's
     extents, the entries to cut and their pad values are read before the agreement
-    (:func:`~seqlen_balancing.batch.trim.trim_inputs`), and with ``dummy_micro_batches`` the
-    loss-weight keys are checked there too.
+    (:func:`~seqlen_balancing.batch.trim.trim_inputs`), with ``dummy_micro_batches`` the
+    loss-weight keys are checked there too, and ``group_ids`` (ids, or the name of the
+    batch's entry holding them) and, on a rank with no samples, the row its dummies copy
+    (``dummy_template``'s or the batch's own: :mod:`~seqlen_balancing.batch.empty`).
     """
     sync = _begin(dp_group, _agree_asked(options, options_error, same_micro_num_in_dp))
-    cause: BaseException | None = None
     error = options_error or pre_error or _batch_problem(batch)
-    lengths: list[int] = []
-    offsets: list[int] | None = None
+    empty = error is None and options.dummy_micro_batches and int(batch.batch_size[0]) == 0
+    read = _read_batch(batch, options, error, empty, dummy_template)
+    error, cause = read.error, read.cause
+    ids: Any = None
+    if error is None and group_ids is not None:
+        error, ids = _batch_group_ids(batch, group_ids)
     if error is None:
-        try:
-            error, lengths, offsets = _read_lengths(batch)
-        except _READ_ERRORS as exc:
-            # The peers must hear of it: turn it into a plan error (the cause is chained).
-            cause = exc
-            error = LengthsUnreadable(detail=describe(exc))
-    known: dict[Any, list[int]] = {} if offsets is None else {"input_ids": offsets}
-    entries = _Entries(offsets=known)
-    if error is None:
-        # Every entry checked and everything the cut reads read before the agreement: a
-        # failure is agreed on, and the cut after it cannot fail.
-        error, entries, cause = _cut_inputs(batch, known)
-    trim: Trim | None = None
-    if error is None and options.padded:
-        error, trim, cause = trim_inputs(batch, entries.by_rows)
-    keys: tuple[str, ...] = ()
-    if error is None and (options.dummy_micro_batches or options.equal_rows_per_micro_batch):
-        # dummies and filler rows alike are zero-weight copies: their keys checked first
-        error, keys = _loss_weight_keys(batch, options.loss_weight_keys)
-    if error is None:
-        extents = None if trim is None or costs is not None else (trim.left, trim.right)
-        analysis = analyse(lengths, max_token_len, options, costs=_unwrapped(costs),
-                           workloads=_unwrapped(workloads), padded_extents=extents)
+        extents = None if read.trim is None or costs is not None else (read.trim.left, read.trim.right)
+        analysis = analyse(read.lengths, max_token_len, options, costs=_unwrapped(costs),
+                           workloads=_unwrapped(workloads), padded_extents=extents, group_ids=ids)
     else:
         analysis = failed_analysis(error, max_token_len, None if options_error else options,
-                                   costs is not None, workloads is not None)
+                                   costs is not None, workloads is not None, group_ids is not None)
     count = _finish(analysis, sync, dp_group, cause)
     plan = build_plan(analysis, count, options.use_dynamic_bsz_balance)
     log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
-    if analysis.equal_rows:
-        return _cut_with_filler(batch, plan, entries, keys, trim, analysis.pad_to_multiple_of)
+    if read.empty is not None:
+        return _empty_cut(read.empty, count)
+    if analysis.rows_window:
+        return _cut_with_filler(batch, plan, read.entries, read.keys, read.trim,
+                                analysis.pad_to_multiple_of)
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
-    dummy = _dummy_rows(analysis.force_group_size, analysis.dummy_group)
-    micro_batches, returned, rows = _cut_with_dummies(batch, plan, entries, dummy, keys, trim,
-                                                      analysis.pad_to_multiple_of)
+    dummy = analysis.samples_of(analysis.dummy_group) if analysis.n_groups else []
+    micro_batches, returned, rows = _cut_with_dummies(batch, plan, read.entries, dummy, read.keys,
+                                                      read.trim, analysis.pad_to_multiple_of)
     return micro_batches, returned, rows
+
+
+@dataclass
+class _Read:
+    """What :func:`_read_batch` read of a batch before the agreement."""
+
+    error: PlanError | None
+    cause: BaseException | None = None
+    lengths: list[int] = field(default_factory=list)
+    entries: _Entries = field(default_factory=_Entries)
+    trim: Trim | None = None
+    keys: tuple[str, ...] = ()
+    empty: _EmptySource | None = None
+
+
+def _read_batch(batch: Any, options: PlanOptions, error: PlanError | None, empty: bool,
+                dummy_template: Any) -> _Read:
+    """The batch's lengths, entries, widths (``padded``) and loss-weight keys (dummies),
+    each checked; a rank with no samples under dummies: the row its dummies copy instead."""
+    if error is not None:
+        return _Read(error)
+    if empty:  # no rows: nothing to measure or cut, only the dummies' source to check
+        error, source = _empty_inputs(batch, dummy_template, options.loss_weight_keys)
+        return _Read(error, empty=source)
+    read = _Read(None)
+    offsets: list[int] | None = None
+    try:
+        read.error, read.lengths, offsets = _read_lengths(batch)
+    except _READ_ERRORS as exc:
+        # The peers must hear of it: turn it into a plan error (the cause is chained).
+        read.cause, read.error = exc, LengthsUnreadable(detail=describe(exc))
+    known: dict[Any, list[int]] = {} if offsets is None else {"input_ids": offsets}
+    read.entries = _Entries(offsets=known)
+    if read.error is None:
+        # Every entry checked and everything the cut reads read before the agreement: a
+        # failure is agreed on, and the cut after it cannot fail.
+        read.error, read.entries, read.cause = _cut_inputs(batch, known)
+    if read.error is None and options.padded:
+        read.error, read.trim, read.cause = trim_inputs(batch, read.entries.by_rows)
+    if read.error is None and (options.dummy_micro_batches or options.equal_rows_per_micro_batch):
+        # dummies and filler rows alike are zero-weight copies: their keys checked first
+        read.error, read.keys = _loss_weight_keys(batch, options.loss_weight_keys)
+    if read.error is None and options.dummy_micro_batches and dummy_template is not None:
+        # checked on every rank, so that a template that cannot serve shows at once
+        read.error, _ = _empty_inputs(None, dummy_template, options.loss_weight_keys)
+    return read
 
 
 def _unwrapped(values: Any) -> Any:
@@ -269,6 +324,8 @@ def prepare_micro_batches(
     options: PlanOptions | None = None,
     costs: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
     workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
+    group_ids: str | Sequence[Hashable] | torch.Tensor | None = None,
+    dummy_template: TensorDict | None = None,
     **option_keywords: Unpack[GroupOptionKeywords],
 ) -> tuple[list[TensorDict], list[list[int]] | None]:
     """verl's ``prepare_micro_batches``: settings are read from the TensorDict itself.
@@ -309,6 +366,10 @@ def prepare_micro_batches(
         costs, workloads: keyword-only, dynamic path: as in
             :func:`rearrange_micro_batches`. ``None``: the batch's entry of that name (per
             sample), else none.
+        group_ids, dummy_template: keyword-only, dynamic path: as in
+            :func:`rearrange_micro_batches`. ``group_ids=None``: the batch's ``group_ids``
+            entry (per-sample ids, or a ``NonTensorData`` naming the entry that holds
+            them), else none.
         **option_keywords: keyword-only, as in :func:`rearrange_micro_batches`, and
             ``force_group_size`` (:class:`~seqlen_balancing.options.GroupOptionKeywords`);
             one given as ``None``: the batch's setting, else the default.
@@ -349,26 +410,28 @@ def prepare_micro_batches(
             given, options_error = _batch_options(data, options, verl, keywords)
             costs = _per_sample_entry(data, "costs", costs) if dynamic else costs
             workloads = _per_sample_entry(data, "workloads", workloads) if dynamic else workloads
+            group_ids = _per_sample_entry(data, "group_ids", group_ids) if dynamic else group_ids
         except _READ_ERRORS as exc:
             cause = exc
             error = LengthsUnreadable(detail=describe(exc))
     if dynamic:
         return _rearrange_rows(
             data if error is None else None, value, dp_group, given, options_error, error, costs,
-            workloads, same_micro_num_in_dp,
+            workloads, same_micro_num_in_dp, group_ids, dummy_template,
         )[:2]
-    return _static(data, dp_group, given, options_error or error, cause, value, costs, workloads,
-                   same_micro_num_in_dp)
+    return _static(data, dp_group, given, options_error or error, cause, value,
+                   (costs, workloads, group_ids), same_micro_num_in_dp)
 
 
 def _static(
     data: TensorDict, dp_group: Any, options: PlanOptions, error: PlanError | None,
-    cause: BaseException | None, size: int, costs: Any, workloads: Any, same_micro_num_in_dp: Any,
+    cause: BaseException | None, size: int, per_sample: tuple[Any, Any, Any],
+    same_micro_num_in_dp: Any,
 ) -> tuple[list[TensorDict], None]:
     """The static path: chunks of ``micro_batch_size_per_gpu * force_group_size`` samples,
     agreed on (mode and count) with the group like the dynamic path."""
     sync = _begin(dp_group, _agree_asked(options, error, same_micro_num_in_dp))
-    error = error or _static_option_error(options, costs, workloads)
+    error = error or _static_option_error(options, *per_sample)
     chunk = size * options.force_group_size
     n = int(data.batch_size[0])
     if error is None and (n == 0 or n % chunk):
@@ -384,7 +447,9 @@ def _static(
     return _cut(data, chunks, entries, copy=False), None
 
 
-def _static_option_error(options: PlanOptions, costs: Any, workloads: Any) -> PlanError | None:
+def _static_option_error(
+    options: PlanOptions, costs: Any, workloads: Any, group_ids: Any = None
+) -> PlanError | None:
     """One of the library's own options set on the static path, which has no cap it could
     change: refused, never ignored (verl's parameters are accepted there, as verl accepts
     them; a value at its default changes nothing and is accepted)."""
@@ -397,4 +462,6 @@ def _static_option_error(options: PlanOptions, costs: Any, workloads: Any) -> Pl
         return StaticPathOption(Argument.COSTS, None)
     if workloads is not None:
         return StaticPathOption(Argument.WORKLOADS, None)
+    if group_ids is not None:
+        return StaticPathOption(Argument.GROUP_IDS, None)
     return None

@@ -31,6 +31,9 @@ from seqlen_balancing.partition import get_reverse_idx
 
 __all__ = ["restore_dynamic_batch"]
 
+#: Outputs with rows (an empty rank's restore keeps their trailing shape, zero rows).
+_ROWS = (torch.Tensor, TensorDictBase)
+
 
 def restore_dynamic_batch(
     data: torch.Tensor | TensorDict | Sequence[torch.Tensor | TensorDict],
@@ -63,6 +66,8 @@ def restore_dynamic_batch(
             Empty lists at the end mark dummy micro-batches (``dummy_micro_batches=True``):
             their outputs are dropped (a list's entries for them; in concatenated data, the
             rows after the real ones, where concatenating the outputs in order puts them).
+            A rank with no samples (every list empty) gets zero rows back, of the outputs'
+            trailing shape and type.
 
     Returns:
         The rows in the original sample order: a tensor (nested tensors keep their layout
@@ -95,6 +100,8 @@ def restore_dynamic_batch(
     lists, dummies = _real_lists(batch_idx_list)
     if isinstance(data, (list, tuple)):
         parts = list(data)
+        if dummies and not lists and len(parts) == dummies and isinstance(parts[0], _ROWS):
+            return parts[0][:0]  # a rank with no samples: no real rows, the outputs' shape
         if dummies and len(parts) == len(lists) + dummies:
             parts = parts[: len(lists)]  # the dummies' outputs
         return _restore_parts(parts, lists)

@@ -225,7 +225,23 @@ def _add_step(parser: argparse.ArgumentParser) -> Any:
         "default (trainer.balance_batch: equal sample counts, Karmarkar-Karp on workload) "
         "(default: on, except with --trainer sft_trainer, which never balances)",
     )
+    step.add_argument(
+        "--group-sizes",
+        type=_sizes,
+        metavar="N[,N...]",
+        help="GRPO groups of different sizes (group_ids=): each rank's rows, as dealt to it, "
+        "in consecutive groups of these sizes, cycled (e.g. 16,12,9 after DAPO filtering); "
+        "each group lands whole in one micro-batch (default: none)",
+    )
     return step
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    parts = [part.strip() for part in text.split(",")]
+    if not parts or not all(part.isdigit() and int(part) >= 1 for part in parts):
+        raise argparse.ArgumentTypeError(
+            f"must be positive integers separated by commas, got {text[:40]!r}")
+    return tuple(int(part) for part in parts)
 
 
 def _add_cost(parser: argparse.ArgumentParser) -> Any:
@@ -437,6 +453,16 @@ def check_combinations(args: argparse.Namespace) -> None:
             "--pad-to-multiple-of and --tp/--cp/--fp8 both set the per-sequence alignment; pass one"
         )
     trainer = getattr(args, "trainer", DEFAULT_TRAINER)
+    if getattr(args, "group_sizes", None) and args.options.force_group_size > 1:
+        raise CliError(
+            "--group-sizes and --force-group-size both form the groups (force_group_size=g is "
+            "groups of g rows); pass one"
+        )
+    if getattr(args, "group_sizes", None) and getattr(args, "compare_verl", False):
+        raise CliError(
+            "--group-sizes: verl 0.9.1 has no groups of different sizes (only force_group_size), "
+            "so its count cannot be compared; drop --compare-verl or --group-sizes"
+        )
     if trainer == "sft_trainer" and args.options.force_group_size > 1:
         raise CliError(
             f"--force-group-size {args.options.force_group_size}: verl 0.9.1's sft_trainer deals every "

@@ -351,6 +351,12 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
     if _aligned_on(args) or _padded_on(args) or args.options.max_samples_per_micro_batch:
         lines.append(_alignment_text(args))
     lines.append(step_text(step.dp_size, args))
+    sizes = getattr(args, "group_sizes", None)
+    if sizes:
+        lines.append(
+            f"groups (group_ids): each rank's rows in consecutive groups of {','.join(map(str, sizes))}"
+            f"{' rows, cycled' if len(sizes) > 1 else ' rows'}; each group lands whole in one micro-batch"
+        )
     if _other_options(args):
         lines.append("options: " + ", ".join(f"{k}={v}" for k, v in _other_options(args).items()))
     return lines
@@ -518,6 +524,7 @@ def settings(step: Step, args: argparse.Namespace) -> dict[str, Any]:
         "balance_batch": args.balance_batch,
         "same_micro_num_in_dp": args.options.same_micro_num_in_dp,
         "force_group_size": args.options.force_group_size,
+        "group_sizes": list(getattr(args, "group_sizes", None) or []) or None,
         "num_batches_divided_by": args.options.num_batches_divided_by,
         "min_num_micro_batch": args.options.min_num_micro_batch,
         "dynamic_bsz_balance": args.options.use_dynamic_bsz_balance,

@@ -152,21 +152,49 @@ def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliErr
 
 
 def smallest_cap(step: Step, args: argparse.Namespace) -> int:
-    """The smallest ``max_token_len`` (per GPU, tokens) at which no sample or forced group
-    of the step is over the cap: below it the step cannot be planned at all (without
-    ``--truncate``). Forced groups are the step's consecutive rows, as balancing keeps them.
+    """The smallest ``max_token_len`` (per GPU, tokens) at which no sample or group of the
+    step is over the cap: below it the step cannot be planned at all (without
+    ``--truncate``). Forced groups are the step's consecutive rows, as balancing keeps them;
+    ``--group-sizes`` groups are each rank's consecutive rows as dealt to it.
 
-    Complexity: O(rows).
+    Complexity: O(rows) (with ``--group-sizes``, plus the deal).
     """
     pad, bucket = alignment(args)
-    costs = [aligned_length(step.lengths[p], pad) for p in step.positions]
-    size = args.options.force_group_size
-    if args.options.padded:  # a group alone: its rows x its widest row
-        largest = max((size * max(costs[g : g + size]) for g in range(0, len(costs), size)), default=0)
+    sizes = getattr(args, "group_sizes", None)
+    if sizes:
+        drawn = [step.lengths[p] for p in step.positions]
+        per_rank = _dealt(step, args, drawn)[1]
+        groups: list[list[int]] = []
+        for lens in per_rank:
+            ids = group_ids_of(len(lens), sizes)  # consecutive: a group starts where its id does
+            for i, (length, g) in enumerate(zip(lens, ids, strict=True)):
+                if i == 0 or ids[i - 1] != g:
+                    groups.append([])
+                groups[-1].append(aligned_length(length, pad))
     else:
-        largest = max((sum(costs[g : g + size]) for g in range(0, len(costs), size)), default=0)
+        costs = [aligned_length(step.lengths[p], pad) for p in step.positions]
+        size = args.options.force_group_size
+        groups = [costs[g : g + size] for g in range(0, len(costs), size)]
+    if args.options.padded:  # a group alone: its rows x its widest row
+        largest = max((len(g) * max(g) for g in groups if g), default=0)
+    else:
+        largest = max((sum(g) for g in groups), default=0)
     needed = max(aligned_length(largest, bucket), bucket, 1)
     return -(-needed // int(args.sp_size))
+
+
+def _dealt(step: Step, args: argparse.Namespace, clipped: list[int]) -> tuple[list[int], list[list[int]]]:
+    """The step's rows dealt to the ranks as the trainer deals them (balanced unless
+    ``--no-balance-batch``): the rows' positions in dealt order, and each rank's lengths."""
+    # A rank batch that force_group_size does not divide is the planner's error (exit 1).
+    group = args.options.force_group_size
+    balance = args.balance_batch and step.batch_size % group == 0
+    dealt = deal(clipped, step.dp_size, args.trainer, balance, group, args.options.workload_model)
+    order = [p for part in dealt for p in part]
+    batch = step.batch_size
+    lengths = [clipped[i] for i in order]
+    return [step.positions[i] for i in order], [lengths[r * batch : (r + 1) * batch]
+                                                for r in range(step.dp_size)]
 
 
 def _plan_ranks(
@@ -174,8 +202,26 @@ def _plan_ranks(
 ) -> tuple[list[RankAnalysis], list[list[list[int]]]]:
     """The library's own DP planning (:func:`~seqlen_balancing.agreement.plan_ranks`, as
     :func:`~seqlen_balancing.plan_data_parallel`), keeping each rank's analysis."""
-    ranks = plan_ranks(per_rank, cap, args.options)
+    sizes = getattr(args, "group_sizes", None)
+    ids = None if not sizes else [group_ids_of(len(lens), sizes) for lens in per_rank]
+    ranks = plan_ranks(per_rank, cap, args.options, group_ids=ids)
     return [r.analysis for r in ranks], [r.plan for r in ranks]
+
+
+def group_ids_of(n: int, sizes: tuple[int, ...]) -> list[int]:
+    """``--group-sizes``: ``n`` rows in consecutive groups of ``sizes``, cycled (the last
+    group takes what is left), as group ids.
+
+    Example:
+        >>> group_ids_of(7, (3, 1))
+        [0, 0, 0, 1, 2, 2, 2]
+    """
+    ids: list[int] = []
+    group = 0
+    while len(ids) < n:
+        ids.extend([group] * min(sizes[group % len(sizes)], n - len(ids)))
+        group += 1
+    return ids
 
 
 def _workloads(lengths: list[int], args: argparse.Namespace) -> list[int]:
@@ -222,16 +268,8 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     if not args.truncate:  # --over-cap alone: the samples run whole
         clip = max(drawn, default=0)
     truncated = sum(n > clip for n in drawn)
-    clipped = [min(n, clip) for n in drawn]
-    # A rank batch that force_group_size does not divide is the planner's error (exit 1).
-    group = args.options.force_group_size
-    balance = args.balance_batch and step.batch_size % group == 0
-    dealt = deal(clipped, step.dp_size, args.trainer, balance, group, args.options.workload_model)
-    order = [p for part in dealt for p in part]
-    positions = [step.positions[i] for i in order]
-    clipped = [clipped[i] for i in order]
+    positions, per_rank = _dealt(step, args, [min(n, clip) for n in drawn])
     batch = step.batch_size
-    per_rank = [clipped[r * batch : (r + 1) * batch] for r in range(step.dp_size)]
     start = time.perf_counter()
     try:
         analyses, plans = _plan_ranks(per_rank, cap, args)
@@ -271,7 +309,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
                 micro_batch_costs=mb_costs,
                 largest_cost=max(mb_costs, default=0),
                 over_cap_alone=[
-                    (mine[g * analysis.force_group_size], analysis.group_sizes[g])
+                    (mine[analysis.samples_of(g)[0]], analysis.group_sizes[g])
                     for g in analysis.over_cap_groups
                 ],
                 rows=len(rows_held[0]) if args.options.equal_rows_per_micro_batch and plan else 0,

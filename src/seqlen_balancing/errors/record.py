@@ -193,7 +193,9 @@ class Argument(IntEnum):
     WORKLOAD_MODEL = 19
     WORKLOADS = 20
     OPTIONS = 21
-    EQUAL_ROWS_PER_MICRO_BATCH = 22
+    GROUP_IDS = 22
+    DUMMY_TEMPLATE = 23
+    EQUAL_ROWS_PER_MICRO_BATCH = 24
 
     @property
     def parameter(self) -> str:

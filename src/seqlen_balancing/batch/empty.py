@@ -1,0 +1,133 @@
+"""Group ids read from a batch, and the dummies of a rank that has no samples.
+
+``group_ids`` on the TensorDict and DataProto paths is either the ids themselves (a list, a
+1-D tensor or array) or the name of the batch's entry that holds them (verl keeps a
+``uid`` per sample); :func:`_batch_group_ids` reads that entry before the agreement.
+
+A rank with no samples under ``dummy_micro_batches=True`` still runs the agreed count of
+micro-batches, every one a dummy (zero loss weights, an empty index list). A dummy needs a
+row to copy: the first row of ``dummy_template`` (a TensorDict, or a DataProto on
+``prepare_dynamic_batch``, with the batch's keys and dtypes), else one row built from the
+batch's own entries when it has zero rows but known columns (dense entries of shape
+``(0, ...)``: zeros of shape ``(1, ...)``, with one real token in ``attention_mask``'s first
+column, the 1-token placeholder slime places); with nothing to build from, the rank's
+agreed error is :class:`~seqlen_balancing.errors.NoDummyTemplate`. All of it is checked
+before the agreement, so the cut after it cannot fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
+
+from seqlen_balancing._checks import describe
+from seqlen_balancing.batch.cut import _cut
+from seqlen_balancing.batch.dummies import _loss_weight_keys, _rows
+from seqlen_balancing.batch.entries import _cut_inputs, _Entries
+from seqlen_balancing.batch.kinds import _READ_ERRORS
+from seqlen_balancing.errors import (
+    DummyTemplateInvalid,
+    GroupIdsKeyMissing,
+    GroupIdsRaised,
+    NoDummyTemplate,
+    PlanError,
+)
+
+__all__: list[str] = []
+
+
+def _batch_group_ids(batch: Any, group_ids: Any) -> tuple[PlanError | None, Any]:
+    """``group_ids`` as the planner reads it: the batch's entry of that name when it is a
+    string (a tensor, a ``NonTensorStack`` or a list per sample), else as given; or the
+    error to agree on (no such entry, or reading it raised)."""
+    if isinstance(group_ids, NonTensorData):
+        group_ids = group_ids.data
+    if not isinstance(group_ids, str):
+        return None, group_ids
+    if not isinstance(batch, TensorDictBase) or group_ids not in batch.keys():
+        return GroupIdsKeyMissing(group_ids), None
+    try:
+        value = batch.get(group_ids)
+        if isinstance(value, NonTensorData):
+            value = value.data
+        elif isinstance(value, NonTensorStack):
+            value = value.tolist()
+    except _READ_ERRORS as exc:
+        return GroupIdsRaised(type(exc).__name__, detail=describe(exc)[:120]), None
+    return None, value
+
+
+@dataclass
+class _EmptySource:
+    """The one row an empty rank's dummies copy, its entries checked, and its loss-weight
+    keys (:func:`_empty_inputs`)."""
+
+    row: TensorDictBase
+    entries: _Entries
+    keys: tuple[str, ...]
+
+
+def _one_row(batch: TensorDict) -> TensorDict | None:
+    """One row built from a zero-row batch's own entries (zeros of each dense entry's
+    shape and dtype, one real token in ``attention_mask``), or ``None`` when an entry
+    gives nothing to build from (a nested or non-tensor per-sample entry, no columns)."""
+    out: dict[Any, Any] = {}
+    for key in batch.keys():
+        value = batch.get(key)
+        if isinstance(value, NonTensorData):
+            out[key] = value
+            continue
+        if not isinstance(value, torch.Tensor) or value.is_nested or value.layout != torch.strided:
+            return None
+        out[key] = torch.zeros((1, *value.shape[1:]), dtype=value.dtype, device=value.device)
+    mask = out.get("attention_mask")
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or mask.shape[1] == 0:
+        return None
+    mask[0, 0] = 1
+    return TensorDict(out, batch_size=[1], device=batch.device)
+
+
+def _empty_inputs(
+    batch: Any, template: Any, named_keys: Any
+) -> tuple[PlanError | None, _EmptySource | None]:
+    """Before the agreement, on a rank with no samples under ``dummy_micro_batches``: the
+    row its dummies copy (``template``'s first, else one built from ``batch``), checked,
+    or the error to agree on."""
+    if template is not None:
+        if not isinstance(template, TensorDictBase) or len(template.batch_size) == 0:
+            return DummyTemplateInvalid(0), None
+        if int(template.batch_size[0]) == 0:
+            return DummyTemplateInvalid(1), None
+        try:
+            row: TensorDictBase = template[0:1]
+        except _READ_ERRORS:
+            return DummyTemplateInvalid(3), None
+    else:
+        built = _one_row(batch) if isinstance(batch, TensorDictBase) else None
+        if built is None:
+            return NoDummyTemplate(), None
+        row = built
+    error, keys = _loss_weight_keys(row, named_keys)
+    if error is not None:
+        return (DummyTemplateInvalid(2) if template is not None else error), None
+    error, entries, _ = _cut_inputs(row, {})
+    if error is not None:
+        return DummyTemplateInvalid(3), None
+    return None, _EmptySource(row, entries, keys)
+
+
+def _empty_cut(
+    source: _EmptySource, count: int
+) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
+    """The ``count`` dummies of an empty rank: copies of ``source.row`` with its loss
+    weights zero; their index lists (empty) and the rows they copy (row 0 of the source)."""
+    rows = [[0] for _ in range(count)]
+    micro_batches = _cut(source.row, rows, source.entries)
+    for micro_batch in micro_batches:
+        for key in source.keys:
+            for part in _rows(micro_batch):
+                part.set(key, torch.zeros_like(part.get(key)))
+    return micro_batches, [[] for _ in range(count)], rows

@@ -1,0 +1,234 @@
+"""Error records about ``group_ids`` and the dummies of a rank with no samples.
+
+``group_ids`` keeps groups of any size whole; ``dummy_micro_batches=True`` on a rank with
+no samples needs something to copy (``dummy_template``, or the batch's own columns).
+
+A group is named by its id as ``repr`` shows it (shortened to 36 bytes, carried as text,
+so that every rank names the same group) and by its first sample's index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from seqlen_balancing.errors.record import (
+    OUT_OF_RANGE,
+    Peers,
+    PlanError,
+    at_least,
+    record,
+    round_up,
+    shown,
+)
+
+__all__ = [
+    "DummyTemplateInvalid",
+    "GroupIdUnhashable",
+    "GroupIdsAndForceGroupSize",
+    "GroupIdsKeyMissing",
+    "GroupIdsNotASequence",
+    "GroupIdsNotOnePerSample",
+    "GroupIdsOverCap",
+    "GroupIdsRaised",
+    "GroupOverSampleLimit",
+    "NoDummyTemplate",
+    "PaddedGroupIdsOverCap",
+]
+
+_WHAT = "one hashable id per sample (a list, a tuple, a 1-D tensor or array"
+
+
+@record
+@dataclass(frozen=True)
+class GroupIdsNotASequence(PlanError):
+    """``group_ids`` is not a sequence of per-sample ids (``given``: its type's name)."""
+
+    exception_type = TypeError
+    given: str = ""
+
+    def text(self) -> str:
+        return (
+            f"group_ids must be {_WHAT}; with a batch, also the name of one of its entries), "
+            f"got a value of type {self.given or 'unknown'}"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class GroupIdsNotOnePerSample(PlanError):
+    """``group_ids`` has ``entries`` ids for a batch of ``samples``."""
+
+    entries: int
+    samples: int
+
+    def text(self) -> str:
+        return (
+            f"group_ids has {shown(self.entries)} entries but the batch has "
+            f"{shown(self.samples)} samples; give one group id per sample"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class GroupIdUnhashable(PlanError):
+    """``group_ids[index]`` cannot be hashed (``given``: its type's name)."""
+
+    exception_type = TypeError
+    index: int
+    given: str = ""
+
+    def text(self) -> str:
+        return (
+            f"group_ids[{shown(self.index)}] is a {self.given or 'value'}, which cannot be "
+            "hashed; a group id is any hashable value (an int, a str, a tuple, ...)"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class GroupIdsRaised(PlanError):
+    """Reading ``group_ids`` raised an exception of type ``raised``."""
+
+    raised: str
+
+    def text(self) -> str:
+        return (
+            f"reading group_ids raised {self.raised}: group_ids must be read whole, one "
+            "hashable id per sample; fix the group_ids"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class GroupIdsKeyMissing(PlanError):
+    """``group_ids`` names an entry the batch does not hold."""
+
+    key: str
+
+    def text(self) -> str:
+        return (
+            f"group_ids={self.key!r} names no entry of the batch; store one id per sample "
+            "under that key (a tensor, a NonTensorStack, or a numpy array in a DataProto's "
+            "non_tensor_batch) or pass the ids themselves"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class GroupIdsAndForceGroupSize(PlanError):
+    """Both ``group_ids`` and ``force_group_size`` above 1 were given."""
+
+    force_group_size: int
+
+    def text(self) -> str:
+        return (
+            f"group_ids and force_group_size={shown(self.force_group_size)} were both given; "
+            "force_group_size=g is group_ids=[i // g for i in range(n)]: pass one of them"
+        )
+
+
+@dataclass(frozen=True)
+class _NamedOverCap(PlanError):
+    """A group of ``group_ids`` (``group``: its id's repr; ``index``: its first sample)
+    whose ``cost`` exceeds the ``cap`` given; ``largest``: the costliest group (of the DP
+    group, once agreed); ``bucket``: ``micro_batch_multiple_of``."""
+
+    group: str
+    index: int
+    cost: int
+    cap: int
+    largest: int
+    bucket: int
+
+    def agreed(self, peers: Peers) -> PlanError:
+        return replace(self, largest=peers.costliest(self.largest))
+
+    def _over(self, unit: str) -> str:
+        bucket = max(self.bucket, 1)
+        rounded = ""
+        if bucket > 1:
+            usable = shown(self.cap // bucket * bucket) if self.cap != OUT_OF_RANGE else "out of range"
+            rounded = f" (usable as {usable}: micro_batch_multiple_of={shown(bucket)})"
+        return (
+            f"group {self.group} (group_ids[{shown(self.index)}], its first sample) costs "
+            f"{shown(self.cost)} {unit}, which exceeds max_token_len={shown(self.cap)}{rounded}; "
+            f"a group runs whole in one micro-batch: raise max_token_len "
+            f"{at_least(round_up(self.largest, bucket))} (the costliest group of the call, on "
+            "every DP rank of the group when they agree), split the group, or pass "
+            "over_cap='alone'"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class GroupIdsOverCap(_NamedOverCap):
+    """A group of ``group_ids`` whose summed cost exceeds the cap."""
+
+    def text(self) -> str:
+        return self._over("tokens (its samples' costs summed)")
+
+
+@record
+@dataclass(frozen=True)
+class PaddedGroupIdsOverCap(_NamedOverCap):
+    """Under ``padded=True``, a group of ``group_ids`` whose rows x widest row exceeds the cap."""
+
+    def text(self) -> str:
+        return self._over("token positions padded (its rows x its widest row)")
+
+
+@record
+@dataclass(frozen=True)
+class GroupOverSampleLimit(PlanError):
+    """A group of ``group_ids`` holding more ``samples`` than ``max_samples_per_micro_batch``."""
+
+    group: str
+    index: int
+    samples: int
+    limit: int
+
+    def text(self) -> str:
+        return (
+            f"group {self.group} (group_ids[{shown(self.index)}], its first sample) has "
+            f"{shown(self.samples)} samples, more than max_samples_per_micro_batch="
+            f"{shown(self.limit)}; a group runs whole in one micro-batch: raise "
+            f"max_samples_per_micro_batch to at least {shown(self.samples)}, split the group, "
+            "or pass over_cap='alone'"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class NoDummyTemplate(PlanError):
+    """A rank with no samples under ``dummy_micro_batches=True`` has nothing to build its
+    dummy micro-batches from: no rows, no columns, no ``dummy_template``."""
+
+    def text(self) -> str:
+        return (
+            "the batch has no samples and no columns to build dummy micro-batches from "
+            "(dummy_micro_batches=True); pass dummy_template= (a TensorDict or DataProto "
+            "with at least one row of the batch's keys and dtypes), or a batch of zero rows "
+            "that holds its entries"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class DummyTemplateInvalid(PlanError):
+    """``dummy_template`` cannot serve (``reason`` 0: not a TensorDict/DataProto, 1: no
+    rows, 2: a loss-weight entry missing or not a tensor, 3: its entries cannot be cut)."""
+
+    reason: int
+
+    def text(self) -> str:
+        why = {
+            0: "is not a TensorDict (or a DataProto on prepare_dynamic_batch)",
+            1: "has no rows; it needs at least one row to copy",
+            2: "lacks a loss-weight entry to zero (loss_mask or response_mask, or the "
+               "loss_weight_keys given) as a tensor",
+            3: "holds an entry that cannot be cut by rows",
+        }.get(self.reason, "cannot serve")
+        return (
+            f"dummy_template {why}; pass a TensorDict (DataProto) with at least one row of "
+            "the batch's keys and dtypes, its loss weights among them"
+        )
