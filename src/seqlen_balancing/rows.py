@@ -139,9 +139,9 @@ def rows_rule(result: RankAnalysis, rows: int) -> Rule | None:
     """
     core = _core(result)
     rule = core.rule
-    if rule is None:
-        return None
-    limit = rows if rule.limit is None else min(rule.limit, rows)
+    if rule is None or rows > _limit(result, rule):
+        return None  # every micro-batch, filler rows included, keeps to the sample limit
+    limit = rows
     if rule.is_padded:
         out = Rule.padded(rule.left or [], rule.right or [], rule.cap, rule.rows, rule.pad, limit, rows)
     else:
@@ -336,7 +336,7 @@ def most_rows(result: RankAnalysis) -> int:
     rule = _core(result).rule
     if rule is None or not rule.n:
         return UNBOUNDED_ROWS
-    most = UNBOUNDED_ROWS if rule.limit is None else rule.limit
+    most = _limit(result, rule)
     if rule.is_padded:
         spans = zip(rule.left or [], rule.right or [], strict=True)
         widths = [aligned_length(a + b, rule.pad) for a, b in spans]
@@ -346,6 +346,13 @@ def most_rows(result: RankAnalysis) -> int:
         return most
     return max(0, min([most, *(k + (rule.cap - size) // cost for size, k in zip(rule.sizes, rule.rows,
                                                                                   strict=True))]))
+
+
+def _limit(result: RankAnalysis, rule: Rule) -> int:
+    """The most rows the sample limit lets any micro-batch hold (the option's, whatever the
+    core's rule keeps), or :data:`UNBOUNDED_ROWS`."""
+    limits = [n for n in (rule.limit, result.max_samples_per_micro_batch) if n is not None]
+    return min(limits, default=UNBOUNDED_ROWS)
 
 
 def rows_error(result: RankAnalysis, rows: int, tolerance: int | None = None) -> RowsOverCap:
@@ -362,7 +369,7 @@ def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
     rule = core.rule
     if rule is None:
         return 0
-    most = UNBOUNDED_ROWS if rule.limit is None else rule.limit
+    most = _limit(result, rule)
     cap = rule.cap
     if rule.is_padded:
         widths = [rule.width(items) for items in packing if items]

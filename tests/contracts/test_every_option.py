@@ -77,8 +77,8 @@ _world = _load_world()
 DEADLINE_S = 300
 ROUNDS = {2: 20, 3: 14, 4: 12}
 #: The gloo worlds' seed (plus the world size): rounds that reach every outcome, plans of
-#: groups of ids and of an empty rank among them, in every world.
-GLOO_SEED = 3028
+#: groups of ids, of an empty rank and with equal rows among them, in every world.
+GLOO_SEED = 3330
 #: Rounds per world size through the list API alone (in this process, no torch: cheap).
 LIST_ROUNDS = 150
 MODELS = ("hidden_size=64,num_layers=2", "hidden_size=96,num_layers=3")
@@ -99,6 +99,7 @@ FAULT_WORDS = {
 }
 #: Words of the agreed refusal of equal rows (a rank that cannot take the group's rows).
 ROWS_WORDS = "equal_rows_per_micro_batch: every micro-batch must hold"
+FAULT_WORDS["rows"] = ROWS_WORDS
 
 
 def ceil_to(x: int, m: int) -> int:
@@ -423,7 +424,28 @@ class Rank:
                 found.add("group_limit")
         if not o["dummy_micro_batches"] and (o["min_num_micro_batch"] or 1) > len(self.items) and self.n:
             found.add("min_above")  # each rank checks its floor against its own groups
+        if not found and o["equal_rows_per_micro_batch"] and self.n and self.rows_refused():
+            found.add("rows")
         return found
+
+    def rows_refused(self) -> bool:
+        """equal_rows_per_micro_batch: no plan exists when the most rows an item holds, ``R``,
+        are over the sample limit, or some item (but one running alone over the cap) cannot
+        be topped up to ``R`` rows under the cap even alone (summed: with copies of the
+        cheapest sample; padded: of its own narrowest row). Every micro-batch holding it
+        costs at least that."""
+        rows = max(len(item) for item in self.items)
+        if self.limit is not None and rows > self.limit:
+            return True
+        over = set(self.over()) if self.alone else set()
+        cheapest = min(range(self.n), key=lambda i: (ceil_to(self.c[i], self.p), i))
+        for j, item in enumerate(self.items):
+            if j in over:
+                continue
+            filler = min(item, key=lambda i: (ceil_to(self.c[i], self.p), i)) if self.padded else cheapest
+            if self.cost([*item, *[filler] * (rows - len(item))]) > self.cap:
+                return True
+        return False
 
 
 def expected(round_: dict[str, Any], list_api: bool = False) -> dict[str, Any]:
@@ -465,8 +487,11 @@ def check_plan(rank: Rank, plan: list[list[int]], count: int, record: dict[str, 
     rows = held_rows(plan, source["filler"], source["filler_row"])
     if o["equal_rows_per_micro_batch"]:
         assert len({len(r) for r in rows}) == 1, rows  # one row count
+        of_item = {i: tuple(item) for item in rank.items for i in item}
+        over_items = {tuple(rank.items[j]) for j in rank.over()}
         for part, whole in zip(plan, rows, strict=True):
-            over_alone = rank.alone and len(part) == rank.group and rank.cost(list(part)) > rank.cap
+            mine = {of_item[i] for i in part}
+            over_alone = rank.alone and len(mine) == 1 and mine <= over_items
             assert all(0 <= i < rank.n for i in whole)
             assert rank.fits(whole) or over_alone, (part, whole, rank.cost(whole), rank.cap, rank.limit)
     else:
@@ -653,4 +678,5 @@ def test_every_option_at_once_on_gloo_ranks(world: int, tmp_path: Path) -> None:
     planned = [round_ for round_, kind in zip(rounds, kinds, strict=True) if kind == "plan"]
     assert any(s.get("group_ids") is not None for round_ in planned for s in round_["ranks"])
     assert any(not s["lengths"] for round_ in planned for s in round_["ranks"])
+    assert any(round_["ranks"][0]["options"]["equal_rows_per_micro_batch"] for round_ in planned)
     assert sorted(round_["mismatch"] for round_ in rounds if round_["mismatch"]) == sorted(names)
