@@ -260,6 +260,7 @@ def test_any_other_switch_value_is_refused_naming_the_variable_and_the_rule(text
 def test_every_variable_of_the_environment() -> None:
     env = {
         "SEQLEN_BALANCING_VERL": "on",
+        "SEQLEN_BALANCING_BALANCE_STEP": "on",
         "SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF": "16",
         "SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF": " 512 ",
         "SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH": "2",
@@ -274,7 +275,8 @@ def test_every_variable_of_the_environment() -> None:
         pad_to_multiple_of=16, micro_batch_multiple_of=512, max_samples_per_micro_batch=2,
         over_cap="alone", dummy_micro_batches=True, loss_weight_keys=("loss_mask", "response_mask"),
         workload_model=WorkloadModel(8192, 80), equal_rows_per_micro_batch=True)
-    variables = {opt.env for opt in OPTIONS.values() if opt.env} | {"SEQLEN_BALANCING_VERL"}
+    variables = {opt.env for opt in OPTIONS.values() if opt.env} | {
+        "SEQLEN_BALANCING_VERL", "SEQLEN_BALANCING_BALANCE_STEP"}
     assert set(env) - {"PATH"} == variables  # the test names every variable there is
     assert PlanOptions.from_env({name: "" for name in variables}) == PlanOptions()
 
@@ -294,7 +296,7 @@ def test_unknown_names_and_bad_values_are_one_line_naming_each() -> None:
         "SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF='16.0' is not accepted: it takes a positive integer, "
         "or empty for 1; "
         "SEQLEN_BALANCING_VRL is not a seqlen-balancing variable (did you mean SEQLEN_BALANCING_VERL?)")
-    assert "they are SEQLEN_BALANCING_DUMMY_MICRO_BATCHES, " in text
+    assert "they are SEQLEN_BALANCING_BALANCE_STEP, SEQLEN_BALANCING_DUMMY_MICRO_BATCHES, " in text
 
 
 # ----------------------------------------------------------------------------- the command line

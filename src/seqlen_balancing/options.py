@@ -62,8 +62,10 @@ else:  # pragma: no cover - Python 3.10
     from typing_extensions import Unpack
 
 __all__ = [
+    "ENV_BALANCE_STEP",
     "ENV_PREFIX",
     "ENV_SWITCH",
+    "ENV_SWITCHES",
     "OPTIONS",
     "OPTION_DEFAULTS",
     "OVER_CAP_CHOICES",
@@ -85,6 +87,14 @@ ENV_PREFIX = "SEQLEN_BALANCING_"
 
 #: The main switch, which (on) runs a verl job on the library (:mod:`seqlen_balancing.verl.plugin`).
 ENV_SWITCH = "SEQLEN_BALANCING_VERL"
+
+#: Beside :data:`ENV_SWITCH` (and only with it on): the whole step is balanced across the DP
+#: ranks by the global planner, in verl's torchrun SFT trainer (its sampler) and in PPO's
+#: balance step (``seqlen_balancing.verl.balance_step``). A switch, not an option of a plan.
+ENV_BALANCE_STEP = "SEQLEN_BALANCING_BALANCE_STEP"
+
+#: The variables that are switches of the job rather than options of a plan.
+ENV_SWITCHES = (ENV_SWITCH, ENV_BALANCE_STEP)
 
 #: The one spelling rule of every switch variable (case-insensitive; empty is off).
 SWITCH_ON = ("1", "true", "yes", "on")
@@ -606,7 +616,8 @@ def env_values(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     Raises:
         ValueError: one line naming every variable that is unknown (with the prefix but no
             option, e.g. a typo) or whose value is not accepted, its value and what it
-            takes; :data:`ENV_SWITCH` is checked under the same spelling rule.
+            takes; :data:`ENV_SWITCH` and :data:`ENV_BALANCE_STEP` are checked under the
+            same spelling rule (and are not options: the result never holds them).
 
     Example:
         >>> env_values({"SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH": "2", "HOME": "/"})
@@ -618,13 +629,13 @@ def env_values(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """
     env = os.environ if environ is None else environ
     by_env = {opt.env: name for name, opt in OPTIONS.items() if opt.env}
-    known = sorted([*by_env, ENV_SWITCH])
+    known = sorted([*by_env, *ENV_SWITCHES])
     values: dict[str, Any] = {}
     problems: list[str] = []
     for variable in sorted(key for key in env if key.startswith(ENV_PREFIX)):
         text = env[variable]
         try:
-            if variable == ENV_SWITCH:
+            if variable in ENV_SWITCHES:
                 env_switch(variable, text)
             elif variable not in by_env:
                 close = difflib.get_close_matches(variable, known, n=1)

@@ -44,19 +44,23 @@ def write_lines(path: Path, values: list[Any]) -> str:
     return str(path)
 
 
-def verl_balanced(lengths: list[int], dp: int, group: int = 1) -> list[int]:
-    """Model of verl 0.9.1's ``_balance_batch`` (trainer.balance_batch): the new row order.
+def verl_balanced(lengths: list[int], dp: int, group: int = 1, ends: bool = True) -> list[int]:
+    """Model of verl 0.9.1's ``_balance_batch``: the new row order.
 
-    Karmarkar-Karp on workloads ``24576*s + s**2`` into ``dp`` parts of equal size; each part
-    sorted by workload and laid out ``part[::2] + part[1::2][::-1]``. With groups of
+    Karmarkar-Karp on workloads ``24576*s + s**2`` into ``dp`` parts of equal size; with
+    ``ends`` (the legacy ``RayPPOTrainer``, ``sft_trainer_ray``) each part sorted by workload
+    and laid out ``part[::2] + part[1::2][::-1]``, else (the V1 trainer, ``main_ppo``'s
+    default) each part as Karmarkar-Karp returns it, in row order. With groups of
     ``group`` rows: the groups are balanced (equal group counts), rows kept in order.
     """
     loads = [24576 * s + s * s for s in lengths]
     if group == 1:
         order: list[int] = []
         for part in get_seqlen_balanced_partitions(loads, dp, equal_size=True):
-            part = sorted(part, key=lambda i: (loads[i], i))
-            order += part[::2] + part[1::2][::-1]
+            if ends:
+                part = sorted(part, key=lambda i: (loads[i], i))
+                part = part[::2] + part[1::2][::-1]
+            order += sorted(part) if not ends else part
         return order
     group_loads = [sum(loads[g : g + group]) for g in range(0, len(loads), group)]
     parts = get_seqlen_balanced_partitions(group_loads, dp, equal_size=True)
@@ -69,7 +73,8 @@ def dispatched(result: dict[str, Any], lengths: list[int], positions: list[int])
         return positions
     cap = result["cap"]
     clipped = [min(lengths[p], cap) for p in positions]
-    order = verl_balanced(clipped, result["dp_size"], result["force_group_size"])
+    ends = result["trainer"] != "main_ppo"  # the V1 trainer keeps each part in row order
+    order = verl_balanced(clipped, result["dp_size"], result["force_group_size"], ends)
     return [positions[i] for i in order]
 
 
@@ -152,14 +157,14 @@ def test_default_plan_table_agrees_with_json(capsys: pytest.CaptureFixture[str])
     assert "max_token_len 16384" in lines[0]
     assert "19440 lengths" in lines[0]
     assert lines[1].startswith(
-        "step (verl 0.9.1 main_ppo): balanced across DP ranks as verl's trainer.balance_batch"
+        "step (verl 0.9.1 main_ppo): balanced across DP ranks as verl's V1 trainer does on every step"
     )
     assert lines[2].split() == [
         "rank", "samples", "tokens", "micro-batches", "L2", "bound", "bound", "by", "largest", "mb",
         "fill", "workload", "spread",
     ]  # fmt: skip
-    rows = [line.split() for line in lines[3:-1]]
-    assert len(rows) == 8
+    rows = [line.split() for line in lines[3 : 3 + 8]]
+    assert lines[3 + 8].startswith("agreed count")
     for row, rank in zip(rows, result["ranks"], strict=True):
         star = "*" if rank["proven_optimal"] else ""
         assert row[:8] == [
@@ -169,7 +174,7 @@ def test_default_plan_table_agrees_with_json(capsys: pytest.CaptureFixture[str])
         ]  # fmt: skip
         assert row[8] == f"{100 * rank['fill']:.1f}%"
         assert float(row[9]) == pytest.approx(rank["workload_spread"], abs=5e-4)
-    summary = lines[-1]
+    summary = next(line for line in lines if line.startswith("agreed count"))
     assert f"agreed count {result['agreed_count']} micro-batches per rank" in summary
     assert f"total {result['total_micro_batches']} micro-batches" in summary
     assert f"mean fill {100 * result['mean_fill']:.1f}%" in summary
@@ -216,7 +221,7 @@ def test_agreement_on_gives_equal_counts_off_may_differ(
 ) -> None:
     path = write_lines(tmp_path / "two_ranks.txt", [90, 90, 90, 90, 10, 10, 10, 10])
     base = ["plan", "--lengths", path, "--dp-size", "2", "--batch-size", "4", "--in-order",
-            "--max-token-len", "100", "--no-balance-batch"]  # fmt: skip
+            "--max-token-len", "100", "--no-balance-batch", "--trainer", "main_ppo_v0"]  # fmt: skip
     on = run_json(capsys, *base)
     off = run_json(capsys, *base, "--no-same-micro-num-in-dp")
     assert on["sampling"] == off["sampling"] == "in_order"
@@ -276,7 +281,7 @@ def test_in_order_uses_the_first_lengths(tmp_path: Path, capsys: pytest.CaptureF
     path = write_lines(tmp_path / "l.txt", lengths)
     result = run_json(
         capsys, "plan", "--lengths", path, "--dp-size", "2", "--batch-size", "3", "--in-order",
-        "--no-balance-batch",
+        "--no-balance-batch", "--trainer", "main_ppo_v0",
     )  # fmt: skip
     check_plan(result, lengths, [0, 1, 2, 3, 4, 5])
     assert [r["tokens"] for r in result["ranks"]] == [18, 27]
@@ -336,7 +341,7 @@ def test_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[st
     monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f" {n} \n" for n in lengths)))
     result = run_json(
         capsys, "plan", "--lengths", "-", "--dp-size", "3", "--batch-size", "2",
-        "--max-token-len", "1000", "--in-order", "--no-balance-batch",
+        "--max-token-len", "1000", "--in-order", "--no-balance-batch", "--trainer", "main_ppo_v0",
     )  # fmt: skip
     assert result["source"] == "-"
     check_plan(result, lengths, list(range(6)))
@@ -362,7 +367,7 @@ def test_truncate_clips_to_the_cap(tmp_path: Path, capsys: pytest.CaptureFixture
     lengths = [250, 50, 100, 30, 101, 7]
     path = write_lines(tmp_path / "l.txt", lengths)
     base = ["plan", "--lengths", path, "--dp-size", "2", "--batch-size", "3", "--in-order",
-            "--max-token-len", "100", "--no-balance-batch"]  # fmt: skip
+            "--max-token-len", "100", "--no-balance-batch", "--trainer", "main_ppo_v0"]  # fmt: skip
     code, _, err = run(capsys, *base)
     assert code == 1
     assert "--truncate" in err

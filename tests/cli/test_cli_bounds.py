@@ -43,7 +43,8 @@ def optimum(lengths: list[int], cap: int) -> int:
 
 
 def plan_json(capsys: pytest.CaptureFixture[str], path: Path, *argv: str) -> dict[str, Any]:
-    assert main(["plan", "--lengths", str(path), "--no-balance-batch", *argv, "--json"]) == 0
+    argv = ("--no-balance-batch", "--trainer", "main_ppo_v0", *argv)
+    assert main(["plan", "--lengths", str(path), *argv, "--json"]) == 0
     result: dict[str, Any] = json.loads(capsys.readouterr().out)
     return result
 

@@ -135,11 +135,12 @@ def test_the_text_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     steps = oracle_steps(lengths, "sft_trainer", 2, 8, 0, 1)
     ours, verl = expected(lengths, steps, 700)
     start = lines.index("max_token_len 700: micro-batches per rank at each step")
-    assert lines[start + 1].split() == ["step", "epoch", "library", "verl"]
-    assert [line.split()[2:] for line in lines[start + 2 : start + 7]] == [
+    assert lines[start + 1].split() == ["step", "epoch", "library", "verl", "global"]
+    assert [line.split()[2:4] for line in lines[start + 2 : start + 7]] == [
         [str(a), str(b)] for a, b in zip(ours, verl, strict=True)
     ]
     assert lines[start + 7].startswith(f"total over the run, per rank: library {sum(ours)}, verl {sum(verl)}")
+    assert lines[start + 9].startswith("lock-step model of the run (micro_batch_overhead 0.05;")
     assert lines[-3].split()[:3] == ["max_token_len", "library", "total"]
     assert lines[-2].split()[:3] == ["100", "cannot", "run"]
     assert lines[-1].split()[:2] == ["700", str(sum(ours))]

@@ -37,7 +37,7 @@ def test_over_cap_alone_on_two_ranks_counts_in_the_agreed_count(
 ) -> None:
     path = lengths_file(tmp_path, [100, 200, 300, 5000, 100, 200])
     code, out, _ = run(capsys, "plan", "--lengths", path, "--dp-size", "2", "--max-token-len", "4096",
-                       "--over-cap", "alone", "--no-balance-batch", "--json")
+                       "--over-cap", "alone", "--no-balance-batch", "--trainer", "main_ppo_v0", "--json")
     result = json.loads(out)
     assert code == 0 and result["agreed_count"] == 2
     assert [r["over_cap_alone"] for r in result["ranks"]] == [[], [{"index": 3, "cost": 5000}]]

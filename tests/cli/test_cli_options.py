@@ -62,10 +62,10 @@ def _files(tmp_path: Path) -> tuple[str, str]:
 
 def _base(command: str, lengths: str, balanced: bool) -> list[str]:
     common = [command, "--lengths", lengths, "--dp-size", "2"]
-    if command == "plan":
-        args = [*common, "--max-token-len", "2000"]
+    if command == "plan":  # the legacy trainer: verl's V1 trainer ignores --no-balance-batch
+        args = [*common, "--max-token-len", "2000", "--trainer", "main_ppo_v0"]
     elif command == "sweep":
-        args = [*common, "--max-token-len", "2000,3000"]
+        args = [*common, "--max-token-len", "2000,3000", "--trainer", "main_ppo_v0"]
     else:
         args = [*common, "--trainer", "sft_trainer_ray", "--global-batch-size", "12",
                 "--max-token-len", "2000"]

@@ -14,7 +14,8 @@ def test_plan_padded_counts_and_shows_the_footprint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = lengths_file(tmp_path, [100, 10, 10, 10, 100])
-    base = ["plan", "--lengths", path, "--dp-size", "1", "--max-token-len", "150", "--no-balance-batch"]
+    base = ["plan", "--lengths", path, "--dp-size", "1", "--max-token-len", "150", "--no-balance-batch",
+            "--trainer", "main_ppo_v0"]
     plain = run_json(capsys, *base)
     assert plain["total_micro_batches"] == 2 and plain["padded"] is False
     padded = run_json(capsys, *base, "--padded")
@@ -37,7 +38,7 @@ def test_sweep_padded_shows_the_largest_footprint_and_the_padding(
 ) -> None:
     path = lengths_file(tmp_path, [200] * 8 + [50] * 8)
     argv = ["sweep", "--lengths", path, "--dp-size", "1", "--max-token-len", "800,1600",
-            "--no-balance-batch", "--padded"]
+            "--no-balance-batch", "--trainer", "main_ppo_v0", "--padded"]
     code, out, _ = run(capsys, *argv)
     assert code == 0
     lines = out.splitlines()

@@ -50,7 +50,7 @@ def test_sft_trainer_deals_every_dp_th_row_and_never_balances(
     )
 
 
-@pytest.mark.parametrize("trainer", ["main_ppo", "sft_trainer_ray"])
+@pytest.mark.parametrize("trainer", ["main_ppo_v0", "sft_trainer_ray"])
 def test_balancing_trainers_balance_by_default_and_chunk_without(
     capsys: pytest.CaptureFixture[str], lengths_file: tuple[str, list[int]], trainer: str
 ) -> None:
@@ -95,7 +95,7 @@ def test_help_states_each_trainers_rule(capsys: pytest.CaptureFixture[str]) -> N
         code, out, _ = run(capsys, command, "--help")
         text = " ".join(out.split())
         assert code == 0
-        assert "--trainer {main_ppo,sft_trainer,sft_trainer_ray}" in text
+        assert "--trainer {main_ppo,main_ppo_v0,sft_trainer,sft_trainer_ray}" in text
         assert "(default: main_ppo)" in text
         assert "sft_trainer: no balancing; DistributedSampler(shuffle=True, seed 0, drop_last=True" in text
         assert "sft_trainer_ray: one shuffled sampler in the driver" in text
@@ -106,3 +106,41 @@ def test_sft_trainer_refuses_force_groups(capsys: pytest.CaptureFixture[str]) ->
     code, out, err = run(capsys, "plan", "--trainer", "sft_trainer", "--force-group-size", "2")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "--force-group-size 2: verl 0.9.1's sft_trainer deals every dp-th row" in err
+
+
+def test_main_ppo_is_verls_v1_trainer_balanced_whatever_the_flag_says(
+    capsys: pytest.CaptureFixture[str], lengths_file: tuple[str, list[int]]
+) -> None:
+    path, values = lengths_file
+    common = ("plan", "--lengths", path, "--dp-size", "3", "--max-token-len", "2000")
+    # verl 0.9.1's V1 _balance_batch: equal-size Karmarkar-Karp on workloads, the parts
+    # concatenated as returned (each in row order), then equal contiguous chunks
+    parts = get_seqlen_balanced_partitions([workload(v) for v in values], 3, equal_size=True)
+    for extra in ((), ("--no-balance-batch",), ("--balance-batch",)):
+        result = run_json(capsys, *common, *extra)
+        assert result["balance_batch"] is True
+        assert rows_per_rank(result) == [set(part) for part in parts]
+    code, out, _ = run(capsys, *common, "--no-balance-batch")
+    assert code == 0
+    assert ("--no-balance-batch: verl 0.9.1's V1 trainer (main_ppo's default) balances every step "
+            "whatever trainer.balance_batch says") in out
+    assert "--no-balance-batch: verl" not in run(capsys, *common)[1]
+
+
+def test_main_ppo_pads_a_batch_the_ranks_cannot_share_with_synthetic_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "nine.txt"
+    path.write_text("".join(f"{n}\n" for n in [300, 20, 250, 40, 90, 60, 75, 10, 5]), encoding="utf-8")
+    result = run_json(capsys, "plan", "--lengths", str(path), "--dp-size", "4", "--max-token-len", "400")
+    # 9 rows on 4 ranks: verl's upsample_batch_to_divisible_size adds 3 rows of 128 tokens
+    assert [rank["samples"] for rank in result["ranks"]] == [3, 3, 3, 3]
+    assert sum(rank["tokens"] for rank in result["ranks"]) == 850 + 3 * 128
+    code, out, _ = run(capsys, "plan", "--lengths", str(path), "--dp-size", "4", "--max-token-len", "400")
+    assert code == 0
+    assert ("verl's V1 trainer pads the batch with 3 synthetic rows of 128 tokens to a multiple of "
+            "--dp-size 4") in out
+    assert "(9 lengths; all 9 rows once, in file order)" in out.splitlines()[0]
+    # the legacy trainer refuses it, naming the remainder
+    code, _, err = run(capsys, "plan", "--lengths", str(path), "--dp-size", "4", "--trainer", "main_ppo_v0")
+    assert code == 2 and "holds 9 rows, not divisible by --dp-size 4" in err

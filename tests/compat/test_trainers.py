@@ -112,4 +112,47 @@ def test_main_ppo_balance_batch_then_dispatch(dp: int) -> None:
     order = batch.batch["row"].tolist()
     size = n // dp
     verl_ranks = [order[r * size : (r + 1) * size] for r in range(dp)]  # the dispatch's chunks
-    assert deal(lengths, dp, "main_ppo", True) == verl_ranks
+    assert deal(lengths, dp, "main_ppo_v0", True) == verl_ranks
+
+
+class _Tagged:
+    """A KVBatchMeta-like batch for verl's V1 ``_balance_batch``: tags and ``reorder``."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.tags = [{"seq_len": s, "row": i} for i, s in enumerate(lengths)]
+
+    def __len__(self) -> int:
+        return len(self.tags)
+
+    def reorder(self, indices: list[int]) -> None:
+        self.tags = [self.tags[i] for i in indices]
+
+
+@pytest.mark.parametrize("dp", [2, 4])
+def test_main_ppo_is_the_v1_trainers_balance_then_dispatch(dp: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl 0.9.1's V1 ``PPOTrainer._balance_batch`` (its own code; the padding, which needs
+    TransferQueue's store, stood in by adding rows of 128 tokens) against ``deal``."""
+    import verl.trainer.ppo.v1.trainer_base as base
+    from omegaconf import OmegaConf
+
+    class Trainer(base.PPOTrainer):  # abstract in verl; _balance_batch is inherited
+        def on_sample_end(self) -> None: ...
+        def on_step_end(self) -> None: ...
+
+    def pad(batch: _Tagged, multiple: int, eos: int) -> _Tagged:
+        batch.tags += [{"seq_len": 128, "row": None} for _ in range(-len(batch) % multiple)]
+        return batch
+
+    monkeypatch.setattr(base, "upsample_batch_to_divisible_size", pad)
+    trainer = object.__new__(Trainer)
+    trainer.config = OmegaConf.create({"trainer": {"critic_warmup": 1}})  # no actor update yet:
+    trainer.use_critic, trainer.global_steps = False, 0  # the batch multiple is dp alone
+    trainer.actor_rollout_wg = SimpleNamespace(_dispatch_info={"actor": list(range(dp))})
+    trainer.tokenizer = SimpleNamespace(eos_token_id=0)
+    rng = random.Random(dp)
+    lengths = [rng.randint(1, 3000) for _ in range(8 * dp - 1)]  # one short: one synthetic row
+    batch = _Tagged(lengths)
+    trainer._balance_batch(batch, metrics={})
+    rows = [t["row"] if t["row"] is not None else len(lengths) for t in batch.tags]
+    size = len(rows) // dp
+    assert deal([*lengths, 128], dp, "main_ppo", True) == [rows[r * size : (r + 1) * size] for r in range(dp)]

@@ -94,6 +94,11 @@ JSON output (``--json``, one object on stdout; keys are stable). Fills are fract
   ``--compare-verl``, ``verl``:
   ``counts``, ``total_micro_batches``, ``saved_micro_batches``, ``saved_percent``,
   ``count_above`` (the search stopped: verl's count is above this) and ``error``.
+* ``step_time``: the lock-step model of the step (:mod:`seqlen_balancing.cli.modeled`):
+  ``micro_batch_overhead``, ``unit`` (``24576 x cap``), and for ``verl`` (its dealing and
+  plans; nulls without ``--compare-verl``), ``library`` and ``global``
+  (:func:`~seqlen_balancing.plan_global_batch`): ``count``, ``step_time``, ``floor`` (in
+  workload units) and ``error``.
 
 ``sweep --json``: the same settings, plus ``smallest_max_token_len`` (below it the step
 cannot be planned) and ``rows``, one per cap: ``max_token_len``, ``cap``,

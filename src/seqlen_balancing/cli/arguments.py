@@ -17,6 +17,7 @@ from seqlen_balancing.cli.trainers import (
     EPOCH_TRAINERS,
     RULES,
     TRAINERS,
+    always_balances,
     balances_by_default,
 )
 from seqlen_balancing.options import add_arguments
@@ -221,9 +222,10 @@ def _add_step(parser: argparse.ArgumentParser) -> Any:
         "--balance-batch",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="balance the step across DP ranks first, as main_ppo and sft_trainer_ray do by "
+        help="balance the step across DP ranks first, as main_ppo_v0 and sft_trainer_ray do by "
         "default (trainer.balance_batch: equal sample counts, Karmarkar-Karp on workload) "
-        "(default: on, except with --trainer sft_trainer, which never balances)",
+        "(default: on, except with --trainer sft_trainer, which never balances; main_ppo, verl's "
+        "V1 trainer, balances every step whatever it says)",
     )
     step.add_argument(
         "--group-sizes",
@@ -469,6 +471,10 @@ def check_combinations(args: argparse.Namespace) -> None:
             "dp-th row to a rank, so consecutive rows never stay together; drop it, or pass "
             "--trainer main_ppo"
         )
+    # verl 0.9.1's V1 trainer (main_ppo's default) balances every step: the flag is noted, not followed
+    args.balance_batch_ignored = always_balances(trainer) and getattr(args, "balance_batch", None) is False
+    if args.balance_batch_ignored:
+        args.balance_batch = True
     if getattr(args, "balance_batch", False) is None:
         args.balance_batch = balances_by_default(trainer)
     elif args.balance_batch and not balances_by_default(trainer):

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seqlen_balancing.agreement import plan_ranks
+from seqlen_balancing.cli import modeled
 from seqlen_balancing.cli._text import PROG, CliError, plural
 from seqlen_balancing.cli.inputs import Loaded
+from seqlen_balancing.cli.modeled import Modeled
 from seqlen_balancing.cli.results import options_json
 from seqlen_balancing.cli.step import scale_lengths
 from seqlen_balancing.cli.trainers import RULES, EpochStep, epoch_steps, steps_per_epoch
@@ -45,6 +47,8 @@ class CapReplay:
     tokens: list[list[list[int]]] = field(default_factory=list)
     verl: list[int | None] = field(default_factory=list)  # verl's (None: it fails or gives up)
     verl_notes: list[str] = field(default_factory=list)  # why, for each None
+    verl_ranks: list[list[int] | None] = field(default_factory=list)  # verl's count on each rank
+    modeled: list[list[Modeled]] = field(default_factory=list)  # each step: verl, library, global
     error: str | None = None  # the step the library cannot plan (the run would stop there)
 
     @property
@@ -111,11 +115,23 @@ class _Progress:
             self.bar.close()
 
 
-def _plan_step(per_rank: list[list[int]], cap: int, options: PlanOptions) -> list[list[int]]:
-    """Each rank's micro-batches' tokens for one step, planned by the library's own DP
-    planning (:func:`~seqlen_balancing.agreement.plan_ranks`), or its error raised."""
-    ranks = plan_ranks(per_rank, cap, options)
-    return [[sum(lens[i] for i in mb) for mb in r.plan] for lens, r in zip(per_rank, ranks, strict=True)]
+def _plan_step(per_rank: list[list[int]], cap: int, options: PlanOptions) -> list[list[list[int]]]:
+    """Each rank's micro-batches (indices into its rows) for one step, planned by the
+    library's own DP planning (:func:`~seqlen_balancing.agreement.plan_ranks`), or its
+    error raised."""
+    return [r.plan for r in plan_ranks(per_rank, cap, options)]
+
+
+def _model(result: CapReplay, step: EpochStep, lengths: list[int], plans: list[list[list[int]]],
+           options: PlanOptions) -> None:
+    """The step in the lock-step model, three ways (:func:`~seqlen_balancing.cli.modeled.model_step`),
+    on the step's rows in the sampler's order."""
+    where = {row: j for j, row in enumerate(step.rows)}
+    dealt = [[where[row] for row in rows] for rows in step.ranks]
+    library = [[[mine[i] for i in mb] for mb in plan] for mine, plan in zip(dealt, plans, strict=True)]
+    verl = result.verl_ranks[-1] if result.verl_ranks else None
+    result.modeled.append(modeled.model_step([lengths[row] for row in step.rows], dealt, library,
+                                             result.cap, options, verl))
 
 
 def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
@@ -140,14 +156,17 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
                     continue
                 per_rank = [[lengths[i] for i in rows] for rows in step.ranks]
                 try:
-                    tokens = _plan_step(per_rank, result.cap, args.options)
+                    plans = _plan_step(per_rank, result.cap, args.options)
                 except (ValueError, TypeError) as exc:
                     result.error = f"step {step.step} (epoch {step.epoch + 1}): {exc}"
                     continue
+                tokens = [[sum(lens[i] for i in mb) for mb in plan] for lens, plan in
+                          zip(per_rank, plans, strict=True)]
                 result.counts.append(max(len(rank) for rank in tokens))
                 result.tokens.append(tokens)
                 if args.compare_verl:
                     _verl_step(result, per_rank, args)
+                _model(result, step, lengths, plans, args.options)
     finally:
         progress.close()
     per_epoch = steps_per_epoch(len(lengths), args.dp_size, args.global_batch_size, args.trainer)
@@ -166,13 +185,16 @@ def _verl_step(result: CapReplay, per_rank: list[list[int]], args: argparse.Name
     except VerlSearchLimit as exc:
         result.verl.append(None)
         result.verl_notes.append(f">{exc.last_tried}")
+        result.verl_ranks.append(None)
         return
     except ValueError as exc:
         result.verl.append(None)
         result.verl_notes.append(str(exc))
+        result.verl_ranks.append(None)
         return
     result.verl.append(max(found.counts))
     result.verl_notes.append("")
+    result.verl_ranks.append(list(found.counts))
 
 
 # ----------------------------------------------------------------------------- report
@@ -244,7 +266,7 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
     for result in replay_.caps:
         print()
         print(f"max_token_len {result.max_token_len}: micro-batches per rank at each step")
-        headers = ["step", "epoch", "library"] + (["verl"] if verl_on else [])
+        headers = ["step", "epoch", "library"] + (["verl"] if verl_on else []) + ["global"]
         rows = []
         for index, count in enumerate(result.counts):
             step = replay_.steps[index]
@@ -252,6 +274,8 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
             if verl_on:
                 value = result.verl[index]
                 row.append(str(value) if value is not None else result.verl_notes[index] or "n/a")
+            whole = result.modeled[index][2].count
+            row.append("fails" if whole is None else str(whole))
             rows.append(row)
         if rows:
             print(_table(headers, rows))
@@ -269,6 +293,8 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
         if verl_on:
             worst += f", verl {_worst_text(result.worst(result.verl))}"
         print(worst)
+        for line in modeled.lines(run_totals(result), result.cap, modeled.overhead_of(args.options), "run"):
+            print(line)
     print()
     print(f"summary over {plural(len(replay_.steps), 'step')} (micro-batches per rank)")
     headers = ["max_token_len", "library total", "worst step"]
@@ -306,7 +332,11 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
             ],
             "total_micro_batches": sum(result.counts) if result.complete else None,
             "worst_step": _worst_json(result.worst(list(result.counts))),
+            "step_time": modeled.to_json(run_totals(result), modeled.overhead_of(args.options))
+            if result.complete else None,
         }
+        for entry, steps in zip(item["steps"], result.modeled, strict=True):
+            entry["global_micro_batches"] = steps[2].count
         if args.compare_verl:
             item["verl_total_micro_batches"] = result.verl_total if result.complete else None
             item["verl_worst_step"] = _worst_json(result.worst(result.verl))
@@ -334,6 +364,19 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
         "options": options_json(args.options),
         "caps": caps,
     }
+
+
+def run_totals(result: CapReplay) -> list[Modeled]:
+    """Each kind of plan summed over the run's steps: counts, step times and floors (a kind
+    that one step could not model is left out)."""
+    totals = []
+    for k, kind in enumerate(modeled.KINDS):
+        steps = [step[k] for step in result.modeled]
+        if not steps or any(m.step_time is None or m.floor is None or m.count is None for m in steps):
+            continue
+        totals.append(Modeled(kind, sum(m.count or 0 for m in steps), sum(m.step_time or 0.0 for m in steps),
+                              sum(m.floor or 0.0 for m in steps), steps[0].unit))
+    return totals
 
 
 def _worst_json(found: tuple[int, int] | None) -> dict[str, int] | None:

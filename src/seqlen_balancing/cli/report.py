@@ -14,8 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from seqlen_balancing.cli import modeled
 from seqlen_balancing.cli._text import pct, plural
 from seqlen_balancing.cli.results import options_json
+from seqlen_balancing.cli.trainers import SYNTHETIC_ROW_TOKENS, always_balances
 
 if TYPE_CHECKING:
     from seqlen_balancing.cli.results import RankResult, Step, StepResult
@@ -333,7 +335,7 @@ def _other_options(args: argparse.Namespace) -> dict[str, str]:
 def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]:
     """The header lines: what was read, how the step was formed, the cap."""
     source = "bundled CHAMP lengths" if step.source == "champ" else step.source
-    n = len(step.lengths)
+    n = len(step.lengths) - step.synthetic
     how = {
         "without_replacement": f"drawn without replacement, seed {args.seed}",
         "with_replacement": f"drawn with replacement, seed {args.seed}",
@@ -351,6 +353,18 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
     if _aligned_on(args) or _padded_on(args) or args.options.max_samples_per_micro_batch:
         lines.append(_alignment_text(args))
     lines.append(step_text(step.dp_size, args))
+    if step.synthetic:
+        lines.append(
+            f"verl's V1 trainer pads the batch with {plural(step.synthetic, 'synthetic row')} of "
+            f"{SYNTHETIC_ROW_TOKENS} tokens to a multiple of --dp-size {step.dp_size} "
+            "(upsample_batch_to_divisible_size), planned with the rest"
+        )
+    if getattr(args, "balance_batch_ignored", False):
+        lines.append(
+            "--no-balance-batch: verl 0.9.1's V1 trainer (main_ppo's default) balances every step "
+            "whatever trainer.balance_batch says, so the step is balanced here too (--trainer "
+            "main_ppo_v0 models the legacy trainer, which follows the flag)"
+        )
     sizes = getattr(args, "group_sizes", None)
     if sizes:
         lines.append(
@@ -373,8 +387,10 @@ def step_text(dp_size: int, args: argparse.Namespace) -> str:
     elif args.balance_batch and dp_size > 1:
         group = args.options.force_group_size
         grouped = f", groups of {group} rows kept whole" if group > 1 else ""
+        how = ("as verl's V1 trainer does on every step" if always_balances(trainer)
+               else "as verl's trainer.balance_batch")
         deal = (
-            "balanced across DP ranks as verl's trainer.balance_batch (equal sample counts, "
+            f"balanced across DP ranks {how} (equal sample counts, "
             f"Karmarkar-Karp on workload{grouped}); equal contiguous chunks per rank (verl's dispatch)"
         )
     elif dp_size > 1:
@@ -416,6 +432,8 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
         print(_filler_line(result))
     if result.verl is not None:
         print(_verl_summary(result))
+    for line in modeled.lines(result.modeled, cap, modeled.overhead_of(args.options)):
+        print(line)
 
 
 def _over_cap_lines(result: StepResult) -> list[str]:
@@ -618,6 +636,7 @@ def plan_json(step: Step, args: argparse.Namespace, result: StepResult) -> dict[
         "lower_bound_total": result.lower_bound_total,
         "proven_optimal": result.proven_optimal,
         **_verl_json(result),
+        "step_time": modeled.to_json(result.modeled, modeled.overhead_of(args.options)),
     }
 
 

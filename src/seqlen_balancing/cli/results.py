@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the planner is not needed to hold a result (nor for --help)
+    from seqlen_balancing.cli.modeled import Modeled
     from seqlen_balancing.options import PlanOptions
     from seqlen_balancing.planner import RankAnalysis
 
@@ -30,6 +31,7 @@ class Step:
     dp_size: int
     batch_size: int
     counted: str | None = None  # how --tokenizer counted the lengths
+    synthetic: int = 0  # rows of the step that main_ppo's V1 trainer adds (the last positions)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class StepResult:
     agreed: bool = True  # same_micro_num_in_dp: every rank runs the largest count
     pad_to_multiple_of: int = 1  # per-sequence alignment (tokens)
     micro_batch_multiple_of: int = 1  # per-micro-batch rounding (tokens)
+    modeled: list[Modeled] = field(default_factory=list)  # plan: the lock-step model, three ways
 
     @property
     def aligned(self) -> bool:

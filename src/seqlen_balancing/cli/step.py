@@ -41,8 +41,14 @@ from seqlen_balancing.balance import spread
 from seqlen_balancing.bounds import l2_lower_bound
 from seqlen_balancing.cli._text import CliError, plural
 from seqlen_balancing.cli.inputs import Loaded
+from seqlen_balancing.cli.modeled import model_step
 from seqlen_balancing.cli.results import RankResult, Step, StepResult, VerlResult, alignment
-from seqlen_balancing.cli.trainers import balance_order, deal  # balance_order: kept importable here
+from seqlen_balancing.cli.trainers import (  # balance_order: kept importable here
+    SYNTHETIC_ROW_TOKENS,
+    balance_order,
+    deal,
+    synthetic_rows,
+)
 from seqlen_balancing.cost import (
     aligned_length,
     micro_batch_capacity,
@@ -84,6 +90,11 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
     lengths = scale_lengths(loaded.lengths, args.scale)
     n, dp = len(lengths), args.dp_size
     if args.lengths is not None and args.batch_size is None:
+        extra = synthetic_rows(n, dp, args.trainer)
+        if extra:  # verl's V1 trainer pads the batch to a multiple of the DP size
+            padded = lengths + [SYNTHETIC_ROW_TOKENS] * extra
+            return Step(loaded.source, padded, list(range(n + extra)), "whole_file", dp,
+                        (n + extra) // dp, loaded.counted, synthetic=extra)
         if n % dp:
             divisors = _divisors(n)
             hint = (
@@ -183,9 +194,12 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
     return -(-needed // int(args.sp_size))
 
 
-def _dealt(step: Step, args: argparse.Namespace, clipped: list[int]) -> tuple[list[int], list[list[int]]]:
+def _dealt(
+    step: Step, args: argparse.Namespace, clipped: list[int]
+) -> tuple[list[int], list[list[int]], list[list[int]]]:
     """The step's rows dealt to the ranks as the trainer deals them (balanced unless
-    ``--no-balance-batch``): the rows' positions in dealt order, and each rank's lengths."""
+    ``--no-balance-batch``): the rows' positions in dealt order, each rank's lengths, and
+    each rank's rows as indices into ``clipped``."""
     # A rank batch that force_group_size does not divide is the planner's error (exit 1).
     group = args.options.force_group_size
     balance = args.balance_batch and step.batch_size % group == 0
@@ -194,7 +208,7 @@ def _dealt(step: Step, args: argparse.Namespace, clipped: list[int]) -> tuple[li
     batch = step.batch_size
     lengths = [clipped[i] for i in order]
     return [step.positions[i] for i in order], [lengths[r * batch : (r + 1) * batch]
-                                                for r in range(step.dp_size)]
+                                                for r in range(step.dp_size)], dealt
 
 
 def _plan_ranks(
@@ -268,7 +282,8 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     if not args.truncate:  # --over-cap alone: the samples run whole
         clip = max(drawn, default=0)
     truncated = sum(n > clip for n in drawn)
-    positions, per_rank = _dealt(step, args, [min(n, clip) for n in drawn])
+    pre_deal = [min(n, clip) for n in drawn]
+    positions, per_rank, dealt = _dealt(step, args, pre_deal)
     batch = step.batch_size
     start = time.perf_counter()
     try:
@@ -317,6 +332,11 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
             )
         )
     verl = _verl(per_rank, cap, args) if args.compare_verl else None
+    modeled = []
+    if getattr(args, "command", None) == "plan" and not getattr(args, "group_sizes", None):
+        library = [[[dealt[r][i] for i in mb] for mb in plan] for r, plan in enumerate(plans)]
+        modeled = model_step(pre_deal, dealt, library, cap, args.options,
+                             None if verl is None else verl.counts)
     return StepResult(
         cap,
         ranks,
@@ -327,4 +347,5 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         agreed=args.options.same_micro_num_in_dp,
         pad_to_multiple_of=pad,
         micro_batch_multiple_of=bucket,
+        modeled=modeled,
     )

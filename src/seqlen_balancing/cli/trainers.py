@@ -1,15 +1,21 @@
 """How each verl 0.9.1 trainer feeds its DP ranks: which rows a step holds, and which rank gets which.
 
-Three trainers are modelled (``--trainer``), each by the rule its own code follows in verl
-0.9.1 (read from ``verl/trainer/main_ppo.py`` with ``ppo/ray_trainer.py``,
-``sft_trainer.py`` and ``sft_trainer_ray.py``; checked against verl itself in
-``tests/compat/test_trainers.py``):
+Four trainers are modelled (``--trainer``), each by the rule its own code follows in verl
+0.9.1 (read from ``verl/trainer/main_ppo.py`` with ``ppo/v1/trainer_base.py``,
+``ppo/ray_trainer.py``, ``sft_trainer.py`` and ``sft_trainer_ray.py``; checked against verl
+itself in ``tests/compat/test_trainers.py``):
 
-* ``main_ppo`` (PPO/GRPO, the driver's ``RayPPOTrainer``): with ``trainer.balance_batch``
-  (default on) the step's rows are split into ``dp`` parts of equal sample counts by
-  Karmarkar-Karp on their workloads (``24576*s + s**2``), each part sorted by workload and
-  laid out lightest at both ends, the parts concatenated; then the dispatch gives rank
-  ``r`` the ``r``-th of ``dp`` equal contiguous chunks.
+* ``main_ppo`` (PPO/GRPO with ``trainer.use_v1``, verl 0.9.1's default: the V1
+  ``PPOTrainer``): every step is balanced, whatever ``trainer.balance_batch`` says: the
+  batch is first padded with synthetic rows of :data:`SYNTHETIC_ROW_TOKENS` tokens to a
+  multiple of the DP size (verl's ``upsample_batch_to_divisible_size``; verl also makes it
+  a multiple of the mini-batch sizes, which the command line does not model), then split
+  into ``dp`` parts of equal sample counts by Karmarkar-Karp on the workloads
+  (``24576*s + s**2``), the parts concatenated as they come (each in row order); the
+  dispatch gives rank ``r`` the ``r``-th of ``dp`` equal contiguous chunks.
+* ``main_ppo_v0`` (``trainer.use_v1=False``: the legacy ``RayPPOTrainer``): with
+  ``trainer.balance_batch`` (default on) the same split, each part sorted by workload and
+  laid out lightest at both ends; then the same dispatch.
 * ``sft_trainer`` (``torchrun``, one process per GPU): no balancing at all. Every rank
   builds ``DistributedSampler(shuffle=True, drop_last=True)`` with the default seed 0 and
   calls ``set_epoch(epoch)``: the epoch's order is ``torch.randperm(n)`` seeded with
@@ -33,7 +39,7 @@ with the DP group (``same_micro_num_in_dp`` on). Only the shuffle needs torch
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from seqlen_balancing.cli._text import CliError
 from seqlen_balancing.cost import WorkloadModel
@@ -45,17 +51,24 @@ __all__ = [
     "DEFAULT_TRAINER",
     "EPOCH_TRAINERS",
     "RULES",
+    "SYNTHETIC_ROW_TOKENS",
     "TRAINERS",
     "EpochStep",
+    "always_balances",
     "balance_order",
     "balances_by_default",
     "deal",
     "epoch_steps",
     "sampler_indices",
+    "synthetic_rows",
 ]
 
 #: The trainers ``--trainer`` models.
-TRAINERS = ("main_ppo", "sft_trainer", "sft_trainer_ray")
+TRAINERS = ("main_ppo", "main_ppo_v0", "sft_trainer", "sft_trainer_ray")
+
+#: Tokens of each synthetic row verl 0.9.1's V1 trainer pads a batch with
+#: (``verl.trainer.ppo.padding_utils.SYNTHETIC_PADDING_SEQ_LEN``).
+SYNTHETIC_ROW_TOKENS = 128
 
 #: ``plan`` and ``sweep`` model this one unless told (the RL trainer the planner began with).
 DEFAULT_TRAINER = "main_ppo"
@@ -72,9 +85,15 @@ DEFAULT_GLOBAL_BATCH_SIZE = 256
 #: Each trainer's rule in one line, for ``--help``, the report's header and the docs.
 RULES = {
     "main_ppo": (
-        "verl 0.9.1 main_ppo: trainer.balance_batch (default on) splits the step into equal "
-        "sample counts by Karmarkar-Karp on workload, then rank r gets the r-th equal "
-        "contiguous chunk"
+        "verl 0.9.1 main_ppo (its default V1 trainer): every step, whatever "
+        "trainer.balance_batch says, padded with synthetic rows of 128 tokens to a multiple "
+        "of the DP size, split into equal sample counts by Karmarkar-Karp on workload; rank r "
+        "gets the r-th equal contiguous chunk"
+    ),
+    "main_ppo_v0": (
+        "verl 0.9.1 main_ppo with trainer.use_v1=False (RayPPOTrainer): trainer.balance_batch "
+        "(default on) splits the step into equal sample counts by Karmarkar-Karp on workload, "
+        "then rank r gets the r-th equal contiguous chunk"
     ),
     "sft_trainer": (
         "verl 0.9.1 sft_trainer: no balancing; DistributedSampler(shuffle=True, seed 0, "
@@ -93,8 +112,26 @@ def balances_by_default(trainer: str) -> bool:
     return trainer != "sft_trainer"
 
 
+def always_balances(trainer: str) -> bool:
+    """Whether ``trainer`` balances every step whatever ``trainer.balance_batch`` says
+    (verl 0.9.1's V1 trainer, ``main_ppo``'s default)."""
+    return trainer == "main_ppo"
+
+
+def synthetic_rows(n: int, dp_size: int, trainer: str) -> int:
+    """The synthetic rows ``trainer`` adds to a step of ``n`` rows: ``main_ppo`` (V1) pads
+    to a multiple of the DP size; the others add none.
+
+    Example:
+        >>> synthetic_rows(9, 4, "main_ppo"), synthetic_rows(9, 4, "main_ppo_v0")
+        (3, 0)
+    """
+    return -n % dp_size if always_balances(trainer) else 0
+
+
 def balance_order(
-    lengths: Sequence[int], dp_size: int, group: int = 1, model: WorkloadModel | None = None
+    lengths: Sequence[int], dp_size: int, group: int = 1, model: WorkloadModel | None = None,
+    ends: bool = True,
 ) -> list[int]:
     """verl 0.9.1's ``_balance_batch`` order of the step's rows (indices into ``lengths``).
 
@@ -104,6 +141,9 @@ def balance_order(
         group: rows per forced group (kept whole, in order, on one rank).
         model: a ``--workload-model`` shape: balance on its FLOPs (what the switch's
             ``calculate_workload`` gives verl's trainer), else verl's workload.
+        ends: each part sorted by workload, lightest at both ends (the legacy
+            ``RayPPOTrainer`` and ``sft_trainer_ray``); False: each part in row order, as
+            Karmarkar-Karp returns it (the V1 trainer).
 
     Returns:
         A permutation of ``range(len(lengths))``: rank ``r`` gets its ``r``-th equal chunk.
@@ -120,8 +160,10 @@ def balance_order(
         parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
         order: list[int] = []
         for part in parts:
-            part = sorted(part, key=lambda i: (loads[i], i))
-            order += part[::2] + part[1::2][::-1]
+            if ends:
+                part = sorted(part, key=lambda i: (loads[i], i))
+                part = part[::2] + part[1::2][::-1]
+            order += part
         return order
     groups = n // group
     if n % group or groups % dp_size:
@@ -150,7 +192,8 @@ def deal(
         dp_size: DP ranks; each gets ``len(lengths) / dp_size`` rows.
         trainer: one of :data:`TRAINERS`.
         balance: ``trainer.balance_batch``; ``sft_trainer`` never balances (the command
-            line refuses ``--balance-batch`` with it).
+            line refuses ``--balance-batch`` with it), and for ``main_ppo`` (V1, which always
+            balances) the command line always passes True.
         group: rows per forced group, kept whole when balancing (``main_ppo``).
         model: a ``--workload-model`` shape to balance on (:func:`balance_order`), or ``None``.
 
@@ -160,13 +203,16 @@ def deal(
     Example:
         >>> deal([5, 6, 7, 8], 2, "sft_trainer", False)
         [[0, 2], [1, 3]]
-        >>> deal([5, 6, 7, 8], 2, "main_ppo", False)
+        >>> deal([5, 6, 7, 8], 2, "main_ppo_v0", False)
         [[0, 1], [2, 3]]
+        >>> deal([5, 6, 7, 8], 2, "main_ppo", True)  # V1: each part in row order
+        [[0, 3], [1, 2]]
     """
     n = len(lengths)
     if trainer == "sft_trainer":
         return [list(range(rank, n, dp_size)) for rank in range(dp_size)]
-    order = balance_order(lengths, dp_size, group, model) if balance and dp_size > 1 else list(range(n))
+    ends = not always_balances(trainer)
+    order = balance_order(lengths, dp_size, group, model, ends) if balance and dp_size > 1 else list(range(n))
     size = n // dp_size
     return [order[rank * size : (rank + 1) * size] for rank in range(dp_size)]
 
@@ -202,6 +248,7 @@ class EpochStep:
     epoch: int  # 0-based
     step: int  # 1-based over the whole run
     ranks: list[list[int]]
+    rows: list[int] = field(default_factory=list)  # the step's rows in the sampler's order
 
 
 def steps_per_epoch(n: int, dp_size: int, global_batch_size: int, trainer: str) -> int:
@@ -269,11 +316,14 @@ def epoch_steps(
             mine = [sampler_indices(n, dp_size, r, seed, epoch) for r in range(dp_size)]
             for s in range(per_epoch):
                 number += 1
-                yield EpochStep(epoch, number, [m[s * per_rank : (s + 1) * per_rank] for m in mine])
+                ranks = [m[s * per_rank : (s + 1) * per_rank] for m in mine]
+                # DistributedSampler's order of the step: rank r holds positions r, r + dp, ...
+                rows = [ranks[j % dp_size][j // dp_size] for j in range(per_rank * dp_size)]
+                yield EpochStep(epoch, number, ranks, rows)
             continue
         order = sampler_indices(n, 1, 0, seed, epoch)
         for s in range(per_epoch):
             rows = order[s * global_batch_size : (s + 1) * global_batch_size]
             dealt = deal([lengths[i] for i in rows], dp_size, trainer, balance, model=model)
             number += 1
-            yield EpochStep(epoch, number, [[rows[p] for p in part] for part in dealt])
+            yield EpochStep(epoch, number, [[rows[p] for p in part] for part in dealt], rows)

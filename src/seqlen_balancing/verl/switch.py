@@ -38,7 +38,7 @@ from typing import Any
 
 from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.options import ENV_SWITCH, PlanOptions, env_values
-from seqlen_balancing.verl import signatures
+from seqlen_balancing.verl import balance_step, signatures
 from seqlen_balancing.verl.hook import PostImportFinder
 
 __all__ = [
@@ -376,6 +376,7 @@ def _on_import(module: ModuleType) -> None:
         else:
             _rebind(module)
             logger.debug("seqlen-balancing: %s imported while switched", module.__name__)
+        balance_step.on_import(module)
 
 
 def replacements() -> list[tuple[str, str]]:
@@ -442,6 +443,7 @@ def apply() -> list[tuple[str, str]]:
             return sorted(_STATE.records)
         ours = _library_functions()
         _check(ours, VERL_FUNCTIONS)
+        step = _balance_step_requested()
         _STATE.ours = ours
         for module_name in VERL_FUNCTIONS:
             module = sys.modules.get(module_name)
@@ -449,6 +451,8 @@ def apply() -> list[tuple[str, str]]:
                 _replace_definitions(module)
         for module in _loaded_verl_modules():
             _rebind(module)
+        if step:
+            balance_step.enable(_STATE.options)
         _STATE.finder = PostImportFinder(("verl",), _on_import)
         _STATE.finder.install()
         version = _verl_version()
@@ -460,12 +464,26 @@ def apply() -> list[tuple[str, str]]:
         done = sorted(_STATE.records)
         logger.info(
             "seqlen-balancing %s switched on for verl %s in process %d on %s, options in force: "
-            "%s; %d bindings replaced now%s; verl modules imported later are switched on import",
+            "%s%s; %d bindings replaced now%s; verl modules imported later are switched on import",
             _library_version(), version, os.getpid(), socket.gethostname(),
-            _STATE.options.describe(), len(done),
+            _STATE.options.describe(),
+            "; the step is balanced across DP ranks (SEQLEN_BALANCING_BALANCE_STEP: sft_trainer's "
+            "sampler, PPO's _balance_batch)" if step else "", len(done),
             "".join(f"\n  {module}.{name}" for module, name in done),
         )
         return done
+
+
+def _balance_step_requested() -> bool:
+    """Whether ``SEQLEN_BALANCING_BALANCE_STEP`` is on (a bad value: ValueError, nothing
+    replaced, like the option variables)."""
+    try:
+        return balance_step.requested()
+    except ValueError as error:
+        raise ValueError(
+            f"seqlen_balancing.verl cannot switch verl {_verl_version()}: {error}; nothing was "
+            "replaced"
+        ) from None
 
 
 def _library_version() -> str:
@@ -492,6 +510,7 @@ def revert() -> list[tuple[str, str]]:
             return []
         _STATE.finder.uninstall()
         _STATE.finder = None
+        balance_step.disable()
         for module in _loaded_verl_modules():  # bindings made after the last record, if any
             _rebind(module)
         restored = []

@@ -1,0 +1,216 @@
+"""The modeled step time of one step, three ways: verl's, the library per rank, the global planner.
+
+The lock-step model (:mod:`seqlen_balancing.lockstep`, docs/step-time.md): under FSDP the DP
+ranks run their micro-batches in lock-step, so
+
+    step time = sum over k of max over ranks r of W(r, k)  +  K x fixed cost
+    floor     = (sum of every sample's workload) / dp      +  K x fixed cost
+
+with ``W(r, k)`` the workload of rank ``r``'s micro-batch ``k`` (verl's ``24576*s + s**2``
+per sequence, or the ``--workload-model``'s), ``K`` the most micro-batches any rank runs and
+the fixed cost of one micro-batch ``micro_batch_overhead x 24576 x cap``. Each kind of plan
+(:class:`Modeled`) is shown in units of ``24576 x cap``, the linear term of a full
+micro-batch: a step of ``K`` full micro-batches of short sequences takes about ``K x (1 +
+micro_batch_overhead)`` of them.
+
+* ``verl``: the trainer's dealing (``--trainer``) and verl 0.9.1's own plans on each rank:
+  its agreed count (:func:`~seqlen_balancing.verl_rule.verl_counts`), Karmarkar-Karp on
+  the workloads at that count, verl's order of micro-batches
+  (:func:`~seqlen_balancing.balance.order_micro_batches`); with ``--compare-verl`` only,
+  and only for verl's own rule (one sample per group).
+* ``library``: the same dealing, each rank planned by the library (the report's plans).
+* ``global``: :func:`~seqlen_balancing.plan_global_batch` on the step's rows in the
+  sampler's order, choosing the ranks itself (what ``SEQLEN_BALANCING_BALANCE_STEP=1``
+  runs), under the same options.
+
+No torch here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from seqlen_balancing.balance import order_micro_batches
+from seqlen_balancing.lockstep import lock_step_time, micro_batch_fixed_cost, step_time_floor
+from seqlen_balancing.options import PlanOptions
+from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp, workload
+from seqlen_balancing.step import DEFAULT_MICRO_BATCH_OVERHEAD, plan_step
+
+__all__ = ["KINDS", "Modeled", "model_step", "overhead_of", "verl_plans"]
+
+#: The three kinds of plan, and how the reports name them.
+KINDS = {
+    "verl": "verl 0.9.1: the trainer's dealing, verl's plans",
+    "library": "the trainer's dealing, this library per rank",
+    "global": "the global planner (plan_global_batch)",
+}
+
+Plans = list[list[list[int]]]  # per rank, its micro-batches of indices into the step's rows
+
+
+@dataclass(frozen=True)
+class Modeled:
+    """One kind of plan of the step in the lock-step model (``None``: not modeled).
+
+    Attributes:
+        kind: a key of :data:`KINDS`.
+        count: micro-batches per rank (the most any rank runs).
+        step_time: the modeled step time, in workload units.
+        floor: the floor at ``count``.
+        unit: ``24576 x cap``, the linear term of a full micro-batch.
+        error: why the plan could not be made.
+    """
+
+    kind: str
+    count: int | None
+    step_time: float | None
+    floor: float | None
+    unit: float
+    error: str | None = None
+
+    @property
+    def in_units(self) -> float | None:
+        return None if self.step_time is None else self.step_time / self.unit
+
+    @property
+    def over_floor(self) -> float | None:
+        if self.step_time is None or not self.floor:
+            return None
+        return self.step_time / self.floor
+
+
+def overhead_of(options: PlanOptions) -> float:
+    """The fixed cost of one micro-batch as a share of a full one's linear term: the
+    options' ``micro_batch_overhead`` where they have one, else the library's default."""
+    value = getattr(options, "micro_batch_overhead", None)
+    return DEFAULT_MICRO_BATCH_OVERHEAD if value is None else float(value)
+
+
+def _workloads(lengths: Sequence[int], options: PlanOptions) -> list[int]:
+    model = options.workload_model
+    return list(model.workloads(list(lengths))) if model is not None else [workload(s) for s in lengths]
+
+
+def verl_plans(lengths: Sequence[int], dealt: Sequence[Sequence[int]], counts: Sequence[int],
+               options: PlanOptions) -> Plans:
+    """verl 0.9.1's plans of each rank at its count (``counts[r]``, the agreed one under
+    ``same_micro_num_in_dp``): Karmarkar-Karp on the workloads (``equal_size=False``),
+    verl's order; indices into ``lengths``.
+
+    Example:
+        >>> verl_plans([5, 1, 4, 2], [[0, 1], [2, 3]], [1, 1], PlanOptions())
+        [[[0, 1]], [[2, 3]]]
+    """
+    out: Plans = []
+    for rows, count in zip(dealt, counts, strict=True):
+        loads = _workloads([lengths[i] for i in rows], options)
+        parts = [sorted(p) for p in karmarkar_karp(loads, count, equal_size=False)]
+        ordered = order_micro_batches(parts, loads, options.use_dynamic_bsz_balance)
+        out.append([[rows[i] for i in mb] for mb in ordered])
+    return out
+
+
+def _timed(kind: str, plans: Plans, loads: list[int], dp: int, fixed: float, unit: float) -> Modeled:
+    count = max((len(p) for p in plans), default=0)
+    return Modeled(kind, count, lock_step_time(plans, loads, fixed), step_time_floor(loads, dp, count, fixed),
+                   unit)
+
+
+def _global(lengths: Sequence[int], dp: int, cap: int, options: PlanOptions, overhead: float,
+            loads: list[int], unit: float) -> Modeled:
+    rule: dict[str, Any] = {
+        "use_dynamic_bsz_balance": options.use_dynamic_bsz_balance,
+        "num_batches_divided_by": options.num_batches_divided_by,
+        "min_num_micro_batch": options.min_num_micro_batch,
+        "force_group_size": options.force_group_size,
+        "pad_to_multiple_of": options.pad_to_multiple_of,
+        "micro_batch_multiple_of": options.micro_batch_multiple_of,
+        "padded": options.padded,
+        "max_samples_per_micro_batch": options.max_samples_per_micro_batch,
+    }
+    if options.workload_model is not None:
+        rule["workloads"] = loads
+    try:
+        plan = plan_step(list(lengths), dp, cap, micro_batch_overhead=overhead, **rule)
+    except (TypeError, ValueError) as error:
+        return Modeled("global", None, None, None, unit, error=str(error))
+    return Modeled("global", plan.count, plan.step_time, plan.floor, unit)
+
+
+def model_step(
+    lengths: Sequence[int],
+    dealt: Sequence[Sequence[int]],
+    library: Plans,
+    cap: int,
+    options: PlanOptions,
+    verl_counts: Sequence[int] | None = None,
+) -> list[Modeled]:
+    """The step in the lock-step model: ``[verl, library, global]`` (:class:`Modeled`).
+
+    Args:
+        lengths: tokens of the step's rows, in the sampler's order (before any dealing).
+        dealt: the rows (indices into ``lengths``) the trainer deals each rank.
+        library: each rank's plan by the library, indices into ``lengths``.
+        cap: the cap in tokens (``max_token_len x sp``).
+        options: the plan's options.
+        verl_counts: verl's count on each dealt rank, or ``None`` (no ``verl`` row: its
+            ``step_time`` is ``None``).
+
+    Complexity: :func:`~seqlen_balancing.plan_global_batch` on the step, plus
+    Karmarkar-Karp at verl's count on each rank.
+    """
+    dp = len(dealt)
+    overhead = overhead_of(options)
+    fixed = micro_batch_fixed_cost(cap, overhead)
+    unit = float(WORKLOAD_LINEAR_COEF * cap)
+    loads = _workloads(lengths, options)
+    if verl_counts is not None and options.force_group_size == 1:
+        verl = _timed("verl", verl_plans(lengths, dealt, verl_counts, options), loads, dp, fixed, unit)
+    else:
+        verl = Modeled("verl", None, None, None, unit)
+    return [verl, _timed("library", library, loads, dp, fixed, unit),
+            _global(lengths, dp, cap, options, overhead, loads, unit)]
+
+
+def _reference(rows: Sequence[Modeled]) -> Modeled | None:
+    """What ``vs`` compares with: verl's row where it was modeled, else the library's."""
+    return next((m for m in rows if m.step_time is not None and m.kind in ("verl", "library")), None)
+
+
+def lines(rows: Sequence[Modeled], cap: int, overhead: float, runs: str = "step") -> list[str]:
+    """The report's lines: a header and one row per kind of plan that was modeled.
+
+    ``runs`` names what the figures cover (``"step"``, or ``"run"`` for sums over steps).
+    """
+    if not rows:
+        return []
+    reference = _reference(rows)
+    against = "verl" if reference is not None and reference.kind == "verl" else "library"
+    table = [["plans", "count/rank", "step time", "x floor", f"vs {against}"]]
+    for m in rows:
+        if m.step_time is None:
+            if m.error is not None:
+                table.append([KINDS[m.kind], "fails", m.error[:60], "", ""])
+            continue
+        vs = "" if reference is None or m is reference or not reference.step_time else (
+            f"{100 * (m.step_time / reference.step_time - 1):+.1f}%")
+        table.append([KINDS[m.kind], str(m.count), f"{m.in_units:.2f}",
+                      f"{m.over_floor:.4f}", vs])
+    widths = [max(len(r[i]) for r in table) for i in range(5)]
+    text = [r[0].ljust(widths[0]) + "".join("  " + c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))
+            for r in table]
+    head = (f"lock-step model of the {runs} (micro_batch_overhead {overhead:g}; step time in units of "
+            f"24576 x {cap}, a full micro-batch's linear term; x floor: over total workload / ranks "
+            "+ count x fixed cost)")
+    return [head, *(t.rstrip() for t in text)]
+
+
+def to_json(rows: Sequence[Modeled], overhead: float) -> dict[str, Any]:
+    """``{"micro_batch_overhead", "unit", kind: {count, step_time, floor, error}}``."""
+    out: dict[str, Any] = {"micro_batch_overhead": overhead,
+                           "unit": rows[0].unit if rows else None}
+    for m in rows:
+        out[m.kind] = {"count": m.count, "step_time": m.step_time, "floor": m.floor, "error": m.error}
+    return out
