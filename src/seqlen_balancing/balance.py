@@ -53,6 +53,9 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
     # (-load, bin) ascending: heaviest first, ties by index; kept sorted as loads change, so
     # a round costs O(count) memory moves instead of a sort (large counts: a whole step)
     keys = sorted((-load, b) for b, load in enumerate(loads))
+    # plain sums: each bin's smallest item, so a bin none of whose items has the room is
+    # passed over without looking at its items (most heavy bins, once the light one is full)
+    least = [min((sizes[g] for g in b), default=cap + 1) for b in bins] if plain else []
     for _ in range(2 * len(bins)):
         if not keys:
             break
@@ -67,6 +70,8 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
             if gap <= 0:
                 break
             if plain:
+                if least[heavy] > room:
+                    continue
                 movable = [g for g in bins[heavy] if sizes[g] <= room and 0 < workloads[g] < gap]
             else:
                 movable = [g for g in bins[heavy] if 0 < workloads[g] < gap and fits(light, g)]
@@ -80,6 +85,9 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
         bins[light].append(g)
         state.remove(heavy, g, bins[heavy])
         state.add(light, g)
+        if plain:
+            least[heavy] = min((sizes[h] for h in bins[heavy]), default=cap + 1)
+            least[light] = min(least[light], sizes[g])
         for b, sign in ((heavy, -1), (light, 1)):
             del keys[bisect.bisect_left(keys, (-loads[b], b))]
             loads[b] += sign * workloads[g]
@@ -92,9 +100,15 @@ def lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | N
     ``rule`` (longest processing time first, with the rule as the bins' capacity).
 
     Gives up (``None``) after skipping ``8 n + 4096`` micro-batches that it does not fit,
-    in all: on tight counts it would fail anyway, and this bounds its cost to
-    O(n log count). Items are taken by ``(-workload, -cost alone, index)``; bins by
-    ``(workload, items, index)``, empty bins first.
+    in all, or when an item fits no micro-batch: on tight counts it would fail anyway.
+    Items are taken by ``(-workload, -cost alone, index)``; bins by
+    ``(workload, items, index)``, empty bins first. An item skips every micro-batch
+    before the one it takes in that order.
+
+    For plain sums whose costs do not grow along that order (verl's workloads of the
+    lengths) the skipped micro-batches are set aside once, not popped for every item
+    (:func:`_lpt_plain`): the same bins, and a failure found at the item where the skips
+    run out instead of after paying for each of them.
 
     Args:
         rule: a :class:`~seqlen_balancing.rule.Rule` under which every item fits alone.
@@ -105,24 +119,28 @@ def lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | N
         ``count`` lists of items (some may be empty when ``count`` is large), each fitting
         ``rule``, or ``None``.
 
-    Complexity: O(n log n + n log count).
+    Complexity: O(n log n + n log count) (plain sums of non-growing costs); otherwise
+    O(n log n + (n + skips) log count), skips at most ``8 n + 4096``.
 
     References:
         R. L. Graham, "Bounds on multiprocessing timing anomalies", SIAM J. Appl. Math. 17
         (1969) (LPT).
     """
     sizes = rule.sizes
+    # (-workload, -cost, index) by two stable sorts with C-level keys (no tuple per item)
+    order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)
+    order.sort(key=workloads.__getitem__, reverse=True)
+    budget = 8 * len(sizes) + 4096  # bins skipped over the whole run
+    in_order = [sizes[g] for g in order]
+    if rule.plain and in_order == sorted(in_order, reverse=True):
+        return _lpt_plain(sizes, rule.cap, workloads, count, order, budget)
     bins: list[list[int]] = [[] for _ in range(count)]
     state = Loads(rule, count)
     fits, add = state.fits, state.add
-    # Plain sums (the hot path): the room left, compared inline, instead of a call per check.
-    room = [rule.cap] * count if rule.plain else []
     heap = [(0, 0, b) for b in range(count)]  # (workload, items, bin): empty bins first
-    budget = 8 * len(sizes) + 4096  # bins skipped over the whole run
-    for g in sorted(range(len(sizes)), key=lambda g: (-workloads[g], -sizes[g], g)):
-        size = sizes[g]
+    for g in order:
         skipped = []
-        while heap and (room[heap[0][2]] < size if room else not fits(heap[0][2], g)):
+        while heap and not fits(heap[0][2], g):
             skipped.append(heapq.heappop(heap))
             budget -= 1
             if budget < 0:
@@ -131,13 +149,53 @@ def lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | N
             return None
         load, members, b = heapq.heappop(heap)
         bins[b].append(g)
-        if room:
-            room[b] -= size
-        else:
-            add(b, g)
+        add(b, g)
         heapq.heappush(heap, (load + workloads[g], members + 1, b))
         for entry in skipped:
             heapq.heappush(heap, entry)
+    return bins
+
+
+def _lpt_plain(
+    sizes: Sequence[int],
+    cap: int,
+    workloads: Sequence[int],
+    count: int,
+    order: list[int],
+    budget: int,
+) -> list[list[int]] | None:
+    """:func:`lpt` for plain sums, the items in ``order`` of non-growing cost.
+
+    A micro-batch too full for one item is too full for every later one until the items
+    get smaller than its room (rooms only shrink; costs never grow): it waits aside,
+    keyed by its room, and comes back once the items fit it. The micro-batches an item
+    skips are exactly those whose key comes before the one it takes, all waiting aside, so
+    their number is a bisect in the sorted keys of those waiting.
+    """
+    bins: list[list[int]] = [[] for _ in range(count)]
+    room = [cap] * count
+    heap = [(0, 0, b) for b in range(count)]  # (workload, items, bin): empty bins first
+    aside: list[tuple[int, int, int]] = []  # sorted keys of the bins set aside
+    by_room: list[tuple[int, tuple[int, int, int]]] = []  # (-room, key): the roomiest first
+    for g in order:
+        size = sizes[g]
+        while by_room and -by_room[0][0] >= size:  # fits again: back in line
+            key = heapq.heappop(by_room)[1]
+            del aside[bisect.bisect_left(aside, key)]
+            heapq.heappush(heap, key)
+        while heap and room[heap[0][2]] < size:
+            key = heapq.heappop(heap)
+            bisect.insort(aside, key)
+            heapq.heappush(by_room, (-room[key[2]], key))
+        if not heap:
+            return None
+        load, members, b = heap[0]
+        budget -= bisect.bisect_left(aside, heap[0])  # the bins before it, all skipped
+        if budget < 0:
+            return None
+        bins[b].append(g)
+        room[b] -= size
+        heapq.heapreplace(heap, (load + workloads[g], members + 1, b))
     return bins
 
 

@@ -36,6 +36,7 @@ __all__ = [
 _CLOSING_TRIES = 64  # sizes tried per exact-pair search in closing_fit_decreasing
 _MAX_BITSET_BITS = 1 << 16  # minimum_bin_slack: widest subset-sum bitset (cap / gcd)
 _MAX_STORED_BITS = 1 << 26  # minimum_bin_slack: bitsets kept per bin (8 MiB)
+_BITMAP_CAP = 1 << 22  # _best_fit_sums: widest cap bucketed by room (64 Ki words)
 _PROBES = 16  # best_fit: micro-batches with the room tried per item under a rule
 _MAX_RESTARTS = 64  # randomized_best_fit: restarts at most
 _STALE_RESTARTS = 24  # randomized_best_fit: ... and at most this many in a row that gain nothing
@@ -57,8 +58,10 @@ def best_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
         TypeError: a size or ``cap`` is not an integer.
         ValueError: a negative size, a size above ``cap``, or ``cap < 1``.
 
-    Complexity: O(n log n) comparisons (bisect on a sorted list of bin residuals), plus
-    list insertions that move O(bins) pointers each.
+    Complexity: O(n log n) for the sort, then O(1 + cap / 4096) word operations per item
+    (bins bucketed by their room under a bitmap of the rooms in use); for caps above
+    ``2**22``, a bisect on a sorted list of rooms and list insertions that move O(bins)
+    pointers each.
 
     References:
         D. S. Johnson, "Fast algorithms for bin packing", JCSS 8 (1974);
@@ -136,7 +139,68 @@ def best_fit(rule: Rule, order: Sequence[int] | None = None) -> list[list[int]]:
 
 
 def _best_fit_sums(sizes: list[int], cap: int) -> list[list[int]]:
-    """:func:`best_fit` for summed costs without a limit, in decreasing order."""
+    """:func:`best_fit` for summed costs without a limit, in decreasing order.
+
+    The bins that can take more are bucketed by their room (a stack per room, the newest
+    last) under a two-level bitmap of the rooms in use (64 rooms a word, and one bit a
+    word), so finding the fullest bin an item fits costs O(cap / 4096) word operations,
+    not a move of O(bins) pointers; caps above ``_BITMAP_CAP`` keep the sorted list.
+    """
+    if cap > _BITMAP_CAP:
+        return _best_fit_sorted(sizes, cap)
+    order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)  # stable: index
+    smallest = sizes[order[-1]] if order else 0
+    words = [0] * ((cap >> 6) + 1)  # bit r & 63 of word r >> 6: some bin has room r
+    used = 0  # bit w: words[w] is not 0
+    stacks: dict[int, list[int]] = {}  # room -> bins with that room, the newest last
+    bins: list[list[int]] = []
+    for i in order:
+        size = sizes[i]
+        if size > cap:
+            raise ValueError(f"item {i} has size {size}, larger than the capacity {cap}")
+        w = size >> 6
+        word = words[w] >> (size & 63)
+        if word:
+            room = size + ((word & -word).bit_length() - 1)
+        else:
+            above = used >> (w + 1)
+            if above:
+                w += (above & -above).bit_length()
+                word = words[w]
+                room = (w << 6) + (word & -word).bit_length() - 1
+            else:
+                room = -1
+        if room < 0:
+            owner = len(bins)
+            bins.append([i])
+            left = cap - size
+        else:
+            stack = stacks[room]
+            owner = stack.pop()
+            if not stack:
+                del stacks[room]
+                w = room >> 6
+                words[w] &= ~(1 << (room & 63))
+                if not words[w]:
+                    used &= ~(1 << w)
+            bins[owner].append(i)
+            left = room - size
+        if left < smallest:
+            continue  # no item left fits this bin: keep it out of the index
+        waiting = stacks.get(left)
+        if waiting is None:
+            stacks[left] = [owner]
+            w = left >> 6
+            if not words[w]:
+                used |= 1 << w
+            words[w] |= 1 << (left & 63)
+        else:
+            waiting.append(owner)
+    return bins
+
+
+def _best_fit_sorted(sizes: list[int], cap: int) -> list[list[int]]:
+    """:func:`_best_fit_sums` on a sorted list of rooms (any cap; O(bins) moves per item)."""
     residuals: list[int] = []  # ascending
     owners: list[int] = []  # bin of each residual, parallel to ``residuals``
     bins: list[list[int]] = []

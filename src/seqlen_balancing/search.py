@@ -292,9 +292,9 @@ def _close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[in
     """The exchange local search towards ``lower``. For summed costs without a limit, on
     the items the Martello-Toth reduction leaves (:func:`~seqlen_balancing.bounds.dominant_bins`:
     bins some optimal packing contains, so nothing is lost), from the best of the given
-    packing restricted to them and fresh packings of them; the reduction's bins are added
-    back. With a sample limit (where the reduction's pairs may hold too many rows), on
-    the whole packing."""
+    packing restricted to them and fresh packings of them (made in turn, none after one
+    that meets the bound); the reduction's bins are added back. With a sample limit
+    (where the reduction's pairs may hold too many rows), on the whole packing."""
     sizes, cap = rule.sizes, rule.cap
     if not rule.plain:
         return repack(rule, packing, target=lower)
@@ -307,16 +307,26 @@ def _close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[in
             fixed[0].extend(rest)  # zero-length items fit anywhere
         return fixed
     remaining = set(rest)
-    candidates = [
-        best_fit(sub),
-        closing_fit_decreasing(sub.sizes, cap),
-        minimum_bin_slack(sub.sizes, cap) if sub.n <= 4096 else [],
+    target = max(1, lower - len(fixed))  # no packing of the rest has fewer (fixed: optimal)
+
+    def restricted() -> list[list[int]]:
+        position = {g: j for j, g in enumerate(rest)}
+        return [b for b in ([position[g] for g in b if g in remaining] for b in packing) if b]
+
+    makers: list[Callable[[], list[list[int]]]] = [
+        lambda: best_fit(sub),
+        lambda: closing_fit_decreasing(sub.sizes, cap),
+        lambda: minimum_bin_slack(sub.sizes, cap) if sub.n <= 4096 else [],
+        restricted,
     ]
-    position = {g: j for j, g in enumerate(rest)}
-    restricted = [[position[g] for g in b if g in remaining] for b in packing]
-    candidates.append([b for b in restricted if b])
-    best = min((c for c in candidates if c), key=len)
-    best = repack(sub, best, target=max(1, lower - len(fixed)))
+    best: list[list[int]] = []
+    for make in makers:  # the fewest, the earliest on a tie; one at the target ends it
+        found = make()
+        if found and (not best or len(found) < len(best)):
+            best = found
+        if best and len(best) <= target:
+            break
+    best = repack(sub, best, target=target)
     if len(fixed) + len(best) > len(packing):  # never seen on CHAMP; kept as a safety net
         return repack(rule, packing, target=lower)
     return fixed + [[rest[j] for j in b] for b in best]

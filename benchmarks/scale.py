@@ -1,0 +1,222 @@
+"""How planning time and memory grow with the batch (issue 33). Prints one table.
+
+Run: ``python benchmarks/scale.py`` (10^3 to 10^5 samples, a few minutes on 2 cores);
+``--full`` adds the 10^6 row of the list API and of the global planner (and 10^5 jagged
+rows, 10^4 padded rows); ``--quick`` stops at 10^4.
+
+Lengths: lognormal, median 1,000 tokens (sigma 1), at least 1 and clipped to
+``min(cap, 32768)`` (seed 0). Caps 16,384 and 65,536 tokens.
+
+Rows (``api``):
+  list     ``plan_micro_batches(lengths, cap)``
+  global   ``plan_global_batch(lengths, 8, cap)`` (8 DP ranks, the whole step)
+  jagged   ``rearrange_micro_batches`` on a TensorDict with jagged int32 ``input_ids``
+  dense    the same on right-padded ``attention_mask`` (bool) and ``input_ids`` (int32)
+
+Columns:
+  count     micro-batches (list, jagged, dense) or their sum over the ranks (global)
+  bound     ``lower_bound`` of the lengths (list rows; the count is optimal where equal)
+  cpu s     process CPU time (all threads), the minimum of ``--repeat`` runs (default 3)
+  us/smp    cpu s per sample, in microseconds
+  peak MB   the process's peak resident memory during one call above what it held before
+            (Linux VmHWM, reset through /proc/self/clear_refs; "-" where that is refused)
+  gather s  tensor rows: the least the call must do with the same micro-batches, timed the
+            same way: one ``index_select`` of the batch per micro-batch (dense) or, for
+            jagged rows, one split of the values and per micro-batch a cat of its rows and
+            a jagged tensor on them; ratio = cpu s / gather s
+  stages    the largest stages of one run under cProfile (cumulative time, as a share of
+            the call; functions above 80% and those that only call stages left out;
+            nested stages overlap: lpt's share includes _lpt_plain's)
+
+After the table, the growth exponent of each (api, cap): the slope of a least-squares fit
+of log(cpu s) on log(samples); 1.0 is linear.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import math
+import pstats
+import random
+import time
+from collections.abc import Callable, Sequence
+
+from seqlen_balancing import lower_bound, plan_micro_batches
+from seqlen_balancing.step import plan_global_batch
+
+CAPS = (16384, 65536)
+# functions that only call the stages (left out of the stages column)
+WRAPPERS = frozenset({
+    "<genexpr>", "<lambda>", "<listcomp>", "_analyse", "_balanced_bins", "_count",
+    "_search_count", "analyse", "balanced", "build_plan", "plan_at",
+})
+
+
+def lognormal(n: int, cap: int, seed: int = 0) -> list[int]:
+    """``n`` lognormal lengths, median 1,000, clipped to ``[1, min(cap, 32768)]``."""
+    rng = random.Random(seed)
+    top = min(cap, 32768)
+    return [max(1, min(top, int(rng.lognormvariate(math.log(1000), 1.0)))) for _ in range(n)]
+
+
+def cpu_min(call: Callable[[], object], repeat: int) -> float:
+    """The least process CPU time of ``repeat`` calls, in seconds."""
+    best = math.inf
+    for _ in range(repeat):
+        start = time.process_time()
+        call()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1])
+    raise OSError(field)
+
+
+def peak_mb(call: Callable[[], object]) -> str:
+    """Peak resident memory of one call above the resident memory before it, in MB."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")  # resets VmHWM to the current resident size
+        before = _status_kb("VmRSS")
+        call()
+        return f"{max(0, _status_kb('VmHWM') - before) / 1024:.0f}"
+    except OSError:
+        return "-"
+
+
+def stages(call: Callable[[], object], top: int = 4) -> str:
+    """The ``top`` largest library functions by cumulative time under cProfile."""
+    profile = cProfile.Profile()
+    profile.runcall(call)
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    total = max((row[3] for row in stats.values()), default=0.0) or 1.0
+    rows = [
+        (row[3] / total, name)
+        for (path, _, name), row in stats.items()
+        if "seqlen_balancing" in path and row[3] / total <= 0.8 and name not in WRAPPERS
+    ]
+    rows.sort(reverse=True)
+    return " ".join(f"{name} {share:.0%}" for share, name in rows[:top])
+
+
+def exponent(points: Sequence[tuple[int, float]]) -> float:
+    """Least-squares slope of log(time) on log(n)."""
+    xs = [math.log(n) for n, _ in points]
+    ys = [math.log(max(t, 1e-9)) for _, t in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+
+
+Thunk = Callable[[], object]
+
+
+def tensor_cases(lengths: list[int], cap: int, jagged: bool) -> tuple[Thunk, Thunk, Callable[[], int]]:
+    """The call, its gather floor and its count on a TensorDict of ``lengths``."""
+    import itertools
+
+    import torch
+    from tensordict import TensorDict
+
+    from seqlen_balancing import rearrange_micro_batches
+
+    n = len(lengths)
+    if jagged:
+        offsets = torch.tensor([0, *itertools.accumulate(lengths)])
+        values = torch.zeros(int(offsets[-1]), dtype=torch.int32)
+        ids = torch.nested.nested_tensor_from_jagged(values, offsets)
+        batch = TensorDict({"input_ids": ids}, batch_size=[n])
+    else:
+        mask = torch.arange(max(lengths)).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+        batch = TensorDict({"attention_mask": mask, "input_ids": mask.to(torch.int32)}, [n])
+    _, plan = rearrange_micro_batches(batch, cap)
+
+    def call() -> object:
+        return rearrange_micro_batches(batch, cap)
+
+    def gather() -> object:
+        if not jagged:
+            return [batch[torch.tensor(rows)] for rows in plan]
+        rows_of = torch.split(values, lengths)
+        out = []
+        for rows in plan:
+            part = torch.cat([rows_of[i] for i in rows])
+            offs = torch.tensor([0, *itertools.accumulate(lengths[i] for i in rows)])
+            out.append(torch.nested.nested_tensor_from_jagged(part, offs))
+        return out
+
+    return call, gather, lambda: len(plan)
+
+
+def row(api: str, n: int, cap: int, repeat: int) -> tuple[str, float]:
+    """One line of the table and its CPU time."""
+    lengths = lognormal(n, cap)
+    gather: Callable[[], object] | None = None
+    bound = "-"
+    if api == "list":
+        def call() -> object:
+            return plan_micro_batches(lengths, cap)
+
+        count = len(plan_micro_batches(lengths, cap))
+        bound = str(lower_bound(lengths, cap))
+    elif api == "global":
+        def call() -> object:
+            return plan_global_batch(lengths, 8, cap)
+
+        count = sum(len(rank) for rank in plan_global_batch(lengths, 8, cap)[1])
+    else:
+        call, gather, counted = tensor_cases(lengths, cap, jagged=api == "jagged")
+        count = counted()
+    seconds = cpu_min(call, repeat)
+    floor = cpu_min(gather, repeat) if gather is not None else None
+    ratio = f"{seconds / floor:.2f}" if floor else "-"
+    text = (
+        f"{api:<7}{cap:>7}{n:>9}{count:>8}{bound:>8}{seconds:>9.3f}{1e6 * seconds / n:>8.2f}"
+        f"{peak_mb(call):>8}{'-' if floor is None else f'{floor:.3f}':>9}{ratio:>7}  "
+        f"{stages(call)}"
+    )
+    return text, seconds
+
+
+def sizes_for(api: str, full: bool, quick: bool) -> list[int]:
+    """The sample counts a row kind is measured at (tensors: what memory allows)."""
+    top = {"list": 5, "global": 5, "jagged": 4, "dense": 3}[api] + full
+    if quick:
+        top = min(top, 4)
+    return [10**e for e in range(3, top + 1)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="add 10^6 samples")
+    parser.add_argument("--quick", action="store_true", help="stop at 10^4 samples")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--apis", default="list,global,jagged,dense")
+    parser.add_argument("--sizes", default="", help="sample counts, e.g. 1000,1000000")
+    args = parser.parse_args()
+    print(
+        f"{'api':<7}{'cap':>7}{'samples':>9}{'count':>8}{'bound':>8}{'cpu s':>9}{'us/smp':>8}"
+        f"{'peak MB':>8}{'gather s':>9}{'ratio':>7}  stages"
+    )
+    fits = []
+    for api in args.apis.split(","):
+        for cap in CAPS:
+            points = []
+            chosen = [int(v) for v in args.sizes.split(",") if v]
+            for n in chosen or sizes_for(api, args.full, args.quick):
+                text, seconds = row(api, n, cap, args.repeat)
+                print(text, flush=True)
+                points.append((n, seconds))
+            if len(points) > 1:
+                fits.append(f"{api} cap {cap}: time ~ n^{exponent(points):.2f}")
+    print("growth exponents: " + "; ".join(fits))
+
+
+if __name__ == "__main__":
+    main()

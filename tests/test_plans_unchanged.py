@@ -1,0 +1,239 @@
+"""Issue 33: the faster capped LPT and best fit decreasing plan exactly what the plain
+algorithms their docstrings describe would, on a few hundred seeded batches (lognormal,
+CHAMP, the shapes of the other tests).
+
+The references here are the rules spelled out, slow on purpose: every bin scanned for every
+item (O(n * bins)), nothing kept sorted. Whole plans are compared by planning each batch
+twice, once as shipped and once with the references put in place of the library's LPT and
+best fit: the frozen "today" is computed here, never read from a table.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from seqlen_balancing import balance, packing, plan_micro_batches
+from seqlen_balancing.balance import lpt
+from seqlen_balancing.packing import best_fit_decreasing
+from seqlen_balancing.rule import Rule
+
+
+def reference_lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | None:
+    """LPT as its docstring says: items by ``(-workload, -cost, index)``, each into the first
+    bin by ``(workload, items, index)`` whose cost plus the item's stays within the cap; an
+    item skips every bin before that one, ``8 n + 4096`` skips in all, else ``None``."""
+    sizes = rule.sizes
+    bins: list[list[int]] = [[] for _ in range(count)]
+    loads = [0] * count
+    used = [0] * count
+    skips_left = 8 * len(sizes) + 4096
+    for g in sorted(range(len(sizes)), key=lambda g: (-workloads[g], -sizes[g], g)):
+        chosen = None
+        for b in sorted(range(count), key=lambda b: (loads[b], len(bins[b]), b)):
+            if used[b] + sizes[g] <= rule.cap:
+                chosen = b
+                break
+            skips_left -= 1
+        if chosen is None or skips_left < 0:
+            return None
+        bins[chosen].append(g)
+        loads[chosen] += workloads[g]
+        used[chosen] += sizes[g]
+    return bins
+
+
+def reference_best_fit(sizes: list[int], cap: int) -> list[list[int]]:
+    """Best fit decreasing spelled out: items by ``(-size, index)``, each into the bin with
+    the least room that still takes it (of equal rooms, the one whose room was set last),
+    else a new bin; a bin whose room is below the smallest item is never offered again."""
+    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+    smallest = sizes[order[-1]] if order else 0
+    bins: list[list[int]] = []
+    room: list[int] = []
+    stamp: list[int] = []  # when each bin's room was last set; -1: out of the offer
+    for clock, i in enumerate(order):
+        offered = [b for b in range(len(bins)) if stamp[b] >= 0 and room[b] >= sizes[i]]
+        if offered:
+            b = min(offered, key=lambda b: (room[b], -stamp[b]))
+            bins[b].append(i)
+            room[b] -= sizes[i]
+        else:
+            b = len(bins)
+            bins.append([i])
+            room.append(cap - sizes[i])
+            stamp.append(0)
+        stamp[b] = clock if room[b] >= smallest else -1
+    return bins
+
+
+def lognormal(rng: random.Random, n: int, cap: int, sigma: float = 1.0) -> list[int]:
+    """Lognormal lengths, median 1,000 tokens, clipped to ``min(cap, 32768)``."""
+    top = min(cap, 32768)
+    return [max(1, min(top, int(rng.lognormvariate(math.log(1000), sigma)))) for _ in range(n)]
+
+
+def batches() -> list[tuple[str, list[int], int]]:
+    """300 seeded batches (lognormal of two spreads, CHAMP, uniform, bimodal) and 4 adversarial."""
+    from seqlen_balancing.data import load_champ_lengths
+
+    champ = load_champ_lengths()
+    out = []
+    for seed in range(300):
+        rng = random.Random(seed)
+        cap = rng.choice([4096, 8192, 16384, 32768, 65536])
+        n = rng.randint(20, 400)
+        kind = seed % 5
+        if kind == 0:
+            lens = lognormal(rng, n, cap)
+        elif kind == 1:
+            lens = lognormal(rng, n, cap, sigma=1.6)
+        elif kind == 2:
+            lens = [min(cap, x * rng.choice([1, 2, 4])) for x in rng.sample(champ, n)]
+        elif kind == 3:
+            lens = [rng.randint(1, cap) for _ in range(n)]
+        else:
+            lens = [rng.choice([rng.randint(100, 600), rng.randint(cap // 3, cap // 2)])
+                    for _ in range(n)]
+        out.append((f"seed{seed}-kind{kind}", lens, cap))
+    # tests/test_packing.py's adversarial inputs, smaller (the references are quadratic)
+    out += [
+        ("sevens", [7] * 512, 8),
+        ("zeros", [0] * 2000, 5),
+        ("three per bin", [5000] * 900, 16384),
+        ("threes and fives", [3, 5] * 300, 8),
+    ]
+    return out
+
+
+BATCHES = batches()
+
+
+def test_reference_lpt_hand_checked() -> None:
+    # workloads 9, 8, 7, 1 at cap 10, two bins: 9 -> bin 0; 8 -> bin 1; 7 fits neither
+    # (sizes 9 + 7, 8 + 7 > 10): None. With sizes 5, 5, 4, 1: 5 | 5, then 4 into the
+    # lighter bin 1 (workload 8 < 9, room 5), then 1 into bin 0 (now 9 < 15).
+    assert reference_lpt(Rule.sums([9, 8, 7, 1], 10), [9, 8, 7, 1], 2) is None
+    assert reference_lpt(Rule.sums([5, 5, 4, 1], 10), [9, 8, 7, 1], 2) == [[0, 3], [1, 2]]
+    assert reference_best_fit([5, 7, 3, 5], 10) == [[1, 2], [0, 3]]
+
+
+@pytest.mark.slow
+def test_lpt_is_the_spelled_out_rule_on_seeded_batches() -> None:
+    differences = []
+    attempts = successes = 0
+    for name, lens, cap in BATCHES:
+        rule = Rule.sums(lens, cap)
+        work = [24576 * s + s * s for s in lens]
+        floor = -(-sum(lens) // cap)
+        for count in {floor, floor + 1, floor + 3, max(1, len(lens) // 4)}:
+            if count > len(lens):
+                continue
+            attempts += 1
+            expected = reference_lpt(rule, work, count)
+            successes += expected is not None
+            if lpt(rule, work, count) != expected:
+                differences.append((name, count))
+    assert differences == []
+    assert 0 < successes < attempts  # both outcomes exercised
+
+
+def test_lpt_with_growing_costs_is_the_spelled_out_rule() -> None:
+    # workloads that do not follow the costs take the general loop: same rule
+    for seed in range(60):
+        rng = random.Random(seed)
+        n = rng.randint(5, 60)
+        cap = rng.randint(20, 200)
+        sizes = [rng.randint(1, cap) for _ in range(n)]
+        work = [rng.randint(0, 500) for _ in range(n)]
+        rule = Rule.sums(sizes, cap)
+        for count in range(max(1, -(-sum(sizes) // cap)), n + 1, max(1, n // 5)):
+            assert lpt(rule, work, count) == reference_lpt(rule, work, count), (seed, count)
+
+
+@pytest.mark.slow
+def test_best_fit_decreasing_is_the_spelled_out_rule_on_seeded_batches() -> None:
+    for name, lens, cap in BATCHES:
+        assert best_fit_decreasing(lens, cap) == reference_best_fit(lens, cap), name
+    # caps above the bucketed rooms' widest keep the sorted list: the same rule
+    for seed in range(20):
+        rng = random.Random(seed)
+        wide = (1 << 22) + rng.randint(1, 1 << 22)
+        lens = [rng.randint(1, wide) for _ in range(rng.randint(1, 200))]
+        assert best_fit_decreasing(lens, wide) == reference_best_fit(lens, wide), seed
+    # equal sizes and zero sizes: the ties of the rule
+    assert best_fit_decreasing([3] * 50, 10) == reference_best_fit([3] * 50, 10)
+    assert best_fit_decreasing([0, 5, 0, 5, 2], 10) == reference_best_fit([0, 5, 0, 5, 2], 10)
+
+
+def _with_references(monkeypatch: pytest.MonkeyPatch) -> None:
+    def slow_best_fit(sizes: list[int], cap: int) -> list[list[int]]:
+        for i, size in enumerate(sizes):
+            if size > cap:
+                raise ValueError(f"item {i} has size {size}, larger than the capacity {cap}")
+        return reference_best_fit(sizes, cap)
+
+    monkeypatch.setattr(balance, "lpt", reference_lpt)
+    monkeypatch.setattr(packing, "_best_fit_sums", slow_best_fit)
+
+
+@pytest.mark.slow
+def test_plans_equal_those_of_the_spelled_out_algorithms(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan: Callable[[list[int], int], list[list[int]]] = plan_micro_batches
+    shipped = [plan(lens, cap) for _, lens, cap in BATCHES]
+    _with_references(monkeypatch)
+    frozen = [plan(lens, cap) for _, lens, cap in BATCHES]
+    changed = [name for (name, _, _), a, b in zip(BATCHES, shipped, frozen, strict=True) if a != b]
+    assert changed == []
+
+
+def every_candidate_close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[int]]:
+    """The exchange search's start as it was: every candidate made, the fewest bins taken
+    (the earliest on a tie), then the exchange search towards the bound."""
+    from seqlen_balancing.bounds import dominant_bins
+    from seqlen_balancing.packing import closing_fit_decreasing, minimum_bin_slack
+    from seqlen_balancing.repack import repack
+
+    fixed, rest = dominant_bins(rule.sizes, rule.cap)
+    sub = rule.restrict(rest)
+    position = {g: j for j, g in enumerate(rest)}
+    restricted = [[position[g] for g in b if g in position] for b in packing]
+    candidates = [
+        packing_best_fit(sub),
+        closing_fit_decreasing(sub.sizes, rule.cap),
+        minimum_bin_slack(sub.sizes, rule.cap) if sub.n <= 4096 else [],
+        [b for b in restricted if b],
+    ]
+    best = min((c for c in candidates if c), key=len)
+    best = repack(sub, best, target=max(1, lower - len(fixed)))
+    return fixed + [[rest[j] for j in b] for b in best]
+
+
+def packing_best_fit(rule: Rule) -> list[list[int]]:
+    return packing.best_fit(rule)
+
+
+@pytest.mark.slow
+def test_exchange_search_start_stops_at_the_bound_with_the_same_packing() -> None:
+    from seqlen_balancing.bounds import dominant_bins
+    from seqlen_balancing.packing import closing_fit_decreasing
+    from seqlen_balancing.rule import lower_bound
+    from seqlen_balancing.search import _close_gap
+
+    compared = stopped = 0
+    for name, lens, cap in BATCHES:
+        rule = Rule.sums(lens, cap)
+        start = packing.best_fit(rule)
+        lower = lower_bound(lens, cap)
+        fixed, rest = dominant_bins(lens, cap)
+        if len(start) <= lower or not fixed or not any(lens[g] for g in rest):
+            continue
+        compared += 1
+        # closing fit at the bound: minimum bin slack is never made
+        closing = closing_fit_decreasing([lens[g] for g in rest], cap)
+        stopped += len(closing) <= max(1, lower - len(fixed))
+        assert _close_gap(rule, start, lower) == every_candidate_close_gap(rule, start, lower), name
+    assert compared > 10 and stopped > 0, (compared, stopped)
