@@ -57,6 +57,7 @@ from seqlen_balancing.errors import (
     PaddedSampleOverCap,
     PlanError,
     ProtoRaggedStack,
+    RowsOverCap,
     SampleLimitBelowGroup,
     SampleOverCap,
     Shown,
@@ -311,6 +312,11 @@ VALUES: list[tuple[PlanError, tuple[int, ...], str]] = [
         "70004 micro-batches would need 70000 dummy micro-batches on a rank of 4 "
         "samples/groups, more than the 65536 allowed; lower min_num_micro_batch or "
         "num_batches_divided_by"),
+    (RowsOverCap(4, 3, 20), (4, 3, 20),
+        "equal_rows_per_micro_batch: every micro-batch must hold 4 rows, but this rank's "
+        "micro-batches hold at most 3 rows under max_token_len=20 once their filler rows "
+        "(zero-weight copies of a real row) are counted; raise max_token_len, give the ranks "
+        "batches of similar sizes, or turn equal_rows_per_micro_batch off"),
     (StaticNotDivisible(10, 4, 2), (10, 4, 2),
         "batch size 10 is not a positive multiple of micro_batch_size_per_gpu * "
         "force_group_size = 4 * 2; change micro_batch_size_per_gpu or the batch size"),

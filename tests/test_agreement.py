@@ -46,7 +46,7 @@ INT64 = (-(1 << 63), (1 << 63) - 1)
 HALF = 38  # bits in each half of an error value (module docstring)
 TOP = (1 << 76) - 1  # "out of range"; values 0..TOP-1 travel whole
 NONE = -(1 << 62)  # a negated slot of a rank with nothing to say
-CODE_BITS = 7  # codes 1..65 (module docstring: N.bit_length() bits)
+CODE_BITS = 7  # codes 1..66 (module docstring: N.bit_length() bits)
 
 
 #: The request's quantities in slot order (agreement.py's docstring): the agreed options of
@@ -56,9 +56,11 @@ REQUEST_NAMES = [
     "force_group_size", "num_batches_divided_by", "min_num_micro_batch", "use_dynamic_bsz_balance",
     "pad_to_multiple_of", "micro_batch_multiple_of", "padded", "max_samples_per_micro_batch",
     "over_cap", "dummy_micro_batches", "loss_weight_keys", "workload_model",
-    "micro_batch_overhead", "max_token_len", "costs", "workloads", "group_ids",
+    "equal_rows_per_micro_batch", "micro_batch_overhead", "max_token_len", "costs", "workloads",
+    "group_ids",
 ]
-FIXED = 27  # slots before the request's pairs
+ROWS_WINDOW = 32  # equal_rows_per_micro_batch: the rows (27-58) and tolerances (59-90) of 32 counts
+FIXED = 91  # slots before the request's pairs
 WINDOW_AT = FIXED + 2 * len(REQUEST_NAMES)  # the lock-step window (window.py) after them:
 # 2 counts, 2 negated counts, 2 Karmarkar-Karp verdicts, 2 x 16 profile values, 2 x 16 verl's
 SIZE = WINDOW_AT + 2 + 2 + 2 + 32 + 32
@@ -92,7 +94,7 @@ def request(cap: int | None, **changed: int) -> list[int | None]:
     """The request of a rank asked for verl's defaults under ``cap``, by hand: the positive
     integers 1 (None counts as 1 for the divisor and the floor), switches and over_cap 0,
     keys and model None (0), the cap, nothing given; ``changed`` overrides by name."""
-    values = dict(zip(REQUEST_NAMES, [1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, OVERHEAD, cap, 0, 0, 0],
+    values = dict(zip(REQUEST_NAMES, [1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, OVERHEAD, cap, 0, 0, 0],
                       strict=True))
     values.update(changed)
     return [values[name] for name in REQUEST_NAMES]
@@ -110,8 +112,9 @@ def model_vector(
 ) -> list[int]:
     """The slots as agreement.py's docstring lays them out, written out by hand: 0 the error
     key, 1-18 the error's 9 values in halves, then count (19), groups (20), mode (21, 22),
-    static count (23, 24), largest (25), the dummies' groups (26), then a pair per quantity
-    of the request (27 on: ``value << 20 | tag`` and ``-value << 20 | tag``). ``dynamic`` is
+    static count (23, 24), largest (25), the dummies' groups (26), the equal rows' window
+    (27-58 rows, 59-90 tolerances; idle here), then a pair per quantity of the request (91
+    on: ``value << 20 | tag`` and ``-value << 20 | tag``). ``dynamic`` is
     (needed count, groups); ``largest`` the longest sample or group (capped at 2**62 + 1,
     which stands for "above 2**62"); ``dummies``: the rank may run dummy micro-batches, so
     its groups go to slot 26, not 20; ``asked``: the request's values (``None``: the rank
@@ -124,6 +127,7 @@ def model_vector(
         v[at] = value
     v[25] = min(largest, 2**62 + 1)
     v[26] = NONE
+    v[27 + ROWS_WINDOW : 27 + 2 * ROWS_WINDOW] = [NONE] * ROWS_WINDOW
     for j in range(len(REQUEST_NAMES)):
         value = None if asked is None else asked[j]
         v[FIXED + 2 * j] = 0 if value is None else value * 2**20 + tag
@@ -162,12 +166,12 @@ def error_analysis(error: PlanError) -> RankAnalysis:
 def test_the_layout_is_declared_once_and_documented_by_name() -> None:
     names = [slot.name for slot in LAYOUT.slots]
     fixed = ["error_key", "error_values", "count", "groups", "mode", "neg_mode", "static",
-             "neg_static", "largest", "dummy_groups"]
+             "neg_static", "largest", "dummy_groups", "rows", "neg_rows_tolerance"]
     pairs = [f"{neg}option_{name}" for name in REQUEST_NAMES for neg in ("", "neg_")]
     windows = ["window_count", "neg_window_count", "window_fits", "profile", "verl_profile"]
     assert names == fixed + pairs + windows
-    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 131
-    assert [LAYOUT.start(n) for n in fixed] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26]
+    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 197
+    assert [LAYOUT.start(n) for n in fixed] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26, 27, 59]
     assert [LAYOUT.start(n) for n in pairs] == list(range(FIXED, WINDOW_AT))
     assert [LAYOUT.start(n) for n in windows] == [WINDOW_AT + k for k in (0, 2, 4, 6, 38)]
     assert [name for name, _, _ in agreement.REQUEST] == REQUEST_NAMES
@@ -234,7 +238,7 @@ def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
                                                 asked=request(None))
     huge = analyse([2**63], 2**64)  # a cap of 2**41 or more travels as a hash
     assert encode(huge, rank)[25] == 2**62 + 1
-    assert encode(huge, rank)[FIXED + 24] >> 20 >= 2**41
+    assert encode(huge, rank)[FIXED + 2 * REQUEST_NAMES.index("max_token_len")] >> 20 >= 2**41
     assert encode(analyse([2**62], 2**64), rank)[25] == 2**62  # exact up to 2**62
     error = SampleOverCap(1 << 40, (1 << 38) - 1, 3, TOP - 1, 1 << 80, 7, 8, 16, True)
     assert encode(error_analysis(error), rank) == model_vector(rank, error=error)

@@ -64,6 +64,8 @@ DECLARED: dict[str, tuple[Any, str | None, str, str | None, bool]] = {
     "loss_weight_keys": (None, "SEQLEN_BALANCING_LOSS_WEIGHT_KEYS", "--loss-weight-keys",
                          "loss_weight_keys", True),
     "workload_model": (None, "SEQLEN_BALANCING_WORKLOAD_MODEL", "--workload-model", None, True),
+    "equal_rows_per_micro_batch": (False, "SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH",
+                                   "--equal-rows-per-micro-batch", "equal_rows_per_micro_batch", True),
     "micro_batch_overhead": (0.05, "SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD", "--micro-batch-overhead",
                              "micro_batch_overhead", True),
 }
@@ -268,13 +270,15 @@ def test_every_variable_of_the_environment() -> None:
         "SEQLEN_BALANCING_DUMMY_MICRO_BATCHES": "yes",
         "SEQLEN_BALANCING_LOSS_WEIGHT_KEYS": "loss_mask, response_mask",
         "SEQLEN_BALANCING_WORKLOAD_MODEL": "hidden_size=8192,num_layers=80",
+        "SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH": "On",
         "SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD": " 0.2 ",
         "PATH": "/bin",
     }
     assert PlanOptions.from_env(env) == PlanOptions(
         pad_to_multiple_of=16, micro_batch_multiple_of=512, max_samples_per_micro_batch=2,
         over_cap="alone", dummy_micro_batches=True, loss_weight_keys=("loss_mask", "response_mask"),
-        workload_model=WorkloadModel(8192, 80), micro_batch_overhead=0.2)
+        workload_model=WorkloadModel(8192, 80), equal_rows_per_micro_batch=True,
+        micro_batch_overhead=0.2)
     for bad in ("-0.1", "nan", "inf", "a lot"):
         with pytest.raises(ValueError, match=r"SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD=.* is not accepted: "
                            r"it takes a finite number >= 0, e\.g\. 0\.05"):

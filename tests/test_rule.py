@@ -195,3 +195,25 @@ def test_lower_bound_under_the_sample_limit_counts_rows() -> None:
 def test_the_summed_rule_is_inclusive() -> None:
     assert Rule.sums([3, 5], 8).fits([0, 1])
     assert not Rule.sums([3, 6], 8).fits([0, 1])
+
+
+def test_a_filled_padded_rule_pays_every_micro_batch_at_its_filled_rows() -> None:
+    # equal_rows_per_micro_batch: every micro-batch 3 rows (real ones topped up), as wide as
+    # its widest, and at most 3 real rows
+    rule = Rule.padded([0, 0, 0, 0], [10, 4, 6, 3], 29, limit=3, filled=3)
+    assert rule.sizes == [30, 12, 18, 9]  # 3 x each width, alone
+    assert rule.cost([1, 3]) == 12 and rule.cost([0]) == 30 and rule.cost([]) == 0
+    assert rule.fits([1, 2, 3]) and not rule.fits([0]) and not rule.fits_alone(0)
+    loads = Loads.of(rule, [[1, 3], [2]])
+    assert loads.cost == [12, 18]
+    assert loads.fits(0, 2) and not loads.fits(1, 0)  # 3 x 6 <= 29; 3 x 10 > 29
+    loads.add(0, 2)
+    assert loads.cost[0] == 18 and not loads.fits(0, 3)  # a fourth row: over the limit
+    loads.remove(0, 2, [1, 3])
+    assert loads.cost[0] == 12
+    rest = rule.restrict([1, 2, 3])
+    assert rest.filled == 3 and rest.sizes == [12, 18, 9]
+    assert sorted_bound(rest) == 1  # all three: 3 x 6 = 18 <= 29
+    # the bound pays the filled rows too: 3 rows x 6 = 18 > 15 on their own, 2 x 6 = 12 filled
+    assert sorted_bound(Rule.padded([0] * 3, [4, 6, 3], 15)) == 2
+    assert sorted_bound(Rule.padded([0] * 3, [4, 6, 3], 15, filled=2)) == 1

@@ -133,9 +133,10 @@ def test_an_extra_micro_batch_when_it_saves_more_than_it_costs() -> None:
 
 def test_the_vector_is_bounded_and_its_window_declared() -> None:
     # 59 values before issue 31's item 2; micro_batch_overhead's pair of request slots, and
-    # the window's WINDOW x (3 + 2 x PROFILE)
+    # the window's WINDOW x (3 + 2 x PROFILE); equal_rows_per_micro_batch's pair and its rows
+    # window of 2 x 32 (rows.py)
     assert (WINDOW, PROFILE) == (2, 16)
-    assert VECTOR_SIZE == 59 + 2 + 2 * (3 + 2 * 16) == 131
+    assert VECTOR_SIZE == 59 + 2 + 2 * (3 + 2 * 16) + 2 + 2 * 32 == 197
     widths = {s.name: s.width for s in LAYOUT.slots}
     assert [widths[name] for name in ("window_count", "neg_window_count", "window_fits", "profile",
                                       "verl_profile")] == [2, 2, 2, 32, 32]

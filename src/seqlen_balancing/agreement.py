@@ -37,6 +37,17 @@ to say in holds its idle value (0, or ``-2**62`` for a negated slot, below any r
   groups with dummies (``dummy_micro_batches=True``): those ranks leave ``groups`` idle
   (they never make the count impossible), and this slot bounds the dummies the agreed count
   needs on the shortest of them (:data:`~seqlen_balancing.errors.MAX_DUMMY_MICRO_BATCHES`);
+* ``rows`` and ``neg_rows_tolerance`` (``equal_rows_per_micro_batch``), each
+  :data:`~seqlen_balancing.rows.ROWS_WINDOW` wide: for each count ``c`` of the rank's
+  window (its own count and the next multiples of ``num_batches_divided_by``), at place
+  ``c / num_batches_divided_by`` modulo the width, ``rows << 20 | tag``, the fewest rows
+  its plan needs at ``c``, and ``-tolerance << 20 | tag``, the most rows that plan's
+  micro-batches can be topped up to under the cap (:mod:`seqlen_balancing.rows`). At the
+  agreed count's place every micro-batch of the group holds the largest ``rows``; when
+  that is above the smallest tolerance, every rank raises the same
+  :class:`~seqlen_balancing.errors.RowsOverCap`, naming the rank holding it. A count
+  above a rank's window reads the rows of the window's count at the same place, whose
+  plan split up to the agreed count keeps them;
 * the request, one pair of slots per quantity of :data:`REQUEST`: every agreed option of
   :class:`~seqlen_balancing.PlanOptions` (``option_<name>``), the cap
   (``option_max_token_len``) and whether the rank passes ``costs``, ``workloads`` and
@@ -82,6 +93,7 @@ from seqlen_balancing.errors import (
     ModeMismatch,
     OptionMismatch,
     PlanError,
+    RowsOverCap,
     Shown,
     StaticCountMismatch,
 )
@@ -94,6 +106,7 @@ from seqlen_balancing.planner import (
     local_count,
     log_over_cap,
 )
+from seqlen_balancing.rows import ROWS_WINDOW
 from seqlen_balancing.window import PROFILE, WINDOW, Choice, choose, encode_window, settle
 
 __all__ = [
@@ -103,6 +116,7 @@ __all__ = [
     "Layout",
     "RankPlan",
     "Slot",
+    "agreed_rows",
     "combine",
     "decode",
     "encode",
@@ -188,6 +202,8 @@ LAYOUT = Layout(
     Slot("neg_static", idle=_NO_GROUPS),
     Slot("largest"),
     Slot("dummy_groups", idle=_NO_GROUPS),
+    Slot("rows", ROWS_WINDOW),
+    Slot("neg_rows_tolerance", ROWS_WINDOW, idle=_NO_GROUPS),
     *(slot for name, _, _ in REQUEST
       for slot in (Slot(f"option_{name}"), Slot(f"neg_option_{name}", idle=_NO_GROUPS))),
     Slot("window_count", WINDOW),
@@ -206,10 +222,12 @@ _STATIC, _NEG_STATIC = LAYOUT.start("static"), LAYOUT.start("neg_static")
 _LARGEST, _DUMMY_GROUPS = LAYOUT.start("largest"), LAYOUT.start("dummy_groups")
 _WINDOW = {name: LAYOUT.start(name) for name in
            ("window_count", "neg_window_count", "window_fits", "profile", "verl_profile")}
+_ROWS, _NEG_TOLERANCE = LAYOUT.start("rows"), LAYOUT.start("neg_rows_tolerance")
 _REQUEST = tuple(
     (LAYOUT.start(f"option_{name}"), LAYOUT.start(f"neg_option_{name}")) for name, _, _ in REQUEST
 )
 _DIVISOR = _REQUEST[[name for name, _, _ in REQUEST].index("num_batches_divided_by")][0]
+_CAP = _REQUEST[[name for name, _, _ in REQUEST].index("max_token_len")][0]
 
 #: A request value of ``2**41`` or more is a hash (or a large number, hashed).
 _HASHED = LARGEST_SHOWN + 1
@@ -321,6 +339,10 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
     vector[groups] = -analysis.n_groups << _RANK_BITS | tag
     vector[_MODE] = _DYNAMIC_MODE << _RANK_BITS | tag
     vector[_NEG_MODE] = -_DYNAMIC_MODE << _RANK_BITS | tag
+    for at in analysis.rows_window:
+        place = at.count // analysis.num_batches_divided_by % ROWS_WINDOW
+        vector[_ROWS + place] = at.rows << _RANK_BITS | tag
+        vector[_NEG_TOLERANCE + place] = -at.tolerance << _RANK_BITS | tag
     return vector
 
 
@@ -444,6 +466,12 @@ def decode(
         _, error = agreed_count(count, -neg_dummy_groups, 1, dummies=True)
         if error is not None:
             return at_fault(error, rank_shortest)
+    place = _NEG_TOLERANCE + count // divisor % ROWS_WINDOW
+    if reduced[place] != _NO_GROUPS:
+        rows = agreed_rows(reduced, count)
+        neg_tolerance, rank_tight = _split(reduced[place])
+        if rows > -neg_tolerance:
+            return at_fault(RowsOverCap(rows, -neg_tolerance, _split(reduced[_CAP])[0]), rank_tight)
     return count, None, None
 
 
@@ -453,13 +481,23 @@ def lockstep_choice(reduced: Sequence[int], count: int, analysis: RankAnalysis) 
     error came first), recorded on ``analysis`` for
     :func:`~seqlen_balancing.planner.build_plan` (:func:`~seqlen_balancing.window.settle`)."""
     options = analysis.options
-    if options is None or analysis.error is not None or analysis.dummy_micro_batches:
+    if (options is None or analysis.error is not None or analysis.dummy_micro_batches
+            or options.equal_rows_per_micro_batch):
         return Choice(count)
     fewest = -_split(reduced[_GROUPS])[0]
     choice = choose(reduced, _WINDOW, count, fewest, analysis.num_batches_divided_by,
                     analysis.requested_max_token_len, options.micro_batch_overhead)
     settle(analysis, choice)
     return choice
+
+
+def agreed_rows(reduced: Sequence[int], count: int) -> int:
+    """The rows every micro-batch holds under ``equal_rows_per_micro_batch`` at the agreed
+    ``count`` (the largest any rank needs there), from the reduced vector; 0 when no rank
+    stated rows."""
+    divisor = max(1, _split(reduced[_DIVISOR])[0])
+    slot = reduced[_ROWS + count // divisor % ROWS_WINDOW]
+    return _split(slot)[0] if slot else 0
 
 
 @dataclass(frozen=True)
@@ -522,6 +560,8 @@ def plan_ranks(
         count, error, _ = decode(reduced)
         if error is not None:
             raise error.exception()
+        for a in analyses:
+            a.agreed_rows = agreed_rows(reduced, count)
         plans = [build_plan(a, lockstep_choice(reduced, count, a).count, balance) for a in analyses]
     else:
         plans = [build_plan(a, local_count(a, rank), balance) for rank, a in enumerate(analyses)]
@@ -568,7 +608,10 @@ def plan_data_parallel(
             counts in the agreed count; a warning names the rank holding it),
             ``dummy_micro_batches`` (a rank with fewer samples/groups than the agreed count
             gets the missing micro-batches as empty lists, last; a rank with no samples
-            gets the agreed count of them).
+            gets the agreed count of them),
+            ``equal_rows_per_micro_batch`` (every micro-batch of every rank holds the same
+            rows, short ones topped up with filler rows counted under the cap; a rank that
+            cannot take them raises on every rank: docs/pipeline.md).
 
     Returns:
         For each rank, its micro-batches as lists of that rank's sample indices; every

@@ -76,6 +76,11 @@ class RankAnalysis:
             under the rule alone (a group that fits before one that does not, then the
             fewest effective tokens, then the lowest index).
         min_num_micro_batch: the ``min_num_micro_batch`` given (0 when ``None``).
+        equal_rows: with ``equal_rows_per_micro_batch``, the rows every micro-batch of this
+            rank's own plan holds (real and filler, :mod:`seqlen_balancing.rows`); 0 when off.
+        rows_tolerance: the most rows this rank's micro-batches can be topped up to under
+            the cap (:data:`~seqlen_balancing.rows.UNBOUNDED_ROWS` when filler costs nothing).
+        agreed_rows: the rows the DP group agreed on (0: none, plan with ``equal_rows``).
         options: the options this rank was asked to plan with (``None`` when they could not
             be read: the rank's error says why); the DP group checks that every rank has the
             same (:mod:`seqlen_balancing.agreement`), with ``requested_max_token_len``,
@@ -125,6 +130,12 @@ class RankAnalysis:
     lockstep: tuple[int, list[list[int]]] | None = field(default=None, repr=False)
     # What this rank planned before the agreement at its window of counts (window.Window).
     window: Any = field(default=None, repr=False)
+    equal_rows: int = 0
+    rows_tolerance: int = 0
+    agreed_rows: int = 0
+    # The equal-rows window (seqlen_balancing.rows.RowsAt): rows and plans at the counts
+    # this rank can be agreed to.
+    rows_window: list[Any] = field(default_factory=list, repr=False)
 
     def micro_batch_cost(self, groups: Sequence[int]) -> int:
         """A micro-batch's cost in tokens (padded: rows x width), before rounding."""

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from seqlen_balancing._checks import as_switch
-from seqlen_balancing.agreement import decode, encode, lockstep_choice
+from seqlen_balancing.agreement import agreed_rows, decode, encode, lockstep_choice
 from seqlen_balancing.errors import NotInGroup, PlanError
 from seqlen_balancing.planner import RankAnalysis
 
@@ -184,5 +184,8 @@ def agree(
     count, error, rank_at_fault = decode(reduced, global_rank)
     if error is not None or static_count is not None:
         return count, error, rank_at_fault
+    # equal_rows_per_micro_batch: the rows every micro-batch holds, read by build_plan
+    analysis.agreed_rows = agreed_rows(reduced, count)
     # the lock-step choice, the same on every rank: the count, and this rank's plan at it
+    # (none under equal rows: its window of rows is planned at the agreed count)
     return lockstep_choice(reduced, count, analysis).count, None, None

@@ -272,6 +272,15 @@ class PlanOptions:
         "calculate_workload (DP balance: PPO's _balance_batch, sft_trainer_ray); not the rank "
         "assignment of torchrun sft_trainer",
     )
+    equal_rows_per_micro_batch: bool = _option(
+        False, kind=Kind.SWITCH, argument=Argument.EQUAL_ROWS_PER_MICRO_BATCH,
+        flag="--equal-rows-per-micro-batch", env="SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH",
+        batch_key="equal_rows_per_micro_batch", group="cost",
+        doc="every micro-batch (of every DP rank) holds the same rows: short ones are topped "
+        "up with zero-weight filler copies, counted under the cap (pipeline parallelism)",
+        verl="every dynamic-path call; of use where an engine takes one micro-batch size for "
+        "a step (a pipeline schedule such as Megatron's)",
+    )
 
     micro_batch_overhead: float = _option(
         0.05, kind=Kind.SHARE, argument=Argument.MICRO_BATCH_OVERHEAD,
@@ -535,6 +544,7 @@ class OptionKeywords(TypedDict, total=False):
     dummy_micro_batches: bool
     loss_weight_keys: str | Sequence[str] | None
     workload_model: WorkloadModel | Mapping[str, Any] | str | None
+    equal_rows_per_micro_batch: bool
     micro_batch_overhead: float
 
 

@@ -85,6 +85,7 @@ from seqlen_balancing.packing import randomized_best_fit
 from seqlen_balancing.partition import roundup_divisible
 from seqlen_balancing.per_sample import read_numbers
 from seqlen_balancing.repack import exact_packing, repack
+from seqlen_balancing.rows import filled_plan, rows_for, rows_view, search_rows
 from seqlen_balancing.rule import Rule
 from seqlen_balancing.search import (
     _EXACT_BUDGET,
@@ -272,6 +273,8 @@ def _analyse(
     if given.dummies:
         result.dummy_group = dummy_group(built.rule, lengths, given.group, result.members)
     _count(result, given)
+    if options.equal_rows_per_micro_batch:
+        search_rows(result, None if given.floor is None else min(given.floor, result.n_groups))
     return result
 
 
@@ -466,7 +469,8 @@ def balanced_bins(result: RankAnalysis, count: int, verl: list[list[int]] | None
 
 
 def build_plan(
-    result: RankAnalysis, count: int, use_dynamic_bsz_balance: bool = True
+    result: RankAnalysis, count: int, use_dynamic_bsz_balance: bool = True,
+    rows: int | None = None,
 ) -> list[list[int]]:
     """The best-balanced plan with exactly ``count`` micro-batches, ordered.
 
@@ -490,6 +494,10 @@ def build_plan(
         count: micro-batches, ``result.min_count <= count <= result.n_groups`` (or above
             ``n_groups`` with ``dummy_micro_batches``).
         use_dynamic_bsz_balance: order as :func:`order_micro_batches` describes.
+        rows: with ``equal_rows_per_micro_batch``, the rows of every micro-batch (``None``:
+            the DP group's agreed rows, else the rank's own); the plan is then balanced
+            under :func:`~seqlen_balancing.rows.rows_rule` and each list is a
+            :class:`~seqlen_balancing.rows.RowIndices` holding its filler count.
 
     Returns:
         ``count`` lists of sample indices, each sorted ascending, together an exact cover of
@@ -503,6 +511,11 @@ def build_plan(
     """
     if result.error is not None:
         raise result.error.exception()
+    if result.rows_window:
+        at = rows_for(result, count)
+        wanted = rows or result.agreed_rows or at.rows
+        plan = build_plan(rows_view(result, at, wanted), count, use_dynamic_bsz_balance)
+        return list(filled_plan(result, plan, wanted))
     top = count if result.dummy_micro_batches else result.n_groups
     if not result.min_count <= count <= top:
         raise ValueError(
@@ -586,14 +599,19 @@ def plan_micro_batches(
             over the cap runs in a micro-batch of its own, with a warning on the
             ``seqlen_balancing`` logger), ``dummy_micro_batches`` (a count above the
             samples/groups is served by empty dummy lists at the end),
-            ``loss_weight_keys`` and ``workload_model``.
+            ``loss_weight_keys``, ``workload_model`` and ``equal_rows_per_micro_batch``
+            (every micro-batch holds the same rows, its real rows topped up with filler
+            rows counted under the cap: docs/pipeline.md).
 
     Returns:
         Micro-batches as lists of sample indices (each sorted, non-empty, its cost at most
         ``max_token_len`` tokens: ``micro_batch_cost`` of its samples' costs), together an
         exact cover of ``range(n)``; with ``over_cap="alone"`` an over-cap sample or group
         is a micro-batch of its own, and with ``dummy_micro_batches`` the dummies are empty
-        lists, last. Balance and order use the effective lengths (or ``workloads``).
+        lists, last. With ``equal_rows_per_micro_batch`` each list is a
+        :class:`~seqlen_balancing.rows.RowIndices` (its ``filler`` rows, copies of sample
+        ``filler_row``, make ``len + filler`` the same for all; the cost counts them).
+        Balance and order use the effective lengths (or ``workloads``).
 
     Raises:
         TypeError: an argument or length is not an integer, a switch is not a bool (or
@@ -627,6 +645,9 @@ def plan_micro_batches(
         [[0], [1, 2]]
         >>> plan_micro_batches([10, 20, 30], 100, num_batches_divided_by=4, dummy_micro_batches=True)
         [[0], [2], [1], []]
+        >>> plan = plan_micro_batches([10, 4, 6, 3, 3, 8, 9, 1], 20, equal_rows_per_micro_batch=True)
+        >>> [(list(part), part.filler) for part in plan]
+        [([0, 1], 1), ([2, 5, 7], 0), ([3, 4, 6], 0)]
         >>> plan_micro_batches([60, 30, 50, 40], 100, group_ids=["a", "b", "b", "a"])
         [[0, 3], [1, 2]]
     """
@@ -712,6 +733,13 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> int:
                                 dummies=result.dummy_micro_batches)
     if error is not None:
         raise error.exception()
+    if result.rows_window and wanted < result.rows_window[0].count:
+        fewest = result.rows_window[0].count
+        raise ValueError(
+            f"num_micro_batches={wanted}: with equal_rows_per_micro_batch the fewest "
+            f"micro-batches found whose rows all fit max_token_len={cap} with their filler "
+            f"rows is {fewest}; pass at least {fewest}"
+        )
     if wanted < result.lower_bound:
         raise ValueError(
             f"num_micro_batches={wanted} is below the lower bound of {result.lower_bound} "

@@ -85,6 +85,9 @@ class Rule:
             column (``None`` for summed costs).
         pad: padded only: a width is rounded up to a multiple of this
             (``pad_to_multiple_of``).
+        filled: padded only: every non-empty micro-batch holds this many rows, its real
+            rows topped up with filler rows as wide as it (``equal_rows_per_micro_batch``),
+            so it costs ``filled x width``; ``None``: its own rows.
 
     Items may have different rows (groups of different sizes): nothing here assumes they
     are equal. Every method is O(len(items)); :class:`Loads` answers for one more item in
@@ -103,6 +106,7 @@ class Rule:
     left: list[int] | None = None
     right: list[int] | None = None
     pad: int = 1
+    filled: int | None = None
 
     @classmethod
     def sums(
@@ -120,7 +124,7 @@ class Rule:
     @classmethod
     def padded(
         cls, left: list[int], right: list[int], cap: int, rows: list[int] | None = None,
-        pad: int = 1, limit: int | None = None,
+        pad: int = 1, limit: int | None = None, filled: int | None = None,
     ) -> Rule:
         """The padded rule: a micro-batch costs its rows times ``ceil((max left + max
         right) / pad) * pad`` and fits when that is at most ``cap`` (and, with ``limit``,
@@ -133,9 +137,10 @@ class Rule:
         """
         counts = [1] * len(right) if rows is None else rows
         sizes = [
-            k * aligned_length(a + b, pad) for k, a, b in zip(counts, left, right, strict=True)
+            (filled or k) * aligned_length(a + b, pad)
+            for k, a, b in zip(counts, left, right, strict=True)
         ]
-        return cls(cap, sizes, counts, limit, left, right, pad)
+        return cls(cap, sizes, counts, limit, left, right, pad, filled)
 
     @property
     def is_padded(self) -> bool:
@@ -170,6 +175,8 @@ class Rule:
         if self.left is None:
             sizes = self.sizes
             return sum(sizes[i] for i in items)
+        if self.filled and items:
+            return self.filled * self.width(items)
         return sum(self.rows[i] for i in items) * self.width(items)
 
     def fits(self, items: Sequence[int]) -> bool:
@@ -188,7 +195,7 @@ class Rule:
         left = None if self.left is None else [self.left[i] for i in items]
         right = None if self.right is None else [self.right[i] for i in items]
         sizes, rows = [self.sizes[i] for i in items], [self.rows[i] for i in items]
-        return Rule(self.cap, sizes, rows, self.limit, left, right, self.pad)
+        return Rule(self.cap, sizes, rows, self.limit, left, right, self.pad, self.filled)
 
     def decreasing(self) -> list[int]:
         """The items in the order decreasing packings take them: largest first (padded:
@@ -235,7 +242,7 @@ class Loads:
                 continue
             loads.left[b] = max((rule.left[i] for i in items), default=0)
             loads.right[b] = max((rule.right[i] for i in items), default=_NO_RIGHT)
-            loads.cost[b] = _footprint(loads.rows[b], loads.left[b], loads.right[b], rule.pad)
+            loads.cost[b] = _footprint(_filled(rule, loads.rows[b]), loads.left[b], loads.right[b], rule.pad)
         return loads
 
     def open(self) -> int:
@@ -257,12 +264,18 @@ class Loads:
             return
         self.left[b] = max((rule.left[i] for i in rest), default=0)
         self.right[b] = max((rule.right[i] for i in rest), default=_NO_RIGHT)
-        self.cost[b] = _footprint(self.rows[b], self.left[b], self.right[b], rule.pad)
+        self.cost[b] = _footprint(_filled(rule, self.rows[b]), self.left[b], self.right[b], rule.pad)
 
 
 #: The right extent of an empty padded micro-batch: below any row's (a row's ``right`` is
 #: negative when it ends before the shared column), so the first row sets it.
 _NO_RIGHT = -(1 << 62)
+
+
+def _filled(rule: Rule, rows: int) -> int:
+    """The rows a padded micro-batch of ``rows`` real rows is paid for (``rule.filled``
+    when set and the micro-batch is not empty)."""
+    return rule.filled if rule.filled and rows else rows
 
 
 def _footprint(rows: int, left: int, right: int, pad: int) -> int:
@@ -297,7 +310,7 @@ def _padded(loads: Loads) -> tuple[_Check, _Add]:
     rule, cost, rows, left, right = loads.rule, loads.cost, loads.rows, loads.left, loads.right
     item_left, item_right = rule.left or [], rule.right or []
     counts, cap, pad = rule.rows, rule.cap, rule.pad
-    limit = rule.limit
+    limit, filled = rule.limit, rule.filled
 
     # Comparisons rather than max(): these run once per check, in every padded algorithm.
     def fits(b: int, i: int) -> bool:
@@ -307,7 +320,7 @@ def _padded(loads: Loads) -> tuple[_Check, _Add]:
         a, x = left[b], item_left[i]
         c, y = right[b], item_right[i]
         span = (a if a > x else x) + (c if c > y else y)
-        return total * (-(-span // pad) * pad) <= cap
+        return (filled or total) * (-(-span // pad) * pad) <= cap
 
     def add(b: int, i: int) -> None:
         total = rows[b] = rows[b] + counts[i]
@@ -317,7 +330,7 @@ def _padded(loads: Loads) -> tuple[_Check, _Add]:
             left[b] = a = x
         if y > c:
             right[b] = c = y
-        cost[b] = total * (-(-(a + c) // pad) * pad)
+        cost[b] = (filled or total) * (-(-(a + c) // pad) * pad)
 
     return fits, add
 
@@ -437,7 +450,7 @@ def sorted_bound(rule: Rule) -> int:
     if len(set(rows)) > 1:  # split every item into its rows
         spans = [span for span, k in zip(spans, rows, strict=True) for _ in range(k)]
         rows = [1] * len(spans)
-    flat = Rule.padded([0] * len(spans), spans, rule.cap, rows, rule.pad, rule.limit)
+    flat = Rule.padded([0] * len(spans), spans, rule.cap, rows, rule.pad, rule.limit, rule.filled)
     return len(sorted_cut(flat, widest_first(flat)))
 
 

@@ -64,7 +64,8 @@ from seqlen_balancing.lockstep import (
 )
 from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.partition import roundup_divisible
-from seqlen_balancing.planner import analyse
+from seqlen_balancing.planner import agreed_count, analyse, build_plan
+from seqlen_balancing.rows import RowIndices, rows_error, rows_for
 
 __all__ = [
     "DEFAULT_MICRO_BATCH_OVERHEAD",
@@ -211,6 +212,47 @@ def _analysed(seq_lens: Sequence[int], max_token_len: int, rule: dict[str, Any])
     return result
 
 
+def _equal_rows(
+    rank_samples: list[list[int]], seq_lens: Sequence[int], max_token_len: int,
+    options: PlanOptions, costs: Sequence[int] | None, workloads: Sequence[int] | None,
+    group_ids: Sequence[Hashable] | None = None,
+) -> list[list[list[int]]]:
+    """Each rank's samples planned again with equal rows, as a DP group agrees on them (the
+    largest count, then at that count the largest rows any rank needs, within every rank's
+    tolerance), the micro-batches in global indices."""
+    analyses = []
+    for samples in rank_samples:
+        def pick(values: Sequence[Any] | None, mine: list[int] = samples) -> list[Any] | None:
+            return None if values is None else [values[i] for i in mine]
+        analyses.append(analyse([seq_lens[i] for i in samples], max_token_len, options,
+                                costs=pick(costs), workloads=pick(workloads),
+                                group_ids=pick(group_ids)))
+    for rank, result in enumerate(analyses):
+        if result.error is not None:
+            raise result.error.exception(rank)
+    divisor = options.num_batches_divided_by or 1
+    count, error = agreed_count(max(a.needed_count for a in analyses),
+                                min(a.n_groups for a in analyses), divisor)
+    if error is not None:
+        raise error.exception()
+    windows = [rows_for(a, count) for a in analyses]
+    rows = max(at.rows for at in windows)
+    for rank, (result, at) in enumerate(zip(analyses, windows, strict=True)):
+        if at.tolerance < rows:
+            raise rows_error(result, rows, at.tolerance).exception(rank)
+    out: list[list[list[int]]] = []
+    for samples, result in zip(rank_samples, analyses, strict=True):
+        parts = build_plan(result, count, options.use_dynamic_bsz_balance, rows)
+        out.append([_global(part, samples) for part in parts])
+    return out
+
+
+def _global(part: list[int], samples: list[int]) -> RowIndices:
+    """A rank's micro-batch (local indices, a :class:`RowIndices`) in global indices."""
+    filler, row = getattr(part, "filler", 0), getattr(part, "filler_row", -1)
+    return RowIndices([samples[i] for i in part], filler, samples[row] if filler else -1)
+
+
 def _rank_plans(grid: Grid, result: RankAnalysis, balance: bool) -> list[list[list[int]]]:
     """Each rank's micro-batches as sorted sample indices, layers in the final order."""
     order = layer_order(grid, balance)
@@ -308,6 +350,7 @@ def plan_global_batch(
     max_samples_per_micro_batch: int | None = None,
     workloads: Sequence[int] | None = None,
     group_ids: Sequence[Hashable] | None = None,
+    equal_rows_per_micro_batch: bool = False,
 ) -> tuple[list[list[int]], list[list[list[int]]]]:
     """Plan a whole step across its DP ranks: which samples each rank gets, and its
     micro-batches, so that the ranks' lock-step time is close to its floor.
@@ -349,6 +392,14 @@ def plan_global_batch(
             split across ranks. With groups of different sizes ``equal_size`` must be
             False (equal group counts would not be equal sample counts); not with
             ``force_group_size > 1``.
+        equal_rows_per_micro_batch: every micro-batch of every rank holds the same rows
+            (pipeline parallelism, docs/pipeline.md): the ranks keep the samples planned
+            above, and each rank's micro-batches are planned again as
+            :func:`~seqlen_balancing.plan_data_parallel` plans them with the option (the
+            count the ranks agree on, rows balanced, short micro-batches topped up with
+            filler rows counted under the cap); each micro-batch is then a
+            :class:`~seqlen_balancing.rows.RowIndices` whose ``filler_row`` is a global
+            index. The lock-step search does not see the filler rows.
 
     Returns:
         ``(rank_samples, rank_micro_batches)``: ``rank_micro_batches[r][k]`` the sorted
@@ -364,7 +415,9 @@ def plan_global_batch(
         ValueError: what :func:`~seqlen_balancing.plan_micro_batches` refuses (a sample or
             group over the cap: ``exceeds max_token_len``), ``n`` (or its force groups)
             not divisible by ``dp_size`` with ``equal_size`` (or groups of different sizes
-            with it), or a rank left fewer samples than micro-batches.
+            with it), or a rank left fewer samples than micro-batches; with
+            ``equal_rows_per_micro_batch``, a rank whose micro-batches cannot take the rows
+            another needs (``every micro-batch must hold``).
 
     Complexity: ``seqlen_balancing.planner.analyse`` on the whole step and on each
     part (O(n log n) together, plus their bounded searches), Karmarkar-Karp's
@@ -394,4 +447,15 @@ def plan_global_batch(
         max_samples_per_micro_batch=max_samples_per_micro_batch, workloads=workloads,
         **({} if group_ids is None else {"group_ids": group_ids}),
     )
-    return plan.rank_samples, plan.rank_micro_batches
+    if not switch(equal_rows_per_micro_batch, "equal_rows_per_micro_batch"):
+        return plan.rank_samples, plan.rank_micro_batches
+    options = PlanOptions(
+        use_dynamic_bsz_balance=use_dynamic_bsz_balance, num_batches_divided_by=num_batches_divided_by,
+        min_num_micro_batch=min_num_micro_batch, force_group_size=force_group_size,
+        pad_to_multiple_of=pad_to_multiple_of, micro_batch_multiple_of=micro_batch_multiple_of,
+        padded=padded, max_samples_per_micro_batch=max_samples_per_micro_batch,
+        equal_rows_per_micro_batch=True,
+    )
+    micro = _equal_rows(plan.rank_samples, seq_lens, max_token_len, options, costs, workloads,
+                        group_ids)
+    return [[i for part in rank for i in part] for rank in micro], micro

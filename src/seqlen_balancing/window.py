@@ -90,6 +90,8 @@ def window_of(result: RankAnalysis) -> Window | None:
     unplanned = result.rule is None and result._rest is None
     if result.error is not None or unplanned or result.dummy_micro_batches:
         return None
+    if result.options is not None and result.options.equal_rows_per_micro_batch:
+        return None  # the rows window plans at the agreed count (seqlen_balancing.rows)
     step = result.num_batches_divided_by
     first = roundup_divisible(result.needed_count, step)
     if first + (WINDOW - 1) * step > PROFILE:

@@ -28,7 +28,7 @@ LENGTHS = [900, 850, 700, 640, 300, 120, 40, 35, 30, 25, 20, 10]
 
 #: option: (its flag and value, extra arguments the case needs). ``over_cap``: a row over the
 #: cap, which stops the plan without it; ``dummy_micro_batches``: a count rounded above the
-#: rows of a rank, which stops the plan without it.
+#: rows of a rank, which stops the plan without it; ``equal_rows_per_micro_batch``: one rank.
 CASES: dict[str, tuple[list[str], list[str]]] = {
     "force_group_size": (["--force-group-size", "2"], []),
     "num_batches_divided_by": (["--num-batches-divided-by", "4"], []),
@@ -44,6 +44,8 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "dummy_micro_batches": (["--dummy-micro-batches"], ["--num-batches-divided-by", "8"]),
     "loss_weight_keys": (["--loss-weight-keys", "loss_mask"], []),
     "workload_model": (["--workload-model", "hidden_size=64,num_layers=2"], ["BALANCED"]),
+    # one rank of all 12 rows: the plain plan's micro-batches hold different rows
+    "equal_rows_per_micro_batch": (["--equal-rows-per-micro-batch"], ["--dp-size", "1"]),
     # free micro-batches: one more per rank lines the ranks up better (window.py)
     "micro_batch_overhead": (["--micro-batch-overhead", "0"], ["LOCKSTEP"]),
 }

@@ -10,7 +10,9 @@ option of the round (as keywords or as one ``PlanOptions``) and the round's ``co
 ``workloads`` and ``group_ids`` (a list, or the name of a tensor or ``NonTensorStack``
 entry); a rank with no samples passes a one-row ``dummy_template`` where it has no columns
 (jagged) and in some rounds where it has, and records what came back as plain data: the
-exception, or the index lists, each micro-batch's ``uid`` rows, dense width and loss-weight sums, and whether
+exception, or the index lists, each micro-batch's ``uid`` rows, dense width and loss-weight
+sums (and, with ``equal_rows_per_micro_batch``, its filler rows and their loss-weight
+sums), and whether
 ``restore_dynamic_batch`` gave the input back. The test judges; nothing is judged here.
 """
 
@@ -132,6 +134,12 @@ def play(spec: dict[str, Any], group: Any) -> dict[str, Any]:
         "widths": [int(mb["attention_mask"].shape[1]) if dense else None for mb in micro_batches],
         "weights": [{key: _weight_sum(mb[key]) for key in WEIGHT_KEYS if key in mb.keys()}
                     for mb in micro_batches],
+        # equal_rows_per_micro_batch: each list's filler rows, and their loss weights alone
+        "filler": [int(getattr(part, "filler", 0)) for part in plan],
+        "filler_row": [int(getattr(part, "filler_row", -1)) for part in plan],
+        "filler_weights": [
+            {key: _weight_sum(mb[len(part):][key]) for key in WEIGHT_KEYS if key in mb.keys()}
+            for mb, part in zip(micro_batches, plan, strict=True)],
         "restored": restored,
     }
 

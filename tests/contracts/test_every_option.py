@@ -4,10 +4,11 @@ Each seeded round draws every field of :class:`~seqlen_balancing.PlanOptions` at
 (``force_group_size``, ``num_batches_divided_by``, ``min_num_micro_batch``,
 ``use_dynamic_bsz_balance``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
 ``padded``, ``max_samples_per_micro_batch``, ``over_cap``, ``dummy_micro_batches``,
-``loss_weight_keys``, ``workload_model``, ``micro_batch_overhead``), the cap, ``costs``,
-``workloads`` and ``group_ids`` (random, non-contiguous ids of random sizes, instead of the
-force groups), a layout (dense right-, left- or mixed-padded rows, verl's left-padded prompt
-plus right-padded response, or jagged nested rows) and each rank's lengths. The ranks
+``loss_weight_keys``, ``workload_model``, ``equal_rows_per_micro_batch``,
+``micro_batch_overhead``), the cap, ``costs``, ``workloads`` and ``group_ids`` (random,
+non-contiguous ids of random sizes, instead of the force groups), a layout (dense right-,
+left- or mixed-padded rows, verl's left-padded prompt plus right-padded response, or jagged
+nested rows) and each rank's lengths. The ranks
 (``_every_option_worker.py``, file rendezvous, one process start per world) call
 ``rearrange_micro_batches`` with ``dp_group`` set; this process also plans the same round
 with the list API (:func:`~seqlen_balancing.plan_data_parallel`). Nothing of the library's
@@ -23,6 +24,10 @@ force groups, or the groups of equal ``group_ids``; one that does not fit alone 
 ids also when it holds more rows than the limit) is an error (``over_cap="raise"``) or runs
 alone. A rank may have no samples: without dummies its error, with them every one of its
 micro-batches a dummy.
+With ``equal_rows_per_micro_batch`` a micro-batch holds its real rows and ``filler`` copies
+of its filler row (a dummy: filler only), and the rule holds on all of them together; every
+micro-batch of every rank with samples holds the same rows, the filler rows' loss weights are
+zero, and the one refusal of its own is the agreed "every micro-batch must hold" error.
 
 **What every round must show.** Ranks asked to plan under different options (one rank is
 given another value of one option, of the cap, or passes ``costs``/``workloads`` where the
@@ -71,9 +76,9 @@ _world = _load_world()
 #: Seconds one world may take for all its rounds (spawn, torch import, rendezvous, rounds).
 DEADLINE_S = 300
 ROUNDS = {2: 20, 3: 14, 4: 12}
-#: The gloo worlds' seed (plus the world size): rounds that reach every outcome, plans of
-#: groups of ids and of an empty rank among them, in every world.
-GLOO_SEED = 3032  # 3028 before micro_batch_overhead joined the mismatched options
+#: Each gloo world's seed: rounds that reach every outcome, plans of
+#: groups of ids, of an empty rank and with equal rows among them, in every world.
+GLOO_SEEDS = {2: 3332, 3: 3333, 4: 3338}  # one per world since equal_rows_per_micro_batch joined
 #: Rounds per world size through the list API alone (in this process, no torch: cheap).
 LIST_ROUNDS = 150
 MODELS = ("hidden_size=64,num_layers=2", "hidden_size=96,num_layers=3")
@@ -92,6 +97,9 @@ FAULT_WORDS = {
     "group_limit": "more than max_samples_per_micro_batch",
     "empty": "the batch has no samples",
 }
+#: Words of the agreed refusal of equal rows (a rank that cannot take the group's rows).
+ROWS_WORDS = "equal_rows_per_micro_batch: every micro-batch must hold"
+FAULT_WORDS["rows"] = ROWS_WORDS
 
 
 def ceil_to(x: int, m: int) -> int:
@@ -122,6 +130,7 @@ def draw_options(rng: random.Random) -> dict[str, Any]:
         "loss_weight_keys": rng.choice([None, ["loss_mask"], ["loss_mask", "weight"], ["weight"]]),
         "workload_model": rng.choice([None, None, MODELS[0]]),
         "micro_batch_overhead": overhead,
+        "equal_rows_per_micro_batch": rng.random() < 0.3,
     }
 
 
@@ -422,7 +431,28 @@ class Rank:
                 found.add("group_limit")
         if not o["dummy_micro_batches"] and (o["min_num_micro_batch"] or 1) > len(self.items) and self.n:
             found.add("min_above")  # each rank checks its floor against its own groups
+        if not found and o["equal_rows_per_micro_batch"] and self.n and self.rows_refused():
+            found.add("rows")
         return found
+
+    def rows_refused(self) -> bool:
+        """equal_rows_per_micro_batch: no plan exists when the most rows an item holds, ``R``,
+        are over the sample limit, or some item (but one running alone over the cap) cannot
+        be topped up to ``R`` rows under the cap even alone (summed: with copies of the
+        cheapest sample; padded: of its own narrowest row). Every micro-batch holding it
+        costs at least that."""
+        rows = max(len(item) for item in self.items)
+        if self.limit is not None and rows > self.limit:
+            return True
+        over = set(self.over()) if self.alone else set()
+        cheapest = min(range(self.n), key=lambda i: (ceil_to(self.c[i], self.p), i))
+        for j, item in enumerate(self.items):
+            if j in over:
+                continue
+            filler = min(item, key=lambda i: (ceil_to(self.c[i], self.p), i)) if self.padded else cheapest
+            if self.cost([*item, *[filler] * (rows - len(item))]) > self.cap:
+                return True
+        return False
 
 
 def expected(round_: dict[str, Any], list_api: bool = False) -> dict[str, Any]:
@@ -447,12 +477,32 @@ def expected(round_: dict[str, Any], list_api: bool = False) -> dict[str, Any]:
 # -- judging ---------------------------------------------------------------------------------------
 
 
+def held_rows(plan: list[Any], filler: list[int], filler_row: list[int]) -> list[list[int]]:
+    """The rows each micro-batch holds: its real rows, then its filler rows."""
+    return [list(part) + [row] * extra for part, extra, row in zip(plan, filler, filler_row, strict=True)]
+
+
 def check_plan(rank: Rank, plan: list[list[int]], count: int, record: dict[str, Any] | None) -> None:
     """One rank's plan against the rule: whole groups, the cap, the limit, over-cap items
     alone, dummies last and zeroed, an exact cover; with the TensorDict ``record``, its rows,
-    widths and restore."""
+    widths and restore. With equal rows, the rule on the real and filler rows together."""
     o = rank.spec["options"]
     assert len(plan) == count
+    source = record if record is not None else {
+        "filler": [getattr(part, "filler", 0) for part in plan],
+        "filler_row": [getattr(part, "filler_row", -1) for part in plan]}
+    rows = held_rows(plan, source["filler"], source["filler_row"])
+    if o["equal_rows_per_micro_batch"]:
+        assert len({len(r) for r in rows}) == 1, rows  # one row count
+        of_item = {i: tuple(item) for item in rank.items for i in item}
+        over_items = {tuple(rank.items[j]) for j in rank.over()}
+        for part, whole in zip(plan, rows, strict=True):
+            mine = {of_item[i] for i in part}
+            over_alone = rank.alone and len(mine) == 1 and mine <= over_items
+            assert all(0 <= i < rank.n for i in whole)
+            assert rank.fits(whole) or over_alone, (part, whole, rank.cost(whole), rank.cap, rank.limit)
+    else:
+        assert not any(source["filler"])
     real = [part for part in plan if part]
     assert plan[: len(real)] == real, "dummies (empty index lists) come last"
     assert sorted(i for part in plan for i in part) == list(range(rank.n)), "an exact cover"
@@ -475,7 +525,10 @@ def check_plan(rank: Rank, plan: list[list[int]], count: int, record: dict[str, 
         if not part:  # a dummy: at least one row, every loss-weight entry zero
             assert uids and all(weights[key] == 0 for key in keys if key in weights), weights
             continue
-        assert uids == part
+        assert uids == rows[plan.index(part)]  # the real rows, then the filler rows
+        if o["equal_rows_per_micro_batch"]:
+            zeroed = record["filler_weights"][plan.index(part)]
+            assert all(zeroed[key] == 0 for key in keys if key in zeroed), zeroed
         if width is None:
             continue
         if not o["padded"]:
@@ -505,6 +558,9 @@ def judge_errors(got: list[dict[str, Any]], want: dict[str, Any], where: str) ->
         assert raised == "ValueError", where
         assert message.startswith(f"the ranks passed different {want['name']}: "), where
         assert f"rank {want['rank']} (global rank {want['rank']})" in message, where
+    elif want["kind"] == "rows_error":
+        assert raised == "ValueError" and ROWS_WORDS in message, where
+        assert re.match(r"rank \d+ of the DP group", message), where
     elif want["kind"] == "rank_error":
         assert raised in ("ValueError", "TypeError"), where
         assert message.startswith(f"rank {want['rank']} of the DP group"), where
@@ -517,11 +573,13 @@ def judge_errors(got: list[dict[str, Any]], want: dict[str, Any], where: str) ->
 def judge(round_: dict[str, Any], got: list[dict[str, Any]], want: dict[str, Any], where: str) -> str:
     """Judge one round's records; return the outcome's kind."""
     if want["kind"] != "count" or want["certain_error"] or "raised" in got[0]:
-        if want["kind"] == "count":  # a count above some rank's groups, never a plan
+        if want["kind"] == "count" and _rows_refused(round_, got[0]):
+            want = {**want, "kind": "rows_error"}
+        elif want["kind"] == "count":  # a count above some rank's groups, never a plan
             assert not round_["ranks"][0]["options"]["dummy_micro_batches"], where
             want = {**want, "kind": "count_error"}
         judge_errors(got, want, where)
-        return want["kind"]
+        return str(want["kind"])
     count = len(got[0]["plan"])
     divisor = round_["ranks"][0]["options"]["num_batches_divided_by"] or 1
     assert want["low"] <= count <= want["high"] and count % divisor == 0, where
@@ -529,6 +587,12 @@ def judge(round_: dict[str, Any], got: list[dict[str, Any]], want: dict[str, Any
         assert "plan" in record, where
         check_plan(rank, record["plan"], count, record)
     return "plan"
+
+
+def _rows_refused(round_: dict[str, Any], record: dict[str, Any]) -> bool:
+    """The outcome is equal rows' own agreed refusal (only with the option on)."""
+    return bool(round_["ranks"][0]["options"]["equal_rows_per_micro_batch"]) and ROWS_WORDS in str(
+        record.get("message", ""))
 
 
 def list_api(round_: dict[str, Any]) -> tuple[str, Any]:
@@ -565,7 +629,9 @@ def judge_list_api(round_: dict[str, Any], where: str) -> str:
         # one PlanOptions for every rank: refused before any rank plans, naming none
         assert FAULT_WORDS["limit_below"] in record["message"], f"list API: {where}"
         return "rank_error"
-    if want["kind"] == "count":
+    if want["kind"] == "count" and _rows_refused(round_, record):
+        want = {**want, "kind": "rows_error"}
+    elif want["kind"] == "count":
         assert not round_["ranks"][0]["options"]["dummy_micro_batches"], where
         want = {**want, "kind": "count_error"}
     judge_errors([record], want, f"list API: {where}")
@@ -591,7 +657,7 @@ def test_every_option_at_once_through_the_list_api(world: int) -> None:
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("world", sorted(ROUNDS))
 def test_every_option_at_once_on_gloo_ranks(world: int, tmp_path: Path) -> None:
-    rng = random.Random(GLOO_SEED + world)
+    rng = random.Random(GLOO_SEEDS[world])
     names = sorted(MISMATCHED)[list(ROUNDS).index(world)::len(ROUNDS)]
     mismatches = dict(zip(rng.sample(range(ROUNDS[world]), len(names)), names, strict=True))
     start = sum((ROUNDS[w] - len(names) + 1) // 2 - 2 for w in sorted(ROUNDS) if w < world)
@@ -619,4 +685,5 @@ def test_every_option_at_once_on_gloo_ranks(world: int, tmp_path: Path) -> None:
     planned = [round_ for round_, kind in zip(rounds, kinds, strict=True) if kind == "plan"]
     assert any(s.get("group_ids") is not None for round_ in planned for s in round_["ranks"])
     assert any(not s["lengths"] for round_ in planned for s in round_["ranks"])
+    assert any(round_["ranks"][0]["options"]["equal_rows_per_micro_batch"] for round_ in planned)
     assert sorted(round_["mismatch"] for round_ in rounds if round_["mismatch"]) == sorted(names)

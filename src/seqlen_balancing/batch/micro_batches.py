@@ -19,6 +19,7 @@ from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.dummies import _cut_with_dummies, _loss_weight_keys
 from seqlen_balancing.batch.empty import _batch_group_ids, _empty_cut, _empty_inputs, _EmptySource
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
+from seqlen_balancing.batch.filler import _cut_with_filler
 from seqlen_balancing.batch.kinds import _READ_ERRORS
 from seqlen_balancing.batch.lengths import _read_lengths
 from seqlen_balancing.batch.settings import _batch_options, _per_sample_entry, _settings
@@ -121,8 +122,13 @@ def rearrange_micro_batches(
             count runs every group alone and the missing micro-batches as dummies, last,
             each a copy of its shortest row with every loss-weight entry zero and an empty
             index list: docs/keep-training.md), ``loss_weight_keys`` (the entries a dummy
-            zeroes; ``None``: ``loss_mask`` and ``response_mask``, those the batch holds)
-            and ``workload_model``. Under DP agreement every rank must plan with the same
+            zeroes; ``None``: ``loss_mask`` and ``response_mask``, those the batch holds),
+            ``workload_model`` and ``equal_rows_per_micro_batch`` (every micro-batch of
+            every rank holds the same rows: its real rows, then filler rows, copies of one
+            real row with every loss-weight entry zero, counted under the cap; the index
+            lists are then :class:`~seqlen_balancing.rows.RowIndices`, the real rows with
+            their ``filler`` count, which :func:`restore_dynamic_batch` drops:
+            docs/pipeline.md). Under DP agreement every rank must plan with the same
             options and cap: ranks that differ all raise the same ``ValueError`` naming
             the option and two ranks.
 
@@ -246,6 +252,9 @@ def _rearrange_rows(
     log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
     if read.empty is not None:
         return _empty_cut(read.empty, count)
+    if analysis.rows_window:
+        return _cut_with_filler(batch, plan, read.entries, read.keys, read.trim,
+                                analysis.pad_to_multiple_of)
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
     dummy = analysis.samples_of(analysis.dummy_group) if analysis.n_groups else []
     micro_batches, returned, rows = _cut_with_dummies(batch, plan, read.entries, dummy, read.keys,
@@ -290,7 +299,8 @@ def _read_batch(batch: Any, options: PlanOptions, error: PlanError | None, empty
         read.error, read.entries, read.cause = _cut_inputs(batch, known)
     if read.error is None and options.padded:
         read.error, read.trim, read.cause = trim_inputs(batch, read.entries.by_rows)
-    if read.error is None and options.dummy_micro_batches:
+    if read.error is None and (options.dummy_micro_batches or options.equal_rows_per_micro_batch):
+        # dummies and filler rows alike are zero-weight copies: their keys checked first
         read.error, read.keys = _loss_weight_keys(batch, options.loss_weight_keys)
     if read.error is None and options.dummy_micro_batches and dummy_template is not None:
         # checked on every rank, so that a template that cannot serve shows at once

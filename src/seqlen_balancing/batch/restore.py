@@ -11,6 +11,7 @@ import torch
 from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from seqlen_balancing._checks import non_negative_ints
+from seqlen_balancing.batch.filler import real_rows
 from seqlen_balancing.batch.kinds import (
     _COMPRESSED,
     _READ_ERRORS,
@@ -57,6 +58,11 @@ def restore_dynamic_batch(
             batch's width first: the kept columns in place, bit for bit, and elsewhere the
             pad value each cut entry held in the input (0 for other outputs), so the
             padding side (left, right or both) is the input's.
+            Lists that carry filler rows (``equal_rows_per_micro_batch``:
+            :class:`~seqlen_balancing.rows.RowIndices`, or ``filler`` set on the cut
+            :class:`~seqlen_balancing.batch.trim.MicroBatchIndices`) have their filler
+            rows' outputs dropped first: the last ``filler`` rows of each micro-batch's
+            output, in a list or in the concatenated data.
             Empty lists at the end mark dummy micro-batches (``dummy_micro_batches=True``):
             their outputs are dropped (a list's entries for them; in concatenated data, the
             rows after the real ones, where concatenating the outputs in order puts them).
@@ -89,6 +95,8 @@ def restore_dynamic_batch(
         >>> restore_dynamic_batch([torch.tensor([10, 30]), torch.tensor([20])], [[0, 2], [1]]).tolist()
         [10, 20, 30]
     """
+    if isinstance(data, (list, tuple, torch.Tensor, TensorDictBase)):
+        data = real_rows(data, batch_idx_list)  # equal_rows_per_micro_batch's filler rows dropped
     lists, dummies = _real_lists(batch_idx_list)
     if isinstance(data, (list, tuple)):
         parts = list(data)

@@ -428,6 +428,8 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
     )
     for line in _over_cap_lines(result):
         print(line)
+    if any(r.rows for r in result.ranks):
+        print(_filler_line(result))
     if result.verl is not None:
         print(_verl_summary(result))
     for line in modeled.lines(result.modeled, cap, modeled.overhead_of(args.options)):
@@ -445,6 +447,18 @@ def _over_cap_lines(result: StepResult) -> list[str]:
                 f"{result.max_token_len} run alone (--over-cap alone; may run out of memory): {listed}"
             )
     return lines
+
+
+def _filler_line(result: StepResult) -> str:
+    """``--equal-rows-per-micro-batch``: the rows of every micro-batch and the filler rows."""
+    rows = max(r.rows for r in result.ranks)
+    filler = sum(sum(r.filler) for r in result.ranks)
+    held = rows * sum(r.count for r in result.ranks)
+    return (
+        f"equal rows: every micro-batch holds {plural(rows, 'row')}; "
+        f"{plural(filler, 'filler row')} ({pct(filler / held) if held else '0.0%'} of the rows "
+        "held; zero-weight copies, counted under the cap)"
+    )
 
 
 def _proven_text(result: StepResult) -> str:
@@ -604,6 +618,7 @@ def plan_json(step: Step, args: argparse.Namespace, result: StepResult) -> dict[
                 "fill": round(r.fill, 6),
                 "workload_spread": round(r.workload_spread, 6),
                 "over_cap_alone": [{"index": p, "cost": c} for p, c in r.over_cap_alone],
+                **({"rows": r.rows, "filler_rows": sum(r.filler)} if r.rows else {}),
                 "micro_batches": [
                     {"indices": mb, "tokens": t, "cost": c}
                     for mb, t, c in zip(r.micro_batches, r.micro_batch_tokens, r.micro_batch_costs,

@@ -53,6 +53,9 @@ class RankResult:
     largest_cost: int = 0  # the costliest micro-batch (above the cap only with --over-cap alone)
     # --over-cap alone: (position of the first sample, its cost) of each over-cap sample/group
     over_cap_alone: list[tuple[int, int]] = field(default_factory=list)
+    # --equal-rows-per-micro-batch: the rows every micro-batch holds, and each one's filler rows
+    rows: int = 0
+    filler: list[int] = field(default_factory=list)
 
     @property
     def count(self) -> int:

@@ -297,10 +297,12 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         costs = analysis.sample_costs
         mb_tokens = [sum(lens[i] for i in mb) for mb in plan]
         loads = _workloads(lens, args)
-        mb_costs = [micro_batch_cost([costs[i] for i in mb], bucket) for mb in plan]
+        # what the GPU holds: the real rows and (equal rows) the filler rows copied
+        rows_held = [list(mb) + [getattr(mb, "filler_row", 0)] * getattr(mb, "filler", 0) for mb in plan]
+        mb_costs = [micro_batch_cost([costs[i] for i in mb], bucket) for mb in rows_held]
         held = sum(costs)
         if args.options.padded:  # rows x the widest row (costs: aligned widths)
-            footprints = [padded_micro_batch_cost([costs[i] for i in mb]) for mb in plan]
+            footprints = [padded_micro_batch_cost([costs[i] for i in mb]) for mb in rows_held]
             mb_costs = [aligned_length(f, bucket) for f in footprints]
             held = sum(footprints)
         tokens = sum(lens)
@@ -325,6 +327,8 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
                     (mine[analysis.samples_of(g)[0]], analysis.group_sizes[g])
                     for g in analysis.over_cap_groups
                 ],
+                rows=len(rows_held[0]) if args.options.equal_rows_per_micro_batch and plan else 0,
+                filler=[getattr(mb, "filler", 0) for mb in plan],
             )
         )
     verl = _verl(per_rank, cap, args) if args.compare_verl else None

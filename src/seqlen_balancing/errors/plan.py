@@ -30,6 +30,7 @@ __all__ = [
     "OverCap",
     "PaddedGroupOverCap",
     "PaddedSampleOverCap",
+    "RowsOverCap",
     "SampleOverCap",
     "StaticNotDivisible",
     "TooManyDummies",
@@ -286,4 +287,27 @@ class StaticNotDivisible(PlanError):
             f"batch size {shown(self.batch_size)} is not a positive multiple of "
             f"micro_batch_size_per_gpu * force_group_size = {shown(self.micro_batch_size_per_gpu)} * "
             f"{shown(self.force_group_size)}; change micro_batch_size_per_gpu or the batch size"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class RowsOverCap(PlanError):
+    """``equal_rows_per_micro_batch``: every micro-batch must hold ``rows`` rows (the most
+    any micro-batch of the DP group holds), but this rank's micro-batches take at most
+    ``tolerance`` rows under ``cap`` (the ``max_token_len`` given) once their filler rows
+    (zero-weight copies of a real row) are counted."""
+
+    rows: int
+    tolerance: int
+    cap: int
+
+    def text(self) -> str:
+        return (
+            f"equal_rows_per_micro_batch: every micro-batch must hold {shown(self.rows)} rows, "
+            f"but this rank's micro-batches hold at most {shown(self.tolerance)} "
+            f"{'row' if self.tolerance == 1 else 'rows'} under "
+            f"max_token_len={shown(self.cap)} once their filler rows (zero-weight copies of a "
+            "real row) are counted; raise max_token_len, give the ranks batches of similar "
+            "sizes, or turn equal_rows_per_micro_batch off"
         )

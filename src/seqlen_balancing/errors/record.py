@@ -196,6 +196,7 @@ class Argument(IntEnum):
     GROUP_IDS = 22
     DUMMY_TEMPLATE = 23
     MICRO_BATCH_OVERHEAD = 24
+    EQUAL_ROWS_PER_MICRO_BATCH = 25
 
     @property
     def parameter(self) -> str:

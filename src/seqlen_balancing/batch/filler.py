@@ -1,0 +1,127 @@
+"""Filler rows (``equal_rows_per_micro_batch``): cut after the agreement, dropped on restore.
+
+Every micro-batch holds the plan's rows ``R``: its real rows, then
+:attr:`~seqlen_balancing.rows.RowIndices.filler` copies of one real row
+(:attr:`~seqlen_balancing.rows.RowIndices.filler_row`: the rank's cheapest sample, or
+padded the micro-batch's narrowest row; a dummy micro-batch is filler only). Each filler
+row's loss-weight entries are zero (``loss_mask`` and ``response_mask`` by default, or
+``loss_weight_keys``; checked before the agreement as for dummies,
+:mod:`seqlen_balancing.batch.dummies`), so a loss summed over weighted tokens gets nothing
+from it, and neither do the gradients. The index lists hold the real rows only and carry
+the filler count, which :func:`~seqlen_balancing.batch.restore.restore_dynamic_batch`
+reads to drop the filler rows' outputs (:func:`real_rows`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from seqlen_balancing.batch.cut import _cut
+from seqlen_balancing.batch.dummies import _rows
+from seqlen_balancing.batch.entries import _Entries
+from seqlen_balancing.batch.trim import Trim
+
+__all__ = ["filler_counts", "real_rows"]
+
+
+def _cut_with_filler(
+    batch: TensorDict, plan: list[list[int]], entries: _Entries, keys: tuple[str, ...],
+    trim: Trim | None = None, pad: int = 1,
+) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
+    """The micro-batches of ``plan`` (:class:`~seqlen_balancing.rows.RowIndices`), each
+    topped up with its filler rows, those rows' ``keys`` zeroed; the index lists to return
+    (the real rows, with the filler count); and the rows each micro-batch holds."""
+    rows = [list(part) + [getattr(part, "filler_row", -1)] * filler_of(part) for part in plan]
+    if trim is None or not trim.dims:
+        micro_batches = _cut(batch, rows, entries)
+        returned: list[list[int]] = plan
+    else:
+        micro_batches = _cut(batch.exclude(*trim.dims), rows, entries)
+        cut = trim.cut(micro_batches, batch, rows, pad)
+        returned = []
+        for indices, part in zip(cut, plan, strict=True):
+            del indices[len(part):]  # the real rows only; the columns kept stay
+            setattr(indices, "filler", filler_of(part))  # noqa: B010 (MicroBatchIndices has no field)
+            setattr(indices, "filler_row", getattr(part, "filler_row", -1))  # noqa: B010
+            returned.append(indices)
+    for micro_batch, part in zip(micro_batches, plan, strict=True):
+        if filler_of(part):
+            for key in keys:
+                _zero_from(micro_batch, key, len(part))
+    return micro_batches, returned, rows
+
+
+def filler_of(part: Sequence[int]) -> int:
+    """The filler rows after the real ones of an index list (0 for a plain list)."""
+    return int(getattr(part, "filler", 0) or 0)
+
+
+def filler_counts(batch_idx_list: Sequence[Sequence[int]]) -> list[int]:
+    """The filler rows of each micro-batch, from its index list (0 for plain lists).
+
+    Example:
+        >>> from seqlen_balancing.rows import RowIndices
+        >>> filler_counts([RowIndices([0, 2], filler=1, filler_row=0), [1]])
+        [1, 0]
+    """
+    return [filler_of(part) for part in batch_idx_list]
+
+
+def _zero_from(micro_batch: TensorDictBase, key: str, start: int) -> None:
+    """Zero ``key`` in the rows ``start:`` of ``micro_batch`` (a copy: the input is never
+    written): dense entries by a slice, nested ones row by row (views of their values),
+    lazy stacks row by row."""
+    parts = _rows(micro_batch)
+    if len(parts) > 1 or parts[0] is not micro_batch:
+        for row in parts[start:]:
+            row.set(key, torch.zeros_like(row.get(key)))
+        return
+    value = micro_batch.get(key)
+    if value.is_nested:
+        for row in value.unbind()[start:]:
+            row.zero_()
+    else:
+        value[start:] = 0
+
+
+def real_rows(data: Any, batch_idx_list: Sequence[Sequence[int]]) -> Any:
+    """``data`` without the filler rows' outputs: a list of per-micro-batch outputs each cut
+    to its real rows, or concatenated outputs (a tensor or a TensorDict) with the filler
+    rows taken out; ``data`` itself when no list has filler."""
+    counts = filler_counts(batch_idx_list)
+    if not any(counts):
+        return data
+    sizes = [len(part) for part in batch_idx_list]
+    if isinstance(data, (list, tuple)):
+        # outputs beyond the index lists are left for restore's count check to name
+        return [_first_rows(part, sizes[m]) if m < len(sizes) else part for m, part in enumerate(data)]
+    keep: list[int] = []
+    at = 0
+    for size, extra in zip(sizes, counts, strict=True):
+        keep.extend(range(at, at + size))
+        at += size + extra
+    rows = int(data.batch_size[0]) if isinstance(data, TensorDictBase) else int(data.size(0))
+    keep.extend(range(at, rows))  # rows after every micro-batch's (none from this library)
+    return _pick(data, keep)
+
+
+def _first_rows(part: Any, size: int) -> Any:
+    if not isinstance(part, (torch.Tensor, TensorDictBase)):
+        return part
+    return _pick(part, list(range(size)))
+
+
+def _pick(data: Any, rows: list[int]) -> Any:
+    """Rows ``rows`` of a tensor (nested ones row by row, keeping their layout) or a
+    TensorDict."""
+    if isinstance(data, torch.Tensor) and data.is_nested:
+        picked = [data.unbind()[i] for i in rows]
+        return torch.nested.as_nested_tensor(picked, layout=data.layout)
+    if isinstance(data, torch.Tensor) and data.dim() == 0:
+        return data
+    index = torch.tensor(rows, dtype=torch.long, device=data.device)
+    return data[index]

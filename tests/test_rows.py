@@ -1,0 +1,239 @@
+"""rows.py: equal rows per micro-batch on the list API (issue 32 item 1), against oracles
+written here: the one rule with the filler rows spelled out (summed costs: each filler row
+costs the cheapest sample's aligned cost; padded: rows x the aligned width of the real rows
+and the filler row), exact cover, the same rows in every micro-batch of every rank, and a
+brute force over every set partition of a few samples for the fewest micro-batches and
+then the fewest rows. No torch."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from seqlen_balancing import PlanOptions, plan_data_parallel, plan_micro_batches
+from seqlen_balancing.errors import RowsOverCap
+from seqlen_balancing.rows import RowIndices, rows_rule
+
+
+def aligned(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def partitions(items: list[int]) -> Iterator[list[list[int]]]:
+    """Every set partition of ``items`` (Bell(n) of them)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for smaller in partitions(rest):
+        for j in range(len(smaller)):
+            yield [*smaller[:j], [first, *smaller[j]], *smaller[j + 1 :]]
+        yield [[first], *smaller]
+
+
+def check_plan(
+    lengths: Sequence[int], cap: int, plan: list[Any], rows: int, *, pad: int = 1, bucket: int = 1,
+    padded: bool = False, limit: int | None = None, group: int = 1, alone: bool = False,
+) -> None:
+    """The rules of a filled plan of one rank, spelled out: real rows an exact cover, every
+    micro-batch ``rows`` rows (real and filler), groups whole, the cap on real and filler
+    rows together (but a micro-batch of one over-cap group under ``alone``)."""
+    real = [i for part in plan for i in part]
+    assert sorted(real) == list(range(len(lengths)))
+    for part in plan:
+        assert isinstance(part, RowIndices)
+        assert list(part) == sorted(part)
+        assert len(part) + part.filler == rows
+        assert (part.filler_row == -1) == (part.filler == 0)
+        assert part.filler == 0 or 0 <= part.filler_row < len(lengths)
+        assert {i // group for i in part} == {i // group for i in part if i % group == 0}
+        assert len({i // group for i in part}) * group == len(part)
+        if limit is not None:
+            assert rows <= limit
+        held = list(part) + [part.filler_row] * part.filler
+        if padded:
+            width = aligned(max(lengths[i] for i in held), pad)
+            cost = aligned(len(held) * width, bucket)
+        else:
+            cost = aligned(sum(aligned(lengths[i], pad) for i in held), bucket)
+        over_alone = alone and len({i // group for i in part}) == 1 and (
+            aligned(sum(aligned(lengths[i], pad) for i in part), bucket) > cap if not padded
+            else aligned(len(part) * aligned(max(lengths[i] for i in part), pad), bucket) > cap)
+        if not over_alone:
+            assert cost <= cap, (part, held, cost, cap)
+
+
+def fewest(lengths: list[int], cap: int) -> tuple[int, int]:
+    """Brute force: the fewest micro-batches at which some plan holds equal rows under the
+    cap with the filler rows (copies of the cheapest sample) counted, then the fewest rows."""
+    cheapest = min(lengths)
+    best: tuple[int, int] | None = None
+    for blocks in partitions(list(range(len(lengths)))):
+        rows = max(len(b) for b in blocks)
+        if all(sum(lengths[i] for i in b) + (rows - len(b)) * cheapest <= cap for b in blocks):
+            key = (len(blocks), rows)
+            best = key if best is None or key < best else best
+    assert best is not None
+    return best
+
+
+def test_rows_rule_lowers_every_cost_by_its_filler() -> None:
+    from seqlen_balancing.planner import analyse
+
+    rule = rows_rule(analyse([10, 4, 6], 20), 2)
+    assert rule is not None
+    # the cheapest sample costs 4: each item 4 less, the cap 2 x 4 less, at most 2 rows
+    assert (rule.sizes, rule.cap, rule.limit) == ([6, 0, 2], 12, 2)
+    assert rows_rule(analyse([10, 4, 6], 20), 6) is None  # six filler rows alone cost 24
+
+
+def test_a_short_micro_batch_is_topped_up_with_the_cheapest_sample() -> None:
+    plan = plan_micro_batches([10, 4, 6, 3, 3, 8, 9, 1], 20, equal_rows_per_micro_batch=True)
+    assert sorted((list(p), p.filler, p.filler_row) for p in plan) == [
+        ([0, 1], 1, 7), ([2, 5, 7], 0, -1), ([3, 4, 6], 0, -1)]
+    check_plan([10, 4, 6, 3, 3, 8, 9, 1], 20, plan, 3)
+    # off: plain lists, verl's behaviour
+    assert all(type(p) is list for p in plan_micro_batches([10, 4, 6, 3, 3, 8, 9, 1], 20))
+
+
+def test_the_filler_can_raise_the_count() -> None:
+    # [100] and [50, 50] fit in 2 plain micro-batches, but [100] plus a 50-token filler row
+    # does not: 3 micro-batches of one row each.
+    plan = plan_micro_batches([100, 50, 50], 100, equal_rows_per_micro_batch=True)
+    assert len(plan) == 3 and all(p.filler == 0 for p in plan)
+    assert len(plan_micro_batches([100, 50, 50], 100)) == 2
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_fewest_micro_batches_then_the_fewest_rows_on_few_samples(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(1, 6)
+    lengths = [rng.randint(1, 12) for _ in range(n)]
+    cap = rng.randint(max(lengths), 30)
+    plan = plan_micro_batches(lengths, cap, equal_rows_per_micro_batch=True)
+    rows = len(plan[0]) + plan[0].filler
+    check_plan(lengths, cap, plan, rows)
+    assert (len(plan), rows) == fewest(lengths, cap)
+
+
+def draw_options(rng: random.Random, n: int) -> dict[str, Any]:
+    options: dict[str, Any] = {"equal_rows_per_micro_batch": True}
+    if rng.random() < 0.3:
+        options["pad_to_multiple_of"] = rng.choice([2, 4])
+    if rng.random() < 0.3:
+        options["micro_batch_multiple_of"] = rng.choice([2, 8])
+    if rng.random() < 0.3:
+        options["padded"] = True
+    if rng.random() < 0.3:
+        options["max_samples_per_micro_batch"] = rng.randint(2, 6)
+    if rng.random() < 0.3:
+        options["num_batches_divided_by"] = rng.choice([2, 3])
+    if rng.random() < 0.3:
+        options["min_num_micro_batch"] = rng.randint(1, 4)
+    if rng.random() < 0.3:
+        options["dummy_micro_batches"] = True
+    if rng.random() < 0.2:
+        options["over_cap"] = "alone"
+    return options
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_every_rank_every_micro_batch_the_same_rows_under_the_rule(seed: int) -> None:
+    rng = random.Random(1000 + seed)
+    world = rng.randint(1, 4)
+    group = rng.choice([1, 1, 2])
+    base = rng.randint(1, 8)  # ranks of similar sizes, as a sampler deals them
+    per_rank = [[rng.randint(1, 40) for _ in range(group * (base + rng.randint(0, 1)))]
+                for _ in range(world)]
+    options = draw_options(rng, len(per_rank[0]))
+    limit = options.get("max_samples_per_micro_batch")
+    if limit is not None:
+        options["max_samples_per_micro_batch"] = max(limit, group)
+    cap = rng.randint(60, 200)
+    if options.get("over_cap") == "alone":
+        per_rank[0][0] = cap + 5
+    try:
+        plans = plan_data_parallel(per_rank, cap, force_group_size=group, **options)
+    except ValueError as error:
+        # the only refusals: counts above a rank's samples (no dummies) or rows over a cap
+        message = str(error)
+        assert "micro-batch cannot be empty" in message or "equal_rows_per_micro_batch" in message \
+            or "exceeds max_token_len" in message or "dummy" in message, message
+        return
+    given = PlanOptions(force_group_size=group, **options)
+    rows = {len(p) + p.filler for plan in plans for p in plan}
+    assert len(rows) == 1  # one row count for every micro-batch of every rank
+    assert len({len(plan) for plan in plans}) == 1
+    for lengths, plan in zip(per_rank, plans, strict=True):
+        check_plan(lengths, cap, plan, next(iter(rows)),
+                   pad=given.pad_to_multiple_of, bucket=given.micro_batch_multiple_of,
+                   padded=given.padded, limit=given.max_samples_per_micro_batch, group=group,
+                   alone=given.over_cap == "alone")
+
+
+def test_a_rank_that_cannot_take_the_rows_fails_every_rank_alike() -> None:
+    # rank 0: twelve 1-token rows, 6 per micro-batch at 2; rank 1: two full rows, which a
+    # filler row would push over the cap
+    with pytest.raises(ValueError, match="equal_rows_per_micro_batch") as raised:
+        plan_data_parallel([[1] * 12, [12, 12]], 12, equal_rows_per_micro_batch=True)
+    assert str(raised.value) == (
+        "rank 1 of the DP group: equal_rows_per_micro_batch: every micro-batch must hold 6 "
+        "rows, but this rank's micro-batches hold at most 1 row under max_token_len=12 once "
+        "their filler rows (zero-weight copies of a real row) are counted; raise "
+        "max_token_len, give the ranks batches of similar sizes, or turn "
+        "equal_rows_per_micro_batch off"
+    )
+    assert RowsOverCap(6, 1, 12).message(rank=1) == str(raised.value)
+
+
+def test_a_rank_with_a_smaller_count_takes_the_rows_of_the_agreed_count() -> None:
+    # rank 1 alone needs 1 micro-batch of 4 rows; at the agreed 3 it needs 2, and rank 0's 3
+    # fit its micro-batches too (the window of counts each rank states)
+    plans = plan_data_parallel([[10, 4, 6, 3, 3, 8, 9, 1], [5, 5, 5, 5]], 20,
+                               equal_rows_per_micro_batch=True)
+    assert [len(p) for p in plans] == [3, 3]
+    assert {len(p) + p.filler for plan in plans for p in plan} == {3}
+    check_plan([5, 5, 5, 5], 20, plans[1], 3)
+
+
+def test_an_exact_count_is_held_to_the_equal_rows_count() -> None:
+    # [100, 50, 50] under 100: 2 plain micro-batches, 3 with equal rows (module docstring)
+    with pytest.raises(ValueError, match=r"num_micro_batches=2: with equal_rows_per_micro_batch "
+                                         r"the fewest .* is 3; pass at least 3"):
+        plan_micro_batches([100, 50, 50], 100, num_micro_batches=2, equal_rows_per_micro_batch=True)
+    plan = plan_micro_batches([10, 4, 6, 3, 3, 8, 9, 1], 20, num_micro_batches=4,
+                              equal_rows_per_micro_batch=True)
+    assert len(plan) == 4
+    check_plan([10, 4, 6, 3, 3, 8, 9, 1], 20, plan, len(plan[0]) + plan[0].filler)
+    assert len(plan[0]) + plan[0].filler == 2  # ceil(8 / 4): the rows of 4 micro-batches
+
+
+def test_the_window_travels_at_its_counts_places_and_decodes_at_the_agreed_count() -> None:
+    from seqlen_balancing.agreement import LAYOUT, combine, decode, encode
+    from seqlen_balancing.planner import analyse
+
+    mask, none = (1 << 20) - 1, -(1 << 62)
+    options = PlanOptions(equal_rows_per_micro_batch=True)
+    first = analyse([10, 4, 6, 3, 3, 8, 9, 1], 20, options)  # 3 micro-batches of 3 rows
+    second = analyse([5, 5, 5, 5], 20, options)  # alone: 1 micro-batch of 4 rows
+    assert [(w.count, w.rows) for w in first.rows_window[:3]] == [(3, 3), (4, 2), (5, 2)]
+    assert [(w.count, w.rows) for w in second.rows_window[:4]] == [(1, 4), (2, 2), (3, 2), (4, 1)]
+    rows, tolerance = LAYOUT.start("rows"), LAYOUT.start("neg_rows_tolerance")
+    vector = encode(second, 1)
+    tag = mask - 1
+    # count c at place c mod 32: rows << 20 | tag and -tolerance << 20 | tag
+    assert vector[rows + 3] == (2 << 20 | tag)
+    assert vector[tolerance + 3] == (-second.rows_window[2].tolerance << 20 | tag)
+    assert second.rows_window[-1].count == 32  # the window: counts 1..32, count 32 at place 0
+    assert vector[rows + 0] == (1 << 20 | tag)  # above its 4 samples: count 4's plan, 1 row
+    assert encode(analyse([5, 5, 5, 5], 20), 1)[rows : rows + 32] == [0] * 32  # option off
+    assert encode(analyse([5, 5, 5, 5], 20), 1)[tolerance : tolerance + 32] == [none] * 32
+    reduced = combine([encode(first, 0), vector])
+    count, error, _ = decode(reduced)
+    assert (count, error) == (3, None)
+    from seqlen_balancing.agreement import agreed_rows
+
+    assert agreed_rows(reduced, 3) == 3  # the most any rank needs at the agreed count
