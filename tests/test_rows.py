@@ -174,6 +174,32 @@ def test_every_rank_every_micro_batch_the_same_rows_under_the_rule(seed: int) ->
                    alone=given.over_cap == "alone")
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_an_empty_rank_runs_dummies_of_the_groups_rows(seed: int) -> None:
+    rng = random.Random(2000 + seed)
+    per_rank = [[rng.randint(1, 40) for _ in range(rng.randint(2, 12))] for _ in range(rng.randint(1, 3))]
+    cap = rng.randint(60, 200)
+    try:
+        plans = plan_data_parallel([*per_rank, []], cap, equal_rows_per_micro_batch=True,
+                                   dummy_micro_batches=True)
+    except ValueError as error:  # a real rank whose rows cannot take the group's; never the empty one
+        assert "equal_rows_per_micro_batch: every micro-batch must hold" in str(error)
+        assert not str(error).startswith(f"rank {len(per_rank)} ")
+        return
+    count = len(plans[0])
+    rows = {len(p) + p.filler for plan in plans[:-1] for p in plan}
+    assert len(rows) == 1 and {len(plan) for plan in plans} == {count}
+    (held,) = rows
+    # the empty rank: the agreed count of dummies, no real row, the group's rows of filler
+    assert plans[-1] == [[]] * count
+    assert [(p.filler, p.filler_row) for p in plans[-1]] == [(held, -1)] * count
+    for lengths, plan in zip(per_rank, plans, strict=False):
+        check_plan(lengths, cap, plan, held)
+    # without equal rows the empty rank's dummies are plain empty lists, as before
+    plain = plan_data_parallel([*per_rank, []], cap, dummy_micro_batches=True)
+    assert [type(p) for p in plain[-1]] == [list] * len(plain[-1])
+
+
 def test_a_rank_that_cannot_take_the_rows_fails_every_rank_alike() -> None:
     # rank 0: twelve 1-token rows, 6 per micro-batch at 2; rank 1: two full rows, which a
     # filler row would push over the cap

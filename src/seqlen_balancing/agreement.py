@@ -343,6 +343,9 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
         place = at.count // analysis.num_batches_divided_by % ROWS_WINDOW
         vector[_ROWS + place] = at.rows << _RANK_BITS | tag
         vector[_NEG_TOLERANCE + place] = -at.tolerance << _RANK_BITS | tag
+    if analysis.empty_rows_tolerance:  # a rank with no samples: the same at every count
+        for place in range(ROWS_WINDOW):
+            vector[_NEG_TOLERANCE + place] = -analysis.empty_rows_tolerance << _RANK_BITS | tag
     return vector
 
 

@@ -136,6 +136,9 @@ class RankAnalysis:
     # The equal-rows window (seqlen_balancing.rows.RowsAt): rows and plans at the counts
     # this rank can be agreed to.
     rows_window: list[Any] = field(default_factory=list, repr=False)
+    # A rank with no samples under dummies and equal rows: the most rows its dummies can
+    # hold under the cap (copies of one template row; 0: nothing stated, no row to copy).
+    empty_rows_tolerance: int = 0
 
     def micro_batch_cost(self, groups: Sequence[int]) -> int:
         """A micro-batch's cost in tokens (padded: rows x width), before rounding."""

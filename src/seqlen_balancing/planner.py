@@ -85,7 +85,7 @@ from seqlen_balancing.packing import randomized_best_fit
 from seqlen_balancing.partition import roundup_divisible
 from seqlen_balancing.per_sample import read_numbers
 from seqlen_balancing.repack import exact_packing, repack
-from seqlen_balancing.rows import filled_plan, rows_for, rows_view, search_rows
+from seqlen_balancing.rows import empty_rank_plan, filled_plan, rows_for, rows_view, search_rows
 from seqlen_balancing.rule import Rule
 from seqlen_balancing.search import (
     _EXACT_BUDGET,
@@ -516,6 +516,8 @@ def build_plan(
         wanted = rows or result.agreed_rows or at.rows
         plan = build_plan(rows_view(result, at, wanted), count, use_dynamic_bsz_balance)
         return list(filled_plan(result, plan, wanted))
+    if result.agreed_rows and not result.n_samples and result.dummy_micro_batches:
+        return list(empty_rank_plan(count, result.agreed_rows))  # the group's rows, as dummies
     top = count if result.dummy_micro_batches else result.n_groups
     if not result.min_count <= count <= top:
         raise ValueError(

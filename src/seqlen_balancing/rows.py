@@ -52,6 +52,8 @@ __all__ = [
     "UNBOUNDED_ROWS",
     "RowIndices",
     "RowsAt",
+    "empty_rank_plan",
+    "empty_rank_tolerance",
     "filled_plan",
     "most_rows",
     "rows_for",
@@ -154,6 +156,30 @@ def rows_rule(result: RankAnalysis, rows: int) -> Rule | None:
             room = 1  # the same rule (every size 0), and the bounds need a positive cap
         out = Rule.sums(sizes, room, rule.rows, limit)
     return out if all(out.fits_alone(i) for i in range(out.n)) else None
+
+
+def empty_rank_tolerance(result: RankAnalysis, row_cost: int) -> int:
+    """The most rows a dummy of a rank with no samples can hold under the cap, its rows all
+    copies of one row costing ``row_cost`` tokens (its effective tokens; with ``padded`` its
+    width), aligned to ``pad_to_multiple_of``; the sample limit bounds it too.
+
+    Example:
+        >>> from seqlen_balancing.planner import analyse
+        >>> empty_rank_tolerance(analyse([], 100), 7), empty_rank_tolerance(analyse([], 100), 0)
+        (14, 1099511627776)
+    """
+    rule = result.rule
+    cap = rule.cap if rule is not None else result.max_token_len
+    aligned = aligned_length(row_cost, result.pad_to_multiple_of) if row_cost else 0
+    most = cap // aligned if aligned else UNBOUNDED_ROWS
+    limit = rule.limit if rule is not None else None
+    return min(most, limit) if limit is not None else most
+
+
+def empty_rank_plan(count: int, rows: int) -> list[RowIndices]:
+    """The ``count`` dummies of a rank with no samples under equal rows: no real rows,
+    ``rows`` filler rows each (copies of the template's row: ``filler_row`` -1)."""
+    return [RowIndices([], rows) for _ in range(count)]
 
 
 def _sub(core: RankAnalysis, rule: Rule) -> RankAnalysis:

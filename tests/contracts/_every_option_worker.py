@@ -59,13 +59,18 @@ def _equal(a: Any, b: Any) -> bool:
     import torch
 
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):  # per-sample ids
-        return bool(a.tolist() == b.tolist())
+        # (a NonTensorStack's values: a list on tensordict 0.8-0.10, the stack on newer ones)
+        return bool(_values(a) == _values(b))
     if a.is_nested or b.is_nested:
         rows_a, rows_b = a.unbind(), b.unbind()
         return len(rows_a) == len(rows_b) and all(
             x.dtype == y.dtype and x.shape == y.shape and bool((x == y).all())
             for x, y in zip(rows_a, rows_b, strict=True))
     return a.dtype == b.dtype and a.shape == b.shape and bool((a == b).all())
+
+
+def _values(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else list(value.tolist())
 
 
 def same(a: Any, b: Any) -> bool:
@@ -75,6 +80,13 @@ def same(a: Any, b: Any) -> bool:
 
 def _weight_sum(value: Any) -> float:
     return float((value.values() if value.is_nested else value).abs().sum())
+
+
+def _filler_weight(value: Any, real: int) -> float:
+    """The loss weights of an entry's rows after the first ``real`` (row by row: slicing the
+    whole micro-batch fails on tensordict 0.8-0.10 where a lazy stack would be left empty)."""
+    rows = value.unbind() if value.is_nested else value[real:]
+    return float(sum(float(row.abs().sum()) for row in list(rows)[real if value.is_nested else 0:]))
 
 
 def _options(given: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +150,7 @@ def play(spec: dict[str, Any], group: Any) -> dict[str, Any]:
         "filler": [int(getattr(part, "filler", 0)) for part in plan],
         "filler_row": [int(getattr(part, "filler_row", -1)) for part in plan],
         "filler_weights": [
-            {key: _weight_sum(mb[len(part):][key]) for key in WEIGHT_KEYS if key in mb.keys()}
+            {key: _filler_weight(mb[key], len(part)) for key in WEIGHT_KEYS if key in mb.keys()}
             for mb, part in zip(micro_batches, plan, strict=True)],
         "restored": restored,
     }

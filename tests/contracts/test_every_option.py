@@ -26,8 +26,9 @@ alone. A rank may have no samples: without dummies its error, with them every on
 micro-batches a dummy.
 With ``equal_rows_per_micro_batch`` a micro-batch holds its real rows and ``filler`` copies
 of its filler row (a dummy: filler only), and the rule holds on all of them together; every
-micro-batch of every rank with samples holds the same rows, the filler rows' loss weights are
-zero, and the one refusal of its own is the agreed "every micro-batch must hold" error.
+micro-batch of every rank holds the same rows (an empty rank's dummies too: copies of the
+row its dummies copy), the filler rows' loss weights are zero, and the one refusal of its
+own is the agreed "every micro-batch must hold" error.
 
 **What every round must show.** Ranks asked to plan under different options (one rank is
 given another value of one option, of the cap, or passes ``costs``/``workloads`` where the
@@ -497,6 +498,9 @@ def check_plan(rank: Rank, plan: list[list[int]], count: int, record: dict[str, 
         of_item = {i: tuple(item) for item in rank.items for i in item}
         over_items = {tuple(rank.items[j]) for j in rank.over()}
         for part, whole in zip(plan, rows, strict=True):
+            if rank.n == 0:  # an empty rank's dummies: the group's rows, copies of its template's
+                assert whole == [-1] * len(whole), whole
+                continue
             mine = {of_item[i] for i in part}
             over_alone = rank.alone and len(mine) == 1 and mine <= over_items
             assert all(0 <= i < rank.n for i in whole)
@@ -586,7 +590,14 @@ def judge(round_: dict[str, Any], got: list[dict[str, Any]], want: dict[str, Any
     for rank, record in zip(want["ranks"], got, strict=True):
         assert "plan" in record, where
         check_plan(rank, record["plan"], count, record)
+    check_one_row_count(round_, [held_rows(r["plan"], r["filler"], r["filler_row"]) for r in got], where)
     return "plan"
+
+
+def check_one_row_count(round_: dict[str, Any], rows: list[list[list[int]]], where: str) -> None:
+    """With equal rows, every micro-batch of every rank of the DP group holds the same rows."""
+    if round_["ranks"][0]["options"]["equal_rows_per_micro_batch"]:
+        assert len({len(held) for rank in rows for held in rank}) == 1, f"{where}: {rows}"
 
 
 def _rows_refused(round_: dict[str, Any], record: dict[str, Any]) -> bool:
@@ -622,6 +633,9 @@ def judge_list_api(round_: dict[str, Any], where: str) -> str:
         assert want["low"] <= count <= want["high"] and count % divisor == 0, where
         for rank, plan in zip(want["ranks"], result, strict=True):
             check_plan(rank, plan, count, None)
+        check_one_row_count(round_, [held_rows(plan, [getattr(p, "filler", 0) for p in plan],
+                                               [getattr(p, "filler_row", -1) for p in plan])
+                                     for plan in result], where)
         return "plan"
     assert kind == "raised", f"list API: {where}"
     record = {"raised": type(result).__name__, "message": str(result)}

@@ -158,8 +158,47 @@ def scenario_batch_setting(rank: int, group: Any) -> dict[str, Any]:
             "plan": [[int(i) for i in part] for part in plan or []]}
 
 
+def scenario_empty_rank(rank: int, group: Any) -> dict[str, Any]:
+    """Rank 1 has no samples (zero rows, known columns) and runs dummies: they hold the
+    group's rows too, zero-weight; restore gives it zero rows back."""
+    import torch
+
+    from seqlen_balancing import rearrange_micro_batches, restore_dynamic_batch
+
+    lengths = GRADIENT_LENGTHS[0] if rank == 0 else []
+    batch = _batch(lengths, seed=30 + rank)
+    micro_batches, plan = rearrange_micro_batches(batch, GRADIENT_CAP, dp_group=group,
+                                                  equal_rows_per_micro_batch=True,
+                                                  dummy_micro_batches=True)
+    outputs = [_token_losses(_model(), mb).detach() for mb in micro_batches]
+    return {
+        "plan": [[int(i) for i in part] for part in plan],
+        "filler": [int(getattr(part, "filler", 0)) for part in plan],
+        "rows": [int(mb.batch_size[0]) for mb in micro_batches],
+        "tokens": [int(mb["attention_mask"].sum()) for mb in micro_batches],
+        "weights": [int(mb["loss_mask"].abs().sum()) for mb in micro_batches],
+        "restored_rows": int(restore_dynamic_batch(torch.cat(outputs), plan).shape[0]),
+    }
+
+
+def scenario_empty_poisoned(rank: int, group: Any) -> dict[str, Any]:
+    """Rank 1 has no samples and its template's row has 9 tokens: under a cap of 12 its
+    dummies cannot hold the 3 rows rank 0's micro-batches hold; both raise alike."""
+    from seqlen_balancing import rearrange_micro_batches
+
+    batch = _batch(GRADIENT_LENGTHS[0] if rank == 0 else [], seed=rank)
+    try:
+        rearrange_micro_batches(batch, GRADIENT_CAP, dp_group=group, equal_rows_per_micro_batch=True,
+                                dummy_micro_batches=True, dummy_template=_batch([9], seed=5))
+    except ValueError as error:
+        return {"raised": "ValueError", "message": str(error)}
+    return {"raised": None}
+
+
 SCENARIOS = {
     "poisoned": scenario_poisoned,
+    "empty_poisoned": scenario_empty_poisoned,
+    "empty_rank": scenario_empty_rank,
     "gradients": scenario_gradients,
     "batch_setting": scenario_batch_setting,
 }

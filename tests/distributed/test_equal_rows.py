@@ -92,3 +92,29 @@ def test_the_batch_setting_turns_it_on(records: list[dict[str, dict[str, Any]]])
     rows = {r for rank in range(WORLD) for r in records[rank]["batch_setting"]["rows"]}
     assert len(rows) == 1
     assert records[0]["batch_setting"]["rows"] == records[0]["gradients"]["rows"]
+
+
+def test_an_empty_rank_whose_template_cannot_take_the_rows_fails_both_ranks_alike(
+    records: list[dict[str, dict[str, Any]]],
+) -> None:
+    got = [records[rank]["empty_poisoned"] for rank in range(WORLD)]
+    assert got[0] == got[1] and got[0]["raised"] == "ValueError"
+    # rank 0: 8 rows, 30 tokens under 12: 3 micro-batches of ceil(8 / 3) = 3 rows; rank 1's
+    # template row of 9 tokens fits once under 12
+    message = got[0]["message"]
+    assert message.startswith("rank 1 of the DP group (global rank 1): equal_rows_per_micro_batch")
+    assert "must hold 3 rows" in message and "at most 1 row under max_token_len=12" in message
+
+
+def test_an_empty_ranks_dummies_hold_the_groups_rows(records: list[dict[str, dict[str, Any]]]) -> None:
+    full, empty = records[0]["empty_rank"], records[1]["empty_rank"]
+    lengths = _worker.GRADIENT_LENGTHS[0]
+    count = -(-sum(lengths) // _worker.GRADIENT_CAP)  # 3: the bound is met
+    rows = -(-len(lengths) // count)
+    assert full["rows"] == empty["rows"] == [rows] * count
+    assert sorted(i for part in full["plan"] for i in part) == list(range(len(lengths)))
+    assert empty["plan"] == [[]] * count and empty["filler"] == [rows] * count
+    # the dummies copy the 1-token row built from the batch's columns, weights zero
+    assert empty["tokens"] == [rows] * count and empty["weights"] == [0] * count
+    assert max(full["tokens"]) <= _worker.GRADIENT_CAP
+    assert empty["restored_rows"] == 0 and full["restored_rows"] == len(lengths)

@@ -35,6 +35,7 @@ from seqlen_balancing.errors import (
     NoDummyTemplate,
     PlanError,
 )
+from seqlen_balancing.rows import empty_rank_plan
 
 __all__: list[str] = []
 
@@ -120,14 +121,19 @@ def _empty_inputs(
 
 
 def _empty_cut(
-    source: _EmptySource, count: int
+    source: _EmptySource, count: int, agreed_rows: int = 0
 ) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
     """The ``count`` dummies of an empty rank: copies of ``source.row`` with its loss
-    weights zero; their index lists (empty) and the rows they copy (row 0 of the source)."""
-    rows = [[0] for _ in range(count)]
+    weights zero (``agreed_rows`` copies each under ``equal_rows_per_micro_batch``, else
+    one); their index lists (empty; under equal rows
+    :class:`~seqlen_balancing.rows.RowIndices` with ``agreed_rows`` filler rows, so that
+    ``restore_dynamic_batch`` drops them) and the rows they copy (row 0 of the source)."""
+    rows = [[0] * max(1, agreed_rows) for _ in range(count)]
     micro_batches = _cut(source.row, rows, source.entries)
     for micro_batch in micro_batches:
         for key in source.keys:
             for part in _rows(micro_batch):
                 part.set(key, torch.zeros_like(part.get(key)))
+    if agreed_rows:
+        return micro_batches, list(empty_rank_plan(count, agreed_rows)), rows
     return micro_batches, [[] for _ in range(count)], rows

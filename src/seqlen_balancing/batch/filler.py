@@ -22,7 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.dummies import _rows
-from seqlen_balancing.batch.entries import _Entries
+from seqlen_balancing.batch.entries import _cut_inputs, _Entries
 from seqlen_balancing.batch.trim import Trim
 
 __all__ = ["filler_counts", "real_rows"]
@@ -123,5 +123,11 @@ def _pick(data: Any, rows: list[int]) -> Any:
         return torch.nested.as_nested_tensor(picked, layout=data.layout)
     if isinstance(data, torch.Tensor) and data.dim() == 0:
         return data
+    if isinstance(data, TensorDictBase):  # the cut's own gather: jagged entries on any tensordict
+        error, entries, _ = _cut_inputs(data, {})
+        if error is None:  # the cut takes a cover of the rows: the rest as a second part
+            chosen = set(rows)
+            rest = [i for i in range(int(data.batch_size[0])) if i not in chosen]
+            return _cut(data, [rows, rest] if rest else [rows], entries)[0]
     index = torch.tensor(rows, dtype=torch.long, device=data.device)
     return data[index]

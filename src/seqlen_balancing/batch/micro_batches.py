@@ -34,6 +34,7 @@ from seqlen_balancing.errors import (
 )
 from seqlen_balancing.options import OPTIONS, GroupOptionKeywords, OptionKeywords, PlanOptions, Unpack
 from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, failed_analysis, log_over_cap
+from seqlen_balancing.rows import empty_rank_tolerance
 
 __all__ = ["prepare_micro_batches", "rearrange_micro_batches"]
 
@@ -247,11 +248,13 @@ def _rearrange_rows(
     else:
         analysis = failed_analysis(error, max_token_len, None if options_error else options,
                                    costs is not None, workloads is not None, group_ids is not None)
+    if read.empty is not None and analysis.error is None and options.equal_rows_per_micro_batch:
+        analysis.empty_rows_tolerance = _empty_tolerance(analysis, read.empty, options.padded)
     count = _finish(analysis, sync, dp_group, cause)
     plan = build_plan(analysis, count, options.use_dynamic_bsz_balance)
     log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
     if read.empty is not None:
-        return _empty_cut(read.empty, count)
+        return _empty_cut(read.empty, count, analysis.agreed_rows)
     if analysis.rows_window:
         return _cut_with_filler(batch, plan, read.entries, read.keys, read.trim,
                                 analysis.pad_to_multiple_of)
@@ -260,6 +263,17 @@ def _rearrange_rows(
     micro_batches, returned, rows = _cut_with_dummies(batch, plan, read.entries, dummy, read.keys,
                                                       read.trim, analysis.pad_to_multiple_of)
     return micro_batches, returned, rows
+
+
+def _empty_tolerance(analysis: RankAnalysis, source: _EmptySource, padded: bool) -> int:
+    """The most copies of an empty rank's template row a dummy holds under the cap (equal
+    rows): its effective tokens, or with ``padded`` its width, per copy; read before the
+    agreement, so an agreed row count above it is the agreed ``RowsOverCap``."""
+    _, lengths, _ = _read_lengths(source.row)
+    mask = source.row.get("attention_mask", None)
+    width = int(mask.shape[1]) if padded and isinstance(mask, torch.Tensor) and mask.dim() == 2 else 0
+    cost = width or (lengths[0] if lengths else 0)
+    return max(1, empty_rank_tolerance(analysis, cost))
 
 
 @dataclass
