@@ -18,9 +18,11 @@ from seqlen_balancing.packing import (
     best_fit_decreasing,
     closing_fit_decreasing,
     minimum_bin_slack,
+    split,
     split_to_count,
 )
 from seqlen_balancing.planner import analyse, plan_micro_batches
+from seqlen_balancing.rule import Rule
 
 
 def assert_packing(bins: list[list[int]], sizes: list[int], cap: int) -> None:
@@ -460,3 +462,11 @@ def test_minimum_bin_slack_default_budget_is_20_n_plus_50000() -> None:
     # one before it).
     bins = minimum_bin_slack([601] * 600 + [2] * 6200, 1000)
     assert [len(b) for b in bins] == [200] * 30 + [1] * 568 + [32, 200]
+
+
+def test_split_at_its_own_count_returns_copies_of_the_bins() -> None:
+    bins = [[0, 2], [1], [3, 4]]
+    out = split(Rule.sums([5, 6, 5, 3, 3], 12), bins, 3)
+    assert out == [[0, 2], [1], [3, 4]]
+    out[0].append(9)
+    assert bins[0] == [0, 2]  # not modified (the caller rebalances the result in place)

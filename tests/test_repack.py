@@ -108,6 +108,21 @@ def test_best_move_gains_the_most_load() -> None:
             assert sum(sizes[i] for i in taken) - sum(sizes[i] for i in given) == gain
 
 
+def test_best_move_of_a_full_bin_charges_every_evaluation_it_skips() -> None:
+    # A bin at the cap gains nothing; the work charged is what listing its subsets costs:
+    # the empty set, each item, and (bins of up to 12 items) each pair: 1 + m + m(m-1)/2.
+    for m, expected in ((1, 2), (4, 1 + 4 + 6), (12, 1 + 12 + 66), (13, 1 + 13)):
+        sizes = [10] * m + [3, 5]
+        search = _FixedCount(Rule.sums(sizes, 10 * m), [list(range(m))], [m, m + 1], seed=0)
+        keys, codes = search._free_sums()
+        before = search.work
+        assert search._best_move(0, keys, codes) == (0, 0, 0)
+        assert search.work - before == expected, m
+        search.outs[0] = None
+        search.loads[0] -= 3  # room 3: the free item of size 3 now fits
+        assert search._best_move(0, keys, codes)[0] == 3
+
+
 def best_exchange_gain(sizes: list[int], cap: int, packed: list[int], free: list[int]) -> int:
     """Largest load increase of a bin by swapping up to two of its items for one to three
     free items (0: none), trying every such exchange."""

@@ -174,28 +174,34 @@ def _lpt_plain(
     """
     bins: list[list[int]] = [[] for _ in range(count)]
     room = [cap] * count
-    heap = [(0, 0, b) for b in range(count)]  # (workload, items, bin): empty bins first
-    aside: list[tuple[int, int, int]] = []  # sorted keys of the bins set aside
-    by_room: list[tuple[int, tuple[int, int, int]]] = []  # (-room, key): the roomiest first
+    # The key (workload, items, bin) as one int, ordered as the tuple is: heaps and bisects
+    # then compare machine-sized ints, not tuples. A bin aside is keyed by (-room, key) the
+    # same way, the room counted down from the cap.
+    per_item, per_load = count, (len(sizes) + 1) * count
+    wide = (sum(workloads) + 1) * per_load
+    heap = list(range(count))  # workload 0, no items: ordered by bin
+    aside: list[int] = []  # sorted keys of the bins set aside
+    by_room: list[int] = []  # (cap - room) * wide + key: the roomiest first
     for g in order:
         size = sizes[g]
-        while by_room and -by_room[0][0] >= size:  # fits again: back in line
-            key = heapq.heappop(by_room)[1]
+        while by_room and cap - by_room[0] // wide >= size:  # fits again: back in line
+            key = heapq.heappop(by_room) % wide
             del aside[bisect.bisect_left(aside, key)]
             heapq.heappush(heap, key)
-        while heap and room[heap[0][2]] < size:
+        while heap and room[heap[0] % count] < size:
             key = heapq.heappop(heap)
             bisect.insort(aside, key)
-            heapq.heappush(by_room, (-room[key[2]], key))
+            heapq.heappush(by_room, (cap - room[key % count]) * wide + key)
         if not heap:
             return None
-        load, members, b = heap[0]
-        budget -= bisect.bisect_left(aside, heap[0])  # the bins before it, all skipped
+        key = heap[0]
+        budget -= bisect.bisect_left(aside, key)  # the bins before it, all skipped
         if budget < 0:
             return None
+        b = key % count
         bins[b].append(g)
         room[b] -= size
-        heapq.heapreplace(heap, (load + workloads[g], members + 1, b))
+        heapq.heapreplace(heap, key + workloads[g] * per_load + per_item)
     return bins
 
 

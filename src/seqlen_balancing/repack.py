@@ -125,6 +125,11 @@ class _FixedCount:
         two of its items for one to three free ones (gain 0: no move)."""
         room = self.cap - self.loads[b]
         best = (0, 0, 0)
+        if room == 0:
+            # a full bin gains nothing: charge the same evaluations without making them
+            m = len(self.bins[b])
+            self.work += 1 + m + (m * (m - 1) // 2 if m <= _MAX_OUT_PAIRS else 0)
+            return best
         out_sizes, out_codes = self._outs(b)
         self.work += len(out_sizes)
         spare = None if self.limit is None else self.limit - self.rows[b]
