@@ -47,7 +47,8 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
     Returns:
         ``bins``.
     """
-    loads = [sum(workloads[g] for g in b) for b in bins]
+    work = workloads.__getitem__
+    loads = [sum(map(work, b)) for b in bins]
     state = Loads.of(rule, bins)
     fits, cost, sizes, cap, plain = state.fits, state.cost, rule.sizes, rule.cap, rule.plain
     # (-load, bin) ascending: heaviest first, ties by index; kept sorted as loads change, so
@@ -55,7 +56,8 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
     keys = sorted((-load, b) for b, load in enumerate(loads))
     # plain sums: each bin's smallest item, so a bin none of whose items has the room is
     # passed over without looking at its items (most heavy bins, once the light one is full)
-    least = [min((sizes[g] for g in b), default=cap + 1) for b in bins] if plain else []
+    size_of = sizes.__getitem__
+    least = [min(map(size_of, b), default=cap + 1) for b in bins] if plain else []
     for _ in range(2 * len(bins)):
         if not keys:
             break
@@ -86,7 +88,7 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
         state.remove(heavy, g, bins[heavy])
         state.add(light, g)
         if plain:
-            least[heavy] = min((sizes[h] for h in bins[heavy]), default=cap + 1)
+            least[heavy] = min(map(size_of, bins[heavy]), default=cap + 1)
             least[light] = min(least[light], sizes[g])
         for b, sign in ((heavy, -1), (light, 1)):
             del keys[bisect.bisect_left(keys, (-loads[b], b))]
@@ -207,7 +209,7 @@ def _lpt_plain(
 
 def workload_gap(bins: list[list[int]], workloads: Sequence[int]) -> int:
     """Heaviest minus lightest micro-batch workload (the spread at a fixed count)."""
-    loads = [sum(workloads[g] for g in b) for b in bins]
+    loads = [sum(map(workloads.__getitem__, b)) for b in bins]
     return max(loads) - min(loads)
 
 
@@ -350,7 +352,7 @@ def order_micro_batches(
 
     def key(mb: list[int]) -> tuple[int, int]:
         if group == 1:
-            load = sum(workloads[i] for i in mb)
+            load = sum(map(workloads.__getitem__, mb))
         else:
             load = sum(workloads[i // group] for i in mb[::group])
         return load, mb[0] if mb else 0

@@ -236,9 +236,9 @@ class Loads:
         sizes, counts = rule.sizes, rule.rows
         unit = rule.unit_rows
         for b, items in enumerate(bins):
-            loads.rows[b] = len(items) if unit else sum(counts[i] for i in items)
+            loads.rows[b] = len(items) if unit else sum(map(counts.__getitem__, items))
             if rule.left is None or rule.right is None:
-                loads.cost[b] = sum(sizes[i] for i in items)
+                loads.cost[b] = sum(map(sizes.__getitem__, items))
                 continue
             loads.left[b] = max((rule.left[i] for i in items), default=0)
             loads.right[b] = max((rule.right[i] for i in items), default=_NO_RIGHT)
