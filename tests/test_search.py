@@ -176,3 +176,31 @@ def test_close_gap_starts_from_the_best_fresh_packing() -> None:
     cap = 133
     got = sum_close_gap(sizes, cap, [[g] for g in range(len(sizes))], 5)
     assert len(got) == 5 and _is_packing(got, sizes, cap)
+
+
+def test_the_reduction_is_made_once_for_the_bound_and_the_exchange_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The Martello-Toth reduction of the whole batch serves both the bound (level
+    # "reduction") and the exchange search's start: one call per analysis.
+    import seqlen_balancing.bounds as bounds_module
+    import seqlen_balancing.rule as rule_module
+
+    original = rule_module.dominant_bins
+    calls: list[int] = []
+
+    def counted(sizes: list[int], cap: int) -> tuple[list[list[int]], list[int]]:
+        calls.append(len(sizes))
+        return original(sizes, cap)
+
+    monkeypatch.setattr(rule_module, "dominant_bins", counted)
+    monkeypatch.setattr(bounds_module, "dominant_bins", counted)
+    searched = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        sizes = [rng.choice([rng.randint(100, 2000), rng.randint(5000, 8000)]) for _ in range(150)]
+        calls.clear()
+        analyse(sizes, 16384)
+        assert calls in ([], [150]), seed  # at most once, on the whole batch
+        searched += len(calls)
+    assert searched > 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from math import inf
 
 from seqlen_balancing._checks import as_list, non_negative_ints, positive_int
@@ -405,9 +405,11 @@ def best_lower_bound(
 
 
 def _best_lower_bound(
-    sizes: list[int], cap: int, enough: int | None, upto: str
+    sizes: list[int], cap: int, enough: int | None, upto: str,
+    reduction: Callable[[], tuple[list[list[int]], list[int]]] | None = None,
 ) -> tuple[int, str]:
-    """:func:`best_lower_bound` on sizes already checked to be ints (the planner's)."""
+    """:func:`best_lower_bound` on sizes already checked to be ints (the planner's);
+    ``reduction`` gives :func:`dominant_bins` of the same sizes and cap when already made."""
     last = BOUND_NAMES.index(upto)
     ordered = _in_range(sorted(sizes), cap)
     if not ordered:
@@ -427,7 +429,7 @@ def _best_lower_bound(
         return best, name
     if better(_matching_sorted(ordered, prefix, cap), "matching"):
         return best, name
-    fixed, rest = dominant_bins(sizes, cap)
+    fixed, rest = dominant_bins(sizes, cap) if reduction is None else reduction()
     residual = sorted(sizes[i] for i in rest)
     residual_prefix = _prefix(residual)
     reduced = len(fixed)

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from seqlen_balancing._checks import positive_int, switch
-from seqlen_balancing.bounds import BOUND_NAMES, _best_lower_bound, best_lower_bound
+from seqlen_balancing.bounds import BOUND_NAMES, _best_lower_bound, best_lower_bound, dominant_bins
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity, sample_costs
 
 __all__ = [
@@ -156,6 +156,12 @@ class Rule:
     def n(self) -> int:
         """Number of items."""
         return len(self.sizes)
+
+    @cached_property
+    def dominant(self) -> tuple[list[list[int]], list[int]]:
+        """:func:`~seqlen_balancing.bounds.dominant_bins` of the sizes under the cap, made
+        once for the bound and the exchange search (callers copy before changing it)."""
+        return dominant_bins(self.sizes, self.cap)
 
     @cached_property
     def unit_rows(self) -> bool:
@@ -483,7 +489,7 @@ def rule_bound(
     if rule.is_padded:
         bound, name = sorted_bound(rule), SORTED_RULE
     else:
-        bound, name = _best_lower_bound(rule.sizes, rule.cap, enough, upto)
+        bound, name = _best_lower_bound(rule.sizes, rule.cap, enough, upto, lambda: rule.dominant)
     if rule.limit is not None and (enough is None or bound < enough) and rule.rows:
         by_rows, _ = _best_lower_bound(rule.rows, rule.limit, enough, upto)
         if by_rows > bound:

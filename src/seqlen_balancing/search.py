@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from seqlen_balancing.analysis import RankAnalysis
-from seqlen_balancing.bounds import BOUND_NAMES, dominant_bins
+from seqlen_balancing.bounds import BOUND_NAMES
 from seqlen_balancing.packing import (
     best_fit,
     closing_fit_decreasing,
@@ -298,12 +298,13 @@ def _close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[in
     packing restricted to them and fresh packings of them (made in turn, none after one
     that meets the bound); the reduction's bins are added back. With a sample limit
     (where the reduction's pairs may hold too many rows), on the whole packing."""
-    sizes, cap = rule.sizes, rule.cap
+    cap = rule.cap
     if not rule.plain:
         return repack(rule, packing, target=lower)
-    fixed, rest = dominant_bins(sizes, cap)
+    fixed, rest = rule.dominant
     if not fixed:
         return repack(rule, packing, target=lower)
+    fixed, rest = [list(b) for b in fixed], list(rest)  # the rule's own: not changed here
     sub = rule.restrict(rest)
     if not any(sub.sizes):
         if rest:
