@@ -43,8 +43,8 @@ class _FixedCount:
         self.counts = rule.rows
         self.base = len(sizes) + 1
         self.bins = bins
-        self.loads = [sum(sizes[i] for i in b) for b in bins]
-        self.rows = [sum(rule.rows[i] for i in b) for b in bins] if rule.limit is not None else []
+        self.loads = [sum(map(sizes.__getitem__, b)) for b in bins]
+        self.rows = [sum(map(rule.rows.__getitem__, b)) for b in bins] if rule.limit is not None else []
         self.free = free
         self.work = 0
         self.rng = random.Random(seed)
@@ -54,7 +54,7 @@ class _FixedCount:
 
     def free_weight(self) -> int:
         sizes = self.sizes
-        return sum(sizes[i] for i in self.free)
+        return sum(map(sizes.__getitem__, self.free))
 
     def _decode(self, code: int) -> list[int]:
         items = []
@@ -176,7 +176,7 @@ class _FixedCount:
             keys, codes = self._free_sums()
             moved = False
             loads = self.loads
-            for b in sorted(range(len(self.bins)), key=lambda b: (loads[b], b)):
+            for b in sorted(range(len(self.bins)), key=loads.__getitem__):  # stable: ties by bin
                 gain, out_code, in_code = self._best_move(b, keys, codes)
                 if not gain:
                     continue
@@ -283,7 +283,7 @@ def repack(
     spent = 0
     seed = (n * 1_000_003 + rule.cap * 7919 + sum(sizes)) & 0xFFFFFFFF
     while len(current) > max(target, 1) and spent < limit:
-        loads = [sum(sizes[i] for i in b) for b in current]
+        loads = [sum(map(sizes.__getitem__, b)) for b in current]
         victim = min(range(len(current)), key=lambda b: (loads[b], -b))
         trial = [list(b) for j, b in enumerate(current) if j != victim]
         search = _FixedCount(rule, trial, list(current[victim]), seed + len(current))

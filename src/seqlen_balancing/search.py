@@ -310,12 +310,14 @@ def _close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[in
         if rest:
             fixed[0].extend(rest)  # zero-length items fit anywhere
         return fixed
-    remaining = set(rest)
     target = max(1, lower - len(fixed))  # no packing of the rest has fewer (fixed: optimal)
 
     def restricted() -> list[list[int]]:
-        position = {g: j for j, g in enumerate(rest)}
-        return [b for b in ([position[g] for g in b if g in remaining] for b in packing) if b]
+        position = [-1] * rule.n  # each item's place among the rest; -1: in a fixed bin
+        for j, g in enumerate(rest):
+            position[g] = j
+        at = position.__getitem__
+        return [b for b in ([j for j in map(at, b) if j >= 0] for b in packing) if b]
 
     makers: list[Callable[[], list[list[int]]]] = [
         lambda: best_fit(sub),
