@@ -158,3 +158,28 @@ def test_the_vector_is_bounded_and_its_window_declared() -> None:
     widths = {s.name: s.width for s in LAYOUT.slots}
     assert [widths[name] for name in ("window_count", "neg_window_count", "profile", "verl_profile",
                                       "fit_flags", "rank_workload")] == [2, 2, 32, 32, 32, 1]
+
+
+@pytest.mark.slow
+def test_a_fit_proven_without_running_karmarkar_karp_is_one() -> None:
+    # window.py skips Karmarkar-Karp at a count where (W + (c - 1) w_max) <= c x 24576 x cap:
+    # run it anyway on random batches and check every part fits the cap there
+    from seqlen_balancing.planner import analyse
+    from seqlen_balancing.window import _fit_proof
+
+    rng = random.Random(7)
+    proven = 0
+    for _ in range(150):
+        cap = rng.choice([50, 1000, 16384])
+        longest = rng.choice([cap, cap // 4])
+        lengths = [rng.randint(1, longest) for _ in range(rng.randint(2, 30))]
+        proof = _fit_proof(analyse(lengths, cap))
+        assert proof is not None
+        for c in range(1, len(lengths) + 1):
+            if proof(c):
+                proven += 1
+                parts = karmarkar_karp([workload(s) for s in lengths], c, equal_size=False)
+                assert all(sum(lengths[i] for i in part) <= cap for part in parts), (lengths, cap, c)
+    assert proven > 300
+    # custom workloads below 24576 x cost: no proof
+    assert _fit_proof(analyse([5, 6], 10, workloads=[1, 1])) is None
