@@ -10,11 +10,21 @@ takes ``sum over k of max over ranks r of W(r, k) + K x fixed cost``, the fixed 
 
 * ``c`` and ``-c``: after the MAX a slot is *exact* (every rank planned that very count)
   when the two agree;
-* whether verl's Karmarkar-Karp partition at ``c`` fits the cap on this rank (0), does not
-  (1), or was not tried (2: over the Karmarkar-Karp budget, or over-cap samples set apart);
 * the *profile* of its plan at ``c``: its micro-batches' workloads, heaviest first, zeros
   after them (:data:`PROFILE` values);
 * the profile of verl's own plan at ``c`` (zeros where it does not fit).
+
+It also writes, at absolute place ``c / d - 1`` of :data:`FLAGS` slots, whether verl's
+Karmarkar-Karp partition at ``c`` fits the cap on this rank (:data:`FITS` 0), not known
+(:data:`UNKNOWN` 1, the idle value: not tried) or does not fit (:data:`NOT_FIT` 2), for
+the :data:`SPAN` counts ``c0, c0 + d, ..., c0 + (SPAN - 1) d`` (at most ``FLAGS x d`` and
+its groups); and its total workload. After the MAX a count's flag is FITS where it fits on
+every rank, NOT_FIT where it does not on some rank. Cost: a failing Karmarkar-Karp merge
+stops at the first part over the cap, and a fit is proven without running it where
+``W + (c - 1) w_max <= c x 24576 x cap`` (``W`` the rank's total workload, ``w_max`` its
+heaviest group's: largest differencing keeps the parts within ``w_max`` of each other, and
+a part of workload ``w`` holds at most ``w / 24576`` tokens; custom workloads or costs,
+padded and sample-limited rules always run it).
 
 Lined up heaviest with heaviest, which is the order every rank then uses, the element-wise
 MAX of the sorted profiles is ``max over r of W(r, k)`` at each index ``k``: the lock-step
@@ -22,30 +32,49 @@ time of the group's plans at ``c`` is the sum of the reduced profile, exactly, a
 order of the same micro-batches is faster (the ``j``-th slowest index waits for at least
 every rank's ``j``-th heaviest micro-batch).
 
-**The choice** (:func:`choose`, the same on every rank). ``K`` is the agreed count (the
-largest needed, rounded up to ``d``). Where the slot of ``K`` is exact, the candidates are
-the library's plans at ``K`` and, where Karmarkar-Karp is known not to fit at ``K`` on some
-rank, at ``K + d``: both at most verl's count (verl stops at the first count from ``K`` up
-where every rank's Karmarkar-Karp fits), so the count guarantee holds. The fastest in the
-model wins, the smaller count on a tie. verl's count ``V`` is known when every rank fits at
-``K`` (``V = K``), or fits at ``K + d`` after some rank did not at ``K``; where verl's plans
-at ``V`` (each rank's Karmarkar-Karp partition) are faster still, they are the plan. Every
-rank then orders its micro-batches heaviest first and, with ``use_dynamic_bsz_balance``,
-in verl's pipeline order (lightest at both ends), a permutation of the sorted positions
-that is the same on every rank, so the lined-up time stands. Where the slot of ``K`` is
-not exact (a rank's own count more than ``d`` below ``K``, or counts above ``PROFILE``),
-the plans are the library's at ``K``, as without the choice, lined up the same way.
+**verl's count** ``V`` (verl stops at the first count from its start up where every rank's
+Karmarkar-Karp fits) is at least the agreed count ``K`` (the largest needed, rounded up to
+``d``; the count guarantee). The flags from ``K`` up give ``low``: the first count not
+flagged NOT_FIT, so ``V >= low``; ``V = low`` exactly when ``low`` is flagged FITS
+(:func:`verl_facts`); ``low`` above the fewest groups: verl raises on the step.
 
-**Never worse than verl 0.9.1, third axis.** Wherever verl's count is known (above), the
-chosen plans' modeled step time, fixed costs included, is at most that of verl's plans of
-the same step on the same ranks: verl orders each rank's micro-batches by workload (the
-same permutation of sorted positions on every rank), so its time is the lined-up sum of
-its profiles, and its plans are a candidate, compared exactly.
-``tests/compat/test_step_time.py`` checks it against verl itself.
+**The choice** (:func:`choose`, the same on every rank). The candidates are the library's
+plans at ``K`` and ``K + d``, each where its slot is exact and it is at most ``low`` (so at
+most ``V``: the count guarantee holds); the fastest in the model wins, the smaller count on
+a tie. Then, in this order:
+
+1. verl raises on the step: the candidate (or the library's plans at ``K``);
+2. ``V`` known and its slot exact: verl's plans' time is known exactly; they run where
+   strictly faster, else the candidate;
+3. the candidate's time is at most ``max over r of total workload(r) + low x fixed cost``,
+   below which no plan of verl's runs (its slowest rank does all its work, in at least
+   ``low`` micro-batches): the candidate;
+4. ``V`` known: verl's own plans at ``V``, each rank's Karmarkar-Karp partition there
+   (computed before the agreement, or after it where its fit was proven: it fits, no error
+   can follow), in verl's order, so the step time is verl's;
+5. else the candidate (or the library's plans at ``K``): the only case not proven.
+
+Every rank then orders its micro-batches heaviest first and, with
+``use_dynamic_bsz_balance``, in verl's pipeline order (lightest at both ends), a
+permutation of the sorted positions that is the same on every rank, so the lined-up time
+stands.
+
+**Never worse than verl 0.9.1, third axis.** verl orders each rank's micro-batches by
+workload (the same permutation of sorted positions on every rank), so its time is the
+lined-up sum of its profiles. Wherever verl's count is known, that is
+``V <= min over r of c0(r) + (SPAN - 1) d`` and ``V <= FLAGS x d`` (with ``d = 1``: at most
+7 above the lightest rank's own count, at most 32), with Karmarkar-Karp run or proven on
+every rank (``n x count <= 2**22``, no over-cap sample set apart), and wherever verl
+raises, the chosen plans' modeled step time, fixed costs included, is at most that of
+verl's plans of the same step on the same ranks, for any ``micro_batch_overhead``.
+``tests/compat/test_step_time.py`` checks it against verl itself on every step it draws,
+``benchmarks/never_slower.py`` on 900 steps of 8 ranks x 32 samples.
 
 Complexity: two plans per rank before the agreement where the counts are at most
 :data:`PROFILE` (one more than without the choice, which the agreed count then reuses);
-:data:`WINDOW` x (3 + 2 x :data:`PROFILE`) = 70 int64 values in the vector.
+Karmarkar-Karp at up to :data:`SPAN` counts, ``O(n log n + n c)`` each, fewer where a fit
+is proven or a merge fails early; :data:`WINDOW` x (2 + 2 x :data:`PROFILE`) +
+:data:`FLAGS` + 1 = 101 int64 values in the vector.
 """
 
 from __future__ import annotations
