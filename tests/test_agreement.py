@@ -99,7 +99,8 @@ def window(lengths: list[int], cap: int, counts: list[int], step: int = 1, **opt
             loads = sorted((sum(workload(lengths[j]) for j in p) for p in parts), reverse=True)
             for k, load in enumerate(loads):
                 out[WINDOW_AT + name + 16 * i + k] = load
-    for c in range(counts[0], min(32 * step, len(lengths)) + 1, step):
+    # no flags where verl's rule does not apply (a sample limit, padded)
+    for c in range(counts[0], min(32 * step, len(lengths)) + 1 if not options else 0, step):
         out[WINDOW_AT + 68 + c // step - 1] = 0 if kk_fits(c)[0] else 2
     out[WINDOW_AT + 100] = sum(workload(x) for x in lengths)
     return out

@@ -18,7 +18,10 @@ It also writes, at absolute place ``c / d - 1`` of :data:`FLAGS` slots, whether 
 Karmarkar-Karp partition at ``c`` fits the cap on this rank (:data:`FITS` 0), not known
 (:data:`UNKNOWN` 1, the idle value: not tried) or does not fit (:data:`NOT_FIT` 2), for
 the :data:`SPAN` counts ``c0, c0 + d, ..., c0 + (SPAN - 1) d`` (at most ``FLAGS x d`` and
-its groups); and its total workload. After the MAX a count's flag is FITS where it fits on
+its groups), where verl 0.9.1 plans the same problem (lengths as costs summed under the
+cap: no alignment, sample limit, padded footprint, custom costs or workloads; elsewhere no
+flags, so ``V`` is not known and the plans are the library's); and its total workload.
+After the MAX a count's flag is FITS where it fits on
 every rank, NOT_FIT where it does not on some rank. Cost: a failing Karmarkar-Karp merge
 stops at the first part over the cap, and a fit is proven without running it where
 ``W + (c - 1) w_max <= c x 24576 x cap`` (``W`` the rank's total workload, ``w_max`` its
@@ -131,7 +134,8 @@ def window_of(result: RankAnalysis) -> Window | None:
     first = roundup_divisible(result.needed_count, step)
     counts = [] if first + (WINDOW - 1) * step > PROFILE else [
         c for c in (first + i * step for i in range(WINDOW)) if c <= result.n_groups]
-    flagged = range(first, min(FLAGS * step, result.n_groups, first + (SPAN - 1) * step) + 1, step)
+    last = min(FLAGS * step, result.n_groups, first + (SPAN - 1) * step) if _verl_rule(result) else 0
+    flagged = range(first, last + 1, step)
     if not counts and not flagged:
         return None  # nothing the choice could use: the plan as without it, at no extra cost
     window = Window(counts, {}, {})
@@ -142,9 +146,22 @@ def window_of(result: RankAnalysis) -> Window | None:
         else:
             window.fits[count] = FITS  # proven without running it; settle runs it if chosen
     for count in counts:
+        if count not in window.fits:  # not flagged (verl's rule does not apply): still a candidate
+            _flag(result, count, window.verl)
         window.ours[count] = balanced_bins(result, count, window.verl.get(count))
     result.window = window
     return window
+
+
+def _verl_rule(result: RankAnalysis) -> bool:
+    """Whether verl 0.9.1 plans this rank's problem: lengths as costs, summed under the cap
+    (no alignment, sample limit, padded footprint, custom costs or workloads). Elsewhere
+    verl has no such plan to compare with: no flags, the library's plans (agreed options,
+    so the same on every rank)."""
+    options, rule = result.options, result.rule
+    if options is None or rule is None or not rule.plain or result.custom_costs or result.custom_workloads:
+        return False
+    return options.pad_to_multiple_of == 1 and options.micro_batch_multiple_of in (None, 1)
 
 
 def _fit_proof(result: RankAnalysis) -> Callable[[int], bool] | None:
