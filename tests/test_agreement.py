@@ -62,8 +62,8 @@ REQUEST_NAMES = [
 ROWS_WINDOW = 32  # equal_rows_per_micro_batch: the rows (27-58) and tolerances (59-90) of 32 counts
 FIXED = 91  # slots before the request's pairs
 WINDOW_AT = FIXED + 2 * len(REQUEST_NAMES)  # the lock-step window (window.py) after them:
-# 2 counts, 2 negated counts, 2 Karmarkar-Karp verdicts, 2 x 16 profile values, 2 x 16 verl's
-SIZE = WINDOW_AT + 2 + 2 + 2 + 32 + 32
+# 2 counts, 2 negated counts, 2 x 16 profile values, 2 x 16 verl's, 32 fit flags, 1 rank workload
+SIZE = WINDOW_AT + 2 + 2 + 32 + 32 + 32 + 1
 #: micro_batch_overhead=0.05 (the default) travels hashed, as any float does
 OVERHEAD = agreement.request_value(0.05)
 
@@ -74,19 +74,35 @@ def workload(s: int) -> int:
 
 def window(lengths: list[int], cap: int, counts: list[int], step: int = 1, **options: Any) -> dict[int, int]:
     """The window's slots of a rank planning ``counts`` (window.py's docstring): slot
-    ``(c / step) % 2`` holds c, -c, whether verl's Karmarkar-Karp fits (0) or not (1), the
-    plan's micro-batch workloads heaviest first and Karmarkar-Karp's, zeros after them."""
+    ``(c / step) % 2`` holds c, -c, the plan's micro-batch workloads heaviest first and
+    Karmarkar-Karp's where it fits, zeros after them; then the fit flags of the counts
+    ``counts[0]`` to ``32 x step`` and the samples (0 fits, 2 does not: a part over the
+    cap or, with the options, over the sample limit or padded over the cap; 1 after them)
+    at ``c / step - 1``, and the rank's total workload."""
+    limit, padded = options.get("max_samples_per_micro_batch"), options.get("padded", False)
+
+    def kk_fits(c: int) -> tuple[bool, list[list[int]]]:
+        if c > len(lengths):
+            return False, []
+        kk = karmarkar_karp([workload(x) for x in lengths], c, equal_size=False)
+        ok = all(sum(lengths[j] for j in part) <= cap and (limit is None or len(part) <= limit)
+                 and (not padded or len(part) * max(lengths[j] for j in part) <= cap) for part in kk)
+        return ok, kk
+
     out: dict[int, int] = {}
     for c in counts:
         i = (c // step) % 2
         plan = plan_micro_batches(lengths, cap, num_micro_batches=c, num_batches_divided_by=step, **options)
-        kk = karmarkar_karp([workload(x) for x in lengths], c, equal_size=False)
-        fits = all(sum(lengths[j] for j in part) <= cap for part in kk)
-        out[WINDOW_AT + i], out[WINDOW_AT + 2 + i], out[WINDOW_AT + 4 + i] = c, -c, int(not fits)
-        for name, parts in ((6, plan), (38, kk if fits else [])):
+        fits, kk = kk_fits(c)
+        out[WINDOW_AT + i], out[WINDOW_AT + 2 + i] = c, -c
+        for name, parts in ((4, plan), (36, kk if fits else [])):
             loads = sorted((sum(workload(lengths[j]) for j in p) for p in parts), reverse=True)
             for k, load in enumerate(loads):
                 out[WINDOW_AT + name + 16 * i + k] = load
+    # no flags where verl's rule does not apply (a sample limit, padded)
+    for c in range(counts[0], min(32 * step, len(lengths)) + 1 if not options else 0, step):
+        out[WINDOW_AT + 68 + c // step - 1] = 0 if kk_fits(c)[0] else 2
+    out[WINDOW_AT + 100] = sum(workload(x) for x in lengths)
     return out
 
 
@@ -119,10 +135,11 @@ def model_vector(
     which stands for "above 2**62"); ``dummies``: the rank may run dummy micro-batches, so
     its groups go to slot 26, not 20; ``asked``: the request's values (``None``: the rank
     states none, every pair idle); ``planned``: the window's slots (:func:`window`; else
-    idle: the negated counts 2**62, the rest 0)."""
+    idle: the negated counts 2**62, the fit flags 1, the rest 0)."""
     tag = MASK - rank
     v = [0] * SIZE
     v[WINDOW_AT + 2], v[WINDOW_AT + 3] = -NONE, -NONE
+    v[WINDOW_AT + 68 : WINDOW_AT + 100] = [1] * 32  # fit flags idle: not known
     for at, value in (planned or {}).items():
         v[at] = value
     v[25] = min(largest, 2**62 + 1)
@@ -168,12 +185,13 @@ def test_the_layout_is_declared_once_and_documented_by_name() -> None:
     fixed = ["error_key", "error_values", "count", "groups", "mode", "neg_mode", "static",
              "neg_static", "largest", "dummy_groups", "rows", "neg_rows_tolerance"]
     pairs = [f"{neg}option_{name}" for name in REQUEST_NAMES for neg in ("", "neg_")]
-    windows = ["window_count", "neg_window_count", "window_fits", "profile", "verl_profile"]
+    windows = ["window_count", "neg_window_count", "profile", "verl_profile", "fit_flags",
+               "rank_workload"]
     assert names == fixed + pairs + windows
-    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 197
+    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 228
     assert [LAYOUT.start(n) for n in fixed] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26, 27, 59]
     assert [LAYOUT.start(n) for n in pairs] == list(range(FIXED, WINDOW_AT))
-    assert [LAYOUT.start(n) for n in windows] == [WINDOW_AT + k for k in (0, 2, 4, 6, 38)]
+    assert [LAYOUT.start(n) for n in windows] == [WINDOW_AT + k for k in (0, 2, 4, 36, 68, 100)]
     assert [name for name, _, _ in agreement.REQUEST] == REQUEST_NAMES
     doc = agreement.__doc__ or ""
     assert [n for n in fixed if f"``{n}``" not in doc] == []  # every slot named as declared
@@ -212,8 +230,10 @@ def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
     g0, g1 = workload(3) + workload(4), workload(9) + workload(1)  # 172057, 245842
     # count 1 in slot 1 (both groups), count 2 in slot 0 (heaviest first); both fit
     grouped_window = {WINDOW_AT: 2, WINDOW_AT + 1: 1, WINDOW_AT + 2: -2, WINDOW_AT + 3: -1,
-                      WINDOW_AT + 6: g1, WINDOW_AT + 7: g0, WINDOW_AT + 22: g0 + g1,
-                      WINDOW_AT + 38: g1, WINDOW_AT + 39: g0, WINDOW_AT + 54: g0 + g1}
+                      WINDOW_AT + 4: g1, WINDOW_AT + 5: g0, WINDOW_AT + 20: g0 + g1,
+                      WINDOW_AT + 36: g1, WINDOW_AT + 37: g0, WINDOW_AT + 52: g0 + g1,
+                      # fit flags: counts 1 and 2 fit (0); 3 to 32, above the 2 groups, idle
+                      WINDOW_AT + 68: 0, WINDOW_AT + 69: 0, WINDOW_AT + 100: g0 + g1}
     assert encode(grouped, rank) == model_vector(
         rank, dynamic=(1, 2), largest=10, asked=request(20, force_group_size=2),
         planned=grouped_window)

@@ -3,13 +3,15 @@
 For tiny random steps on 2-3 ranks the oracle spells the rule out: each rank's own count
 (its plan alone), the agreed ``K`` (the largest), verl 0.9.1's count ``V`` (from
 ``max ceil(total / cap)`` up, the first count at which Karmarkar-Karp fits on every rank),
-the candidates (the library's plans at ``K`` and, where ``V > K``, at ``K + 1``; verl's
-partitions at ``V``), each one's lock-step time (sum over index of the slowest rank's
-micro-batch, each rank's micro-batches heaviest first, plus count x fixed cost), and the
-fastest wins (the library's lowest count on a tie). Where the rule makes no choice (a rank's
-own count more than one below ``K``, or ``K + 1`` above 16), the plans are the library's at
-``K``. The plans ``plan_data_parallel`` returns must have that count and, in the order they
-come, that lock-step time.
+the candidates (the library's plans at ``K`` and at ``K + 1``, each where every rank
+planned it before the agreement and it is at most ``V``), each one's lock-step time (sum
+over index of the slowest rank's micro-batch, each rank's micro-batches heaviest first,
+plus count x fixed cost). The fastest candidate wins (the lowest count on a tie) unless
+verl's own plans at ``V`` are known faster (both in the vector), or the candidate's time
+cannot be shown at most ``max over ranks of its total workload + V x fixed cost`` (no
+plan of verl's is faster): then verl's plans at ``V`` run. The plans ``plan_data_parallel``
+returns must have that count and, in the order they come, that lock-step time; and on
+every step verl does not fail, at most verl's count and verl's plans' lock-step time.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pytest
 
 from seqlen_balancing import karmarkar_karp, plan_data_parallel, plan_micro_batches
 from seqlen_balancing.agreement import LAYOUT, VECTOR_SIZE
-from seqlen_balancing.window import PROFILE, WINDOW
+from seqlen_balancing.window import FLAGS, PROFILE, WINDOW
 
 
 def workload(s: int) -> int:
@@ -52,29 +54,40 @@ def verl_count(lengths: Sequence[Sequence[int]], cap: int) -> int | None:
     return None
 
 
+def verl_plans(lengths: Sequence[Sequence[int]], count: int) -> list[list[list[int]]]:
+    return [[sorted(p) for p in karmarkar_karp([workload(s) for s in lens], count, equal_size=False)]
+            for lens in lengths]
+
+
 def expected(lengths: list[list[int]], cap: int, overhead: float) -> tuple[int, float]:
+    """The choice spelled out (module docstring), with each rank's window: its own count
+    ``c0`` and ``c0 + 1`` where ``c0 + 1 <= PROFILE``, and the fit flags of every count up
+    to ``FLAGS`` (all known on these tiny steps)."""
     fixed = overhead * 24576 * cap
     own = [len(plan_micro_batches(lens, cap)) for lens in lengths]
-    top = max(own)
-    ours = {c: [plan_micro_batches(lens, cap, num_micro_batches=c) for lens in lengths]
-            for c in (top, top + 1) if c <= min(len(lens) for lens in lengths)}
-    base = lock_step(ours[top], lengths, fixed, True)
+    top, fewest = max(own), min(len(lens) for lens in lengths)
+
+    def planned_everywhere(c: int) -> bool:
+        return c <= fewest and all(o + 1 <= PROFILE and c in (o, o + 1) for o in own)
+
+    ours_at = {c: [plan_micro_batches(lens, cap, num_micro_batches=c) for lens in lengths]
+               for c in (top, top + 1) if c <= fewest}
     v = verl_count(lengths, cap)
-    assert v is not None and v >= top  # never more micro-batches than verl
-    if top + 1 > PROFILE or min(own) < top - 1:
-        return top, base  # no choice: the library's plans at K, lined up
-    candidates = [(base, top)]
-    known = v == top or (v == top + 1 and min(own) == top)
-    if v > top and min(own) == top and top + 1 in ours:
-        candidates.append((lock_step(ours[top + 1], lengths, fixed, True), top + 1))
-    best, count = min(candidates)
-    if known:
-        theirs = [[sorted(p) for p in karmarkar_karp([workload(s) for s in lens], v, equal_size=False)]
-                  for lens in lengths]
-        verl_time = lock_step(theirs, lengths, fixed, True)
-        if verl_time < best:
-            return v, verl_time
-    return count, best
+    assert v is None or v >= top  # never more micro-batches than verl
+    limit = fewest if v is None else v
+    candidates = [(lock_step(ours_at[c], lengths, fixed, True), c) for c in (top, top + 1)
+                  if c <= limit and planned_everywhere(c)]
+    ours = min(candidates, default=None)
+    if v is None:  # verl raises: the library's fastest candidate, else its plans at K
+        return (top, lock_step(ours_at[top], lengths, fixed, True)) if ours is None else (ours[1], ours[0])
+    verl_time = lock_step(verl_plans(lengths, v), lengths, fixed, True)
+    if ours is not None and planned_everywhere(v):  # verl's profile in the vector
+        return (v, verl_time) if verl_time < ours[0] else (ours[1], ours[0])
+    bound = max(sum(workload(s) for s in lens) for lens in lengths) + v * fixed
+    if ours is not None and ours[0] <= bound:
+        return (ours[1], ours[0])
+    assert v <= FLAGS
+    return v, verl_time
 
 
 def draw(rng: random.Random) -> tuple[list[list[int]], int]:
@@ -95,7 +108,12 @@ def test_choice_is_the_brute_force_fastest_candidate(overhead: float) -> None:
         plans = plan_data_parallel(lengths, cap, micro_batch_overhead=overhead)
         assert [len(p) for p in plans] == [count] * len(lengths)
         # in the order returned, the ranks' micro-batches are lined up: the modeled time stands
-        assert lock_step(plans, lengths, fixed * cap, False) == time
+        modeled = lock_step(plans, lengths, fixed * cap, False)
+        assert modeled == time
+        v = verl_count(lengths, cap)
+        if v is not None:  # never above verl's plans (in verl's order: heaviest first)
+            assert count <= v
+            assert modeled <= lock_step(verl_plans(lengths, v), lengths, fixed * cap, True)
 
 
 def test_without_balance_every_rank_runs_heaviest_first() -> None:
@@ -133,10 +151,35 @@ def test_an_extra_micro_batch_when_it_saves_more_than_it_costs() -> None:
 
 def test_the_vector_is_bounded_and_its_window_declared() -> None:
     # 59 values before issue 31's item 2; micro_batch_overhead's pair of request slots, and
-    # the window's WINDOW x (3 + 2 x PROFILE); equal_rows_per_micro_batch's pair and its rows
-    # window of 2 x 32 (rows.py)
-    assert (WINDOW, PROFILE) == (2, 16)
-    assert VECTOR_SIZE == 59 + 2 + 2 * (3 + 2 * 16) + 2 + 2 * 32 == 197
+    # the window's WINDOW x (2 + 2 x PROFILE); equal_rows_per_micro_batch's pair and its rows
+    # window of 2 x 32 (rows.py); the fit flags of FLAGS counts and the largest rank workload
+    assert (WINDOW, PROFILE, FLAGS) == (2, 16, 32)
+    assert VECTOR_SIZE == 59 + 2 + 2 * (2 + 2 * 16) + 2 + 2 * 32 + 32 + 1 == 228
     widths = {s.name: s.width for s in LAYOUT.slots}
-    assert [widths[name] for name in ("window_count", "neg_window_count", "window_fits", "profile",
-                                      "verl_profile")] == [2, 2, 2, 32, 32]
+    assert [widths[name] for name in ("window_count", "neg_window_count", "profile", "verl_profile",
+                                      "fit_flags", "rank_workload")] == [2, 2, 32, 32, 32, 1]
+
+
+@pytest.mark.slow
+def test_a_fit_proven_without_running_karmarkar_karp_is_one() -> None:
+    # window.py skips Karmarkar-Karp at a count where (W + (c - 1) w_max) <= c x 24576 x cap:
+    # run it anyway on random batches and check every part fits the cap there
+    from seqlen_balancing.planner import analyse
+    from seqlen_balancing.window import _fit_proof
+
+    rng = random.Random(7)
+    proven = 0
+    for _ in range(150):
+        cap = rng.choice([50, 1000, 16384])
+        longest = rng.choice([cap, cap // 4])
+        lengths = [rng.randint(1, longest) for _ in range(rng.randint(2, 30))]
+        proof = _fit_proof(analyse(lengths, cap))
+        assert proof is not None
+        for c in range(1, len(lengths) + 1):
+            if proof(c):
+                proven += 1
+                parts = karmarkar_karp([workload(s) for s in lengths], c, equal_size=False)
+                assert all(sum(lengths[i] for i in part) <= cap for part in parts), (lengths, cap, c)
+    assert proven > 300
+    # custom workloads below 24576 x cost: no proof
+    assert _fit_proof(analyse([5, 6], 10, workloads=[1, 1])) is None

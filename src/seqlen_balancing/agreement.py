@@ -107,7 +107,7 @@ from seqlen_balancing.planner import (
     log_over_cap,
 )
 from seqlen_balancing.rows import ROWS_WINDOW
-from seqlen_balancing.window import PROFILE, WINDOW, Choice, choose, encode_window, settle
+from seqlen_balancing.window import FLAGS, PROFILE, UNKNOWN, WINDOW, Choice, choose, encode_window, settle
 
 __all__ = [
     "LAYOUT",
@@ -208,9 +208,10 @@ LAYOUT = Layout(
       for slot in (Slot(f"option_{name}"), Slot(f"neg_option_{name}", idle=_NO_GROUPS))),
     Slot("window_count", WINDOW),
     Slot("neg_window_count", WINDOW, idle=-_NO_GROUPS),
-    Slot("window_fits", WINDOW),
     Slot("profile", WINDOW * PROFILE),
     Slot("verl_profile", WINDOW * PROFILE),
+    Slot("fit_flags", FLAGS, idle=UNKNOWN),
+    Slot("rank_workload"),
 )
 
 #: Length of the int64 vector each rank contributes.
@@ -221,7 +222,8 @@ _MODE, _NEG_MODE = LAYOUT.start("mode"), LAYOUT.start("neg_mode")
 _STATIC, _NEG_STATIC = LAYOUT.start("static"), LAYOUT.start("neg_static")
 _LARGEST, _DUMMY_GROUPS = LAYOUT.start("largest"), LAYOUT.start("dummy_groups")
 _WINDOW = {name: LAYOUT.start(name) for name in
-           ("window_count", "neg_window_count", "window_fits", "profile", "verl_profile")}
+           ("window_count", "neg_window_count", "profile", "verl_profile", "fit_flags",
+            "rank_workload")}
 _ROWS, _NEG_TOLERANCE = LAYOUT.start("rows"), LAYOUT.start("neg_rows_tolerance")
 _REQUEST = tuple(
     (LAYOUT.start(f"option_{name}"), LAYOUT.start(f"neg_option_{name}")) for name, _, _ in REQUEST

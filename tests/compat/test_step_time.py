@@ -5,17 +5,17 @@ thread per rank, verl's ``torch.distributed`` calls answered by an in-process gr
 ``all_reduce`` MAX and MIN over the threads' tensors), so verl's count agreement and retry
 loop run as they do on real ranks. The library plans the same ranks with
 ``plan_data_parallel`` (the real encoding, MAX and decoding of the one collective). For each
-step and each ``micro_batch_overhead`` of 0, 0.05 and 0.2 the test computes both plans'
+step and each ``micro_batch_overhead`` of 0, 0.05, 0.2 and one drawn the test computes both plans'
 lock-step time, the rule spelled out here: for each micro-batch index, the slowest rank's
 workload (``24576*s + s**2`` summed), in the order each library returns, plus count x
 ``f x 24576 x max_token_len``.
 
-* everywhere: the library's count is at most verl's;
-* where window.py's docstring says verl's count is known to the agreement (every rank's own
-  count is ``K`` or ``K - 1`` and verl's is ``K``, or every rank's is ``K`` and verl's
-  ``K + 1``; ``K + 1 <= 16``): the library's step time is at most verl's.
+On every step verl does not fail on, and each overhead (and one drawn from 0 to 0.5):
 
-Elsewhere the steps where the library is slower are counted and printed, not asserted.
+* the library's count is at most verl's;
+* the library's step time is at most verl's (window.py's docstring says why; its domain,
+  verl's count at most ``FLAGS x d`` = 32 here, covers every step drawn: at most 24
+  samples per rank).
 """
 
 from __future__ import annotations
@@ -122,12 +122,12 @@ def draw(rng: random.Random, champ: list[int]) -> tuple[list[list[int]], int]:
     return [rows[r::dp] for r in range(dp)], cap
 
 
-def test_modeled_step_time_is_never_above_verl_s_where_verl_s_count_is_known(
+def test_modeled_step_time_is_never_above_verl_s_on_every_step(
     verl: ModuleType, ours: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rng = random.Random(3102)
     champ = load_champ_lengths()
-    known = unknown = slower_unknown = faster = fails = 0
+    checked = faster = tied = fails = 0
     for _ in range(STEPS):
         ranks, cap = draw(rng, champ)
         theirs = verl_plans(verl, monkeypatch, ranks, cap)
@@ -135,22 +135,16 @@ def test_modeled_step_time_is_never_above_verl_s_where_verl_s_count_is_known(
             fails += 1
             continue
         v = len(theirs[0])
-        own = [len(ours.plan_micro_batches(lens, cap)) for lens in ranks]
-        top = max(own)
-        proven = top + 1 <= 16 and ((v == top and min(own) >= top - 1) or (v == top + 1 and min(own) == top))
-        for f in OVERHEADS:
+        for f in (*OVERHEADS, rng.uniform(0.0, 0.5)):
             mine = ours.plan_data_parallel(ranks, cap, micro_batch_overhead=f)
-            assert len(mine[0]) <= v  # the count guarantee, everywhere
+            assert len(mine[0]) <= v  # the count guarantee
             t_ours, t_verl = lock_step(mine, ranks, cap, f), lock_step(theirs, ranks, cap, f)
+            assert t_ours <= t_verl, (ranks, cap, f, len(mine[0]), v, t_ours / t_verl)
+            checked += 1
             faster += t_ours < t_verl
-            if proven:
-                known += 1
-                assert t_ours <= t_verl, (ranks, cap, f, len(mine[0]), v, t_ours / t_verl)
-            else:
-                unknown += 1
-                slower_unknown += t_ours > t_verl
-    assert known >= STEPS  # most steps (x 3 overheads) fall where the guarantee is proven
+            tied += t_ours == t_verl
+    assert checked >= 3 * STEPS  # verl fails on few steps (a sample over the cap: clipped here)
     with capsys.disabled():
-        print(f"\nstep time vs verl 0.9.1 ({STEPS} steps x {len(OVERHEADS)} overheads): proven "
-              f"{known}, never slower; elsewhere {unknown}, slower on {slower_unknown}; faster "
-              f"in all on {faster}; verl fails {fails} steps")
+        print(f"\nstep time vs verl 0.9.1 ({STEPS} steps x {len(OVERHEADS) + 1} overheads): "
+              f"{checked} checked, never slower; faster on {faster}, tied on {tied}; verl fails "
+              f"{fails} steps")
