@@ -1,6 +1,6 @@
 """The planning core and the command line run without torch, and the torch mark is honest.
 
-CI runs ``-m "not torch"`` on Python 3.10 and 3.13 in a virtual environment without torch
+CI runs ``-m "not torch and not slow"`` on Python 3.10 and 3.13 in a virtual environment without torch
 (``.ci/run``). These tests make the same promise checkable in the default run: the core
 and the CLI import and plan with torch made unimportable, and every test module that
 uses torch carries the ``torch`` mark (so that run never imports it).

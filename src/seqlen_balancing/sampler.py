@@ -185,7 +185,7 @@ class BalancedDistributedSampler(DistributedSampler[int]):
             rank_samples=[[rows[i] for i in part] for part in plan.rank_samples],
             rank_micro_batches=[[[rows[i] for i in mb] for mb in mbs] for mbs in plan.rank_micro_batches],
             count=plan.count, lower_bound=plan.lower_bound, step_time=plan.step_time,
-            floor=plan.floor, fixed_cost=plan.fixed_cost,
+            floor=plan.floor, fixed_cost=plan.fixed_cost, tried=plan.tried,
         )
 
     def __iter__(self) -> Iterator[int]:

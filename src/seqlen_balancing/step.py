@@ -32,10 +32,14 @@ sampler, PPO's balance step), :func:`~seqlen_balancing.plan_global_batch` plans 
    headroom, with the lightest micro-batches of the layer, or with the least loaded
    ranks), or, where several ranks share the top, each of them passes workload to its own
    micro-batches of other layers. Sample counts and the rule hold throughout.
-5. **One more?** Where ``K`` met the bound and its plan is further above its floor than
-   the fixed cost of one more micro-batch per rank (``micro_batch_overhead``) and than
-   2% of the floor, ``K + 1`` is planned too and the faster of the two in the model is
-   kept: never two above the bound.
+5. **One more?** Where ``K`` met the bound, ``K + d`` (``d`` = ``num_batches_divided_by``
+   or 1) is kept only where it *saves more than the margin*: its modeled step time, its
+   ``d`` extra fixed costs (``micro_batch_overhead``) included, is below the plan at
+   ``K``'s by more than 2% of ``total workload / dp_size`` (issue 31's tolerance on the
+   step time: a saving within it does not buy a micro-batch per rank). ``K + d`` is planned
+   only where the plan at ``K`` is further above its floor than ``d`` fixed costs plus the
+   margin (no plan at ``K + d`` beats that floor, so none could save more); never two
+   above the bound.
 6. **Order.** With ``use_dynamic_bsz_balance`` the indices take verl's pipeline-parallel
    order (sorted by lock-step workload, lightest at both ends), the same on every rank.
 
@@ -77,10 +81,12 @@ __all__ = [
     "step_time_floor",
 ]
 
-#: Another count is tried only where the plan is more than 1/_WORTH of its floor above it:
-#: 2%, issue 31's target, so free micro-batches (``micro_batch_overhead=0``) do not buy
-#: fractions of a percent with a micro-batch per rank the model does not charge.
-_WORTH = 50
+#: One more micro-batch per rank is kept only where it saves more than 1/_MARGIN of
+#: ``total workload / dp_size`` beyond its fixed costs: 2%, issue 31's tolerance on the step
+#: time, so that free micro-batches (``micro_batch_overhead=0``) do not buy savings within
+#: it with a micro-batch per rank (costs the model does not charge: launches, a pass's
+#: fixed work) and the count stays at the bound.
+_MARGIN = 50
 
 #: The fixed cost of one micro-batch as a share of the linear term of a full one
 #: (``24576 x max_token_len``); docs/step-time.md gives the measurement behind it.
@@ -104,6 +110,9 @@ class StepPlan:
         floor: :func:`~seqlen_balancing.lockstep.step_time_floor` at ``count``.
         fixed_cost: the fixed cost of one micro-batch used
             (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`).
+        tried: each count fully planned, with its plan's modeled step time (fixed costs
+            included), in the order planned: the first count that could be planned, then
+            ``count + d`` where it was weighed against it (the module docstring's step 5).
     """
 
     rank_samples: list[list[int]]
@@ -113,6 +122,7 @@ class StepPlan:
     step_time: float
     floor: float
     fixed_cost: float
+    tried: tuple[tuple[int, float], ...] = ()
 
 
 
@@ -312,14 +322,15 @@ def plan_step(
             )
         grid = plan_at(result, dp, count, per_rank, memo, whole)
     bound = roundup_divisible(max(-(-lower // dp), floor or 1), divisor)
-    # the step time above its floor that another count could save: more than the extra
-    # fixed costs, and more than 1/_WORTH of the floor (issue 31 asks for 2%)
-    worth = max(divisor * fixed, sum(result.group_workloads) / dp / _WORTH)
-    if count == bound and count + divisor <= most and grid.gap() > dp * worth:
-        # one more micro-batch per rank may balance better than it costs (never two more)
+    tried = [(count, grid.step_time() + count * fixed)]
+    margin = sum(result.group_workloads) / dp / _MARGIN
+    # no plan at count + d beats its floor: planned only where it could save more than the margin
+    if count == bound and count + divisor <= most and grid.gap() > dp * (divisor * fixed + margin):
         more = plan_at(result, dp, count + divisor, per_rank, memo, whole)
-        if more is not None and more.step_time() + divisor * fixed < grid.step_time():
-            count, grid = count + divisor, more
+        if more is not None:
+            tried.append((count + divisor, more.step_time() + (count + divisor) * fixed))
+            if tried[1][1] < tried[0][1] - margin:
+                count, grid = count + divisor, more
     plans = _rank_plans(grid, result, balance)
     return StepPlan(
         rank_samples=[[i for mb in plan for i in mb] for plan in plans],
@@ -329,6 +340,7 @@ def plan_step(
         step_time=grid.step_time() + count * fixed,
         floor=step_time_floor(result.group_workloads, dp, count, fixed),
         fixed_cost=fixed,
+        tried=tuple(tried),
     )
 
 
@@ -370,8 +382,10 @@ def plan_global_batch(
             rank as many). False: ranks may get different sample counts.
         micro_batch_overhead: the fixed cost of one micro-batch, as a share of the linear
             term of a full one (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`),
-            a number >= 0: one more micro-batch per rank is used only where the model says
-            it is faster.
+            a number >= 0. The count stays at the bound ``ceil(B / dp_size)`` unless one
+            more micro-batch per rank (``num_batches_divided_by`` more) lowers the modeled
+            step time, its extra fixed costs included, by more than 2% of
+            ``total workload / dp_size`` (the module docstring's step 5).
         use_dynamic_bsz_balance: verl's pipeline-parallel order of micro-batches (lightest
             at both ends), the same on every rank; else heaviest first.
         num_batches_divided_by: the count is a multiple of this, or ``None``.

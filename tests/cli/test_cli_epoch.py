@@ -210,3 +210,53 @@ def test_sft_trainer_feeds_global_batch_size_over_dp_rows_per_rank(
     code, out, _ = run(capsys, "epoch", "--lengths", write(tmp_path, lengths), "--trainer", "sft_trainer",
                        "--dp-size", "3", "--global-batch-size", "10", "--max-token-len", "100")
     assert code == 0 and "1 epoch x 5 steps of 9 rows (3 per rank on 3 DP ranks)" in out.splitlines()[0]
+
+
+def test_group_sizes_keep_each_ranks_groups_whole_at_every_step(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # --group-sizes 2,3 on epoch, as on plan: each rank's rows of a step, as the sampler
+    # deals them, in consecutive groups of 2, 3, 2, 3, ... rows; a group runs whole in one
+    # micro-batch. The count of a step: the fewest bins any rank's group sums pack into.
+    from oracles import brute_force_optimum
+
+    rng = random.Random(2)
+    lengths = [rng.randint(20, 300) for _ in range(48)]
+    cap = 700
+    base = ["epoch", "--lengths", write(tmp_path, lengths), "--trainer", "sft_trainer", "--dp-size", "2",
+            "--global-batch-size", "16", "--max-token-len", str(cap)]
+    result = run_json(capsys, *base, "--group-sizes", "2,3")
+    assert result["group_sizes"] == [2, 3]
+    steps = oracle_steps(lengths, "sft_trainer", 2, 16, 0, 1)
+
+    def group_sums(rows: list[int]) -> list[int]:
+        sums, at, k = [], 0, 0
+        while at < len(rows):
+            size = (2, 3)[k % 2]
+            sums.append(sum(lengths[i] for i in rows[at : at + size]))
+            at, k = at + size, k + 1
+        return sums
+
+    grouped = [max(brute_force_optimum(group_sums(rows), cap) for rows in ranks) for ranks in steps]
+    alone = [max(brute_force_optimum([lengths[i] for i in rows], cap) for rows in ranks) for ranks in steps]
+    assert [s["micro_batches"] for s in result["caps"][0]["steps"]] == grouped
+    assert grouped != alone  # the groups change the count on some step
+    assert [s["micro_batches"] for s in run_json(capsys, *base)["caps"][0]["steps"]] == alone
+    # the global planner cannot give every rank as many rows with groups of different sizes
+    assert {s["global_micro_batches"] for s in result["caps"][0]["steps"]} == {None}
+    code, out, _ = run(capsys, *base, "--group-sizes", "2,3")
+    assert code == 0
+    assert ("groups (group_ids): each rank's rows of a step, as dealt to it, in consecutive groups of "
+            "2,3 rows, cycled; each group lands whole in one micro-batch") in out
+    # a group over the cap stops the replay there, named
+    code, out, err = run(capsys, *base[:-1], "300", "--group-sizes", "2,3")
+    assert code == 1 and "a group runs whole in one micro-batch" in err
+
+
+def test_group_sizes_refuse_force_groups_on_epoch_too(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run(capsys, "epoch", "--lengths", write(tmp_path, [5] * 32), "--trainer",
+                       "sft_trainer_ray", "--dp-size", "2", "--global-batch-size", "16",
+                       "--group-sizes", "2", "--force-group-size", "2")
+    assert code == 2 and "--group-sizes and --force-group-size both form the groups" in err

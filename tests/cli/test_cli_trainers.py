@@ -144,3 +144,51 @@ def test_main_ppo_pads_a_batch_the_ranks_cannot_share_with_synthetic_rows(
     # the legacy trainer refuses it, naming the remainder
     code, _, err = run(capsys, "plan", "--lengths", str(path), "--dp-size", "4", "--trainer", "main_ppo_v0")
     assert code == 2 and "holds 9 rows, not divisible by --dp-size 4" in err
+
+
+def padded_size(n: int, dp: int, minis: list[int]) -> int:
+    """The fewest rows at or above ``n`` that the DP size and every mini-batch size divide."""
+    size = n
+    while size % dp or any(size % m for m in minis):
+        size += 1
+    return size
+
+
+@pytest.mark.parametrize(("n", "dp", "minis"), [(9, 4, [6]), (13, 4, [6]), (9, 2, [4, 3]), (12, 4, [6])])
+def test_main_ppo_pads_to_the_dp_size_and_the_mini_batch_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], n: int, dp: int, minis: list[int]
+) -> None:
+    # verl 0.9.1's V1 _balance_batch pads to lcm(dp, critic and actor ppo_mini_batch_size x n)
+    values = [(37 * i) % 300 + 1 for i in range(n)]
+    path = tmp_path / "rows.txt"
+    path.write_text("".join(f"{v}\n" for v in values), encoding="utf-8")
+    flag = ["--mini-batch-size", ",".join(map(str, minis))]
+    result = run_json(capsys, "plan", "--lengths", str(path), "--dp-size", str(dp), "--max-token-len",
+                      "2000", *flag)
+    extra = padded_size(n, dp, minis) - n
+    assert result["synthetic_rows"] == extra and result["mini_batch_size"] == minis
+    assert [rank["samples"] for rank in result["ranks"]] == [(n + extra) // dp] * dp
+    assert sum(rank["tokens"] for rank in result["ranks"]) == sum(values) + 128 * extra
+    code, out, _ = run(capsys, "plan", "--lengths", str(path), "--dp-size", str(dp), "--max-token-len",
+                       "2000", *flag)
+    assert code == 0
+    if extra:
+        assert (f"pads the batch with {extra} synthetic row{'s' if extra > 1 else ''} of 128 tokens to a "
+                f"multiple of {padded_size(1, dp, minis)}, the least common multiple") in out
+    else:
+        assert "synthetic" not in out
+
+
+def test_a_drawn_step_is_padded_to_the_mini_batch_sizes_too(capsys: pytest.CaptureFixture[str]) -> None:
+    # 8 ranks x 9 rows = 72; a mini-batch of 16 rows: verl pads to 80, 10 rows per rank
+    result = run_json(capsys, "plan", "--dp-size", "8", "--batch-size", "9", "--mini-batch-size", "16")
+    assert result["synthetic_rows"] == padded_size(72, 8, [16]) - 72 == 8
+    assert [rank["samples"] for rank in result["ranks"]] == [10] * 8
+    assert run_json(capsys, "plan", "--dp-size", "8", "--batch-size", "9")["synthetic_rows"] == 0
+
+
+@pytest.mark.parametrize("trainer", ["main_ppo_v0", "sft_trainer", "sft_trainer_ray"])
+def test_mini_batch_size_is_only_for_the_v1_trainer(capsys: pytest.CaptureFixture[str], trainer: str) -> None:
+    code, _, err = run(capsys, "plan", "--trainer", trainer, "--mini-batch-size", "16")
+    assert code == 2 and f"--mini-batch-size: only verl 0.9.1's V1 trainer pads a step to its mini-batch " \
+        f"sizes; {trainer} does not" in err

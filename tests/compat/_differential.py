@@ -122,7 +122,7 @@ FAMILIES: dict[str, Callable[[random.Random, list[int]], tuple[list[int], int]]]
 
 def _batch(lengths: list[int]) -> TensorDict:
     offsets = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int64)
-    ids = torch.nested.nested_tensor_from_jagged(torch.zeros(int(offsets[-1]), dtype=torch.int8), offsets)
+    ids = torch.nested.nested_tensor_from_jagged(torch.empty(int(offsets[-1]), dtype=torch.int8), offsets)
     return TensorDict({"input_ids": ids, "row": torch.arange(len(lengths))}, batch_size=[len(lengths)])
 
 

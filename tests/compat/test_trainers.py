@@ -32,7 +32,13 @@ with warnings.catch_warnings():
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.utils.seqlen_balancing import calculate_workload, get_seqlen_balanced_partitions
 
-from seqlen_balancing.cli.trainers import deal, epoch_steps, steps_per_epoch  # noqa: E402
+from seqlen_balancing.cli.trainers import (  # noqa: E402
+    batch_multiple,
+    deal,
+    epoch_steps,
+    steps_per_epoch,
+    synthetic_rows,
+)
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
@@ -156,3 +162,35 @@ def test_main_ppo_is_the_v1_trainers_balance_then_dispatch(dp: int, monkeypatch:
     rows = [t["row"] if t["row"] is not None else len(lengths) for t in batch.tags]
     size = len(rows) // dp
     assert deal([*lengths, 128], dp, "main_ppo", True) == [rows[r * size : (r + 1) * size] for r in range(dp)]
+
+
+@pytest.mark.parametrize(("dp", "actor", "critic", "n", "use_critic", "warmup"), [
+    (8, 256, 256, 1, True, 0), (4, 6, 10, 1, True, 0), (4, 6, 10, 3, False, 0), (8, 12, 16, 2, True, 5),
+    (2, 3, 5, 1, False, 5),
+])
+def test_main_ppo_pads_to_the_v1_trainers_required_batch_multiple(
+    dp: int, actor: int, critic: int, n: int, use_critic: bool, warmup: int
+) -> None:
+    """verl 0.9.1's own ``PPOTrainer._get_required_batch_multiple`` (what ``_balance_batch``
+    pads the batch to a multiple of) against ``batch_multiple`` given the mini-batch sizes
+    that train at the step: the critic's where a critic trains, the actor's once past
+    ``critic_warmup`` (``--mini-batch-size``, in rows: ``ppo_mini_batch_size x rollout.n``)."""
+    import verl.trainer.ppo.v1.trainer_base as base
+    from omegaconf import OmegaConf
+
+    class Trainer(base.PPOTrainer):  # abstract in verl; the method is inherited
+        def on_sample_end(self) -> None: ...
+        def on_step_end(self) -> None: ...
+
+    trainer = object.__new__(Trainer)
+    trainer.config = OmegaConf.create({
+        "trainer": {"critic_warmup": warmup},
+        "critic": {"ppo_mini_batch_size": critic},
+        "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": actor}, "rollout": {"n": n}},
+    })
+    trainer.use_critic, trainer.global_steps = use_critic, 1
+    sizes = ([critic * n] if use_critic else []) + ([actor * n] if warmup <= 1 else [])
+    verl_multiple = trainer._get_required_batch_multiple(dp)
+    assert batch_multiple(dp, sizes) == verl_multiple
+    for rows in (1, dp * 7 + 1, verl_multiple, 3 * verl_multiple - 1):
+        assert synthetic_rows(rows, dp, "main_ppo", sizes) == -rows % verl_multiple

@@ -228,6 +228,21 @@ def _add_step(parser: argparse.ArgumentParser) -> Any:
         "V1 trainer, balances every step whatever it says)",
     )
     step.add_argument(
+        "--mini-batch-size",
+        type=_sizes,
+        metavar="N[,N]",
+        help="with --trainer main_ppo: the rows of a PPO mini-batch, actor.ppo_mini_batch_size x "
+        "rollout.n (and, with a critic, critic.ppo_mini_batch_size x rollout.n after a comma); "
+        "verl's V1 trainer pads the step with synthetic rows to a multiple of the least common "
+        "multiple of the DP size and these (verl's defaults: 256,256 with rollout.n 1) "
+        "(default: the DP size alone)",
+    )
+    _add_group_sizes(step)
+    return step
+
+
+def _add_group_sizes(group: Any) -> None:
+    group.add_argument(
         "--group-sizes",
         type=_sizes,
         metavar="N[,N...]",
@@ -235,7 +250,6 @@ def _add_step(parser: argparse.ArgumentParser) -> Any:
         "in consecutive groups of these sizes, cycled (e.g. 16,12,9 after DAPO filtering); "
         "each group lands whole in one micro-batch (default: none)",
     )
-    return step
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -383,6 +397,7 @@ def _add_epoch(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
         "--balance-batch", action=argparse.BooleanOptionalAction, default=None,
         help="sft_trainer_ray's trainer.balance_batch (default: on); sft_trainer never balances",
     )
+    _add_group_sizes(run)
     add_arguments(epoch, {"step": run, "cost": _add_cost(epoch)})
     out = epoch.add_argument_group("output")
     out.add_argument("--compare-verl", action="store_true",
@@ -464,6 +479,11 @@ def check_combinations(args: argparse.Namespace) -> None:
         raise CliError(
             "--group-sizes: verl 0.9.1 has no groups of different sizes (only force_group_size), "
             "so its count cannot be compared; drop --compare-verl or --group-sizes"
+        )
+    if getattr(args, "mini_batch_size", None) and not always_balances(trainer):
+        raise CliError(
+            f"--mini-batch-size: only verl 0.9.1's V1 trainer pads a step to its mini-batch sizes; "
+            f"{trainer} does not; drop it, or pass --trainer main_ppo"
         )
     if trainer == "sft_trainer" and args.options.force_group_size > 1:
         raise CliError(

@@ -24,7 +24,7 @@ from seqlen_balancing.cli._text import PROG, CliError, plural
 from seqlen_balancing.cli.inputs import Loaded
 from seqlen_balancing.cli.modeled import Modeled
 from seqlen_balancing.cli.results import options_json
-from seqlen_balancing.cli.step import scale_lengths
+from seqlen_balancing.cli.step import group_ids_of, scale_lengths
 from seqlen_balancing.cli.trainers import RULES, EpochStep, epoch_steps, steps_per_epoch
 from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
@@ -115,23 +115,28 @@ class _Progress:
             self.bar.close()
 
 
-def _plan_step(per_rank: list[list[int]], cap: int, options: PlanOptions) -> list[list[list[int]]]:
+def _plan_step(per_rank: list[list[int]], cap: int, options: PlanOptions,
+               group_sizes: tuple[int, ...] | None = None) -> list[list[list[int]]]:
     """Each rank's micro-batches (indices into its rows) for one step, planned by the
     library's own DP planning (:func:`~seqlen_balancing.agreement.plan_ranks`), or its
-    error raised."""
-    return [r.plan for r in plan_ranks(per_rank, cap, options)]
+    error raised. ``group_sizes`` (``--group-sizes``): each rank's rows, as dealt to it, in
+    consecutive groups of these sizes, cycled (:func:`~seqlen_balancing.cli.step.group_ids_of`),
+    each group whole in one micro-batch."""
+    ids = None if not group_sizes else [group_ids_of(len(rows), group_sizes) for rows in per_rank]
+    return [r.plan for r in plan_ranks(per_rank, cap, options, group_ids=ids)]
 
 
 def _model(result: CapReplay, step: EpochStep, lengths: list[int], plans: list[list[list[int]]],
-           options: PlanOptions) -> None:
+           options: PlanOptions, whole_step: bool = True) -> None:
     """The step in the lock-step model, three ways (:func:`~seqlen_balancing.cli.modeled.model_step`),
-    on the step's rows in the sampler's order."""
+    on the step's rows in the sampler's order; ``whole_step`` False: not the global planner
+    (``--group-sizes``: groups of different sizes cannot give every rank as many rows)."""
     where = {row: j for j, row in enumerate(step.rows)}
     dealt = [[where[row] for row in rows] for rows in step.ranks]
     library = [[[mine[i] for i in mb] for mb in plan] for mine, plan in zip(dealt, plans, strict=True)]
     verl = result.verl_ranks[-1] if result.verl_ranks else None
     result.modeled.append(modeled.model_step([lengths[row] for row in step.rows], dealt, library,
-                                             result.cap, options, verl))
+                                             result.cap, options, verl, whole_step=whole_step))
 
 
 def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
@@ -156,7 +161,7 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
                     continue
                 per_rank = [[lengths[i] for i in rows] for rows in step.ranks]
                 try:
-                    plans = _plan_step(per_rank, result.cap, args.options)
+                    plans = _plan_step(per_rank, result.cap, args.options, args.group_sizes)
                 except (ValueError, TypeError) as exc:
                     result.error = f"step {step.step} (epoch {step.epoch + 1}): {exc}"
                     continue
@@ -166,7 +171,7 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
                 result.tokens.append(tokens)
                 if args.compare_verl:
                     _verl_step(result, per_rank, args)
-                _model(result, step, lengths, plans, args.options)
+                _model(result, step, lengths, plans, args.options, whole_step=not args.group_sizes)
     finally:
         progress.close()
     per_epoch = steps_per_epoch(len(lengths), args.dp_size, args.global_batch_size, args.trainer)
@@ -233,6 +238,14 @@ def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
         lines.append(f"cost: each sample aligned to {pad} tokens, each micro-batch rounded up to {bucket}")
     if args.options.changed():
         lines.append(f"options: {args.options.describe()}")
+    if args.group_sizes:
+        sizes = ",".join(map(str, args.group_sizes))
+        lines.append(
+            f"groups (group_ids): each rank's rows of a step, as dealt to it, in consecutive groups of "
+            f"{sizes}{' rows, cycled' if len(args.group_sizes) > 1 else ' rows'}; each group lands whole "
+            "in one micro-batch (the global planner is not modeled: groups of different sizes cannot "
+            "give every rank as many rows)"
+        )
     lines.append(
         "each step: every rank planned with this library's planner and DP agreement (one count "
         "on every rank, as prepare_micro_batches with the DP group)"
@@ -274,8 +287,8 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
             if verl_on:
                 value = result.verl[index]
                 row.append(str(value) if value is not None else result.verl_notes[index] or "n/a")
-            whole = result.modeled[index][2].count
-            row.append("fails" if whole is None else str(whole))
+            whole = result.modeled[index][2]
+            row.append(str(whole.count) if whole.count is not None else "fails" if whole.error else "n/a")
             rows.append(row)
         if rows:
             print(_table(headers, rows))
@@ -350,6 +363,7 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
         "trainer": args.trainer,
         "trainer_rule": RULES[args.trainer],
         "balance_batch": bool(args.balance_batch),
+        "group_sizes": list(args.group_sizes or []) or None,
         "dp_size": args.dp_size,
         "global_batch_size": args.global_batch_size,
         "rows_per_rank": args.global_batch_size // args.dp_size,

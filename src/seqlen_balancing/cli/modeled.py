@@ -146,6 +146,7 @@ def model_step(
     cap: int,
     options: PlanOptions,
     verl_counts: Sequence[int] | None = None,
+    whole_step: bool = True,
 ) -> list[Modeled]:
     """The step in the lock-step model: ``[verl, library, global]`` (:class:`Modeled`).
 
@@ -157,6 +158,8 @@ def model_step(
         options: the plan's options.
         verl_counts: verl's count on each dealt rank, or ``None`` (no ``verl`` row: its
             ``step_time`` is ``None``).
+        whole_step: False: no ``global`` row either (its ``count`` and ``step_time`` are
+            ``None``, with no error).
 
     Complexity: :func:`~seqlen_balancing.plan_global_batch` on the step, plus
     Karmarkar-Karp at verl's count on each rank.
@@ -170,8 +173,9 @@ def model_step(
         verl = _timed("verl", verl_plans(lengths, dealt, verl_counts, options), loads, dp, fixed, unit)
     else:
         verl = Modeled("verl", None, None, None, unit)
-    return [verl, _timed("library", library, loads, dp, fixed, unit),
-            _global(lengths, dp, cap, options, overhead, loads, unit)]
+    whole = (_global(lengths, dp, cap, options, overhead, loads, unit) if whole_step
+             else Modeled("global", None, None, None, unit))
+    return [verl, _timed("library", library, loads, dp, fixed, unit), whole]
 
 
 def _reference(rows: Sequence[Modeled]) -> Modeled | None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from seqlen_balancing.cli import modeled
 from seqlen_balancing.cli._text import pct, plural
 from seqlen_balancing.cli.results import options_json
-from seqlen_balancing.cli.trainers import SYNTHETIC_ROW_TOKENS, always_balances
+from seqlen_balancing.cli.trainers import SYNTHETIC_ROW_TOKENS, always_balances, batch_multiple
 
 if TYPE_CHECKING:
     from seqlen_balancing.cli.results import RankResult, Step, StepResult
@@ -354,9 +354,14 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
         lines.append(_alignment_text(args))
     lines.append(step_text(step.dp_size, args))
     if step.synthetic:
+        minis = tuple(getattr(args, "mini_batch_size", None) or ())
+        to = (f"{batch_multiple(step.dp_size, minis)}, the least common multiple of --dp-size "
+              f"{step.dp_size} and --mini-batch-size {','.join(map(str, minis))}" if minis else
+              f"--dp-size {step.dp_size} (verl also pads to its PPO mini-batch sizes: pass "
+              "--mini-batch-size)")
         lines.append(
             f"verl's V1 trainer pads the batch with {plural(step.synthetic, 'synthetic row')} of "
-            f"{SYNTHETIC_ROW_TOKENS} tokens to a multiple of --dp-size {step.dp_size} "
+            f"{SYNTHETIC_ROW_TOKENS} tokens to a multiple of {to} "
             "(upsample_batch_to_divisible_size), planned with the rest"
         )
     if getattr(args, "balance_batch_ignored", False):
@@ -543,6 +548,8 @@ def settings(step: Step, args: argparse.Namespace) -> dict[str, Any]:
         "same_micro_num_in_dp": args.options.same_micro_num_in_dp,
         "force_group_size": args.options.force_group_size,
         "group_sizes": list(getattr(args, "group_sizes", None) or []) or None,
+        "mini_batch_size": list(getattr(args, "mini_batch_size", None) or []) or None,
+        "synthetic_rows": step.synthetic,
         "num_batches_divided_by": args.options.num_batches_divided_by,
         "min_num_micro_batch": args.options.min_num_micro_batch,
         "dynamic_bsz_balance": args.options.use_dynamic_bsz_balance,

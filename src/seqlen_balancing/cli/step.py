@@ -89,9 +89,10 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
     """
     lengths = scale_lengths(loaded.lengths, args.scale)
     n, dp = len(lengths), args.dp_size
+    minis = tuple(getattr(args, "mini_batch_size", None) or ())
     if args.lengths is not None and args.batch_size is None:
-        extra = synthetic_rows(n, dp, args.trainer)
-        if extra:  # verl's V1 trainer pads the batch to a multiple of the DP size
+        extra = synthetic_rows(n, dp, args.trainer, minis)
+        if extra:  # verl's V1 trainer pads the batch to a multiple of lcm(dp, mini-batch sizes)
             padded = lengths + [SYNTHETIC_ROW_TOKENS] * extra
             return Step(loaded.source, padded, list(range(n + extra)), "whole_file", dp,
                         (n + extra) // dp, loaded.counted, synthetic=extra)
@@ -119,18 +120,35 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
     rng = random.Random(args.seed)
     if n >= needed:
         if args.in_order:
-            return Step(loaded.source, lengths, list(range(needed)), "in_order", dp, batch, loaded.counted)
-        positions = rng.sample(range(n), needed)
-        return Step(loaded.source, lengths, positions, "without_replacement", dp, batch, loaded.counted)
+            drawn = Step(loaded.source, lengths, list(range(needed)), "in_order", dp, batch, loaded.counted)
+        else:
+            drawn = Step(loaded.source, lengths, rng.sample(range(n), needed), "without_replacement", dp,
+                         batch, loaded.counted)
+        return _padded(drawn, args.trainer, minis)
     if args.lengths is None and not args.in_order:
         positions = rng.choices(range(n), k=needed)
-        return Step(loaded.source, lengths, positions, "with_replacement", dp, batch)
+        return _padded(Step(loaded.source, lengths, positions, "with_replacement", dp, batch), args.trainer,
+                       minis)
     how = "taken in input order" if args.in_order else "drawn without replacement"
     raise CliError(
         f"{loaded.name} holds {n} lengths but --dp-size {dp} x --batch-size "
         f"{batch} needs {needed} ({how}); pass at least "
         f"{needed} lengths or lower --dp-size/--batch-size"
     )
+
+
+def _padded(step: Step, trainer: str, minis: tuple[int, ...]) -> Step:
+    """A drawn step with the synthetic rows verl's V1 trainer adds where its
+    ``dp_size x batch_size`` rows are not a multiple of the mini-batch sizes (rows of
+    :data:`~seqlen_balancing.cli.trainers.SYNTHETIC_ROW_TOKENS` tokens, after the input's)."""
+    extra = synthetic_rows(len(step.positions), step.dp_size, trainer, minis)
+    if not extra:
+        return step
+    n = len(step.lengths)
+    rows = len(step.positions) + extra
+    return Step(step.source, step.lengths + [SYNTHETIC_ROW_TOKENS] * extra,
+                step.positions + list(range(n, n + extra)), step.sampling, step.dp_size,
+                rows // step.dp_size, step.counted, synthetic=extra)
 
 
 def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliError | None:

@@ -8,8 +8,11 @@ itself in ``tests/compat/test_trainers.py``):
 * ``main_ppo`` (PPO/GRPO with ``trainer.use_v1``, verl 0.9.1's default: the V1
   ``PPOTrainer``): every step is balanced, whatever ``trainer.balance_batch`` says: the
   batch is first padded with synthetic rows of :data:`SYNTHETIC_ROW_TOKENS` tokens to a
-  multiple of the DP size (verl's ``upsample_batch_to_divisible_size``; verl also makes it
-  a multiple of the mini-batch sizes, which the command line does not model), then split
+  multiple of ``lcm(dp, mini-batch sizes)`` (verl's ``_get_required_batch_multiple`` and
+  ``upsample_batch_to_divisible_size``: the DP size, the critic's
+  ``ppo_mini_batch_size x rollout.n`` where a critic trains, and the actor's once
+  ``trainer.critic_warmup`` steps are past; ``--mini-batch-size`` gives those sizes, else
+  the DP size alone is modelled), then split
   into ``dp`` parts of equal sample counts by Karmarkar-Karp on the workloads
   (``24576*s + s**2``), the parts concatenated as they come (each in row order); the
   dispatch gives rank ``r`` the ``r``-th of ``dp`` equal contiguous chunks.
@@ -38,6 +41,7 @@ with the DP group (``same_micro_num_in_dp`` on). Only the shuffle needs torch
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -57,6 +61,7 @@ __all__ = [
     "always_balances",
     "balance_order",
     "balances_by_default",
+    "batch_multiple",
     "deal",
     "epoch_steps",
     "sampler_indices",
@@ -87,8 +92,8 @@ RULES = {
     "main_ppo": (
         "verl 0.9.1 main_ppo (its default V1 trainer): every step, whatever "
         "trainer.balance_batch says, padded with synthetic rows of 128 tokens to a multiple "
-        "of the DP size, split into equal sample counts by Karmarkar-Karp on workload; rank r "
-        "gets the r-th equal contiguous chunk"
+        "of lcm(DP size, --mini-batch-size), split into equal sample counts by Karmarkar-Karp "
+        "on workload; rank r gets the r-th equal contiguous chunk"
     ),
     "main_ppo_v0": (
         "verl 0.9.1 main_ppo with trainer.use_v1=False (RayPPOTrainer): trainer.balance_batch "
@@ -118,15 +123,31 @@ def always_balances(trainer: str) -> bool:
     return trainer == "main_ppo"
 
 
-def synthetic_rows(n: int, dp_size: int, trainer: str) -> int:
+def batch_multiple(dp_size: int, mini_batch_sizes: Sequence[int] = ()) -> int:
+    """What verl 0.9.1's V1 trainer pads a step to a multiple of: ``lcm(dp_size, *sizes)``
+    (``PPOTrainer._get_required_batch_multiple``; ``mini_batch_sizes`` are the actor's and
+    the critic's ``ppo_mini_batch_size x rollout.n``, those that train at the step).
+
+    Example:
+        >>> batch_multiple(8), batch_multiple(8, (12,)), batch_multiple(4, (6, 10))
+        (8, 24, 60)
+    """
+    return math.lcm(dp_size, *mini_batch_sizes)
+
+
+def synthetic_rows(n: int, dp_size: int, trainer: str, mini_batch_sizes: Sequence[int] = ()) -> int:
     """The synthetic rows ``trainer`` adds to a step of ``n`` rows: ``main_ppo`` (V1) pads
-    to a multiple of the DP size; the others add none.
+    to a multiple of :func:`batch_multiple`; the others add none.
 
     Example:
         >>> synthetic_rows(9, 4, "main_ppo"), synthetic_rows(9, 4, "main_ppo_v0")
         (3, 0)
+        >>> synthetic_rows(9, 4, "main_ppo", (6,))  # to 12, lcm(4, 6)
+        3
+        >>> synthetic_rows(13, 4, "main_ppo", (6,))  # to 24
+        11
     """
-    return -n % dp_size if always_balances(trainer) else 0
+    return -n % batch_multiple(dp_size, mini_batch_sizes) if always_balances(trainer) else 0
 
 
 def balance_order(
