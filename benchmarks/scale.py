@@ -23,7 +23,11 @@ Columns:
   gather s  tensor rows: the least the call must do with the same micro-batches, timed the
             same way: one ``index_select`` of the batch per micro-batch (dense) or, for
             jagged rows, one split of the values and per micro-batch a cat of its rows and
-            a jagged tensor on them; ratio = cpu s / gather s
+            a jagged tensor on them; ratio = cpu s / gather s (target: <= 1.3)
+  batch MB  tensor rows: the batch's tensors (jagged: values); the target for peak MB
+            is at most this (the call adds at most one copy of the batch)
+  cut x     tensor rows: (cpu s - the planning alone, ``plan_micro_batches`` on the same
+            lengths) / gather s: what reading and cutting cost over the gather
   stages    the largest stages of one run under cProfile (cumulative time, as a share of
             the call; functions above 80% and those that only call stages left out;
             nested stages overlap: lpt's share includes _lpt_plain's)
@@ -117,8 +121,10 @@ def exponent(points: Sequence[tuple[int, float]]) -> float:
 Thunk = Callable[[], object]
 
 
-def tensor_cases(lengths: list[int], cap: int, jagged: bool) -> tuple[Thunk, Thunk, Callable[[], int]]:
-    """The call, its gather floor and its count on a TensorDict of ``lengths``."""
+def tensor_cases(
+    lengths: list[int], cap: int, jagged: bool
+) -> tuple[Thunk, Thunk, Callable[[], int], float]:
+    """The call, its gather floor, its count and the batch's MB on a TensorDict of ``lengths``."""
     import itertools
 
     import torch
@@ -151,14 +157,27 @@ def tensor_cases(lengths: list[int], cap: int, jagged: bool) -> tuple[Thunk, Thu
             out.append(torch.nested.nested_tensor_from_jagged(part, offs))
         return out
 
-    return call, gather, lambda: len(plan)
+    return call, gather, lambda: len(plan), batch_mb(batch)
+
+
+def batch_mb(batch: object) -> float:
+    """Megabytes of the batch's tensors (jagged: their values and offsets)."""
+    import torch
+
+    total = 0
+    for leaf in batch.values(include_nested=True, leaves_only=True):  # type: ignore[attr-defined]
+        if isinstance(leaf, torch.Tensor) and leaf.is_nested:
+            leaf = leaf.values()
+        if isinstance(leaf, torch.Tensor):
+            total += leaf.numel() * leaf.element_size()
+    return total / 2**20
 
 
 def row(api: str, n: int, cap: int, repeat: int) -> tuple[str, float]:
     """One line of the table and its CPU time."""
     lengths = lognormal(n, cap)
     gather: Callable[[], object] | None = None
-    bound = "-"
+    bound, size = "-", "-"
     if api == "list":
         def call() -> object:
             return plan_micro_batches(lengths, cap)
@@ -171,15 +190,18 @@ def row(api: str, n: int, cap: int, repeat: int) -> tuple[str, float]:
 
         count = sum(len(rank) for rank in plan_global_batch(lengths, 8, cap)[1])
     else:
-        call, gather, counted = tensor_cases(lengths, cap, jagged=api == "jagged")
-        count = counted()
+        call, gather, counted, megabytes = tensor_cases(lengths, cap, jagged=api == "jagged")
+        count, size = counted(), f"{megabytes:.0f}"
     seconds = cpu_min(call, repeat)
     floor = cpu_min(gather, repeat) if gather is not None else None
-    ratio = f"{seconds / floor:.2f}" if floor else "-"
+    ratio, cut_ratio = "-", "-"
+    if floor:
+        planning = cpu_min(lambda: plan_micro_batches(lengths, cap), repeat)
+        ratio, cut_ratio = f"{seconds / floor:.2f}", f"{max(0.0, seconds - planning) / floor:.2f}"
     text = (
         f"{api:<7}{cap:>7}{n:>9}{count:>8}{bound:>8}{seconds:>9.3f}{1e6 * seconds / n:>8.2f}"
-        f"{peak_mb(call):>8}{'-' if floor is None else f'{floor:.3f}':>9}{ratio:>7}  "
-        f"{stages(call)}"
+        f"{peak_mb(call):>8}{size:>9}{'-' if floor is None else f'{floor:.3f}':>9}{ratio:>7}"
+        f"{cut_ratio:>7}  {stages(call)}"
     )
     return text, seconds
 
@@ -202,7 +224,7 @@ def main() -> None:
     args = parser.parse_args()
     print(
         f"{'api':<7}{'cap':>7}{'samples':>9}{'count':>8}{'bound':>8}{'cpu s':>9}{'us/smp':>8}"
-        f"{'peak MB':>8}{'gather s':>9}{'ratio':>7}  stages"
+        f"{'peak MB':>8}{'batch MB':>9}{'gather s':>9}{'ratio':>7}{'cut x':>7}  stages"
     )
     fits = []
     for api in args.apis.split(","):

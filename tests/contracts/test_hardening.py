@@ -22,6 +22,7 @@ from seqlen_balancing import (
     rearrange_micro_batches,
     restore_dynamic_batch,
 )
+from seqlen_balancing.batch import lengths as lengths_module
 
 Batch = Callable[..., TensorDict]
 
@@ -175,6 +176,12 @@ def test_lengths_read_with_one_host_copy(
 
         monkeypatch.setattr(torch.Tensor, name, counted)
     dense = masked_batch([5, 9, 3, 7, 2, 8, 6, 4] * 8)
+    calls.clear()
+    micro_batches, _ = rearrange_micro_batches(dense, 16)
+    assert len(micro_batches) > 10
+    assert calls == []  # a CPU mask is counted by numpy in place: no copy at all
+    # A mask numpy cannot read (a GPU's) is counted by torch: one copy of the counts.
+    monkeypatch.setattr(lengths_module, "_numpy_view", lambda mask: None)
     calls.clear()
     micro_batches, _ = rearrange_micro_batches(dense, 16)
     assert len(micro_batches) > 10

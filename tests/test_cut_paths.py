@@ -1,0 +1,174 @@
+"""The cut's fast paths (issue 33 item 2) give the rows the rule spells out, bit for bit.
+
+Mask counts through numpy (CPU) or torch (elsewhere), jagged rows joined by numpy, dense
+rows gathered a chunk of micro-batches at a time: each checked against an oracle written
+here from plain Python lists.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+import torch
+from tensordict import NonTensorStack, TensorDict
+
+import seqlen_balancing.batch.cut as cut
+from seqlen_balancing import rearrange_micro_batches
+from seqlen_balancing.batch.lengths import _mask_row_counts
+
+pytestmark = pytest.mark.torch
+
+
+def count_nonzero_rows(rows: list[list[float]]) -> list[int]:
+    """The rule spelled out: a row's effective tokens are its entries that are not 0."""
+    return [sum(1 for x in row if x != 0) for row in rows]
+
+
+MASK_DTYPES = [
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.float32, torch.float64, torch.bfloat16,
+]
+
+
+@pytest.mark.parametrize("dtype", MASK_DTYPES, ids=str)
+@pytest.mark.parametrize("width", [7, 1500])  # both sides of the row-by-row width
+def test_mask_counts_match_the_rule(dtype: torch.dtype, width: int) -> None:
+    rng = random.Random(width)
+    choices = [0, 1] if dtype == torch.bool else [0, 0, 1, 2, -1]
+    if dtype.is_floating_point:
+        choices += [-0.0, float("nan"), 0.5]
+    if dtype in (torch.uint8, torch.bool):
+        choices = [c for c in choices if c in (0, 1, 2)]
+    rows = [[rng.choice(choices) for _ in range(width)] for _ in range(9)]
+    mask = torch.tensor(rows, dtype=dtype)
+    expected = count_nonzero_rows(mask.tolist())
+    assert _mask_row_counts(mask) == expected
+    # a strided view (every other column) and a column slice count the same way
+    assert _mask_row_counts(mask[:, ::2]) == count_nonzero_rows(mask[:, ::2].tolist())
+    assert _mask_row_counts(mask[:, 3:]) == count_nonzero_rows(mask[:, 3:].tolist())
+
+
+def test_mask_counts_of_views_numpy_cannot_hold() -> None:
+    mask = torch.tensor([[0.0, 1.0, -2.0, 0.0], [0.0, 0.0, 0.0, 3.0]], requires_grad=True)
+    assert _mask_row_counts(mask) == [2, 1]
+    negative = torch._neg_view(torch.tensor([[0.0, 1.0, 1.0], [0.0, 0.0, 5.0]]))
+    assert negative.is_neg()
+    assert _mask_row_counts(negative) == [2, 1]
+    assert _mask_row_counts(torch.zeros(3, 0, dtype=torch.bool)) == [0, 0, 0]
+
+
+def jagged_batch(
+    lengths: list[int], dtype: torch.dtype, hidden: int | None, start: int = 0
+) -> tuple[TensorDict, list[torch.Tensor]]:
+    """A batch whose jagged ``input_ids`` rows are distinct, and those rows as a list."""
+    shape = (sum(lengths) + start,) if hidden is None else (sum(lengths) + start, hidden)
+    values = torch.randn(shape, generator=torch.Generator().manual_seed(1)).mul(50).to(dtype)
+    if dtype.is_floating_point:
+        values.view(-1)[::97] = float("nan")
+    offsets = torch.tensor([start, *(start + o for o in itertools.accumulate(lengths))])
+    ids = torch.nested.nested_tensor_from_jagged(values, offsets)
+    rows = [values[a:b].clone() for a, b in itertools.pairwise(offsets.tolist())]
+    batch = TensorDict({"input_ids": ids, "tag": NonTensorStack(*map(str, range(len(lengths))))},
+                       batch_size=[len(lengths)])
+    return batch, rows
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.is_floating_point:
+        ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return torch.equal(a.view(ints), b.view(ints))
+    return torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "hidden", "start"),
+    [(torch.int32, None, 0), (torch.bfloat16, None, 3), (torch.float32, 4, 0), (torch.int64, 2, 5)],
+)
+def test_jagged_rows_joined_on_the_host_are_the_rows(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, hidden: int | None, start: int
+) -> None:
+    joins: list[bool] = []
+    real_join = cut._host_join
+
+    def counted(*args: object) -> object:
+        joined = real_join(*args)  # type: ignore[arg-type]
+        joins.append(joined is not None)
+        return joined
+
+    monkeypatch.setattr(cut, "_host_join", counted)
+    rng = random.Random(7)
+    lengths = [rng.randint(1, 60) for _ in range(40)]
+    batch, rows = jagged_batch(lengths, dtype, hidden, start)
+    micro_batches, plan = rearrange_micro_batches(batch, 200)
+    assert joins == [True]  # the host path cut it
+    assert len(plan) > 2 and sorted(itertools.chain(*plan)) == list(range(40))
+    assert any(part != sorted(part) or part[0] != 0 for part in plan)  # rows really move
+    for micro_batch, part in zip(micro_batches, plan, strict=True):
+        ids = micro_batch["input_ids"]
+        assert ids.layout == torch.jagged and ids.dtype == dtype
+        got = ids.unbind()
+        assert len(got) == len(part)
+        assert all(same_bits(g, rows[i]) for g, i in zip(got, part, strict=True))
+        expected_offsets = [0, *itertools.accumulate(lengths[i] for i in part)]
+        assert ids.offsets().tolist() == expected_offsets
+        assert micro_batch["tag"] == [str(i) for i in part]
+        ids.values().fill_(0)  # a copy: the input keeps its rows
+    values, offsets = batch["input_ids"].values(), batch["input_ids"].offsets().tolist()
+    kept = [values[a:b] for a, b in itertools.pairwise(offsets)]  # (unbind ignores offsets[0])
+    assert all(same_bits(k, r) for k, r in zip(kept, rows, strict=True))
+
+
+def dense_batch(n: int, width: int) -> TensorDict:
+    gen = torch.Generator().manual_seed(n)
+    return TensorDict(
+        {
+            "input_ids": torch.randint(0, 1000, (n, width), generator=gen),
+            "attention_mask": torch.ones(n, width, dtype=torch.bool),
+            "extra": TensorDict({"score": torch.randn(n, 3, generator=gen)}, batch_size=[n]),
+            "tag": NonTensorStack(*map(str, range(n))),
+        },
+        batch_size=[n],
+    )
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 700, 1 << 30])
+def test_dense_rows_gathered_in_chunks_are_the_rows(
+    monkeypatch: pytest.MonkeyPatch, chunk_bytes: int
+) -> None:
+    monkeypatch.setattr(cut, "_CHUNK_BYTES", chunk_bytes)
+    batch = dense_batch(30, 5)
+    rng = random.Random(3)
+    order = list(range(30))
+    rng.shuffle(order)
+    plan = [order[0:4], order[4:5], order[5:17], order[17:30]]
+    micro_batches = cut._cut(batch, plan)
+    ids = batch["input_ids"].tolist()
+    scores = batch["extra", "score"].tolist()
+    for micro_batch, part in zip(micro_batches, plan, strict=True):
+        assert micro_batch.batch_size == torch.Size([len(part)])
+        assert micro_batch["input_ids"].tolist() == [ids[i] for i in part]
+        assert micro_batch["extra", "score"].tolist() == [scores[i] for i in part]
+        assert micro_batch["tag"] == [str(i) for i in part]
+        micro_batch["input_ids"].fill_(-1)
+    assert batch["input_ids"].tolist() == ids  # copies, never views of the input
+
+
+def test_chunks_take_what_fits() -> None:
+    rng = random.Random(11)
+    for _ in range(300):
+        sizes = [rng.randint(1, 9) for _ in range(rng.randint(1, 12))]
+        row_bytes = rng.choice([1, 100, 1 << 20, 3 << 20])
+        counts = cut._chunks(sizes, row_bytes)
+        assert sum(counts) == len(sizes) and all(c >= 1 for c in counts)
+        start = 0
+        for c, count in enumerate(counts):
+            rows = sum(sizes[start : start + count])
+            # within the budget unless one micro-batch alone is bigger
+            assert count == 1 or rows * row_bytes <= cut._CHUNK_BYTES
+            if c + 1 < len(counts):  # greedy: the next micro-batch would not have fitted
+                assert (rows + sizes[start + count]) * row_bytes > cut._CHUNK_BYTES
+            start += count
