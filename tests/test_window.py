@@ -183,3 +183,19 @@ def test_a_fit_proven_without_running_karmarkar_karp_is_one() -> None:
     assert proven > 300
     # custom workloads below 24576 x cost: no proof
     assert _fit_proof(analyse([5, 6], 10, workloads=[1, 1])) is None
+
+
+def test_a_proven_fit_over_the_karmarkar_karp_budget_is_not_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    # settle runs Karmarkar-Karp after the agreement where every rank flagged FITS; over its
+    # budget it would not run, so the proof must not flag FITS there (UNKNOWN: V not known)
+    import seqlen_balancing.window as window_module
+    from seqlen_balancing.planner import analyse
+
+    lengths, cap = [100] * 40, 1000  # needs 4; the proof holds from 5 on
+    within = window_module.window_of(analyse(lengths, cap))
+    assert within is not None and within.fits[6] == window_module.FITS
+    monkeypatch.setattr(window_module, "_KK_BUDGET", 40 * 5)  # Karmarkar-Karp runs up to 5 parts
+    over = window_module.window_of(analyse(lengths, cap))
+    assert over is not None
+    assert over.fits[5] == window_module.FITS and over.fits[6] == window_module.UNKNOWN
+

@@ -140,8 +140,9 @@ def window_of(result: RankAnalysis) -> Window | None:
         return None  # nothing the choice could use: the plan as without it, at no extra cost
     window = Window(counts, {}, {})
     proof = _fit_proof(result)
+    budget = _KK_BUDGET // max(1, len(result.group_sizes))  # counts Karmarkar-Karp runs at
     for count in flagged:
-        if count in counts or proof is None or not proof(count):
+        if count in counts or proof is None or not proof(count) or count > budget:
             window.fits[count] = _flag(result, count, window.verl)
         else:
             window.fits[count] = FITS  # proven without running it; settle runs it if chosen
