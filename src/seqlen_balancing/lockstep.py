@@ -135,14 +135,44 @@ class Grid:
         self.rank_load = [sum(row) for row in self.load]
         self.tops: list[list[tuple[int, int]]] = [[] for _ in range(self.count)]
         self.sums = [0] * self.count
+        self._indexed = False
         for k in range(self.count):
             self.refresh(k)
+        self._index()
+
+    def _index(self) -> None:
+        """Build the orders the local search reads, kept sorted by :meth:`refresh`: per rank
+        its layers by ``(load - layer top, layer)`` (most headroom first), the layers by
+        ``(-(dp x top - total), layer)`` (furthest above their mean first), and the sum of
+        the layers' ``dp x top - total`` (:meth:`gap`)."""
+        tops = [self.tops[k][0][0] for k in range(self.count)]
+        self.headroom = [sorted((row[k] - tops[k], k) for k in range(self.count)) for row in self.load]
+        self._heads = [[row[k] - tops[k] for k in range(self.count)] for row in self.load]
+        self._excess = [self.dp * tops[k] - self.sums[k] for k in range(self.count)]
+        self.by_excess = sorted((-e, k) for k, e in enumerate(self._excess))
+        self._gap = sum(self._excess)
+        self._indexed = True
 
     def refresh(self, k: int) -> None:
-        """Recompute layer ``k``'s three heaviest cells (load, -rank) and its total."""
+        """Recompute layer ``k``'s three heaviest cells (load, -rank) and its total, and its
+        entries in the orders of :meth:`_index` (O(dp x (log count + count)), the count
+        term a list's memmove)."""
         column = [(self.load[r][k], -r) for r in range(self.dp)]
         self.tops[k] = heapq.nlargest(3, column)
         self.sums[k] = sum(load for load, _ in column)
+        if not self._indexed:
+            return
+        top = self.tops[k][0][0]
+        excess = self.dp * top - self.sums[k]
+        if excess != self._excess[k]:
+            _resort(self.by_excess, (-self._excess[k], k), (-excess, k))
+            self._gap += excess - self._excess[k]
+            self._excess[k] = excess
+        for r in range(self.dp):
+            head = self.load[r][k] - top
+            if head != self._heads[r][k]:
+                _resort(self.headroom[r], (self._heads[r][k], k), (head, k))
+                self._heads[r][k] = head
 
     def top(self, k: int, skip: tuple[int, ...] = ()) -> int:
         """The heaviest load of layer ``k`` outside the ranks ``skip`` (at most two)."""
@@ -182,11 +212,44 @@ class Grid:
         return sum(tops[0][0] for tops in self.tops)
 
     def gap(self) -> int:
-        """The lock-step time above its floor, times ``dp``: ``sum_k (dp max_k - sum_k)``."""
-        return sum(self.dp * self.tops[k][0][0] - self.sums[k] for k in range(self.count))
+        """The lock-step time above its floor, times ``dp``: ``sum_k (dp max_k - sum_k)``
+        (kept up to date by :meth:`refresh`: O(1))."""
+        return self._gap
+
+    def roomiest(self, s: int, count: int, skip: int) -> list[tuple[int, int]]:
+        """Rank ``s``'s ``count`` cells with the most headroom below their layer's top,
+        layer ``skip`` left out: the first of ``sorted(layers, key=(load - top, layer))``.
+        O(count)."""
+        found = []
+        for _, k2 in self.headroom[s]:
+            if k2 != skip:
+                found.append((s, k2))
+                if len(found) == count:
+                    break
+        return found
+
+    def rooms(self, r: int, count: int, skip: int) -> list[tuple[int, int]]:
+        """Rank ``r``'s ``count`` layers (``skip`` left out) where its load is furthest
+        below the top, as ``(room, layer)`` by room then layer, largest first, those with
+        room > 0 only: ``sorted(((top - load, layer) ...), reverse=True)[:count]`` cut at
+        the first room <= 0."""
+        found: list[tuple[int, int]] = []
+        for head, k2 in self.headroom[r]:
+            if head >= 0 or (len(found) >= count and -head < found[count - 1][0]):
+                break
+            if k2 != skip:
+                found.append((-head, k2))
+                found.sort(reverse=True)  # equal rooms: the larger layer first
+        return found[:count]
 
     def counts(self) -> list[int]:
         return [sum(len(cell) for cell in row) for row in self.cells]
+
+
+def _resort(order: list[tuple[int, int]], old: tuple[int, int], new: tuple[int, int]) -> None:
+    """Replace ``old`` by ``new`` in the sorted list ``order``, keeping it sorted."""
+    del order[bisect.bisect_left(order, old)]
+    bisect.insort(order, new)
 
 
 def _even_layers(layers: list[list[tuple[int, int]]]) -> list[list[int]]:
@@ -357,17 +420,12 @@ def _targets(grid: Grid, r: int, k: int) -> list[tuple[int, int]]:
     """Cells that may take load off cell ``(r, k)``: the same rank's micro-batches with
     the most headroom below their layer's top, the lightest of layer ``k``, and the
     roomiest micro-batches of the ranks with the least workload in all."""
-    def roomiest(s: int, count: int) -> list[tuple[int, int]]:
-        layers = sorted((k2 for k2 in range(grid.count) if k2 != k),
-                        key=lambda k2: (grid.load[s][k2] - grid.top(k2), k2))
-        return [(s, k2) for k2 in layers[:count]]
-
     lightest = sorted(range(grid.dp), key=lambda s: (grid.load[s][k], s))[:_LIGHTEST]
     poorest = sorted(range(grid.dp), key=lambda s: (grid.rank_load[s], s))[:_LIGHTEST]
-    found = roomiest(r, _HEADROOM_LAYERS) + [(s, k) for s in lightest if s != r]
+    found = grid.roomiest(r, _HEADROOM_LAYERS, k) + [(s, k) for s in lightest if s != r]
     for s in poorest:
         if s != r:
-            found += roomiest(s, 2)
+            found += grid.roomiest(s, 2, k)
     return list(dict.fromkeys(found))
 
 
@@ -418,15 +476,18 @@ def _lock_step_search(grid: Grid, rounds: int) -> None:
     lowered by more than :data:`_TOLERANCE` of the floor and the step is further above
     its floor than that; at most ``rounds`` exchanges. Sample counts and the rule hold
     throughout."""
-    stuck: set[int] = set()
-    enough = sum(grid.sums) // _TOLERANCE  # in gap() units: dp x (floor / _TOLERANCE)
+    # moves keep the total workload: sum(grid.sums) is the same in every round
+    total = sum(grid.sums)
+    enough = total // _TOLERANCE  # in gap() units: dp x (floor / _TOLERANCE)
+    # the stuck layers: the first of grid.by_excess (the grid is unchanged while they
+    # accumulate, each the layer furthest above its mean among those left; a move frees all)
+    stuck = 0
     for _ in range(rounds):
-        open_layers = [k for k in range(grid.count) if k not in stuck]
-        if not open_layers or grid.gap() <= enough:
+        if stuck == grid.count or grid.gap() <= enough:
             return
-        k = max(open_layers, key=lambda j: (grid.dp * grid.tops[j][0][0] - grid.sums[j], -j))
+        k = grid.by_excess[stuck][1]
         found = _lower_heaviest(grid, k)
-        if found is not None and found[0] * grid.dp * _TOLERANCE <= sum(grid.sums):
+        if found is not None and found[0] * grid.dp * _TOLERANCE <= total:
             found = None  # too small to matter: the layer counts as level
         if found is not None:
             _, g, other_rank, layer, other = found
@@ -434,10 +495,10 @@ def _lock_step_search(grid: Grid, rounds: int) -> None:
             grid.move(g, (r, k), (other_rank, layer))
             if other >= 0:
                 grid.move(other, (other_rank, layer), (r, k))
-        elif not _lower_layer(grid, k, sum(grid.sums) // (grid.dp * _TOLERANCE)):
-            stuck.add(k)
+        elif not _lower_layer(grid, k, total // (grid.dp * _TOLERANCE)):
+            stuck += 1
             continue
-        stuck.clear()
+        stuck = 0
 
 
 def _shed(grid: Grid, r: int, k: int) -> list[tuple[int, int, int, int]]:
@@ -447,11 +508,7 @@ def _shed(grid: Grid, r: int, k: int) -> list[tuple[int, int, int, int]]:
     rank is furthest below the top (at most two ways per group and layer)."""
     cell, load = grid.cells[r][k], grid.load[r][k]
     found: list[tuple[int, int, int, int]] = []
-    rooms = sorted(((grid.top(k2) - grid.load[r][k2], k2) for k2 in range(grid.count) if k2 != k),
-                   reverse=True)[:_HEADROOM_LAYERS]
-    for room, k2 in rooms:
-        if room <= 0:
-            break
+    for room, k2 in grid.rooms(r, _HEADROOM_LAYERS, k):
         others = sorted(grid.cells[r][k2], key=lambda g: (grid.workloads[g], g))
         loads = [grid.workloads[g] for g in others]
         for g in cell:
