@@ -28,9 +28,17 @@ Columns:
             is at most this (the call adds at most one copy of the batch)
   cut x     tensor rows: (cpu s - the planning alone, ``plan_micro_batches`` on the same
             lengths) / gather s: what reading and cutting cost over the gather
+  spread    the balance: ``(max - min) / mean`` of the micro-batches' verl workloads
+            (``24576*s + s**2`` summed per micro-batch; ``seqlen_balancing.balance.spread``),
+            over every micro-batch of every rank for ``global``; lower is better
+  step/fl   global rows: the modeled lock-step time over its floor (``plan_step``'s
+            ``step_time / floor``, fixed costs included); 1.000 is the floor
   stages    the largest stages of one run under cProfile (cumulative time, as a share of
-            the call; functions above 80% and those that only call stages left out;
-            nested stages overlap: lpt's share includes _lpt_plain's)
+            the call; left out: the entry points (``ENTRIES``), the functions that only
+            call stages (``WRAPPERS``) and those that spend 95% of their time in one
+            library callee, which stands for them; nested stages overlap: lpt's share includes
+            _lpt_plain's). Shares are of the profiled run, whose overhead falls on the
+            functions making many small calls.
 
 After the table, the growth exponent of each (api, cap): the slope of a least-squares fit
 of log(cpu s) on log(samples); 1.0 is linear.
@@ -47,9 +55,18 @@ import time
 from collections.abc import Callable, Sequence
 
 from seqlen_balancing import lower_bound, plan_micro_batches
-from seqlen_balancing.step import plan_global_batch
+from seqlen_balancing.balance import spread
+from seqlen_balancing.partition import workload
+from seqlen_balancing.step import plan_global_batch, plan_step
 
 CAPS = (16384, 65536)
+# the calls measured and their dispatchers: ~100% of every run (left out of the stages column)
+ENTRIES = frozenset({
+    "plan_micro_batches", "plan_global_batch", "plan_step", "rearrange_micro_batches",
+    "_rearrange_rows", "prepare_dynamic_batch",
+})
+#: a function spending this share of its time in one callee is shown as that callee
+PASS_THROUGH = 0.95
 # functions that only call the stages (left out of the stages column)
 WRAPPERS = frozenset({
     "<genexpr>", "<lambda>", "<listcomp>", "_analyse", "_balanced_bins", "_count",
@@ -100,10 +117,18 @@ def stages(call: Callable[[], object], top: int = 4) -> str:
     profile.runcall(call)
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
     total = max((row[3] for row in stats.values()), default=0.0) or 1.0
+    # the most time each function spends in one library callee: stats[callee][4][caller][3]
+    in_one: dict[tuple[str, int, str], float] = {}
+    for callee, row in stats.items():
+        for caller, timing in row[4].items():
+            if caller != callee and "seqlen_balancing" in callee[0]:
+                in_one[caller] = max(in_one.get(caller, 0.0), timing[3])
     rows = [
         (row[3] / total, name)
-        for (path, _, name), row in stats.items()
-        if "seqlen_balancing" in path and row[3] / total <= 0.8 and name not in WRAPPERS
+        for func, row in stats.items()
+        for path, _, name in (func,)
+        if "seqlen_balancing" in path and name not in WRAPPERS | ENTRIES
+        and in_one.get(func, 0.0) < PASS_THROUGH * row[3]
     ]
     rows.sort(reverse=True)
     return " ".join(f"{name} {share:.0%}" for share, name in rows[:top])
@@ -121,10 +146,15 @@ def exponent(points: Sequence[tuple[int, float]]) -> float:
 Thunk = Callable[[], object]
 
 
+def balance(lengths: Sequence[int], micro_batches: Sequence[Sequence[int]]) -> str:
+    """The workload spread of ``micro_batches`` (index lists into ``lengths``), as printed."""
+    return f"{spread([sum(workload(lengths[i]) for i in mb) for mb in micro_batches]):.3f}"
+
+
 def tensor_cases(
     lengths: list[int], cap: int, jagged: bool
-) -> tuple[Thunk, Thunk, Callable[[], int], float]:
-    """The call, its gather floor, its count and the batch's MB on a TensorDict of ``lengths``."""
+) -> tuple[Thunk, Thunk, list[list[int]], float]:
+    """The call, its gather floor, its plan and the batch's MB on a TensorDict of ``lengths``."""
     import itertools
 
     import torch
@@ -157,7 +187,7 @@ def tensor_cases(
             out.append(torch.nested.nested_tensor_from_jagged(part, offs))
         return out
 
-    return call, gather, lambda: len(plan), batch_mb(batch)
+    return call, gather, plan, batch_mb(batch)
 
 
 def batch_mb(batch: object) -> float:
@@ -177,21 +207,24 @@ def row(api: str, n: int, cap: int, repeat: int) -> tuple[str, float]:
     """One line of the table and its CPU time."""
     lengths = lognormal(n, cap)
     gather: Callable[[], object] | None = None
-    bound, size = "-", "-"
+    bound, size, step = "-", "-", "-"
     if api == "list":
         def call() -> object:
             return plan_micro_batches(lengths, cap)
 
-        count = len(plan_micro_batches(lengths, cap))
+        plan = plan_micro_batches(lengths, cap)
         bound = str(lower_bound(lengths, cap))
     elif api == "global":
         def call() -> object:
             return plan_global_batch(lengths, 8, cap)
 
-        count = sum(len(rank) for rank in plan_global_batch(lengths, 8, cap)[1])
+        planned = plan_step(lengths, 8, cap)
+        plan = [mb for rank in planned.rank_micro_batches for mb in rank]
+        step = f"{planned.step_time / planned.floor:.3f}"
     else:
-        call, gather, counted, megabytes = tensor_cases(lengths, cap, jagged=api == "jagged")
-        count, size = counted(), f"{megabytes:.0f}"
+        call, gather, plan, megabytes = tensor_cases(lengths, cap, jagged=api == "jagged")
+        size = f"{megabytes:.0f}"
+    count = len(plan)
     seconds = cpu_min(call, repeat)
     floor = cpu_min(gather, repeat) if gather is not None else None
     ratio, cut_ratio = "-", "-"
@@ -201,7 +234,7 @@ def row(api: str, n: int, cap: int, repeat: int) -> tuple[str, float]:
     text = (
         f"{api:<7}{cap:>7}{n:>9}{count:>8}{bound:>8}{seconds:>9.3f}{1e6 * seconds / n:>8.2f}"
         f"{peak_mb(call):>8}{size:>9}{'-' if floor is None else f'{floor:.3f}':>9}{ratio:>7}"
-        f"{cut_ratio:>7}  {stages(call)}"
+        f"{cut_ratio:>7}{balance(lengths, plan):>8}{step:>8}  {stages(call)}"
     )
     return text, seconds
 
@@ -224,7 +257,8 @@ def main() -> None:
     args = parser.parse_args()
     print(
         f"{'api':<7}{'cap':>7}{'samples':>9}{'count':>8}{'bound':>8}{'cpu s':>9}{'us/smp':>8}"
-        f"{'peak MB':>8}{'batch MB':>9}{'gather s':>9}{'ratio':>7}{'cut x':>7}  stages"
+        f"{'peak MB':>8}{'batch MB':>9}{'gather s':>9}{'ratio':>7}{'cut x':>7}{'spread':>8}"
+        f"{'step/fl':>8}  stages"
     )
     fits = []
     for api in args.apis.split(","):
