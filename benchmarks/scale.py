@@ -16,7 +16,8 @@ Rows (``api``):
 Columns:
   count     micro-batches (list, jagged, dense) or their sum over the ranks (global)
   bound     ``lower_bound`` of the lengths (list rows; the count is optimal where equal)
-  cpu s     process CPU time (all threads), the minimum of ``--repeat`` runs (default 3)
+  cpu s     process CPU time (all threads), the minimum of ``--repeat`` runs (default 3);
+            on tensor rows the call, its gather and its planning run in turn in each round
   us/smp    cpu s per sample, in microseconds
   peak MB   the process's peak resident memory during one call above what it held before
             (Linux VmHWM, reset through /proc/self/clear_refs; "-" where that is refused)
@@ -83,11 +84,19 @@ def lognormal(n: int, cap: int, seed: int = 0) -> list[int]:
 
 def cpu_min(call: Callable[[], object], repeat: int) -> float:
     """The least process CPU time of ``repeat`` calls, in seconds."""
-    best = math.inf
+    return cpu_mins([call], repeat)[0]
+
+
+def cpu_mins(calls: Sequence[Callable[[], object]], repeat: int) -> list[float]:
+    """The least process CPU time of each of ``calls`` over ``repeat`` rounds, in seconds;
+    each round runs every call once, in turn, so that a call and its gather meet the same
+    load (on a shared machine, minutes apart they do not)."""
+    best = [math.inf] * len(calls)
     for _ in range(repeat):
-        start = time.process_time()
-        call()
-        best = min(best, time.process_time() - start)
+        for j, call in enumerate(calls):
+            start = time.process_time()
+            call()
+            best[j] = min(best[j], time.process_time() - start)
     return best
 
 
@@ -148,7 +157,8 @@ Thunk = Callable[[], object]
 
 def balance(lengths: Sequence[int], micro_batches: Sequence[Sequence[int]]) -> str:
     """The workload spread of ``micro_batches`` (index lists into ``lengths``), as printed."""
-    return f"{spread([sum(workload(lengths[i]) for i in mb) for mb in micro_batches]):.3f}"
+    value = spread([sum(workload(lengths[i]) for i in mb) for mb in micro_batches])
+    return f"{value:.3f}" if value >= 1e-3 or value == 0 else f"{value:.1e}"
 
 
 def tensor_cases(
@@ -225,11 +235,13 @@ def row(api: str, n: int, cap: int, repeat: int) -> tuple[str, float]:
         call, gather, plan, megabytes = tensor_cases(lengths, cap, jagged=api == "jagged")
         size = f"{megabytes:.0f}"
     count = len(plan)
-    seconds = cpu_min(call, repeat)
-    floor = cpu_min(gather, repeat) if gather is not None else None
+    floor: float | None = None
     ratio, cut_ratio = "-", "-"
-    if floor:
-        planning = cpu_min(lambda: plan_micro_batches(lengths, cap), repeat)
+    if gather is None:
+        seconds = cpu_min(call, repeat)
+    else:
+        seconds, floor, planning = cpu_mins(
+            [call, gather, lambda: plan_micro_batches(lengths, cap)], repeat)
         ratio, cut_ratio = f"{seconds / floor:.2f}", f"{max(0.0, seconds - planning) / floor:.2f}"
     text = (
         f"{api:<7}{cap:>7}{n:>9}{count:>8}{bound:>8}{seconds:>9.3f}{1e6 * seconds / n:>8.2f}"
