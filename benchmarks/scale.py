@@ -41,6 +41,10 @@ Columns:
             _lpt_plain's). Shares are of the profiled run, whose overhead falls on the
             functions making many small calls.
 
+Tensor rows run torch on one intra-op thread (``--threads``): on a shared machine a gather
+split over threads that wait for a core costs up to 25x its single-thread CPU time (8 ms
+became 199 ms for 512 dense rows under a load of 14), so the ratio measured the load.
+
 After the table, the growth exponent of each (api, cap): the slope of a least-squares fit
 of log(cpu s) on log(samples); 1.0 is linear.
 """
@@ -266,7 +270,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--apis", default="list,global,jagged,dense")
     parser.add_argument("--sizes", default="", help="sample counts, e.g. 1000,1000000")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch's intra-op threads for the tensor rows (default 1)")
     args = parser.parse_args()
+    if any(api in args.apis for api in ("jagged", "dense")):
+        import torch
+
+        torch.set_num_threads(args.threads)
     print(
         f"{'api':<7}{'cap':>7}{'samples':>9}{'count':>8}{'bound':>8}{'cpu s':>9}{'us/smp':>8}"
         f"{'peak MB':>8}{'batch MB':>9}{'gather s':>9}{'ratio':>7}{'cut x':>7}{'spread':>8}"
