@@ -42,7 +42,7 @@ Columns:
             functions making many small calls.
 
 Tensor rows run torch on one intra-op thread (``--threads``): on a shared machine a gather
-split over threads that wait for a core costs up to 25x its single-thread CPU time (8 ms
+split over threads that wait for a core cost about 24x its single-thread CPU time (8 ms
 became 199 ms for 512 dense rows under a load of 14), so the ratio measured the load.
 
 After the table, the growth exponent of each (api, cap): the slope of a least-squares fit
