@@ -436,8 +436,9 @@ def plan_global_batch(
     Complexity: ``seqlen_balancing.planner.analyse`` on the whole step and on each
     part (O(n log n) together, plus their bounded searches), Karmarkar-Karp's
     O(n log n + n dp), at most ``4 n`` swaps of O(m log m) for parts of ``m`` groups, and
-    at most ``4 n + 64`` rounds of the local search, each O(dp log dp + m K); once more
-    where ``K + 1`` is tried. 10^5 samples on 64 ranks plan in seconds
+    at most ``4 n + 64`` rounds of the local search, each O(dp log dp) plus the groups of
+    the few cells it weighs and O(dp (log K + K)) per move (the grid's sorted orders, the
+    ``K`` a list's memmove); once more where ``K + 1`` is tried. 10^5 samples on 64 ranks plan in seconds
     (``benchmarks/step_time.py``).
 
     Example:
