@@ -170,7 +170,7 @@ def test_best_fit_decreasing_is_the_spelled_out_rule_on_seeded_batches() -> None
 
 
 def _with_references(monkeypatch: pytest.MonkeyPatch) -> None:
-    def slow_best_fit(sizes: list[int], cap: int) -> list[list[int]]:
+    def slow_best_fit(sizes: list[int], cap: int, order: object = None) -> list[list[int]]:
         for i, size in enumerate(sizes):
             if size > cap:
                 raise ValueError(f"item {i} has size {size}, larger than the capacity {cap}")

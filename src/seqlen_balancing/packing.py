@@ -108,7 +108,7 @@ def best_fit(rule: Rule, order: Sequence[int] | None = None) -> list[list[int]]:
         [[1], [0], [3], [2]]
     """
     if order is None and rule.plain:
-        return _best_fit_sums(rule.sizes, rule.cap)
+        return _best_fit_sums(rule.sizes, rule.cap, rule.by_size)
     order = rule.decreasing() if order is None else order
     sizes, counts, cap, limit = rule.sizes, rule.rows, rule.cap, rule.limit
     least, fewest = min(sizes, default=0), min(counts, default=0)
@@ -138,7 +138,7 @@ def best_fit(rule: Rule, order: Sequence[int] | None = None) -> list[list[int]]:
     return bins
 
 
-def _best_fit_sums(sizes: list[int], cap: int) -> list[list[int]]:
+def _best_fit_sums(sizes: list[int], cap: int, order: list[int] | None = None) -> list[list[int]]:
     """:func:`best_fit` for summed costs without a limit, in decreasing order.
 
     The bins that can take more are bucketed by their room (a stack per room, the newest
@@ -147,8 +147,9 @@ def _best_fit_sums(sizes: list[int], cap: int) -> list[list[int]]:
     not a move of O(bins) pointers; caps above ``_BITMAP_CAP`` keep the sorted list.
     """
     if cap > _BITMAP_CAP:
-        return _best_fit_sorted(sizes, cap)
-    order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)  # stable: index
+        return _best_fit_sorted(sizes, cap, order)
+    if order is None:  # by decreasing size, ties by index (Rule.by_size)
+        order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)
     smallest = sizes[order[-1]] if order else 0
     words = [0] * ((cap >> 6) + 1)  # bit r & 63 of word r >> 6: some bin has room r
     used = 0  # bit w: words[w] is not 0
@@ -199,12 +200,13 @@ def _best_fit_sums(sizes: list[int], cap: int) -> list[list[int]]:
     return bins
 
 
-def _best_fit_sorted(sizes: list[int], cap: int) -> list[list[int]]:
+def _best_fit_sorted(sizes: list[int], cap: int, order: list[int] | None = None) -> list[list[int]]:
     """:func:`_best_fit_sums` on a sorted list of rooms (any cap; O(bins) moves per item)."""
     residuals: list[int] = []  # ascending
     owners: list[int] = []  # bin of each residual, parallel to ``residuals``
     bins: list[list[int]] = []
-    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+    if order is None:
+        order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)
     smallest = sizes[order[-1]] if order else 0
     for i in order:
         size = sizes[i]

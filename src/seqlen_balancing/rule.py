@@ -203,13 +203,20 @@ class Rule:
         sizes, rows = [self.sizes[i] for i in items], [self.rows[i] for i in items]
         return Rule(self.cap, sizes, rows, self.limit, left, right, self.pad, self.filled)
 
+    @cached_property
+    def by_size(self) -> list[int]:
+        """The items by decreasing cost alone (:attr:`sizes`), ties by index: the order of
+        best fit decreasing and, for workloads that grow with the cost, of LPT. Made once
+        per rule (O(n log n)); callers never change it."""
+        sizes = self.sizes
+        return sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)  # stable: index
+
     def decreasing(self) -> list[int]:
         """The items in the order decreasing packings take them: largest first (padded:
-        widest first, then more rows), ties by index. O(n log n)."""
+        widest first, then more rows), ties by index. O(n log n) once, then O(n)."""
         if self.is_padded:
             return widest_first(self)
-        sizes = self.sizes
-        return sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+        return list(self.by_size)
 
 
 class Loads:
