@@ -180,10 +180,7 @@ def lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | N
     budget = 8 * len(sizes) + 4096  # bins skipped over the whole run
     # (-workload, -cost, index): the rule's order by cost, sorted again by workload only
     # where the workloads do not already fall along it (verl's, of the lengths, do)
-    order = rule.by_size
-    resorted = not _falling([workloads[g] for g in order])
-    if resorted:
-        order = sorted(order, key=workloads.__getitem__, reverse=True)
+    order, resorted = rule.by_workload(workloads)
     if len(sizes) >= _TRIAL_ITEMS and _trial_fails(rule, workloads, count, order):
         return None
     if rule.plain and (not resorted or _falling([sizes[g] for g in order])):
@@ -215,7 +212,7 @@ _TRIAL_ITEMS = 1 << 15
 
 #: Items of that copy, at least; more where it would hold fewer than _TRIAL_BINS micro-batches.
 _TRIAL_SAMPLE = 1 << 12
-_TRIAL_BINS = 400
+_TRIAL_BINS = 256
 
 #: The copy holds at most one item in this many.
 _TRIAL_STEP = 8
