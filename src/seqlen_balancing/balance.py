@@ -85,6 +85,7 @@ class _BinState:
         self.state = None if rule.plain else Loads.of(rule, bins)
         self.costs: dict[int, int] = {}
         self.least: dict[int, int] = {}
+        self.least_size = min(rule.sizes, default=0)
 
     def room(self, b: int) -> int:
         """The cap less what bin ``b`` costs (plain sums: an item fits when no larger)."""
@@ -128,6 +129,8 @@ def _move(
 ) -> tuple[int, int] | None:
     """:func:`rebalance`'s next move into ``light``: ``(heavy bin, item)``, or ``None``."""
     room, sizes = bin_state.room(light), bin_state.rule.sizes
+    if bin_state.plain and room < bin_state.least_size:
+        return None  # no item fits the room: no bin can give
     # The heaviest bin that can give. A bin of one item never gives: its item's
     # workload is the gap plus the lightest load, not below it.
     for _, heavy in keys:
