@@ -65,7 +65,8 @@ def main() -> None:
             balance._TRIAL_ITEMS = keep
         key = (kind, whole, trial)
         table[key] = table.get(key, 0) + 1
-    print(f"{'lengths':10} {'batches':>8} {'LPT fits':>9} {'LPT fails':>10} {'trial caught':>13} {'wrong':>6}")
+    header = ("lengths", "batches", "LPT fits", "LPT fails", "trial caught", "wrong")
+    print(f"{header[0]:10} {header[1]:>8} {header[2]:>9} {header[3]:>10} {header[4]:>13} {header[5]:>6}")
     for kind in ("lognormal", "uniform", "bimodal"):
         fits = sum(v for (k, w, _), v in table.items() if k == kind and w)
         fails = sum(v for (k, w, _), v in table.items() if k == kind and not w)

@@ -100,7 +100,8 @@ class _BinState:
         """Plain sums: bin ``b``'s smallest item's cost (above the cap when empty)."""
         low = self.least.get(b)
         if low is None:
-            low = self.least[b] = min(map(self.rule.sizes.__getitem__, self.bins[b]), default=self.rule.cap + 1)
+            sizes = self.rule.sizes
+            low = self.least[b] = min(map(sizes.__getitem__, self.bins[b]), default=self.rule.cap + 1)
         return low
 
     def fits(self, b: int, g: int) -> bool:
