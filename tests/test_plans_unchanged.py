@@ -261,3 +261,14 @@ def test_lpt_trial_only_turns_away_what_would_fail(monkeypatch: pytest.MonkeyPat
         assert with_trial == lpt(rule, work, count)
         monkeypatch.undo()
     assert turned_away >= 3
+
+
+def test_both_best_fits_are_the_spelled_out_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # _best_fit_sums keeps a sorted list of rooms up to _SORTED_BINS bins' worth of tokens
+    # and buckets the rooms under a bitmap above: both are the reference, bin for bin
+    for _, lens, cap in BATCHES[::3]:
+        expected = reference_best_fit(lens, cap)
+        assert packing._best_fit_sums(lens, cap) == expected
+        monkeypatch.setattr(packing, "_SORTED_BINS", -1)  # the bitmap on every batch
+        assert packing._best_fit_sums(lens, cap) == expected
+        monkeypatch.undo()
