@@ -124,8 +124,13 @@ class _Prefix:
 _BLOCK = 256
 
 
-def _prefix(ordered: list[int]) -> _Prefix:
-    return _Prefix(ordered)
+#: Up to this many items the prefix sums are a plain list (each read a C-level index: the
+#: threshold bisections read it thousands of times); above, a :class:`_Prefix`.
+_LISTED = 1 << 16
+
+
+def _prefix(ordered: list[int]) -> list[int] | _Prefix:
+    return _Prefix(ordered) if len(ordered) > _LISTED else list(accumulate(ordered, initial=0))
 
 
 #: Dual feasible functions u_k of Fekete and Schepers are tried for k = 1.._MAX_DFF_K.
@@ -145,7 +150,7 @@ def _thresholds(ordered: list[int], stop: int) -> list[int]:
     return sorted({distinct[t * last // (_MAX_THRESHOLDS - 1)] for t in range(_MAX_THRESHOLDS)})
 
 
-def _l2_sorted(ordered: list[int], prefix: _Prefix, cap: int) -> int:
+def _l2_sorted(ordered: list[int], prefix: list[int] | _Prefix, cap: int) -> int:
     """L2 on ascending sizes with prefix sums (see :func:`l2_lower_bound`)."""
     n = len(ordered)
     half = bisect_right(ordered, cap // 2)  # items [0, half) have 2*s <= cap
@@ -175,7 +180,7 @@ def _cardinality_sorted(ordered: list[int], cap: int) -> int:
     return -(-len(ordered) // per_bin)  # per_bin >= 1: the smallest item fits (<= cap)
 
 
-def _matching_sorted(ordered: list[int], prefix: _Prefix, cap: int) -> int:
+def _matching_sorted(ordered: list[int], prefix: list[int] | _Prefix, cap: int) -> int:
     """Large-item matching bound on ascending sizes with prefix sums.
 
     Items above ``cap/3`` ("large", set L) fit at most two to a bin, so the bins holding
