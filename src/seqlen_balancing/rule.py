@@ -38,9 +38,11 @@ which is the fewest padded micro-batches when the rows share one side (proof the
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import islice
 
 from seqlen_balancing._checks import positive_int, switch
 from seqlen_balancing.bounds import BOUND_NAMES, _best_lower_bound, best_lower_bound, dominant_bins
@@ -203,13 +205,40 @@ class Rule:
         sizes, rows = [self.sizes[i] for i in items], [self.rows[i] for i in items]
         return Rule(self.cap, sizes, rows, self.limit, left, right, self.pad, self.filled)
 
+    @cached_property
+    def by_size(self) -> list[int]:
+        """The items by decreasing cost alone (:attr:`sizes`), ties by index: the order of
+        best fit decreasing and, for workloads that grow with the cost, of LPT. Made once
+        per rule (O(n log n)); callers never change it."""
+        sizes = self.sizes
+        return sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)  # stable: index
+
+    @cached_property
+    def _orders(self) -> dict[int, tuple[Sequence[int], list[int], bool]]:
+        return {}
+
+    def by_workload(self, workloads: Sequence[int]) -> tuple[list[int], bool]:
+        """The items by ``(-workload, -cost alone, index)`` (LPT's order) and whether it
+        differs from :attr:`by_size` (False where the workloads fall along it, as verl's
+        of the lengths do). Made once per workload list (LPT runs at many counts on the
+        same one); callers change neither the list nor the order."""
+        known = self._orders.get(id(workloads))
+        if known is not None and known[0] is workloads:
+            return known[1], known[2]
+        order = self.by_size
+        along = [workloads[g] for g in order]
+        resorted = not all(map(operator.ge, along, islice(along, 1, None)))
+        if resorted:
+            order = sorted(order, key=workloads.__getitem__, reverse=True)
+        self._orders[id(workloads)] = (workloads, order, resorted)
+        return order, resorted
+
     def decreasing(self) -> list[int]:
         """The items in the order decreasing packings take them: largest first (padded:
-        widest first, then more rows), ties by index. O(n log n)."""
+        widest first, then more rows), ties by index. O(n log n) once, then O(n)."""
         if self.is_padded:
             return widest_first(self)
-        sizes = self.sizes
-        return sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+        return list(self.by_size)
 
 
 class Loads:
