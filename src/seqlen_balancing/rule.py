@@ -246,8 +246,10 @@ def _falls_along_sizes(sizes: list[int], workloads: Sequence[int], order: list[i
     that is a check on the distinct sizes, made in index order (C-level maps over the
     lists as they lie in memory); otherwise along the order itself (a read of every item
     in that order: cache misses at a million items)."""
-    of_size = dict(zip(sizes, workloads))
-    if len(workloads) == len(sizes) and all(map(operator.eq, workloads, map(of_size.__getitem__, sizes))):
+    if len(workloads) != len(sizes):
+        raise ValueError(f"{len(workloads)} workloads for {len(sizes)} items")
+    of_size = dict(zip(sizes, workloads, strict=True))
+    if all(map(operator.eq, workloads, map(of_size.__getitem__, sizes))):
         falling = [of_size[size] for size in sorted(of_size, reverse=True)]
     else:
         falling = [workloads[g] for g in order]
