@@ -226,8 +226,7 @@ class Rule:
         if known is not None and known[0] is workloads:
             return known[1], known[2]
         order = self.by_size
-        along = [workloads[g] for g in order]
-        resorted = not all(map(operator.ge, along, islice(along, 1, None)))
+        resorted = not _falls_along_sizes(self.sizes, workloads, order)
         if resorted:
             order = sorted(order, key=workloads.__getitem__, reverse=True)
         self._orders[id(workloads)] = (workloads, order, resorted)
@@ -239,6 +238,22 @@ class Rule:
         if self.is_padded:
             return widest_first(self)
         return list(self.by_size)
+
+
+def _falls_along_sizes(sizes: list[int], workloads: Sequence[int], order: list[int]) -> bool:
+    """True when ``workloads`` never grow along ``order`` (the items by decreasing size,
+    ties by index). Where the workload is a function of the size (verl's of the lengths),
+    that is a check on the distinct sizes, made in index order (C-level maps over the
+    lists as they lie in memory); otherwise along the order itself (a read of every item
+    in that order: cache misses at a million items)."""
+    if len(workloads) != len(sizes):
+        raise ValueError(f"{len(workloads)} workloads for {len(sizes)} items")
+    of_size = dict(zip(sizes, workloads, strict=True))
+    if all(map(operator.eq, workloads, map(of_size.__getitem__, sizes))):
+        falling = [of_size[size] for size in sorted(of_size, reverse=True)]
+    else:
+        falling = [workloads[g] for g in order]
+    return all(map(operator.ge, falling, islice(falling, 1, None)))
 
 
 class Loads:
