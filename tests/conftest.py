@@ -153,12 +153,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 LONG_FILES = (
     "compat/test_never_worse_b.py",  # 70 s
     "compat/test_switch_jobs.py",  # 63 s: a Ray cluster, a tiny model through FSDP
-    "compat/test_switch.py",  # 51 s: three fresh interpreters import verl
     "compat/test_never_worse_a.py",  # 44 s
-    "docs/test_examples.py",  # 28 s
+    "compat/test_switch.py",  # 40 s: three processes import verl
+    "test_plans_unchanged.py",  # 39 s
+    "docs/test_examples.py",  # 28-31 s
     "compat/test_functions.py",  # 22 s
+    "test_torch_free.py",  # 22 s: fresh interpreters, pytest runs
+    "test_repack.py",  # 14 s
     "compat/test_micro_batches.py",  # 13 s
-    "contracts/test_hardening_lists.py",  # 12 s: 65,536 samples under tracemalloc
+    "test_step.py",  # 12 s
+    "contracts/test_hardening_lists.py",  # 10-12 s: 65,536 samples under tracemalloc
+    "cli/test_cli.py",  # 11 s
 )
 _RANK = {name: rank for rank, name in enumerate(LONG_FILES)}
 
@@ -174,6 +179,7 @@ def pytest_configure(config: pytest.Config) -> None:
     (:data:`LONG_FILES` first), not sorted by their number of tests."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+
 
 # tests/compat/ runs this library side by side with verl 0.9.1 itself. verl is not a
 # dependency, so where it is not installed the directory is not collected at all (not
