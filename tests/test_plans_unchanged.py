@@ -170,7 +170,7 @@ def test_best_fit_decreasing_is_the_spelled_out_rule_on_seeded_batches() -> None
 
 
 def _with_references(monkeypatch: pytest.MonkeyPatch) -> None:
-    def slow_best_fit(sizes: list[int], cap: int) -> list[list[int]]:
+    def slow_best_fit(sizes: list[int], cap: int, order: object = None) -> list[list[int]]:
         for i, size in enumerate(sizes):
             if size > cap:
                 raise ValueError(f"item {i} has size {size}, larger than the capacity {cap}")
@@ -237,3 +237,38 @@ def test_exchange_search_start_stops_at_the_bound_with_the_same_packing() -> Non
         stopped += len(closing) <= max(1, lower - len(fixed))
         assert _close_gap(rule, start, lower) == every_candidate_close_gap(rule, start, lower), name
     assert compared > 10 and stopped > 0, (compared, stopped)
+
+
+@pytest.mark.slow
+def test_lpt_trial_only_turns_away_what_would_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Batches of 32,768 items (where LPT first tries a scaled-down copy) at tight and loose
+    # counts: LPT with the trial gives exactly what LPT on the whole batch gives (the trial
+    # switched off by raising its threshold), and the trial does turn some failures away.
+    cases = []
+    for seed in range(6):
+        rng = random.Random(1000 + seed)
+        cap = [16384, 65536][seed % 2]
+        lens = lognormal(rng, 1 << 15, cap, sigma=[1.0, 0.6, 1.4][seed % 3])
+        floor = -(-sum(lens) // cap)
+        cases += [(lens, cap, count) for count in (floor, floor + floor // 100, 2 * floor)]
+    turned_away = 0
+    for lens, cap, count in cases:
+        rule = Rule.sums(lens, cap)
+        work = [24576 * s + s * s for s in lens]
+        with_trial = lpt(rule, work, count)
+        turned_away += balance._trial_fails(rule, work, count, rule.by_size)
+        monkeypatch.setattr(balance, "_TRIAL_ITEMS", 1 << 62)
+        assert with_trial == lpt(rule, work, count)
+        monkeypatch.undo()
+    assert turned_away >= 3
+
+
+def test_both_best_fits_are_the_spelled_out_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # _best_fit_sums keeps a sorted list of rooms up to _SORTED_BINS bins' worth of tokens
+    # and buckets the rooms under a bitmap above: both are the reference, bin for bin
+    for _, lens, cap in BATCHES[::3]:
+        expected = reference_best_fit(lens, cap)
+        assert packing._best_fit_sums(lens, cap) == expected
+        monkeypatch.setattr(packing, "_SORTED_BINS", -1)  # the bitmap on every batch
+        assert packing._best_fit_sums(lens, cap) == expected
+        monkeypatch.undo()

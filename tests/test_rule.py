@@ -217,3 +217,24 @@ def test_a_filled_padded_rule_pays_every_micro_batch_at_its_filled_rows() -> Non
     # the bound pays the filled rows too: 3 rows x 6 = 18 > 15 on their own, 2 x 6 = 12 filled
     assert sorted_bound(Rule.padded([0] * 3, [4, 6, 3], 15)) == 2
     assert sorted_bound(Rule.padded([0] * 3, [4, 6, 3], 15, filled=2)) == 1
+
+
+def test_by_workload_is_lpts_order_spelled_out() -> None:
+    # LPT takes items by (-workload, -cost, index); Rule.by_workload makes that order from the
+    # rule's order by cost, checking on the distinct sizes where the workload is a function
+    # of the size (verl's), along the order otherwise
+    rng = random.Random(3)
+    for _ in range(2000):
+        n = rng.randint(0, 12)
+        sizes = [rng.randint(0, 5) for _ in range(n)]
+        kind = rng.randrange(3)
+        if kind == 0:
+            works = [24576 * s + s * s for s in sizes]  # grows with the size
+        elif kind == 1:
+            works = [10 - s for s in sizes]  # falls with the size: LPT's order is reversed
+        else:
+            works = [rng.randint(0, 30) for _ in sizes]
+        order, resorted = Rule.sums(sizes, 5).by_workload(works)
+        expected = sorted(range(n), key=lambda i: (-works[i], -sizes[i], i))
+        assert order == expected
+        assert resorted == (expected != sorted(range(n), key=lambda i: (-sizes[i], i)))

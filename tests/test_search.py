@@ -204,3 +204,62 @@ def test_the_reduction_is_made_once_for_the_bound_and_the_exchange_search(
         assert calls in ([], [150]), seed  # at most once, on the whole batch
         searched += len(calls)
     assert searched > 0
+
+
+def _bfd_count(sizes: list[int], cap: int) -> int:
+    """Best fit decreasing spelled out: each item, largest first, into the fullest bin it fits."""
+    rooms: list[int] = []
+    for size in sorted(sizes, reverse=True):
+        fitting = [b for b, room in enumerate(rooms) if room >= size]
+        if fitting:
+            b = min(fitting, key=lambda b: rooms[b])
+            rooms[b] -= size
+        else:
+            rooms.append(cap - size)
+    return len(rooms)
+
+
+# Best fit, closing fit and minimum bin slack all end at 6; the exchange and exhaustive
+# searches reach 5 = ceil(99 / 20), the volume bound.
+HARD = [11, 7, 12, 5, 9, 11, 4, 12, 3, 8, 10, 7]
+
+
+def test_a_slight_gap_on_a_large_batch_is_left_to_the_cheap_packers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from seqlen_balancing import plan_micro_batches
+
+    assert len(plan_micro_batches(HARD, 20)) == -(-sum(HARD) // 20) == 5
+    # As if the 12 items were a large batch (over _SEARCH_ALWAYS) and one micro-batch in 6
+    # a slight gap: the searches that need the stronger bounds do not run.
+    monkeypatch.setattr(search, "_SEARCH_ALWAYS", 4)
+    monkeypatch.setattr(search, "_SEARCH_GAIN", 1)
+    assert len(plan_micro_batches(HARD, 20)) == _bfd_count(HARD, 20) == 6
+    # A gap above one in _SEARCH_GAIN is searched on a large batch too.
+    monkeypatch.setattr(search, "_SEARCH_GAIN", 10**6)
+    assert len(plan_micro_batches(HARD, 20)) == 5
+
+
+def test_a_large_batch_one_micro_batch_above_its_bound_skips_the_exchange_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 70,000 lognormal lengths at cap 4,096: closing fit ends one micro-batch above the cheap
+    # bounds (24,113 against 24,112), within one in _SEARCH_GAIN; the exchange search, which
+    # does not close that gap either (issue 33), is not run
+    import math
+
+    from seqlen_balancing import lower_bound, plan_micro_batches
+
+    def refused(*args: object, **kwargs: object) -> list[list[int]]:
+        raise AssertionError("the exchange search ran")
+
+    rng = random.Random(0)
+    sizes = [max(1, min(4096, int(rng.lognormvariate(math.log(1000), 1.0)))) for _ in range(70_000)]
+    monkeypatch.setattr(search, "_close_gap", refused)
+    plan = plan_micro_batches(sizes, 4096)
+    gap = len(plan) - lower_bound(sizes, 4096)
+    assert 0 < gap * search._SEARCH_GAIN <= len(plan)
+    assert sorted(i for mb in plan for i in mb) == list(range(70_000))
+    assert max(sum(sizes[i] for i in mb) for mb in plan) <= 4096
+    # the same batch as a small one (every search while a gap remains): the search runs
+    monkeypatch.setattr(search, "_SEARCH_ALWAYS", 70_000)
+    with pytest.raises(AssertionError, match="the exchange search ran"):
+        plan_micro_batches(sizes, 4096)

@@ -38,9 +38,11 @@ which is the fewest padded micro-batches when the rows share one side (proof the
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import islice
 
 from seqlen_balancing._checks import positive_int, switch
 from seqlen_balancing.bounds import BOUND_NAMES, _best_lower_bound, best_lower_bound, dominant_bins
@@ -203,13 +205,55 @@ class Rule:
         sizes, rows = [self.sizes[i] for i in items], [self.rows[i] for i in items]
         return Rule(self.cap, sizes, rows, self.limit, left, right, self.pad, self.filled)
 
+    @cached_property
+    def by_size(self) -> list[int]:
+        """The items by decreasing cost alone (:attr:`sizes`), ties by index: the order of
+        best fit decreasing and, for workloads that grow with the cost, of LPT. Made once
+        per rule (O(n log n)); callers never change it."""
+        sizes = self.sizes
+        return sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)  # stable: index
+
+    @cached_property
+    def _orders(self) -> dict[int, tuple[Sequence[int], list[int], bool]]:
+        return {}
+
+    def by_workload(self, workloads: Sequence[int]) -> tuple[list[int], bool]:
+        """The items by ``(-workload, -cost alone, index)`` (LPT's order) and whether it
+        differs from :attr:`by_size` (False where the workloads fall along it, as verl's
+        of the lengths do). Made once per workload list (LPT runs at many counts on the
+        same one); callers change neither the list nor the order."""
+        known = self._orders.get(id(workloads))
+        if known is not None and known[0] is workloads:
+            return known[1], known[2]
+        order = self.by_size
+        resorted = not _falls_along_sizes(self.sizes, workloads, order)
+        if resorted:
+            order = sorted(order, key=workloads.__getitem__, reverse=True)
+        self._orders[id(workloads)] = (workloads, order, resorted)
+        return order, resorted
+
     def decreasing(self) -> list[int]:
         """The items in the order decreasing packings take them: largest first (padded:
-        widest first, then more rows), ties by index. O(n log n)."""
+        widest first, then more rows), ties by index. O(n log n) once, then O(n)."""
         if self.is_padded:
             return widest_first(self)
-        sizes = self.sizes
-        return sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+        return list(self.by_size)
+
+
+def _falls_along_sizes(sizes: list[int], workloads: Sequence[int], order: list[int]) -> bool:
+    """True when ``workloads`` never grow along ``order`` (the items by decreasing size,
+    ties by index). Where the workload is a function of the size (verl's of the lengths),
+    that is a check on the distinct sizes, made in index order (C-level maps over the
+    lists as they lie in memory); otherwise along the order itself (a read of every item
+    in that order: cache misses at a million items)."""
+    if len(workloads) != len(sizes):
+        raise ValueError(f"{len(workloads)} workloads for {len(sizes)} items")
+    of_size = dict(zip(sizes, workloads, strict=True))
+    if all(map(operator.eq, workloads, map(of_size.__getitem__, sizes))):
+        falling = [of_size[size] for size in sorted(of_size, reverse=True)]
+    else:
+        falling = [workloads[g] for g in order]
+    return all(map(operator.ge, falling, islice(falling, 1, None)))
 
 
 class Loads:
