@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from seqlen_balancing import BalancedDistributedSampler
 from seqlen_balancing.data import load_champ_records
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.no_tensordict]
 
 CHAMP = [r.response_tokens for r in load_champ_records()]
 

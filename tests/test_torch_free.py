@@ -217,3 +217,64 @@ def test_the_guard_sees_what_it_must() -> None:
     found = _torch_uses(ast.parse(source))
     assert [f.split(":")[0] for f in found] == ["line 1", "line 2", "line 3", "line 4", "line 4"]
     assert "fixture masked_batch" in found[3] and "import seqlen_balancing.batch" in found[4]
+
+
+#: What a module marked ``no_tensordict`` must not touch: the TensorDict API of the library,
+#: the batch fixtures, tensordict itself (also named in a string, as a script it runs would).
+TENSORDICT_NAMES = frozenset({
+    "NonTensorData", "NonTensorStack", "TensorDict", "prepare_dynamic_batch", "prepare_micro_batches",
+    "rearrange_micro_batches", "restore_dynamic_batch", *TORCH_FIXTURES,
+})
+
+
+def _tensordict_uses(tree: ast.Module) -> list[str]:
+    """Where a module reaches tensordict: imports, names, strings that name it."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            modules = [node.module or ""]
+            found.extend(f"line {node.lineno}: {a.name}" for a in node.names if a.name in TENSORDICT_NAMES)
+        else:
+            modules = []
+        found.extend(f"line {node.lineno}: import {m}" for m in modules
+                     if m.startswith(("tensordict", "seqlen_balancing.batch")))
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) \
+            else node.arg if isinstance(node, ast.arg) else None
+        if name in TENSORDICT_NAMES:
+            found.append(f"line {node.lineno}: {name}")
+        text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ""
+        if "tensordict" in text.lower():
+            found.append(f"line {node.lineno}: a string naming tensordict")
+    return found
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in sorted(TESTS.rglob("test_*.py")) if "no_tensordict" in module_marks(p)],
+    ids=lambda p: str(p.relative_to(TESTS)),
+)
+def test_modules_marked_no_tensordict_never_reach_it(path: Path) -> None:
+    # CI runs them in main only (its td083 and verl lanes select `torch and not no_tensordict`)
+    uses = _tensordict_uses(ast.parse(path.read_text(encoding="utf-8")))
+    assert not uses, f"{path.name} is marked no_tensordict but reaches tensordict ({uses}): drop the mark"
+
+
+def test_the_tensordict_guard_sees_what_it_must() -> None:
+    source = (
+        "import tensordict.nn\n"
+        "from seqlen_balancing import plan_micro_batches, rearrange_micro_batches\n"
+        "def test_a(masked_batch): pass\n"
+        "CODE = 'from TensorDict import x'\n"
+        "out = seqlen_balancing.prepare_micro_batches(batch)\n"
+        "from seqlen_balancing.batch.cut import cut\n"
+        "import torch\n"
+    )
+    found = _tensordict_uses(ast.parse(source))
+    assert sorted(found) == sorted([
+        "line 1: import tensordict.nn", "line 2: rearrange_micro_batches", "line 3: masked_batch",
+        "line 4: a string naming tensordict", "line 5: prepare_micro_batches",
+        "line 6: import seqlen_balancing.batch.cut",
+    ])
+    marked = [p.name for p in TESTS.rglob("test_*.py") if "no_tensordict" in module_marks(p)]
+    assert "test_sampler.py" in marked  # the guard has modules to check

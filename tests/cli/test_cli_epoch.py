@@ -21,7 +21,7 @@ from seqlen_balancing import plan_data_parallel
 from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
 from seqlen_balancing.verl_rule import verl_counts
 
-pytestmark = pytest.mark.torch  # the sampler's shuffle is torch's
+pytestmark = [pytest.mark.torch, pytest.mark.no_tensordict]  # the sampler's shuffle is torch's
 
 
 def write(tmp_path: Path, values: list[int]) -> str:

@@ -21,7 +21,8 @@ from seqlen_balancing.cli.arguments import build_parser
 from seqlen_balancing.cli.results import options_json
 from seqlen_balancing.options import OPTIONS, Kind, PlanOptions
 
-pytestmark = pytest.mark.torch  # epoch replays torch's DistributedSampler shuffle
+# epoch replays torch's DistributedSampler shuffle
+pytestmark = [pytest.mark.torch, pytest.mark.no_tensordict]
 
 #: A step of 12 rows dealt to 2 ranks in order (no balancing): rank 0 holds the long rows.
 LENGTHS = [900, 850, 700, 640, 300, 120, 40, 35, 30, 25, 20, 10]

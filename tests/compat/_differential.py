@@ -1,6 +1,6 @@
 """Never worse than verl 0.9.1, on any batch: the differential of issue 19, run by
-``test_never_worse_a.py`` and ``test_never_worse_b.py`` (four families each, so that
-pytest-xdist's two workers share it: one file runs on one worker).
+``test_never_worse_a.py`` and ``test_never_worse_b.py`` (three families and five, about half
+the CPU each, so that pytest-xdist's two workers share it: one file runs on one worker).
 
 verl's own ``rearrange_micro_batches`` (its whole planning; only its copy of rows into
 micro-batches is stubbed out) and this library's plan (``plan_micro_batches``, and one batch

@@ -1,5 +1,7 @@
-"""Run by test_switch.py in a fresh interpreter: import verl and the modules that bind the 13
-names, then report who holds which function (one JSON line on stdout).
+"""Run by test_switch.py in a process of its own (a fork of tests/preloaded.py's server,
+where torch and tensordict are imported and verl and this library are not): import verl and
+the modules that bind the 13 names, then report who holds which function (one JSON line on
+stdout).
 
 argv[1] is the mode: ``plugin`` (the test set SEQLEN_BALANCING_VERL=1), ``off`` (no
 variable), ``external`` (VERL_USE_EXTERNAL_MODULES=seqlen_balancing.verl.enable, plugins

@@ -1,9 +1,9 @@
-"""Never worse than verl 0.9.1 (issue 19's differential), half b: the CHAMP lengths as they are, GRPO
-groups, lengths near a half and a third of the cap, a bimodal mix.
+"""Never worse than verl 0.9.1 (issue 19's differential), half b: the CHAMP lengths scaled 10x
+(long rollouts, truncated at the cap), GRPO groups, uniform lengths, a bimodal mix, tiny caps.
 
 The eight families are split over two files so that pytest-xdist's workers share the
-20,400 batches (a file runs on one worker: ``--dist loadfile``); each half is about 40 s
-of CPU on this machine.
+20,400 batches (a file runs on one worker: ``--dist loadfile``), by their CPU time: about
+half each (see test_never_worse_a.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from compat._differential import FAMILIES, run_and_report
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(900)]  # with torch and verl only
 
-NAMES = ["CHAMP x1", "GRPO", "near-half", "bimodal"]
+NAMES = ["CHAMP x10", "GRPO", "uniform", "bimodal", "tiny cap"]
 
 
 def test_never_more_micro_batches_nor_worse_balance_than_verl(

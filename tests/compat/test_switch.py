@@ -1,6 +1,7 @@
 """The verl switch on verl 0.9.1 itself (issue 18): every binding, verl's call sites.
 
-- A fresh interpreter per mode (``_switch_scan.py``): with ``SEQLEN_BALANCING_VERL=1`` the
+- A new process per mode (``_switch_scan.py``, a fork of ``tests/preloaded.py``'s server:
+  torch and tensordict imported, verl and this library not yet): with ``SEQLEN_BALANCING_VERL=1`` the
   ``verl.plugins`` entry point switches every binding of the 13 names in the modules that
   import on CPU (read from verl's source, not listed by hand); without it none; after
   ``revert()`` none; ``VERL_USE_EXTERNAL_MODULES=seqlen_balancing.verl.enable`` (verl 0.6-0.8's
@@ -24,7 +25,7 @@ import torch
 from tensordict import NonTensorData, TensorDict
 
 import seqlen_balancing.verl as switch
-from compat._scripts import HERE, run_script
+from compat._scripts import HERE, run_forked
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # with torch and verl only (tests/conftest.py)
 
@@ -87,7 +88,7 @@ def states(table: object) -> set[str]:
     ],
 )
 def test_every_binding_in_a_fresh_interpreter(mode: str, env: dict[str, str]) -> None:
-    report = run_script("_switch_scan.py", mode, timeout=240, **env)
+    report = run_forked("_switch_scan.py", mode, timeout=240, **env)
     assert report["verl"] == "0.9.1"
     # the engines whose packages are absent here were skipped, the others all imported
     skipped = report["skipped"]

@@ -19,7 +19,7 @@ import torch.distributed as dist
 import preloaded
 from seqlen_balancing import distributed
 
-pytestmark = [pytest.mark.torch, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.torch, pytest.mark.no_tensordict, pytest.mark.timeout(120)]
 
 GROUP = object()  # stands for a process group; every torch call on it is faked
 

@@ -23,7 +23,7 @@ import pytest
 
 import preloaded
 
-pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.distributed, pytest.mark.no_tensordict, pytest.mark.slow, pytest.mark.timeout(240)]
 
 WORKER = Path(__file__).resolve().parent / "_sampler_worker.py"
 DEADLINE_S = 150

@@ -14,7 +14,7 @@ import pytest
 
 from seqlen_balancing.cli import main
 
-pytestmark = pytest.mark.torch  # the epoch example replays torch's sampler
+pytestmark = [pytest.mark.torch, pytest.mark.no_tensordict]  # the epoch example replays torch's sampler
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "trainers.md"
 BLOCK = r"```\n\$ (seqlen-balancing [^\n]*)\n(.*?)```"  # a command and the lines it prints
