@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import operator
 from collections.abc import Sequence
-from itertools import islice
 
 from seqlen_balancing.packing import split
-from seqlen_balancing.rule import Loads, Rule, widest_first
+from seqlen_balancing.rule import Loads, Rule, falls, widest_first
 
 __all__ = [
     "balanced",
@@ -105,9 +103,9 @@ class _BinState:
         return low
 
     def fits(self, b: int, g: int) -> bool:
-        if self.state is None:
-            return self.rule.sizes[g] <= self.room(b)
-        return self.state.fits(b, g)
+        """Other rules than plain sums: item ``g`` fits bin ``b`` (plain sums ask
+        :meth:`room` and :meth:`smallest` instead)."""
+        return self.state is not None and self.state.fits(b, g)
 
     def moved(self, heavy: int, light: int, g: int) -> None:
         """Item ``g`` went from ``heavy`` to ``light`` (the bins already changed)."""
@@ -187,7 +185,7 @@ def lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | N
     order, resorted = rule.by_workload(workloads)
     if len(sizes) >= _TRIAL_ITEMS and _trial_fails(rule, workloads, count, order):
         return None
-    if rule.plain and (not resorted or _falling([sizes[g] for g in order])):
+    if rule.plain and (not resorted or falls([sizes[g] for g in order])):
         return _lpt_plain(sizes, rule.cap, workloads, count, order, budget)
     bins: list[list[int]] = [[] for _ in range(count)]
     state = Loads(rule, count)
@@ -246,11 +244,6 @@ def _trial_fails(rule: Rule, workloads: Sequence[int], count: int, order: list[i
     weights = [workloads[g] for g in picked]
     scaled = max(1, round(count * len(picked) / len(order)))
     return all(lpt(sample, weights, c) is None for c in range(scaled, min(scaled + 3, len(picked) + 1)))
-
-
-def _falling(values: list[int]) -> bool:
-    """True when ``values`` never grow along the list."""
-    return all(map(operator.ge, values, islice(values, 1, None)))
 
 
 def _lpt_plain(

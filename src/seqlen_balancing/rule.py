@@ -253,7 +253,12 @@ def _falls_along_sizes(sizes: list[int], workloads: Sequence[int], order: list[i
         falling = [of_size[size] for size in sorted(of_size, reverse=True)]
     else:
         falling = [workloads[g] for g in order]
-    return all(map(operator.ge, falling, islice(falling, 1, None)))
+    return falls(falling)
+
+
+def falls(values: Sequence[int]) -> bool:
+    """True when ``values`` never grow along the sequence."""
+    return all(map(operator.ge, values, islice(values, 1, None)))
 
 
 class Loads:
