@@ -23,7 +23,7 @@ PACKAGE = "seqlen_balancing"
 LAYERS: list[tuple[str, ...]] = [
     # errors/ is a package: record.py at its bottom, the areas of records above it (see
     # test_the_error_areas_import_only_the_record_room)
-    ("_checks", "errors", "data"),
+    ("_checks", "errors", "data", "collector"),
     ("cost", "partition", "bounds", "per_sample"),
     # the one rule: built on the plain bounds, taken by every algorithm above it
     ("rule",),

@@ -55,6 +55,7 @@ from typing import Any, NamedTuple
 
 from seqlen_balancing._checks import _integer_or_none, describe
 from seqlen_balancing.analysis import RankAnalysis
+from seqlen_balancing.collector import paused_collector
 from seqlen_balancing.balance import balanced, order_micro_batches
 from seqlen_balancing.cost import micro_batch_capacity
 from seqlen_balancing.errors import (
@@ -129,6 +130,7 @@ def argument_error(value: Any, argument: Argument, optional: bool) -> tuple[Plan
     return None, as_int
 
 
+@paused_collector
 def analyse(
     seq_lens: Sequence[Any],
     max_token_len: Any,
@@ -468,6 +470,7 @@ def balanced_bins(result: RankAnalysis, count: int, verl: list[list[int]] | None
     return balanced(result.rule, result.group_workloads, result._packing, count, verl)
 
 
+@paused_collector
 def build_plan(
     result: RankAnalysis, count: int, use_dynamic_bsz_balance: bool = True,
     rows: int | None = None,

@@ -58,6 +58,7 @@ from typing import Any
 from seqlen_balancing._checks import _integer_or_none, describe, positive_int, switch
 from seqlen_balancing.analysis import RankAnalysis
 from seqlen_balancing.bounds import best_lower_bound
+from seqlen_balancing.collector import paused_collector
 from seqlen_balancing.lockstep import (
     Grid,
     layer_order,
@@ -272,6 +273,7 @@ def _rank_plans(grid: Grid, result: RankAnalysis, balance: bool) -> list[list[li
     ]
 
 
+@paused_collector
 def plan_step(
     seq_lens: Sequence[int],
     dp_size: int,
