@@ -581,3 +581,24 @@ def test_prepare_dynamic_batch_rejects_non_dataproto(masked_batch: Batch) -> Non
     short = DataProtoLike(masked_batch([1, 2, 3]), {"uid": np.array(["a", "b"])}, {})
     with pytest.raises(ValueError, match="a non_tensor_batch array has 2 rows but the batch has 3"):
         prepare_dynamic_batch(short, max_token_len=10)
+
+
+def test_the_cut_runs_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from seqlen_balancing.batch import cut
+
+    seen: list[bool] = []
+    gathered = cut._gathered
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return gathered(*args, **kwargs)
+
+    monkeypatch.setattr(cut, "_gathered", watched)
+    mask = torch.tensor([[1] * 6 + [0] * 2, [1] * 5 + [0] * 3, [1] * 3 + [0] * 5, [1] * 2 + [0] * 6])
+    batch = TensorDict({"input_ids": torch.arange(32).view(4, 8), "attention_mask": mask}, batch_size=[4])
+    gc.enable()
+    micro_batches, indices = rearrange_micro_batches(batch, max_token_len=8)
+    assert (seen, gc.isenabled()) == ([False], True)
+    assert sorted(i for part in indices for i in part) == [0, 1, 2, 3] and len(micro_batches) == 2

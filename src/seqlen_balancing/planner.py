@@ -55,8 +55,8 @@ from typing import Any, NamedTuple
 
 from seqlen_balancing._checks import _integer_or_none, describe
 from seqlen_balancing.analysis import RankAnalysis
-from seqlen_balancing.collector import paused_collector
 from seqlen_balancing.balance import balanced, order_micro_batches
+from seqlen_balancing.collector import paused_collector
 from seqlen_balancing.cost import micro_batch_capacity
 from seqlen_balancing.errors import (
     MAX_DUMMY_MICRO_BATCHES,

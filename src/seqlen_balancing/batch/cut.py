@@ -17,6 +17,7 @@ from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 from seqlen_balancing.batch.entries import _Entries
 from seqlen_balancing.batch.kinds import _lazy_stack, _ragged_dim
 from seqlen_balancing.batch.nested import _jagged, _local_offsets, _rows_of
+from seqlen_balancing.collector import paused_collector
 
 
 def _pick_rows(tensor: torch.Tensor, how: str, rows: list[int]) -> torch.Tensor:
@@ -159,6 +160,7 @@ def _cut_jagged(
         micro_batch.set(key, _jagged(values, local[m], ragged_dim, sizes[start:stop]))
 
 
+@paused_collector
 def _cut(
     batch: TensorDict, plan: list[list[int]], entries: _Entries | None = None, copy: bool = True
 ) -> list[TensorDict]:
