@@ -24,10 +24,14 @@ LAYERS: list[tuple[str, ...]] = [
     # errors/ is a package: record.py at its bottom, the areas of records above it (see
     # test_the_error_areas_import_only_the_record_room)
     ("_checks", "errors", "data", "collector"),
+    # Karmarkar-Karp on packed parts, as verl makes it: partition's and the planner's
+    ("differencing",),
     ("cost", "partition", "bounds", "per_sample"),
     # the one rule: built on the plain bounds, taken by every algorithm above it
     ("rule",),
-    ("packing", "repack", "balance"),
+    ("packing", "repack", "rebalance"),
+    # balancing at a fixed count: the candidates, the choice among them, verl's order
+    ("balance",),
     # the options object: checked values the planner, the batch glue, verl and the CLI take
     ("options",),
     ("analysis", "items", "groups"),

@@ -16,9 +16,10 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from seqlen_balancing import balance, packing, plan_micro_batches
+from oracles import model_karmarkar_karp
+from seqlen_balancing import balance, differencing, packing, plan_micro_batches, search
 from seqlen_balancing.balance import lpt
-from seqlen_balancing.packing import best_fit_decreasing
+from seqlen_balancing.packing import best_fit_decreasing, closing_fit_decreasing
 from seqlen_balancing.rule import Rule
 
 
@@ -68,6 +69,87 @@ def reference_best_fit(sizes: list[int], cap: int) -> list[list[int]]:
             stamp.append(0)
         stamp[b] = clock if room[b] >= smallest else -1
     return bins
+
+
+def reference_closing_fit(sizes: list[int], cap: int, left_over: list[int] | None = None) -> list[list[int]]:
+    """Closing fit decreasing spelled out: each bin opens with the largest item left (the
+    smallest index of that size); while the smallest item left fits the room, an item of
+    exactly the room closes it, else the pair of exactly the room whose smaller item is the
+    largest among the at most 64 largest sizes up to half the room (``16 n + 1024`` sizes
+    tried in all; a search that finds none counts 64, one that finds a pair counts 1),
+    else the largest item that fits joins and the search goes on. ``left_over`` receives
+    the budget left at the end."""
+    left = {}  # size -> indices left, ascending
+    for i, size in enumerate(sizes):
+        left.setdefault(size, []).append(i)
+    tries_left = 16 * len(sizes) + 1024
+
+    def take(size: int) -> int:
+        i = left[size].pop(0)
+        if not left[size]:
+            del left[size]
+        return i
+
+    bins: list[list[int]] = []
+    while left:
+        first = take(max(left))
+        current, room = [first], cap - sizes[first]
+        while left and min(left) <= room:
+            if room in left:
+                current.append(take(room))
+                room = 0
+                continue
+            halves = sorted((s for s in left if 2 * s <= room), reverse=True)
+            window = halves[: max(0, min(64, tries_left))]
+            pair = next((s for s in window if room - s in left and (2 * s != room or len(left[s]) > 1)), None)
+            tries_left -= 64 if pair is None else 1
+            if pair is not None:
+                current += [take(room - pair), take(pair)]
+                room = 0
+                continue
+            size = max(s for s in left if s <= room)
+            current.append(take(size))
+            room -= size
+        bins.append(current)
+    if left_over is not None:
+        left_over.append(tries_left)  # the budget left (below 0: spent)
+    return bins
+
+
+def reference_rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> list[list[int]]:
+    """The rebalance spelled out: at most ``2 * count`` rounds; each takes the lightest bin
+    (the smallest index among equals) and looks at the others from the heaviest (ties by
+    index): the first whose load is above the light one's and holds an item with a
+    workload in ``(0, gap)`` that the light bin can take under the rule gives the item
+    closest to half the gap (ties by index); a round that finds none ends it."""
+    for _ in range(2 * len(bins)):
+        loads = [sum(workloads[g] for g in b) for b in bins]
+        light = min(range(len(bins)), key=lambda b: (loads[b], b))
+        move = None
+        for heavy in sorted(range(len(bins)), key=lambda b: (-loads[b], b)):
+            gap = loads[heavy] - loads[light]
+            if gap <= 0:
+                break
+            movable = [g for g in bins[heavy] if 0 < workloads[g] < gap and rule.fits([*bins[light], g])]
+            if movable:
+                move = heavy, min(movable, key=lambda g: (abs(2 * workloads[g] - gap), g))
+                break
+        if move is None:
+            break
+        heavy, g = move
+        bins[heavy].remove(g)
+        bins[light].append(g)
+    return bins
+
+
+def reference_capped_differencing(
+    values: list[int], k: int, sizes: list[int], cap: int
+) -> list[list[int]] | None:
+    """Karmarkar-Karp as verl makes it (tests/oracles.py), ``None`` where a final part holds
+    more than ``cap`` of ``sizes`` (parts only grow: a part over the cap at any merge is
+    inside one over it at the end)."""
+    parts = model_karmarkar_karp(values, k, False)
+    return None if any(sum(sizes[i] for i in part) > cap for part in parts) else parts
 
 
 def lognormal(rng: random.Random, n: int, cap: int, sigma: float = 1.0) -> list[int]:
@@ -178,6 +260,10 @@ def _with_references(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(balance, "lpt", reference_lpt)
     monkeypatch.setattr(packing, "_best_fit_sums", slow_best_fit)
+    monkeypatch.setattr(balance, "rebalance", reference_rebalance)
+    monkeypatch.setattr(search, "closing_fit_decreasing",
+                        lambda sizes, cap, order=None: reference_closing_fit(sizes, cap))
+    monkeypatch.setattr(search, "_capped_largest_differencing", reference_capped_differencing)
 
 
 @pytest.mark.slow
@@ -272,3 +358,88 @@ def test_both_best_fits_are_the_spelled_out_one(monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setattr(packing, "_SORTED_BINS", -1)  # the bitmap on every batch
         assert packing._best_fit_sums(lens, cap) == expected
         monkeypatch.undo()
+
+
+def test_reference_closing_fit_and_rebalance_hand_checked() -> None:
+    # [10, 7, 6, 4, 3] at 20: 10 closes with the most even pair 6 + 4; 7 then takes 3
+    assert reference_closing_fit([10, 7, 6, 4, 3], 20) == [[0, 2, 3], [1, 4]]
+    # room 10 with one item of 5 left: no pair 5 + 5, so the largest that fits (5), then 4
+    assert reference_closing_fit([10, 5, 4], 20) == [[0, 1, 2]]
+    # loads 30 (items 20, 10) and 5: the light bin takes 10 (closest to half the gap, 12.5)
+    rule = Rule.sums([20, 10, 5], 100)
+    assert reference_rebalance(rule, [[0, 1], [2]], [20, 10, 5]) == [[0], [2, 1]]
+
+
+def test_closing_fit_is_the_spelled_out_rule() -> None:
+    # the sizes left as bitsets (packing._Pairs): the same bins, pair for pair, including
+    # rooms of two equal halves with one item of that size left, zero sizes, and batches
+    # that spend the whole pair-search budget (many distinct sizes, tight rooms)
+    cases = [(lens, cap) for _, lens, cap in BATCHES[::2]]
+    for seed in range(120):
+        rng = random.Random(seed)
+        cap = rng.choice([10, 20, 64, 100, 1000, 4096])
+        n = rng.randint(1, 300)
+        if seed % 3 == 0:
+            lens = [rng.choice([0, cap // 2, cap // 4, rng.randint(0, cap)]) for _ in range(n)]
+        elif seed % 3 == 1:
+            lens = [rng.randint(cap // 3, cap) for _ in range(n)]
+        else:
+            lens = [rng.randint(0, cap) for _ in range(n)]
+        cases.append((lens, cap))
+    for seed in range(4):  # odd sizes, even caps: most rooms have no pair, the budget runs out
+        rng = random.Random(seed)
+        cases.append(([2 * rng.randint(0, 2000) + 1 for _ in range(600)], 8192))
+    left_over: list[int] = []
+    for lens, cap in cases:
+        got = closing_fit_decreasing(lens, cap)
+        assert got == reference_closing_fit(lens, cap, left_over), (lens, cap)
+        assert got == closing_fit_decreasing(lens, cap, Rule.sums(lens, cap).by_size)
+    assert sum(budget < 0 for budget in left_over) >= 4
+
+
+def test_rebalance_is_the_spelled_out_rule() -> None:
+    # the bins that cannot give (smallest item above the room, lightest item no lighter
+    # than the gap) passed over in C (rebalance._Sorted): the same moves, on packings made
+    # for the count (full bins, light ones last), under plain sums, a sample limit and
+    # padded rows, and on bimodal lengths, where most bins hold an item that fits but
+    # none light enough
+    compared = moved = 0
+    bimodal = []
+    for seed in range(6):
+        rng = random.Random(seed)
+        lens = [rng.choice([rng.randint(1, 512), rng.randint(1365, 2058)]) for _ in range(1500)]
+        bimodal.append((f"bimodal{seed}", lens, 4096))
+    for i, (name, lens, cap) in enumerate(BATCHES[::3] + bimodal):
+        limit = [None, 4, None][i % 3]
+        rule = (Rule.padded([0] * len(lens), lens, cap, limit=6) if i % 3 == 2
+                else Rule.sums(lens, cap, limit=limit))
+        work = [24576 * s + s * s for s in lens]
+        starts = (closing_fit_decreasing(lens, cap), packing.best_fit(rule)) if rule.plain else (
+            packing.best_fit(rule),)
+        for start in starts:
+            count = min(len(lens), len(start) + len(start) // 3)
+            split = packing.split(rule, [list(b) for b in start], count)
+            expected = reference_rebalance(rule, [list(b) for b in split], work)
+            assert balance.rebalance(rule, [list(b) for b in split], work) == expected, name
+            compared += 1
+            moved += expected != split
+    assert compared > 60 and moved > 30, (compared, moved)
+
+
+def test_capped_karmarkar_karp_is_verls_or_none() -> None:
+    # the merge loop's fast paths (the held state, the items out of the heap, an item
+    # joining a state in place): verl's partition, or None exactly where a part is over
+    fits = over = 0
+    for seed in range(150):
+        rng = random.Random(seed)
+        n = rng.randint(1, 160)
+        k = rng.choice([1, 2, 3, max(1, n // 40), max(1, n // 8), max(1, n // 2), n])
+        top = rng.choice([3, 50, 4096])
+        sizes = [rng.randint(0, top) for _ in range(n)]
+        values = [24576 * s + s * s for s in sizes] if seed % 2 else [rng.randint(0, 9) for _ in range(n)]
+        cap = max(max(sizes, default=0), -(-sum(sizes) // k) + rng.choice([0, 1, top // 4, top]))
+        expected = reference_capped_differencing(values, k, sizes, cap)
+        assert differencing._capped_largest_differencing(values, k, sizes, cap) == expected, seed
+        fits += expected is not None
+        over += expected is None
+    assert fits > 20 and over > 20, (fits, over)

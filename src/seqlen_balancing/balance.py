@@ -14,6 +14,7 @@ import heapq
 from collections.abc import Sequence
 
 from seqlen_balancing.packing import split
+from seqlen_balancing.rebalance import rebalance
 from seqlen_balancing.rule import Loads, Rule, falls, widest_first
 
 __all__ = [
@@ -25,126 +26,6 @@ __all__ = [
     "spread",
     "workload_gap",
 ]
-
-
-def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> list[list[int]]:
-    """Move items from the heaviest micro-batch (by workload) into the lightest while it
-    narrows their gap and the lightest still fits ``rule``.
-
-    For a packing made for the count, not for balance (every bin nearly full, the last one
-    light): each round moves the item of the heaviest bin whose workload is closest to
-    half the gap among those the lightest bin can take under the rule (the next heaviest
-    bin is tried when one cannot give). At most ``2 * count`` rounds, each O(count) at worst
-    (the bins are kept sorted by workload, not sorted again each round) plus the items of
-    the bins tried (padded: plus the O(m) recomputation of a bin's width after a move); the
-    rule holds throughout and no bin is emptied.
-
-    Args:
-        rule: the :class:`~seqlen_balancing.rule.Rule` the bins fit.
-        bins: micro-batches (lists of items), changed in place.
-        workloads: per item.
-
-    Returns:
-        ``bins``.
-    """
-    work = workloads.__getitem__
-    loads = [sum(map(work, b)) for b in bins]
-    # (-load, bin) ascending: heaviest first, ties by index; kept sorted as loads change, so
-    # a round costs O(count) memory moves instead of a sort (large counts: a whole step)
-    keys = sorted((-load, b) for b, load in enumerate(loads))
-    bin_state = _BinState(rule, bins)
-    for _ in range(2 * len(bins)):
-        if not keys:
-            break
-        # the lightest bin, the smallest index among equals (what min() over the ids gives)
-        light = keys[bisect.bisect_left(keys, (keys[-1][0], -1))][1]
-        move = _move(bin_state, bins, keys, loads, workloads, light)
-        if move is None:
-            break
-        heavy, g = move
-        bins[heavy].remove(g)
-        bins[light].append(g)
-        bin_state.moved(heavy, light, g)
-        for b, sign in ((heavy, -1), (light, 1)):
-            del keys[bisect.bisect_left(keys, (-loads[b], b))]
-            loads[b] += sign * workloads[g]
-            bisect.insort(keys, (-loads[b], b))
-    return bins
-
-
-class _BinState:
-    """What :func:`rebalance` asks of a bin, worked out for the bins it looks at only:
-    plain sums, a bin's cost and smallest item (most bins are never looked at: on a
-    packing made for the count, a few moves fill the light bin); other rules, their
-    :class:`~seqlen_balancing.rule.Loads` (O(n) once)."""
-
-    def __init__(self, rule: Rule, bins: list[list[int]]) -> None:
-        self.rule, self.bins, self.plain = rule, bins, rule.plain
-        self.state = None if rule.plain else Loads.of(rule, bins)
-        self.costs: dict[int, int] = {}
-        self.least: dict[int, int] = {}
-        self.least_size = min(rule.sizes, default=0)
-
-    def room(self, b: int) -> int:
-        """The cap less what bin ``b`` costs (plain sums: an item fits when no larger)."""
-        if self.state is not None:
-            return self.rule.cap - self.state.cost[b]
-        cost = self.costs.get(b)
-        if cost is None:
-            cost = self.costs[b] = sum(map(self.rule.sizes.__getitem__, self.bins[b]))
-        return self.rule.cap - cost
-
-    def smallest(self, b: int) -> int:
-        """Plain sums: bin ``b``'s smallest item's cost (above the cap when empty)."""
-        low = self.least.get(b)
-        if low is None:
-            sizes = self.rule.sizes
-            low = self.least[b] = min(map(sizes.__getitem__, self.bins[b]), default=self.rule.cap + 1)
-        return low
-
-    def fits(self, b: int, g: int) -> bool:
-        """Other rules than plain sums: item ``g`` fits bin ``b`` (plain sums ask
-        :meth:`room` and :meth:`smallest` instead)."""
-        return self.state is not None and self.state.fits(b, g)
-
-    def moved(self, heavy: int, light: int, g: int) -> None:
-        """Item ``g`` went from ``heavy`` to ``light`` (the bins already changed)."""
-        if self.state is not None:
-            self.state.remove(heavy, g, self.bins[heavy])
-            self.state.add(light, g)
-            return
-        size = self.rule.sizes[g]
-        for b, delta in ((heavy, -size), (light, size)):
-            if b in self.costs:
-                self.costs[b] += delta
-        self.least.pop(heavy, None)
-        if light in self.least:
-            self.least[light] = min(self.least[light], size)
-
-
-def _move(
-    bin_state: _BinState, bins: list[list[int]], keys: list[tuple[int, int]], loads: list[int],
-    workloads: Sequence[int], light: int,
-) -> tuple[int, int] | None:
-    """:func:`rebalance`'s next move into ``light``: ``(heavy bin, item)``, or ``None``."""
-    room, sizes = bin_state.room(light), bin_state.rule.sizes
-    if bin_state.plain and room < bin_state.least_size:
-        return None  # no item fits the room: no bin can give
-    # The heaviest bin that can give. A bin of one item never gives: its item's
-    # workload is the gap plus the lightest load, not below it.
-    for _, heavy in keys:
-        gap = loads[heavy] - loads[light]
-        if gap <= 0:
-            return None
-        if bin_state.plain:
-            if bin_state.smallest(heavy) > room:
-                continue
-            movable = [g for g in bins[heavy] if sizes[g] <= room and 0 < workloads[g] < gap]
-        else:
-            movable = [g for g in bins[heavy] if 0 < workloads[g] < gap and bin_state.fits(light, g)]
-        if movable:
-            return heavy, min(movable, key=lambda g: (abs(2 * workloads[g] - gap), g))
-    return None
 
 
 def lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | None:

@@ -17,6 +17,7 @@ import heapq
 import random
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from itertools import groupby
 from math import gcd
 
 from seqlen_balancing.bounds import _checked
@@ -423,7 +424,9 @@ class _Fenwick:
         return position  # 0-based: the 1-based index is position + 1
 
 
-def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
+def closing_fit_decreasing(
+    sizes: Sequence[int], cap: int, order: Sequence[int] | None = None
+) -> list[list[int]]:
     """Bin-by-bin packing that closes each bin exactly when it can.
 
     Each bin opens with the largest remaining item; then, while some item fits the room
@@ -441,6 +444,8 @@ def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
     Args:
         sizes: item sizes in tokens, each in ``0..cap``.
         cap: bin capacity in tokens (>= 1).
+        order: the items by decreasing size, ties by index (:attr:`Rule.by_size`), or
+            ``None`` (sorted here).
 
     Returns:
         Bins (lists of item indices), each summing to at most ``cap``, together an exact
@@ -448,6 +453,9 @@ def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
 
     Raises:
         ValueError: an item is larger than ``cap``.
+
+    Complexity: O(n log n), plus O(cap / 64) word operations per pair search (the sizes
+    left are bitsets, :class:`_Pairs`).
 
     References:
         J. N. D. Gupta and J. C. Ho, "A new heuristic algorithm for the one-dimensional
@@ -463,10 +471,12 @@ def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
         return []
     if max(sizes) > cap:
         raise ValueError(f"an item is larger than the capacity {cap}")
-    holders: dict[int, list[int]] = {}  # size -> indices, the smallest index last
-    for i in range(len(sizes) - 1, -1, -1):
-        holders.setdefault(sizes[i], []).append(i)
-    distinct = sorted(holders)
+    if order is None:
+        order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)  # stable: index
+    # size -> indices, the smallest index last (the runs of the order, reversed)
+    holders = {size: list(run)[::-1] for size, run in groupby(order, key=sizes.__getitem__)}
+    distinct = list(holders)[::-1]  # ascending
+    pairs = _Pairs(distinct, cap)
     tries_left = 16 * len(sizes) + 1024
 
     def take(size: int) -> int:
@@ -475,6 +485,7 @@ def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
         if not owners:
             del holders[size]
             distinct.pop(bisect_left(distinct, size))
+            pairs.gone(size)
         return i
 
     bins: list[list[int]] = []
@@ -489,18 +500,14 @@ def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
                 continue
             pos = bisect_right(distinct, room // 2) - 1
             stop = max(-1, pos - min(_CLOSING_TRIES, tries_left))
-            pair = None
-            while pos > stop:
-                small = distinct[pos]
-                large = room - small
-                if large in holders and (large != small or len(holders[small]) > 1):
-                    pair = (large, small)
-                    break
-                pos -= 1
-            tries_left -= _CLOSING_TRIES if pair is None else 1
-            if pair is not None:
-                current.append(take(pair[0]))
-                current.append(take(pair[1]))
+            # the pair whose smaller item is the largest of distinct[stop + 1 : pos + 1]
+            small = pairs.largest(room, distinct[stop + 1], distinct[pos]) if pos > stop else -1
+            if small >= 0 and 2 * small == room and len(holders[small]) < 2:
+                small = pairs.largest(room, distinct[stop + 1], small - 1) if pos - 1 > stop else -1
+            tries_left -= _CLOSING_TRIES if small < 0 else 1
+            if small >= 0:
+                current.append(take(room - small))
+                current.append(take(small))
                 room = 0
                 continue
             size = distinct[bisect_right(distinct, room) - 1]
@@ -508,6 +515,38 @@ def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
             room -= size
         bins.append(current)
     return bins
+
+
+class _Pairs:
+    """The sizes left to :func:`closing_fit_decreasing`, as two bitsets (Python ints): bit
+    ``s`` of ``present`` and bit ``cap - s`` of ``mirrored`` are set while some item has
+    size ``s``. The two items of size ``s`` and ``room - s`` are then both left where bit
+    ``s`` of ``present & (mirrored >> (cap - room))`` is set, so the pair search reads a
+    window of sizes in O(cap / 64) word operations, not one dict lookup per size."""
+
+    __slots__ = ("cap", "mirrored", "present")
+
+    def __init__(self, distinct: list[int], cap: int) -> None:
+        self.cap = cap
+        present, mirrored = bytearray((cap >> 3) + 1), bytearray((cap >> 3) + 1)
+        for size in distinct:
+            present[size >> 3] |= 1 << (size & 7)
+            mirrored[(cap - size) >> 3] |= 1 << ((cap - size) & 7)
+        self.present = int.from_bytes(present, "little")
+        self.mirrored = int.from_bytes(mirrored, "little")
+
+    def gone(self, size: int) -> None:
+        """No item of ``size`` is left."""
+        self.present ^= 1 << size
+        self.mirrored ^= 1 << (self.cap - size)
+
+    def largest(self, room: int, low: int, high: int) -> int:
+        """The largest size ``s`` in ``low..high`` (``high <= room``) such that sizes ``s``
+        and ``room - s`` are both left, or -1 (the caller checks ``s == room - s``)."""
+        if high < low:
+            return -1
+        both = (self.present >> low) & (self.mirrored >> (self.cap - room + low)) & ((2 << (high - low)) - 1)
+        return low + both.bit_length() - 1 if both else -1
 
 
 def minimum_bin_slack(

@@ -8,7 +8,7 @@ cap-respecting packing lives in :mod:`seqlen_balancing.packing`.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -22,6 +22,7 @@ from seqlen_balancing._checks import (
     switch,
     whole_numbers,
 )
+from seqlen_balancing.differencing import _largest_differencing
 
 __all__ = [
     "MAX_EMPTY_PARTITIONS",
@@ -178,169 +179,6 @@ def _checked_items(seqlen_list: Any, k_partitions: Any, equal_size: Any) -> tupl
             f"{len(values)} items and k_partitions={k}; pass equal_size=False or pad the list"
         )
     return values, k, equal
-
-
-def _expand(
-    node: int, n_leaves: int, children: list[tuple[int, int]], shift: int, mask: int
-) -> list[int]:
-    """Leaves (item indices) under ``node`` of the merge forest, in merge order: the part
-    popped first keeps its items ahead of the part joined to it. ``children`` holds the two
-    packed parts of each union; a part's node is ``part >> shift & mask``."""
-    leaves: list[int] = []
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if current < n_leaves:
-            leaves.append(current)
-        else:
-            first, second = children[current - n_leaves]
-            stack.append(second >> shift & mask)
-            stack.append(first >> shift & mask)
-    return leaves
-
-
-def _layout(n: int, cap: int | None) -> tuple[int, int]:
-    """``(bits, token_bits)`` of the packed parts of ``n`` items: a part is one int,
-    ``sum << 3b+t | items << 2b+t | first item << b+t | node << t | tokens`` (``b = bits``,
-    ``t = token_bits``; no token field without a ``cap``). Ints sort and compare much
-    faster than tuples, and their order is the order of parts that decides every tie (sum,
-    then number of items, then the index of the part's first item; a part's node is unique,
-    so two parts are never equal and the tokens never decide)."""
-    bits = max(2 * n, 1).bit_length()  # nodes (items and unions) number below 2n
-    # Tokens are checked after every join, so a part holds at most 2 * cap of them.
-    token_bits = 0 if cap is None else (2 * cap + 1).bit_length()
-    return bits, token_bits
-
-
-class _OverCap(Exception):
-    """A joined part holds more tokens than the cap (Karmarkar-Karp stops there)."""
-
-
-def _merge_states(first: list[int], second: list[int], k: int, n: int,
-                  children: list[tuple[int, int]], bits: int, token_bits: int, cap: int) -> list[int]:
-    """Join two states (parts sorted ascending; missing parts are empty and smallest).
-
-    Conceptually both states are padded with empty parts to ``k`` and the i-th largest part
-    of ``first`` is joined with the i-th smallest of ``second``: the union keeps ``first``'s
-    items ahead (so its first item leads). Only the ``a + b - k`` smallest real parts of
-    each state meet a real part; the others meet an empty one and are kept as they are.
-    With a token field, a union above ``cap`` tokens raises :class:`_OverCap`.
-    """
-    overlap = len(first) + len(second) - k
-    small, large = (first, second) if len(first) <= len(second) else (second, first)
-    if overlap <= 0:
-        if len(small) <= 8:
-            # The large state is not used again: grow it in place, O(log k) per part.
-            for part in small:
-                insort(large, part)
-            return large
-        merged = first + second
-    else:
-        base = n + len(children)
-        count_shift = 2 * bits + token_bits
-        lead = ((1 << bits) - 1) << (bits + token_bits)  # the first item's field
-        tokens = (1 << token_bits) - 1
-        joined = first[:overlap]
-        taken = second[overlap - 1 :: -1]
-        children.extend(zip(joined, taken, strict=True))  # packed parts; nodes read on expansion
-        # Sum and item count add in one step: the count field cannot carry into the sum.
-        merged = [
-            ((a >> count_shift) + (b >> count_shift)) << count_shift | (a & lead)
-            | node << token_bits | ((a & tokens) + (b & tokens))
-            for node, a, b in zip(range(base, base + overlap), joined, taken, strict=True)
-        ]
-        if token_bits and max(part & tokens for part in merged) > cap:
-            raise _OverCap
-        if len(small) <= 8:
-            # A few parts joined into a long state (a state of k parts meeting a new item,
-            # most merges): drop its joined parts and insert the few new ones in place,
-            # O(k) moves in C instead of a copy and a sort per merge.
-            rest = small[overlap:]
-            del large[:overlap]
-            for part in rest:
-                insort(large, part)
-            for part in merged:
-                insort(large, part)
-            return large
-        merged += first[overlap:]
-        merged += second[overlap:]
-    merged.sort()
-    return merged
-
-
-def _largest_differencing(values: list[int], k: int, equal_size: bool) -> list[list[int]]:
-    """Karmarkar-Karp for ``k`` partitions; ``values`` already checked (see
-    :func:`_differencing`)."""
-    parts = _differencing(values, k, equal_size, None, 0)
-    return [] if parts is None else parts  # None only comes with a cap
-
-
-def _capped_largest_differencing(
-    values: list[int], k: int, sizes: list[int], cap: int
-) -> list[list[int]] | None:
-    """Karmarkar-Karp for ``k`` partitions of ``values``, or ``None`` as soon as a part
-    holds more than ``cap`` of ``sizes`` (each item's tokens, at most ``cap``)."""
-    return _differencing(values, k, False, sizes, cap)
-
-
-def _differencing(
-    values: list[int], k: int, equal_size: bool, sizes: list[int] | None, cap: int
-) -> list[list[int]] | None:
-    """Karmarkar-Karp for ``k`` partitions; ``values`` already checked.
-
-    Every choice is made as verl 0.9.1 makes it, so the partitions are verl's, index list
-    for index list: the state with the largest spread merges first (ties: the larger
-    largest part, compared by sum, then item count, then first item index), the popped
-    state's i-th largest part takes the other's i-th smallest, and the final parts come
-    largest first, each listing its items in merge order.
-
-    With ``sizes`` (tokens per item, each at most ``cap``): ``None`` as soon as a part
-    holds more than ``cap`` tokens (parts only grow, so the final partition would too).
-    """
-    n = len(values)
-    bits, token_bits = _layout(n, None if sizes is None else cap)
-    shift = bits + token_bits
-    sum_shift = 3 * bits + token_bits
-    one = 1 << (2 * bits + token_bits)  # one item in the count field
-    given = sizes if sizes is not None else [0] * n
-
-    def leaf(i: int) -> int:
-        return values[i] << sum_shift | one | i << shift | i << token_bits | given[i]
-
-    # A state is a list of parts sorted ascending. Parts that hold no item are left out
-    # (implicit empties, the smallest parts), so growing a state by a few items costs
-    # O(log k), not O(k). Nodes below n are items; the others are unions in ``children``.
-    children: list[tuple[int, int]] = []
-    states: list[list[int]]
-    if equal_size:
-        ascending = sorted(range(n), key=lambda i: (values[i], i))
-        states = [sorted(leaf(i) for i in ascending[start : start + k]) for start in range(0, n, k)]
-    else:
-        states = [[leaf(i)] for i in range(n)]
-    # Heap key: the largest spread (largest part - smallest, an empty part counting 0)
-    # first; among equal spreads the larger largest part. Keys are unique (two states never
-    # share an item), so the lists never compare.
-    heap = [
-        ((p[0] >> sum_shift if len(p) == k else 0) - (p[-1] >> sum_shift), -p[-1], p) for p in states
-    ]
-    heapq.heapify(heap)
-    pop, push = heapq.heappop, heapq.heappush
-    try:
-        while len(heap) > 1:
-            first = pop(heap)[2]
-            second = pop(heap)[2]
-            merged = _merge_states(first, second, k, n, children, bits, token_bits, cap)
-            low = merged[0] >> sum_shift if len(merged) == k else 0
-            push(heap, (low - (merged[-1] >> sum_shift), -merged[-1], merged))
-    except _OverCap:
-        return None
-    final = heap[0][2]
-    node_mask = (1 << bits) - 1
-    parts = [
-        _expand(part >> token_bits & node_mask, n, children, token_bits, node_mask)
-        for part in reversed(final)
-    ]
-    return parts + [[] for _ in range(k - len(parts))]
 
 
 def karmarkar_karp(

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from seqlen_balancing.analysis import RankAnalysis
 from seqlen_balancing.bounds import BOUND_NAMES
+from seqlen_balancing.differencing import _capped_largest_differencing
 from seqlen_balancing.packing import (
     best_fit,
     closing_fit_decreasing,
@@ -30,7 +31,7 @@ from seqlen_balancing.packing import (
     row_filling,
     split,
 )
-from seqlen_balancing.partition import _capped_largest_differencing, roundup_divisible
+from seqlen_balancing.partition import roundup_divisible
 from seqlen_balancing.repack import exact_packing, repack
 from seqlen_balancing.rule import Rule, fewest_sorted, rule_bound
 
@@ -95,7 +96,13 @@ class _Search:
         wanted = 1 if self.floor is None else self.floor
         # At or below the floor, no bound can change the count: L2 alone is enough.
         enough = len(self.packing) if wanted < len(self.packing) else 0
-        bound, name = rule_bound(self.rule, enough, upto)
+        rule = self.rule
+        if enough and rule.plain and rule.cap and -(-sum(rule.sizes) // rule.cap) >= enough:
+            # ceil(total / cap) meets the packing: L2, between the two, is that count too
+            # (the same bound and name rule_bound gives, without its sort)
+            self.prove(enough, BOUND_NAMES[0])
+            return
+        bound, name = rule_bound(rule, enough, upto)
         if wanted > bound:
             bound, name = wanted, ("one" if self.floor is None else "min_num_micro_batch")
         self.prove(bound, name)
@@ -185,7 +192,7 @@ PACKERS = (
     Packer("the summed plan cut to the limit", lambda rule: not rule.is_padded and rule.limit is not None,
            lambda s: _cut_summed(s)),
     Packer("closing fit decreasing", _plain,
-           lambda s: closing_fit_decreasing(s.rule.sizes, s.rule.cap)),
+           lambda s: closing_fit_decreasing(s.rule.sizes, s.rule.cap, s.rule.by_size)),
     # Bins filled exactly, one at a time: on few-items-per-bin batches with little slack
     # (CHAMP x10 at 32,768) this reaches L where best fit and the exchange search miss,
     # and on a tie its waste sits in the last bins, which the search empties first.
@@ -348,7 +355,7 @@ def _close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[in
 
     makers: list[Callable[[], list[list[int]]]] = [
         lambda: best_fit(sub),
-        lambda: closing_fit_decreasing(sub.sizes, cap),
+        lambda: closing_fit_decreasing(sub.sizes, cap, sub.by_size),
         lambda: minimum_bin_slack(sub.sizes, cap) if sub.n <= 4096 else [],
         restricted,
     ]

@@ -1,0 +1,285 @@
+"""Karmarkar-Karp's largest differencing method on packed parts (no torch).
+
+The k-way differencing method verl 0.9.1 uses, made choice for choice as verl makes it
+(:func:`_differencing`), with an optional token cap that stops it as soon as a part is
+over (:func:`_capped_largest_differencing`). A part is one packed int, so that parts
+sort and compare in C; a state is a sorted list of its non-empty parts. The public
+``karmarkar_karp`` and the balanced partitions of :mod:`seqlen_balancing.partition`, and
+the planner's verl candidate (:mod:`seqlen_balancing.search`), call it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import insort
+from typing import NamedTuple
+
+__all__: list[str] = []
+
+
+def _expand(
+    node: int, n_leaves: int, children: list[tuple[int, int]], shift: int, mask: int
+) -> list[int]:
+    """Leaves (item indices) under ``node`` of the merge forest, in merge order: the part
+    popped first keeps its items ahead of the part joined to it. ``children`` holds the two
+    packed parts of each union; a part's node is ``part >> shift & mask``."""
+    leaves: list[int] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current < n_leaves:
+            leaves.append(current)
+        else:
+            first, second = children[current - n_leaves]
+            stack.append(second >> shift & mask)
+            stack.append(first >> shift & mask)
+    return leaves
+
+
+def _layout(n: int, cap: int | None) -> tuple[int, int]:
+    """``(bits, token_bits)`` of the packed parts of ``n`` items: a part is one int,
+    ``sum << 3b+t | items << 2b+t | first item << b+t | node << t | tokens`` (``b = bits``,
+    ``t = token_bits``; no token field without a ``cap``). Ints sort and compare much
+    faster than tuples, and their order is the order of parts that decides every tie (sum,
+    then number of items, then the index of the part's first item; a part's node is unique,
+    so two parts are never equal and the tokens never decide)."""
+    bits = max(2 * n, 1).bit_length()  # nodes (items and unions) number below 2n
+    # Tokens are checked after every join, so a part holds at most 2 * cap of them.
+    token_bits = 0 if cap is None else (2 * cap + 1).bit_length()
+    return bits, token_bits
+
+
+class _OverCap(Exception):
+    """A joined part holds more tokens than the cap (Karmarkar-Karp stops there)."""
+
+
+def _merge_states(first: list[int], second: list[int], k: int, n: int,
+                  children: list[tuple[int, int]], bits: int, token_bits: int, cap: int) -> list[int]:
+    """Join two states (parts sorted ascending; missing parts are empty and smallest).
+
+    Conceptually both states are padded with empty parts to ``k`` and the i-th largest part
+    of ``first`` is joined with the i-th smallest of ``second``: the union keeps ``first``'s
+    items ahead (so its first item leads). Only the ``a + b - k`` smallest real parts of
+    each state meet a real part; the others meet an empty one and are kept as they are.
+    With a token field, a union above ``cap`` tokens raises :class:`_OverCap`.
+    """
+    overlap = len(first) + len(second) - k
+    small, large = (first, second) if len(first) <= len(second) else (second, first)
+    if overlap <= 0:
+        if len(small) <= 8:
+            # The large state is not used again: grow it in place, O(log k) per part.
+            for part in small:
+                insort(large, part)
+            return large
+        merged = first + second
+    else:
+        base = n + len(children)
+        count_shift = 2 * bits + token_bits
+        lead = ((1 << bits) - 1) << (bits + token_bits)  # the first item's field
+        tokens = (1 << token_bits) - 1
+        joined = first[:overlap]
+        taken = second[overlap - 1 :: -1]
+        children.extend(zip(joined, taken, strict=True))  # packed parts; nodes read on expansion
+        # Sum and item count add in one step: the count field cannot carry into the sum.
+        merged = [
+            ((a >> count_shift) + (b >> count_shift)) << count_shift | (a & lead)
+            | node << token_bits | ((a & tokens) + (b & tokens))
+            for node, a, b in zip(range(base, base + overlap), joined, taken, strict=True)
+        ]
+        if token_bits and max(part & tokens for part in merged) > cap:
+            raise _OverCap
+        if len(small) <= 8:
+            # A few parts joined into a long state (a state of k parts meeting a new item,
+            # most merges): drop its joined parts and insert the few new ones in place,
+            # O(k) moves in C instead of a copy and a sort per merge.
+            rest = small[overlap:]
+            del large[:overlap]
+            for part in rest:
+                insort(large, part)
+            for part in merged:
+                insort(large, part)
+            return large
+        merged += first[overlap:]
+        merged += second[overlap:]
+    merged.sort()
+    return merged
+
+
+def _largest_differencing(values: list[int], k: int, equal_size: bool) -> list[list[int]]:
+    """Karmarkar-Karp for ``k`` partitions; ``values`` already checked (see
+    :func:`_differencing`)."""
+    parts = _differencing(values, k, equal_size, None, 0)
+    return [] if parts is None else parts  # None only comes with a cap
+
+
+def _capped_largest_differencing(
+    values: list[int], k: int, sizes: list[int], cap: int
+) -> list[list[int]] | None:
+    """Karmarkar-Karp for ``k`` partitions of ``values``, or ``None`` as soon as a part
+    holds more than ``cap`` of ``sizes`` (each item's tokens, at most ``cap``)."""
+    return _differencing(values, k, False, sizes, cap)
+
+
+def _differencing(
+    values: list[int], k: int, equal_size: bool, sizes: list[int] | None, cap: int
+) -> list[list[int]] | None:
+    """Karmarkar-Karp for ``k`` partitions; ``values`` already checked.
+
+    Every choice is made as verl 0.9.1 makes it, so the partitions are verl's, index list
+    for index list: the state with the largest spread merges first (ties: the larger
+    largest part, compared by sum, then item count, then first item index), the popped
+    state's i-th largest part takes the other's i-th smallest, and the final parts come
+    largest first, each listing its items in merge order.
+
+    With ``sizes`` (tokens per item, each at most ``cap``): ``None`` as soon as a part
+    holds more than ``cap`` tokens (parts only grow, so the final partition would too).
+    """
+    n = len(values)
+    bits, token_bits = _layout(n, None if sizes is None else cap)
+    shift = bits + token_bits
+    sum_shift = 3 * bits + token_bits
+    one = 1 << (2 * bits + token_bits)  # one item in the count field
+    given = sizes if sizes is not None else [0] * n
+    leaves = [
+        value << sum_shift | one | i << shift | i << token_bits | tokens
+        for i, (value, tokens) in enumerate(zip(values, given, strict=True))
+    ]
+    # A state is a list of parts sorted ascending. Parts that hold no item are left out
+    # (implicit empties, the smallest parts), so growing a state by a few items costs
+    # O(log k), not O(k). Nodes below n are items; the others are unions in ``children``.
+    children: list[tuple[int, int]] = []
+    merging = _Layout(k, n, bits, token_bits, cap, sum(values))
+    heap: list[tuple[int, list[int]]] = []
+    singles: list[int] = []
+    if equal_size:
+        ascending = sorted(range(n), key=lambda i: (values[i], i))
+        for start in range(0, n, k):
+            p = sorted(leaves[i] for i in ascending[start : start + k])
+            heap.append((merging.key(p), p))
+        heapq.heapify(heap)
+    else:
+        # the states of one item merge in falling order of their parts (their keys rise):
+        # they wait in that order, out of the heap
+        singles = sorted(leaves, reverse=True)
+    try:
+        final = _merge_all(singles, heap, merging, children)
+    except _OverCap:
+        return None
+    node_mask = (1 << bits) - 1
+    parts = [
+        _expand(part >> token_bits & node_mask, n, children, token_bits, node_mask)
+        for part in reversed(final)
+    ]
+    return parts + [[] for _ in range(k - len(parts))]
+
+
+class _Layout(NamedTuple):
+    """The packed parts' fields (:func:`_layout`) and the order states merge in.
+
+    A state's key is one int: ``spread << width`` plus ``limit`` less its largest part,
+    ``spread`` its smallest part's sum less its largest's (an empty part counting 0), so
+    that the smallest key has the largest spread and, among equal spreads, the larger
+    largest part (compared by sum, then item count, then first item index). Keys are
+    unique (two states never share an item)."""
+
+    k: int
+    n: int
+    bits: int
+    token_bits: int
+    cap: int
+    total: int
+
+    @property
+    def sum_shift(self) -> int:
+        return 3 * self.bits + self.token_bits
+
+    @property
+    def width(self) -> int:
+        """Bits of the largest part there can be, and one more."""
+        return (self.total + 1).bit_length() + self.sum_shift + 1
+
+    def key(self, state: list[int]) -> int:
+        shift = self.sum_shift
+        spread = (state[0] >> shift if len(state) == self.k else 0) - (state[-1] >> shift)
+        return (spread << self.width) + (1 << self.width) - 1 - state[-1]
+
+
+def _merge_all(
+    singles: list[int], heap: list[tuple[int, list[int]]], layout: _Layout,
+    children: list[tuple[int, int]],
+) -> list[int]:
+    """The one state left after merging the states two at a time, the smallest keys
+    first (:class:`_Layout`): the states of one item, whose parts ``singles`` lists in
+    their pop order (falling), and the states of ``heap``, keyed.
+
+    The items wait in their list, not in the heap, and the state just merged is held
+    out of the heap: most merges join it with the next item, so that costs no push or
+    pop; where two others come first, it goes into the heap. An item meeting a state of
+    ``k`` parts joins its smallest part (``overlap`` 1), and one meeting fewer parts
+    becomes a part of its own: both are done here in place, the other merges by
+    :func:`_merge_states`, with the same parts and the same children.
+    """
+    pop, push = heapq.heappop, heapq.heappush
+    k, n, bits, token_bits, cap, _ = layout
+    sum_shift, width = layout.sum_shift, layout.width
+    limit = (1 << width) - 1
+    count_shift = 2 * bits + token_bits
+    lead = ((1 << bits) - 1) << (bits + token_bits)  # the first item's field
+    tokens = (1 << token_bits) - 1
+    none = math.inf  # the key of no state
+    # the items' keys, in their order, and none after the last
+    if k == 1:  # a state of one item fills every part: a spread of 0
+        waiting: list[float] = [limit - part for part in singles]
+    else:
+        waiting = [(-(part >> sum_shift) << width) + limit - part for part in singles]
+    waiting.append(none)
+    j, m = 0, len(singles)
+    # the next item's key, and the state merged last (the first: the smallest key of all)
+    ahead = waiting[j]
+    if heap and heap[0][0] < ahead:
+        key, state = pop(heap)
+    else:
+        key, state, j = ahead, [singles[j]], j + 1
+    while j < m or heap:
+        # other: the smaller of the next item and the heap's top
+        ahead = waiting[j]
+        if heap and heap[0][0] < ahead:
+            other_key, other = pop(heap)
+        else:
+            other_key, other, j = ahead, [singles[j]], j + 1
+        if key < other_key:
+            first, second = state, other
+        else:
+            # second: the held state, unless the next item or the heap's top comes first
+            first, second = other, state
+            ahead = waiting[j]
+            top = heap[0][0] if heap else none
+            if ahead < key and ahead < top:
+                second, j = [singles[j]], j + 1
+            elif top < key:
+                second = pop(heap)[1]
+            if second is not state:
+                push(heap, (key, state))  # two others merge first; this one waits
+        size = len(first) + len(second)
+        if size == k + 1 and (len(first) == 1 or len(second) == 1):
+            # one item (or one part) into a full state: it joins the smallest part
+            a, b = first[0], second[0]
+            state = second if len(first) == 1 else first
+            node = n + len(children)
+            children.append((a, b))
+            joined = (
+                ((a >> count_shift) + (b >> count_shift)) << count_shift | (a & lead)
+                | node << token_bits | ((a & tokens) + (b & tokens))
+            )
+            if token_bits and joined & tokens > cap:
+                raise _OverCap
+            del state[0]
+            insort(state, joined)
+        elif size <= k and (len(first) == 1 or len(second) == 1):
+            state = second if len(first) == 1 else first  # a new part of its own
+            insort(state, (first if len(first) == 1 else second)[0])
+        else:
+            state = _merge_states(first, second, k, n, children, bits, token_bits, cap)
+        key = ((state[0] >> sum_shift if len(state) == k else 0) - (state[-1] >> sum_shift) << width) + limit - state[-1]
+    return state
