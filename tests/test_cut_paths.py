@@ -172,3 +172,30 @@ def test_chunks_take_what_fits() -> None:
             if c + 1 < len(counts):  # greedy: the next micro-batch would not have fitted
                 assert (rows + sizes[start + count]) * row_bytes > cut._CHUNK_BYTES
             start += count
+
+
+def test_dense_rows_of_plain_tensors_are_taken_by_index_select(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a batch of strided tensors only (the padded batch) is gathered by index_select, not
+    # by tensordict's indexing: the same rows, copies, the batch's dimension name kept
+    taken: list[int] = []
+    real = torch.Tensor.index_select
+
+    def counted(self: torch.Tensor, dim: int, index: torch.Tensor) -> torch.Tensor:
+        taken.append(len(index))
+        return real(self, dim, index)
+
+    gen = torch.Generator().manual_seed(5)
+    batch = TensorDict({"input_ids": torch.randint(0, 1000, (12, 7), generator=gen),
+                        "attention_mask": torch.ones(12, 7, dtype=torch.bool)}, batch_size=[12],
+                       names=["rows"])
+    plan = [[3, 1], [0, 11, 5], [2, 4, 6, 7, 8, 9, 10]]
+    monkeypatch.setattr(torch.Tensor, "index_select", counted)
+    micro_batches = cut._cut(batch, plan)
+    monkeypatch.undo()
+    assert taken == [12, 12]  # one gather of every row per entry (one chunk)
+    ids = batch["input_ids"].tolist()
+    for micro_batch, part in zip(micro_batches, plan, strict=True):
+        assert micro_batch.names == ["rows"] and micro_batch.batch_size == torch.Size([len(part)])
+        assert micro_batch["input_ids"].tolist() == [ids[i] for i in part]
+        micro_batch["input_ids"].fill_(-1)
+    assert batch["input_ids"].tolist() == ids

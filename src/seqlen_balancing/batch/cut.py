@@ -66,13 +66,38 @@ def _gathered(rest: TensorDictBase, plan: list[list[int]], identity: bool) -> li
         return list(rest.clone().split(sizes, dim=0))
     micro_batches: list[TensorDictBase] = []
     start = 0
+    strided = _all_strided(rest)
     for count in _chunks(sizes, _row_bytes(rest)):
         parts = plan[start : start + count]
         index = torch.tensor([i for part in parts for i in part], dtype=torch.long)
-        picked = rest[index]
+        picked = _picked(rest, index, strided)
         micro_batches.extend(picked.split(sizes[start : start + count], dim=0) if count > 1 else [picked])
         start += count
     return micro_batches
+
+
+def _all_strided(rest: TensorDictBase) -> bool:
+    """True for a plain TensorDict whose every entry is a strided tensor (the dense batch
+    of padded rows; nested TensorDicts, non-tensor entries and an empty one: False)."""
+    if type(rest) is not TensorDict or not rest.keys():
+        return False
+    return all(type(value) is torch.Tensor and value.layout == torch.strided for value in rest.values())
+
+
+def _picked(rest: TensorDictBase, index: torch.Tensor, strided: bool) -> TensorDictBase:
+    """The rows ``index`` of ``rest`` (copies). Strided leaves are taken by ``index_select``
+    (a row copy each; tensordict's ``rest[index]`` indexes them as ``tensor[index]``, an
+    advanced indexing that costs ~2x more on CPU); other batches as tensordict indexes them."""
+    if not strided:
+        return rest[index]
+    picked = {key: value.index_select(0, index) for key, value in rest.items()}
+    return TensorDict(picked, batch_size=[len(index)], device=rest.device, names=_names(rest))
+
+
+def _names(rest: TensorDictBase) -> list[str | None] | None:
+    """The dimension names of ``rest`` (``None`` where it has none)."""
+    names = getattr(rest, "names", None)
+    return None if names is None or all(name is None for name in names) else list(names)
 
 
 #: The integer dtype numpy copies a tensor's elements as, where numpy lacks its dtype.
@@ -98,10 +123,12 @@ def _host_join(
     plan order, and the rows' lengths in plan order; ``None`` where torch must do it (a
     device, a gradient, holes, a dtype of no numpy size).
 
-    numpy copies the rows' slices straight into one tensor per micro-batch that torch
-    allocates: no view tensor per row and no per-row dispatch (``torch.split`` and
-    ``torch.cat`` cost ~3x more on 10^4 rows), and each micro-batch owns its memory, as
-    an ``index_select`` per micro-batch gives it. O(tokens + rows).
+    numpy copies the rows' slices straight into tensors that torch allocates, one per
+    run of consecutive micro-batches of at most :data:`_CHUNK_BYTES` (as the dense
+    gather takes them), which are then split into each micro-batch's view: no view
+    tensor per row and no per-row dispatch (``torch.split`` and ``torch.cat`` cost ~3x
+    more on 10^4 rows), and one copy call per run rather than per micro-batch.
+    O(tokens + rows).
     """
     values = tensor.values()
     held = getattr(tensor, "lengths")() is None  # noqa: B009 (nested-only API)
@@ -110,15 +137,21 @@ def _host_join(
     if source is None:
         return None
     offsets = known or getattr(tensor, "offsets")().tolist()  # noqa: B009
-    sizes: list[int] = []
+    rows = [source[offsets[i] : offsets[i + 1]] for part in plan for i in part]
+    sizes = [len(row) for row in rows]
+    bounds = [0, *itertools.accumulate(len(part) for part in plan)]
+    tokens = [sum(sizes[a:b]) for a, b in itertools.pairwise(bounds)]
+    per_token = values[:1].numel() * values.element_size() if len(values) else 0
     parts: list[torch.Tensor] = []
-    for part in plan:
-        rows = [source[offsets[i] : offsets[i + 1]] for i in part]
-        sizes.extend(len(row) for row in rows)
-        joined = torch.empty((sum(map(len, rows)), *values.shape[1:]), dtype=values.dtype)
-        if rows:  # (an empty micro-batch stays empty: numpy joins no empty list)
-            np.concatenate(rows, axis=0, out=_as_array(joined))
-        parts.append(joined)
+    start = 0
+    for count in _chunks(tokens, per_token):
+        taken = tokens[start : start + count]
+        joined = torch.empty((sum(taken), *values.shape[1:]), dtype=values.dtype)
+        picked = rows[bounds[start] : bounds[start + count]]
+        if picked:  # (empty micro-batches stay empty: numpy joins no empty list)
+            np.concatenate(picked, axis=0, out=_as_array(joined))
+        parts.extend(joined.split(taken) if count > 1 else (joined,))
+        start += count
     return parts, sizes
 
 
