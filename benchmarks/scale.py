@@ -1,11 +1,13 @@
 """How planning time and memory grow with the batch (issue 33). Prints one table.
 
-Run: ``python benchmarks/scale.py`` (10^3 to 10^5 samples, a few minutes on 2 cores);
-``--full`` adds the 10^6 row of the list API and of the global planner (and 10^5 jagged
-rows, 10^4 padded rows); ``--quick`` stops at 10^4.
+Run: ``python benchmarks/scale.py`` (10^3 to 10^5 samples, 512 rows first for the tensor
+rows, a few minutes on 2 cores); ``--full`` adds the 10^6 rows of the list API, the global
+planner and the jagged rows (10^6 jagged rows hold ~6.6 GB of int32 tokens: the call and
+its gather each copy them once, ~14 GB at the peak) and 10^4 padded rows; ``--quick``
+stops at 10^4; ``--caps`` and ``--sizes`` choose the rows.
 
 Lengths: lognormal, median 1,000 tokens (sigma 1), at least 1 and clipped to
-``min(cap, 32768)`` (seed 0). Caps 16,384 and 65,536 tokens.
+``min(cap, 32768)`` (seed 0). Caps 16,384 and 65,536 tokens by default.
 
 Rows (``api``):
   list     ``plan_micro_batches(lengths, cap)``
@@ -21,10 +23,14 @@ Columns:
   us/smp    cpu s per sample, in microseconds
   peak MB   the process's peak resident memory during one call above what it held before
             (Linux VmHWM, reset through /proc/self/clear_refs; "-" where that is refused)
-  gather s  tensor rows: the least the call must do with the same micro-batches, timed the
-            same way: one ``index_select`` of the batch per micro-batch (dense) or, for
+  gather s  tensor rows: the gather of the same micro-batches, timed the same way: the
+            batch indexed by each micro-batch's rows (dense: ``batch[rows]``, which indexes
+            every entry as ``tensor[rows]``, as verl 0.9.1's ``index_select_tensor_dict``
+            does; an advanced indexing, ~2x an ``index_select`` of int32 rows on CPU) or, for
             jagged rows, one split of the values and per micro-batch a cat of its rows and
             a jagged tensor on them; ratio = cpu s / gather s (target: <= 1.3)
+  isel x    tensor rows: cpu s over the strictest floor, one ``index_select`` per entry
+            and micro-batch and a TensorDict of them (dense; jagged: the gather above)
   batch MB  tensor rows: the batch's tensors (jagged: values); the target for peak MB
             is at most this (the call adds at most one copy of the batch)
   cut x     tensor rows: (cpu s - the planning alone, ``plan_micro_batches`` on the same
@@ -167,8 +173,10 @@ def balance(lengths: Sequence[int], micro_batches: Sequence[Sequence[int]]) -> s
 
 def tensor_cases(
     lengths: list[int], cap: int, jagged: bool
-) -> tuple[Thunk, Thunk, list[list[int]], float]:
-    """The call, its gather floor, its plan and the batch's MB on a TensorDict of ``lengths``."""
+) -> tuple[Thunk, Thunk, Thunk, list[list[int]], float]:
+    """The call, its gather floor as verl gathers (dense), the strict floor (dense: an
+    ``index_select`` per entry; jagged: the same gather), its plan and the batch's MB on a
+    TensorDict of ``lengths``."""
     import itertools
 
     import torch
@@ -190,9 +198,17 @@ def tensor_cases(
     def call() -> object:
         return rearrange_micro_batches(batch, cap)
 
+    def selected() -> object:  # dense: one index_select per entry, a TensorDict of them
+        out = []
+        for rows in plan:
+            index = torch.tensor(rows)
+            picked = {key: value.index_select(0, index) for key, value in batch.items()}
+            out.append(TensorDict(picked, batch_size=[len(rows)]))
+        return out
+
     def gather() -> object:
         if not jagged:
-            return [batch[torch.tensor(rows)] for rows in plan]
+            return [batch[torch.tensor(rows)] for rows in plan]  # verl: tensor[indices]
         rows_of = torch.split(values, lengths)
         out = []
         for rows in plan:
@@ -201,7 +217,7 @@ def tensor_cases(
             out.append(torch.nested.nested_tensor_from_jagged(part, offs))
         return out
 
-    return call, gather, plan, batch_mb(batch)
+    return call, gather, gather if jagged else selected, plan, batch_mb(batch)
 
 
 def batch_mb(batch: object) -> float:
@@ -217,10 +233,16 @@ def batch_mb(batch: object) -> float:
     return total / 2**20
 
 
+def gather_nothing() -> object:
+    """The floor of the rows that gather nothing (the list and global rows)."""
+    return None
+
+
 def row(api: str, n: int, cap: int, repeat: int) -> tuple[str, float]:
     """One line of the table and its CPU time."""
     lengths = lognormal(n, cap)
     gather: Callable[[], object] | None = None
+    strict: Callable[[], object] = gather_nothing
     bound, size, step = "-", "-", "-"
     if api == "list":
         def call() -> object:
@@ -236,31 +258,33 @@ def row(api: str, n: int, cap: int, repeat: int) -> tuple[str, float]:
         plan = [mb for rank in planned.rank_micro_batches for mb in rank]
         step = f"{planned.step_time / planned.floor:.3f}"
     else:
-        call, gather, plan, megabytes = tensor_cases(lengths, cap, jagged=api == "jagged")
+        call, gather, strict, plan, megabytes = tensor_cases(lengths, cap, jagged=api == "jagged")
         size = f"{megabytes:.0f}"
     count = len(plan)
     floor: float | None = None
-    ratio, cut_ratio = "-", "-"
+    ratio, cut_ratio, strict_ratio = "-", "-", "-"
     if gather is None:
         seconds = cpu_min(call, repeat)
     else:
-        seconds, floor, planning = cpu_mins(
-            [call, gather, lambda: plan_micro_batches(lengths, cap)], repeat)
+        seconds, floor, least, planning = cpu_mins(
+            [call, gather, strict, lambda: plan_micro_batches(lengths, cap)], repeat)
         ratio, cut_ratio = f"{seconds / floor:.2f}", f"{max(0.0, seconds - planning) / floor:.2f}"
+        strict_ratio = f"{seconds / least:.2f}"
     text = (
         f"{api:<7}{cap:>7}{n:>9}{count:>8}{bound:>8}{seconds:>9.3f}{1e6 * seconds / n:>8.2f}"
         f"{peak_mb(call):>8}{size:>9}{'-' if floor is None else f'{floor:.3f}':>9}{ratio:>7}"
-        f"{cut_ratio:>7}{balance(lengths, plan):>8}{step:>8}  {stages(call)}"
+        f"{cut_ratio:>7}{strict_ratio:>7}{balance(lengths, plan):>8}{step:>8}  {stages(call)}"
     )
     return text, seconds
 
 
 def sizes_for(api: str, full: bool, quick: bool) -> list[int]:
-    """The sample counts a row kind is measured at (tensors: what memory allows)."""
-    top = {"list": 5, "global": 5, "jagged": 4, "dense": 3}[api] + full
+    """The sample counts a row kind is measured at (tensors: what memory allows; one DP
+    rank's 512 padded or jagged rows first)."""
+    top = {"list": 5, "global": 5, "jagged": 5, "dense": 3}[api] + full
     if quick:
         top = min(top, 4)
-    return [10**e for e in range(3, top + 1)]
+    return ([512] if api in ("jagged", "dense") else []) + [10**e for e in range(3, top + 1)]
 
 
 def main() -> None:
@@ -270,6 +294,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--apis", default="list,global,jagged,dense")
     parser.add_argument("--sizes", default="", help="sample counts, e.g. 1000,1000000")
+    parser.add_argument("--caps", default=",".join(map(str, CAPS)),
+                        help="caps in tokens, e.g. 4096,8192,16384,32768,65536")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch's intra-op threads for the tensor rows (default 1)")
     args = parser.parse_args()
@@ -279,12 +305,12 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     print(
         f"{'api':<7}{'cap':>7}{'samples':>9}{'count':>8}{'bound':>8}{'cpu s':>9}{'us/smp':>8}"
-        f"{'peak MB':>8}{'batch MB':>9}{'gather s':>9}{'ratio':>7}{'cut x':>7}{'spread':>8}"
+        f"{'peak MB':>8}{'batch MB':>9}{'gather s':>9}{'ratio':>7}{'cut x':>7}{'isel x':>7}{'spread':>8}"
         f"{'step/fl':>8}  stages"
     )
     fits = []
     for api in args.apis.split(","):
-        for cap in CAPS:
+        for cap in (int(v) for v in args.caps.split(",") if v):
             points = []
             chosen = [int(v) for v in args.sizes.split(",") if v]
             for n in chosen or sizes_for(api, args.full, args.quick):

@@ -224,9 +224,11 @@ def _merge_all(
     k, n, bits, token_bits, cap, _ = layout
     sum_shift, width = layout.sum_shift, layout.width
     limit = (1 << width) - 1
-    count_shift = 2 * bits + token_bits
-    lead = ((1 << bits) - 1) << (bits + token_bits)  # the first item's field
     tokens = (1 << token_bits) - 1
+    # a union: the first part plus the second's sum, count and tokens (``kept``: the fields
+    # add without a carry), its node replaced by the union's
+    nodes = ((1 << bits) - 1) << token_bits
+    kept = ~(((1 << bits) - 1) << (bits + token_bits) | nodes)
     none = math.inf  # the key of no state
     # the items' keys, in their order, and none after the last
     if k == 1:  # a state of one item fills every part: a spread of 0
@@ -242,6 +244,9 @@ def _merge_all(
     else:
         key, state, j = ahead, [singles[j]], j + 1
     while j < m or heap:
+        if len(state) == k and key < waiting[j] < (heap[0][0] if heap else none):
+            j, key = _run(state, singles, waiting, j, heap[0][0] if heap else none, children, layout)
+            continue
         # other: the smaller of the next item and the heap's top
         ahead = waiting[j]
         if heap and heap[0][0] < ahead:
@@ -266,12 +271,8 @@ def _merge_all(
             # one item (or one part) into a full state: it joins the smallest part
             a, b = first[0], second[0]
             state = second if len(first) == 1 else first
-            node = n + len(children)
+            joined = a - (a & nodes) + (b & kept) + ((n + len(children)) << token_bits)
             children.append((a, b))
-            joined = (
-                ((a >> count_shift) + (b >> count_shift)) << count_shift | (a & lead)
-                | node << token_bits | ((a & tokens) + (b & tokens))
-            )
             if token_bits and joined & tokens > cap:
                 raise _OverCap
             del state[0]
@@ -281,5 +282,33 @@ def _merge_all(
             insort(state, (first if len(first) == 1 else second)[0])
         else:
             state = _merge_states(first, second, k, n, children, bits, token_bits, cap)
-        key = ((state[0] >> sum_shift if len(state) == k else 0) - (state[-1] >> sum_shift) << width) + limit - state[-1]
+        low = state[0] >> sum_shift if len(state) == k else 0
+        key = (low - (state[-1] >> sum_shift) << width) + limit - state[-1]
     return state
+
+
+def _run(
+    state: list[int], singles: list[int], waiting: list[float], j: int, bound: float,
+    children: list[tuple[int, int]], layout: _Layout,
+) -> tuple[int, int]:
+    """:func:`_merge_all`'s commonest stretch: items ``singles[j:]`` into the full held
+    ``state``, each into its smallest part (the held state merges first, the item second:
+    the part leads), while the held state keeps the smallest key and the next item the
+    second smallest (below ``bound``, the heap's top). ``(next j, the state's key)``."""
+    n, bits, token_bits, cap = layout.n, layout.bits, layout.token_bits, layout.cap
+    sum_shift, width = layout.sum_shift, layout.width
+    limit, tokens = (1 << width) - 1, (1 << token_bits) - 1
+    nodes = ((1 << bits) - 1) << token_bits
+    kept = ~(((1 << bits) - 1) << (bits + token_bits) | nodes)
+    while True:
+        a, b = state[0], singles[j]
+        j += 1
+        joined = a - (a & nodes) + (b & kept) + ((n + len(children)) << token_bits)
+        children.append((a, b))
+        if token_bits and joined & tokens > cap:
+            raise _OverCap
+        del state[0]
+        insort(state, joined)
+        key = ((state[0] >> sum_shift) - (state[-1] >> sum_shift) << width) + limit - state[-1]
+        if not key < waiting[j] < bound:
+            return j, key
