@@ -199,3 +199,14 @@ def test_dense_rows_of_plain_tensors_are_taken_by_index_select(monkeypatch: pyte
         assert micro_batch["input_ids"].tolist() == [ids[i] for i in part]
         micro_batch["input_ids"].fill_(-1)
     assert batch["input_ids"].tolist() == ids
+
+
+def test_dense_rows_of_a_two_dim_batch_keep_their_second_dim() -> None:
+    # a batch_size of two dims (rows, columns): the gathered micro-batches keep the second
+    gen = torch.Generator().manual_seed(6)
+    batch = TensorDict({"input_ids": torch.randint(0, 1000, (9, 4), generator=gen)}, batch_size=[9, 4])
+    plan = [[8, 0], [1, 2, 3, 4, 5, 6, 7]]
+    ids = batch["input_ids"].tolist()
+    for micro_batch, part in zip(cut._cut(batch, plan), plan, strict=True):
+        assert micro_batch.batch_size == torch.Size([len(part), 4])
+        assert micro_batch["input_ids"].tolist() == [ids[i] for i in part]

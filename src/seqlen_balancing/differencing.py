@@ -150,7 +150,7 @@ def _differencing(
     # O(log k), not O(k). Nodes below n are items; the others are unions in ``children``.
     children: list[tuple[int, int]] = []
     merging = _Layout(k, n, bits, token_bits, cap, sum(values))
-    heap: list[tuple[int, list[int]]] = []
+    heap: list[tuple[float, list[int]]] = []
     singles: list[int] = []
     if equal_size:
         ascending = sorted(range(n), key=lambda i: (values[i], i))
@@ -206,7 +206,7 @@ class _Layout(NamedTuple):
 
 
 def _merge_all(
-    singles: list[int], heap: list[tuple[int, list[int]]], layout: _Layout,
+    singles: list[int], heap: list[tuple[float, list[int]]], layout: _Layout,
     children: list[tuple[int, int]],
 ) -> list[int]:
     """The one state left after merging the states two at a time, the smallest keys
@@ -239,6 +239,8 @@ def _merge_all(
     j, m = 0, len(singles)
     # the next item's key, and the state merged last (the first: the smallest key of all)
     ahead = waiting[j]
+    key: float
+    other_key: float
     if heap and heap[0][0] < ahead:
         key, state = pop(heap)
     else:

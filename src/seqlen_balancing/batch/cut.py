@@ -90,14 +90,17 @@ def _picked(rest: TensorDictBase, index: torch.Tensor, strided: bool) -> TensorD
     advanced indexing that costs ~2x more on CPU); other batches as tensordict indexes them."""
     if not strided:
         return rest[index]
-    picked = {key: value.index_select(0, index) for key, value in rest.items()}
-    return TensorDict(picked, batch_size=[len(index)], device=rest.device, names=_names(rest))
+    picked = {key: cast(torch.Tensor, value).index_select(0, index) for key, value in rest.items()}
+    size = [len(index), *rest.batch_size[1:]]
+    return TensorDict(picked, batch_size=size, device=rest.device, names=_names(rest))
 
 
-def _names(rest: TensorDictBase) -> list[str | None] | None:
+def _names(rest: TensorDictBase) -> Sequence[str] | None:
     """The dimension names of ``rest`` (``None`` where it has none)."""
     names = getattr(rest, "names", None)
-    return None if names is None or all(name is None for name in names) else list(names)
+    if names is None or all(name is None for name in names):
+        return None
+    return cast(Sequence[str], list(names))
 
 
 #: The integer dtype numpy copies a tensor's elements as, where numpy lacks its dtype.
@@ -150,7 +153,7 @@ def _host_join(
         picked = rows[bounds[start] : bounds[start + count]]
         if picked:  # (empty micro-batches stay empty: numpy joins no empty list)
             np.concatenate(picked, axis=0, out=_as_array(joined))
-        parts.extend(joined.split(taken) if count > 1 else (joined,))
+        parts.extend(torch.split(joined, taken) if count > 1 else (joined,))
         start += count
     return parts, sizes
 
