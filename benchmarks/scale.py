@@ -14,6 +14,8 @@ Rows (``api``):
   global   ``plan_global_batch(lengths, 8, cap)`` (8 DP ranks, the whole step)
   jagged   ``rearrange_micro_batches`` on a TensorDict with jagged int32 ``input_ids``
   dense    the same on right-padded ``attention_mask`` (bool) and ``input_ids`` (int32)
+  proto    ``prepare_dynamic_batch`` on a DataProto-like object of those padded rows and a
+           per-sample ``uid`` array (its floors build each micro-batch's DataProto alike)
 
 Columns:
   count     micro-batches (list, jagged, dense) or their sum over the ranks (global)
@@ -64,6 +66,7 @@ import pstats
 import random
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from seqlen_balancing import lower_bound, plan_micro_batches
 from seqlen_balancing.balance import spread
@@ -171,6 +174,58 @@ def balance(lengths: Sequence[int], micro_batches: Sequence[Sequence[int]]) -> s
     return f"{value:.3f}" if value >= 1e-3 or value == 0 else f"{value:.1e}"
 
 
+class Proto:
+    """A stand-in for verl's ``DataProto``: a TensorDict, per-sample numpy arrays, meta_info."""
+
+    def __init__(self, batch: Any, non_tensor_batch: dict[str, Any], meta_info: dict[str, Any]) -> None:
+        self.batch, self.non_tensor_batch, self.meta_info = batch, non_tensor_batch, meta_info
+
+    @classmethod
+    def from_dict(
+        cls, tensors: dict[str, Any], non_tensors: dict[str, Any], meta_info: dict[str, Any]
+    ) -> Proto:
+        from tensordict import TensorDict
+
+        size = next(iter(tensors.values())).shape[0]
+        return cls(TensorDict(tensors, batch_size=[size]), non_tensors, meta_info)
+
+
+def proto_cases(lengths: list[int], cap: int) -> tuple[Thunk, Thunk, Thunk, list[list[int]], float]:
+    """:func:`tensor_cases` for ``prepare_dynamic_batch`` on a DataProto of the padded rows
+    and a per-sample ``uid`` array; its floors build each micro-batch's DataProto the same
+    way from the gathered rows (verl's ``DataProto`` indexing: the batch's and each array's
+    rows, and a copy of ``meta_info``)."""
+    import copy
+
+    import numpy as np
+    import torch
+
+    from seqlen_balancing import prepare_dynamic_batch
+
+    _, gather, strict, plan, megabytes = tensor_cases(lengths, cap, jagged=False)
+    mask = torch.arange(max(lengths)).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+    from tensordict import TensorDict
+
+    data = Proto(TensorDict({"attention_mask": mask, "input_ids": mask.to(torch.int32)}, [len(lengths)]),
+                 {"uid": np.array([str(i) for i in range(len(lengths))], dtype=object)},
+                 {"temperature": 1.0})
+
+    def call() -> object:
+        return prepare_dynamic_batch(data, cap)
+
+    def wrapped(floor: Thunk) -> Thunk:
+        def protos() -> object:
+            out = []
+            for rows, part in zip(plan, floor(), strict=True):  # type: ignore[call-overload]
+                index = np.array(rows)
+                non_tensors = {key: value[index] for key, value in data.non_tensor_batch.items()}
+                out.append(Proto.from_dict(dict(part.items()), non_tensors, copy.deepcopy(data.meta_info)))
+            return out
+        return protos
+
+    return call, wrapped(gather), wrapped(strict), plan, megabytes
+
+
 def tensor_cases(
     lengths: list[int], cap: int, jagged: bool
 ) -> tuple[Thunk, Thunk, Thunk, list[list[int]], float]:
@@ -258,7 +313,8 @@ def row(api: str, n: int, cap: int, repeat: int) -> tuple[str, float]:
         plan = [mb for rank in planned.rank_micro_batches for mb in rank]
         step = f"{planned.step_time / planned.floor:.3f}"
     else:
-        call, gather, strict, plan, megabytes = tensor_cases(lengths, cap, jagged=api == "jagged")
+        cases = proto_cases(lengths, cap) if api == "proto" else tensor_cases(lengths, cap, api == "jagged")
+        call, gather, strict, plan, megabytes = cases
         size = f"{megabytes:.0f}"
     count = len(plan)
     floor: float | None = None
@@ -281,10 +337,10 @@ def row(api: str, n: int, cap: int, repeat: int) -> tuple[str, float]:
 def sizes_for(api: str, full: bool, quick: bool) -> list[int]:
     """The sample counts a row kind is measured at (tensors: what memory allows; one DP
     rank's 512 padded or jagged rows first)."""
-    top = {"list": 5, "global": 5, "jagged": 5, "dense": 3}[api] + full
+    top = {"list": 5, "global": 5, "jagged": 5, "dense": 3, "proto": 3}[api] + full
     if quick:
         top = min(top, 4)
-    return ([512] if api in ("jagged", "dense") else []) + [10**e for e in range(3, top + 1)]
+    return ([512] if api in ("jagged", "dense", "proto") else []) + [10**e for e in range(3, top + 1)]
 
 
 def main() -> None:
@@ -292,14 +348,14 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="add 10^6 samples")
     parser.add_argument("--quick", action="store_true", help="stop at 10^4 samples")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--apis", default="list,global,jagged,dense")
+    parser.add_argument("--apis", default="list,global,jagged,dense,proto")
     parser.add_argument("--sizes", default="", help="sample counts, e.g. 1000,1000000")
     parser.add_argument("--caps", default=",".join(map(str, CAPS)),
                         help="caps in tokens, e.g. 4096,8192,16384,32768,65536")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch's intra-op threads for the tensor rows (default 1)")
     args = parser.parse_args()
-    if any(api in args.apis for api in ("jagged", "dense")):
+    if any(api in args.apis for api in ("jagged", "dense", "proto")):
         import torch
 
         torch.set_num_threads(args.threads)
