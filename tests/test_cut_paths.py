@@ -210,3 +210,23 @@ def test_dense_rows_of_a_two_dim_batch_keep_their_second_dim() -> None:
     for micro_batch, part in zip(cut._cut(batch, plan), plan, strict=True):
         assert micro_batch.batch_size == torch.Size([len(part), 4])
         assert micro_batch["input_ids"].tolist() == [ids[i] for i in part]
+
+
+def test_the_strided_gather_takes_its_index_on_each_entrys_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    # index_select refuses an index on another device (a CUDA entry, a CPU index: a raise
+    # after the agreement); the gather copies the index to each entry's device. Here the
+    # entries lie on "meta" beside a CPU one, and index_select is made as strict as CUDA's.
+    real = torch.Tensor.index_select
+
+    def strict(self: torch.Tensor, dim: int, index: torch.Tensor) -> torch.Tensor:
+        if index.device != self.device:
+            raise RuntimeError(f"index on {index.device}, tensor on {self.device}")
+        return real(self, dim, index)
+
+    batch = TensorDict({"input_ids": torch.empty(6, 3, device="meta"),
+                        "attention_mask": torch.ones(6, 3, dtype=torch.bool)}, batch_size=[6])
+    monkeypatch.setattr(torch.Tensor, "index_select", strict)
+    picked = cut._picked(batch, torch.tensor([4, 1, 5]), strided=True)
+    monkeypatch.undo()
+    assert picked["input_ids"].device.type == "meta" and picked["input_ids"].shape == (3, 3)
+    assert picked["attention_mask"].device.type == "cpu" and picked.batch_size == torch.Size([3])

@@ -85,12 +85,21 @@ def _all_strided(rest: TensorDictBase) -> bool:
 
 
 def _picked(rest: TensorDictBase, index: torch.Tensor, strided: bool) -> TensorDictBase:
-    """The rows ``index`` of ``rest`` (copies). Strided leaves are taken by ``index_select``
-    (a row copy each; tensordict's ``rest[index]`` indexes them as ``tensor[index]``, an
-    advanced indexing that costs ~2x more on CPU); other batches as tensordict indexes them."""
+    """The rows ``index`` (a CPU tensor) of ``rest`` (copies). Strided leaves are taken by
+    ``index_select`` (a row copy each; tensordict's ``rest[index]`` indexes them as
+    ``tensor[index]``, an advanced indexing that costs ~2x more on CPU), the index copied
+    once to each device the entries are on (``index_select`` refuses an index on another
+    device, where ``tensor[index]`` takes a CPU one); other batches as tensordict indexes
+    them."""
     if not strided:
         return rest[index]
-    picked = {key: cast(torch.Tensor, value).index_select(0, index) for key, value in rest.items()}
+    on: dict[torch.device, torch.Tensor] = {index.device: index}
+    picked = {}
+    for key, value in rest.items():
+        tensor = cast(torch.Tensor, value)
+        if tensor.device not in on:
+            on[tensor.device] = index.to(tensor.device, non_blocking=True)
+        picked[key] = tensor.index_select(0, on[tensor.device])
     size = [len(index), *rest.batch_size[1:]]
     return TensorDict(picked, batch_size=size, device=rest.device, names=_names(rest))
 
