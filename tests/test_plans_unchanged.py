@@ -261,8 +261,7 @@ def _with_references(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(balance, "lpt", reference_lpt)
     monkeypatch.setattr(packing, "_best_fit_sums", slow_best_fit)
     monkeypatch.setattr(balance, "rebalance", reference_rebalance)
-    monkeypatch.setattr(search, "closing_fit_decreasing",
-                        lambda sizes, cap, order=None: reference_closing_fit(sizes, cap))
+    monkeypatch.setattr(search, "_closing_fit", lambda sizes, cap, order: reference_closing_fit(sizes, cap))
     monkeypatch.setattr(search, "_capped_largest_differencing", reference_capped_differencing)
 
 
@@ -393,7 +392,7 @@ def test_closing_fit_is_the_spelled_out_rule() -> None:
     for lens, cap in cases:
         got = closing_fit_decreasing(lens, cap)
         assert got == reference_closing_fit(lens, cap, left_over), (lens, cap)
-        assert got == closing_fit_decreasing(lens, cap, Rule.sums(lens, cap).by_size)
+        assert got == packing._closing_fit(lens, cap, Rule.sums(lens, cap).by_size)
     assert sum(budget < 0 for budget in left_over) >= 4
 
 

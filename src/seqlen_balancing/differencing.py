@@ -199,6 +199,16 @@ class _Layout(NamedTuple):
         """Bits of the largest part there can be, and one more."""
         return (self.total + 1).bit_length() + self.sum_shift + 1
 
+    @property
+    def masks(self) -> tuple[int, int, int]:
+        """``(tokens, nodes, kept)``: the token field; the node field; and what a union
+        takes of the part joined to the one that leads (sum, count and tokens: the fields
+        that add without a carry), so that a union is ``a - (a & nodes) + (b & kept)``
+        plus its node."""
+        tokens = (1 << self.token_bits) - 1
+        nodes = ((1 << self.bits) - 1) << self.token_bits
+        return tokens, nodes, ~(((1 << self.bits) - 1) << (self.bits + self.token_bits) | nodes)
+
     def key(self, state: list[int]) -> int:
         shift = self.sum_shift
         spread = (state[0] >> shift if len(state) == self.k else 0) - (state[-1] >> shift)
@@ -224,11 +234,7 @@ def _merge_all(
     k, n, bits, token_bits, cap, _ = layout
     sum_shift, width = layout.sum_shift, layout.width
     limit = (1 << width) - 1
-    tokens = (1 << token_bits) - 1
-    # a union: the first part plus the second's sum, count and tokens (``kept``: the fields
-    # add without a carry), its node replaced by the union's
-    nodes = ((1 << bits) - 1) << token_bits
-    kept = ~(((1 << bits) - 1) << (bits + token_bits) | nodes)
+    tokens, nodes, kept = layout.masks
     none = math.inf  # the key of no state
     # the items' keys, in their order, and none after the last
     if k == 1:  # a state of one item fills every part: a spread of 0
@@ -284,7 +290,7 @@ def _merge_all(
             insort(state, (first if len(first) == 1 else second)[0])
         else:
             state = _merge_states(first, second, k, n, children, bits, token_bits, cap)
-        low = state[0] >> sum_shift if len(state) == k else 0
+        low = state[0] >> sum_shift if len(state) == k else 0  # layout.key, inlined
         key = (low - (state[-1] >> sum_shift) << width) + limit - state[-1]
     return state
 
@@ -297,11 +303,10 @@ def _run(
     ``state``, each into its smallest part (the held state merges first, the item second:
     the part leads), while the held state keeps the smallest key and the next item the
     second smallest (below ``bound``, the heap's top). ``(next j, the state's key)``."""
-    n, bits, token_bits, cap = layout.n, layout.bits, layout.token_bits, layout.cap
+    n, token_bits, cap = layout.n, layout.token_bits, layout.cap
     sum_shift, width = layout.sum_shift, layout.width
-    limit, tokens = (1 << width) - 1, (1 << token_bits) - 1
-    nodes = ((1 << bits) - 1) << token_bits
-    kept = ~(((1 << bits) - 1) << (bits + token_bits) | nodes)
+    limit = (1 << width) - 1
+    tokens, nodes, kept = layout.masks
     while True:
         a, b = state[0], singles[j]
         j += 1
@@ -312,5 +317,6 @@ def _run(
         del state[0]
         insort(state, joined)
         key = ((state[0] >> sum_shift) - (state[-1] >> sum_shift) << width) + limit - state[-1]
+        # (layout.key, inlined: the state is full here, and this is the hot loop)
         if not key < waiting[j] < bound:
             return j, key

@@ -424,9 +424,7 @@ class _Fenwick:
         return position  # 0-based: the 1-based index is position + 1
 
 
-def closing_fit_decreasing(
-    sizes: Sequence[int], cap: int, order: Sequence[int] | None = None
-) -> list[list[int]]:
+def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
     """Bin-by-bin packing that closes each bin exactly when it can.
 
     Each bin opens with the largest remaining item; then, while some item fits the room
@@ -444,8 +442,6 @@ def closing_fit_decreasing(
     Args:
         sizes: item sizes in tokens, each in ``0..cap``.
         cap: bin capacity in tokens (>= 1).
-        order: the items by decreasing size, ties by index (:attr:`Rule.by_size`), or
-            ``None`` (sorted here).
 
     Returns:
         Bins (lists of item indices), each summing to at most ``cap``, together an exact
@@ -471,8 +467,14 @@ def closing_fit_decreasing(
         return []
     if max(sizes) > cap:
         raise ValueError(f"an item is larger than the capacity {cap}")
-    if order is None:
-        order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)  # stable: index
+    return _closing_fit(sizes, cap, sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True))
+
+
+def _closing_fit(sizes: Sequence[int], cap: int, order: Sequence[int]) -> list[list[int]]:
+    """:func:`closing_fit_decreasing` of items in ``0..cap``, ``order`` the items by
+    decreasing size, ties by index (:attr:`Rule.by_size`: trusted, not checked)."""
+    if not sizes:
+        return []
     # size -> indices, the smallest index last (the runs of the order, reversed)
     holders = {size: list(run)[::-1] for size, run in groupby(order, key=sizes.__getitem__)}
     distinct = list(holders)[::-1]  # ascending

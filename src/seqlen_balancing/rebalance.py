@@ -110,10 +110,8 @@ def _move(
     room, sizes = fit.room(light), fit.rule.sizes
     if room < fit.least:
         return None  # no item fits the room: no bin can give
-    for heavy in order.givers(room, loads[light]):  # heaviest first
+    for heavy in order.givers(room, loads[light]):  # heaviest first, each heavier than light
         gap = loads[heavy] - loads[light]
-        if gap <= 0:
-            return None
         if fit.plain:
             movable = [g for g in bins[heavy] if sizes[g] <= room and 0 < workloads[g] < gap]
         else:

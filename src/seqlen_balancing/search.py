@@ -24,8 +24,8 @@ from seqlen_balancing.analysis import RankAnalysis
 from seqlen_balancing.bounds import BOUND_NAMES
 from seqlen_balancing.differencing import _capped_largest_differencing
 from seqlen_balancing.packing import (
+    _closing_fit,
     best_fit,
-    closing_fit_decreasing,
     minimum_bin_slack,
     randomized_best_fit,
     row_filling,
@@ -192,7 +192,7 @@ PACKERS = (
     Packer("the summed plan cut to the limit", lambda rule: not rule.is_padded and rule.limit is not None,
            lambda s: _cut_summed(s)),
     Packer("closing fit decreasing", _plain,
-           lambda s: closing_fit_decreasing(s.rule.sizes, s.rule.cap, s.rule.by_size)),
+           lambda s: _closing_fit(s.rule.sizes, s.rule.cap, s.rule.by_size)),
     # Bins filled exactly, one at a time: on few-items-per-bin batches with little slack
     # (CHAMP x10 at 32,768) this reaches L where best fit and the exchange search miss,
     # and on a tie its waste sits in the last bins, which the search empties first.
@@ -355,7 +355,7 @@ def _close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[in
 
     makers: list[Callable[[], list[list[int]]]] = [
         lambda: best_fit(sub),
-        lambda: closing_fit_decreasing(sub.sizes, cap, sub.by_size),
+        lambda: _closing_fit(sub.sizes, cap, sub.by_size),
         lambda: minimum_bin_slack(sub.sizes, cap) if sub.n <= 4096 else [],
         restricted,
     ]
