@@ -211,7 +211,7 @@ def test_count_search_stops_once_the_bound_is_met(monkeypatch: pytest.MonkeyPatc
     sizes = [rng.randint(100, 600) for _ in range(512)]
     sizes += [rng.randint(6000, 9000) for _ in range(512)]
     assert len(best_fit_decreasing(sizes, 16384)) > l2_lower_bound(sizes, 16384)
-    for name in ("closing_fit_decreasing", "minimum_bin_slack", "repack",
+    for name in ("_closing_fit", "minimum_bin_slack", "repack",
                  "randomized_best_fit", "exact_packing"):
         monkeypatch.setattr(search, name, forbidden)  # the count search's room
     monkeypatch.setattr(Rule, "dominant", property(forbidden))  # the reduction, made once
