@@ -18,32 +18,15 @@ from typing import NamedTuple
 __all__: list[str] = []
 
 
-def _expand(
-    node: int, n_leaves: int, children: list[tuple[int, int]], shift: int, mask: int
-) -> list[int]:
-    """Leaves (item indices) under ``node`` of the merge forest, in merge order: the part
-    popped first keeps its items ahead of the part joined to it. ``children`` holds the two
-    packed parts of each union; a part's node is ``part >> shift & mask``."""
-    leaves: list[int] = []
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if current < n_leaves:
-            leaves.append(current)
-        else:
-            first, second = children[current - n_leaves]
-            stack.append(second >> shift & mask)
-            stack.append(first >> shift & mask)
-    return leaves
-
-
 def _layout(n: int, cap: int | None) -> tuple[int, int]:
     """``(bits, token_bits)`` of the packed parts of ``n`` items: a part is one int,
     ``sum << 3b+t | items << 2b+t | first item << b+t | node << t | tokens`` (``b = bits``,
     ``t = token_bits``; no token field without a ``cap``). Ints sort and compare much
     faster than tuples, and their order is the order of parts that decides every tie (sum,
     then number of items, then the index of the part's first item; a part's node is unique,
-    so two parts are never equal and the tokens never decide)."""
+    so two parts are never equal and the tokens never decide). A node below ``n`` is an
+    item; a union's node ``u`` holds its items, in merge order, in ``lists[u - n]`` (a
+    union keeps the node of the part that leads it, so its list grows in place)."""
     bits = max(2 * n, 1).bit_length()  # nodes (items and unions) number below 2n
     # Tokens are checked after every join, so a part holds at most 2 * cap of them.
     token_bits = 0 if cap is None else (2 * cap + 1).bit_length()
@@ -55,7 +38,7 @@ class _OverCap(Exception):
 
 
 def _merge_states(first: list[int], second: list[int], k: int, n: int,
-                  children: list[tuple[int, int]], bits: int, token_bits: int, cap: int) -> list[int]:
+                  lists: list[list[int]], bits: int, token_bits: int, cap: int) -> list[int]:
     """Join two states (parts sorted ascending; missing parts are empty and smallest).
 
     Conceptually both states are padded with empty parts to ``k`` and the i-th largest part
@@ -74,19 +57,31 @@ def _merge_states(first: list[int], second: list[int], k: int, n: int,
             return large
         merged = first + second
     else:
-        base = n + len(children)
-        count_shift = 2 * bits + token_bits
-        lead = ((1 << bits) - 1) << (bits + token_bits)  # the first item's field
+        node_mask = (1 << bits) - 1
         tokens = (1 << token_bits) - 1
-        joined = first[:overlap]
-        taken = second[overlap - 1 :: -1]
-        children.extend(zip(joined, taken, strict=True))  # packed parts; nodes read on expansion
-        # Sum and item count add in one step: the count field cannot carry into the sum.
-        merged = [
-            ((a >> count_shift) + (b >> count_shift)) << count_shift | (a & lead)
-            | node << token_bits | ((a & tokens) + (b & tokens))
-            for node, a, b in zip(range(base, base + overlap), joined, taken, strict=True)
-        ]
+        # what a union takes of the part joined to the leading one: sum, count and tokens
+        kept = ~(node_mask << (bits + token_bits) | node_mask << token_bits)
+        nodes = node_mask << token_bits
+        merged = []
+        for a, b in zip(first[:overlap], second[overlap - 1 :: -1], strict=True):
+            # a leads: the union keeps its first item and node, and its list (if it has
+            # one; an item has none) takes b's items, so a join costs b's items only
+            node, other = a >> token_bits & node_mask, b >> token_bits & node_mask
+            if other < n:
+                if node >= n:
+                    lists[node - n].append(other)
+                    merged.append(a + (b & kept))
+                    continue
+                lists.append([node, other])
+            elif node >= n:
+                lists[node - n] += lists[other - n]
+                lists[other - n].clear()
+                merged.append(a + (b & kept))
+                continue
+            else:
+                lists.append([node, *lists[other - n]])
+                lists[other - n].clear()
+            merged.append(a - (a & nodes) + (b & kept) + ((n + len(lists) - 1) << token_bits))
         if token_bits and max(part & tokens for part in merged) > cap:
             raise _OverCap
         if len(small) <= 8:
@@ -147,8 +142,9 @@ def _differencing(
     ]
     # A state is a list of parts sorted ascending. Parts that hold no item are left out
     # (implicit empties, the smallest parts), so growing a state by a few items costs
-    # O(log k), not O(k). Nodes below n are items; the others are unions in ``children``.
-    children: list[tuple[int, int]] = []
+    # O(log k), not O(k). Nodes below n are items; the others are unions, whose items
+    # are ``lists[node - n]`` in merge order.
+    lists: list[list[int]] = []
     merging = _Layout(k, n, bits, token_bits, cap, sum(values))
     heap: list[tuple[float, list[int]]] = []
     singles: list[int] = []
@@ -163,14 +159,12 @@ def _differencing(
         # they wait in that order, out of the heap
         singles = sorted(leaves, reverse=True)
     try:
-        final = _merge_all(singles, heap, merging, children)
+        final = _merge_all(singles, heap, merging, lists)
     except _OverCap:
         return None
     node_mask = (1 << bits) - 1
-    parts = [
-        _expand(part >> token_bits & node_mask, n, children, token_bits, node_mask)
-        for part in reversed(final)
-    ]
+    nodes = (part >> token_bits & node_mask for part in reversed(final))
+    parts = [lists[node - n] if node >= n else [node] for node in nodes]
     return parts + [[] for _ in range(k - len(parts))]
 
 
@@ -217,7 +211,7 @@ class _Layout(NamedTuple):
 
 def _merge_all(
     singles: list[int], heap: list[tuple[float, list[int]]], layout: _Layout,
-    children: list[tuple[int, int]],
+    lists: list[list[int]],
 ) -> list[int]:
     """The one state left after merging the states two at a time, the smallest keys
     first (:class:`_Layout`): the states of one item, whose parts ``singles`` lists in
@@ -226,15 +220,13 @@ def _merge_all(
     The items wait in their list, not in the heap, and the state just merged is held
     out of the heap: most merges join it with the next item, so that costs no push or
     pop; where two others come first, it goes into the heap. An item meeting a state of
-    ``k`` parts joins its smallest part (``overlap`` 1), and one meeting fewer parts
-    becomes a part of its own: both are done here in place, the other merges by
-    :func:`_merge_states`, with the same parts and the same children.
+    fewer than ``k`` parts becomes a part of its own here, in place; a run of items into
+    the full held state is :func:`_run`'s; the other merges are :func:`_merge_states`'.
     """
     pop, push = heapq.heappop, heapq.heappush
     k, n, bits, token_bits, cap, _ = layout
     sum_shift, width = layout.sum_shift, layout.width
     limit = (1 << width) - 1
-    tokens, nodes, kept = layout.masks
     none = math.inf  # the key of no state
     # the items' keys, in their order, and none after the last
     if k == 1:  # a state of one item fills every part: a spread of 0
@@ -253,7 +245,7 @@ def _merge_all(
         key, state, j = ahead, [singles[j]], j + 1
     while j < m or heap:
         if len(state) == k and key < waiting[j] < (heap[0][0] if heap else none):
-            j, key = _run(state, singles, waiting, j, heap[0][0] if heap else none, children, layout)
+            j, key = _run(state, singles, waiting, j, heap[0][0] if heap else none, lists, layout)
             continue
         # other: the smaller of the next item and the heap's top
         ahead = waiting[j]
@@ -275,21 +267,11 @@ def _merge_all(
             if second is not state:
                 push(heap, (key, state))  # two others merge first; this one waits
         size = len(first) + len(second)
-        if size == k + 1 and (len(first) == 1 or len(second) == 1):
-            # one item (or one part) into a full state: it joins the smallest part
-            a, b = first[0], second[0]
-            state = second if len(first) == 1 else first
-            joined = a - (a & nodes) + (b & kept) + ((n + len(children)) << token_bits)
-            children.append((a, b))
-            if token_bits and joined & tokens > cap:
-                raise _OverCap
-            del state[0]
-            insort(state, joined)
-        elif size <= k and (len(first) == 1 or len(second) == 1):
+        if size <= k and (len(first) == 1 or len(second) == 1):
             state = second if len(first) == 1 else first  # a new part of its own
             insort(state, (first if len(first) == 1 else second)[0])
         else:
-            state = _merge_states(first, second, k, n, children, bits, token_bits, cap)
+            state = _merge_states(first, second, k, n, lists, bits, token_bits, cap)
         low = state[0] >> sum_shift if len(state) == k else 0  # layout.key, inlined
         key = (low - (state[-1] >> sum_shift) << width) + limit - state[-1]
     return state
@@ -297,7 +279,7 @@ def _merge_all(
 
 def _run(
     state: list[int], singles: list[int], waiting: list[float], j: int, bound: float,
-    children: list[tuple[int, int]], layout: _Layout,
+    lists: list[list[int]], layout: _Layout,
 ) -> tuple[int, int]:
     """:func:`_merge_all`'s commonest stretch: items ``singles[j:]`` into the full held
     ``state``, each into its smallest part (the held state merges first, the item second:
@@ -307,11 +289,17 @@ def _run(
     sum_shift, width = layout.sum_shift, layout.width
     limit = (1 << width) - 1
     tokens, nodes, kept = layout.masks
+    node_mask = (1 << layout.bits) - 1
     while True:
         a, b = state[0], singles[j]
         j += 1
-        joined = a - (a & nodes) + (b & kept) + ((n + len(children)) << token_bits)
-        children.append((a, b))
+        node = a >> token_bits & node_mask  # (as _merge_states joins, b one item)
+        if node >= n:
+            lists[node - n].append(b >> token_bits & node_mask)
+            joined = a + (b & kept)
+        else:
+            lists.append([node, b >> token_bits & node_mask])
+            joined = a - (a & nodes) + (b & kept) + ((n + len(lists) - 1) << token_bits)
         if token_bits and joined & tokens > cap:
             raise _OverCap
         del state[0]
