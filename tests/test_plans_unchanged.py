@@ -20,6 +20,7 @@ from oracles import model_karmarkar_karp
 from seqlen_balancing import balance, differencing, packing, plan_micro_batches, search
 from seqlen_balancing.balance import lpt
 from seqlen_balancing.packing import best_fit_decreasing, closing_fit_decreasing
+from seqlen_balancing.partition import karmarkar_karp
 from seqlen_balancing.rule import Rule
 
 
@@ -442,3 +443,109 @@ def test_capped_karmarkar_karp_is_verls_or_none() -> None:
         fits += expected is not None
         over += expected is None
     assert fits > 20 and over > 20, (fits, over)
+
+
+def test_karmarkar_karp_is_verls_with_equal_sizes_and_without_a_cap() -> None:
+    # the public run (no token field): verl's parts, in verl's merge order, index for index;
+    # equal_size starts from runs of k items, whose keys then differ only by their spread
+    # (the starting states are keyed by _Layout.key, the merged ones in the merge loop:
+    # here the two must agree for the merged state of spread 0 to come last)
+    assert karmarkar_karp([0, 1, 1, 2, 2, 3], 2, True) == [[1, 4, 3], [0, 5, 2]]
+    for seed in range(120):
+        rng = random.Random(seed)
+        k = rng.randint(1, 7)
+        equal = seed % 2 == 0
+        n = k * rng.randint(1, 12) if equal else rng.randint(k, 60)
+        values = [rng.randint(0, rng.choice([3, 40, 10**6])) for _ in range(n)]
+        expected = model_karmarkar_karp(values, k, equal)
+        assert karmarkar_karp(values, k, equal) == expected, seed
+
+
+def test_capped_karmarkar_karp_holds_two_full_parts_at_power_of_two_caps() -> None:
+    # a union of two parts of exactly ``cap`` tokens each must read as over the cap, not
+    # carry out of a token field one bit too narrow (caps of 2**j are where that happens)
+    assert differencing._capped_largest_differencing([5, 5], 1, [1, 1], 1) is None
+    checked = 0
+    for seed in range(80):
+        rng = random.Random(seed)
+        cap = 1 << rng.randint(0, 6)
+        n = rng.randint(2, 30)
+        sizes = [rng.choice([cap, cap, rng.randint(0, cap)]) for _ in range(n)]
+        k = rng.randint(1, n)
+        values = [24576 * s + s * s for s in sizes]
+        expected = reference_capped_differencing(values, k, sizes, cap)
+        assert differencing._capped_largest_differencing(values, k, sizes, cap) == expected, seed
+        checked += expected is None
+    assert checked > 30, checked
+
+
+def test_rebalance_moves_only_workloads_strictly_between_zero_and_the_gap() -> None:
+    # under a sample limit (the general path): items of workload 0, 1 and exactly the gap
+    rule = Rule.sums([1, 1, 1], 10, limit=3)
+    assert balance.rebalance(rule, [[0, 1], [2]], [1, 1, 0]) == [[1], [2, 0]]
+    assert balance.rebalance(rule, [[0, 1], [2]], [0, 5, 0]) == [[0, 1], [2]]
+    assert balance.rebalance(rule, [[0, 1], [2]], [3, 0, 0]) == [[0, 1], [2]]
+    for seed in range(200):
+        rng = random.Random(seed)
+        n = rng.randint(2, 14)
+        sizes = [rng.randint(1, 4) for _ in range(n)]
+        rule = Rule.sums(sizes, 12, limit=rng.choice([2, 3, 5]))
+        work = [rng.choice([0, 0, 1, rng.randint(0, 6)]) for _ in range(n)]
+        bins: list[list[int]] = [[] for _ in range(rng.randint(1, n))]
+        for g in range(n):
+            fitting = [b for b in bins if rule.fits([*b, g])]
+            rng.choice(fitting or bins).append(g)
+        if not all(rule.fits(b) for b in bins):
+            continue
+        expected = reference_rebalance(rule, [list(b) for b in bins], work)
+        assert balance.rebalance(rule, [list(b) for b in bins], work) == expected, seed
+
+
+def test_rebalance_with_an_empty_bin_or_no_items() -> None:
+    assert balance.rebalance(Rule.sums([1], 10, limit=5), [[0], []], [5]) == [[0], []]
+    # gap 6: workloads 5 and 1 are as close to 3, the first index moves
+    assert balance.rebalance(Rule.sums([1, 2], 10, limit=5), [[0, 1], []], [5, 1]) == [[1], [0]]
+    assert balance.rebalance(Rule.sums([], 10), [[]], []) == [[]]
+
+
+def over_a_thousand_bins(seed: int) -> tuple[Rule, list[list[int]], list[int]]:
+    """More than 1,024 bins (the rebalance learns which bins can give 1,024 at a time):
+    most hold one full-size item (nothing they give fits the light bin), a few at the end
+    hold small items of assorted workloads."""
+    rng = random.Random(seed)
+    cap = 10
+    sizes: list[int] = []
+    work: list[int] = []
+    bins: list[list[int]] = []
+    for _ in range(1024 + rng.randint(0, 60)):
+        bins.append([len(sizes)])
+        sizes.append(cap if rng.random() < 0.97 else rng.randint(1, cap))
+        work.append(rng.randint(100, 160))
+    for _ in range(rng.randint(1, 6)):
+        bins.append([])
+        for _ in range(rng.randint(1, 3)):
+            bins[-1].append(len(sizes))
+            sizes.append(1)
+            work.append(rng.randint(0, 120))
+    return Rule.sums(sizes, cap), bins, work
+
+
+def test_rebalance_past_the_first_thousand_bins_is_the_spelled_out_rule() -> None:
+    crafted = []
+    # 1,024 bins that cannot give, then one that can, then the light one
+    sizes, work = [10] * 1024 + [1, 1, 1], [150] * 1024 + [30, 20, 0]
+    crafted.append((Rule.sums(sizes, 10), [[i] for i in range(1024)] + [[1024, 1025], [1026]], work))
+    # 1,024 bins of two small items, then a lighter one
+    sizes, work = [1] * 2049, [10] * 2048 + [1]
+    crafted.append((Rule.sums(sizes, 10), [[2 * i, 2 * i + 1] for i in range(1024)] + [[2048]], work))
+    # a bin that gives first, 1,023 that cannot, one more that can, the light one
+    sizes = [1, 9] + [1] * 1023 + [1, 1, 1]
+    work = [80, 100] + [150] * 1023 + [100, 10, 10]
+    bins = [[0, 1]] + [[i] for i in range(2, 1025)] + [[1025, 1026], [1027]]
+    crafted.append((Rule.sums(sizes, 10), bins, work))
+    moved = 0
+    for i, (rule, bins, work) in enumerate(crafted + [over_a_thousand_bins(seed) for seed in range(6)]):
+        expected = reference_rebalance(rule, [list(b) for b in bins], work)
+        assert balance.rebalance(rule, [list(b) for b in bins], work) == expected, i
+        moved += expected != bins
+    assert moved >= 6, moved
