@@ -37,8 +37,7 @@ class _OverCap(Exception):
     """A joined part holds more tokens than the cap (Karmarkar-Karp stops there)."""
 
 
-def _merge_states(first: list[int], second: list[int], k: int, n: int,
-                  lists: list[list[int]], bits: int, token_bits: int, cap: int) -> list[int]:
+def _merge_states(first: list[int], second: list[int], lists: list[list[int]], layout: _Layout) -> list[int]:
     """Join two states (parts sorted ascending; missing parts are empty and smallest).
 
     Conceptually both states are padded with empty parts to ``k`` and the i-th largest part
@@ -47,6 +46,7 @@ def _merge_states(first: list[int], second: list[int], k: int, n: int,
     each state meet a real part; the others meet an empty one and are kept as they are.
     With a token field, a union above ``cap`` tokens raises :class:`_OverCap`.
     """
+    k, n, token_bits, cap = layout.k, layout.n, layout.token_bits, layout.cap
     overlap = len(first) + len(second) - k
     small, large = (first, second) if len(first) <= len(second) else (second, first)
     if overlap <= 0:
@@ -57,31 +57,22 @@ def _merge_states(first: list[int], second: list[int], k: int, n: int,
             return large
         merged = first + second
     else:
-        node_mask = (1 << bits) - 1
-        tokens = (1 << token_bits) - 1
-        # what a union takes of the part joined to the leading one: sum, count and tokens
-        kept = ~(node_mask << (bits + token_bits) | node_mask << token_bits)
-        nodes = node_mask << token_bits
+        tokens, nodes, kept = layout.masks
+        node_mask = nodes >> token_bits
         merged = []
         for a, b in zip(first[:overlap], second[overlap - 1 :: -1], strict=True):
-            # a leads: the union keeps its first item and node, and its list (if it has
-            # one; an item has none) takes b's items, so a join costs b's items only
+            # a leads: the union keeps its first item and node, and its list (an item has
+            # none) takes b's items, so a join costs b's items only
             node, other = a >> token_bits & node_mask, b >> token_bits & node_mask
-            if other < n:
-                if node >= n:
-                    lists[node - n].append(other)
-                    merged.append(a + (b & kept))
-                    continue
-                lists.append([node, other])
-            elif node >= n:
-                lists[node - n] += lists[other - n]
-                lists[other - n].clear()
+            items = lists[other - n] if other >= n else [other]
+            if node >= n:
+                lists[node - n] += items
                 merged.append(a + (b & kept))
-                continue
             else:
-                lists.append([node, *lists[other - n]])
-                lists[other - n].clear()
-            merged.append(a - (a & nodes) + (b & kept) + ((n + len(lists) - 1) << token_bits))
+                lists.append([node, *items])
+                merged.append(a - (a & nodes) + (b & kept) + ((n + len(lists) - 1) << token_bits))
+            if other >= n:
+                items.clear()  # b's list is used up: each item is held once
         if token_bits and max(part & tokens for part in merged) > cap:
             raise _OverCap
         if len(small) <= 8:
@@ -224,8 +215,7 @@ def _merge_all(
     the full held state is :func:`_run`'s; the other merges are :func:`_merge_states`'.
     """
     pop, push = heapq.heappop, heapq.heappush
-    k, n, bits, token_bits, cap, _ = layout
-    sum_shift, width = layout.sum_shift, layout.width
+    k, sum_shift, width = layout.k, layout.sum_shift, layout.width
     limit = (1 << width) - 1
     none = math.inf  # the key of no state
     # the items' keys, in their order, and none after the last
@@ -271,7 +261,7 @@ def _merge_all(
             state = second if len(first) == 1 else first  # a new part of its own
             insort(state, (first if len(first) == 1 else second)[0])
         else:
-            state = _merge_states(first, second, k, n, lists, bits, token_bits, cap)
+            state = _merge_states(first, second, lists, layout)
         low = state[0] >> sum_shift if len(state) == k else 0  # layout.key, inlined
         key = (low - (state[-1] >> sum_shift) << width) + limit - state[-1]
     return state
