@@ -24,8 +24,9 @@ LAYERS: list[tuple[str, ...]] = [
     # errors/ is a package: record.py at its bottom, the areas of records above it (see
     # test_the_error_areas_import_only_the_record_room)
     ("_checks", "errors", "data", "collector"),
-    # Karmarkar-Karp on packed parts, as verl makes it: partition's and the planner's
-    ("differencing",),
+    # Karmarkar-Karp on packed parts, as verl makes it: partition's and the planner's; its
+    # compiled twin (a C extension: a module of the graph with no imports)
+    ("differencing", "_native_differencing"),
     ("cost", "partition", "bounds", "per_sample"),
     # the one rule: built on the plain bounds, taken by every algorithm above it
     ("rule",),
@@ -58,6 +59,8 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(p): p for p in sorted((SRC / PACKAGE).rglob("*.py"))}
+#: C extensions (setup.py): they import no module of the package
+NATIVE = {module_name(p): p for p in sorted((SRC / PACKAGE).rglob("*.c"))}
 
 
 def imports_of(name: str) -> set[str]:
@@ -78,20 +81,21 @@ def imports_of(name: str) -> set[str]:
                 base = ".".join([*anchor, base] if base else anchor)
             # ``from pkg import room`` is an edge to the room; ``from room import name`` to the room
             targets = [
-                f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES | NATIVE else base
+                for alias in node.names
             ]
         for target in targets:
             # the longest prefix that is one of our modules
             parts = target.split(".")
             for cut in range(len(parts), 0, -1):
                 candidate = ".".join(parts[:cut])
-                if candidate in MODULES and candidate != name:
+                if (candidate in MODULES or candidate in NATIVE) and candidate != name:
                     found.add(candidate)
                     break
     return found
 
 
-GRAPH = {name: imports_of(name) for name in MODULES}
+GRAPH = {name: imports_of(name) for name in MODULES} | {name: set() for name in NATIVE}
 
 
 def layer_of(name: str) -> int:

@@ -251,7 +251,8 @@ def test_the_one_spelling_rule_off(text: str) -> None:
 
 @pytest.mark.parametrize("text", ["2", "y", "enable", "truee", "1 0"])
 def test_any_other_switch_value_is_refused_naming_the_variable_and_the_rule(text: str) -> None:
-    for name in ("SEQLEN_BALANCING_VERL", "SEQLEN_BALANCING_DUMMY_MICRO_BATCHES"):
+    names = ("SEQLEN_BALANCING_VERL", "SEQLEN_BALANCING_DUMMY_MICRO_BATCHES", "SEQLEN_BALANCING_PURE_PYTHON")
+    for name in names:
         with pytest.raises(ValueError, match="is not a switch value") as caught:
             env_values({name: text})
         assert str(caught.value) == (
@@ -263,6 +264,7 @@ def test_every_variable_of_the_environment() -> None:
     env = {
         "SEQLEN_BALANCING_VERL": "on",
         "SEQLEN_BALANCING_BALANCE_STEP": "on",
+        "SEQLEN_BALANCING_PURE_PYTHON": "on",
         "SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF": "16",
         "SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF": " 512 ",
         "SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH": "2",
@@ -284,7 +286,7 @@ def test_every_variable_of_the_environment() -> None:
                            r"it takes a finite number >= 0, e\.g\. 0\.05"):
             PlanOptions.from_env({"SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD": bad})
     variables = {opt.env for opt in OPTIONS.values() if opt.env} | {
-        "SEQLEN_BALANCING_VERL", "SEQLEN_BALANCING_BALANCE_STEP"}
+        "SEQLEN_BALANCING_VERL", "SEQLEN_BALANCING_BALANCE_STEP", "SEQLEN_BALANCING_PURE_PYTHON"}
     assert set(env) - {"PATH"} == variables  # the test names every variable there is
     assert PlanOptions.from_env({name: "" for name in variables}) == PlanOptions()
 

@@ -12,6 +12,11 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+#: The one spelling rule of every switch variable (case-insensitive, spaces around ignored;
+#: empty is off): here, below every room that reads one (seqlen_balancing.options checks them).
+SWITCH_ON = ("1", "true", "yes", "on")
+SWITCH_OFF = ("0", "false", "no", "off", "")
+
 
 def _integer_or_none(value: Any) -> int | None:
     """Return ``value`` as a Python int if it is an integer (not a bool), else ``None``.

@@ -40,8 +40,9 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, TypedDict
 
-from seqlen_balancing._checks import _integer_or_none, as_switch, describe
+from seqlen_balancing._checks import SWITCH_OFF, SWITCH_ON, _integer_or_none, as_switch, describe
 from seqlen_balancing.cost import WorkloadModel
+from seqlen_balancing.differencing import ENV_PURE_PYTHON
 from seqlen_balancing.errors import (
     Argument,
     BelowOne,
@@ -96,12 +97,10 @@ ENV_SWITCH = "SEQLEN_BALANCING_VERL"
 #: balance step (``seqlen_balancing.verl.balance_step``). A switch, not an option of a plan.
 ENV_BALANCE_STEP = "SEQLEN_BALANCING_BALANCE_STEP"
 
-#: The variables that are switches of the job rather than options of a plan.
-ENV_SWITCHES = (ENV_SWITCH, ENV_BALANCE_STEP)
-
-#: The one spelling rule of every switch variable (case-insensitive; empty is off).
-SWITCH_ON = ("1", "true", "yes", "on")
-SWITCH_OFF = ("0", "false", "no", "off", "")
+#: The variables that are switches of the job rather than options of a plan; the third,
+#: :data:`~seqlen_balancing.differencing.ENV_PURE_PYTHON`, keeps Karmarkar-Karp on its Python
+#: code (read at import by :mod:`seqlen_balancing.differencing`, under the same rule).
+ENV_SWITCHES = (ENV_SWITCH, ENV_BALANCE_STEP, ENV_PURE_PYTHON)
 
 #: The values ``over_cap`` takes: ``"raise"`` (verl's behaviour) or ``"alone"``.
 OVER_CAP_CHOICES = ("raise", "alone")

@@ -1,0 +1,400 @@
+/* seqlen_balancing._native_differencing: the compiled twin of
+ * seqlen_balancing.differencing._differencing_python (issue 33).
+ *
+ * Karmarkar-Karp's largest differencing method into k parts, made choice for choice as the
+ * Python room (and verl 0.9.1) makes it, so that the partitions are identical:
+ *
+ *   - a part is ordered by (workload sum, number of items, index of its first item); no two
+ *     parts share a first item, so no two parts are equal;
+ *   - a state is its non-empty parts, ascending (missing parts are empty and smallest);
+ *   - the state with the largest spread merges first: its key is (smallest part's sum, 0 for
+ *     a state of fewer than k parts, less the largest's; then the larger largest part first);
+ *   - the two states of smallest keys merge; the first's i-th largest part takes the
+ *     second's i-th smallest, the first's part leading (its first item, its items ahead);
+ *   - the final parts come largest first, each listing its items in merge order.
+ *
+ * With token sizes and a cap: None as soon as a joined part holds more than cap tokens.
+ *
+ * One entry point, differencing(values, k, equal_size, sizes, cap), returns the parts, None
+ * (over the cap), or NotImplemented where the Python room must decide instead: no items,
+ * k < 1, a value that is not an int, negative, or sums and caps past 2**62. The Python room
+ * (differencing.py) calls it and falls back on NotImplemented.
+ *
+ * Complexity: O(n log n + n k) time, O(n + k) memory per state alive (at most n states).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LIMIT ((int64_t)1 << 62)
+
+typedef struct {
+    int64_t sum, count, tokens;
+    Py_ssize_t first, tail; /* the first item (its head) and the last, of a linked list */
+} Part;
+
+typedef struct {
+    Part *parts; /* ascending, len of them: &one, or malloc'd (owned) */
+    Py_ssize_t len;
+    int64_t spread; /* (len == k ? parts[0].sum : 0) - parts[len - 1].sum */
+    int owned;
+    Part one; /* a state of one item holds its part here */
+} State;
+
+static void release(State *s) {
+    if (s->owned) free(s->parts);
+    s->parts = NULL;
+    s->owned = 0;
+}
+
+static int part_less(const Part *a, const Part *b) {
+    if (a->sum != b->sum) return a->sum < b->sum;
+    if (a->count != b->count) return a->count < b->count;
+    return a->first < b->first;
+}
+
+static int part_cmp(const void *x, const void *y) {
+    const Part *a = x, *b = y;
+    return part_less(a, b) ? -1 : (part_less(b, a) ? 1 : 0);
+}
+
+/* the state that merges first: the smaller spread value, then the larger largest part */
+static int state_less(const State *a, const State *b) {
+    if (a->spread != b->spread) return a->spread < b->spread;
+    return part_less(&b->parts[b->len - 1], &a->parts[a->len - 1]);
+}
+
+static void set_spread(State *s, Py_ssize_t k) {
+    s->spread = (s->len == k ? s->parts[0].sum : 0) - s->parts[s->len - 1].sum;
+}
+
+typedef struct {
+    State **items;
+    Py_ssize_t len;
+} Heap;
+
+static void heap_push(Heap *h, State *s) {
+    Py_ssize_t i = h->len++;
+    while (i > 0) {
+        Py_ssize_t up = (i - 1) / 2;
+        if (!state_less(s, h->items[up])) break;
+        h->items[i] = h->items[up];
+        i = up;
+    }
+    h->items[i] = s;
+}
+
+static State *heap_pop(Heap *h) {
+    State *top = h->items[0], *last = h->items[--h->len];
+    Py_ssize_t i = 0, n = h->len;
+    for (;;) {
+        Py_ssize_t child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && state_less(h->items[child + 1], h->items[child])) child++;
+        if (!state_less(h->items[child], last)) break;
+        h->items[i] = h->items[child];
+        i = child;
+    }
+    if (n > 0) h->items[i] = last;
+    return top;
+}
+
+static void sort_parts(Part *parts, Py_ssize_t len) {
+    if (len > 16) {
+        qsort(parts, (size_t)len, sizeof(Part), part_cmp);
+        return;
+    }
+    for (Py_ssize_t i = 1; i < len; i++) { /* a few unions: insertion sort */
+        Part p = parts[i];
+        Py_ssize_t j = i;
+        for (; j > 0 && part_less(&p, &parts[j - 1]); j--) parts[j] = parts[j - 1];
+        parts[j] = p;
+    }
+}
+
+/* parts[0:len] ascending less its first `gone`, merged with the `m <= gone` ascending `new`
+ * ones, into parts[0:len - gone + m]: each new part goes in after a binary search, the parts
+ * between moved once, O(m log len + len) moves at most */
+static void replace_smallest(Part *parts, Py_ssize_t len, Py_ssize_t gone, const Part *new, Py_ssize_t m) {
+    Py_ssize_t w = 0, r = gone;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        Py_ssize_t low = r, high = len; /* the first kept part above new[i] */
+        while (low < high) {
+            Py_ssize_t mid = low + (high - low) / 2;
+            if (part_less(&parts[mid], &new[i])) low = mid + 1;
+            else high = mid;
+        }
+        memmove(&parts[w], &parts[r], sizeof(Part) * (size_t)(low - r));
+        w += low - r;
+        r = low;
+        parts[w++] = new[i];
+    }
+    memmove(&parts[w], &parts[r], sizeof(Part) * (size_t)(len - r));
+}
+
+/* the ascending merge of three ascending runs into a new array of len parts; NULL out of memory */
+static Part *merge_runs(const Part *x, Py_ssize_t nx, const Part *y, Py_ssize_t ny, const Part *z, Py_ssize_t nz) {
+    Py_ssize_t len = nx + ny + nz, i = 0, j = 0, m = 0;
+    Part *merged = malloc(sizeof(Part) * (size_t)len);
+    if (merged == NULL) return NULL;
+    for (Py_ssize_t out = 0; out < len; out++) {
+        const Part *best = NULL;
+        int from = 0;
+        if (i < nx) best = &x[i], from = 1;
+        if (j < ny && (best == NULL || part_less(&y[j], best))) best = &y[j], from = 2;
+        if (m < nz && (best == NULL || part_less(&z[m], best))) best = &z[m], from = 3;
+        merged[out] = *best;
+        if (from == 1) i++;
+        else if (from == 2) j++;
+        else m++;
+    }
+    return merged;
+}
+
+/* Join two states into first's place (first has the smaller key); 0, or 1 over the cap, or -1
+ * out of memory. `next` links each item to the one after it in its part. */
+static int merge(State *first, State *second, Py_ssize_t k, Py_ssize_t *next, int capped, int64_t cap,
+                 Part *scratch) {
+    Py_ssize_t a = first->len, b = second->len, overlap = a + b - k, joined = overlap > 0 ? overlap : 0;
+    for (Py_ssize_t i = 0; i < joined; i++) {
+        Part *lead = &first->parts[i], *other = &second->parts[overlap - 1 - i];
+        Part u = *lead;
+        u.sum += other->sum;
+        u.count += other->count;
+        u.tokens += other->tokens;
+        next[lead->tail] = other->first;
+        u.tail = other->tail;
+        if (capped && u.tokens > cap) return 1;
+        scratch[i] = u;
+    }
+    sort_parts(scratch, joined);
+    State *large = a >= b ? first : second, *small = large == first ? second : first;
+    Part *parts;
+    int owned;
+    if (large->len == k) {
+        /* every part of the small state is joined (most merges: a full state and an item):
+         * the unions replace the large state's smallest parts, in its own array */
+        replace_smallest(large->parts, k, joined, scratch, joined);
+        parts = large->parts;
+        owned = large->owned;
+        large->owned = 0; /* (its array moves to first) */
+        release(small);
+    } else {
+        parts = merge_runs(scratch, joined, first->parts + joined, a - joined, second->parts + joined, b - joined);
+        if (parts == NULL) return -1;
+        owned = 1;
+        release(first);
+        release(second);
+    }
+    release(second);
+    first->parts = parts;
+    first->owned = owned;
+    first->len = a + b - joined;
+    set_spread(first, k);
+    return 0;
+}
+
+/* values[i] as a non-negative int64 below LIMIT; 1 when it is not one (the Python room decides) */
+static int read_value(PyObject *list, Py_ssize_t i, int64_t *out) {
+    PyObject *item = PyList_GET_ITEM(list, i);
+    if (!PyLong_Check(item)) return 1;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+    if (overflow || v < 0 || v >= LIMIT) {
+        PyErr_Clear();
+        return 1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+typedef struct {
+    Py_ssize_t index;
+    int64_t value;
+} Ranked;
+
+/* order[0:n] (given by rising index) stably by value: ascending by (value, index). LSD radix
+ * sort on bytes, a byte that every value shares skipped; O(8 n). -1 out of memory. */
+static int sort_ranked(Ranked *order, Py_ssize_t n) {
+    Ranked *other = malloc(sizeof(Ranked) * (size_t)n), *from = order, *to = other;
+    if (other == NULL) return -1;
+    for (int shift = 0; shift < 64; shift += 8) {
+        Py_ssize_t count[257] = {0};
+        for (Py_ssize_t i = 0; i < n; i++) count[((uint64_t)from[i].value >> shift & 255) + 1]++;
+        if (count[((uint64_t)from[0].value >> shift & 255) + 1] == n) continue; /* one byte for all */
+        for (int d = 0; d < 256; d++) count[d + 1] += count[d];
+        for (Py_ssize_t i = 0; i < n; i++) to[count[(uint64_t)from[i].value >> shift & 255]++] = from[i];
+        Ranked *t = from;
+        from = to;
+        to = t;
+    }
+    if (from != order) memcpy(order, from, sizeof(Ranked) * (size_t)n);
+    free(other);
+    return 0;
+}
+
+/* the states to start from, in states[0:n] with equal_size, in states[0:ceil(n / k)] else.
+ * Without equal_size: one per item, in the order they merge (the largest part first, so
+ * by falling value, then falling index), left out of the heap (*queued: n of them); with
+ * it: the items ascending by (value, index) in runs of k, each run one state, in the heap.
+ * -1 out of memory. */
+static int start_states(Heap *heap, State *states, Py_ssize_t *queued, const int64_t *values,
+                        const int64_t *tokens, Py_ssize_t n, Py_ssize_t k, int equal_size) {
+    Ranked *order = malloc(sizeof(Ranked) * (size_t)n);
+    if (order == NULL) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) order[i].index = i, order[i].value = values[i];
+    if (sort_ranked(order, n) < 0) {
+        free(order);
+        return -1;
+    }
+    Py_ssize_t step = equal_size ? k : 1, made = 0;
+    for (Py_ssize_t start = 0; start < n; start += step, made++) {
+        Py_ssize_t len = n - start < step ? n - start : step;
+        State *s = &states[made];
+        s->parts = len == 1 ? &s->one : malloc(sizeof(Part) * (size_t)len);
+        if (s->parts == NULL) {
+            free(order);
+            return -1;
+        }
+        s->owned = len > 1;
+        s->len = len;
+        for (Py_ssize_t t = 0; t < len; t++) {
+            Py_ssize_t item = equal_size ? order[start + t].index : order[n - 1 - start].index;
+            Part p = {values[item], 1, tokens[item], item, item};
+            s->parts[t] = p;
+        }
+        sort_parts(s->parts, len);
+        set_spread(s, k);
+        if (equal_size) heap_push(heap, s);
+    }
+    *queued = equal_size ? 0 : n;
+    free(order);
+    return 0;
+}
+
+/* the state of the smallest key: the next queued one (states[*j]) or the heap's top */
+static State *take(Heap *heap, State *states, Py_ssize_t *j, Py_ssize_t queued) {
+    if (*j < queued && (heap->len == 0 || state_less(&states[*j], heap->items[0]))) return &states[(*j)++];
+    return heap_pop(heap);
+}
+
+/* the final state's parts, largest first, each its items in merge order; empties to k */
+static PyObject *parts_list(const State *last, const Py_ssize_t *next, Py_ssize_t k) {
+    PyObject *result = PyList_New(k);
+    if (result == NULL) return NULL;
+    for (Py_ssize_t p = 0; p < k; p++) {
+        PyObject *items;
+        if (p < last->len) {
+            const Part *part = &last->parts[last->len - 1 - p];
+            items = PyList_New(part->count);
+            if (items == NULL) goto fail;
+            Py_ssize_t item = part->first;
+            for (Py_ssize_t c = 0; c < part->count; c++, item = next[item]) {
+                PyObject *index = PyLong_FromSsize_t(item);
+                if (index == NULL) {
+                    Py_DECREF(items);
+                    goto fail;
+                }
+                PyList_SET_ITEM(items, c, index);
+            }
+        } else {
+            items = PyList_New(0);
+            if (items == NULL) goto fail;
+        }
+        PyList_SET_ITEM(result, p, items);
+    }
+    return result;
+fail:
+    Py_DECREF(result);
+    return NULL;
+}
+
+/* the merges to one state; the parts, None over the cap, NULL with an exception set */
+static PyObject *run(const int64_t *values, const int64_t *tokens, Py_ssize_t n, Py_ssize_t k,
+                     int equal_size, int capped, int64_t cap) {
+    PyObject *result = NULL;
+    State *states = calloc((size_t)n, sizeof(State));
+    Heap heap = {malloc(sizeof(State *) * (size_t)n), 0};
+    Py_ssize_t *next = malloc(sizeof(Py_ssize_t) * (size_t)n), queued = 0, j = 0;
+    Part *scratch = malloc(sizeof(Part) * (size_t)(k < n ? k : n)); /* unions per merge, at most */
+    if (states == NULL || heap.items == NULL || next == NULL || scratch == NULL ||
+        start_states(&heap, states, &queued, values, tokens, n, k, equal_size) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    while (heap.len + queued - j > 1) {
+        State *first = take(&heap, states, &j, queued), *second = take(&heap, states, &j, queued);
+        int status = merge(first, second, k, next, capped, cap, scratch);
+        if (status < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        if (status > 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        heap_push(&heap, first);
+    }
+    result = parts_list(heap.len ? heap.items[0] : &states[j], next, k);
+done:
+    if (states != NULL)
+        for (Py_ssize_t i = 0; i < n; i++) release(&states[i]);
+    free(states);
+    free(heap.items);
+    free(next);
+    free(scratch);
+    return result;
+}
+
+static PyObject *differencing(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *values_list, *sizes_list, *cap_object;
+    Py_ssize_t k;
+    int equal_size;
+    if (!PyArg_ParseTuple(args, "OnpOO", &values_list, &k, &equal_size, &sizes_list, &cap_object)) return NULL;
+    if (!PyList_Check(values_list)) Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t n = PyList_GET_SIZE(values_list);
+    int capped = sizes_list != Py_None;
+    int64_t cap = 0;
+    if (n == 0 || k < 1 || (capped && (!PyList_Check(sizes_list) || PyList_GET_SIZE(sizes_list) != n)))
+        Py_RETURN_NOTIMPLEMENTED;
+    if (capped) {
+        int overflow = 0;
+        long long c = PyLong_Check(cap_object) ? PyLong_AsLongLongAndOverflow(cap_object, &overflow) : -1;
+        if (overflow || c < 0 || c >= LIMIT / 2) {
+            PyErr_Clear();
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        cap = (int64_t)c;
+    }
+    int64_t *values = malloc(sizeof(int64_t) * (size_t)n), *tokens = calloc((size_t)n, sizeof(int64_t));
+    if (values == NULL || tokens == NULL) {
+        free(values);
+        free(tokens);
+        return PyErr_NoMemory();
+    }
+    int64_t total = 0;
+    int refused = 0;
+    for (Py_ssize_t i = 0; i < n && !refused; i++) {
+        refused = read_value(values_list, i, &values[i]) || (total += values[i]) >= LIMIT;
+        if (!refused && capped) refused = read_value(sizes_list, i, &tokens[i]) || tokens[i] > cap;
+    }
+    PyObject *result = refused ? Py_NewRef(Py_NotImplemented)
+                               : run(values, tokens, n, k, equal_size, capped, cap);
+    free(values);
+    free(tokens);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"differencing", differencing, METH_VARARGS,
+     "differencing(values, k, equal_size, sizes, cap) -> parts, None (over the cap) or NotImplemented"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native_differencing", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native_differencing(void) { return PyModule_Create(&module); }
