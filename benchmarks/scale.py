@@ -53,8 +53,9 @@ Tensor rows run torch on one intra-op thread (``--threads``): on a shared machin
 split over threads that wait for a core cost about 24x its single-thread CPU time (8 ms
 became 199 ms for 512 dense rows under a load of 14), so the ratio measured the load.
 
-Karmarkar-Karp runs on its compiled twin where the package was built with one (the
-first line says which); ``SEQLEN_BALANCING_PURE_PYTHON=1`` runs the Python code.
+Karmarkar-Karp, best fit and LPT run on their compiled twins where the package was built
+with them (``seqlen_balancing.native``; the first line says which are in use);
+``SEQLEN_BALANCING_PURE_PYTHON=1`` runs the Python code.
 
 After the table, the growth exponent of each (api, cap): the slope of a least-squares fit
 of log(cpu s) on log(samples); 1.0 is linear.
@@ -362,10 +363,11 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-    from seqlen_balancing import differencing
+    from seqlen_balancing import balance, differencing, packing
 
-    twin = "the compiled twin" if differencing._native is not None else "the Python code"
-    print(f"Karmarkar-Karp: {twin}")
+    rooms = {"differencing": differencing, "packing": packing, "balance": balance}
+    twins = [name for name, room in rooms.items() if room._native is not None]
+    print(f"compiled twins in use: {', '.join(twins) or 'none (the Python code)'}")
     print(
         f"{'api':<7}{'cap':>7}{'samples':>9}{'count':>8}{'bound':>8}{'cpu s':>9}{'us/smp':>8}"
         f"{'peak MB':>8}{'batch MB':>9}{'gather s':>9}{'ratio':>7}{'cut x':>7}{'isel x':>7}{'spread':>8}"

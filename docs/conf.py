@@ -64,6 +64,7 @@ nitpick_ignore = [
     ("py:class", "tensordict.TensorDict"),
     ("py:class", "tensordict._td.TensorDict"),
     ("py:class", "numpy.ndarray"),
+    ("py:class", "types.ModuleType"),  # seqlen_balancing.native.twin's compiled module
     ("py:class", "ProcessGroup"),
     ("py:class", "torch.distributed.ProcessGroup"),
     # the error records' TypeVar (from_values returns the record type it is called on)

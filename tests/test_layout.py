@@ -24,15 +24,17 @@ LAYERS: list[tuple[str, ...]] = [
     # errors/ is a package: record.py at its bottom, the areas of records above it (see
     # test_the_error_areas_import_only_the_record_room)
     ("_checks", "errors", "data", "collector"),
+    # which compiled twins of the planning loops are built and in use
+    ("native",),
     # Karmarkar-Karp on packed parts, as verl makes it: partition's and the planner's; its
     # compiled twin (a C extension: a module of the graph with no imports)
-    ("differencing", "_native_differencing"),
+    ("differencing", "_c_differencing"),
     ("cost", "partition", "bounds", "per_sample"),
     # the one rule: built on the plain bounds, taken by every algorithm above it
     ("rule",),
-    ("packing", "repack", "rebalance"),
+    ("packing", "repack", "rebalance", "_c_packing"),
     # balancing at a fixed count: the candidates, the choice among them, verl's order
-    ("balance",),
+    ("balance", "_c_balance"),
     # the options object: checked values the planner, the batch glue, verl and the CLI take
     ("options",),
     ("analysis", "items", "groups"),

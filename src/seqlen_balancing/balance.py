@@ -12,7 +12,9 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Sequence
+from typing import Any
 
+from seqlen_balancing.native import twin
 from seqlen_balancing.packing import split
 from seqlen_balancing.rebalance import rebalance
 from seqlen_balancing.rule import Loads, Rule, falls, widest_first
@@ -26,6 +28,8 @@ __all__ = [
     "spread",
     "workload_gap",
 ]
+
+_native: Any = twin("_c_balance")  # None: the Python code (seqlen_balancing.native)
 
 
 def lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | None:
@@ -128,6 +132,23 @@ def _trial_fails(rule: Rule, workloads: Sequence[int], count: int, order: list[i
 
 
 def _lpt_plain(
+    sizes: Sequence[int],
+    cap: int,
+    workloads: Sequence[int],
+    count: int,
+    order: list[int],
+    budget: int,
+) -> list[list[int]] | None:
+    """:func:`_lpt_plain_python`'s micro-batches (or ``None``), from its compiled twin where
+    it was built and takes the input (:mod:`seqlen_balancing.native`)."""
+    if _native is not None:
+        found = _native.lpt_plain(sizes, cap, workloads, count, order, budget)
+        if found is not NotImplemented:
+            return found  # type: ignore[no-any-return]
+    return _lpt_plain_python(sizes, cap, workloads, count, order, budget)
+
+
+def _lpt_plain_python(
     sizes: Sequence[int],
     cap: int,
     workloads: Sequence[int],

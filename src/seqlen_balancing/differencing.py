@@ -7,36 +7,23 @@ sort and compare in C; a state is a sorted list of its non-empty parts. The publ
 ``karmarkar_karp`` and the balanced partitions of :mod:`seqlen_balancing.partition`, and
 the planner's verl candidate (:mod:`seqlen_balancing.search`), call it.
 
-Where the package was built with a C compiler (``setup.py``), :func:`_differencing` runs the
-compiled twin of :func:`_differencing_python` (``_native_differencing.c``: the same choices,
-the same partitions, 9-20x faster) on ints from 0 below ``2**62``; :data:`ENV_PURE_PYTHON`
-switched on in the environment, read at import, keeps to the Python code.
+Where the package was built with a C compiler, :func:`_differencing` runs the compiled twin
+of :func:`_differencing_python` (``_c_differencing.c``: the same choices, the same
+partitions, 9-20x faster) on ints from 0 below ``2**62`` (:mod:`seqlen_balancing.native`).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-import os
 from bisect import insort
 from typing import Any, NamedTuple
 
-from seqlen_balancing._checks import SWITCH_ON
+from seqlen_balancing.native import twin
 
-__all__ = ["ENV_PURE_PYTHON"]
+__all__: list[str] = []
 
-#: A switch (``1``, ``true``, ``yes``, ``on``; default off): Karmarkar-Karp runs its Python
-#: code even where the compiled twin was built (read once, at import; the partitions are the
-#: same either way). Any other value leaves the twin on; a switched verl job refuses it
-#: (:func:`seqlen_balancing.options.env_values`).
-ENV_PURE_PYTHON = "SEQLEN_BALANCING_PURE_PYTHON"
-
-_native: Any = None
-if os.environ.get(ENV_PURE_PYTHON, "").strip().lower() not in SWITCH_ON:
-    try:
-        import seqlen_balancing._native_differencing as _native  # type: ignore[import-not-found,no-redef]
-    except ImportError:  # built without a C compiler: the Python code below
-        _native = None
+_native: Any = twin("_c_differencing")
 
 
 def _layout(n: int, cap: int | None) -> tuple[int, int]:

@@ -42,7 +42,6 @@ from typing import Any, TypedDict
 
 from seqlen_balancing._checks import SWITCH_OFF, SWITCH_ON, _integer_or_none, as_switch, describe
 from seqlen_balancing.cost import WorkloadModel
-from seqlen_balancing.differencing import ENV_PURE_PYTHON
 from seqlen_balancing.errors import (
     Argument,
     BelowOne,
@@ -59,6 +58,7 @@ from seqlen_balancing.errors import (
     UnknownOverCap,
     WorkloadModelInvalid,
 )
+from seqlen_balancing.native import ENV_PURE_PYTHON
 
 if sys.version_info >= (3, 11):
     from typing import Unpack
@@ -98,8 +98,8 @@ ENV_SWITCH = "SEQLEN_BALANCING_VERL"
 ENV_BALANCE_STEP = "SEQLEN_BALANCING_BALANCE_STEP"
 
 #: The variables that are switches of the job rather than options of a plan; the third,
-#: :data:`~seqlen_balancing.differencing.ENV_PURE_PYTHON`, keeps Karmarkar-Karp on its Python
-#: code (read at import by :mod:`seqlen_balancing.differencing`, under the same rule).
+#: :data:`~seqlen_balancing.native.ENV_PURE_PYTHON`, keeps the planning loops on their Python
+#: code (read at import by :mod:`seqlen_balancing.native`'s callers, under the same rule).
 ENV_SWITCHES = (ENV_SWITCH, ENV_BALANCE_STEP, ENV_PURE_PYTHON)
 
 #: The values ``over_cap`` takes: ``"raise"`` (verl's behaviour) or ``"alone"``.

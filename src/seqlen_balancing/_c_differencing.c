@@ -1,4 +1,4 @@
-/* seqlen_balancing._native_differencing: the compiled twin of
+/* seqlen_balancing._c_differencing: the compiled twin of
  * seqlen_balancing.differencing._differencing_python (issue 33).
  *
  * Karmarkar-Karp's largest differencing method into k parts, made choice for choice as the
@@ -6,7 +6,7 @@
  *
  *   - a part is ordered by (workload sum, number of items, index of its first item); no two
  *     parts share a first item, so no two parts are equal;
- *   - a state is its non-empty parts, ascending (missing parts are empty and smallest);
+ *   - a state is its non-empty parts, largest first (missing parts are empty and smallest);
  *   - the state with the largest spread merges first: its key is (smallest part's sum, 0 for
  *     a state of fewer than k parts, less the largest's; then the larger largest part first);
  *   - the two states of smallest keys merge; the first's i-th largest part takes the
@@ -36,9 +36,9 @@ typedef struct {
 } Part;
 
 typedef struct {
-    Part *parts; /* ascending, len of them: &one, or malloc'd (owned) */
-    Py_ssize_t len;
-    int64_t spread; /* (len == k ? parts[0].sum : 0) - parts[len - 1].sum */
+    Part *parts; /* largest first, len of them (room for room): &one, or malloc'd (owned) */
+    Py_ssize_t len, room;
+    int64_t spread; /* (len == k ? smallest part's sum : 0) - largest part's sum */
     int owned;
     Part one; /* a state of one item holds its part here */
 } State;
@@ -49,25 +49,39 @@ static void release(State *s) {
     s->owned = 0;
 }
 
+/* room for `wanted` parts in s's array (doubling, at most `most`); -1 out of memory */
+static int reserve(State *s, Py_ssize_t wanted, Py_ssize_t most) {
+    if (wanted <= s->room) return 0;
+    Py_ssize_t room = s->room * 2 > wanted ? s->room * 2 : wanted;
+    room = room < most ? room : most;
+    Part *parts = s->owned ? realloc(s->parts, sizeof(Part) * (size_t)room) : malloc(sizeof(Part) * (size_t)room);
+    if (parts == NULL) return -1;
+    if (!s->owned) memcpy(parts, s->parts, sizeof(Part) * (size_t)s->len);
+    s->parts = parts;
+    s->room = room;
+    s->owned = 1;
+    return 0;
+}
+
 static int part_less(const Part *a, const Part *b) {
     if (a->sum != b->sum) return a->sum < b->sum;
     if (a->count != b->count) return a->count < b->count;
     return a->first < b->first;
 }
 
-static int part_cmp(const void *x, const void *y) {
+static int part_cmp_falling(const void *x, const void *y) {
     const Part *a = x, *b = y;
-    return part_less(a, b) ? -1 : (part_less(b, a) ? 1 : 0);
+    return part_less(b, a) ? -1 : (part_less(a, b) ? 1 : 0);
 }
 
 /* the state that merges first: the smaller spread value, then the larger largest part */
 static int state_less(const State *a, const State *b) {
     if (a->spread != b->spread) return a->spread < b->spread;
-    return part_less(&b->parts[b->len - 1], &a->parts[a->len - 1]);
+    return part_less(&b->parts[0], &a->parts[0]);
 }
 
 static void set_spread(State *s, Py_ssize_t k) {
-    s->spread = (s->len == k ? s->parts[0].sum : 0) - s->parts[s->len - 1].sum;
+    s->spread = (s->len == k ? s->parts[s->len - 1].sum : 0) - s->parts[0].sum;
 }
 
 typedef struct {
@@ -101,65 +115,52 @@ static State *heap_pop(Heap *h) {
     return top;
 }
 
-static void sort_parts(Part *parts, Py_ssize_t len) {
+/* parts[0:len] largest first (a few unions: insertion sort, else qsort) */
+static void sort_falling(Part *parts, Py_ssize_t len) {
     if (len > 16) {
-        qsort(parts, (size_t)len, sizeof(Part), part_cmp);
+        qsort(parts, (size_t)len, sizeof(Part), part_cmp_falling);
         return;
     }
-    for (Py_ssize_t i = 1; i < len; i++) { /* a few unions: insertion sort */
+    for (Py_ssize_t i = 1; i < len; i++) {
         Part p = parts[i];
         Py_ssize_t j = i;
-        for (; j > 0 && part_less(&p, &parts[j - 1]); j--) parts[j] = parts[j - 1];
+        for (; j > 0 && part_less(&parts[j - 1], &p); j--) parts[j] = parts[j - 1];
         parts[j] = p;
     }
 }
 
-/* parts[0:len] ascending less its first `gone`, merged with the `m <= gone` ascending `new`
- * ones, into parts[0:len - gone + m]: each new part goes in after a binary search, the parts
- * between moved once, O(m log len + len) moves at most */
-static void replace_smallest(Part *parts, Py_ssize_t len, Py_ssize_t gone, const Part *new, Py_ssize_t m) {
-    Py_ssize_t w = 0, r = gone;
-    for (Py_ssize_t i = 0; i < m; i++) {
-        Py_ssize_t low = r, high = len; /* the first kept part above new[i] */
+/* The m parts `new` (largest first) into parts[0:len] (largest first, room for len + m), in
+ * place: from the smallest new part up, each after a binary search, the parts below it moved
+ * once. O(m log len) compares, each kept part moved at most once. */
+static void insert_falling(Part *parts, Py_ssize_t len, const Part *new, Py_ssize_t m) {
+    Py_ssize_t end = len; /* parts[0:end] not yet moved */
+    for (Py_ssize_t j = m - 1; j >= 0; j--) {
+        Py_ssize_t low = 0, high = end; /* the first of parts[0:end] below new[j] */
         while (low < high) {
             Py_ssize_t mid = low + (high - low) / 2;
-            if (part_less(&parts[mid], &new[i])) low = mid + 1;
+            if (part_less(&new[j], &parts[mid])) low = mid + 1;
             else high = mid;
         }
-        memmove(&parts[w], &parts[r], sizeof(Part) * (size_t)(low - r));
-        w += low - r;
-        r = low;
-        parts[w++] = new[i];
+        memmove(&parts[low + j + 1], &parts[low], sizeof(Part) * (size_t)(end - low));
+        parts[low + j] = new[j];
+        end = low;
     }
-    memmove(&parts[w], &parts[r], sizeof(Part) * (size_t)(len - r));
-}
-
-/* the ascending merge of three ascending runs into a new array of len parts; NULL out of memory */
-static Part *merge_runs(const Part *x, Py_ssize_t nx, const Part *y, Py_ssize_t ny, const Part *z, Py_ssize_t nz) {
-    Py_ssize_t len = nx + ny + nz, i = 0, j = 0, m = 0;
-    Part *merged = malloc(sizeof(Part) * (size_t)len);
-    if (merged == NULL) return NULL;
-    for (Py_ssize_t out = 0; out < len; out++) {
-        const Part *best = NULL;
-        int from = 0;
-        if (i < nx) best = &x[i], from = 1;
-        if (j < ny && (best == NULL || part_less(&y[j], best))) best = &y[j], from = 2;
-        if (m < nz && (best == NULL || part_less(&z[m], best))) best = &z[m], from = 3;
-        merged[out] = *best;
-        if (from == 1) i++;
-        else if (from == 2) j++;
-        else m++;
-    }
-    return merged;
 }
 
 /* Join two states into first's place (first has the smaller key); 0, or 1 over the cap, or -1
- * out of memory. `next` links each item to the one after it in its part. */
+ * out of memory. `next` links each item to the one after it in its part. `scratch` holds
+ * min(n, k) parts.
+ *
+ * The i-th largest part of first (padded with empty parts to k) takes the i-th smallest of
+ * second: only the `joined` smallest real parts of each meet a real part, first's j-th
+ * smallest with second's (joined - 1 - j)-th smallest. The state with more parts keeps its
+ * array: its joined parts (its smallest, at the end) leave it, and the unions and the other
+ * state's parts that met an empty one go in. */
 static int merge(State *first, State *second, Py_ssize_t k, Py_ssize_t *next, int capped, int64_t cap,
                  Part *scratch) {
     Py_ssize_t a = first->len, b = second->len, overlap = a + b - k, joined = overlap > 0 ? overlap : 0;
-    for (Py_ssize_t i = 0; i < joined; i++) {
-        Part *lead = &first->parts[i], *other = &second->parts[overlap - 1 - i];
+    for (Py_ssize_t j = 0; j < joined; j++) {
+        Part *lead = &first->parts[a - 1 - j], *other = &second->parts[b - joined + j];
         Part u = *lead;
         u.sum += other->sum;
         u.count += other->count;
@@ -167,31 +168,25 @@ static int merge(State *first, State *second, Py_ssize_t k, Py_ssize_t *next, in
         next[lead->tail] = other->first;
         u.tail = other->tail;
         if (capped && u.tokens > cap) return 1;
-        scratch[i] = u;
+        scratch[j] = u;
     }
-    sort_parts(scratch, joined);
     State *large = a >= b ? first : second, *small = large == first ? second : first;
-    Part *parts;
-    int owned;
-    if (large->len == k) {
-        /* every part of the small state is joined (most merges: a full state and an item):
-         * the unions replace the large state's smallest parts, in its own array */
-        replace_smallest(large->parts, k, joined, scratch, joined);
-        parts = large->parts;
-        owned = large->owned;
-        large->owned = 0; /* (its array moves to first) */
-        release(small);
-    } else {
-        parts = merge_runs(scratch, joined, first->parts + joined, a - joined, second->parts + joined, b - joined);
-        if (parts == NULL) return -1;
-        owned = 1;
-        release(first);
-        release(second);
-    }
+    Py_ssize_t kept = small->len - joined, m = joined + kept;
+    memcpy(&scratch[joined], small->parts, sizeof(Part) * (size_t)kept); /* (small's largest) */
+    sort_falling(scratch, m);
+    Py_ssize_t len = large->len - joined;
+    if (reserve(large, len + m, k) < 0) return -1;
+    insert_falling(large->parts, len, scratch, m);
+    Part *parts = large->parts;
+    Py_ssize_t room = large->room;
+    int owned = large->owned;
+    large->owned = 0; /* (its array moves to first) */
+    release(small);
     release(second);
     first->parts = parts;
+    first->room = room;
     first->owned = owned;
-    first->len = a + b - joined;
+    first->len = len + m;
     set_spread(first, k);
     return 0;
 }
@@ -259,13 +254,13 @@ static int start_states(Heap *heap, State *states, Py_ssize_t *queued, const int
             return -1;
         }
         s->owned = len > 1;
-        s->len = len;
+        s->len = s->room = len;
         for (Py_ssize_t t = 0; t < len; t++) {
             Py_ssize_t item = equal_size ? order[start + t].index : order[n - 1 - start].index;
             Part p = {values[item], 1, tokens[item], item, item};
             s->parts[t] = p;
         }
-        sort_parts(s->parts, len);
+        sort_falling(s->parts, len);
         set_spread(s, k);
         if (equal_size) heap_push(heap, s);
     }
@@ -287,7 +282,7 @@ static PyObject *parts_list(const State *last, const Py_ssize_t *next, Py_ssize_
     for (Py_ssize_t p = 0; p < k; p++) {
         PyObject *items;
         if (p < last->len) {
-            const Part *part = &last->parts[last->len - 1 - p];
+            const Part *part = &last->parts[p];
             items = PyList_New(part->count);
             if (items == NULL) goto fail;
             Py_ssize_t item = part->first;
@@ -318,7 +313,7 @@ static PyObject *run(const int64_t *values, const int64_t *tokens, Py_ssize_t n,
     State *states = calloc((size_t)n, sizeof(State));
     Heap heap = {malloc(sizeof(State *) * (size_t)n), 0};
     Py_ssize_t *next = malloc(sizeof(Py_ssize_t) * (size_t)n), queued = 0, j = 0;
-    Part *scratch = malloc(sizeof(Part) * (size_t)(k < n ? k : n)); /* unions per merge, at most */
+    Part *scratch = malloc(sizeof(Part) * (size_t)(k < n ? k : n)); /* new parts per merge, at most */
     if (states == NULL || heap.items == NULL || next == NULL || scratch == NULL ||
         start_states(&heap, states, &queued, values, tokens, n, k, equal_size) < 0) {
         PyErr_NoMemory();
@@ -394,7 +389,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_native_differencing", NULL, -1, methods, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "_c_differencing", NULL, -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__native_differencing(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__c_differencing(void) { return PyModule_Create(&module); }

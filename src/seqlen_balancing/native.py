@@ -1,0 +1,43 @@
+"""The compiled twins of the planning loops: which were built, and whether they are in use.
+
+Three hot loops have a twin in C, built by ``setup.py`` where a C compiler is found (and
+left out, without an error, where none is): Karmarkar-Karp (``_c_differencing.c``, twin
+of ``differencing._differencing``), best fit decreasing on a sorted list of rooms
+(``_c_packing.c``, of ``packing._best_fit_sorted``) and LPT on plain sums
+(``_c_balance.c``, of ``balance._lpt_plain``). Each makes the same choices as
+its Python code, so plans are identical with or without them; each answers
+``NotImplemented`` for an input it does not take (ints past ``2**62``, not ints, no items),
+and the Python code runs. :data:`ENV_PURE_PYTHON` keeps every loop on its Python code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+from seqlen_balancing._checks import SWITCH_ON
+
+__all__ = ["ENV_PURE_PYTHON", "twin"]
+
+#: A switch (``1``, ``true``, ``yes``, ``on``; default off): the planning loops run their
+#: Python code even where their compiled twins were built (read when a room is imported;
+#: the plans are the same either way). Any other value leaves the twins on; a switched verl
+#: job refuses it (:func:`seqlen_balancing.options.env_values`).
+ENV_PURE_PYTHON = "SEQLEN_BALANCING_PURE_PYTHON"
+
+
+def twin(name: str) -> ModuleType | None:
+    """The compiled module ``seqlen_balancing.<name>``, or ``None`` where it was not built
+    or :data:`ENV_PURE_PYTHON` is on.
+
+    Example:
+        >>> twin("_no_such_twin") is None
+        True
+    """
+    if os.environ.get(ENV_PURE_PYTHON, "").strip().lower() in SWITCH_ON:
+        return None
+    try:
+        return importlib.import_module(f"seqlen_balancing.{name}")
+    except ImportError:  # built without a C compiler
+        return None
