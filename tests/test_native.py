@@ -76,6 +76,23 @@ def test_the_pure_python_switch_turns_it_off_in_a_fresh_interpreter() -> None:
         assert out.stdout.strip() == str(off or not built), (value, out.stderr)
 
 
+def test_counts_past_the_limit_are_refused() -> None:
+    # (the Python code would make that many empty lists: not run here)
+    assert _native().differencing([5, 4], 2**63, False, None, 0) is NotImplemented
+    lpt_plain = _native("seqlen_balancing._c_balance").lpt_plain
+    assert lpt_plain([3, 2], 8, [9, 4], 2**63, [0, 1], 100) is NotImplemented
+
+
+class Tenfold(list):  # type: ignore[type-arg]
+    """A list whose items read ten times what it holds."""
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        return 10 * list.__getitem__(self, index)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return (10 * value for value in list.__iter__(self))
+
+
 def _native(name: str = NATIVE):  # type: ignore[no-untyped-def]
     return pytest.importorskip(name, reason="built without a C compiler (CI requires it)")
 
@@ -143,6 +160,7 @@ def test_a_part_one_token_over_the_cap_stops_it() -> None:
         ([1, 2], 0, None, 0),  # no part
         ([5, 4], 1, [3, 1], 2),  # an item over the cap alone
         ([5, 4], 2, [1, 1], 2**61),  # a cap past 2**61
+        (Tenfold([5, 4]), 2, None, 0),  # a list subclass (it may read its items otherwise)
     ],
 )
 def test_inputs_it_refuses_are_the_python_codes(
@@ -239,6 +257,9 @@ def test_lpt_twin_gives_up_at_the_skip_where_the_budget_runs_out() -> None:
         ("lpt_plain", ([3, 2], 8, [9, 4], 0, [0, 1], 100)),  # no micro-batch
         ("lpt_plain", ([3, 2], 8, [9, 4], 2, [0, 1], 2**64)),  # a budget past 2**62
         ("lpt_plain", ([3, 2.0], 8, [9, 4], 2, [0, 1], 100)),  # not an int
+        ("lpt_plain", ([1, 1], 100, [1, 0], 2, [0, 1, 1], 100)),  # an order naming an item twice
+        ("best_fit_sorted", ([1, 2], 5, [True, False])),  # an order of bools (they come back)
+        ("best_fit_sorted", (Tenfold([3, 2, 2]), 100, [0, 1, 2])),  # a list subclass
     ],
 )
 def test_inputs_the_twins_refuse_are_the_python_codes(name: str, args: tuple[object, ...]) -> None:

@@ -116,14 +116,16 @@ static int place(const int64_t *sizes, const int64_t *workloads, const Py_ssize_
 }
 
 static PyObject *lpt_plain(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *sizes_list, *cap_object, *workloads_list, *order_list, *budget_object, *result = NULL;
-    Py_ssize_t count;
-    if (!PyArg_ParseTuple(args, "OOOnOO", &sizes_list, &cap_object, &workloads_list, &count, &order_list,
+    PyObject *sizes_list, *cap_object, *workloads_list, *count_object, *order_list, *budget_object;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &sizes_list, &cap_object, &workloads_list, &count_object, &order_list,
                           &budget_object))
         return NULL;
-    if (!PyList_Check(sizes_list) || !PyList_Check(order_list) || count < 1) Py_RETURN_NOTIMPLEMENTED;
-    Py_ssize_t items = PyList_GET_SIZE(sizes_list), n = PyList_GET_SIZE(order_list);
-    int64_t cap, budget;
+    int64_t cap, budget, wanted;
+    if (!PyList_CheckExact(sizes_list) || !PyList_CheckExact(order_list) || native_int(count_object, &wanted) ||
+        wanted < 1 || wanted > PY_SSIZE_T_MAX / 16)
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t items = PyList_GET_SIZE(sizes_list), n = PyList_GET_SIZE(order_list), count = (Py_ssize_t)wanted;
     int refused = native_int(cap_object, &cap) || native_int(budget_object, &budget), refused_more = 0;
     int64_t *sizes = refused ? NULL : native_ints(sizes_list, items, &refused);
     int64_t *workloads = sizes == NULL ? NULL : native_ints(workloads_list, items, &refused_more);

@@ -17,18 +17,15 @@
  *
  * One entry point, differencing(values, k, equal_size, sizes, cap), returns the parts, None
  * (over the cap), or NotImplemented where the Python room must decide instead: no items,
- * k < 1, a value that is not an int, negative, or sums and caps past 2**62. The Python room
- * (differencing.py) calls it and falls back on NotImplemented.
+ * k < 1, an input past _c_ints.h's limits (sums and k below 2**62, caps below 2**61), an
+ * item alone over the cap. The Python room (differencing.py) falls back on NotImplemented.
  *
  * Complexity: O(n log n + n k) time, O(n + k) memory per state alive (at most n states).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
+#include "_c_ints.h"
+
 #include <stdlib.h>
 #include <string.h>
-
-#define LIMIT ((int64_t)1 << 62)
 
 typedef struct {
     int64_t sum, count, tokens;
@@ -191,20 +188,6 @@ static int merge(State *first, State *second, Py_ssize_t k, Py_ssize_t *next, in
     return 0;
 }
 
-/* values[i] as a non-negative int64 below LIMIT; 1 when it is not one (the Python room decides) */
-static int read_value(PyObject *list, Py_ssize_t i, int64_t *out) {
-    PyObject *item = PyList_GET_ITEM(list, i);
-    if (!PyLong_Check(item)) return 1;
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
-    if (overflow || v < 0 || v >= LIMIT) {
-        PyErr_Clear();
-        return 1;
-    }
-    *out = (int64_t)v;
-    return 0;
-}
-
 typedef struct {
     Py_ssize_t index;
     int64_t value;
@@ -344,41 +327,28 @@ done:
 }
 
 static PyObject *differencing(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *values_list, *sizes_list, *cap_object;
-    Py_ssize_t k;
+    PyObject *values_list, *k_object, *sizes_list, *cap_object, *result = NULL;
     int equal_size;
-    if (!PyArg_ParseTuple(args, "OnpOO", &values_list, &k, &equal_size, &sizes_list, &cap_object)) return NULL;
-    if (!PyList_Check(values_list)) Py_RETURN_NOTIMPLEMENTED;
-    Py_ssize_t n = PyList_GET_SIZE(values_list);
-    int capped = sizes_list != Py_None;
-    int64_t cap = 0;
-    if (n == 0 || k < 1 || (capped && (!PyList_Check(sizes_list) || PyList_GET_SIZE(sizes_list) != n)))
-        Py_RETURN_NOTIMPLEMENTED;
-    if (capped) {
-        int overflow = 0;
-        long long c = PyLong_Check(cap_object) ? PyLong_AsLongLongAndOverflow(cap_object, &overflow) : -1;
-        if (overflow || c < 0 || c >= LIMIT / 2) {
-            PyErr_Clear();
-            Py_RETURN_NOTIMPLEMENTED;
-        }
-        cap = (int64_t)c;
+    if (!PyArg_ParseTuple(args, "OOpOO", &values_list, &k_object, &equal_size, &sizes_list, &cap_object))
+        return NULL;
+    int capped = sizes_list != Py_None, refused = 0;
+    int64_t k = 0, cap = 0;
+    refused = !PyList_CheckExact(values_list) || native_int(k_object, &k) || k < 1 ||
+              (capped && (native_int(cap_object, &cap) || cap >= NATIVE_LIMIT / 2));
+    Py_ssize_t n = refused ? 0 : PyList_GET_SIZE(values_list);
+    int64_t *values = refused || n == 0 ? NULL : native_ints(values_list, n, &refused);
+    int64_t *tokens = values == NULL ? NULL : capped ? native_ints(sizes_list, n, &refused)
+                                                     : PyMem_Calloc((size_t)n, sizeof(int64_t));
+    for (Py_ssize_t i = 0; tokens != NULL && capped && i < n; i++) refused |= tokens[i] > cap; /* alone over */
+    if (refused || n == 0) {
+        result = Py_NewRef(Py_NotImplemented); /* the Python code decides */
+    } else if (!PyErr_Occurred() && tokens == NULL) {
+        PyErr_NoMemory();
+    } else if (!PyErr_Occurred()) {
+        result = run(values, tokens, n, (Py_ssize_t)k, equal_size, capped, cap);
     }
-    int64_t *values = malloc(sizeof(int64_t) * (size_t)n), *tokens = calloc((size_t)n, sizeof(int64_t));
-    if (values == NULL || tokens == NULL) {
-        free(values);
-        free(tokens);
-        return PyErr_NoMemory();
-    }
-    int64_t total = 0;
-    int refused = 0;
-    for (Py_ssize_t i = 0; i < n && !refused; i++) {
-        refused = read_value(values_list, i, &values[i]) || (total += values[i]) >= LIMIT;
-        if (!refused && capped) refused = read_value(sizes_list, i, &tokens[i]) || tokens[i] > cap;
-    }
-    PyObject *result = refused ? Py_NewRef(Py_NotImplemented)
-                               : run(values, tokens, n, k, equal_size, capped, cap);
-    free(values);
-    free(tokens);
+    PyMem_Free(values);
+    PyMem_Free(tokens);
     return result;
 }
 

@@ -1,8 +1,10 @@
 /* Python lists of ints read into int64 arrays, for the compiled twins (issue 33).
  *
  * A twin takes ints from 0 below NATIVE_LIMIT (2**62) only: sums of them then fit an int64.
- * Anything else (not a list, not an int, negative, too large) is refused, and the twin
- * answers NotImplemented so that the Python code decides.
+ * Lists are plain lists (not subclasses, which may read their items otherwise), and an
+ * order's items plain ints (they come back in the twin's lists) naming each item once.
+ * Anything else (not a list, not an int, negative, too large, a repeated index) is refused,
+ * and the twin answers NotImplemented so that the Python code decides.
  */
 #ifndef SEQLEN_BALANCING_NATIVE_INTS_H
 #define SEQLEN_BALANCING_NATIVE_INTS_H
@@ -30,7 +32,7 @@ static inline int native_int(PyObject *object, int64_t *out) {
  * *refused = 1 where it is not such a list, NULL with an exception set out of memory */
 static inline int64_t *native_ints(PyObject *list, Py_ssize_t n, int *refused) {
     *refused = 0;
-    if (!PyList_Check(list) || PyList_GET_SIZE(list) != n) {
+    if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) != n) {
         *refused = 1;
         return NULL;
     }
@@ -49,26 +51,32 @@ static inline int64_t *native_ints(PyObject *list, Py_ssize_t n, int *refused) {
     return values;
 }
 
-/* order (a list of n item indices below items) as Py_ssize_t; as native_ints */
+/* order (a list of n distinct item indices below items, plain ints) as Py_ssize_t; as
+ * native_ints */
 static inline Py_ssize_t *native_order(PyObject *list, Py_ssize_t n, Py_ssize_t items, int *refused) {
     *refused = 0;
-    if (!PyList_Check(list) || PyList_GET_SIZE(list) != n) {
+    if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) != n) {
         *refused = 1;
         return NULL;
     }
     Py_ssize_t *order = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n > 0 ? n : 1));
-    if (order == NULL) {
+    char *seen = PyMem_Calloc((size_t)(items > 0 ? items : 1), 1);
+    if (order == NULL || seen == NULL) {
+        PyMem_Free(order);
+        PyMem_Free(seen);
         PyErr_NoMemory();
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < n && !*refused; i++) {
+        PyObject *item = PyList_GET_ITEM(list, i);
         int64_t v;
-        if (native_int(PyList_GET_ITEM(list, i), &v) || v >= items) {
-            PyMem_Free(order);
-            *refused = 1;
-            return NULL;
-        }
-        order[i] = (Py_ssize_t)v;
+        *refused = !PyLong_CheckExact(item) || native_int(item, &v) || v >= items || seen[v];
+        if (!*refused) seen[v] = 1, order[i] = (Py_ssize_t)v;
+    }
+    PyMem_Free(seen);
+    if (*refused) {
+        PyMem_Free(order);
+        return NULL;
     }
     return order;
 }

@@ -59,7 +59,7 @@ static Py_ssize_t place(const int64_t *sizes, int64_t cap, const Py_ssize_t *ord
 static PyObject *best_fit_sorted(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *sizes_list, *cap_object, *order_list, *result = NULL;
     if (!PyArg_ParseTuple(args, "OOO", &sizes_list, &cap_object, &order_list)) return NULL;
-    if (!PyList_Check(sizes_list) || !PyList_Check(order_list)) Py_RETURN_NOTIMPLEMENTED;
+    if (!PyList_CheckExact(sizes_list) || !PyList_CheckExact(order_list)) Py_RETURN_NOTIMPLEMENTED;
     Py_ssize_t items = PyList_GET_SIZE(sizes_list), n = PyList_GET_SIZE(order_list);
     int64_t cap;
     int refused = native_int(cap_object, &cap), refused_order = 0;

@@ -6,8 +6,8 @@ of ``differencing._differencing``), best fit decreasing on a sorted list of room
 (``_c_packing.c``, of ``packing._best_fit_sorted``) and LPT on plain sums
 (``_c_balance.c``, of ``balance._lpt_plain``). Each makes the same choices as
 its Python code, so plans are identical with or without them; each answers
-``NotImplemented`` for an input it does not take (ints past ``2**62``, not ints, no items),
-and the Python code runs. :data:`ENV_PURE_PYTHON` keeps every loop on its Python code.
+``NotImplemented`` for an input it does not take (ints past ``2**62``, not plain lists of
+ints, an order naming an item twice, no items), and the Python code runs. :data:`ENV_PURE_PYTHON` keeps every loop on its Python code.
 """
 
 from __future__ import annotations
