@@ -365,8 +365,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     from seqlen_balancing import balance, differencing, packing
 
-    rooms = {"differencing": differencing, "packing": packing, "balance": balance}
-    twins = [name for name, room in rooms.items() if room._native is not None]
+    loops = {"differencing": differencing._differencing, "packing": packing._best_fit_sorted,
+             "balance": balance._lpt_plain}
+    twins = [name for name, loop in loops.items() if loop.native is not None]
     print(f"compiled twins in use: {', '.join(twins) or 'none (the Python code)'}")
     print(
         f"{'api':<7}{'cap':>7}{'samples':>9}{'count':>8}{'bound':>8}{'cpu s':>9}{'us/smp':>8}"

@@ -65,6 +65,9 @@ nitpick_ignore = [
     ("py:class", "tensordict._td.TensorDict"),
     ("py:class", "numpy.ndarray"),
     ("py:class", "types.ModuleType"),  # seqlen_balancing.native.twin's compiled module
+    # seqlen_balancing.native.Twinned's type parameters (the Python code's own signature)
+    ("py:class", "_P"),
+    ("py:class", "seqlen_balancing.native._R"),
     ("py:class", "ProcessGroup"),
     ("py:class", "torch.distributed.ProcessGroup"),
     # the error records' TypeVar (from_values returns the record type it is called on)

@@ -29,20 +29,26 @@ from test_plans_unchanged import reference_best_fit, reference_lpt
 
 NATIVE = "seqlen_balancing._c_differencing"
 SOURCES = Path(__file__).resolve().parents[1] / "src" / "seqlen_balancing"
-TWINS = {"_c_differencing": differencing, "_c_packing": packing, "_c_balance": balance}
+TWINS = {  # module: (the room, its Twinned, the twin's function)
+    "_c_differencing": (differencing, "_differencing", "differencing"),
+    "_c_packing": (packing, "_best_fit_sorted", "best_fit_sorted"),
+    "_c_balance": (balance, "_lpt_plain", "lpt_plain"),
+}
 
 
 @pytest.mark.parametrize("name", sorted(TWINS))
 def test_the_compiled_twins_are_in_use_as_the_environment_says(name: str) -> None:
     built = importlib.util.find_spec(f"seqlen_balancing.{name}") is not None
-    room = TWINS[name]
+    room, twinned, function = TWINS[name]
+    native = getattr(room, twinned).native
     if os.environ.get("REQUIRE_NATIVE_TWIN") == "1":
         assert built, f"seqlen_balancing.{name} was not built (setup.py; a C compiler is needed)"
     if os.environ.get("SEQLEN_BALANCING_PURE_PYTHON", "").strip().lower() in ("1", "true", "yes", "on"):
-        assert room._native is None
+        assert native is None
     else:
-        assert (room._native is not None) == built
-        assert room._native is None or room._native.__name__ == f"seqlen_balancing.{name}"
+        assert (native is not None) == built
+        module = importlib.import_module(f"seqlen_balancing.{name}") if built else None
+        assert native is None or native is getattr(module, function)
 
 
 @pytest.mark.parametrize("name", sorted(TWINS))
@@ -64,8 +70,8 @@ def test_a_twin_built_in_place_is_not_older_than_its_source(name: str) -> None:
 @pytest.mark.slow
 def test_the_pure_python_switch_turns_it_off_in_a_fresh_interpreter() -> None:
     code = (
-        "from seqlen_balancing import balance, differencing, packing as p; "
-        "print(all(m._native is None for m in (balance, differencing, p)))"
+        "from seqlen_balancing import balance as b, differencing as d, packing as p; "
+        "print(all(f.native is None for f in (b._lpt_plain, d._differencing, p._best_fit_sorted)))"
     )
     for value, off in (("1", True), (" ON ", True), ("yes", True), ("0", False), ("", False), ("off", False)):
         env = {**os.environ, "SEQLEN_BALANCING_PURE_PYTHON": value}

@@ -12,9 +12,8 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Sequence
-from typing import Any
 
-from seqlen_balancing.native import twin
+from seqlen_balancing.native import Twinned
 from seqlen_balancing.packing import split
 from seqlen_balancing.rebalance import rebalance
 from seqlen_balancing.rule import Loads, Rule, falls, widest_first
@@ -28,8 +27,6 @@ __all__ = [
     "spread",
     "workload_gap",
 ]
-
-_native: Any = twin("_c_balance")  # None: the Python code (seqlen_balancing.native)
 
 
 def lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | None:
@@ -131,23 +128,6 @@ def _trial_fails(rule: Rule, workloads: Sequence[int], count: int, order: list[i
     return all(lpt(sample, weights, c) is None for c in range(scaled, min(scaled + 3, len(picked) + 1)))
 
 
-def _lpt_plain(
-    sizes: Sequence[int],
-    cap: int,
-    workloads: Sequence[int],
-    count: int,
-    order: list[int],
-    budget: int,
-) -> list[list[int]] | None:
-    """:func:`_lpt_plain_python`'s micro-batches (or ``None``), from its compiled twin where
-    it was built and takes the input (:mod:`seqlen_balancing.native`)."""
-    if _native is not None:
-        found = _native.lpt_plain(sizes, cap, workloads, count, order, budget)
-        if found is not NotImplemented:
-            return found  # type: ignore[no-any-return]
-    return _lpt_plain_python(sizes, cap, workloads, count, order, budget)
-
-
 def _lpt_plain_python(
     sizes: Sequence[int],
     cap: int,
@@ -195,6 +175,12 @@ def _lpt_plain_python(
         room[b] -= size
         heapq.heapreplace(heap, key + workloads[g] * per_load + per_item)
     return bins
+
+
+
+#: :func:`_lpt_plain_python`'s micro-batches (or ``None``), from its compiled twin where it is
+#: in use and takes the input (``_c_balance.c``; :class:`~seqlen_balancing.native.Twinned`).
+_lpt_plain = Twinned(_lpt_plain_python, "_c_balance", "lpt_plain")
 
 
 def workload_gap(bins: list[list[int]], workloads: Sequence[int]) -> int:

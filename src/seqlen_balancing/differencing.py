@@ -17,13 +17,11 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import insort
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from seqlen_balancing.native import twin
+from seqlen_balancing.native import Twinned
 
 __all__: list[str] = []
-
-_native: Any = twin("_c_differencing")
 
 
 def _layout(n: int, cap: int | None) -> tuple[int, int]:
@@ -113,19 +111,6 @@ def _capped_largest_differencing(
     """Karmarkar-Karp for ``k`` partitions of ``values``, or ``None`` as soon as a part
     holds more than ``cap`` of ``sizes`` (each item's tokens, at most ``cap``)."""
     return _differencing(values, k, False, sizes, cap)
-
-
-def _differencing(
-    values: list[int], k: int, equal_size: bool, sizes: list[int] | None, cap: int
-) -> list[list[int]] | None:
-    """:func:`_differencing_python`'s result, from the compiled twin where it was built and
-    takes the input (ints from 0 below ``2**62``, sums too, and at least one item; else
-    it answers ``NotImplemented`` and the Python code runs)."""
-    if _native is not None:
-        found = _native.differencing(values, k, equal_size, sizes, cap)
-        if found is not NotImplemented:
-            return found  # type: ignore[no-any-return]
-    return _differencing_python(values, k, equal_size, sizes, cap)
 
 
 def _differencing_python(
@@ -319,3 +304,8 @@ def _run(
         # (layout.key, inlined: the state is full here, and this is the hot loop)
         if not key < waiting[j] < bound:
             return j, key
+
+
+#: :func:`_differencing_python`'s partitions, from its compiled twin where it is in use and
+#: takes the input (``_c_differencing.c``; :class:`~seqlen_balancing.native.Twinned`).
+_differencing = Twinned(_differencing_python, "_c_differencing", "differencing")

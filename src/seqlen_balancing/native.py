@@ -7,18 +7,25 @@ of ``differencing._differencing``), best fit decreasing on a sorted list of room
 (``_c_balance.c``, of ``balance._lpt_plain``). Each makes the same choices as
 its Python code, so plans are identical with or without them; each answers
 ``NotImplemented`` for an input it does not take (ints past ``2**62``, not plain lists of
-ints, an order naming an item twice, no items), and the Python code runs. :data:`ENV_PURE_PYTHON` keeps every loop on its Python code.
+ints, an order naming an item twice, no items), and the Python code runs
+(:class:`Twinned`). :data:`ENV_PURE_PYTHON` keeps every loop on its Python code.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from seqlen_balancing._checks import SWITCH_ON
 
-__all__ = ["ENV_PURE_PYTHON", "twin"]
+__all__ = ["ENV_PURE_PYTHON", "Twinned", "twin"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 #: A switch (``1``, ``true``, ``yes``, ``on``; default off): the planning loops run their
 #: Python code even where their compiled twins were built (read when a room is imported;
@@ -41,3 +48,30 @@ def twin(name: str) -> ModuleType | None:
         return importlib.import_module(f"seqlen_balancing.{name}")
     except ImportError:  # built without a C compiler
         return None
+
+
+class Twinned(Generic[_P, _R]):
+    """A loop's Python code, called through its compiled twin where one is in use.
+
+    ``Twinned(python, "_c_balance", "lpt_plain")(*args)`` returns the twin
+    ``seqlen_balancing._c_balance.lpt_plain(*args)`` unless the twin is not in use
+    (:func:`twin`) or answers ``NotImplemented``; then ``python(*args)``. The twin must give
+    what ``python`` gives on every input it takes (``tests/test_native.py``).
+
+    Attributes:
+        python: the Python code.
+        native: the twin's function, or ``None`` (set it to ``None`` to run the Python code).
+    """
+
+    def __init__(self, python: Callable[_P, _R], module: str, name: str) -> None:
+        found = twin(module)
+        self.python = python
+        self.native: Callable[..., Any] | None = None if found is None else getattr(found, name)
+        functools.update_wrapper(self, python)
+
+    def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if self.native is not None and not kwargs:
+            found = self.native(*args)
+            if found is not NotImplemented:
+                return found  # type: ignore[no-any-return]
+        return self.python(*args, **kwargs)

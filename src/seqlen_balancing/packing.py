@@ -19,10 +19,9 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from itertools import groupby
 from math import gcd
-from typing import Any
 
 from seqlen_balancing.bounds import _checked
-from seqlen_balancing.native import twin
+from seqlen_balancing.native import Twinned
 from seqlen_balancing.rule import Loads, Rule
 
 __all__ = [
@@ -47,9 +46,6 @@ _PROBES = 16  # best_fit: micro-batches with the room tried per item under a rul
 _MAX_RESTARTS = 64  # randomized_best_fit: restarts at most
 _STALE_RESTARTS = 24  # randomized_best_fit: ... and at most this many in a row that gain nothing
 _SPREADS = (0.05, 0.1, 0.2, 0.4)  # randomized_best_fit: the noise on the order's key
-
-
-_native: Any = twin("_c_packing")  # None: the Python code (seqlen_balancing.native)
 
 
 def best_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
@@ -210,16 +206,6 @@ def _best_fit_sums(sizes: list[int], cap: int, order: list[int] | None = None) -
     return bins
 
 
-def _best_fit_sorted(sizes: list[int], cap: int, order: list[int] | None = None) -> list[list[int]]:
-    """:func:`_best_fit_sorted_python`'s bins, from its compiled twin where it was built and
-    takes the input (:mod:`seqlen_balancing.native`)."""
-    if _native is not None and order is not None:
-        found = _native.best_fit_sorted(sizes, cap, order)
-        if found is not NotImplemented:
-            return found  # type: ignore[no-any-return]
-    return _best_fit_sorted_python(sizes, cap, order)
-
-
 def _best_fit_sorted_python(sizes: list[int], cap: int, order: list[int] | None = None) -> list[list[int]]:
     """:func:`_best_fit_sums` on a sorted list of rooms (any cap; O(bins) moves per item)."""
     residuals: list[int] = []  # ascending
@@ -250,6 +236,12 @@ def _best_fit_sorted_python(sizes: list[int], cap: int, order: list[int] | None 
         residuals.insert(pos, left)
         owners.insert(pos, owner)
     return bins
+
+
+
+#: :func:`_best_fit_sorted_python`'s bins, from its compiled twin where it is in use and takes
+#: the input (``_c_packing.c``; :class:`~seqlen_balancing.native.Twinned`).
+_best_fit_sorted = Twinned(_best_fit_sorted_python, "_c_packing", "best_fit_sorted")
 
 
 def randomized_best_fit(
