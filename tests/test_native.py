@@ -51,6 +51,18 @@ def test_the_compiled_twins_are_in_use_as_the_environment_says(name: str) -> Non
         assert native is None or native is getattr(module, function)
 
 
+def test_in_use_names_each_twinned_loop_and_whether_its_twin_runs() -> None:
+    from seqlen_balancing import native
+
+    assert native.in_use() == {
+        f"{module}.{function}": getattr(room, twinned).native is not None
+        for module, (room, twinned, function) in TWINS.items()
+    }
+    pure = os.environ.get("SEQLEN_BALANCING_PURE_PYTHON", "").strip().lower() in ("1", "true", "yes", "on")
+    built = all(importlib.util.find_spec(f"seqlen_balancing.{module}") for module in TWINS)
+    assert set(native.in_use().values()) == {built and not pure}
+
+
 @pytest.mark.parametrize("name", sorted(TWINS))
 def test_a_twin_built_in_place_is_not_older_than_its_source(name: str) -> None:
     # `pip install -e .` builds the twins into src/ once: after an edit of a .c file a test

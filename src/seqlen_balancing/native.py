@@ -22,7 +22,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 from seqlen_balancing._checks import SWITCH_ON
 
-__all__ = ["ENV_PURE_PYTHON", "Twinned", "twin"]
+__all__ = ["ENV_PURE_PYTHON", "Twinned", "in_use", "twin"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -50,6 +50,24 @@ def twin(name: str) -> ModuleType | None:
         return None
 
 
+def in_use() -> dict[str, bool]:
+    """Each twinned loop of this process (``"module.function"`` of its twin) and whether
+    its compiled twin is in use: ``False`` where it was not built (no C compiler or no
+    Python headers at install) or :data:`ENV_PURE_PYTHON` was on when the loop's room was
+    imported.
+
+    Example:
+        >>> import seqlen_balancing
+        >>> sorted(in_use())
+        ['_c_balance.lpt_plain', '_c_differencing.differencing', '_c_packing.best_fit_sorted']
+    """
+    return {loop.twin_name: loop.native is not None for loop in _LOOPS}
+
+
+#: Every :class:`Twinned` loop made (one per room that has a twin), for :func:`in_use`.
+_LOOPS: list[Twinned[..., Any]] = []
+
+
 class Twinned(Generic[_P, _R]):
     """A loop's Python code, called through its compiled twin where one is in use.
 
@@ -67,7 +85,9 @@ class Twinned(Generic[_P, _R]):
         found = twin(module)
         self.python = python
         self.native: Callable[..., Any] | None = None if found is None else getattr(found, name)
+        self.twin_name = f"{module}.{name}"
         functools.update_wrapper(self, python)
+        _LOOPS.append(self)
 
     def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         if self.native is not None and not kwargs:
