@@ -9,6 +9,7 @@ import random
 import pytest
 
 from oracles import partitions
+from seqlen_balancing import rule as rule_module
 from seqlen_balancing.rule import (
     SAMPLE_LIMIT,
     SORTED_RULE,
@@ -219,10 +220,13 @@ def test_a_filled_padded_rule_pays_every_micro_batch_at_its_filled_rows() -> Non
     assert sorted_bound(Rule.padded([0] * 3, [4, 6, 3], 15, filled=2)) == 1
 
 
-def test_by_workload_is_lpts_order_spelled_out() -> None:
+@pytest.mark.parametrize("read_in_order", [1 << 16, 0])
+def test_by_workload_is_lpts_order_spelled_out(read_in_order: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # LPT takes items by (-workload, -cost, index); Rule.by_workload makes that order from the
-    # rule's order by cost, checking on the distinct sizes where the workload is a function
-    # of the size (verl's), along the order otherwise
+    # rule's order by cost, checking along the order up to _READ_IN_ORDER items, above it on
+    # the distinct sizes where the workload is a function of the size (verl's), along the
+    # order otherwise (0: every batch takes the second way)
+    monkeypatch.setattr(rule_module, "_READ_IN_ORDER", read_in_order)
     rng = random.Random(3)
     for _ in range(2000):
         n = rng.randint(0, 12)

@@ -315,6 +315,8 @@ class PlanOptions:
             :class:`~seqlen_balancing.errors.arguments.UnknownOption` error naming it.
         """
         start = cls() if base is None else base
+        if not values:
+            return start, None  # a PlanOptions is checked when made: nothing laid over it
         for name in values:
             if name not in OPTIONS:
                 close = difflib.get_close_matches(str(name), list(OPTIONS), n=1)
