@@ -130,12 +130,12 @@ static PyObject *lpt_plain(PyObject *Py_UNUSED(self), PyObject *args) {
     int64_t *sizes = refused ? NULL : native_ints(sizes_list, items, &refused);
     int64_t *workloads = sizes == NULL ? NULL : native_ints(workloads_list, items, &refused_more);
     Py_ssize_t *order = workloads == NULL ? NULL : native_order(order_list, n, items, &refused_more);
-    size_t wide = (size_t)count;
+    size_t wide = order == NULL ? 0 : (size_t)count; /* the bins' arrays: only for a run */
     Bins s = {PyMem_Calloc(wide, sizeof(int64_t)), PyMem_Calloc(wide, sizeof(int64_t)),
               PyMem_Malloc(wide * sizeof(int64_t))};
     Heap heap = {PyMem_Malloc(wide * sizeof(Py_ssize_t)), 0}, by_room = {PyMem_Malloc(wide * sizeof(Py_ssize_t)), 0};
     Py_ssize_t *aside = PyMem_Malloc(wide * sizeof(Py_ssize_t));
-    Py_ssize_t *of = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n + 1));
+    Py_ssize_t *of = PyMem_Malloc(sizeof(Py_ssize_t) * (order == NULL ? 1 : (size_t)(n + 1)));
     if (refused || refused_more) {
         result = Py_NewRef(Py_NotImplemented);
     } else if (!PyErr_Occurred() && (s.load == NULL || s.items == NULL || s.room == NULL || heap.at == NULL ||

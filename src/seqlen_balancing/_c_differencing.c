@@ -213,7 +213,7 @@ static int sort_ranked(Ranked *order, Py_ssize_t n) {
     return 0;
 }
 
-/* the states to start from, in states[0:n] with equal_size, in states[0:ceil(n / k)] else.
+/* the states to start from: states[0:n] without equal_size, states[0:ceil(n / k)] with it.
  * Without equal_size: one per item, in the order they merge (the largest part first, so
  * by falling value, then falling index), left out of the heap (*queued: n of them); with
  * it: the items ascending by (value, index) in runs of k, each run one state, in the heap.
@@ -331,9 +331,9 @@ static PyObject *differencing(PyObject *Py_UNUSED(self), PyObject *args) {
     int equal_size;
     if (!PyArg_ParseTuple(args, "OOpOO", &values_list, &k_object, &equal_size, &sizes_list, &cap_object))
         return NULL;
-    int capped = sizes_list != Py_None, refused = 0;
+    int capped = sizes_list != Py_None;
     int64_t k = 0, cap = 0;
-    refused = !PyList_CheckExact(values_list) || native_int(k_object, &k) || k < 1 ||
+    int refused = !PyList_CheckExact(values_list) || native_int(k_object, &k) || k < 1 ||
               (capped && (native_int(cap_object, &cap) || cap >= NATIVE_LIMIT / 2));
     Py_ssize_t n = refused ? 0 : PyList_GET_SIZE(values_list);
     int64_t *values = refused || n == 0 ? NULL : native_ints(values_list, n, &refused);

@@ -177,7 +177,6 @@ def _lpt_plain_python(
     return bins
 
 
-
 #: :func:`_lpt_plain_python`'s micro-batches (or ``None``), from its compiled twin where it is
 #: in use and takes the input (``_c_balance.c``; :class:`~seqlen_balancing.native.Twinned`).
 _lpt_plain = Twinned(_lpt_plain_python, "_c_balance", "lpt_plain")

@@ -238,7 +238,6 @@ def _best_fit_sorted_python(sizes: list[int], cap: int, order: list[int] | None 
     return bins
 
 
-
 #: :func:`_best_fit_sorted_python`'s bins, from its compiled twin where it is in use and takes
 #: the input (``_c_packing.c``; :class:`~seqlen_balancing.native.Twinned`).
 _best_fit_sorted = Twinned(_best_fit_sorted_python, "_c_packing", "best_fit_sorted")
