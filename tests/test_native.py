@@ -54,10 +54,14 @@ def test_the_compiled_twins_are_in_use_as_the_environment_says(name: str) -> Non
 def test_in_use_names_each_twinned_loop_and_whether_its_twin_runs() -> None:
     from seqlen_balancing import native
 
-    assert native.in_use() == {
+    expected = {
         f"{module}.{function}": getattr(room, twinned).native is not None
         for module, (room, twinned, function) in TWINS.items()
     }
+    lengths = sys.modules.get("seqlen_balancing.batch.lengths")  # imported with torch
+    if lengths is not None:  # (its twin: tests/test_native_lengths.py)
+        expected["batch._c_lengths.row_counts"] = lengths._row_counts.native is not None
+    assert native.in_use() == expected
     pure = os.environ.get("SEQLEN_BALANCING_PURE_PYTHON", "").strip().lower() in ("1", "true", "yes", "on")
     built = all(importlib.util.find_spec(f"seqlen_balancing.{module}") for module in TWINS)
     assert set(native.in_use().values()) == {built and not pure}

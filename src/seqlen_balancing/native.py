@@ -1,13 +1,14 @@
-"""The compiled twins of the planning loops: which were built, and whether they are in use.
+"""The compiled twins of the hot loops: which were built, and whether they are in use.
 
-Three hot loops have a twin in C, built by ``setup.py`` where a C compiler is found (and
+Four hot loops have a twin in C, built by ``setup.py`` where a C compiler is found (and
 left out, without an error, where none is): Karmarkar-Karp (``_c_differencing.c``, twin
 of ``differencing._differencing``), best fit decreasing on a sorted list of rooms
-(``_c_packing.c``, of ``packing._best_fit_sorted``) and LPT on plain sums
-(``_c_balance.c``, of ``balance._lpt_plain``). Each makes the same choices as
-its Python code, so plans are identical with or without them; each answers
+(``_c_packing.c``, of ``packing._best_fit_sorted``), LPT on plain sums
+(``_c_balance.c``, of ``balance._lpt_plain``) and the count of a CPU mask's rows
+(``batch/_c_lengths.c``, of ``batch.lengths._row_counts``). Each gives what its Python
+code gives, so plans are identical with or without them; each answers
 ``NotImplemented`` for an input it does not take (ints past ``2**62``, not plain lists of
-ints, an order naming an item twice, no items), and the Python code runs
+ints, an order naming an item twice, no items; a float mask), and the Python code runs
 (:class:`Twinned`). :data:`ENV_PURE_PYTHON` keeps every loop on its Python code.
 """
 
@@ -27,7 +28,7 @@ __all__ = ["ENV_PURE_PYTHON", "Twinned", "in_use", "twin"]
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
-#: A switch (``1``, ``true``, ``yes``, ``on``; default off): the planning loops run their
+#: A switch (``1``, ``true``, ``yes``, ``on``; default off): the twinned loops run their
 #: Python code even where their compiled twins were built (read when a room is imported;
 #: the plans are the same either way). Any other value leaves the twins on; a switched verl
 #: job refuses it (:func:`seqlen_balancing.options.env_values`).
@@ -56,9 +57,12 @@ def in_use() -> dict[str, bool]:
     Python headers at install) or :data:`ENV_PURE_PYTHON` was on when the loop's room was
     imported.
 
+    The mask's count (``batch._c_lengths.row_counts``) is listed once its room is imported:
+    with torch installed, by ``import seqlen_balancing``.
+
     Example:
         >>> import seqlen_balancing
-        >>> sorted(in_use())
+        >>> sorted(in_use())[:3]
         ['_c_balance.lpt_plain', '_c_differencing.differencing', '_c_packing.best_fit_sorted']
     """
     return {loop.twin_name: loop.native is not None for loop in _LOOPS}
