@@ -226,7 +226,8 @@ def test_the_strided_gather_takes_its_index_on_each_entrys_device(monkeypatch: p
     batch = TensorDict({"input_ids": torch.empty(6, 3, device="meta"),
                         "attention_mask": torch.ones(6, 3, dtype=torch.bool)}, batch_size=[6])
     monkeypatch.setattr(torch.Tensor, "index_select", strict)
-    picked = cut._picked(batch, torch.tensor([4, 1, 5]), strided=True)
+    picked, rest = cut._picked(batch, torch.tensor([4, 1, 5]), [3, 0], strided=True)
     monkeypatch.undo()
+    assert rest.batch_size == torch.Size([0]) and rest["attention_mask"].shape == (0, 3)
     assert picked["input_ids"].device.type == "meta" and picked["input_ids"].shape == (3, 3)
     assert picked["attention_mask"].device.type == "cpu" and picked.batch_size == torch.Size([3])

@@ -91,6 +91,8 @@ def over_cap_error(
     micro_batch_multiple_of)``; ``made``: ``(pad_to_multiple_of, whether the caller gave
     costs)``."""
     usable, given, bucket = caps
+    if not costs or max(costs) <= usable:
+        return None
     over = [i for i, cost in enumerate(costs) if cost > usable]
     if not over:
         return None

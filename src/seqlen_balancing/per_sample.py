@@ -107,6 +107,8 @@ def _read(values: Any, source: LengthSource, returned: bool) -> tuple[PlanError 
     error, items = _items(values, source, returned)
     if error is not None:
         return error, []
+    if set(map(type, items)) == {int} and min(items) >= 0:
+        return None, list(items)  # plain ints, none negative: what the loop below makes
     out: list[int] = []
     for index, value in enumerate(items):
         as_int = value if type(value) is int else _integer_or_none(value)
