@@ -13,7 +13,10 @@ Rows (``api``):
   list     ``plan_micro_batches(lengths, cap)``
   global   ``plan_global_batch(lengths, 8, cap)`` (8 DP ranks, the whole step)
   jagged   ``rearrange_micro_batches`` on a TensorDict with jagged int32 ``input_ids``
-  dense    the same on right-padded ``attention_mask`` (bool) and ``input_ids`` (int32)
+  dense    the same on right-padded ``attention_mask`` (bool) and ``input_ids`` (int32);
+           with ``--entries verl``, int64 ``input_ids``, ``attention_mask``,
+           ``position_ids`` and ``loss_mask`` (verl's SFT batch: 32 bytes a token to gather
+           where the default has 5, against a mask of 8 bytes where it has 1)
   proto    ``prepare_dynamic_batch`` on a DataProto-like object of those padded rows and a
            per-sample ``uid`` array (its floors build each micro-batch's DataProto alike)
 
@@ -194,7 +197,28 @@ class Proto:
         return cls(TensorDict(tensors, batch_size=[size]), non_tensors, meta_info)
 
 
-def proto_cases(lengths: list[int], cap: int) -> tuple[Thunk, Thunk, Thunk, list[list[int]], float]:
+#: The padded batch's entries (``--entries``): ``small`` the least a padded batch holds (the
+#: gather smallest against the mask's count: the hardest case for the ratio), ``verl`` what
+#: verl's SFT batch holds (int64 ``input_ids``, ``attention_mask``, ``position_ids``,
+#: ``loss_mask``).
+ENTRIES_OF = ("small", "verl")
+
+
+def padded_entries(lengths: list[int], entries: str) -> dict[str, Any]:
+    """The right-padded tensors of ``lengths`` for ``entries`` (:data:`ENTRIES_OF`)."""
+    import torch
+
+    mask = torch.arange(max(lengths)).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+    if entries == "small":
+        return {"attention_mask": mask, "input_ids": mask.to(torch.int32)}
+    ones = mask.to(torch.int64)
+    return {"input_ids": ones * 7, "attention_mask": ones, "position_ids": (ones.cumsum(1) - 1).clamp(min=0),
+            "loss_mask": ones.clone()}
+
+
+def proto_cases(
+    lengths: list[int], cap: int, entries: str = "small"
+) -> tuple[Thunk, Thunk, Thunk, list[list[int]], float]:
     """:func:`tensor_cases` for ``prepare_dynamic_batch`` on a DataProto of the padded rows
     and a per-sample ``uid`` array; its floors build each micro-batch's DataProto the same
     way from the gathered rows (verl's ``DataProto`` indexing: the batch's and each array's
@@ -206,11 +230,10 @@ def proto_cases(lengths: list[int], cap: int) -> tuple[Thunk, Thunk, Thunk, list
 
     from seqlen_balancing import prepare_dynamic_batch
 
-    _, gather, strict, plan, megabytes = tensor_cases(lengths, cap, jagged=False)
-    mask = torch.arange(max(lengths)).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+    _, gather, strict, plan, megabytes = tensor_cases(lengths, cap, jagged=False, entries=entries)
     from tensordict import TensorDict
 
-    data = Proto(TensorDict({"attention_mask": mask, "input_ids": mask.to(torch.int32)}, [len(lengths)]),
+    data = Proto(TensorDict(padded_entries(lengths, entries), [len(lengths)]),
                  {"uid": np.array([str(i) for i in range(len(lengths))], dtype=object)},
                  {"temperature": 1.0})
 
@@ -231,7 +254,7 @@ def proto_cases(lengths: list[int], cap: int) -> tuple[Thunk, Thunk, Thunk, list
 
 
 def tensor_cases(
-    lengths: list[int], cap: int, jagged: bool
+    lengths: list[int], cap: int, jagged: bool, entries: str = "small"
 ) -> tuple[Thunk, Thunk, Thunk, list[list[int]], float]:
     """The call, its gather floor as verl gathers (dense), the strict floor (dense: an
     ``index_select`` per entry; jagged: the same gather), its plan and the batch's MB on a
@@ -250,8 +273,7 @@ def tensor_cases(
         ids = torch.nested.nested_tensor_from_jagged(values, offsets)
         batch = TensorDict({"input_ids": ids}, batch_size=[n])
     else:
-        mask = torch.arange(max(lengths)).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
-        batch = TensorDict({"attention_mask": mask, "input_ids": mask.to(torch.int32)}, [n])
+        batch = TensorDict(padded_entries(lengths, entries), [n])
     _, plan = rearrange_micro_batches(batch, cap)
 
     def call() -> object:
@@ -297,7 +319,7 @@ def gather_nothing() -> object:
     return None
 
 
-def row(api: str, n: int, cap: int, repeat: int) -> tuple[str, float]:
+def row(api: str, n: int, cap: int, repeat: int, entries: str = "small") -> tuple[str, float]:
     """One line of the table and its CPU time."""
     lengths = lognormal(n, cap)
     gather: Callable[[], object] | None = None
@@ -317,7 +339,8 @@ def row(api: str, n: int, cap: int, repeat: int) -> tuple[str, float]:
         plan = [mb for rank in planned.rank_micro_batches for mb in rank]
         step = f"{planned.step_time / planned.floor:.3f}"
     else:
-        cases = proto_cases(lengths, cap) if api == "proto" else tensor_cases(lengths, cap, api == "jagged")
+        cases = (proto_cases(lengths, cap, entries) if api == "proto"
+                 else tensor_cases(lengths, cap, api == "jagged", entries))
         call, gather, strict, plan, megabytes = cases
         size = f"{megabytes:.0f}"
     count = len(plan)
@@ -356,6 +379,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="", help="sample counts, e.g. 1000,1000000")
     parser.add_argument("--caps", default=",".join(map(str, CAPS)),
                         help="caps in tokens, e.g. 4096,8192,16384,32768,65536")
+    parser.add_argument("--entries", choices=ENTRIES_OF, default="small",
+                        help="the padded rows' entries (dense, proto): small (a bool mask and "
+                        "int32 ids) or verl (four int64 entries, as verl's SFT batch)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch's intra-op threads for the tensor rows (default 1)")
     args = parser.parse_args()
@@ -363,12 +389,11 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-    from seqlen_balancing import balance, differencing, packing
+        import seqlen_balancing.batch.lengths  # noqa: F401 (the mask's count: its twin listed)
+    from seqlen_balancing import native
 
-    loops = {"differencing": differencing._differencing, "packing": packing._best_fit_sorted,
-             "balance": balance._lpt_plain}
-    twins = [name for name, loop in loops.items() if loop.native is not None]
-    print(f"compiled twins in use: {', '.join(twins) or 'none (the Python code)'}")
+    twins = [name.split(".")[-1] for name, used in native.in_use().items() if used]
+    print(f"compiled twins in use: {', '.join(sorted(twins)) or 'none (the Python code)'}")
     print(
         f"{'api':<7}{'cap':>7}{'samples':>9}{'count':>8}{'bound':>8}{'cpu s':>9}{'us/smp':>8}"
         f"{'peak MB':>8}{'batch MB':>9}{'gather s':>9}{'ratio':>7}{'cut x':>7}{'isel x':>7}{'spread':>8}"
@@ -380,7 +405,7 @@ def main() -> None:
             points = []
             chosen = [int(v) for v in args.sizes.split(",") if v]
             for n in chosen or sizes_for(api, args.full, args.quick):
-                text, seconds = row(api, n, cap, args.repeat)
+                text, seconds = row(api, n, cap, args.repeat, args.entries)
                 print(text, flush=True)
                 points.append((n, seconds))
             if len(points) > 1:
