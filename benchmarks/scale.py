@@ -230,11 +230,12 @@ def proto_cases(
 
     from seqlen_balancing import prepare_dynamic_batch
 
-    _, gather, strict, plan, megabytes = tensor_cases(lengths, cap, jagged=False, entries=entries)
     from tensordict import TensorDict
 
-    data = Proto(TensorDict(padded_entries(lengths, entries), [len(lengths)]),
-                 {"uid": np.array([str(i) for i in range(len(lengths))], dtype=object)},
+    # one batch for the call and its floors, so that each reads the same memory
+    batch = TensorDict(padded_entries(lengths, entries), [len(lengths)])
+    _, gather, strict, plan, megabytes = tensor_cases(lengths, cap, jagged=False, batch=batch)
+    data = Proto(batch, {"uid": np.array([str(i) for i in range(len(lengths))], dtype=object)},
                  {"temperature": 1.0})
 
     def call() -> object:
@@ -254,11 +255,11 @@ def proto_cases(
 
 
 def tensor_cases(
-    lengths: list[int], cap: int, jagged: bool, entries: str = "small"
+    lengths: list[int], cap: int, jagged: bool, entries: str = "small", batch: Any = None
 ) -> tuple[Thunk, Thunk, Thunk, list[list[int]], float]:
     """The call, its gather floor as verl gathers (dense), the strict floor (dense: an
     ``index_select`` per entry; jagged: the same gather), its plan and the batch's MB on a
-    TensorDict of ``lengths``."""
+    TensorDict of ``lengths`` (dense: ``batch`` where given, else built of ``entries``)."""
     import itertools
 
     import torch
@@ -272,7 +273,7 @@ def tensor_cases(
         values = torch.zeros(int(offsets[-1]), dtype=torch.int32)
         ids = torch.nested.nested_tensor_from_jagged(values, offsets)
         batch = TensorDict({"input_ids": ids}, batch_size=[n])
-    else:
+    elif batch is None:
         batch = TensorDict(padded_entries(lengths, entries), [n])
     _, plan = rearrange_micro_batches(batch, cap)
 
