@@ -107,7 +107,7 @@ def _picked(rest: TensorDictBase, index: torch.Tensor, sizes: list[int], strided
         if tensor.device not in on:
             on[tensor.device] = index.to(tensor.device, non_blocking=True)
         whole = tensor.index_select(0, on[tensor.device])
-        parts[key] = whole.split(sizes, dim=0) if len(sizes) > 1 else (whole,)
+        parts[key] = whole.split_with_sizes(sizes) if len(sizes) > 1 else (whole,)
     names, rest_size = _names(rest), list(rest.batch_size[1:])
     return [
         TensorDict({key: views[m] for key, views in parts.items()}, batch_size=[size, *rest_size],
