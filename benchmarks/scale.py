@@ -25,6 +25,11 @@ Columns:
   bound     ``lower_bound`` of the lengths (list rows; the count is optimal where equal)
   cpu s     process CPU time (all threads), the minimum of ``--repeat`` runs (default 3);
             on tensor rows the call, its gather and its planning run in turn in each round
+            (each round starting one further along, so each follows each other as often),
+            after two rounds untimed, and rows whose round takes under 20 ms run at least
+            as many rounds as fill half a second (at most 60): a few-millisecond call moves
+            by 10-20% with what the allocator and the caches hold, and the least of a few
+            rounds may catch one side at its best and the other not
   us/smp    cpu s per sample, in microseconds
   peak MB   the process's peak resident memory during one call above what it held before
             (Linux VmHWM, reset through /proc/self/clear_refs; "-" where that is refused)
@@ -102,20 +107,40 @@ def lognormal(n: int, cap: int, seed: int = 0) -> list[int]:
     return [max(1, min(top, int(rng.lognormvariate(math.log(1000), 1.0)))) for _ in range(n)]
 
 
+#: Tensor rows: a round (the call and its floors) under this many seconds is short, and
+#: short rows run rounds for :data:`SHORT_BUDGET` seconds, at most :data:`MOST_ROUNDS`.
+SHORT_ROUND, SHORT_BUDGET, MOST_ROUNDS = 0.020, 0.5, 60
+
+
 def cpu_min(call: Callable[[], object], repeat: int) -> float:
     """The least process CPU time of ``repeat`` calls, in seconds."""
     return cpu_mins([call], repeat)[0]
 
 
-def cpu_mins(calls: Sequence[Callable[[], object]], repeat: int) -> list[float]:
+def cpu_mins(calls: Sequence[Callable[[], object]], repeat: int, warm: int = 0) -> list[float]:
     """The least process CPU time of each of ``calls`` over ``repeat`` rounds, in seconds;
     each round runs every call once, in turn, so that a call and its gather meet the same
-    load (on a shared machine, minutes apart they do not)."""
+    load (on a shared machine, minutes apart they do not); round ``r`` starts at call ``r``
+    (modulo their number), so that each call follows each other as often (a gather right
+    after another one reads a warm batch and writes where the last one freed: on 512 jagged
+    rows the same gather timed in two places differed by 14%). With ``warm``, that many rounds
+    run untimed first, and a round under :data:`SHORT_ROUND` seconds raises ``repeat`` to
+    as many rounds as fill :data:`SHORT_BUDGET` seconds (at most :data:`MOST_ROUNDS`)."""
     best = [math.inf] * len(calls)
-    for _ in range(repeat):
-        for j, call in enumerate(calls):
-            start = time.process_time()
+    for _ in range(warm):
+        for call in calls:
             call()
+    if warm:
+        start = time.process_time()
+        for call in calls:
+            call()
+        took = time.process_time() - start
+        if took < SHORT_ROUND:
+            repeat = max(repeat, min(MOST_ROUNDS, math.ceil(SHORT_BUDGET / max(took, 1e-6))))
+    for r in range(repeat):
+        for j in [*range(r % len(calls), len(calls)), *range(r % len(calls))]:
+            start = time.process_time()
+            calls[j]()
             best[j] = min(best[j], time.process_time() - start)
     return best
 
@@ -226,11 +251,9 @@ def proto_cases(
     import copy
 
     import numpy as np
-    import torch
+    from tensordict import TensorDict
 
     from seqlen_balancing import prepare_dynamic_batch
-
-    from tensordict import TensorDict
 
     # one batch for the call and its floors, so that each reads the same memory
     batch = TensorDict(padded_entries(lengths, entries), [len(lengths)])
@@ -351,7 +374,7 @@ def row(api: str, n: int, cap: int, repeat: int, entries: str = "small") -> tupl
         seconds = cpu_min(call, repeat)
     else:
         seconds, floor, least, planning = cpu_mins(
-            [call, gather, strict, lambda: plan_micro_batches(lengths, cap)], repeat)
+            [call, gather, strict, lambda: plan_micro_batches(lengths, cap)], repeat, warm=2)
         ratio, cut_ratio = f"{seconds / floor:.2f}", f"{max(0.0, seconds - planning) / floor:.2f}"
         strict_ratio = f"{seconds / least:.2f}"
     text = (

@@ -68,7 +68,7 @@ def _gathered(rest: TensorDictBase, plan: list[list[int]], identity: bool) -> li
         return list(rest.clone().split(sizes, dim=0))
     order = [i for part in plan for i in part]
     # array -> tensor without a per-item dispatch (torch.tensor: ~25 against ~7 us at 512)
-    index = torch.frombuffer(array.array("q", order), dtype=torch.long) if order else torch.zeros(0, dtype=torch.long)
+    index = torch.frombuffer(array.array("q", order), dtype=torch.long) if order else torch.zeros(0).long()
     micro_batches: list[TensorDictBase] = []
     start, row = 0, 0
     strided = _all_strided(rest)
@@ -88,7 +88,9 @@ def _all_strided(rest: TensorDictBase) -> bool:
     return all(type(value) is torch.Tensor and value.layout == torch.strided for value in rest.values())
 
 
-def _picked(rest: TensorDictBase, index: torch.Tensor, sizes: list[int], strided: bool) -> list[TensorDictBase]:
+def _picked(
+    rest: TensorDictBase, index: torch.Tensor, sizes: list[int], strided: bool
+) -> list[TensorDictBase]:
     """The rows ``index`` (a CPU tensor) of ``rest`` (copies), split into micro-batches of
     ``sizes`` rows. Strided leaves are taken by ``index_select`` (a row copy each;
     tensordict's ``rest[index]`` indexes them as ``tensor[index]``, an advanced indexing
