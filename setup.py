@@ -1,5 +1,6 @@
-"""The optional compiled twins of four hot loops (issue 33; seqlen_balancing.native): three
-planning loops and the mask's count; the rest of the build is in pyproject.toml.
+"""The optional compiled twins of the hot loops (issue 33; seqlen_balancing.native): the
+planning loops (Karmarkar-Karp, best fit two ways, LPT) and the mask's count; the rest of
+the build is in pyproject.toml.
 
 ``optional=True``: where no C compiler is found the build goes on without them, and each
 room runs its Python code (the same plans).

@@ -29,17 +29,20 @@ from test_plans_unchanged import reference_best_fit, reference_lpt
 
 NATIVE = "seqlen_balancing._c_differencing"
 SOURCES = Path(__file__).resolve().parents[1] / "src" / "seqlen_balancing"
-TWINS = {  # module: (the room, its Twinned, the twin's function)
-    "_c_differencing": (differencing, "_differencing", "differencing"),
-    "_c_packing": (packing, "_best_fit_sorted", "best_fit_sorted"),
-    "_c_balance": (balance, "_lpt_plain", "lpt_plain"),
+TWINS = {  # module.function: (the room, its Twinned)
+    "_c_differencing.differencing": (differencing, "_differencing"),
+    "_c_packing.best_fit_sorted": (packing, "_best_fit_sorted"),
+    "_c_packing.best_fit_rooms": (packing, "_best_fit_rooms"),
+    "_c_balance.lpt_plain": (balance, "_lpt_plain"),
 }
+MODULES = sorted({twin.split(".")[0] for twin in TWINS})
 
 
-@pytest.mark.parametrize("name", sorted(TWINS))
-def test_the_compiled_twins_are_in_use_as_the_environment_says(name: str) -> None:
+@pytest.mark.parametrize("twin", sorted(TWINS))
+def test_the_compiled_twins_are_in_use_as_the_environment_says(twin: str) -> None:
+    name, function = twin.split(".")
     built = importlib.util.find_spec(f"seqlen_balancing.{name}") is not None
-    room, twinned, function = TWINS[name]
+    room, twinned = TWINS[twin]
     native = getattr(room, twinned).native
     if os.environ.get("REQUIRE_NATIVE_TWIN") == "1":
         assert built, f"seqlen_balancing.{name} was not built (setup.py; a C compiler is needed)"
@@ -54,20 +57,17 @@ def test_the_compiled_twins_are_in_use_as_the_environment_says(name: str) -> Non
 def test_in_use_names_each_twinned_loop_and_whether_its_twin_runs() -> None:
     from seqlen_balancing import native
 
-    expected = {
-        f"{module}.{function}": getattr(room, twinned).native is not None
-        for module, (room, twinned, function) in TWINS.items()
-    }
+    expected = {twin: getattr(room, twinned).native is not None for twin, (room, twinned) in TWINS.items()}
     lengths = sys.modules.get("seqlen_balancing.batch.lengths")  # imported with torch
     if lengths is not None:  # (its twin: tests/test_native_lengths.py)
         expected["batch._c_lengths.row_counts"] = lengths._row_counts.native is not None
     assert native.in_use() == expected
     pure = os.environ.get("SEQLEN_BALANCING_PURE_PYTHON", "").strip().lower() in ("1", "true", "yes", "on")
-    built = all(importlib.util.find_spec(f"seqlen_balancing.{module}") for module in TWINS)
+    built = all(importlib.util.find_spec(f"seqlen_balancing.{module}") for module in MODULES)
     assert set(native.in_use().values()) == {built and not pure}
 
 
-@pytest.mark.parametrize("name", sorted(TWINS))
+@pytest.mark.parametrize("name", MODULES)
 def test_a_twin_built_in_place_is_not_older_than_its_source(name: str) -> None:
     # `pip install -e .` builds the twins into src/ once: after an edit of a .c file a test
     # run would use the old build, unless this fails and says to build again
@@ -87,7 +87,8 @@ def test_a_twin_built_in_place_is_not_older_than_its_source(name: str) -> None:
 def test_the_pure_python_switch_turns_it_off_in_a_fresh_interpreter() -> None:
     code = (
         "from seqlen_balancing import balance as b, differencing as d, packing as p; "
-        "print(all(f.native is None for f in (b._lpt_plain, d._differencing, p._best_fit_sorted)))"
+        "print(all(f.native is None for f in (b._lpt_plain, d._differencing, p._best_fit_sorted, "
+        "p._best_fit_rooms)))"
     )
     for value, off in (("1", True), (" ON ", True), ("yes", True), ("0", False), ("", False), ("off", False)):
         env = {**os.environ, "SEQLEN_BALANCING_PURE_PYTHON": value}
@@ -229,6 +230,30 @@ def test_best_fit_twin_is_the_python_code_and_the_rule_spelled_out() -> None:
             assert found == reference_best_fit(sizes, cap), seed
 
 
+def test_best_fit_by_rooms_twin_is_the_python_code_and_the_rule_spelled_out() -> None:
+    # many bins (the bitmap's path), rooms around its 64-room words, ties and zeros
+    native = _native("seqlen_balancing._c_packing")
+    for seed in range(400):
+        rng = random.Random(seed)
+        cap = rng.choice([1, 5, 63, 64, 65, 4095, 4096, 4097, 65536, packing._BITMAP_CAP])
+        sizes = _lengths(rng, rng.randint(0, 300), cap)
+        found = native.best_fit_rooms(sizes, cap, _falling(sizes))
+        assert found == packing._best_fit_rooms_python(sizes, cap, _falling(sizes)), seed
+        if seed % 4 == 0:  # the reference is quadratic
+            assert found == reference_best_fit(sizes, cap), seed
+
+
+@pytest.mark.slow
+def test_best_fit_by_rooms_places_a_large_batch_as_the_python_code_does() -> None:
+    # a batch of the kind it runs on: 2 x 10^5 samples into ~2 x 10^4 bins, every room in play
+    rng = random.Random(1)
+    sizes = [max(1, min(16384, int(rng.lognormvariate(6.9, 1)))) for _ in range(200_000)]
+    order = _falling(sizes)
+    found = _native("seqlen_balancing._c_packing").best_fit_rooms(sizes, 16384, order)
+    assert found == packing._best_fit_rooms_python(sizes, 16384, order)
+    assert len(found) > packing._SORTED_BINS // 4
+
+
 def _lpt_case(rng: random.Random) -> tuple[list[int], int, list[int], int, list[int], int]:
     cap = rng.choice([5, 64, 1000, 65536])
     sizes = _lengths(rng, rng.randint(0, 200), cap)
@@ -282,11 +307,16 @@ def test_lpt_twin_gives_up_at_the_skip_where_the_budget_runs_out() -> None:
         ("lpt_plain", ([1, 1], 100, [1, 0], 2, [0, 1, 1], 100)),  # an order naming an item twice
         ("best_fit_sorted", ([1, 2], 5, [True, False])),  # an order of bools (they come back)
         ("best_fit_sorted", (Tenfold([3, 2, 2]), 100, [0, 1, 2])),  # a list subclass
+        ("best_fit_rooms", ([5, 2], 4, [0, 1])),  # an item over the cap: the Python code raises
+        ("best_fit_rooms", ([5, 2], 2**22 + 1, [0, 1])),  # a cap past the bitmap's
+        ("best_fit_rooms", ([5, 2], 8, [1, 1])),  # an order naming an item twice
+        ("best_fit_rooms", ((5, 2), 8, [0, 1])),  # not a list
     ],
 )
 def test_inputs_the_twins_refuse_are_the_python_codes(name: str, args: tuple[object, ...]) -> None:
     module, room, python = {
         "best_fit_sorted": ("_c_packing", packing, "_best_fit_sorted_python"),
+        "best_fit_rooms": ("_c_packing", packing, "_best_fit_rooms_python"),
         "lpt_plain": ("_c_balance", balance, "_lpt_plain_python"),
     }[name]
     native = _native(f"seqlen_balancing.{module}")

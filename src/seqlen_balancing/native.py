@@ -1,9 +1,10 @@
 """The compiled twins of the hot loops: which were built, and whether they are in use.
 
-Four hot loops have a twin in C, built by ``setup.py`` where a C compiler is found (and
+Five hot loops have a twin in C, built by ``setup.py`` where a C compiler is found (and
 left out, without an error, where none is): Karmarkar-Karp (``_c_differencing.c``, twin
-of ``differencing._differencing``), best fit decreasing on a sorted list of rooms
-(``_c_packing.c``, of ``packing._best_fit_sorted``), LPT on plain sums
+of ``differencing._differencing``), best fit decreasing on a sorted list of rooms and on
+bins bucketed by room (``_c_packing.c``, of ``packing._best_fit_sorted`` and
+``packing._best_fit_rooms``), LPT on plain sums
 (``_c_balance.c``, of ``balance._lpt_plain``) and the count of a CPU mask's rows
 (``batch/_c_lengths.c``, of ``batch.lengths._row_counts``). Each gives what its Python
 code gives, so plans are identical with or without them; each answers
@@ -62,8 +63,9 @@ def in_use() -> dict[str, bool]:
 
     Example:
         >>> import seqlen_balancing
-        >>> sorted(in_use())[:3]
-        ['_c_balance.lpt_plain', '_c_differencing.differencing', '_c_packing.best_fit_sorted']
+        >>> sorted(in_use())[:4]  # doctest: +NORMALIZE_WHITESPACE
+        ['_c_balance.lpt_plain', '_c_differencing.differencing', '_c_packing.best_fit_rooms',
+         '_c_packing.best_fit_sorted']
     """
     return {loop.twin_name: loop.native is not None for loop in _LOOPS}
 
