@@ -58,8 +58,9 @@ def in_use() -> dict[str, bool]:
     Python headers at install) or :data:`ENV_PURE_PYTHON` was on when the loop's room was
     imported.
 
-    The mask's count (``batch._c_lengths.row_counts``) is listed once its room is imported:
-    with torch installed, by ``import seqlen_balancing``.
+    A loop is listed once its room is imported: the planning loops by ``import
+    seqlen_balancing``, the mask's count (``batch._c_lengths.row_counts``) by the first
+    TensorDict call or ``import seqlen_balancing.batch`` (torch installed).
 
     Example:
         >>> import seqlen_balancing
