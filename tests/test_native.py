@@ -99,11 +99,28 @@ def test_the_pure_python_switch_turns_it_off_in_a_fresh_interpreter() -> None:
         assert out.stdout.strip() == str(off or not built), (value, out.stderr)
 
 
+def test_int_subclasses_and_bools_are_refused_by_the_differencing_twin() -> None:
+    assert _native().differencing([5, Shifty(4)], 2, False, None, 0) is NotImplemented
+    assert _native().differencing([5, 4], 2, False, [True, 1], 3) is NotImplemented
+    assert differencing._differencing([5, True, 3], 2, False, None, 0) == (
+        differencing._differencing_python([5, True, 3], 2, False, None, 0))
+
+
 def test_counts_past_the_limit_are_refused() -> None:
     # (the Python code would make that many empty lists: not run here)
     assert _native().differencing([5, 4], 2**63, False, None, 0) is NotImplemented
     lpt_plain = _native("seqlen_balancing._c_balance").lpt_plain
     assert lpt_plain([3, 2], 8, [9, 4], 2**63, [0, 1], 100) is NotImplemented
+
+
+class Shifty(int):
+    """An int that shifts to 0 and is never greater than anything."""
+
+    def __rshift__(self, other: object) -> int:
+        return 0
+
+    def __gt__(self, other: object) -> bool:
+        return False
 
 
 class Tenfold(list):  # type: ignore[type-arg]
@@ -311,6 +328,11 @@ def test_lpt_twin_gives_up_at_the_skip_where_the_budget_runs_out() -> None:
         ("best_fit_rooms", ([5, 2], 2**22 + 1, [0, 1])),  # a cap past the bitmap's
         ("best_fit_rooms", ([5, 2], 8, [1, 1])),  # an order naming an item twice
         ("best_fit_rooms", ((5, 2), 8, [0, 1])),  # not a list
+        # int subclasses and bools (a subclass may shift and compare otherwise: found by a helper)
+        ("best_fit_rooms", ([900, 600, Shifty(300)], 1000, [0, 1, 2])),
+        ("best_fit_sorted", ([900, 600, Shifty(300)], 1000, [0, 1, 2])),
+        ("best_fit_rooms", ([True, False, True], 2, [0, 2, 1])),
+        ("lpt_plain", ([3, 2], Shifty(8), [9, 4], 2, [0, 1], 100)),
     ],
 )
 def test_inputs_the_twins_refuse_are_the_python_codes(name: str, args: tuple[object, ...]) -> None:

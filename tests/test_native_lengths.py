@@ -113,6 +113,16 @@ def test_what_the_twin_does_not_take_is_left_to_numpy(given: object) -> None:
     assert _twin()(given) is NotImplemented
 
 
+def test_more_rows_than_a_count_array_holds_are_left_to_numpy() -> None:
+    # one row repeated by a stride of 0: the twin's count array would overflow its size
+    # (a crash, found by a helper); numpy says the array is too big, and so does the dispatch
+    rows = np.lib.stride_tricks.as_strided(np.zeros(1, dtype=bool), (2**61 + 1, 1), (0, 0))
+    assert _twin()(rows) is NotImplemented
+    with pytest.raises(ValueError, match="too big"):
+        lengths._row_counts(rows)
+    assert _twin()(rows[: 2**20]) == [0] * 2**20  # a million repeated rows are counted
+
+
 def test_a_float_mask_is_counted_by_numpy_through_the_dispatch() -> None:
     mask = torch.tensor([[1.0, -0.0, 0.5, float("nan")], [0.0, 0.0, 0.0, 2.0]])
     assert lengths._row_counts(mask.numpy()) == _oracle(mask) == [3, 1]

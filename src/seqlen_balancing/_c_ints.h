@@ -1,6 +1,7 @@
 /* Python lists of ints read into int64 arrays, for the compiled twins (issue 33).
  *
- * A twin takes ints from 0 below NATIVE_LIMIT (2**62) only: sums of them then fit an int64.
+ * A twin takes plain ints (not subclasses, not bools) from 0 below NATIVE_LIMIT (2**62)
+ * only: sums of them then fit an int64.
  * Lists are plain lists (not subclasses, which may read their items otherwise), and an
  * order's items plain ints (they come back in the twin's lists) naming each item once.
  * Anything else (not a list, not an int, negative, too large, a repeated index) is refused,
@@ -15,9 +16,11 @@
 
 #define NATIVE_LIMIT ((int64_t)1 << 62)
 
-/* object as an int64 in [0, NATIVE_LIMIT); 1 where it is not one (no exception left set) */
+/* object as an int64 in [0, NATIVE_LIMIT); 1 where it is not one, a plain int (a subclass,
+ * a bool, may read or compare otherwise), below 0 or from the limit up (no exception left
+ * set) */
 static inline int native_int(PyObject *object, int64_t *out) {
-    if (!PyLong_Check(object)) return 1;
+    if (!PyLong_CheckExact(object)) return 1;
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(object, &overflow);
     if (overflow || v < 0 || v >= NATIVE_LIMIT) {

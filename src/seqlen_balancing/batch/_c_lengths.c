@@ -5,7 +5,8 @@
  * It takes what exposes a buffer of two dimensions whose rows are contiguous and whose
  * items are bools or integers of 1, 2, 4 or 8 bytes (an item is non-zero when one of its
  * bytes is, in either byte order). Anything else (floats, whose -0.0 is zero; other
- * layouts) answers NotImplemented, and the Python code counts.
+ * layouts; more rows than a count array can hold, as repeated rows of stride 0 can make)
+ * answers NotImplemented, and the Python code counts (or says why it cannot).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -82,6 +83,10 @@ static PyObject *row_counts(PyObject *self, PyObject *args) {
         Py_RETURN_NOTIMPLEMENTED;
     }
     Py_ssize_t rows = view.shape[0], width = view.shape[1];
+    if (rows > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(Py_ssize_t)) { /* (rows of stride 0) numpy says */
+        PyBuffer_Release(&view);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
     Py_ssize_t *counts = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(rows > 0 ? rows : 1));
     if (counts == NULL) {
         PyBuffer_Release(&view);
