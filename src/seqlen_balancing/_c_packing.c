@@ -58,28 +58,40 @@ static Py_ssize_t place(const int64_t *sizes, int64_t cap, const Py_ssize_t *ord
     return bins;
 }
 
+/* the arguments (sizes, cap, order) of a best fit, read into *sizes, *cap, *order and *n (the
+ * order's length; the caller frees the arrays): 0 read; 1 refused (NotImplemented: not
+ * plain lists of ints, a cap past cap_limit, an item over the cap); -1 an exception set */
+static int read_best_fit(PyObject *args, int64_t cap_limit, int64_t **sizes, int64_t *cap, Py_ssize_t **order,
+                         Py_ssize_t *n) {
+    PyObject *sizes_list, *cap_object, *order_list;
+    *sizes = NULL, *order = NULL;
+    if (!PyArg_ParseTuple(args, "OOO", &sizes_list, &cap_object, &order_list)) return -1;
+    if (!PyList_CheckExact(sizes_list) || !PyList_CheckExact(order_list)) return 1;
+    Py_ssize_t items = PyList_GET_SIZE(sizes_list);
+    *n = PyList_GET_SIZE(order_list);
+    int refused = native_int(cap_object, cap) || *cap > cap_limit, refused_order = 0;
+    *sizes = refused ? NULL : native_ints(sizes_list, items, &refused);
+    *order = *sizes == NULL ? NULL : native_order(order_list, *n, items, &refused_order);
+    int over = 0;
+    for (Py_ssize_t i = 0; *order != NULL && i < *n; i++) over |= (*sizes)[(*order)[i]] > *cap;
+    if (*order != NULL && !over) return 0;
+    PyMem_Free(*sizes);
+    PyMem_Free(*order);
+    *sizes = NULL, *order = NULL;
+    return refused || refused_order || over ? 1 : -1; /* else out of memory, its error set */
+}
+
 static PyObject *best_fit_sorted(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *sizes_list, *cap_object, *order_list, *result = NULL;
-    if (!PyArg_ParseTuple(args, "OOO", &sizes_list, &cap_object, &order_list)) return NULL;
-    if (!PyList_CheckExact(sizes_list) || !PyList_CheckExact(order_list)) Py_RETURN_NOTIMPLEMENTED;
-    Py_ssize_t items = PyList_GET_SIZE(sizes_list), n = PyList_GET_SIZE(order_list);
-    int64_t cap;
-    int refused = native_int(cap_object, &cap), refused_order = 0;
-    int64_t *sizes = refused ? NULL : native_ints(sizes_list, items, &refused);
-    Py_ssize_t *order = sizes == NULL ? NULL : native_order(order_list, n, items, &refused_order);
-    int64_t *rooms = order == NULL ? NULL : PyMem_Malloc(sizeof(int64_t) * (size_t)(n + 1));
-    Py_ssize_t *owners = order == NULL ? NULL : PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n + 1));
-    Py_ssize_t *of = order == NULL ? NULL : PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n + 1));
-    if (refused || refused_order) {
-        result = Py_NewRef(Py_NotImplemented);
-    } else if (!PyErr_Occurred() && (rooms == NULL || owners == NULL || of == NULL)) {
-        PyErr_NoMemory();
-    } else if (!PyErr_Occurred()) {
-        int over = 0;
-        for (Py_ssize_t i = 0; i < n; i++) over |= sizes[order[i]] > cap;
-        result = over ? Py_NewRef(Py_NotImplemented)
-                      : native_bins(order, of, n, place(sizes, cap, order, n, rooms, owners, of));
-    }
+    int64_t *sizes, cap;
+    Py_ssize_t *order, n;
+    int read = read_best_fit(args, NATIVE_LIMIT, &sizes, &cap, &order, &n);
+    if (read) return read < 0 ? NULL : Py_NewRef(Py_NotImplemented);
+    int64_t *rooms = PyMem_Malloc(sizeof(int64_t) * (size_t)(n + 1));
+    Py_ssize_t *owners = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n + 1));
+    Py_ssize_t *of = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n + 1));
+    PyObject *result = rooms == NULL || owners == NULL || of == NULL
+                           ? PyErr_NoMemory()
+                           : native_bins(order, of, n, place(sizes, cap, order, n, rooms, owners, of));
     PyMem_Free(sizes);
     PyMem_Free(order);
     PyMem_Free(rooms);
@@ -159,36 +171,20 @@ static Py_ssize_t place_in_rooms(const int64_t *sizes, int64_t cap, const Py_ssi
 }
 
 static PyObject *best_fit_rooms(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *sizes_list, *cap_object, *order_list, *result = NULL;
-    if (!PyArg_ParseTuple(args, "OOO", &sizes_list, &cap_object, &order_list)) return NULL;
-    if (!PyList_CheckExact(sizes_list) || !PyList_CheckExact(order_list)) Py_RETURN_NOTIMPLEMENTED;
-    Py_ssize_t items = PyList_GET_SIZE(sizes_list), n = PyList_GET_SIZE(order_list);
-    int64_t cap;
-    int refused = native_int(cap_object, &cap) || cap > ROOMS_LIMIT, refused_order = 0;
-    int64_t *sizes = refused ? NULL : native_ints(sizes_list, items, &refused);
-    Py_ssize_t *order = sizes == NULL ? NULL : native_order(order_list, n, items, &refused_order);
-    Rooms r = {NULL, NULL, NULL, NULL, 0, 0};
-    Py_ssize_t *of = NULL;
-    if (order != NULL) {
-        r.n_words = (Py_ssize_t)(cap >> 6) + 1;
-        r.n_used = (r.n_words >> 6) + 1;
-        r.head = PyMem_Calloc((size_t)cap + 1, sizeof(Py_ssize_t));
-        r.below = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n + 1));
-        r.words = PyMem_Calloc((size_t)r.n_words, sizeof(uint64_t));
-        r.used = PyMem_Calloc((size_t)r.n_used, sizeof(uint64_t));
-        of = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n + 1));
-    }
-    if (refused || refused_order) {
-        result = Py_NewRef(Py_NotImplemented);
-    } else if (!PyErr_Occurred() && (r.head == NULL || r.below == NULL || r.words == NULL || r.used == NULL ||
-                                     of == NULL)) {
-        PyErr_NoMemory();
-    } else if (!PyErr_Occurred()) {
-        int over = 0;
-        for (Py_ssize_t i = 0; i < n; i++) over |= sizes[order[i]] > cap;
-        result = over ? Py_NewRef(Py_NotImplemented)
-                      : native_bins(order, of, n, place_in_rooms(sizes, cap, order, n, &r, of));
-    }
+    int64_t *sizes, cap;
+    Py_ssize_t *order, n;
+    int read = read_best_fit(args, ROOMS_LIMIT, &sizes, &cap, &order, &n);
+    if (read) return read < 0 ? NULL : Py_NewRef(Py_NotImplemented);
+    Rooms r = {NULL, NULL, NULL, NULL, (Py_ssize_t)(cap >> 6) + 1, 0};
+    r.n_used = (r.n_words >> 6) + 1;
+    r.head = PyMem_Calloc((size_t)cap + 1, sizeof(Py_ssize_t));
+    r.below = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n + 1));
+    r.words = PyMem_Calloc((size_t)r.n_words, sizeof(uint64_t));
+    r.used = PyMem_Calloc((size_t)r.n_used, sizeof(uint64_t));
+    Py_ssize_t *of = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n + 1));
+    PyObject *result = r.head == NULL || r.below == NULL || r.words == NULL || r.used == NULL || of == NULL
+                           ? PyErr_NoMemory()
+                           : native_bins(order, of, n, place_in_rooms(sizes, cap, order, n, &r, of));
     PyMem_Free(sizes);
     PyMem_Free(order);
     PyMem_Free(r.head);

@@ -94,8 +94,6 @@ def over_cap_error(
     if not costs or max(costs) <= usable:
         return None
     over = [i for i, cost in enumerate(costs) if cost > usable]
-    if not over:
-        return None
     first = over[0]
     largest = max(costs[i] for i in over)
     return kind(tokens[first], firsts[first], given, len(over), largest, costs[first], bucket, *made)

@@ -57,7 +57,7 @@ NONZERO_WIDE(nonzero_8, uint64_t, HALVES)
 /* the counter for view's items; NULL where the twin does not take them */
 static Py_ssize_t (*counter(const Py_buffer *view))(const unsigned char *, Py_ssize_t) {
     const char *format = view->format == NULL ? "B" : view->format;
-    if (strchr("@=<>!", format[0]) != NULL && format[0] != '\0') format++;
+    if (format[0] != '\0' && strchr("@=<>!", format[0]) != NULL) format++; /* a byte order */
     if (format[0] == '\0' || format[1] != '\0' || strchr("?bBhHiIlLqQ", format[0]) == NULL) return NULL;
     switch (view->itemsize) {
         case 1: return nonzero_bytes;
@@ -68,7 +68,7 @@ static Py_ssize_t (*counter(const Py_buffer *view))(const unsigned char *, Py_ss
     }
 }
 
-static PyObject *row_counts(PyObject *self, PyObject *args) {
+static PyObject *row_counts(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *mask;
     Py_buffer view;
     if (!PyArg_ParseTuple(args, "O", &mask)) return NULL;
