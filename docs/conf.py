@@ -70,10 +70,6 @@ nitpick_ignore = [
     ("py:class", "seqlen_balancing.native._R"),
     ("py:class", "ProcessGroup"),
     ("py:class", "torch.distributed.ProcessGroup"),
-    # the error records' TypeVar (from_values returns the record type it is called on)
-    ("py:class", "seqlen_balancing.errors.record._E"),
-    # an annotated int (documented as data), in the signatures of the records that use it
-    ("py:class", "seqlen_balancing.errors.NonPositive"),
     # the parser's namespace (PlanOptions.from_args) and the planner's per-rank record
     ("py:class", "argparse.Namespace"),
     ("py:class", "seqlen_balancing.analysis.RankAnalysis"),

@@ -237,8 +237,8 @@ def test_an_exact_count_is_held_to_the_equal_rows_count() -> None:
     assert len(plan[0]) + plan[0].filler == 2  # ceil(8 / 4): the rows of 4 micro-batches
 
 
-def test_the_window_travels_at_its_counts_places_and_decodes_at_the_agreed_count() -> None:
-    from seqlen_balancing.agreement import LAYOUT, combine, decode, encode
+def test_the_rows_travel_in_a_second_vector_at_the_agreed_count() -> None:
+    from seqlen_balancing.agreement import combine, decode, decode_rows, encode, encode_rows, needs_reports
     from seqlen_balancing.planner import analyse
 
     mask, none = (1 << 20) - 1, -(1 << 62)
@@ -247,19 +247,13 @@ def test_the_window_travels_at_its_counts_places_and_decodes_at_the_agreed_count
     second = analyse([5, 5, 5, 5], 20, options)  # alone: 1 micro-batch of 4 rows
     assert [(w.count, w.rows) for w in first.rows_window[:3]] == [(3, 3), (4, 2), (5, 2)]
     assert [(w.count, w.rows) for w in second.rows_window[:4]] == [(1, 4), (2, 2), (3, 2), (4, 1)]
-    rows, tolerance = LAYOUT.start("rows"), LAYOUT.start("neg_rows_tolerance")
-    vector = encode(second, 1)
-    tag = mask - 1
-    # count c at place c mod 32: rows << 20 | tag and -tolerance << 20 | tag
-    assert vector[rows + 3] == (2 << 20 | tag)
-    assert vector[tolerance + 3] == (-second.rows_window[2].tolerance << 20 | tag)
-    assert second.rows_window[-1].count == 32  # the window: counts 1..32, count 32 at place 0
-    assert vector[rows + 0] == (1 << 20 | tag)  # above its 4 samples: count 4's plan, 1 row
-    assert encode(analyse([5, 5, 5, 5], 20), 1)[rows : rows + 32] == [0] * 32  # option off
-    assert encode(analyse([5, 5, 5, 5], 20), 1)[tolerance : tolerance + 32] == [none] * 32
-    reduced = combine([encode(first, 0), vector])
+    reduced = combine([encode(first, 0), encode(second, 1)])
+    assert not needs_reports(reduced)
     count, error, _ = decode(reduced)
     assert (count, error) == (3, None)
-    from seqlen_balancing.agreement import agreed_rows
-
-    assert agreed_rows(reduced, 3) == 3  # the most any rank needs at the agreed count
+    tag = mask - 1
+    # at count 3 the second rank needs 2 rows: rows << 20 | tag and -tolerance << 20 | tag
+    assert encode_rows(second, 3, 1) == [2 << 20 | tag, -second.rows_window[2].tolerance << 20 | tag]
+    assert encode_rows(analyse([5, 5, 5, 5], 20), 3, 1) == [0, none]  # option off: idle
+    rows_reduced = combine([encode_rows(first, 3, 0), encode_rows(second, 3, 1)])
+    assert decode_rows(rows_reduced, 20) == (3, None, None)  # the most any rank needs at 3

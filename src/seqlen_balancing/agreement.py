@@ -1,137 +1,88 @@
-"""How DP ranks agree on one micro-batch count with a single element-wise MAX (no torch).
+"""How DP ranks agree on one micro-batch count (no torch).
 
-Each rank encodes its :class:`~seqlen_balancing.planner.RankAnalysis` (dynamic path) or its
-static micro-batch count (``use_dynamic_bsz=False``) into a vector of :data:`VECTOR_SIZE`
-int64 values; the group reduces the vectors with MAX (one ``all_reduce`` in
-:mod:`seqlen_balancing.distributed`, or :func:`combine` in one process); every rank decodes
-the same reduced vector and so reaches the same verdict.
+The success path is one ``all_reduce(MAX)`` of :data:`VECTOR_SIZE` int64 values (the
+collective itself lives in :mod:`seqlen_balancing.distributed`; :func:`combine` is the same
+MAX in one process). Each rank :func:`encode` s what it needs, every rank reads the same
+reduced vector, and so reaches the same verdict. When the vector shows that some rank failed
+or that the ranks were asked to plan differently, every rank makes the same second exchange:
+each gathers every rank's :class:`Report` (its error as the exception record it holds, and
+the settings it plans under) and every rank raises the same error from them, the way
+``torch.distributed.checkpoint`` gathers failures only when there is one. Equal rows
+(``equal_rows_per_micro_batch``) agree on their rows in one more small all_reduce
+(:func:`encode_rows`), made only when that option is on.
 
-The vector is :data:`LAYOUT`, declared once below: named slots with widths, in order; the
-indices and :data:`VECTOR_SIZE` follow from it, and a new slot is one more line there. A
-``tag`` is ``2**20-1-rank``, so that MAX prefers the lowest rank; a slot a rank has nothing
-to say in holds its idle value (0, or ``-2**62`` for a negated slot, below any real value).
+The vector, slot by slot (:data:`LAYOUT`). A ``tag`` is ``2**20-1-rank``, so that MAX
+prefers the lowest rank; a rank with nothing to say in a slot holds its idle value (0, or
+``-2**62`` for a negated slot, below any real value):
 
-* ``error_key``: 0 without an error, else ``tag << B | code``, ``code`` the error record's
-  number (1..N, :data:`~seqlen_balancing.errors.RECORDS`) in the low ``B = N.bit_length()``
-  bits, so MAX picks an error over none and, among errors, the lowest rank at fault;
-* ``error_values``: the record's :data:`~seqlen_balancing.errors.N_ERROR_VALUES` integers
-  (:meth:`~seqlen_balancing.errors.PlanError.values`, zeros after them), each split in a
-  high and a low part (38 bits each) stored as ``tag << 38 | part``: the tag in the high
-  bits makes MAX take every part from the rank whose error won, and the split carries
-  values up to ``2**76 - 1`` whole (:data:`~seqlen_balancing.errors.MAX_ERROR_VALUE`;
-  larger ones arrive as "out of range");
+* ``failed``: 1 when this rank holds an error (the reports then say which);
+* ``fingerprint`` and ``neg_fingerprint``: a 61-bit hash of every setting the rank plans
+  under (:func:`settings_of`: every agreed option of :class:`~seqlen_balancing.PlanOptions`,
+  the cap, whether ``costs``/``workloads``/``group_ids`` are given, and the job's own step
+  settings, :func:`~seqlen_balancing.options.step_settings`), and its negation: after the
+  MAX they differ exactly when two ranks' settings do;
 * ``count``, ``count << 20 | tag``: the largest needed count and the lowest rank needing it;
 * ``groups``, ``-groups << 20 | tag``: the fewest samples/groups and its rank;
-* ``mode`` and ``neg_mode``, the mode (1 dynamic, 2 static) as ``mode << 20 | tag`` and
-  ``-mode << 20 | tag``: a group mixing both modes is an error on every rank, naming one
-  rank of each;
-* ``static`` and ``neg_static``, the static count as ``count << 20 | tag`` and
-  ``-count << 20 | tag``: static ranks whose counts differ are an error on every rank,
-  naming the largest and the smallest;
-* ``largest``, the costliest sample or forced group (tokens of cost) the rank holds, capped
-  at ``2**62 + 1`` (which then stands for "above 2**62"), error or not: an over-cap error's
-  advice ("raise max_token_len to at least X") then names the longest in the whole DP
-  group, so following it cannot fail again on another rank
-  (:meth:`~seqlen_balancing.errors.PlanError.agreed`);
-* ``dummy_groups``, ``-groups << 20 | tag`` of the ranks that serve a count above their
-  groups with dummies (``dummy_micro_batches=True``): those ranks leave ``groups`` idle
-  (they never make the count impossible), and this slot bounds the dummies the agreed count
-  needs on the shortest of them (:data:`~seqlen_balancing.errors.MAX_DUMMY_MICRO_BATCHES`);
-* ``rows`` and ``neg_rows_tolerance`` (``equal_rows_per_micro_batch``), each
-  :data:`~seqlen_balancing.rows.ROWS_WINDOW` wide: for each count ``c`` of the rank's
-  window (its own count and the next multiples of ``num_batches_divided_by``), at place
-  ``c / num_batches_divided_by`` modulo the width, ``rows << 20 | tag``, the fewest rows
-  its plan needs at ``c``, and ``-tolerance << 20 | tag``, the most rows that plan's
-  micro-batches can be topped up to under the cap (:mod:`seqlen_balancing.rows`). At the
-  agreed count's place every micro-batch of the group holds the largest ``rows``; when
-  that is above the smallest tolerance, every rank raises the same
-  :class:`~seqlen_balancing.errors.RowsOverCap`, naming the rank holding it. A count
-  above a rank's window reads the rows of the window's count at the same place, whose
-  plan split up to the agreed count keeps them;
-* the request, one pair of slots per quantity of :data:`REQUEST`: every agreed option of
-  :class:`~seqlen_balancing.PlanOptions` (``option_<name>``), the cap
-  (``option_max_token_len``) and whether the rank passes ``costs``, ``workloads`` and
-  ``group_ids`` (``option_costs``, ``option_workloads``, ``option_group_ids``: the ids
-  themselves differ from rank to rank, as the lengths do; whether groups are used must not).
-  A pair holds the value as ``value << 20 | tag``
-  and ``-value << 20 | tag`` (``neg_option_<name>``), a 42-bit value: a positive integer
-  as itself (0 for ``None``), a switch 0/1, ``over_cap`` its index; keys, a model and any
-  number of 2**41 or more as ``2**41`` plus a stable 41-bit hash (:func:`request_value`,
-  BLAKE2b: the same in every process, unlike ``hash()``). After the MAX, a pair whose two
-  halves differ names the largest value, the smallest and the lowest rank holding each:
-  every rank raises the same :class:`~seqlen_balancing.errors.OptionMismatch`, naming the
-  option and both ranks (and both values, when they are not hashes). This check comes
-  first, before any rank's own error (ranks asked to plan differently is the cause to
-  fix); a rank whose options could not be read contributes nothing here (its error
-  speaks), nor does a static rank (``use_dynamic_bsz=False``).
-
-Each rank contributes the count it needs (:attr:`~seqlen_balancing.planner.RankAnalysis.
-needed_count`: its own count, with ``over_cap="alone"`` one micro-batch per over-cap
-sample included, and with dummies its ``min_num_micro_batch``); which ranks run dummies
-follows from the agreed count and each rank's own groups, so it takes no second
-collective.
+* ``mode``/``neg_mode`` (1 dynamic, 2 static) and ``static``/``neg_static`` (the static
+  count): a group mixing both paths, or static ranks whose counts differ, is an error on
+  every rank naming one rank of each;
+* ``largest``: the costliest sample or forced group the rank holds (capped at
+  ``2**62 + 1``), so that advice on the cap names the longest in the whole group;
+* ``dummy_groups``: ``-groups << 20 | tag`` of the ranks that serve a count above their
+  groups with dummies (``dummy_micro_batches=True``).
 
 The agreed count is the largest needed count rounded up to ``num_batches_divided_by`` (the
-same on every rank, or the mismatch above); if a rank has fewer samples/groups than that,
+same on every rank, or the settings differ); if a rank has fewer samples/groups than that,
 every rank raises the same ``ValueError``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.errors import (
-    LARGEST_SHOWN,
-    N_ERROR_VALUES,
     OUT_OF_RANGE,
-    RECORDS,
-    Argument,
     ModeMismatch,
     OptionMismatch,
     PlanError,
     RowsOverCap,
-    Shown,
     StaticCountMismatch,
 )
-from seqlen_balancing.options import OPTIONS, Kind, PlanOptionKeywords, PlanOptions, Unpack
-from seqlen_balancing.planner import (
-    RankAnalysis,
-    agreed_count,
-    analyse,
-    build_plan,
-    local_count,
-    log_over_cap,
-)
-from seqlen_balancing.rows import ROWS_WINDOW
-from seqlen_balancing.window import FLAGS, PROFILE, UNKNOWN, WINDOW, Choice, choose, encode_window, settle
+from seqlen_balancing.options import OPTIONS, PlanOptionKeywords, PlanOptions, Unpack, step_settings
+from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, build_plan, local_count, log_over_cap
+from seqlen_balancing.rows import rows_for
 
 __all__ = [
     "LAYOUT",
-    "REQUEST",
     "VECTOR_SIZE",
     "Layout",
     "RankPlan",
+    "Report",
+    "Setting",
     "Slot",
-    "agreed_rows",
+    "agree_in_process",
     "combine",
     "decode",
+    "decode_rows",
     "encode",
-    "lockstep_choice",
+    "encode_rows",
+    "fingerprint",
+    "needs_reports",
     "plan_data_parallel",
     "plan_ranks",
-    "request_value",
+    "report",
+    "settings_of",
 ]
 
 _RANK_BITS = 20
 _RANK_MASK = (1 << _RANK_BITS) - 1
-_CODE_BITS = len(RECORDS).bit_length()  # the key is 20 + _CODE_BITS bits
-_VALUE_BITS = 38  # a value slot: a 20-bit tag above a 38-bit part, 58 bits
-_VALUE_MASK = (1 << _VALUE_BITS) - 1
-_NO_GROUPS = -(1 << 62)  # a "negated" slot of a rank that has nothing to say: never the MAX
+_IDLE = -(1 << 62)  # a negated slot of a rank that has nothing to say: never the MAX
+_HASH_BITS = 61
 
 
 @dataclass(frozen=True)
@@ -174,123 +125,115 @@ class Layout:
         return [slot.idle for slot in self.slots for _ in range(slot.width)]
 
 
-#: What each rank was asked to do, one ``(name, argument, shown)`` per quantity the ranks
-#: must agree on: every agreed option (in :class:`~seqlen_balancing.PlanOptions`'
-#: order), the cap, and whether ``costs`` / ``workloads`` are given.
-REQUEST: tuple[tuple[str, Argument, Shown], ...] = (
-    *(
-        (name, opt.argument, {Kind.SWITCH: Shown.SWITCH, Kind.CHOICE: Shown.OVER_CAP,
-                              Kind.KEYS: Shown.HIDDEN, Kind.MODEL: Shown.HIDDEN,
-                              Kind.SHARE: Shown.HIDDEN}.get(opt.kind, Shown.NUMBER))
-        for name, opt in OPTIONS.items() if opt.agreed
-    ),
-    ("max_token_len", Argument.MAX_TOKEN_LEN, Shown.NUMBER),
-    ("costs", Argument.COSTS, Shown.GIVEN),
-    ("workloads", Argument.WORKLOADS, Shown.GIVEN),
-    ("group_ids", Argument.GROUP_IDS, Shown.GIVEN),
-)
-
 #: The agreement's vector, slot by slot (the module docstring says what each one holds).
 LAYOUT = Layout(
-    Slot("error_key"),
-    Slot("error_values", 2 * N_ERROR_VALUES),
+    Slot("failed"),
+    Slot("fingerprint"),
+    Slot("neg_fingerprint", idle=_IDLE),
     Slot("count"),
-    Slot("groups", idle=_NO_GROUPS),
+    Slot("groups", idle=_IDLE),
     Slot("mode"),
-    Slot("neg_mode", idle=_NO_GROUPS),
+    Slot("neg_mode", idle=_IDLE),
     Slot("static"),
-    Slot("neg_static", idle=_NO_GROUPS),
+    Slot("neg_static", idle=_IDLE),
     Slot("largest"),
-    Slot("dummy_groups", idle=_NO_GROUPS),
-    Slot("rows", ROWS_WINDOW),
-    Slot("neg_rows_tolerance", ROWS_WINDOW, idle=_NO_GROUPS),
-    *(slot for name, _, _ in REQUEST
-      for slot in (Slot(f"option_{name}"), Slot(f"neg_option_{name}", idle=_NO_GROUPS))),
-    Slot("window_count", WINDOW),
-    Slot("neg_window_count", WINDOW, idle=-_NO_GROUPS),
-    Slot("profile", WINDOW * PROFILE),
-    Slot("verl_profile", WINDOW * PROFILE),
-    Slot("fit_flags", FLAGS, idle=UNKNOWN),
-    Slot("rank_workload"),
+    Slot("dummy_groups", idle=_IDLE),
 )
 
-#: Length of the int64 vector each rank contributes.
+#: Length of the int64 vector each rank contributes (at most 16).
 VECTOR_SIZE = LAYOUT.size
 
-_KEY, _VALUES, _COUNT, _GROUPS = (LAYOUT.start(n) for n in ("error_key", "error_values", "count", "groups"))
-_MODE, _NEG_MODE = LAYOUT.start("mode"), LAYOUT.start("neg_mode")
-_STATIC, _NEG_STATIC = LAYOUT.start("static"), LAYOUT.start("neg_static")
-_LARGEST, _DUMMY_GROUPS = LAYOUT.start("largest"), LAYOUT.start("dummy_groups")
-_WINDOW = {name: LAYOUT.start(name) for name in
-           ("window_count", "neg_window_count", "profile", "verl_profile", "fit_flags",
-            "rank_workload")}
-_ROWS, _NEG_TOLERANCE = LAYOUT.start("rows"), LAYOUT.start("neg_rows_tolerance")
-_REQUEST = tuple(
-    (LAYOUT.start(f"option_{name}"), LAYOUT.start(f"neg_option_{name}")) for name, _, _ in REQUEST
-)
-_DIVISOR = _REQUEST[[name for name, _, _ in REQUEST].index("num_batches_divided_by")][0]
-_CAP = _REQUEST[[name for name, _, _ in REQUEST].index("max_token_len")][0]
-
-#: A request value of ``2**41`` or more is a hash (or a large number, hashed).
-_HASHED = LARGEST_SHOWN + 1
+_FAILED, _PRINT, _NEG_PRINT, _COUNT, _GROUPS, _MODE, _NEG_MODE, _STATIC, _NEG_STATIC, _LARGEST, \
+    _DUMMY_GROUPS = range(VECTOR_SIZE)
+_LARGEST_LIMIT = (1 << 62) + 1  # stored for anything above 2**62: "out of range"
+_DYNAMIC_MODE, _STATIC_MODE = 1, 2
 
 
-def request_value(value: Any) -> int:
-    """A requested option (or the cap) as the 42-bit value its slots carry: ``None`` 0, a
-    bool 0/1, ``over_cap`` its index, a positive integer below 2**41 itself; anything else
-    (keys, a model, a larger number) ``2**41`` plus 41 bits of its BLAKE2b hash, the same
-    in every process and on every machine.
+@dataclass(frozen=True)
+class Setting:
+    """One setting a rank plans under, as the ranks compare it.
+
+    ``key`` orders and compares values (``None``: the rank could not state it, and its own
+    error speaks); values that compare equal have equal keys (``-0.0`` and ``0.0``, ``1``
+    and ``1.0``). ``shown`` is the value as a message names it; ``given`` marks per-sample
+    data (``costs``), named as passed or not rather than by value.
+    """
+
+    name: str
+    key: tuple[int, Any] | None
+    shown: str
+    given: bool = False
+
+
+def _setting(name: str, value: Any, given: bool = False) -> Setting:
+    """``value`` as :class:`Setting` ``name``: numbers, switches and ``over_cap`` compare by
+    value, anything else (keys, a model) by its text."""
+    if isinstance(value, bool) or value is None:
+        return Setting(name, (0, int(bool(value))), str(value), given)
+    if isinstance(value, str) and value in ("raise", "alone"):
+        return Setting(name, (0, ("raise", "alone").index(value)), repr(value))
+    if isinstance(value, float):
+        value += 0.0  # -0.0 and 0.0 compare equal: one key
+        if not math.isfinite(value):
+            return Setting(name, (1, repr(value)), repr(value))
+        number: Any = int(value) if value.is_integer() else value
+        return Setting(name, (0, number), repr(value))
+    if isinstance(value, int):
+        return Setting(name, (0, value), str(value))
+    text = str(value) if isinstance(value, WorkloadModel) else repr(value)
+    return Setting(name, (1, f"{type(value).__name__}:{text}"), text)
+
+
+def settings_of(analysis: RankAnalysis) -> tuple[Setting, ...] | None:
+    """Every setting this rank plans under, in a fixed order: each agreed option of
+    :class:`~seqlen_balancing.PlanOptions`, the cap, whether ``costs``, ``workloads`` and
+    ``group_ids`` are given, and the job's step settings
+    (:func:`~seqlen_balancing.options.step_settings`); ``None`` when the rank's options
+    could not be read (its error speaks).
 
     Example:
-        >>> request_value(None), request_value(True), request_value("alone"), request_value(16)
-        (0, 1, 1, 16)
-        >>> request_value(("loss_mask",)) == request_value(("loss_mask",)) >= 2**41
-        True
+        >>> [s.shown for s in settings_of(analyse([5, 6], 8))][:3]
+        ['1', '1', '1']
     """
-    if value is None:
-        return 0
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, str) and value in ("raise", "alone"):
-        return ("raise", "alone").index(value)
-    if isinstance(value, int) and 0 <= value <= LARGEST_SHOWN:
-        return value
-    if isinstance(value, WorkloadModel):
-        text = f"model:{value}"
-    elif isinstance(value, tuple):
-        text = "keys:" + "\0".join(value)
-    else:
-        text = f"{type(value).__name__}:{value}"
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return _HASHED + (int.from_bytes(digest, "big") & LARGEST_SHOWN)
-
-
-def _request_values(analysis: RankAnalysis) -> list[int | None] | None:
-    """The values of :data:`REQUEST` this rank was asked for, or ``None`` (no options); a
-    cap that could not be read is ``None`` too (the rank's error speaks for it)."""
     options = analysis.options
     if options is None:
         return None
+    settings = []
+    for name, opt in OPTIONS.items():
+        if opt.agreed:
+            value = getattr(options, name)
+            if value is None and name in ("min_num_micro_batch", "num_batches_divided_by"):
+                value = 1  # None plans as 1
+            settings.append(_setting(name, value))
+    cap = analysis.requested_max_token_len
+    settings.append(_setting("max_token_len", cap) if cap else Setting("max_token_len", None, ""))
     given = {"costs": analysis.custom_costs, "workloads": analysis.custom_workloads,
              "group_ids": analysis.custom_groups}
-    # min_num_micro_batch and num_batches_divided_by: None plans as 1, so it reads as 1
-    as_one = {"min_num_micro_batch", "num_batches_divided_by"}
-    values: list[int | None] = []
-    for name, _, _ in REQUEST:
-        if name == "max_token_len":
-            cap = analysis.requested_max_token_len
-            values.append(request_value(cap) if cap else None)
-            continue
-        value = given[name] if name in given else getattr(options, name)
-        values.append(request_value(1 if value is None and name in as_one else value))
-    return values
+    settings += [_setting(name, value, given=True) for name, value in given.items()]
+    settings += [_setting(name, value) for name, value in step_settings().items()]
+    return tuple(settings)
 
 
-#: Largest num_batches_divided_by the vector carries as a number; a larger divisor makes the
-#: count exceed any batch, which the rank reports as its own error.
-_DIVISOR_LIMIT = LARGEST_SHOWN
-_LARGEST_LIMIT = (1 << 62) + 1  # stored for anything above 2**62: "out of range"
-_DYNAMIC_MODE, _STATIC_MODE = 1, 2
+def fingerprint(settings: Sequence[Setting]) -> int:
+    """A 61-bit BLAKE2b hash of the settings' keys: the same in every process (unlike
+    ``hash()``), equal for settings that compare equal."""
+    text = repr([(s.name, s.key) for s in settings])
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> (64 - _HASH_BITS)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a rank says in the second exchange, made only when the first one shows that
+    some rank failed or that the settings differ: its error and its settings."""
+
+    error: PlanError | None
+    settings: tuple[Setting, ...] | None
+
+
+def report(analysis: RankAnalysis, static_count: int | None = None) -> Report:
+    """This rank's :class:`Report` (a static rank states no settings: its mode speaks)."""
+    return Report(analysis.error, None if static_count is not None else settings_of(analysis))
 
 
 def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -> list[int]:
@@ -314,53 +257,40 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
     tag = _RANK_MASK - rank
     vector = LAYOUT.idle_vector()
     vector[_LARGEST] = min(analysis.largest, _LARGEST_LIMIT)
-    if static_count is None:
-        _encode_request(vector, analysis, tag)
-    error = analysis.error
-    if error is None and static_count is None and analysis.num_batches_divided_by > _DIVISOR_LIMIT:
-        # No batch has that many samples: this rank's own count is already impossible.
-        _, error = agreed_count(analysis.needed_count, analysis.n_groups,
-                                analysis.num_batches_divided_by, rank,
-                                dummies=analysis.dummy_micro_batches)
-    if error is not None:
-        vector[_KEY] = tag << _CODE_BITS | error.code
-        values = error.values()
-        for j, value in enumerate(values + (0,) * (N_ERROR_VALUES - len(values))):
-            vector[_VALUES + 2 * j] = tag << _VALUE_BITS | value >> _VALUE_BITS
-            vector[_VALUES + 2 * j + 1] = tag << _VALUE_BITS | value & _VALUE_MASK
+    settings = None if static_count is not None else settings_of(analysis)
+    if settings is not None:
+        vector[_PRINT] = fingerprint(settings)
+        vector[_NEG_PRINT] = -vector[_PRINT]
+    if analysis.error is not None:
+        vector[_FAILED] = 1
         return vector
+    mode = _DYNAMIC_MODE if static_count is None else _STATIC_MODE
+    vector[_MODE], vector[_NEG_MODE] = mode << _RANK_BITS | tag, -mode << _RANK_BITS | tag
     if static_count is not None:
-        vector[_MODE] = _STATIC_MODE << _RANK_BITS | tag
-        vector[_NEG_MODE] = -_STATIC_MODE << _RANK_BITS | tag
         vector[_STATIC] = static_count << _RANK_BITS | tag
         vector[_NEG_STATIC] = -static_count << _RANK_BITS | tag
         return vector
-    encode_window(vector, _WINDOW, analysis)
     vector[_COUNT] = analysis.needed_count << _RANK_BITS | tag
     groups = _DUMMY_GROUPS if analysis.dummy_micro_batches else _GROUPS
     vector[groups] = -analysis.n_groups << _RANK_BITS | tag
-    vector[_MODE] = _DYNAMIC_MODE << _RANK_BITS | tag
-    vector[_NEG_MODE] = -_DYNAMIC_MODE << _RANK_BITS | tag
-    for at in analysis.rows_window:
-        place = at.count // analysis.num_batches_divided_by % ROWS_WINDOW
-        vector[_ROWS + place] = at.rows << _RANK_BITS | tag
-        vector[_NEG_TOLERANCE + place] = -at.tolerance << _RANK_BITS | tag
-    if analysis.empty_rows_tolerance:  # a rank with no samples: the same at every count
-        for place in range(ROWS_WINDOW):
-            vector[_NEG_TOLERANCE + place] = -analysis.empty_rows_tolerance << _RANK_BITS | tag
     return vector
 
 
-def _encode_request(vector: list[int], analysis: RankAnalysis, tag: int) -> None:
-    """The request's slots of ``vector``: what this rank was asked to do, as its options
-    say (nothing when it has none: its error speaks for it)."""
-    values = _request_values(analysis)
-    if values is None:
-        return
-    for (high, low), value in zip(_REQUEST, values, strict=True):
-        if value is not None:
-            vector[high] = value << _RANK_BITS | tag
-            vector[low] = -value << _RANK_BITS | tag
+def combine(vectors: Sequence[Sequence[int]]) -> list[int]:
+    """Element-wise MAX of the ranks' vectors: what ``all_reduce(op=MAX)`` computes."""
+    return [max(column) for column in zip(*vectors, strict=True)]
+
+
+def needs_reports(reduced: Sequence[int]) -> bool:
+    """Whether the ranks must exchange :class:`Report` s: some rank failed, or two ranks'
+    settings differ (the same answer on every rank)."""
+    stated = reduced[_NEG_PRINT] != _IDLE
+    return bool(reduced[_FAILED]) or (stated and reduced[_PRINT] != -reduced[_NEG_PRINT])
+
+
+def _split(slot: int) -> tuple[int, int]:
+    """``(value, rank)`` of a ``value << 20 | (2**20-1-rank)`` slot."""
+    return slot >> _RANK_BITS, _RANK_MASK - (slot & _RANK_MASK)
 
 
 @dataclass(frozen=True)
@@ -381,48 +311,49 @@ class _Peers:
         return None if self.ranks is None else self.ranks(rank)
 
 
-def combine(vectors: Sequence[Sequence[int]]) -> list[int]:
-    """Element-wise MAX of the ranks' vectors: what ``all_reduce(op=MAX)`` computes."""
-    return [max(column) for column in zip(*vectors, strict=True)]
-
-
-def _split(slot: int) -> tuple[int, int]:
-    """``(value, rank)`` of a ``value << 20 | (2**20-1-rank)`` slot."""
-    return slot >> _RANK_BITS, _RANK_MASK - (slot & _RANK_MASK)
-
-
-def _mismatch(reduced: Sequence[int], peers: _Peers) -> PlanError | None:
-    """The first quantity of :data:`REQUEST` on which the ranks that stated it differ
-    (largest and smallest value, the lowest rank holding each), else ``None``."""
-    for (high, low), (_, argument, shown) in zip(_REQUEST, REQUEST, strict=True):
-        if reduced[low] == _NO_GROUPS:
-            continue  # no rank stated a request
-        (largest, rank_high), (neg, rank_low) = _split(reduced[high]), _split(reduced[low])
-        if largest != -neg:
-            return OptionMismatch(argument, shown, rank_high, largest, rank_low, -neg,
-                                  peers.global_rank(rank_high), peers.global_rank(rank_low))
+def _mismatch(reports: Sequence[Report], peers: _Peers) -> PlanError | None:
+    """The first setting on which the ranks that stated it differ: the largest value and
+    the smallest, each held by its lowest rank; else ``None``."""
+    stated = [(rank, r.settings) for rank, r in enumerate(reports) if r.settings is not None]
+    for column in zip(*(settings for _, settings in stated), strict=True):
+        held = [(s, rank) for s, (rank, _) in zip(column, stated, strict=True) if s.key is not None]
+        if len({s.key for s, _ in held}) < 2:
+            continue
+        top, bottom = max(s.key for s, _ in held), min(s.key for s, _ in held)
+        high, rank_high = next(p for p in held if p[0].key == top)  # held is in rank order
+        low, rank_low = next(p for p in held if p[0].key == bottom)
+        return OptionMismatch(high.name, high.given, rank_high, high.shown, rank_low, low.shown,
+                              peers.global_rank(rank_high), peers.global_rank(rank_low))
     return None
 
 
-def _error_of(reduced: Sequence[int], peers: _Peers) -> tuple[PlanError, int]:
-    """The winning rank's error record, as the group states it, and that rank."""
-    key = reduced[_KEY]
-    rank = _RANK_MASK - ((key >> _CODE_BITS) & _RANK_MASK)
-    values = [
-        (reduced[_VALUES + 2 * j] & _VALUE_MASK) << _VALUE_BITS | reduced[_VALUES + 2 * j + 1] & _VALUE_MASK
-        for j in range(N_ERROR_VALUES)
-    ]
-    kind = RECORDS.record(key & ((1 << _CODE_BITS) - 1))
-    return kind.from_values(values).agreed(peers), rank
+def _judge(reports: Sequence[Report], peers: _Peers) -> tuple[PlanError, int | None] | None:
+    """The error every rank raises from the reports: differing settings first (ranks asked
+    to plan differently is the cause to fix), else the lowest failing rank's error."""
+    mismatch = _mismatch(reports, peers)
+    if mismatch is not None:
+        return mismatch, None
+    for rank, r in enumerate(reports):
+        if r.error is not None:
+            return replace(r.error.agreed(peers), detail=""), rank
+    return None
 
 
 def decode(
-    reduced: Sequence[int], global_rank: Callable[[int], int] | None = None
+    reduced: Sequence[int],
+    num_batches_divided_by: int = 1,
+    reports: Sequence[Report] | None = None,
+    global_rank: Callable[[int], int] | None = None,
 ) -> tuple[int, PlanError | None, int | None]:
-    """The verdict every rank reads from the reduced vector.
+    """The verdict every rank reads from the reduced vector (and the reports, when
+    :func:`needs_reports`).
 
     Args:
         reduced: the element-wise MAX of all ranks' :func:`encode` vectors.
+        num_batches_divided_by: the divisor every rank plans under (agreed, or the reports
+            name the difference).
+        reports: every rank's :class:`Report`, in rank order; required when
+            :func:`needs_reports` holds.
         global_rank: maps a DP group rank to its global rank, so that errors name both
             (``None``: only group ranks are named).
 
@@ -432,6 +363,9 @@ def decode(
         the common static count), else ``(0, error, rank at fault)`` (rank ``None`` when no
         single rank is at fault). The error's ``rank`` and ``global_rank`` are set, so
         ``error.exception()`` names them.
+
+    Raises:
+        ValueError: the reports are needed but not given.
     """
     peers = _Peers(reduced[_LARGEST], global_rank)
 
@@ -440,11 +374,12 @@ def decode(
             return 0, error, None
         return 0, replace(error, rank=rank, global_rank=peers.global_rank(rank)), rank
 
-    mismatch = _mismatch(reduced, peers)
-    if mismatch is not None:
-        return at_fault(mismatch, None)
-    if reduced[_KEY]:
-        return at_fault(*_error_of(reduced, peers))
+    if needs_reports(reduced):
+        if reports is None:
+            raise ValueError("the reduced vector shows a failure: pass every rank's report")
+        judged = _judge(reports, peers)
+        if judged is not None:
+            return at_fault(*judged)
     mode, rank_most = _split(reduced[_MODE])
     neg_mode, rank_least = _split(reduced[_NEG_MODE])
     if mode != -neg_mode:
@@ -452,9 +387,7 @@ def decode(
                              peers.global_rank(rank_least))
         return at_fault(mixed, None)
     if mode == _STATIC_MODE:
-        (largest, rank_largest), (neg, rank_smallest) = _split(reduced[_STATIC]), _split(
-            reduced[_NEG_STATIC]
-        )
+        (largest, rank_largest), (neg, rank_smallest) = _split(reduced[_STATIC]), _split(reduced[_NEG_STATIC])
         if largest != -neg:
             differ = StaticCountMismatch(rank_largest, largest, rank_smallest, -neg,
                                          peers.global_rank(rank_largest), peers.global_rank(rank_smallest))
@@ -462,47 +395,71 @@ def decode(
         return largest, None, None
     needed, rank_needing = _split(reduced[_COUNT])
     neg_groups, rank_fewest = _split(reduced[_GROUPS])
-    divisor = _split(reduced[_DIVISOR])[0]  # the same on every rank (else the mismatch)
-    count, error = agreed_count(needed, -neg_groups, divisor, rank_needing)
+    count, error = agreed_count(needed, -neg_groups, num_batches_divided_by, rank_needing)
     if error is not None:
         return at_fault(error.agreed(peers), rank_fewest)
-    if reduced[_DUMMY_GROUPS] != _NO_GROUPS:
+    if reduced[_DUMMY_GROUPS] != _IDLE:
         neg_dummy_groups, rank_shortest = _split(reduced[_DUMMY_GROUPS])
         _, error = agreed_count(count, -neg_dummy_groups, 1, dummies=True)
         if error is not None:
             return at_fault(error, rank_shortest)
-    place = _NEG_TOLERANCE + count // divisor % ROWS_WINDOW
-    if reduced[place] != _NO_GROUPS:
-        rows = agreed_rows(reduced, count)
-        neg_tolerance, rank_tight = _split(reduced[place])
-        if rows > -neg_tolerance:
-            return at_fault(RowsOverCap(rows, -neg_tolerance, _split(reduced[_CAP])[0]), rank_tight)
     return count, None, None
 
 
-def lockstep_choice(reduced: Sequence[int], count: int, analysis: RankAnalysis) -> Choice:
-    """The DP group's lock-step choice (:func:`~seqlen_balancing.window.choose`) at the
-    agreed ``count``, with this rank's options (the same on every rank, or the mismatch
-    error came first), recorded on ``analysis`` for
-    :func:`~seqlen_balancing.planner.build_plan` (:func:`~seqlen_balancing.window.settle`)."""
-    options = analysis.options
-    if (options is None or analysis.error is not None or analysis.dummy_micro_batches
-            or options.equal_rows_per_micro_batch):
-        return Choice(count)
-    fewest = -_split(reduced[_GROUPS])[0]
-    choice = choose(reduced, _WINDOW, count, fewest, analysis.num_batches_divided_by,
-                    analysis.requested_max_token_len, options.micro_batch_overhead)
-    settle(analysis, choice)
-    return choice
+def encode_rows(analysis: RankAnalysis, count: int, rank: int) -> list[int]:
+    """``equal_rows_per_micro_batch``'s second agreement, at the agreed ``count``: the rows
+    this rank's plan needs and the most rows its micro-batches can be topped up to under
+    the cap, as ``[rows << 20 | tag, -tolerance << 20 | tag]`` (idle for a rank with
+    neither)."""
+    tag = _RANK_MASK - rank
+    if analysis.rows_window:
+        at = rows_for(analysis, count)
+        rows, tolerance = at.rows, at.tolerance
+    elif analysis.empty_rows_tolerance:  # a rank with no samples: dummies of any rows
+        rows, tolerance = 0, analysis.empty_rows_tolerance
+    else:
+        return [0, _IDLE]
+    return [rows << _RANK_BITS | tag, -tolerance << _RANK_BITS | tag]
 
 
-def agreed_rows(reduced: Sequence[int], count: int) -> int:
-    """The rows every micro-batch holds under ``equal_rows_per_micro_batch`` at the agreed
-    ``count`` (the largest any rank needs there), from the reduced vector; 0 when no rank
-    stated rows."""
-    divisor = max(1, _split(reduced[_DIVISOR])[0])
-    slot = reduced[_ROWS + count // divisor % ROWS_WINDOW]
-    return _split(slot)[0] if slot else 0
+def decode_rows(
+    reduced: Sequence[int], max_token_len: int, global_rank: Callable[[int], int] | None = None
+) -> tuple[int, PlanError | None, int | None]:
+    """``(rows, None, None)``: the rows every micro-batch of the group holds (the most any
+    rank needs), or ``(0, error, rank)`` when they exceed what some rank's micro-batches
+    take under ``max_token_len`` (that rank named)."""
+    rows = _split(reduced[0])[0] if reduced[0] else 0
+    if reduced[1] == _IDLE:
+        return rows, None, None
+    neg_tolerance, rank_tight = _split(reduced[1])
+    if rows <= -neg_tolerance:
+        return rows, None, None
+    where = None if global_rank is None else global_rank(rank_tight)
+    return 0, RowsOverCap(rows, -neg_tolerance, max_token_len, rank=rank_tight, global_rank=where), rank_tight
+
+
+def agree_in_process(analyses: Sequence[RankAnalysis]) -> int:
+    """The agreement of :func:`plan_ranks`, every rank in this process: the count, with
+    each analysis' agreed rows set under ``equal_rows_per_micro_batch``.
+
+    Raises:
+        TypeError, ValueError: the error every rank of a real group would raise.
+    """
+    reduced = combine([encode(a, rank) for rank, a in enumerate(analyses)])
+    reports = [report(a) for a in analyses] if needs_reports(reduced) else None
+    count, error, _ = decode(reduced, analyses[0].num_batches_divided_by, reports)
+    if error is not None:
+        raise error.exception()
+    options = analyses[0].options
+    if options is not None and options.equal_rows_per_micro_batch:
+        rows_reduced = combine([encode_rows(a, count, rank) for rank, a in enumerate(analyses)])
+        rows, error, _ = decode_rows(rows_reduced, analyses[0].requested_max_token_len)
+        if error is not None:
+            raise error.exception()
+        for a in analyses:
+            a.agreed_rows = rows
+    return count
+
 
 
 @dataclass(frozen=True)
@@ -561,13 +518,8 @@ def plan_ranks(
     ]
     balance = given.use_dynamic_bsz_balance
     if given.same_micro_num_in_dp:
-        reduced = combine([encode(a, rank) for rank, a in enumerate(analyses)])
-        count, error, _ = decode(reduced)
-        if error is not None:
-            raise error.exception()
-        for a in analyses:
-            a.agreed_rows = agreed_rows(reduced, count)
-        plans = [build_plan(a, lockstep_choice(reduced, count, a).count, balance) for a in analyses]
+        count = agree_in_process(analyses)
+        plans = [build_plan(a, count, balance) for a in analyses]
     else:
         plans = [build_plan(a, local_count(a, rank), balance) for rank, a in enumerate(analyses)]
     for rank, a in enumerate(analyses):

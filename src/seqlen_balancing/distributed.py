@@ -1,10 +1,12 @@
-"""Agreement across DP ranks with one ``all_reduce(MAX)`` of a small int64 vector.
+"""Agreement across DP ranks: one ``all_reduce(MAX)`` of a small int64 vector, a second
+exchange only where it is needed.
 
 The encoding lives in :mod:`seqlen_balancing.agreement` (pure Python); this module only
 decides whether to synchronise, checks that this process belongs to the group, and moves
-the vector through ``torch.distributed``. Every rank of the group calls :func:`agree`
-exactly once per planning call, whatever its data, so no rank can be left waiting in a
-collective.
+the vector (and, when some rank failed or the settings differ, every rank's report)
+through ``torch.distributed``. Every rank of the group calls :func:`agree` exactly once per
+planning call, whatever its data, and every rank makes the same collectives in it, so no
+rank can be left waiting in a collective.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from seqlen_balancing._checks import as_switch
-from seqlen_balancing.agreement import agreed_rows, decode, encode, lockstep_choice
+from seqlen_balancing.agreement import decode, decode_rows, encode, encode_rows, needs_reports, report
 from seqlen_balancing.errors import NotInGroup, PlanError
 from seqlen_balancing.planner import RankAnalysis
 
@@ -148,10 +150,24 @@ def collective_device(group: Any = None) -> torch.device:
     return torch.device("cpu")
 
 
+def _all_reduce_max(values: list[int], group: Any) -> list[int]:
+    """One ``all_reduce(MAX)`` of ``values`` as int64, on the group backend's device."""
+    tensor = torch.tensor(values, dtype=torch.int64, device=collective_device(group))
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
+    reduced: list[int] = tensor.tolist()
+    return reduced
+
+
 def agree(
     analysis: RankAnalysis, group: Any = None, static_count: int | None = None
 ) -> tuple[int, PlanError | None, int | None]:
     """One ``all_reduce(MAX)`` over ``group``; every rank gets the same verdict.
+
+    When the reduced vector shows that some rank failed or that the ranks' settings differ,
+    every rank then gathers every rank's :class:`~seqlen_balancing.agreement.Report` (one
+    ``all_gather_object``) and reads the same error from them. Under
+    ``equal_rows_per_micro_batch`` (agreed like every option), a successful agreement is
+    followed by one more ``all_reduce`` of 2 values: the rows every micro-batch holds.
 
     Args:
         analysis: this rank's :func:`~seqlen_balancing.planner.analyse` result (with or
@@ -164,28 +180,31 @@ def agree(
     Returns:
         ``(count, None, None)`` or ``(0, error, rank at fault or None)``; identical on every
         rank. The count is the largest any rank needs, rounded up to
-        ``num_batches_divided_by`` (which must be the same on every rank, else an error),
-        or the lock-step choice above it (:mod:`seqlen_balancing.window`, recorded on
-        ``analysis`` for its plan); on the static path, the common static count. The
-        error names the DP group rank and the global rank at fault.
+        ``num_batches_divided_by`` (the same on every rank, else an error); on the static
+        path, the common static count. The error names the DP group rank and the global
+        rank at fault.
 
     Complexity: one collective of :data:`~seqlen_balancing.agreement.VECTOR_SIZE` int64
-    values and one device-to-host copy of it.
+    values on success (two with equal rows); one more, an object gather, on failure.
     """
     rank = dist.get_rank(group)
-    vector = torch.tensor(encode(analysis, rank, static_count), dtype=torch.int64,
-                          device=collective_device(group))
-    dist.all_reduce(vector, op=dist.ReduceOp.MAX, group=group)
 
     def global_rank(group_rank: int) -> int:
         return int(dist.get_global_rank(group, group_rank)) if group is not None else group_rank
 
-    reduced = vector.tolist()
-    count, error, rank_at_fault = decode(reduced, global_rank)
-    if error is not None or static_count is not None:
-        return count, error, rank_at_fault
-    # equal_rows_per_micro_batch: the rows every micro-batch holds, read by build_plan
-    analysis.agreed_rows = agreed_rows(reduced, count)
-    # the lock-step choice, the same on every rank: the count, and this rank's plan at it
-    # (none under equal rows: its window of rows is planned at the agreed count)
-    return lockstep_choice(reduced, count, analysis).count, None, None
+    reduced = _all_reduce_max(encode(analysis, rank, static_count), group)
+    reports = None
+    if needs_reports(reduced):
+        reports = [None] * dist.get_world_size(group)
+        dist.all_gather_object(reports, report(analysis, static_count), group=group)
+    count, error, at_fault = decode(reduced, analysis.num_batches_divided_by, reports, global_rank)
+    options = analysis.options
+    if error is not None or static_count is not None or options is None:
+        return count, error, at_fault
+    if options.equal_rows_per_micro_batch:  # agreed: every rank makes this collective
+        rows_reduced = _all_reduce_max(encode_rows(analysis, count, rank), group)
+        rows, error, at_fault = decode_rows(rows_reduced, analysis.requested_max_token_len, global_rank)
+        analysis.agreed_rows = rows
+        if error is not None:
+            return 0, error, at_fault
+    return count, None, None

@@ -83,6 +83,7 @@ __all__ = [
     "add_arguments",
     "env_switch",
     "env_values",
+    "step_settings",
     "keyword_names",
 ]
 
@@ -596,6 +597,22 @@ def env_switch(name: str, text: str) -> bool:
         f"{name}={text!r} is not a switch value: it takes 1, true, yes or on, or 0, false, "
         "no, off or empty (any case)"
     )
+
+
+def step_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The job's own settings that shape a step beyond the plan's options, as every DP rank
+    must hold them alike (the agreement's fingerprint carries them): whether
+    :data:`ENV_BALANCE_STEP` is on (a value that is not a switch as its stripped,
+    lower-cased text: it never raises here, the switch refuses it where it is read).
+
+    Example:
+        >>> step_settings({"SEQLEN_BALANCING_BALANCE_STEP": " On "})
+        {'SEQLEN_BALANCING_BALANCE_STEP': True}
+    """
+    env = os.environ if environ is None else environ
+    word = env.get(ENV_BALANCE_STEP, "").strip().lower()
+    value: Any = True if word in SWITCH_ON else False if word in SWITCH_OFF else word
+    return {ENV_BALANCE_STEP: value}
 
 
 def _env_value(name: str, opt: Option, text: str) -> Any:

@@ -42,7 +42,7 @@ LENGTHS = [5, 9, 3, 12, 7, 1, 8, 4]  # 8 samples: groups of 2 divide them, every
 
 #: option: (the others' value, the odd rank's value, how each shows in the message, the
 #: entries it can be given through). Values as the keyword takes them; ``shown`` is what
-#: the message says for (others, odd): ``None`` for a hidden (hashed) value. For
+#: the message says for (others, odd). For
 #: num_batches_divided_by and min_num_micro_batch, None plans as 1 and shows as 1.
 OPTIONS: dict[str, tuple[Any, Any, tuple[str, str] | None, tuple[str, ...]]] = {
     "force_group_size": (1, 2, ("1", "2"), ("rearrange", "prepare", "dynamic")),
@@ -55,9 +55,10 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, str] | None, tuple[str, ...]]] = {
     "max_samples_per_micro_batch": (None, 2, ("None", "2"), ("rearrange", "prepare", "dynamic")),
     "over_cap": ("raise", "alone", ("'raise'", "'alone'"), ("rearrange", "prepare", "dynamic")),
     "dummy_micro_batches": (False, True, ("False", "True"), ("rearrange", "prepare", "dynamic")),
-    "loss_weight_keys": (None, ["w"], None, ("rearrange", "prepare", "dynamic")),
-    "workload_model": (None, "hidden_size=64,num_layers=2", None, ("rearrange", "dynamic", "prepare")),
-    "micro_batch_overhead": (0.05, 0.2, None, ("rearrange", "prepare", "dynamic")),
+    "loss_weight_keys": (None, ["w"], ("None", "('w',)"), ("rearrange", "prepare", "dynamic")),
+    "workload_model": (None, "hidden_size=64,num_layers=2", ("None", "hidden_size=64,num_layers=2"),
+                       ("rearrange", "dynamic", "prepare")),
+    "micro_batch_overhead": (0.05, 0.2, ("0.05", "0.2"), ("rearrange", "prepare", "dynamic")),
     "max_token_len": (CAP, 32, (str(CAP), "32"), ("rearrange", "prepare", "dynamic")),
 }
 

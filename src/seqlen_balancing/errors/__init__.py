@@ -1,9 +1,9 @@
-"""Planning errors as named records, so that one rank's error can be agreed on by every DP rank.
+"""Planning errors as named records, so that one rank's error can be raised by every DP rank.
 
 Each kind of error is a small frozen record type (:class:`PlanError` subclasses) with named
-fields; it builds its message from them and knows its exception type. The integers a record
-sends through the agreement are derived from its fields (:mod:`seqlen_balancing.errors.record`),
-and its code is its place in :data:`RECORDS`, dense from 1. The records, by room:
+fields; it builds its message from them and knows its exception type. With a DP group the
+record itself travels to every rank when some rank failed (the agreement's second exchange,
+:mod:`seqlen_balancing.agreement`). The records, by room:
 
 * :mod:`~seqlen_balancing.errors.arguments`: the caller's scalar arguments and settings;
 * :mod:`~seqlen_balancing.errors.lengths`: the per-sample lists (lengths, costs, workloads);
@@ -11,30 +11,16 @@ and its code is its place in :data:`RECORDS`, dense from 1. The records, by room
 * :mod:`~seqlen_balancing.errors.plan`: empty batches, samples over the cap, counts;
 * :mod:`~seqlen_balancing.errors.agreement`: ranks that disagree, a process outside the group.
 
-The modules are imported here in that order, which fixes every record's code.
-
 Example:
     >>> error = NotDivisible(7, 2)
-    >>> error.values(), type(error).from_values(error.values()) == error
-    ((7, 2), True)
     >>> error.exception_type.__name__, error.message(rank=1)[:51]
     ('ValueError', 'rank 1 of the DP group: batch size 7 is not divisib')
 """
 
 from __future__ import annotations
 
-from seqlen_balancing.errors.record import (
-    MAX_ERROR_VALUE,
-    N_ERROR_VALUES,
-    OUT_OF_RANGE,
-    RECORDS,
-    NonPositive,
-    Peers,
-    PlanError,
-    Registry,
-)
+from seqlen_balancing.errors.record import OUT_OF_RANGE, Peers, PlanError
 
-# The areas' order below is the order of the records' codes: keep it, do not sort it.
 # isort: off
 from seqlen_balancing.errors.arguments import (
     Argument,
@@ -100,11 +86,9 @@ from seqlen_balancing.errors.plan import (
     TooManyDummies,
 )
 from seqlen_balancing.errors.agreement import (
-    LARGEST_SHOWN,
     ModeMismatch,
     NotInGroup,
     OptionMismatch,
-    Shown,
     StaticCountMismatch,
 )
 from seqlen_balancing.errors.groups import (
@@ -123,12 +107,8 @@ from seqlen_balancing.errors.groups import (
 # isort: on
 
 __all__ = [
-    "LARGEST_SHOWN",
     "MAX_DUMMY_MICRO_BATCHES",
-    "MAX_ERROR_VALUE",
-    "N_ERROR_VALUES",
     "OUT_OF_RANGE",
-    "RECORDS",
     "Argument",
     "BelowOne",
     "BucketAboveCap",
@@ -167,7 +147,6 @@ __all__ = [
     "NoDummyTemplate",
     "NoLengthSource",
     "NoLossWeightEntry",
-    "NonPositive",
     "NonTensorNotArray",
     "NonTensorRows",
     "NotADataProto",
@@ -190,11 +169,9 @@ __all__ = [
     "Peers",
     "PlanError",
     "ProtoRaggedStack",
-    "Registry",
     "RowsOverCap",
     "SampleLimitBelowGroup",
     "SampleOverCap",
-    "Shown",
     "StaticCountMismatch",
     "StaticNotDivisible",
     "StaticPathOption",

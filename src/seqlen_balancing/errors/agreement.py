@@ -7,67 +7,37 @@ global ranks, when known) in their fields.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 
-from seqlen_balancing.errors.record import Argument, PlanError, rank_words, record, shown
+from seqlen_balancing.errors.record import PlanError, rank_words, shown
 
-__all__ = ["LARGEST_SHOWN", "ModeMismatch", "NotInGroup", "OptionMismatch", "Shown", "StaticCountMismatch"]
-
-
-class Shown(IntEnum):
-    """How an :class:`OptionMismatch` shows the two values it carries."""
-
-    NUMBER = 0  # a count or a number of tokens; 0 stands for None
-    SWITCH = 1  # 0 or 1: False or True
-    OVER_CAP = 2  # an index into ("raise", "alone")
-    GIVEN = 3  # 1: the rank passes the per-sample data, 0: it does not
-    HIDDEN = 4  # a hash: the values differ, and are not shown
+__all__ = ["ModeMismatch", "NotInGroup", "OptionMismatch", "StaticCountMismatch"]
 
 
-#: Values of 2**41 and above are hashes of values too large to carry (never shown).
-LARGEST_SHOWN = (1 << 41) - 1
-
-_OVER_CAP_NAMES = ("'raise'", "'alone'")
-
-
-def _shown(kind: Shown, value: int) -> str:
-    if kind is Shown.SWITCH and value in (0, 1):
-        return str(bool(value))
-    if kind is Shown.OVER_CAP and value in (0, 1):
-        return _OVER_CAP_NAMES[value]
-    if kind is Shown.NUMBER and 0 <= value <= LARGEST_SHOWN:
-        return "None" if value == 0 else str(value)
-    return "a value too large to show"
-
-
-@record
 @dataclass(frozen=True)
 class OptionMismatch(PlanError):
-    """The ranks of a DP group were asked to plan under different options (or caps): the
-    option (an ``Argument``), how its values show, the lowest
-    rank holding the largest value and that value, the lowest rank holding the smallest
-    and that value, and their global ranks when known. No single rank is at fault."""
+    """The ranks of a DP group were asked to plan under different settings (an option, the
+    cap, per-sample data given or not, a step setting of the job): its name, whether it is
+    per-sample data (named as passed or not), the lowest rank holding the largest value and
+    that value as shown, the lowest rank holding the smallest and its value, and their global
+    ranks when known. No single rank is at fault."""
 
-    argument: Argument
-    shown: Shown
+    name: str
+    given: bool
     rank_high: int
-    high: int
+    high: str
     rank_low: int
-    low: int
+    low: str
     global_high: int | None = None
     global_low: int | None = None
 
     def text(self) -> str:
-        name = self.argument.parameter
+        name = self.name
         high = rank_words(self.rank_high, self.global_high)
         low = rank_words(self.rank_low, self.global_low)
-        if self.shown is Shown.GIVEN:
+        if self.given:
             differ = f"{high} passes {name} and {low} does not"
-        elif self.shown is Shown.HIDDEN:
-            differ = f"{high} and {low} have different values"
         else:
-            differ = (f"{high} has {name}={_shown(self.shown, self.high)} and {low} has "
-                      f"{name}={_shown(self.shown, self.low)}")
+            differ = f"{high} has {name}={self.high} and {low} has {name}={self.low}"
         return (
             f"the ranks passed different {name}: {differ}; every rank of the DP group must "
             "plan under the same options and cap, so set them alike on every rank (keywords, "
@@ -75,7 +45,6 @@ class OptionMismatch(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class ModeMismatch(PlanError):
     """A group mixing the static and the dynamic path: one rank of each, and their global
@@ -96,7 +65,6 @@ class ModeMismatch(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class StaticCountMismatch(PlanError):
     """Static ranks whose counts differ: the largest count (its lowest rank) and the
@@ -120,7 +88,6 @@ class StaticCountMismatch(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class NotInGroup(PlanError):
     """This process (global rank ``process``) is not a member of the ``dp_group`` of

@@ -11,11 +11,9 @@ from dataclasses import dataclass, replace
 from seqlen_balancing.errors.record import (
     OUT_OF_RANGE,
     Argument,
-    NonPositive,
     Peers,
     PlanError,
     at_least,
-    record,
     round_up,
     shown,
 )
@@ -40,7 +38,6 @@ __all__ = [
 ]
 
 
-@record
 @dataclass(frozen=True)
 class NotAnInteger(PlanError):
     """A positive-integer argument that is not an integer (a float, a string, ``None``)."""
@@ -52,13 +49,12 @@ class NotAnInteger(PlanError):
         return f"{self.argument.parameter} must be a positive integer, got a value that is not an integer"
 
 
-@record
 @dataclass(frozen=True)
 class BelowOne(PlanError):
     """A positive-integer argument that is 0 or negative (``value``, as given)."""
 
     argument: Argument
-    value: NonPositive
+    value: int
 
     def text(self) -> str:
         name = self.argument.parameter
@@ -67,7 +63,6 @@ class BelowOne(PlanError):
         return f"{name} must be a positive integer (>= 1), got {self.value}"
 
 
-@record
 @dataclass(frozen=True)
 class MissingSetting(PlanError):
     """A setting ``prepare_micro_batches`` reads from the batch is not there."""
@@ -81,7 +76,6 @@ class MissingSetting(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class NotASwitch(PlanError):
     """A switch (``use_dynamic_bsz``, ``padded``, ...) that is not a bool or 0/1."""
@@ -93,7 +87,6 @@ class NotASwitch(PlanError):
         return f"{self.argument.parameter} must be a bool (or 0/1), got a value that is not"
 
 
-@record
 @dataclass(frozen=True)
 class BucketAboveCap(PlanError):
     """``micro_batch_multiple_of`` above ``max_token_len``: no micro-batch fits. ``needed``:
@@ -117,7 +110,6 @@ class BucketAboveCap(PlanError):
         return replace(self, needed=max(self.needed, round_up(group, self.bucket)))
 
 
-@record
 @dataclass(frozen=True)
 class StaticPathOption(PlanError):
     """A cost option given to the static path (``use_dynamic_bsz=False``), which has no
@@ -136,7 +128,6 @@ class StaticPathOption(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class SampleLimitBelowGroup(PlanError):
     """``max_samples_per_micro_batch`` below ``force_group_size``: no group fits."""
@@ -153,7 +144,6 @@ class SampleLimitBelowGroup(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class OverCapNotAString(PlanError):
     """``over_cap`` is not a string."""
@@ -164,7 +154,6 @@ class OverCapNotAString(PlanError):
         return "over_cap must be 'raise' or 'alone', got a value that is not a string"
 
 
-@record
 @dataclass(frozen=True)
 class UnknownOverCap(PlanError):
     """``over_cap`` is a string other than ``"raise"`` and ``"alone"``."""
@@ -173,7 +162,6 @@ class UnknownOverCap(PlanError):
         return "over_cap must be 'raise' or 'alone', got another string"
 
 
-@record
 @dataclass(frozen=True)
 class UnknownOption(PlanError):
     """A keyword or batch setting that names no option (``name``, as given; ``close``: the
@@ -191,7 +179,6 @@ class UnknownOption(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class NotPlanOptions(PlanError):
     """``options=`` given something other than a :class:`~seqlen_balancing.PlanOptions`."""
@@ -205,7 +192,6 @@ class NotPlanOptions(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class WorkloadModelInvalid(PlanError):
     """``workload_model`` is not a model shape the workload formula accepts."""
@@ -218,7 +204,6 @@ class WorkloadModelInvalid(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class WorkloadsAndModel(PlanError):
     """Both per-sample ``workloads`` and a ``workload_model`` were given: two balance
@@ -231,7 +216,6 @@ class WorkloadsAndModel(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class OverheadNotANumber(PlanError):
     """``micro_batch_overhead`` is not a real number (a string, a bool, ``None``)."""
@@ -245,7 +229,6 @@ class OverheadNotANumber(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class OverheadInvalid(PlanError):
     """``micro_batch_overhead`` is negative, infinite or NaN."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqlen_balancing.errors.record import PlanError, record, shown
+from seqlen_balancing.errors.record import PlanError, shown
 
 __all__ = [
     "EntryLayout",
@@ -33,7 +33,6 @@ __all__ = [
 ]
 
 
-@record
 @dataclass(frozen=True)
 class NoLengthSource(PlanError):
     """Neither ``attention_mask`` nor jagged ``input_ids``: no effective lengths."""
@@ -45,7 +44,6 @@ class NoLengthSource(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class MaskNot2D(PlanError):
     """The ``attention_mask`` has ``ndim`` dimensions, not 2."""
@@ -56,7 +54,6 @@ class MaskNot2D(PlanError):
         return f"attention_mask must be 2-D (batch, seq_len), got a {shown(self.ndim)}-D tensor"
 
 
-@record
 @dataclass(frozen=True)
 class MaskRows(PlanError):
     """The ``attention_mask`` has ``rows`` rows for a batch of ``samples``."""
@@ -71,7 +68,6 @@ class MaskRows(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class LengthsUnreadable(PlanError):
     """Reading the lengths (or a setting) raised; the rank at fault chains the cause."""
@@ -83,7 +79,6 @@ class LengthsUnreadable(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class NotADataProto(PlanError):
     """``prepare_dynamic_batch`` got an object without the parts of verl's DataProto."""
@@ -97,7 +92,6 @@ class NotADataProto(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class NonTensorRows(PlanError):
     """A ``non_tensor_batch`` array has ``rows`` rows for a batch of ``samples``."""
@@ -112,7 +106,6 @@ class NonTensorRows(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class NotATensorDict(PlanError):
     """The batch is not a TensorDict with a batch dimension."""
@@ -126,7 +119,6 @@ class NotATensorDict(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class NonTensorNotArray(PlanError):
     """A ``non_tensor_batch`` entry is not a NumPy array."""
@@ -140,7 +132,6 @@ class NonTensorNotArray(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class EntryOnMeta(PlanError):
     """Entry ``key`` to cut is on the meta device, which holds no data."""
@@ -154,7 +145,6 @@ class EntryOnMeta(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class EntryUnreadable(PlanError):
     """Reading entry ``key`` to cut it raised (the rank at fault chains the cause)."""
@@ -168,7 +158,6 @@ class EntryUnreadable(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class EntryLayout(PlanError):
     """Entry ``key`` has a tensor layout whose rows cannot be picked."""
@@ -184,7 +173,6 @@ class EntryLayout(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class EntryStack(PlanError):
     """Entry ``key`` is a lazy stack that cannot be cut along dim 0."""
@@ -200,7 +188,6 @@ class EntryStack(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class MetaInfoNotCopyable(PlanError):
     """A DataProto's ``meta_info`` cannot be deep-copied."""
@@ -214,7 +201,6 @@ class MetaInfoNotCopyable(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class ProtoRaggedStack(PlanError):
     """A DataProto's lazy-stacked batch has rows of other shapes at ``key``."""
@@ -230,7 +216,6 @@ class ProtoRaggedStack(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class PaddedLazyStack(PlanError):
     """``padded=True`` on a lazy stack cut by rows: no common width to cut to."""
@@ -243,7 +228,6 @@ class PaddedLazyStack(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class LossWeightKeyMissing(PlanError):
     """A key named in ``loss_weight_keys`` is not in the batch."""
@@ -257,7 +241,6 @@ class LossWeightKeyMissing(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class NoLossWeightEntry(PlanError):
     """Dummies asked for, and the batch has no default loss-weight entry."""
@@ -270,7 +253,6 @@ class NoLossWeightEntry(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class LossWeightNotTensor(PlanError):
     """The loss-weight entry ``key`` is not a tensor, so the dummies cannot zero it."""
@@ -285,7 +267,6 @@ class LossWeightNotTensor(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class LossWeightKeysNotKeys(PlanError):
     """``loss_weight_keys`` is neither a key nor a list of keys."""

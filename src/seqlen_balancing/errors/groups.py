@@ -11,15 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from seqlen_balancing.errors.record import (
-    OUT_OF_RANGE,
-    Peers,
-    PlanError,
-    at_least,
-    record,
-    round_up,
-    shown,
-)
+from seqlen_balancing.errors.record import OUT_OF_RANGE, Peers, PlanError, at_least, round_up, shown
 
 __all__ = [
     "DummyTemplateInvalid",
@@ -38,7 +30,6 @@ __all__ = [
 _WHAT = "one hashable id per sample (a list, a tuple, a 1-D tensor or array"
 
 
-@record
 @dataclass(frozen=True)
 class GroupIdsNotASequence(PlanError):
     """``group_ids`` is not a sequence of per-sample ids (``given``: its type's name)."""
@@ -53,7 +44,6 @@ class GroupIdsNotASequence(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class GroupIdsNotOnePerSample(PlanError):
     """``group_ids`` has ``entries`` ids for a batch of ``samples``."""
@@ -68,7 +58,6 @@ class GroupIdsNotOnePerSample(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class GroupIdUnhashable(PlanError):
     """``group_ids[index]`` cannot be hashed (``given``: its type's name)."""
@@ -84,7 +73,6 @@ class GroupIdUnhashable(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class GroupIdsRaised(PlanError):
     """Reading ``group_ids`` raised an exception of type ``raised``."""
@@ -98,7 +86,6 @@ class GroupIdsRaised(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class GroupIdsKeyMissing(PlanError):
     """``group_ids`` names an entry the batch does not hold."""
@@ -113,7 +100,6 @@ class GroupIdsKeyMissing(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class GroupIdsAndForceGroupSize(PlanError):
     """Both ``group_ids`` and ``force_group_size`` above 1 were given."""
@@ -159,7 +145,6 @@ class _NamedOverCap(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class GroupIdsOverCap(_NamedOverCap):
     """A group of ``group_ids`` whose summed cost exceeds the cap."""
@@ -168,7 +153,6 @@ class GroupIdsOverCap(_NamedOverCap):
         return self._over("tokens (its samples' costs summed)")
 
 
-@record
 @dataclass(frozen=True)
 class PaddedGroupIdsOverCap(_NamedOverCap):
     """Under ``padded=True``, a group of ``group_ids`` whose rows x widest row exceeds the cap."""
@@ -177,7 +161,6 @@ class PaddedGroupIdsOverCap(_NamedOverCap):
         return self._over("token positions padded (its rows x its widest row)")
 
 
-@record
 @dataclass(frozen=True)
 class GroupOverSampleLimit(PlanError):
     """A group of ``group_ids`` holding more ``samples`` than ``max_samples_per_micro_batch``."""
@@ -197,7 +180,6 @@ class GroupOverSampleLimit(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class NoDummyTemplate(PlanError):
     """A rank with no samples under ``dummy_micro_batches=True`` has nothing to build its
@@ -212,7 +194,6 @@ class NoDummyTemplate(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class DummyTemplateInvalid(PlanError):
     """``dummy_template`` cannot serve (``reason`` 0: not a TensorDict/DataProto, 1: no

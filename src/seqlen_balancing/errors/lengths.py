@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from seqlen_balancing.errors.record import OUT_OF_RANGE, NonPositive, PlanError, record, shown
+from seqlen_balancing.errors.record import OUT_OF_RANGE, PlanError, shown
 
 __all__ = [
     "CallerDataRaised",
@@ -46,7 +46,6 @@ _NAMES = {
 }
 
 
-@record
 @dataclass(frozen=True)
 class LengthNotAnInteger(PlanError):
     """Entry ``index`` of the list is not an integer."""
@@ -60,14 +59,13 @@ class LengthNotAnInteger(PlanError):
         return f"{name}[{shown(self.index)}] is not an integer; {many} are whole numbers{of_tokens}"
 
 
-@record
 @dataclass(frozen=True)
 class NegativeLength(PlanError):
     """Entry ``index`` of the list is negative (``value``, as given)."""
 
     source: LengthSource
     index: int
-    value: NonPositive
+    value: int
 
     def text(self) -> str:
         name, many, _, _, tokens = self.source.words
@@ -76,7 +74,6 @@ class NegativeLength(PlanError):
         return f"{name}[{shown(self.index)}] is {self.value}; {many} must be >= 0{tokens}"
 
 
-@record
 @dataclass(frozen=True)
 class NotOnePerSample(PlanError):
     """The list has ``entries`` values for a batch of ``samples``."""
@@ -93,7 +90,6 @@ class NotOnePerSample(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class LengthsNotASequence(PlanError):
     """The list is not a sequence of per-sample numbers: ``given`` names what it is (a type
@@ -113,7 +109,6 @@ class LengthsNotASequence(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class CallerDataRaised(PlanError):
     """Reading the caller's per-sample data (calling a callable, iterating the values, or
@@ -131,7 +126,6 @@ class CallerDataRaised(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class LengthsNotOneDimensional(PlanError):
     """The list is a tensor or array of another shape than one value per sample."""

@@ -15,7 +15,6 @@ from seqlen_balancing.errors.record import (
     PlanError,
     at_least,
     rank_words,
-    record,
     round_up,
     shown,
 )
@@ -41,7 +40,6 @@ __all__ = [
 MAX_DUMMY_MICRO_BATCHES = 1 << 16
 
 
-@record
 @dataclass(frozen=True)
 class EmptyBatch(PlanError):
     """The batch has no samples."""
@@ -50,7 +48,6 @@ class EmptyBatch(PlanError):
         return "the batch has no samples; pass at least one row"
 
 
-@record
 @dataclass(frozen=True)
 class NotDivisible(PlanError):
     """The batch size is not a multiple of ``force_group_size``."""
@@ -164,7 +161,6 @@ def _padded_over_cap(error: OverCap, what: str, unit: str) -> str:
     )
 
 
-@record
 @dataclass(frozen=True)
 class SampleOverCap(OverCap):
     """A sample whose cost exceeds the cap (fields: :class:`OverCap`)."""
@@ -173,7 +169,6 @@ class SampleOverCap(OverCap):
         return _over_cap(self, "sample", "sample")
 
 
-@record
 @dataclass(frozen=True)
 class GroupOverCap(OverCap):
     """A forced group, starting at sample ``index``, whose summed cost exceeds the cap."""
@@ -184,7 +179,6 @@ class GroupOverCap(OverCap):
         )
 
 
-@record
 @dataclass(frozen=True)
 class PaddedSampleOverCap(OverCap):
     """Under ``padded=True``, a sample whose row (``tokens`` wide, padded) exceeds the cap."""
@@ -193,7 +187,6 @@ class PaddedSampleOverCap(OverCap):
         return _padded_over_cap(self, "sample", "sample")
 
 
-@record
 @dataclass(frozen=True)
 class PaddedGroupOverCap(OverCap):
     """Under ``padded=True``, a forced group whose rows x widest row exceeds the cap."""
@@ -204,7 +197,6 @@ class PaddedGroupOverCap(OverCap):
         )
 
 
-@record
 @dataclass(frozen=True)
 class MinAboveGroups(PlanError):
     """``min_num_micro_batch`` above the samples/groups available."""
@@ -220,7 +212,6 @@ class MinAboveGroups(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class CountAboveGroups(PlanError):
     """The ``count`` agreed (``needed`` before rounding up to ``num_batches_divided_by``,
@@ -254,7 +245,6 @@ class CountAboveGroups(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class TooManyDummies(PlanError):
     """A ``count`` that needs more than :data:`MAX_DUMMY_MICRO_BATCHES` dummies on a rank
@@ -272,7 +262,6 @@ class TooManyDummies(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class StaticNotDivisible(PlanError):
     """On the static path, a batch size that is not a positive multiple of
@@ -290,7 +279,6 @@ class StaticNotDivisible(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class RowsOverCap(PlanError):
     """``equal_rows_per_micro_batch``: every micro-batch must hold ``rows`` rows (the most
