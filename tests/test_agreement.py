@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -189,8 +188,8 @@ def test_the_balance_step_setting_is_agreed(monkeypatch: pytest.MonkeyPatch) -> 
     assert needs_reports(reduced)
     _, error, _ = decode(reduced, 1, [report_on, report(off)])
     assert error == OptionMismatch("SEQLEN_BALANCING_BALANCE_STEP", False, 0, "True", 1, "False")
-    assert "rank 0 has SEQLEN_BALANCING_BALANCE_STEP=True and rank 1 has SEQLEN_BALANCING_BALANCE_STEP=False" \
-        in error.message()
+    words = "rank 0 has SEQLEN_BALANCING_BALANCE_STEP=True and rank 1 has SEQLEN_BALANCING_BALANCE_STEP=False"
+    assert words in error.message()
 
 
 def test_a_rank_that_states_no_settings_is_not_a_mismatch() -> None:

@@ -39,7 +39,9 @@ def records_defined_in_the_package() -> list[type[PlanError]]:
     return found
 
 
-def agreed_verdict(analyses: list[RankAnalysis], global_rank: Any = None) -> tuple[int, PlanError | None, int | None]:
+def agreed_verdict(
+    analyses: list[RankAnalysis], global_rank: Any = None
+) -> tuple[int, PlanError | None, int | None]:
     """The verdict of the ranks ``analyses`` in one process: the MAX, then the reports only
     where the vector asks for them, as every rank of a group reads them."""
     reduced = combine([encode(a, rank) for rank, a in enumerate(analyses)])

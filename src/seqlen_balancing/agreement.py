@@ -54,7 +54,14 @@ from seqlen_balancing.errors import (
     StaticCountMismatch,
 )
 from seqlen_balancing.options import OPTIONS, PlanOptionKeywords, PlanOptions, Unpack, step_settings
-from seqlen_balancing.planner import RankAnalysis, agreed_count, analyse, build_plan, local_count, log_over_cap
+from seqlen_balancing.planner import (
+    RankAnalysis,
+    agreed_count,
+    analyse,
+    build_plan,
+    local_count,
+    log_over_cap,
+)
 from seqlen_balancing.rows import rows_for
 
 __all__ = [

@@ -1,5 +1,4 @@
-"""Agreement across DP ranks: one ``all_reduce(MAX)`` of a small int64 vector, a second
-exchange only where it is needed.
+"""Agreement across DP ranks: one ``all_reduce(MAX)`` of a small vector, a second where needed.
 
 The encoding lives in :mod:`seqlen_balancing.agreement` (pure Python); this module only
 decides whether to synchronise, checks that this process belongs to the group, and moves
@@ -193,8 +192,8 @@ def agree(
         return int(dist.get_global_rank(group, group_rank)) if group is not None else group_rank
 
     reduced = _all_reduce_max(encode(analysis, rank, static_count), group)
-    reports = None
-    if needs_reports(reduced):
+    reports: list[Any] | None = None
+    if needs_reports(reduced):  # some rank failed or the settings differ: every rank gathers
         reports = [None] * dist.get_world_size(group)
         dist.all_gather_object(reports, report(analysis, static_count), group=group)
     count, error, at_fault = decode(reduced, analysis.num_batches_divided_by, reports, global_rank)

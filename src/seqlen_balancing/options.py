@@ -83,8 +83,8 @@ __all__ = [
     "add_arguments",
     "env_switch",
     "env_values",
-    "step_settings",
     "keyword_names",
+    "step_settings",
 ]
 
 #: Every environment variable of the library starts with this.

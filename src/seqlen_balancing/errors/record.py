@@ -100,6 +100,11 @@ class PlanError:
     #: Global rank of that process, or ``None`` when unknown.
     global_rank: int | None = field(default=None, kw_only=True)
 
+    def __post_init__(self) -> None:
+        key = getattr(self, "key", None)
+        if isinstance(key, tuple):  # a nested TensorDict key, named as its dotted path
+            object.__setattr__(self, "key", ".".join(str(part) for part in key))
+
     def text(self) -> str:
         """The message body, from the fields alone."""
         raise NotImplementedError(type(self).__name__)
