@@ -305,7 +305,7 @@ def plan_step(
     bound, the modeled step time and its floor (a :class:`StepPlan`).
 
     Takes the arguments of :func:`~seqlen_balancing.plan_global_batch` (``options=`` and
-    the options as keywords laid over it, :func:`step_options`).
+    the options as keywords laid over it, ``seqlen_balancing.step.step_options``).
 
     Example:
         >>> plan = plan_step([600, 500, 400, 300, 200, 100, 50, 50], 2, 1000)
@@ -450,7 +450,7 @@ def plan_global_batch(
         TypeError: an argument or length is not an integer, a switch not a bool, an unknown
             option name, or ``options`` not a :class:`~seqlen_balancing.PlanOptions`.
         ValueError: an option value :class:`~seqlen_balancing.PlanOptions` refuses, or one
-            the global planner cannot honour (:func:`step_options`); what
+            the global planner cannot honour (``seqlen_balancing.step.step_options``); what
             :func:`~seqlen_balancing.plan_micro_batches` refuses (a sample or
             group over the cap: ``exceeds max_token_len``), ``n`` (or its force groups)
             not divisible by ``dp_size`` with ``equal_size`` (or groups of different sizes
