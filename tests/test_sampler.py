@@ -13,11 +13,12 @@ import random
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from seqlen_balancing import BalancedDistributedSampler
+from seqlen_balancing import BalancedDistributedSampler, PlanOptions
 from seqlen_balancing.data import load_champ_records
 
 pytestmark = [pytest.mark.torch, pytest.mark.no_tensordict]
@@ -203,8 +204,8 @@ def test_bad_lengths_and_options_are_refused_at_construction() -> None:
     over = r"row 3 of the dataset \(400 tokens, costing 448\) exceeds max_token_len=400"
     with pytest.raises(ValueError, match=over):
         build(max_token_len=400, pad_to_multiple_of=64)
-    with pytest.raises(TypeError, match="unknown plan options force_group_size"):
-        build(force_group_size=2)
+    with pytest.raises(TypeError, match="'max_sample_per_micro_batch' is not an option"):
+        build(max_sample_per_micro_batch=2)
     with pytest.raises(ValueError, match="batch_size"):
         build(batch_size=0)
     with pytest.raises(ValueError, match="Invalid rank"):
@@ -225,3 +226,190 @@ def test_costs_and_plan_options_reach_the_planner() -> None:
     free = BalancedDistributedSampler(range(16), num_replicas=2, rank=0, lengths=lengths,
                                       batch_size=8, max_token_len=1200)
     assert free.step_plan(0).count == 1
+
+
+# ---------------------------------------------------------------------------------------
+# a row's tokens, whatever shape holds them
+
+
+EXAMPLE = [100, 900, 300, 700, 500, 500, 200, 800]
+
+
+def real_tokens_per_micro_batch(sampler: BalancedDistributedSampler, real: list[int]) -> list[int]:
+    """Oracle: every micro-batch of every step and rank, summed over the rows' real lengths."""
+    return [sum(real[i] for i in mb) for t in range(sampler.steps)
+            for mbs in sampler.step_plan(t).rank_micro_batches for mb in mbs]
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        lambda n: torch.ones(1, n, dtype=torch.long),  # a tokenizer's return_tensors="pt", one text
+        lambda n: [[7] * n],  # the same as nested lists
+        lambda n: np.ones((1, n), dtype=np.int64),
+        lambda n: np.ones(n, dtype=np.int64),
+        lambda n: torch.ones(n, dtype=torch.long),
+        lambda n: [torch.ones(n, dtype=torch.long)],  # one row, a list holding its tensor
+        lambda n: torch.ones(1, 1, n, dtype=torch.long),
+    ],
+    ids=["tensor-1xL", "list-1xL", "numpy-1xL", "numpy-L", "tensor-L", "list-of-one-tensor", "tensor-1x1xL"],
+)
+def test_a_single_row_counts_its_tokens_whatever_shape_holds_it(row: Any) -> None:
+    dataset = [{"input_ids": row(n)} for n in EXAMPLE]
+    for rank in range(2):
+        sampler = BalancedDistributedSampler(dataset, num_replicas=2, rank=rank, lengths="input_ids",
+                                             batch_size=4, max_token_len=1000)
+        assert sampler.lengths == EXAMPLE
+        assert max(real_tokens_per_micro_batch(sampler, EXAMPLE)) <= 1000
+    # the callable path reads the same way
+    called = BalancedDistributedSampler(dataset, num_replicas=2, rank=0, batch_size=4, max_token_len=1000,
+                                        lengths=lambda i: dataset[i]["input_ids"])
+    assert called.lengths == EXAMPLE
+
+
+def test_a_one_token_row_is_one_token_not_its_id() -> None:
+    dataset = [{"input_ids": torch.tensor([4321])}, {"input_ids": np.array([[77]])},
+               {"input_ids": torch.tensor(3)}, {"input_ids": np.int64(5)}]  # the last two are lengths
+    sampler = BalancedDistributedSampler(dataset, num_replicas=2, rank=0, lengths="input_ids",
+                                         batch_size=2, max_token_len=100)
+    assert sampler.lengths == [1, 1, 3, 5]
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        (torch.ones(2, 5, dtype=torch.long), r"row 3 .*shape \(2, 5\)"),
+        (np.ones((3, 1), dtype=np.int64), r"row 3 .*shape \(3, 1\)"),
+        ([[1, 2], [3, 4]], r"row 3 .*shape \(2, 2\)"),
+        ([[[1, 2]], [[3, 4]]], r"row 3 .*shape \(2, 1, 2\)"),
+        (torch.tensor(2.5), r"row 3 .*shape \(\)"),
+        ({"input_ids": [1, 2, 3]}, r"row 3 .*dict"),
+        ("a text, not its tokens", r"row 3 .*str"),
+    ],
+)
+def test_a_row_of_another_shape_is_refused_by_its_index_and_shape(value: Any, fragment: str) -> None:
+    dataset = [{"input_ids": [1, 2, 3]} for _ in range(3)] + [{"input_ids": value}]
+    with pytest.raises(ValueError, match=fragment):
+        BalancedDistributedSampler(dataset, num_replicas=2, rank=0, lengths="input_ids", batch_size=2,
+                                   max_token_len=100)
+
+
+# ---------------------------------------------------------------------------------------
+# the last step: only the steps a data loader can yield are planned
+
+
+@pytest.mark.parametrize("option", [{"num_batches_divided_by": 2}, {"min_num_micro_batch": 2}])
+@pytest.mark.parametrize("sampler_drop_last", [True, False])
+def test_a_loader_dropping_the_short_last_step_never_meets_its_plan(
+    option: dict[str, int], sampler_drop_last: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 10 rows over 2 ranks: 5 per rank (10 divides by 2, so drop_last cuts nothing); batches
+    # of 4: one full step of 4 per rank, then a short step of 1 per rank, which a loader
+    # with drop_last=True drops and which cannot hold 2 micro-batches of 1 row anyway.
+    n, replicas, batch = 10, 2, 4
+    lengths = [100 * (i + 1) for i in range(n)]
+    samplers = [BalancedDistributedSampler(range(n), num_replicas=replicas, rank=r, lengths=lengths,
+                                           batch_size=batch, max_token_len=1000,
+                                           drop_last=sampler_drop_last, **option)
+                for r in range(replicas)]
+
+    def torch_batches(epoch: int, drop_last: bool) -> list[list[list[int]]]:
+        out = []
+        for r in range(replicas):
+            dealt = DistributedSampler(range(n), num_replicas=replicas, rank=r, drop_last=sampler_drop_last)
+            dealt.set_epoch(epoch)
+            out.append([b.tolist() for b in DataLoader(range(n), batch_size=batch, sampler=dealt,
+                                                       drop_last=drop_last)])
+        return out
+
+    for epoch in range(2):
+        ours = []
+        for s in samplers:
+            s.set_epoch(epoch)
+            ours.append([b.tolist() for b in DataLoader(range(n), batch_size=batch, sampler=s,
+                                                        drop_last=True)])
+        theirs = torch_batches(epoch, drop_last=True)
+        # 5 // 4 = 1 batch of 4 rows per rank, as torch's loader gives
+        assert [len(b) for b in ours] == [len(b) for b in theirs] == [1, 1]
+        assert all(len(b) == batch for rank in ours for b in rank)
+        # the same step's rows over the ranks, each index once
+        mine = [i for rank in ours for b in rank for i in b]
+        assert sorted(mine) == sorted(i for rank in theirs for b in rank for i in b)
+        assert len(set(mine)) == len(mine) == replicas * batch
+        # a loader keeping the short step gets DistributedSampler's rows of it, 1 per rank
+        kept = [[b.tolist() for b in DataLoader(range(n), batch_size=batch, sampler=s)] for s in samplers]
+        assert [rank[1] for rank in kept] == [rank[1] for rank in torch_batches(epoch, drop_last=False)]
+        assert [len(rank[1]) for rank in kept] == [1, 1]
+    assert [len(s) for s in samplers] == [5, 5]  # DistributedSampler's len: 10 / 2
+    warnings = [r for r in caplog.records if "short last step" in r.getMessage()]
+    assert len(warnings) == replicas  # once per sampler, not once per epoch
+    with pytest.raises(ValueError, match="needs 2 micro-batches per rank"):
+        samplers[0].step_plan(1)  # the plan itself is not made up
+
+
+def test_a_short_last_step_that_can_be_planned_is_still_yielded() -> None:
+    # without the option the short step (1 row per rank) plans, and a loader keeping it gets it
+    n, lengths = 10, [100 * (i + 1) for i in range(10)]
+    sampler = BalancedDistributedSampler(range(n), num_replicas=2, rank=0, lengths=lengths,
+                                         batch_size=4, max_token_len=1000)
+    batches = [b.tolist() for b in DataLoader(range(n), batch_size=4, sampler=sampler)]
+    assert [len(b) for b in batches] == [4, 1] and len(sampler) == 5 and sampler.steps == 2
+
+
+def test_every_step_short_of_the_options_count_is_refused_at_construction() -> None:
+    # batch_size 4 per rank cannot hold min_num_micro_batch=5 micro-batches: no step could plan
+    with pytest.raises(ValueError, match=r"min_num_micro_batch=5.*batch_size=4"):
+        BalancedDistributedSampler(range(16), num_replicas=2, rank=0, lengths=[10] * 16, batch_size=4,
+                                   max_token_len=100, min_num_micro_batch=5)
+    with pytest.raises(ValueError, match=r"force_group_size=3.*batch_size=4"):
+        BalancedDistributedSampler(range(16), num_replicas=2, rank=0, lengths=[10] * 16, batch_size=4,
+                                   max_token_len=100, force_group_size=3)
+
+
+# ---------------------------------------------------------------------------------------
+# options=
+
+
+def test_options_give_the_same_plan_as_the_keywords_and_keywords_lie_over_them() -> None:
+    n, lengths = 96, [min(s, 4096) for s in random.Random(7).sample(CHAMP, 96)]
+    keywords: dict[str, Any] = {"max_samples_per_micro_batch": 3, "pad_to_multiple_of": 64,
+                                "num_batches_divided_by": 2, "micro_batch_overhead": 0.2}
+
+    def build(**kwargs: Any) -> BalancedDistributedSampler:
+        return BalancedDistributedSampler(range(n), num_replicas=3, rank=1, lengths=lengths, batch_size=8,
+                                          max_token_len=4096, **kwargs)
+
+    by_keywords, by_options = build(**keywords), build(options=PlanOptions(**keywords))
+    assert by_options.options == by_keywords.options == PlanOptions(**keywords)
+    assert list(by_options) == list(by_keywords)
+    plans = [by_keywords.step_plan(t) for t in range(by_keywords.steps)]
+    assert [by_options.step_plan(t) for t in range(by_options.steps)] == plans
+    assert all(len(mb) <= 3 for plan in plans for mbs in plan.rank_micro_batches for mb in mbs)
+    assert all(plan.count % 2 == 0 for plan in plans)
+    # a keyword lies over options=, as in plan_micro_batches
+    over = build(options=PlanOptions(**keywords), max_samples_per_micro_batch=2)
+    assert over.options.max_samples_per_micro_batch == 2 and over.options.pad_to_multiple_of == 64
+    assert list(over) == list(build(**{**keywords, "max_samples_per_micro_batch": 2}))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "fragment"),
+    [
+        ({"options": {"padded": True}}, TypeError, "options must be a seqlen_balancing.PlanOptions"),
+        ({"max_samples_per_micro_batch": 0}, ValueError, "max_samples_per_micro_batch must be a positive"),
+        ({"padded": "yes"}, TypeError, "padded must be a bool"),
+        ({"micro_batch_overhead": -1.0}, ValueError, "micro_batch_overhead must be a finite number"),
+        ({"num_batches_divided_by": 0}, ValueError, "num_batches_divided_by must be a positive"),
+        ({"use_dynamic_bsz_balance": None}, TypeError, "use_dynamic_bsz_balance must be a bool"),
+        ({"force_group_size": 2, "max_samples_per_micro_batch": 1}, ValueError, "max_samples_per_micro"),
+        ({"over_cap": "alone"}, ValueError, "over_cap='alone'"),
+        ({"dummy_micro_batches": True}, ValueError, "dummy_micro_batches"),
+        ({"equal_rows_per_micro_batch": True}, ValueError, "equal_rows_per_micro_batch"),
+        ({"padded_rows": True}, TypeError, "'padded_rows' is not an option"),
+    ],
+)
+def test_a_bad_option_is_refused_at_construction(kwargs: dict[str, Any], error: type[Exception],
+                                                 fragment: str) -> None:
+    with pytest.raises(error, match=fragment):
+        BalancedDistributedSampler(range(16), num_replicas=2, rank=0, lengths=[10] * 16, batch_size=8,
+                                   max_token_len=100, **kwargs)

@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oracles import brute_force_optimum, partitions
-from seqlen_balancing import plan_global_batch
+from seqlen_balancing import PlanOptions, plan_global_batch
 from seqlen_balancing.data import load_champ_records
 from seqlen_balancing.step import plan_step
 
@@ -417,6 +417,54 @@ def test_bad_arguments_are_refused_by_name(
     arguments: dict[str, Any] = {"dp_size": 2, **kwargs}
     with pytest.raises(error, match=fragment):
         plan_global_batch([10, 20, 30, 40], max_token_len=100, **arguments)
+
+
+@pytest.mark.parametrize(
+    "keywords",
+    [
+        {"max_samples_per_micro_batch": 3, "pad_to_multiple_of": 64, "micro_batch_overhead": 0.2},
+        {"num_batches_divided_by": 2, "min_num_micro_batch": 3, "use_dynamic_bsz_balance": False},
+        {"force_group_size": 2, "padded": True, "micro_batch_multiple_of": 128},
+        {"equal_rows_per_micro_batch": True, "workload_model": "hidden_size=256,num_layers=2"},
+    ],
+)
+def test_options_give_the_same_plan_as_the_keywords(keywords: dict[str, Any]) -> None:
+    lengths = [r.response_tokens % 3000 for r in random.Random(11).sample(load_champ_records(), 48)]
+    by_keywords = plan_global_batch(lengths, 4, 4096, **keywords)
+    assert plan_global_batch(lengths, 4, 4096, options=PlanOptions(**keywords)) == by_keywords
+    if "equal_rows_per_micro_batch" not in keywords:  # its rows are not sorted: test_pipeline's
+        check_plan(*by_keywords, lengths, 4, 4096, keywords)
+    step = plan_step(lengths, 4, 4096, options=PlanOptions(**keywords))
+    assert (step.rank_samples, step.rank_micro_batches) == by_keywords
+
+
+def test_a_keyword_lies_over_options() -> None:
+    lengths = [100] * 16
+    options = PlanOptions(max_samples_per_micro_batch=2)
+    _, micro = plan_global_batch(lengths, 2, 1600, options=options)
+    assert {len(mb) for plan in micro for mb in plan} == {2}
+    _, micro = plan_global_batch(lengths, 2, 1600, options=options, max_samples_per_micro_batch=8)
+    assert {len(mb) for plan in micro for mb in plan} == {8}
+    _, micro = plan_global_batch(lengths, 2, 1600, options=options, pad_to_multiple_of=400)
+    assert [len(plan) for plan in micro] == [4, 4] and options.pad_to_multiple_of == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "fragment"),
+    [
+        ("padded", TypeError, "options must be a seqlen_balancing.PlanOptions"),
+        (PlanOptions(over_cap="alone"), ValueError, "over_cap='alone'"),
+        (PlanOptions(dummy_micro_batches=True), ValueError, "dummy_micro_batches"),
+        (PlanOptions(same_micro_num_in_dp=False), ValueError, "same_micro_num_in_dp"),
+    ],
+)
+def test_options_the_global_planner_cannot_honour_are_refused(
+    options: Any, error: type[Exception], fragment: str
+) -> None:
+    with pytest.raises(error, match=fragment):
+        plan_global_batch([10, 20, 30, 40], 2, 100, options=options)
+    with pytest.raises(TypeError, match="'max_sample_per_micro_batch' is not an option"):
+        plan_global_batch([10, 20, 30, 40], 2, 100, max_sample_per_micro_batch=2)  # type: ignore[call-arg]
 
 
 # ---------------------------------------------------------------------------------------

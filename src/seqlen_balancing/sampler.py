@@ -26,8 +26,10 @@ token count all-gathered over the DP group), the step's loss and gradient are th
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import numbers
+from collections.abc import Callable, Iterator, Mapping, Sequence, Sized
 from typing import Any
 
 import torch
@@ -35,16 +37,13 @@ from torch.utils.data import Dataset, DistributedSampler
 
 from seqlen_balancing._checks import _integer_or_none, describe, positive_int
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity
-from seqlen_balancing.step import StepPlan, plan_step
+from seqlen_balancing.options import PlanOptionKeywords, PlanOptions, Unpack
+from seqlen_balancing.partition import roundup_divisible
+from seqlen_balancing.step import StepPlan, plan_step, step_options
 
 __all__ = ["BalancedDistributedSampler"]
 
-#: Options of :func:`~seqlen_balancing.plan_global_batch` that ``plan_options`` may set.
-PLAN_OPTIONS = frozenset({
-    "micro_batch_overhead", "use_dynamic_bsz_balance", "num_batches_divided_by",
-    "min_num_micro_batch", "pad_to_multiple_of", "micro_batch_multiple_of", "padded",
-    "max_samples_per_micro_batch",
-})
+logger = logging.getLogger("seqlen_balancing")
 
 Lengths = Sequence[int] | Callable[[int], int] | str
 
@@ -59,30 +58,48 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         lengths: each dataset row's effective length in tokens, read once here: a
             sequence of ``len(dataset)`` integers, a callable of the row index returning
             it, or a column name (``dataset[name]`` as a whole column where the dataset
-            has one, else ``dataset[i][name]`` row by row; a row value that is a sequence
-            or a tensor counts by its length).
+            has one, else ``dataset[i][name]`` row by row). A value from a column or the
+            callable is the length itself (an integer, or a 0-d integer tensor or array)
+            or the row's tokens: one row of shape ``(L,)`` or ``(1, L)`` (a list, nested
+            lists ``[[...]]``, a tensor or an array, e.g. a tokenizer's
+            ``return_tensors="pt"`` on one text) counts its ``L`` tokens.
         batch_size: rows per rank per step (the data loader's ``batch_size``; verl:
             ``data.train_batch_size // dp_size``).
         max_token_len: the cap in tokens on every micro-batch (verl:
             ``max_token_len_per_gpu`` x ``sp_size``).
         costs: each row's cost in tokens instead of its length (a sequence, read once),
             or ``None``.
-        plan_options: passed on to :func:`~seqlen_balancing.plan_global_batch`
-            (``micro_batch_overhead``, ``use_dynamic_bsz_balance``, ``pad_to_multiple_of``,
-            ``micro_batch_multiple_of``, ``padded``, ``max_samples_per_micro_batch``,
-            ``num_batches_divided_by``, ``min_num_micro_batch``).
+        options: the plan's options (:class:`~seqlen_balancing.PlanOptions`, passed on to
+            :func:`~seqlen_balancing.plan_global_batch`); ``None``: verl's behaviour.
+        **option_keywords: any option by name, laid over ``options`` (as
+            :func:`~seqlen_balancing.plan_global_batch` takes them): ``micro_batch_overhead``,
+            ``use_dynamic_bsz_balance``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
+            ``padded``, ``max_samples_per_micro_batch``, ``num_batches_divided_by``,
+            ``min_num_micro_batch``, ``force_group_size``, ``workload_model``.
 
     Yields:
-        This rank's dataset indices, ``len(self)`` of them per epoch: step after step,
-        ``batch_size`` per step (the last step of the epoch may be shorter, as with
-        ``DistributedSampler``), each step's micro-batches one after another
-        (:meth:`step_plan` has them).
+        This rank's dataset indices, ``len(self)`` of them per epoch (as
+        ``DistributedSampler``): step after step, ``batch_size`` per step (the last step of
+        the epoch may be shorter, as with ``DistributedSampler``), each step's
+        micro-batches one after another (:meth:`step_plan` has them). A short last step
+        that cannot be planned under the options (fewer rows per rank than
+        ``min_num_micro_batch`` or ``num_batches_divided_by`` asks, or not whole force
+        groups) is yielded as ``DistributedSampler`` deals it, with one warning: a data
+        loader with ``drop_last=True`` drops that step, and one without it trains on the
+        rows ``DistributedSampler`` would give.
 
     Raises:
         TypeError: a length, a cost or an option of the wrong type; an unknown option.
         ValueError: what ``DistributedSampler`` refuses (a rank outside the replicas),
-            ``lengths`` or ``costs`` not one per row, a negative one, or a row whose cost
-            alone exceeds ``max_token_len`` (naming the row).
+            ``lengths`` or ``costs`` not one per row, a negative one, a row value that is
+            not one row of tokens (naming the row and its shape), a row whose cost alone
+            exceeds ``max_token_len`` (naming the row), an option value
+            :class:`~seqlen_balancing.PlanOptions` or the global planner refuses
+            (``over_cap="alone"``, ``dummy_micro_batches``, ``same_micro_num_in_dp=False``;
+            ``equal_rows_per_micro_batch``, which the engine plans on its own batch), or a
+            ``batch_size`` that no step could be planned with (not whole force groups, or
+            fewer than ``min_num_micro_batch`` rounded up to ``num_batches_divided_by``).
+            All at construction.
 
     Complexity: O(N) to read the lengths; each step is planned when it is reached
     (:func:`~seqlen_balancing.plan_global_batch` on ``num_replicas x batch_size`` rows),
@@ -121,25 +138,22 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         batch_size: int,
         max_token_len: int,
         costs: Sequence[int] | None = None,
-        **plan_options: Any,
+        options: PlanOptions | None = None,
+        **option_keywords: Unpack[PlanOptionKeywords],
     ) -> None:
         super().__init__(dataset, num_replicas, rank, shuffle, seed, drop_last)
-        unknown = sorted(set(plan_options) - PLAN_OPTIONS)
-        if unknown:
-            raise TypeError(
-                f"BalancedDistributedSampler got unknown plan options {', '.join(unknown)}; "
-                f"it takes {', '.join(sorted(PLAN_OPTIONS))}"
-            )
+        self.options = step_options(options, option_keywords)
         self.batch_size = positive_int(batch_size, "batch_size")
         self.max_token_len = positive_int(max_token_len, "max_token_len")
-        self.plan_options = dict(plan_options)
+        _check_steps(self.options, self.batch_size)
         n = len(dataset)  # type: ignore[arg-type]
         self.lengths = _read_lengths(dataset, lengths, n)
         self.costs = None if costs is None else _integers(costs, n, "costs")
         _check_alone(self.costs if self.costs is not None else self.lengths, self.lengths,
-                     self.max_token_len, self.plan_options)
+                     self.max_token_len, self.options)
         self.yielded = 0  # indices yielded in the current epoch (what state_dict saves)
         self._resume_at: int | None = None
+        self._warned = False  # the short last step's warning, once per sampler
 
     # -- the steps ---------------------------------------------------------------------
 
@@ -180,7 +194,7 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         rows = self.global_batch(step, order)
         costs = None if self.costs is None else [self.costs[i] for i in rows]
         plan = plan_step([self.lengths[i] for i in rows], self.num_replicas, self.max_token_len,
-                         costs=costs, **self.plan_options)
+                         options=self.options, costs=costs)
         return StepPlan(
             rank_samples=[[rows[i] for i in part] for part in plan.rank_samples],
             rank_micro_batches=[[[rows[i] for i in mb] for mb in mbs] for mbs in plan.rank_micro_batches],
@@ -199,11 +213,28 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         first = start // self.batch_size
         skip = start - first * self.batch_size
         for step in range(first, self.steps):
-            mine = self.step_plan(step, order).rank_samples[self.rank]
-            for index in mine[skip:]:
+            for index in self._rank_rows(step, order)[skip:]:
                 self.yielded += 1
                 yield index
             skip = 0
+
+    def _rank_rows(self, step: int, order: Sequence[int]) -> list[int]:
+        """This rank's rows of ``step`` as the plan orders them; a short last step that
+        cannot be planned as ``DistributedSampler`` deals it (a loader with ``drop_last``
+        drops it; one without trains on what the ranks would get from torch's sampler)."""
+        try:
+            return self.step_plan(step, order).rank_samples[self.rank]
+        except ValueError as error:
+            if step < self.num_samples // self.batch_size:
+                raise  # a full step: every loader yields it
+            if not self._warned:
+                self._warned = True
+                logger.warning(
+                    "BalancedDistributedSampler: the short last step of the epoch (%d rows per "
+                    "rank) cannot be planned, so it is dealt as DistributedSampler deals it (a "
+                    "DataLoader with drop_last=True drops it): %s",
+                    self.num_samples % self.batch_size, error)
+            return self.global_batch(step, order)[self.rank :: self.num_replicas]
 
     def __len__(self) -> int:
         return self.num_samples
@@ -250,17 +281,52 @@ def _integers(values: Any, n: int, name: str) -> list[int]:
     return out
 
 
+def _shape(value: Any) -> tuple[int, ...] | None:
+    """The shape of a row's value: ``()`` for a number, an array's or tensor's own, nested
+    sequences' read along their first elements; ``None`` for what holds no tokens (a
+    mapping, a string, bytes, an object without a length)."""
+    if isinstance(value, numbers.Number):
+        return ()
+    if isinstance(value, Mapping | str | bytes):
+        return None
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        try:
+            return tuple(int(d) for d in shape)
+        except (TypeError, ValueError, RuntimeError):  # a jagged tensor has no plain shape
+            return None
+    if isinstance(value, Sequence):
+        if not value:
+            return (0,)
+        inner = _shape(value[0])
+        return (len(value),) if inner is None and isinstance(value[0], str | bytes) else \
+            None if inner is None else (len(value), *inner)
+    return (len(value),) if isinstance(value, Sized) else None
+
+
 def _row_length(value: Any, index: int, where: str) -> int:
-    """A row's length from a column value: an integer, or the length of a sequence/tensor."""
-    as_int = _integer_or_none(value)
-    if as_int is not None:
-        return as_int
-    try:
-        return len(value)
-    except TypeError:
-        raise TypeError(
-            f"{where} of row {index} must be an integer or a sequence of tokens, got {describe(value)}"
-        ) from None
+    """A row's length from a column value: an integer (0-d tensors and arrays included), or
+    the tokens of one row, shape ``(L,)`` or ``(1, ..., 1, L)``: ``L``.
+
+    Raises:
+        ValueError: any other value (naming the row and its shape): more than one row,
+            ``(2, L)``; a scalar that is not a whole number; a mapping or a string.
+    """
+    shape = _shape(value)
+    if shape == ():
+        as_int = _integer_or_none(value)
+        if as_int is not None:
+            return as_int
+    elif shape and all(d == 1 for d in shape[:-1]):
+        return shape[-1]
+    what = f"{describe(value)}, which holds no tokens" if shape is None else \
+        f"{describe(value)} of shape ()" if shape == () else f"a {type(value).__name__} of shape {shape}"
+    raise ValueError(
+        f"{where} of row {index} is {what}; a row's value is its "
+        "length (an integer) or its tokens, one row of shape (L,) or (1, L) (e.g. a tokenizer's "
+        "return_tensors='pt' on one text); pass lengths as a list or a callable of the row "
+        "index for any other layout"
+    )
 
 
 def _row_value(dataset: Any, index: int, column: str) -> Any:
@@ -295,12 +361,39 @@ def _read_lengths(dataset: Any, lengths: Lengths, n: int) -> list[int]:
     return _integers(lengths, n, "lengths")
 
 
-def _check_alone(costs: list[int], lengths: list[int], cap: int, options: Mapping[str, Any]) -> None:
+def _check_steps(options: PlanOptions, batch_size: int) -> None:
+    """Refuse, at construction, a ``batch_size`` with which no step could be planned: each
+    rank's share of a step must be whole force groups, at least the fewest micro-batches
+    the options ask (``min_num_micro_batch`` rounded up to ``num_batches_divided_by``);
+    and equal rows, which the sampler's rows cannot carry (its filler rows)."""
+    if options.equal_rows_per_micro_batch:
+        raise ValueError(
+            "BalancedDistributedSampler cannot take equal_rows_per_micro_batch=True: it yields "
+            "each rank's rows, not filler rows; pass the option to the engine's planning "
+            "(prepare_micro_batches), which tops up its own micro-batches"
+        )
+    group, divisor = options.force_group_size, options.num_batches_divided_by or 1
+    if batch_size % group:
+        raise ValueError(
+            f"force_group_size={group} does not divide batch_size={batch_size}: each rank's rows "
+            "of a step must be whole groups; pass a batch_size that is a multiple of it"
+        )
+    fewest = roundup_divisible(options.min_num_micro_batch or 1, divisor)
+    if batch_size // group < fewest:
+        raise ValueError(
+            f"min_num_micro_batch={options.min_num_micro_batch} and num_batches_divided_by="
+            f"{options.num_batches_divided_by} ask for {fewest} micro-batches per rank, but "
+            f"batch_size={batch_size} gives each rank {batch_size // group} "
+            f"{'rows' if group == 1 else 'groups'} a step and a micro-batch is never empty; pass "
+            "a larger batch_size or smaller options"
+        )
+
+
+def _check_alone(costs: list[int], lengths: list[int], cap: int, options: PlanOptions) -> None:
     """Refuse, at construction, a row that no micro-batch can hold alone (every step
     holding it would fail)."""
-    pad = positive_int(options.get("pad_to_multiple_of", 1) or 1, "pad_to_multiple_of")
-    bucket = positive_int(options.get("micro_batch_multiple_of", 1) or 1, "micro_batch_multiple_of")
-    usable = micro_batch_capacity(cap, bucket)
+    pad = options.pad_to_multiple_of
+    usable = micro_batch_capacity(cap, options.micro_batch_multiple_of)
     for index, cost in enumerate(costs):
         if aligned_length(cost, pad) > usable:
             raise ValueError(

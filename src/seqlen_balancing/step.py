@@ -50,12 +50,11 @@ collective.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Hashable, Sequence, Sized
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Mapping, Sequence, Sized
+from dataclasses import dataclass, replace
 from typing import Any
 
-from seqlen_balancing._checks import _integer_or_none, describe, positive_int, switch
+from seqlen_balancing._checks import positive_int, switch
 from seqlen_balancing.analysis import RankAnalysis
 from seqlen_balancing.bounds import best_lower_bound
 from seqlen_balancing.collector import paused_collector
@@ -67,7 +66,7 @@ from seqlen_balancing.lockstep import (
     plan_at,
     step_time_floor,
 )
-from seqlen_balancing.options import PlanOptions
+from seqlen_balancing.options import PlanOptionKeywords, PlanOptions, Unpack
 from seqlen_balancing.partition import roundup_divisible
 from seqlen_balancing.planner import agreed_count, analyse, build_plan
 from seqlen_balancing.rows import RowIndices, rows_error, rows_for
@@ -79,6 +78,7 @@ __all__ = [
     "micro_batch_fixed_cost",
     "plan_global_batch",
     "plan_step",
+    "step_options",
     "step_time_floor",
 ]
 
@@ -127,15 +127,32 @@ class StepPlan:
 
 
 
-def _overhead(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"micro_batch_overhead must be a number >= 0, got {describe(value)}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(
-            f"micro_batch_overhead must be a finite number >= 0 (the fixed cost of one micro-batch "
-            f"as a share of 24576 x max_token_len), got {value!r}"
-        )
-    return float(value)
+def step_options(options: PlanOptions | None, keywords: Mapping[str, Any]) -> PlanOptions:
+    """The options of one call of the global planner: ``options`` (``None``: verl's
+    behaviour) with ``keywords`` laid over it, as :func:`~seqlen_balancing.plan_micro_batches`
+    takes them (:meth:`~seqlen_balancing.PlanOptions.from_keywords`).
+
+    Raises:
+        TypeError, ValueError: what :class:`~seqlen_balancing.PlanOptions` refuses (an
+            unknown name, a value of the wrong type or range, ``options`` not a
+            ``PlanOptions``), or an option the global planner cannot honour: it gives every
+            rank the same count (``same_micro_num_in_dp=False``), every micro-batch real
+            samples (``dummy_micro_batches``) and within the cap (``over_cap="alone"``).
+    """
+    given, error = PlanOptions.from_keywords(options, None, keywords)
+    if error is not None:
+        raise error.exception()
+    refused = [text for on, text in (
+        (given.over_cap == "alone", "over_cap='alone' (every micro-batch is within the cap: drop, "
+                                    "truncate or raise max_token_len for an over-cap sample)"),
+        (given.dummy_micro_batches, "dummy_micro_batches=True (every rank gets real samples for "
+                                    "every micro-batch)"),
+        (not given.same_micro_num_in_dp, "same_micro_num_in_dp=False (every rank gets the same count)"),
+    ) if on]
+    if refused:
+        raise ValueError(f"the global planner (plan_global_batch) cannot take {'; '.join(refused)}; "
+                         "leave these options at their defaults for it")
+    return given
 
 
 def _count_range(
@@ -175,7 +192,7 @@ def _count_range(
 
 
 def _whole_step(
-    seq_lens: Sequence[int], max_token_len: int, rule: dict[str, Any]
+    seq_lens: Sequence[int], max_token_len: int, rule: PlanOptions, data: dict[str, Any]
 ) -> tuple[RankAnalysis, int, Callable[[], RankAnalysis]]:
     """The whole step's analysis, its best lower bound, and the analysis with its count
     search done (what cutting the whole step first needs), computed on first call.
@@ -186,6 +203,10 @@ def _whole_step(
     the search is most of the time on a large step, and planning the ranks first does not
     need it. Otherwise the analysis is ``seqlen_balancing.planner.analyse`` as it is.
 
+    Args:
+        rule: the options of the rule (the step's count options left to the caller).
+        data: the per-sample data, ``costs``, ``workloads`` and ``group_ids``.
+
     Raises:
         TypeError, ValueError: the analysis' error (a sample over the cap, ...).
     """
@@ -193,33 +214,27 @@ def _whole_step(
 
     def whole() -> RankAnalysis:
         if not searched:
-            searched.append(_analysed(seq_lens, max_token_len, rule))
+            searched.append(_analysed(seq_lens, max_token_len, rule, data))
         return searched[0]
 
-    group = _integer_or_none(rule.get("force_group_size", 1))
+    group = rule.force_group_size
     n = len(seq_lens) if isinstance(seq_lens, Sized) else None
-    if rule.get("padded") or rule.get("max_samples_per_micro_batch") is not None or not group or \
-            group < 1 or not n or "min_num_micro_batch" in rule or rule.get("group_ids") is not None:
+    if rule.padded or rule.max_samples_per_micro_batch is not None or not n or \
+            data.get("group_ids") is not None:
         full = whole()
         return full, full.lower_bound, whole
-    quick = _analysed(seq_lens, max_token_len, {**rule, "min_num_micro_batch": max(1, n // group)})
+    quick = _analysed(seq_lens, max_token_len, replace(rule, min_num_micro_batch=max(1, n // group)), data)
     lower = max(1, best_lower_bound(quick.group_sizes, quick.max_token_len)[0])
     return quick, lower, whole
 
 
-def _analysed(seq_lens: Sequence[int], max_token_len: int, rule: dict[str, Any]) -> RankAnalysis:
-    """``analyse`` of the whole step: ``rule``'s options checked into one
-    :class:`~seqlen_balancing.PlanOptions` (an unknown name is refused), its ``costs`` and
-    ``workloads`` passed as the per-sample data they are."""
-    values = dict(rule)
-    costs, workloads = values.pop("costs", None), values.pop("workloads", None)
-    group_ids = values.pop("group_ids", None)
-    options, error = PlanOptions.parse(values)
-    result = analyse(seq_lens, max_token_len, options, costs=costs, workloads=workloads,
-                     group_ids=group_ids)
-    error = error or result.error
-    if error is not None:
-        raise error.exception()
+def _analysed(
+    seq_lens: Sequence[int], max_token_len: int, rule: PlanOptions, data: dict[str, Any]
+) -> RankAnalysis:
+    """``analyse`` of the whole step under ``rule``, its error raised."""
+    result = analyse(seq_lens, max_token_len, rule, **data)
+    if result.error is not None:
+        raise result.error.exception()
     return result
 
 
@@ -279,20 +294,18 @@ def plan_step(
     dp_size: int,
     max_token_len: int,
     *,
+    options: PlanOptions | None = None,
     equal_size: bool = True,
-    micro_batch_overhead: float = DEFAULT_MICRO_BATCH_OVERHEAD,
-    use_dynamic_bsz_balance: bool = True,
-    num_batches_divided_by: int | None = None,
-    min_num_micro_batch: int | None = None,
-    **rule: Any,
+    costs: Sequence[int] | None = None,
+    workloads: Sequence[int] | None = None,
+    group_ids: Sequence[Hashable] | None = None,
+    **option_keywords: Unpack[PlanOptionKeywords],
 ) -> StepPlan:
     """:func:`~seqlen_balancing.plan_global_batch` with what it measured: the count, the whole step's lower
     bound, the modeled step time and its floor (a :class:`StepPlan`).
 
-    Takes the arguments of :func:`~seqlen_balancing.plan_global_batch`; ``rule`` holds its rule options
-    (``force_group_size``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``, ``costs``,
-    ``padded``, ``max_samples_per_micro_batch``, ``workloads``), passed on to
-    ``seqlen_balancing.planner.analyse`` as they are.
+    Takes the arguments of :func:`~seqlen_balancing.plan_global_batch` (``options=`` and
+    the options as keywords laid over it, ``seqlen_balancing.step.step_options``).
 
     Example:
         >>> plan = plan_step([600, 500, 400, 300, 200, 100, 50, 50], 2, 1000)
@@ -301,15 +314,16 @@ def plan_step(
     """
     dp = positive_int(dp_size, "dp_size")
     equal = switch(equal_size, "equal_size")
-    balance = switch(use_dynamic_bsz_balance, "use_dynamic_bsz_balance")
-    overhead = _overhead(micro_batch_overhead)
-    floor = None if min_num_micro_batch is None else positive_int(min_num_micro_batch, "min_num_micro_batch")
-    divisor = 1 if num_batches_divided_by is None else positive_int(num_batches_divided_by,
-                                                                    "num_batches_divided_by")
-    result, lower, whole = _whole_step(seq_lens, max_token_len, rule)
+    given = step_options(options, option_keywords)
+    floor, divisor = given.min_num_micro_batch, given.num_batches_divided_by or 1
+    # the count options shape the step here; the analysis sees the rule alone
+    rule = replace(given, num_batches_divided_by=None, min_num_micro_batch=None,
+                   use_dynamic_bsz_balance=True, equal_rows_per_micro_batch=False)
+    data = {"costs": costs, "workloads": workloads, "group_ids": group_ids}
+    result, lower, whole = _whole_step(seq_lens, max_token_len, rule, data)
     first, most = _count_range(result, lower, dp, equal, floor, divisor)
     per_rank = result.n_groups // dp if equal else None
-    fixed = micro_batch_fixed_cost(result.requested_max_token_len, overhead)
+    fixed = micro_batch_fixed_cost(result.requested_max_token_len, given.micro_batch_overhead)
     memo: dict[Any, Any] = {}
     count, grid = first, plan_at(result, dp, first, per_rank, memo, whole)
     while grid is None:  # one group per micro-batch (count == most) always evens out
@@ -333,11 +347,14 @@ def plan_step(
             tried.append((count + divisor, more.step_time() + (count + divisor) * fixed))
             if tried[1][1] < tried[0][1] - margin:
                 count, grid = count + divisor, more
-    plans = _rank_plans(grid, result, balance)
+    plans = _rank_plans(grid, result, given.use_dynamic_bsz_balance)
+    if given.equal_rows_per_micro_batch:
+        plans = _equal_rows([[i for mb in plan for i in mb] for plan in plans], seq_lens,
+                            max_token_len, given, costs, workloads, group_ids)
     return StepPlan(
         rank_samples=[[i for mb in plan for i in mb] for plan in plans],
         rank_micro_batches=plans,
-        count=count,
+        count=len(plans[0]),
         lower_bound=lower,
         step_time=grid.step_time() + count * fixed,
         floor=step_time_floor(result.group_workloads, dp, count, fixed),
@@ -351,20 +368,12 @@ def plan_global_batch(
     dp_size: int,
     max_token_len: int,
     *,
+    options: PlanOptions | None = None,
     equal_size: bool = True,
-    micro_batch_overhead: float = DEFAULT_MICRO_BATCH_OVERHEAD,
-    use_dynamic_bsz_balance: bool = True,
-    num_batches_divided_by: int | None = None,
-    min_num_micro_batch: int | None = None,
-    force_group_size: int = 1,
-    pad_to_multiple_of: int = 1,
-    micro_batch_multiple_of: int = 1,
     costs: Sequence[int] | None = None,
-    padded: bool = False,
-    max_samples_per_micro_batch: int | None = None,
     workloads: Sequence[int] | None = None,
     group_ids: Sequence[Hashable] | None = None,
-    equal_rows_per_micro_batch: bool = False,
+    **option_keywords: Unpack[PlanOptionKeywords],
 ) -> tuple[list[list[int]], list[list[list[int]]]]:
     """Plan a whole step across its DP ranks: which samples each rank gets, and its
     micro-batches, so that the ranks' lock-step time is close to its floor.
@@ -379,43 +388,54 @@ def plan_global_batch(
             indices ``0..n-1``).
         dp_size: DP ranks.
         max_token_len: hard cap in tokens on every micro-batch (under the rule below).
+        options: the plan's options (:class:`~seqlen_balancing.PlanOptions`,
+            docs/options.md); ``None``: verl's behaviour. What each means for the whole step
+            is under ``**option_keywords``.
         equal_size: every rank gets ``n / dp_size`` samples (verl's dispatch cuts the
             reordered batch into equal contiguous chunks; ``DistributedSampler`` gives every
             rank as many). False: ranks may get different sample counts.
-        micro_batch_overhead: the fixed cost of one micro-batch, as a share of the linear
-            term of a full one (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`),
-            a number >= 0. The count stays at the bound ``ceil(B / dp_size)`` unless one
-            more micro-batch per rank (``num_batches_divided_by`` more) lowers the modeled
-            step time, its extra fixed costs included, by more than 2% of
-            ``total workload / dp_size`` (the module docstring's step 5).
-        use_dynamic_bsz_balance: verl's pipeline-parallel order of micro-batches (lightest
-            at both ends), the same on every rank; else heaviest first.
-        num_batches_divided_by: the count is a multiple of this, or ``None``.
-        min_num_micro_batch: at least this many micro-batches per rank, or ``None``.
-        force_group_size: consecutive global indices ``[g*size, (g+1)*size)`` that share a
-            micro-batch (and a rank, contiguous in its batch).
-        pad_to_multiple_of: each sample's cost rounded up to a multiple of this.
-        micro_batch_multiple_of: a micro-batch's summed cost rounded up to this.
         costs: one cost in tokens per sample instead of its length, or ``None``.
-        padded: a micro-batch costs its rows x its widest row.
-        max_samples_per_micro_batch: samples per micro-batch at most, or ``None``.
         workloads: one balance workload per sample instead of verl's ``24576*s + s**2``
-            (what the lock-step model weighs), or ``None``. These seven are the one rule
-            and the balance objective of :func:`~seqlen_balancing.plan_micro_batches`,
-            applied to the whole step.
+            (what the lock-step model weighs), or ``None``.
         group_ids: one hashable id per sample of the step, or ``None``: each group (equal
             ids, any size, any positions) lands whole in one micro-batch of one rank, never
             split across ranks. With groups of different sizes ``equal_size`` must be
             False (equal group counts would not be equal sample counts); not with
             ``force_group_size > 1``.
-        equal_rows_per_micro_batch: every micro-batch of every rank holds the same rows
-            (pipeline parallelism, docs/pipeline.md): the ranks keep the samples planned
-            above, and each rank's micro-batches are planned again as
-            :func:`~seqlen_balancing.plan_data_parallel` plans them with the option (the
-            count the ranks agree on, rows balanced, short micro-batches topped up with
-            filler rows counted under the cap); each micro-batch is then a
-            :class:`~seqlen_balancing.rows.RowIndices` whose ``filler_row`` is a global
-            index. The lock-step search does not see the filler rows.
+        **option_keywords: any option of :class:`~seqlen_balancing.PlanOptions` by name,
+            laid over ``options`` (as :func:`~seqlen_balancing.plan_micro_batches` takes
+            them):
+
+            * ``micro_batch_overhead``: the fixed cost of one micro-batch, as a share of
+              the linear term of a full one
+              (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`), a number >= 0.
+              The count stays at the bound ``ceil(B / dp_size)`` unless one more
+              micro-batch per rank (``num_batches_divided_by`` more) lowers the modeled
+              step time, its extra fixed costs included, by more than 2% of ``total
+              workload / dp_size`` (the module docstring's step 5).
+            * ``use_dynamic_bsz_balance``: verl's pipeline-parallel order of micro-batches
+              (lightest at both ends), the same on every rank; else heaviest first.
+            * ``num_batches_divided_by``: the count is a multiple of this, or ``None``;
+              ``min_num_micro_batch``: at least this many micro-batches per rank, or
+              ``None``.
+            * ``force_group_size``: consecutive global indices ``[g*size, (g+1)*size)``
+              that share a micro-batch (and a rank, contiguous in its batch).
+            * ``pad_to_multiple_of``, ``micro_batch_multiple_of``, ``padded``,
+              ``max_samples_per_micro_batch``, ``workload_model``: the one rule and the
+              balance objective of :func:`~seqlen_balancing.plan_micro_batches`, applied
+              to the whole step (with ``costs`` and ``workloads``).
+            * ``equal_rows_per_micro_batch``: every micro-batch of every rank holds the
+              same rows (pipeline parallelism, docs/pipeline.md): the ranks keep the
+              samples planned above, and each rank's micro-batches are planned again as
+              :func:`~seqlen_balancing.plan_data_parallel` plans them with the option (the
+              count the ranks agree on, rows balanced, short micro-batches topped up with
+              filler rows counted under the cap); each micro-batch is then a
+              :class:`~seqlen_balancing.rows.RowIndices` whose ``filler_row`` is a global
+              index. The lock-step search does not see the filler rows.
+            * ``same_micro_num_in_dp`` (True), ``over_cap`` (``"raise"``) and
+              ``dummy_micro_batches`` (False) must keep their defaults: the plan gives
+              every rank the same count of real, within-cap micro-batches.
+              ``loss_weight_keys`` names TensorDict entries and does not touch a plan.
 
     Returns:
         ``(rank_samples, rank_micro_batches)``: ``rank_micro_batches[r][k]`` the sorted
@@ -427,8 +447,11 @@ def plan_global_batch(
         contiguous and aligned). Every sample is in exactly one micro-batch.
 
     Raises:
-        TypeError: an argument or length is not an integer, or a switch not a bool.
-        ValueError: what :func:`~seqlen_balancing.plan_micro_batches` refuses (a sample or
+        TypeError: an argument or length is not an integer, a switch not a bool, an unknown
+            option name, or ``options`` not a :class:`~seqlen_balancing.PlanOptions`.
+        ValueError: an option value :class:`~seqlen_balancing.PlanOptions` refuses, or one
+            the global planner cannot honour (``seqlen_balancing.step.step_options``); what
+            :func:`~seqlen_balancing.plan_micro_batches` refuses (a sample or
             group over the cap: ``exceeds max_token_len``), ``n`` (or its force groups)
             not divisible by ``dp_size`` with ``equal_size`` (or groups of different sizes
             with it), or a rank left fewer samples than micro-batches; with
@@ -455,24 +478,6 @@ def plan_global_batch(
         verl 0.9.1 ``rearrange_micro_batches`` (the order of micro-batches) and
         ``RayPPOTrainer._balance_batch`` (equal-size parts for its dispatch).
     """
-    plan = plan_step(
-        seq_lens, dp_size, max_token_len, equal_size=equal_size,
-        micro_batch_overhead=micro_batch_overhead, use_dynamic_bsz_balance=use_dynamic_bsz_balance,
-        num_batches_divided_by=num_batches_divided_by, min_num_micro_batch=min_num_micro_batch,
-        force_group_size=force_group_size, pad_to_multiple_of=pad_to_multiple_of,
-        micro_batch_multiple_of=micro_batch_multiple_of, costs=costs, padded=padded,
-        max_samples_per_micro_batch=max_samples_per_micro_batch, workloads=workloads,
-        **({} if group_ids is None else {"group_ids": group_ids}),
-    )
-    if not switch(equal_rows_per_micro_batch, "equal_rows_per_micro_batch"):
-        return plan.rank_samples, plan.rank_micro_batches
-    options = PlanOptions(
-        use_dynamic_bsz_balance=use_dynamic_bsz_balance, num_batches_divided_by=num_batches_divided_by,
-        min_num_micro_batch=min_num_micro_batch, force_group_size=force_group_size,
-        pad_to_multiple_of=pad_to_multiple_of, micro_batch_multiple_of=micro_batch_multiple_of,
-        padded=padded, max_samples_per_micro_batch=max_samples_per_micro_batch,
-        equal_rows_per_micro_batch=True,
-    )
-    micro = _equal_rows(plan.rank_samples, seq_lens, max_token_len, options, costs, workloads,
-                        group_ids)
-    return [[i for part in rank for i in part] for rank in micro], micro
+    plan = plan_step(seq_lens, dp_size, max_token_len, options=options, equal_size=equal_size,
+                     costs=costs, workloads=workloads, group_ids=group_ids, **option_keywords)
+    return plan.rank_samples, plan.rank_micro_batches
