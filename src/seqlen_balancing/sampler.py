@@ -43,7 +43,7 @@ __all__ = ["BalancedDistributedSampler"]
 PLAN_OPTIONS = frozenset({
     "micro_batch_overhead", "use_dynamic_bsz_balance", "num_batches_divided_by",
     "min_num_micro_batch", "pad_to_multiple_of", "micro_batch_multiple_of", "padded",
-    "max_samples_per_micro_batch",
+    "max_samples_per_micro_batch", "over_cap", "workload_model",
 })
 
 Lengths = Sequence[int] | Callable[[int], int] | str
@@ -70,7 +70,8 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         plan_options: passed on to :func:`~seqlen_balancing.plan_global_batch`
             (``micro_batch_overhead``, ``use_dynamic_bsz_balance``, ``pad_to_multiple_of``,
             ``micro_batch_multiple_of``, ``padded``, ``max_samples_per_micro_batch``,
-            ``num_batches_divided_by``, ``min_num_micro_batch``).
+            ``num_batches_divided_by``, ``min_num_micro_batch``, ``over_cap``: ``"alone"``
+            plans a row over the cap in a micro-batch of its own, ``workload_model``).
 
     Yields:
         This rank's dataset indices, ``len(self)`` of them per epoch: step after step,
@@ -82,7 +83,7 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         TypeError: a length, a cost or an option of the wrong type; an unknown option.
         ValueError: what ``DistributedSampler`` refuses (a rank outside the replicas),
             ``lengths`` or ``costs`` not one per row, a negative one, or a row whose cost
-            alone exceeds ``max_token_len`` (naming the row).
+            alone exceeds ``max_token_len`` (naming the row; not with ``over_cap="alone"``).
 
     Complexity: O(N) to read the lengths; each step is planned when it is reached
     (:func:`~seqlen_balancing.plan_global_batch` on ``num_replicas x batch_size`` rows),
@@ -297,7 +298,9 @@ def _read_lengths(dataset: Any, lengths: Lengths, n: int) -> list[int]:
 
 def _check_alone(costs: list[int], lengths: list[int], cap: int, options: Mapping[str, Any]) -> None:
     """Refuse, at construction, a row that no micro-batch can hold alone (every step
-    holding it would fail)."""
+    holding it would fail); with ``over_cap="alone"`` such a row is planned alone instead."""
+    if options.get("over_cap") == "alone":
+        return
     pad = positive_int(options.get("pad_to_multiple_of", 1) or 1, "pad_to_multiple_of")
     bucket = positive_int(options.get("micro_batch_multiple_of", 1) or 1, "micro_batch_multiple_of")
     usable = micro_batch_capacity(cap, bucket)

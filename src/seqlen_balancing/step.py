@@ -199,7 +199,8 @@ def _whole_step(
     group = _integer_or_none(rule.get("force_group_size", 1))
     n = len(seq_lens) if isinstance(seq_lens, Sized) else None
     if rule.get("padded") or rule.get("max_samples_per_micro_batch") is not None or not group or \
-            group < 1 or not n or "min_num_micro_batch" in rule or rule.get("group_ids") is not None:
+            group < 1 or not n or "min_num_micro_batch" in rule or rule.get("group_ids") is not None \
+            or rule.get("over_cap") == "alone":  # the bound counts each over-cap group once
         full = whole()
         return full, full.lower_bound, whole
     quick = _analysed(seq_lens, max_token_len, {**rule, "min_num_micro_batch": max(1, n // group)})
@@ -291,7 +292,8 @@ def plan_step(
 
     Takes the arguments of :func:`~seqlen_balancing.plan_global_batch`; ``rule`` holds its rule options
     (``force_group_size``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``, ``costs``,
-    ``padded``, ``max_samples_per_micro_batch``, ``workloads``), passed on to
+    ``padded``, ``max_samples_per_micro_batch``, ``workloads``; ``over_cap="alone"``: a
+    sample over the cap takes a micro-batch of its own), passed on to
     ``seqlen_balancing.planner.analyse`` as they are.
 
     Example:
