@@ -478,6 +478,23 @@ def test_the_switchs_planning_options_reach_the_planner() -> None:
     assert balance_step._rule(with_model, [3, 5]) == {"workloads": model.workloads([3, 5])}
 
 
+@pytest.mark.torch
+def test_the_balanced_sampler_takes_every_rule_the_switch_hands_it() -> None:
+    from seqlen_balancing import BalancedDistributedSampler
+    from seqlen_balancing.cost import WorkloadModel
+
+    options = PlanOptions(over_cap="alone", max_samples_per_micro_batch=2, micro_batch_overhead=0.2,
+                          workload_model=WorkloadModel(hidden_size=64, num_layers=2))
+    lengths = OVER_CAP_LENGTHS
+    sampler = BalancedDistributedSampler(range(16), num_replicas=2, rank=0, lengths=lengths, batch_size=8,
+                                         max_token_len=400, **balance_step._rule(options, None))
+    for step in range(sampler.steps):
+        for mbs in sampler.step_plan(step).rank_micro_batches:
+            for mb in mbs:
+                assert len(mb) <= 2
+                assert mb == [4] if 4 in mb else sum(lengths[i] for i in mb) <= 400
+
+
 def test_ppo_order_with_over_cap_alone_plans_the_over_cap_sample_alone() -> None:
     lengths = [1200, 300, 200, 100, 450, 50, 250, 150]
     order, parts = ppo_order(lengths, 2, CAP, mini_batch_size=8, over_cap="alone")

@@ -32,9 +32,15 @@ two places where verl 0.9.1 makes it:
   (equal contiguous chunks of its part) thus gets each mini-batch's planned samples back.
   The metrics verl logs (``global_seqlen/*``) are computed on the new parts.
 
-Where the plan cannot be made (the actor on the static path, ``use_prefix_grouper``, a
-sample over the cap, a batch the ranks cannot share equally), verl's own code runs, with a
-WARNING naming the reason when the planner refused. Nothing else of verl changes: its
+Both plan with the switch's planning options of the environment (:func:`_rule`:
+``pad_to_multiple_of``, ``micro_batch_multiple_of``, ``max_samples_per_micro_batch``,
+``over_cap``, ``micro_batch_overhead``, the workload model); with ``over_cap="alone"`` a
+sample over the cap takes a micro-batch of its own on one rank. Where the plan cannot be
+made (the actor on the static path, ``use_prefix_grouper``, a sample over the cap without
+``over_cap="alone"``, a batch the ranks cannot share equally), verl's own code runs, with
+a WARNING naming the reason when the planner refused. ``verl.trainer.sft_trainer_ray``
+splits each global batch over the ranks inside ``SFTTrainer.fit``, where nothing can be
+replaced: importing it logs why the variable does not act there. Nothing else of verl changes: its
 dispatch, mini-batch split and micro-batching (the switched ``prepare_micro_batches``,
 which plans each rank's rows and agrees on the count) run as before. Every replacement is
 recorded; :func:`disable` (called by :func:`~seqlen_balancing.verl.revert`) restores verl's.
