@@ -402,7 +402,6 @@ def test_options_give_the_same_plan_as_the_keywords_and_keywords_lie_over_them()
         ({"num_batches_divided_by": 0}, ValueError, "num_batches_divided_by must be a positive"),
         ({"use_dynamic_bsz_balance": None}, TypeError, "use_dynamic_bsz_balance must be a bool"),
         ({"force_group_size": 2, "max_samples_per_micro_batch": 1}, ValueError, "max_samples_per_micro"),
-        ({"over_cap": "alone"}, ValueError, "over_cap='alone'"),
         ({"dummy_micro_batches": True}, ValueError, "dummy_micro_batches"),
         ({"equal_rows_per_micro_batch": True}, ValueError, "equal_rows_per_micro_batch"),
         ({"padded_rows": True}, TypeError, "'padded_rows' is not an option"),

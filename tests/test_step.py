@@ -453,7 +453,6 @@ def test_a_keyword_lies_over_options() -> None:
     ("options", "error", "fragment"),
     [
         ("padded", TypeError, "options must be a seqlen_balancing.PlanOptions"),
-        (PlanOptions(over_cap="alone"), ValueError, "over_cap='alone'"),
         (PlanOptions(dummy_micro_batches=True), ValueError, "dummy_micro_batches"),
         (PlanOptions(same_micro_num_in_dp=False), ValueError, "same_micro_num_in_dp"),
     ],

@@ -358,6 +358,167 @@ def test_the_sft_train_sampler_is_balanced_on_the_same_rows_per_step(installed: 
     assert type(balance_step.sft_sampler(train, num_replicas=2, rank=0)) is DistributedSampler
 
 
+def fewest_alone(sizes: list[int], cap: int) -> int:
+    """Brute force with ``over_cap="alone"``: each size over ``cap`` takes a micro-batch of
+    its own, the others the fewest bins of at most ``cap``."""
+    rest = [s for s in sizes if s <= cap]
+    return len(sizes) - len(rest) + (fewest(rest, cap) if rest else 0)
+
+
+def dealt_count(rows: list[int], lengths: list[int], dp: int, cap: int) -> int:
+    """``DistributedSampler``'s dealing of one step (rank r: positions r, r + dp, ...): the
+    count the ranks agree on, the slowest rank's fewest (brute force, over-cap alone)."""
+    return max(fewest_alone([lengths[i] for i in rows[r::dp]], cap) for r in range(dp))
+
+
+OVER_CAP_LENGTHS = [120, 380, 60, 250, 900, 90, 300, 40, 200, 150, 330, 70, 260, 110, 30, 180]
+
+
+def build_sft_samplers(config: dict[str, Any], lengths: list[int]) -> list[Any]:
+    """Each of 2 ranks' train sampler, built by the wrapped stand-in trainer."""
+    import torch
+
+    train = [{"input_ids": torch.ones(s, dtype=torch.long)} for s in lengths]
+    build = balance_step._build_dataloader(SFT._build_dataloader)
+    samplers = []
+    for rank in range(2):
+        trainer = SFT(config, train, train[:4])
+        trainer.rank = rank  # type: ignore[attr-defined]
+        build(trainer)
+        samplers.append(trainer.train_sampler)  # type: ignore[attr-defined]
+    return samplers
+
+
+@pytest.mark.torch
+def test_over_cap_alone_from_the_environment_balances_a_step_holding_an_over_cap_row(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from torch.utils.data import DistributedSampler
+
+    from seqlen_balancing import BalancedDistributedSampler
+
+    cap, lengths = 400, OVER_CAP_LENGTHS  # row 4 (900 tokens) is over the cap
+    options = PlanOptions.from_env({"SEQLEN_BALANCING_OVER_CAP": "alone"})
+    config = {"data": {"use_dynamic_bsz": True, "train_batch_size": 8, "max_token_len_per_gpu": cap}}
+    balance_step.disable()
+    balance_step.enable(options)
+    try:
+        with caplog.at_level(logging.INFO, logger="seqlen_balancing.verl"):
+            samplers = build_sft_samplers(config, lengths)
+    finally:
+        balance_step.disable()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert all(isinstance(s, BalancedDistributedSampler) for s in samplers)
+    ours = dealt = 0
+    for epoch in range(3):
+        for sampler in samplers:
+            sampler.set_epoch(epoch)
+        yielded = [list(s) for s in samplers]
+        plain = DistributedSampler(range(16), num_replicas=2, rank=0, shuffle=True, drop_last=True)
+        plain.set_epoch(epoch)
+        order = list(plain)  # rank 0's rows: the global order's even positions
+        plain.rank = 1
+        order = [i for pair in zip(order, list(plain), strict=True) for i in pair]
+        for step in range(2):
+            plan = samplers[0].step_plan(step)
+            rows = order[step * 8 : step * 8 + 8]
+            assert sorted(plan.rank_samples[0] + plan.rank_samples[1]) == sorted(rows)
+            for rank in range(2):
+                assert yielded[rank][step * 4 : step * 4 + 4] == plan.rank_samples[rank]
+                assert len(plan.rank_micro_batches[rank]) == plan.count
+                for mb in plan.rank_micro_batches[rank]:
+                    if any(lengths[i] > cap for i in mb):
+                        assert len(mb) == 1  # the over-cap row runs alone
+                    else:
+                        assert sum(lengths[i] for i in mb) <= cap
+            # no better equal split exists (brute force), and never worse than the dealing
+            best = min(max(fewest_alone([lengths[i] for i in half], cap),
+                           fewest_alone([lengths[i] for i in rows if i not in half], cap))
+                       for half in itertools.combinations(rows, 4))
+            assert plan.count == best <= dealt_count(rows, lengths, 2, cap)
+            ours += plan.count
+            dealt += dealt_count(rows, lengths, 2, cap)
+    assert (ours, dealt) == (14, 17)  # this data: 3 micro-batches per rank fewer over 3 epochs
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_plan_step_with_over_cap_alone_sets_each_over_cap_sample_apart_at_the_best_count(seed: int) -> None:
+    from seqlen_balancing.step import plan_step
+
+    rng = random.Random(seed)
+    cap = 400
+    lengths = [rng.choice([rng.randint(10, cap), rng.randint(cap + 1, 900)]) for _ in range(8)]
+    plan = plan_step(lengths, 2, cap, over_cap="alone")
+    assert sorted(plan.rank_samples[0] + plan.rank_samples[1]) == list(range(8))
+    assert [len(s) for s in plan.rank_samples] == [4, 4]
+    for mbs in plan.rank_micro_batches:
+        assert len(mbs) == plan.count
+        for mb in mbs:
+            assert len(mb) == 1 if any(lengths[i] > cap for i in mb) else sum(lengths[i] for i in mb) <= cap
+    best = min(max(fewest_alone([lengths[i] for i in half], cap),
+                   fewest_alone([lengths[i] for i in range(8) if i not in half], cap))
+               for half in itertools.combinations(range(8), 4))
+    assert plan.count == best
+
+
+def test_the_switchs_planning_options_reach_the_planner() -> None:
+    from seqlen_balancing.cost import WorkloadModel
+
+    env = {"SEQLEN_BALANCING_OVER_CAP": "alone", "SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF": "8",
+           "SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF": "16",
+           "SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH": "3",
+           "SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD": "0.2"}
+    options = PlanOptions.from_env(env)
+    expected = {"over_cap": "alone", "pad_to_multiple_of": 8, "micro_batch_multiple_of": 16,
+                "max_samples_per_micro_batch": 3, "micro_batch_overhead": 0.2}
+    assert balance_step._rule(options, None) == expected
+    assert balance_step._rule(PlanOptions(), None) == {}
+    model = WorkloadModel(hidden_size=64, num_layers=2)
+    with_model = PlanOptions(workload_model=model)
+    assert balance_step._rule(with_model, None) == {"workload_model": model}
+    assert balance_step._rule(with_model, [3, 5]) == {"workloads": model.workloads([3, 5])}
+
+
+@pytest.mark.torch
+def test_the_balanced_sampler_takes_every_rule_the_switch_hands_it() -> None:
+    from seqlen_balancing import BalancedDistributedSampler
+    from seqlen_balancing.cost import WorkloadModel
+
+    options = PlanOptions(over_cap="alone", max_samples_per_micro_batch=2, micro_batch_overhead=0.2,
+                          workload_model=WorkloadModel(hidden_size=64, num_layers=2))
+    lengths = OVER_CAP_LENGTHS
+    sampler = BalancedDistributedSampler(range(16), num_replicas=2, rank=0, lengths=lengths, batch_size=8,
+                                         max_token_len=400, **balance_step._rule(options, None))
+    for step in range(sampler.steps):
+        for mbs in sampler.step_plan(step).rank_micro_batches:
+            for mb in mbs:
+                assert len(mb) <= 2
+                assert mb == [4] if 4 in mb else sum(lengths[i] for i in mb) <= 400
+
+
+def test_ppo_order_with_over_cap_alone_plans_the_over_cap_sample_alone() -> None:
+    lengths = [1200, 300, 200, 100, 450, 50, 250, 150]
+    order, parts = ppo_order(lengths, 2, CAP, mini_batch_size=8, over_cap="alone")
+    assert sorted(order) == list(range(8)) and [len(p) for p in parts] == [4, 4]
+    counts = [fewest_alone([lengths[i] for i in p], CAP) for p in parts]
+    assert max(counts) == min(max(fewest_alone([lengths[i] for i in half], CAP),
+                                  fewest_alone([lengths[i] for i in range(8) if i not in half], CAP))
+                              for half in itertools.combinations(range(8), 4))
+
+
+@pytest.mark.torch
+def test_over_cap_raise_keeps_torchs_sampler_naming_the_row(installed: None,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    from torch.utils.data import DistributedSampler
+
+    config = {"data": {"use_dynamic_bsz": True, "train_batch_size": 8, "max_token_len_per_gpu": 400}}
+    with caplog.at_level(logging.WARNING, logger="seqlen_balancing.verl"):
+        samplers = build_sft_samplers(config, OVER_CAP_LENGTHS)
+    assert all(type(s) is DistributedSampler for s in samplers)
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2 and all("keeps DistributedSampler" in m and "row 4 of the dataset (900 tokens"
+                                    in m and "SEQLEN_BALANCING_OVER_CAP=alone" in m for m in warned)
+
+
 @pytest.mark.torch
 def test_the_sft_sampler_stays_torchs_on_the_static_path(installed: None) -> None:
     import torch
@@ -381,6 +542,7 @@ STAND_IN_TRAINERS = {
         "    def _build_dataloader(self):\n"
         "        return DistributedSampler\n"
     ),
+    "verl/trainer/sft_trainer_ray.py": "from torch.utils.data import DistributedSampler\n",
     "verl/trainer/ppo/__init__.py": "",
     "verl/trainer/ppo/ray_trainer.py": (
         "class RayPPOTrainer:\n"
@@ -396,6 +558,7 @@ INSTALL_BODY = """
     import verl.trainer.ppo.ray_trainer as early  # imported before apply(): patched by it
     switch.apply()
     import verl.trainer.sft_trainer as late  # imported after: patched on import
+    import verl.trainer.sft_trainer_ray  # where the variable cannot act: a line says why
     def state():
         return {
             "sampler": late.DistributedSampler is balance_step.sft_sampler,
@@ -423,13 +586,23 @@ def test_the_variable_patches_the_trainers_and_revert_restores_them(tmp_path: An
     verls = {"sampler": False, "torch_sampler": True, "build": False, "balance": False}
     ours = {"sampler": True, "torch_sampler": False, "build": True, "balance": True}
     assert result["off"] == verls and result["enabled"] is False
+    stderr = str(result["stderr"])
+    ray = "SEQLEN_BALANCING_BALANCE_STEP does not act in verl.trainer.sft_trainer_ray (process "
     if value == "0":
         assert result["on"] == verls
-        assert "the step is balanced" not in str(result["stderr"])
+        assert "the step is balanced" not in stderr and ray not in stderr
         return
     assert result["on"] == ours
-    assert ("; the step is balanced across DP ranks (SEQLEN_BALANCING_BALANCE_STEP: sft_trainer's "
-            "sampler, PPO's _balance_batch); ") in str(result["stderr"])
+    assert APPLY_LINE in stderr
+    assert stderr.count(ray) == 1  # once per process
+    assert "splits it over the DP ranks inside SFTTrainer.fit" in stderr
+
+
+#: What the switch's first line says with the variable on, in every switched process.
+APPLY_LINE = ("; SEQLEN_BALANCING_BALANCE_STEP is on: the step is balanced across DP ranks only by a "
+              "process that builds torchrun sft_trainer's train sampler or runs PPO's _balance_batch, "
+              "each saying so when it does (never by a Ray worker: it does not choose its rows; "
+              "sft_trainer_ray's driver says why it does not)")
 
 
 #: ``torchrun -m verl.trainer.sft_trainer`` runs the file as ``__main__``, which no import
@@ -507,7 +680,35 @@ def test_the_sft_trainer_run_as_main_gets_the_balanced_sampler(tmp_path: Any) ->
         assert fewest([lengths[i] for i in rank[4]], 100) == 3
     # what docs/verl.md tells a user to look for in each rank's log
     assert proc.stderr.count("verl.trainer.sft_trainer's train sampler is BalancedDistributedSampler") == 2
-    assert "; the step is balanced across DP ranks (SEQLEN_BALANCING_BALANCE_STEP" in proc.stderr
+    assert "max_token_len 100, plan options verl's defaults)" in proc.stderr
+    assert APPLY_LINE in proc.stderr and "does not act" not in proc.stderr
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_the_ray_sft_trainer_run_as_main_says_why_the_variable_does_not_act(tmp_path: Any) -> None:
+    import os
+
+    import preloaded
+    from test_verl_switch import SRC, write_verl
+
+    write_verl(tmp_path)
+    files = {
+        "verl/__init__.py": "__version__ = '0.9.1'\nimport seqlen_balancing.verl.plugin  # verl's plugins\n",
+        "verl/trainer/sft_trainer_ray.py": "import verl.utils.seqlen_balancing  # noqa: F401\n",
+    }
+    for relative, text in files.items():
+        (tmp_path / relative).write_text(text, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEQLEN_BALANCING_")}
+    env |= {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(SRC)]), "SEQLEN_BALANCING_VERL": "1",
+            "SEQLEN_BALANCING_BALANCE_STEP": "1"}
+    code = ("import logging; logging.basicConfig(level=logging.INFO, format='%(message)s'); import runpy; "
+            "runpy.run_module('verl.trainer.sft_trainer_ray', run_name='__main__', alter_sys=True)")
+    proc = preloaded.run([sys.executable, "-c", code], env=env, timeout=100)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert APPLY_LINE in proc.stderr
+    said = "SEQLEN_BALANCING_BALANCE_STEP does not act in verl.trainer.sft_trainer_ray"
+    assert proc.stderr.count(said) == 1
 
 
 @pytest.mark.torch

@@ -269,8 +269,8 @@ class PlanOptions:
         env="SEQLEN_BALANCING_WORKLOAD_MODEL",
         doc="balance on this model's FLOPs instead of verl's 24576*s + s**2 (cap untouched)",
         verl="micro-batch contents and order in every dynamic-path call; with the switch also "
-        "calculate_workload (DP balance: PPO's _balance_batch, sft_trainer_ray); not the rank "
-        "assignment of torchrun sft_trainer",
+        "calculate_workload (DP balance: PPO's _balance_batch, sft_trainer_ray); the rank "
+        "assignment of torchrun sft_trainer only with SEQLEN_BALANCING_BALANCE_STEP",
     )
     equal_rows_per_micro_batch: bool = _option(
         False, kind=Kind.SWITCH, argument=Argument.EQUAL_ROWS_PER_MICRO_BATCH,

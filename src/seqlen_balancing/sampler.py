@@ -93,9 +93,9 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         ValueError: what ``DistributedSampler`` refuses (a rank outside the replicas),
             ``lengths`` or ``costs`` not one per row, a negative one, a row value that is
             not one row of tokens (naming the row and its shape), a row whose cost alone
-            exceeds ``max_token_len`` (naming the row), an option value
+            exceeds ``max_token_len`` (naming the row; not with ``over_cap="alone"``), an option value
             :class:`~seqlen_balancing.PlanOptions` or the global planner refuses
-            (``over_cap="alone"``, ``dummy_micro_batches``, ``same_micro_num_in_dp=False``;
+            (``dummy_micro_batches``, ``same_micro_num_in_dp=False``;
             ``equal_rows_per_micro_batch``, which the engine plans on its own batch), or a
             ``batch_size`` that no step could be planned with (not whole force groups, or
             fewer than ``min_num_micro_batch`` rounded up to ``num_batches_divided_by``).
@@ -391,7 +391,9 @@ def _check_steps(options: PlanOptions, batch_size: int) -> None:
 
 def _check_alone(costs: list[int], lengths: list[int], cap: int, options: PlanOptions) -> None:
     """Refuse, at construction, a row that no micro-batch can hold alone (every step
-    holding it would fail)."""
+    holding it would fail); with ``over_cap="alone"`` such a row is planned alone instead."""
+    if options.over_cap == "alone":
+        return
     pad = options.pad_to_multiple_of
     usable = micro_batch_capacity(cap, options.micro_batch_multiple_of)
     for index, cost in enumerate(costs):

@@ -136,15 +136,14 @@ def step_options(options: PlanOptions | None, keywords: Mapping[str, Any]) -> Pl
         TypeError, ValueError: what :class:`~seqlen_balancing.PlanOptions` refuses (an
             unknown name, a value of the wrong type or range, ``options`` not a
             ``PlanOptions``), or an option the global planner cannot honour: it gives every
-            rank the same count (``same_micro_num_in_dp=False``), every micro-batch real
-            samples (``dummy_micro_batches``) and within the cap (``over_cap="alone"``).
+            rank the same count (``same_micro_num_in_dp=False``) and every micro-batch real
+            samples (``dummy_micro_batches``). ``over_cap="alone"`` plans a sample over the
+            cap in a micro-batch of its own.
     """
     given, error = PlanOptions.from_keywords(options, None, keywords)
     if error is not None:
         raise error.exception()
     refused = [text for on, text in (
-        (given.over_cap == "alone", "over_cap='alone' (every micro-batch is within the cap: drop, "
-                                    "truncate or raise max_token_len for an over-cap sample)"),
         (given.dummy_micro_batches, "dummy_micro_batches=True (every rank gets real samples for "
                                     "every micro-batch)"),
         (not given.same_micro_num_in_dp, "same_micro_num_in_dp=False (every rank gets the same count)"),
@@ -220,7 +219,7 @@ def _whole_step(
     group = rule.force_group_size
     n = len(seq_lens) if isinstance(seq_lens, Sized) else None
     if rule.padded or rule.max_samples_per_micro_batch is not None or not n or \
-            data.get("group_ids") is not None:
+            data.get("group_ids") is not None or rule.over_cap == "alone":  # over-cap groups: once
         full = whole()
         return full, full.lower_bound, whole
     quick = _analysed(seq_lens, max_token_len, replace(rule, min_num_micro_batch=max(1, n // group)), data)

@@ -260,3 +260,28 @@ def test_group_sizes_refuse_force_groups_on_epoch_too(
                        "sft_trainer_ray", "--dp-size", "2", "--global-batch-size", "16",
                        "--group-sizes", "2", "--force-group-size", "2")
     assert code == 2 and "--group-sizes and --force-group-size both form the groups" in err
+
+
+def test_the_global_column_plans_an_over_cap_row_alone_with_over_cap_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import itertools
+
+    from oracles import brute_force_optimum
+
+    cap = 400
+    lengths = [120, 380, 60, 250, 900, 90, 300, 40, 200, 150, 330, 70, 260, 110, 30, 180]
+    result = run_json(capsys, "epoch", "--lengths", write(tmp_path, lengths), "--trainer", "sft_trainer",
+                      "--dp-size", "2", "--global-batch-size", "8", "--max-token-len", str(cap),
+                      "--over-cap", "alone")
+
+    def fewest(sizes: list[int]) -> int:  # over-cap sizes alone, the rest brute force
+        rest = [s for s in sizes if s <= cap]
+        return len(sizes) - len(rest) + (brute_force_optimum(rest, cap) if rest else 0)
+
+    expected = []
+    for ranks in oracle_steps(lengths, "sft_trainer", 2, 8, 0, 1):
+        rows = ranks[0] + ranks[1]
+        expected.append(min(max(fewest([lengths[i] for i in half]),
+                                fewest([lengths[i] for i in rows if i not in half]))
+                            for half in itertools.combinations(rows, 4)))
+    assert [s["global_micro_batches"] for s in result["caps"][0]["steps"]] == expected

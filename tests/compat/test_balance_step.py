@@ -8,7 +8,9 @@ reverted around each test).
   stand-in for it here: the real one needs TransferQueue's store), then the plan;
 - ``SFTTrainer._build_dataloader`` (verl's own code) builds a ``BalancedDistributedSampler``
   for the train set, with the config's batch per rank and cap, whose steps hold
-  ``DistributedSampler``'s rows, and torch's sampler for the validation set.
+  ``DistributedSampler``'s rows, and torch's sampler for the validation set; with a row
+  over the cap and ``SEQLEN_BALANCING_OVER_CAP=alone`` too, that row planned alone;
+- importing ``verl.trainer.sft_trainer_ray`` logs why the variable does not act there.
 
 The real SFT job on 2 CPU ranks (docs/verl.md, "Balance the whole step") is run by hand.
 """
@@ -191,3 +193,69 @@ def test_sft_trainers_build_dataloader_builds_the_balanced_sampler(balanced: Non
     for step in range(3):
         window = slice(4 * step, 4 * step + 4)
         assert sorted(yielded[0][window] + yielded[1][window]) == sorted(plain[0][window] + plain[1][window])
+
+
+def test_sft_trainers_build_dataloader_plans_an_over_cap_row_alone(monkeypatch: pytest.MonkeyPatch,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    import verl.trainer.sft_trainer as sft
+    from omegaconf import OmegaConf
+
+    from seqlen_balancing import BalancedDistributedSampler
+
+    lengths = [120, 380, 60, 250, 900, 90, 300, 40, 200, 150, 330, 70, 260, 110, 30, 180]
+    train = [{"input_ids": torch.ones(s, dtype=torch.long)} for s in lengths]
+    config = OmegaConf.create({
+        "data": {"use_dynamic_bsz": True, "train_batch_size": 8, "max_token_len_per_gpu": 400,
+                 "pad_mode": "no_padding", "num_workers": 0},
+        "engine": {"ulysses_sequence_parallel_size": 1},
+    })
+    monkeypatch.setenv("SEQLEN_BALANCING_BALANCE_STEP", "1")
+    monkeypatch.setenv("SEQLEN_BALANCING_OVER_CAP", "alone")
+    switch.apply()
+    try:
+        samplers = []
+        with caplog.at_level(logging.WARNING, logger="seqlen_balancing.verl"):
+            for rank in range(2):
+                trainer = object.__new__(sft.SFTTrainer)
+                trainer.config = config
+                trainer.train_dataset, trainer.val_dataset = train, train[:4]
+                trainer.engine = types.SimpleNamespace(get_data_parallel_rank=lambda r=rank: r,
+                                                       get_data_parallel_size=lambda: 2)
+                trainer._build_dataloader()  # verl's own code
+                samplers.append(trainer.train_sampler)
+    finally:
+        switch.revert()
+    assert not caplog.records  # no fallback to DistributedSampler
+    assert all(isinstance(s, BalancedDistributedSampler) for s in samplers)
+    assert samplers[0].plan_options == {"over_cap": "alone"}
+    held = 0
+    for step in range(samplers[0].steps):
+        plan = samplers[0].step_plan(step)
+        for mbs in plan.rank_micro_batches:
+            for mb in mbs:
+                if 4 in mb:
+                    held += 1
+                    assert mb == [4]  # the 900-token row alone
+                else:
+                    assert sum(lengths[i] for i in mb) <= 400
+    assert held == 1  # row 4 is in one of the epoch's two steps
+
+
+def test_importing_the_ray_sft_trainer_says_the_variable_does_not_act_there(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import sys
+
+    monkeypatch.setenv("SEQLEN_BALANCING_BALANCE_STEP", "1")
+    monkeypatch.delitem(sys.modules, "verl.trainer.sft_trainer_ray", raising=False)
+    with caplog.at_level(logging.WARNING, logger="seqlen_balancing.verl"):
+        switch.apply()
+        try:
+            import verl.trainer.sft_trainer_ray  # noqa: F401
+        finally:
+            switch.revert()
+    why = "does not act in verl.trainer.sft_trainer_ray"
+    said = [r.getMessage() for r in caplog.records if why in r.getMessage()]
+    assert len(said) == 1 and "inside SFTTrainer.fit" in said[0]

@@ -129,6 +129,7 @@ def _global(lengths: Sequence[int], dp: int, cap: int, options: PlanOptions, ove
         "micro_batch_multiple_of": options.micro_batch_multiple_of,
         "padded": options.padded,
         "max_samples_per_micro_batch": options.max_samples_per_micro_batch,
+        "over_cap": options.over_cap,
     }
     if options.workload_model is not None:
         rule["workloads"] = loads

@@ -32,9 +32,15 @@ two places where verl 0.9.1 makes it:
   (equal contiguous chunks of its part) thus gets each mini-batch's planned samples back.
   The metrics verl logs (``global_seqlen/*``) are computed on the new parts.
 
-Where the plan cannot be made (the actor on the static path, ``use_prefix_grouper``, a
-sample over the cap, a batch the ranks cannot share equally), verl's own code runs, with a
-WARNING naming the reason when the planner refused. Nothing else of verl changes: its
+Both plan with the switch's planning options of the environment (:func:`_rule`:
+``pad_to_multiple_of``, ``micro_batch_multiple_of``, ``max_samples_per_micro_batch``,
+``over_cap``, ``micro_batch_overhead``, the workload model); with ``over_cap="alone"`` a
+sample over the cap takes a micro-batch of its own on one rank. Where the plan cannot be
+made (the actor on the static path, ``use_prefix_grouper``, a sample over the cap without
+``over_cap="alone"``, a batch the ranks cannot share equally), verl's own code runs, with
+a WARNING naming the reason when the planner refused. ``verl.trainer.sft_trainer_ray``
+splits each global batch over the ranks inside ``SFTTrainer.fit``, where nothing can be
+replaced: importing it logs why the variable does not act there. Nothing else of verl changes: its
 dispatch, mini-batch split and micro-batching (the switched ``prepare_micro_batches``,
 which plans each rank's rows and agrees on the count) run as before. Every replacement is
 recorded; :func:`disable` (called by :func:`~seqlen_balancing.verl.revert`) restores verl's.
@@ -72,6 +78,9 @@ __all__ = [
 
 logger = logging.getLogger("seqlen_balancing.verl")
 
+#: The variable that lets a row over the cap be planned (in a micro-batch of its own).
+ENV_OVER_CAP = "SEQLEN_BALANCING_OVER_CAP"
+
 #: The verl modules this acts on, and what it replaces in each (holder.attribute).
 TARGETS = {
     "verl.utils.device": ("auto_set_device",),
@@ -81,6 +90,9 @@ TARGETS = {
     # the same file run as ``torchrun -m`` (``__main__``): what it has bound so far
     "__main__ verl.trainer.sft_trainer": ("DistributedSampler", "auto_set_device"),
 }
+
+#: verl's Ray SFT trainer, where the variable cannot act (:func:`_say_not_here`).
+RAY_SFT = "verl.trainer.sft_trainer_ray"
 
 #: The trainer whose ``_build_dataloader`` is running in this context, if any.
 _BUILDING: contextvars.ContextVar[Any] = contextvars.ContextVar("seqlen_balancing_sft_trainer",
@@ -214,17 +226,25 @@ def ppo_settings(config: Any) -> tuple[int, int] | None:
 
 
 def _rule(options: PlanOptions, lengths: Sequence[int] | None) -> dict[str, Any]:
-    """The rule options of the environment that :func:`~seqlen_balancing.plan_global_batch`
-    takes (only those set); with a workload model and ``lengths``, its workloads."""
+    """The switch's planning options of the environment (those set) as the planner's
+    keywords: ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
+    ``max_samples_per_micro_batch``, ``over_cap``, ``micro_batch_overhead`` and the workload
+    model (its workloads of ``lengths``, or the model itself for the sampler, which reads
+    each step's lengths). The others act in each rank's ``prepare_micro_batches`` only."""
     rule: dict[str, Any] = {}
-    for name in ("pad_to_multiple_of", "micro_batch_multiple_of"):
-        if getattr(options, name) != 1:
+    for name in ("pad_to_multiple_of", "micro_batch_multiple_of", "max_samples_per_micro_batch",
+                 "over_cap", "micro_batch_overhead"):
+        if getattr(options, name) != getattr(_DEFAULTS, name):
             rule[name] = getattr(options, name)
-    if options.max_samples_per_micro_batch is not None:
-        rule["max_samples_per_micro_batch"] = options.max_samples_per_micro_batch
-    if lengths is not None and options.workload_model is not None:
-        rule["workloads"] = options.workload_model.workloads(list(lengths))
+    if options.workload_model is not None:
+        if lengths is None:
+            rule["workload_model"] = options.workload_model
+        else:
+            rule["workloads"] = options.workload_model.workloads(list(lengths))
     return rule
+
+
+_DEFAULTS = PlanOptions()
 
 
 # ----------------------------------------------------------------------------- PPO
@@ -268,7 +288,7 @@ def ppo_order(
         >>> ppo_order([600, 500, 400, 300, 200, 100, 50, 50], 2, 1000, mini_batch_size=4)
         ([0, 3, 4, 6, 1, 2, 5, 7], [[0, 3, 4, 6], [1, 2, 5, 7]])
     """
-    from seqlen_balancing.step import plan_global_batch
+    from seqlen_balancing.step import plan_step
 
     n = len(seq_lens)
     size = n
@@ -280,9 +300,8 @@ def ppo_order(
         extra: dict[str, Any] = {}
         if workloads is not None:
             extra["workloads"] = list(workloads[start : start + size])
-        ranks, _ = plan_global_batch(list(seq_lens[start : start + size]), dp_size, max_token_len,
-                                     **rule, **extra)
-        for r, samples in enumerate(ranks):
+        plan = plan_step(list(seq_lens[start : start + size]), dp_size, max_token_len, **rule, **extra)
+        for r, samples in enumerate(plan.rank_samples):
             parts[r] += [start + i for i in samples]
     return [i for part in parts for i in part], parts
 
@@ -435,13 +454,22 @@ def sft_sampler(
             batch_size=settings["batch_size"], max_token_len=settings["max_token_len"],
             **_rule(_STATE.options, None))
     except (TypeError, ValueError) as error:
-        logger.warning("seqlen-balancing: verl.trainer.sft_trainer keeps DistributedSampler: %s", error)
+        logger.warning("seqlen-balancing: verl.trainer.sft_trainer keeps DistributedSampler: %s%s",
+                       error, _over_cap_hint(error))
         return DistributedSampler(dataset, **plain)
     logger.info("seqlen-balancing: verl.trainer.sft_trainer's train sampler is BalancedDistributedSampler "
-                "in process %d (rank %d of %d, %d rows, batch_size %d per rank, max_token_len %d)",
-                os.getpid(), sampler.rank, sampler.num_replicas, len(sampler.lengths),
-                sampler.batch_size, sampler.max_token_len)
+                "in process %d (rank %d of %d, %d rows, batch_size %d per rank, max_token_len %d, "
+                "plan options %s)", os.getpid(), sampler.rank, sampler.num_replicas,
+                len(sampler.lengths), sampler.batch_size, sampler.max_token_len,
+                sampler.plan_options or "verl's defaults")
     return sampler
+
+
+def _over_cap_hint(error: Exception) -> str:
+    """What lets a row over the cap be planned (the refusal names the row)."""
+    if "exceeds max_token_len" in str(error) and _STATE.options.over_cap != "alone":
+        return f"; {ENV_OVER_CAP}=alone plans such a row in a micro-batch of its own"
+    return ""
 
 
 def _auto_set_device(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -515,9 +543,11 @@ def _patch_main() -> None:
     ``__main__`` with verl's file's spec: the binding is replaced in ``__main__`` itself.
     ``auto_set_device``, bound after, comes from the patched ``verl.utils.device``."""
     main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if main is not None and getattr(spec, "name", None) == "verl.trainer.sft_trainer":
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if main is not None and name == "verl.trainer.sft_trainer":
         _patch(main, name_as="__main__ verl.trainer.sft_trainer")
+    elif name == RAY_SFT:
+        _say_not_here()
 
 
 def enable(options: PlanOptions | None = None) -> None:
@@ -531,6 +561,8 @@ def enable(options: PlanOptions | None = None) -> None:
         module = sys.modules.get(name)
         if module is not None:
             _patch(module)
+    if RAY_SFT in sys.modules:
+        _say_not_here()
     _patch_main()
 
 
@@ -539,7 +571,24 @@ def on_import(module: ModuleType) -> None:
     if _STATE.on:
         if module.__name__ in TARGETS:
             _patch(module)
+        elif module.__name__ == RAY_SFT:
+            _say_not_here()
         _patch_main()
+
+
+
+def _say_not_here() -> None:
+    """Once per process: why the variable does not act in ``sft_trainer_ray``."""
+    if RAY_SFT in _STATE.announced:
+        return
+    _STATE.announced.add(RAY_SFT)
+    logger.warning(
+        "seqlen-balancing: %s does not act in %s (process %d): its driver loads each whole "
+        "global batch (DistributedSampler of one replica) and splits it over the DP ranks inside "
+        "SFTTrainer.fit (with trainer.balance_batch: the switched calculate_workload and "
+        "get_seqlen_balanced_partitions, equal parts of even workload, blind to the cap), where "
+        "nothing can be replaced; each rank's micro-batches are still planned by the switched "
+        "prepare_micro_batches", ENV_BALANCE_STEP, RAY_SFT, os.getpid())
 
 
 def disable() -> int:

@@ -467,8 +467,10 @@ def apply() -> list[tuple[str, str]]:
             "%s%s; %d bindings replaced now%s; verl modules imported later are switched on import",
             _library_version(), version, os.getpid(), socket.gethostname(),
             _STATE.options.describe(),
-            "; the step is balanced across DP ranks (SEQLEN_BALANCING_BALANCE_STEP: sft_trainer's "
-            "sampler, PPO's _balance_batch)" if step else "", len(done),
+            "; SEQLEN_BALANCING_BALANCE_STEP is on: the step is balanced across DP ranks only by a "
+            "process that builds torchrun sft_trainer's train sampler or runs PPO's _balance_batch, "
+            "each saying so when it does (never by a Ray worker: it does not choose its rows; "
+            "sft_trainer_ray's driver says why it does not)" if step else "", len(done),
             "".join(f"\n  {module}.{name}" for module, name in done),
         )
         return done
