@@ -461,7 +461,7 @@ def sft_sampler(
                 "in process %d (rank %d of %d, %d rows, batch_size %d per rank, max_token_len %d, "
                 "plan options %s)", os.getpid(), sampler.rank, sampler.num_replicas,
                 len(sampler.lengths), sampler.batch_size, sampler.max_token_len,
-                sampler.plan_options or "verl's defaults")
+                sampler.options.changed() or "verl's defaults")
     return sampler
 
 
