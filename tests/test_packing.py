@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -470,3 +471,59 @@ def test_split_at_its_own_count_returns_copies_of_the_bins() -> None:
     assert out == [[0, 2], [1], [3, 4]]
     out[0].append(9)
     assert bins[0] == [0, 2]  # not modified (the caller rebalances the result in place)
+
+
+# Eight items at caps whose bitset would be gigabytes (issue 45, item 6): best fit ends
+# above the cheap bounds on each, so closing fit's pair search runs.
+HUGE_CAPS = [
+    ([240211157, 607701921, 87771155, 286392333, 391799587, 317347197, 606070171, 573694014], 2**30),
+    ([460019475650, 684766200384, 339943420271, 738067512090, 155885034558, 188343991102,
+      351025551192, 302705182381], 2**40),
+]
+
+
+@pytest.mark.parametrize(("costs", "cap"), HUGE_CAPS)
+def test_a_huge_cap_plans_in_memory_and_time_bounded_by_the_items(
+    costs: list[int], cap: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+    import tracemalloc
+
+    from seqlen_balancing import packing, search
+
+    ran: list[int] = []
+    real_closing_fit = packing._closing_fit
+
+    def spied(*args: Any) -> Any:
+        ran.append(1)
+        return real_closing_fit(*args)
+
+    monkeypatch.setattr(search, "_closing_fit", spied)
+    start = time.process_time()
+    plan = plan_micro_batches([1] * 8, cap, costs=costs)  # costs in bytes, say
+    seconds = time.process_time() - start
+    tracemalloc.start()
+    try:
+        plan_micro_batches([1] * 8, cap, costs=costs)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert ran  # closing fit (its pair search) ran
+    assert len(plan) == brute_force_optimum(costs, cap) == 4
+    assert_packing(plan, costs, cap)
+    assert peak < 4 << 20, peak
+    assert seconds < 1.0, seconds
+
+
+def test_closing_fit_at_a_huge_cap_is_the_same_rule_as_on_bitsets() -> None:
+    # Scaling every size and the cap by k keeps every comparison and every exact sum the
+    # rule looks at, so the bins are those of the small cap (searched on bitsets); past
+    # 2**16 the sizes are looked up instead (none of the cap's width is allocated).
+    rng = random.Random(3)
+    for trial in range(60):
+        cap = rng.choice([100, 1000, 4096])
+        sizes = [rng.randint(0, cap) for _ in range(rng.randint(1, 200))]
+        if trial % 3 == 0:
+            sizes = [rng.choice([cap // 2, cap // 4, rng.randint(0, cap)]) for _ in sizes]
+        k = (1 << 50) + 1 if trial % 2 else 3**30
+        assert closing_fit_decreasing([k * s for s in sizes], k * cap) == closing_fit_decreasing(sizes, cap)

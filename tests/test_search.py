@@ -224,25 +224,47 @@ def _bfd_count(sizes: list[int], cap: int) -> int:
 HARD = [11, 7, 12, 5, 9, 11, 4, 12, 3, 8, 10, 7]
 
 
-def test_a_slight_gap_on_a_large_batch_is_left_to_the_cheap_packers(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_large_batch_runs_only_the_packers_bounded_in_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
     from seqlen_balancing import plan_micro_batches
 
     assert len(plan_micro_batches(HARD, 20)) == -(-sum(HARD) // 20) == 5
-    # As if the 12 items were a large batch (over _SEARCH_ALWAYS) and one micro-batch in 6
-    # a slight gap: the searches that need the stronger bounds do not run.
+    # As if the 12 items were a large batch (over _SEARCH_ALWAYS) and n x count over
+    # Karmarkar-Karp's budget: the exchange and exhaustive searches do not run, whatever
+    # the gap (here one in 6), and the search stops at best fit's count, reporting the
+    # cheap bound it stopped above.
     monkeypatch.setattr(search, "_SEARCH_ALWAYS", 4)
-    monkeypatch.setattr(search, "_SEARCH_GAIN", 1)
+    monkeypatch.setattr(search, "_KK_BUDGET", 12 * 5 - 1)
     assert len(plan_micro_batches(HARD, 20)) == _bfd_count(HARD, 20) == 6
-    # A gap above one in _SEARCH_GAIN is searched on a large batch too.
-    monkeypatch.setattr(search, "_SEARCH_GAIN", 10**6)
-    assert len(plan_micro_batches(HARD, 20)) == 5
+    result = analyse(HARD, 20)
+    assert (result.min_count, result.lower_bound, result.bound_name) == (6, 5, "L2")
+
+
+# Best fit, closing fit and minimum bin slack end at 6; verl 0.9.1's Karmarkar-Karp at
+# ceil(245 / 50) = 5 fits
+VERL_WINS = [8, 10, 15, 28, 8, 30, 22, 27, 12, 17, 24, 17, 27]
+
+
+def test_a_large_batch_keeps_verls_karmarkar_karp_within_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    from seqlen_balancing import plan_micro_batches
+    from seqlen_balancing.verl_rule import verl_counts
+
+    def refused(*args: object, **kwargs: object) -> list[list[int]]:
+        raise AssertionError("the exchange search ran")
+
+    monkeypatch.setattr(search, "_SEARCH_ALWAYS", 4)
+    monkeypatch.setattr(search, "_close_gap", refused)
+    assert _bfd_count(VERL_WINS, 50) == 6
+    plan = plan_micro_batches(VERL_WINS, 50)
+    assert len(plan) == verl_counts([VERL_WINS], 50).counts[0] == 5
+    assert sorted(i for mb in plan for i in mb) == list(range(13))
+    assert max(sum(VERL_WINS[i] for i in mb) for mb in plan) <= 50
 
 
 def test_a_large_batch_one_micro_batch_above_its_bound_skips_the_exchange_search(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # 70,000 lognormal lengths at cap 4,096: closing fit ends one micro-batch above the cheap
-    # bounds (24,113 against 24,112), within one in _SEARCH_GAIN; the exchange search, which
+    # 70,000 lognormal lengths at cap 4,096 (over _SEARCH_ALWAYS): closing fit ends one
+    # micro-batch above the cheap bounds (24,113 against 24,112); the exchange search, which
     # does not close that gap either (issue 33), is not run
     import math
 
@@ -256,7 +278,7 @@ def test_a_large_batch_one_micro_batch_above_its_bound_skips_the_exchange_search
     monkeypatch.setattr(search, "_close_gap", refused)
     plan = plan_micro_batches(sizes, 4096)
     gap = len(plan) - lower_bound(sizes, 4096)
-    assert 0 < gap * search._SEARCH_GAIN <= len(plan)
+    assert gap == 1
     assert sorted(i for mb in plan for i in mb) == list(range(70_000))
     assert max(sum(sizes[i] for i in mb) for mb in plan) <= 4096
     # the same batch as a small one (every search while a gap remains): the search runs

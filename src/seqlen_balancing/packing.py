@@ -36,6 +36,9 @@ __all__ = [
 ]
 
 _CLOSING_TRIES = 64  # sizes tried per exact-pair search in closing_fit_decreasing
+# closing fit: widest cap whose pair search runs on bitsets of the cap's width (two of
+# 8 KiB; above it the sizes are looked up, so neither memory nor time grows with the cap)
+_PAIRS_BITSET_CAP = 1 << 16
 _MAX_BITSET_BITS = 1 << 16  # minimum_bin_slack: widest subset-sum bitset (cap / gcd)
 _MAX_STORED_BITS = 1 << 26  # minimum_bin_slack: bitsets kept per bin (8 MiB)
 _BITMAP_CAP = 1 << 22  # _best_fit_sums: widest cap bucketed by room (64 Ki words)
@@ -466,8 +469,9 @@ def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
     Raises:
         ValueError: an item is larger than ``cap``.
 
-    Complexity: O(n log n), plus O(cap / 64) word operations per pair search (the sizes
-    left are bitsets, :class:`_Pairs`).
+    Complexity: O(n log n) time and O(n) memory: each pair search reads at most
+    ``_CLOSING_TRIES`` sizes left, from bitsets of the cap's width for caps up to
+    ``2**16`` (:class:`_Pairs`), else by lookups in a dict of the sizes left.
 
     References:
         J. N. D. Gupta and J. C. Ho, "A new heuristic algorithm for the one-dimensional
@@ -494,7 +498,7 @@ def _closing_fit(sizes: Sequence[int], cap: int, order: Sequence[int]) -> list[l
     # size -> indices, the smallest index last (the runs of the order, reversed)
     holders = {size: list(run)[::-1] for size, run in groupby(order, key=sizes.__getitem__)}
     distinct = list(holders)[::-1]  # ascending
-    pairs = _Pairs(distinct, cap)
+    pairs = _pairs(distinct, holders, cap)
     tries_left = 16 * len(sizes) + 1024
 
     def take(size: int) -> int:
@@ -540,7 +544,8 @@ class _Pairs:
     ``s`` of ``present`` and bit ``cap - s`` of ``mirrored`` are set while some item has
     size ``s``. The two items of size ``s`` and ``room - s`` are then both left where bit
     ``s`` of ``present & (mirrored >> (cap - room))`` is set, so the pair search reads a
-    window of sizes in O(cap / 64) word operations, not one dict lookup per size."""
+    window of sizes in O(cap / 64) word operations, not one dict lookup per size. Used
+    only for caps up to :data:`_PAIRS_BITSET_CAP` (:func:`_pairs`)."""
 
     __slots__ = ("cap", "mirrored", "present")
 
@@ -565,6 +570,38 @@ class _Pairs:
             return -1
         both = (self.present >> low) & (self.mirrored >> (self.cap - room + low)) & ((2 << (high - low)) - 1)
         return low + both.bit_length() - 1 if both else -1
+
+
+class _LookedUpPairs:
+    """:class:`_Pairs` for any cap: the window's sizes read from the caller's ascending list
+    of the sizes left, each partner looked up in its dict of them, largest first. O(1)
+    memory beyond the caller's, O(log n + window) per search (the window holds at most
+    ``_CLOSING_TRIES`` sizes), whatever the cap."""
+
+    __slots__ = ("distinct", "holders")
+
+    def __init__(self, distinct: list[int], holders: dict[int, list[int]]) -> None:
+        self.distinct, self.holders = distinct, holders  # the caller's, kept current by it
+
+    def gone(self, size: int) -> None:
+        """No item of ``size`` is left (the caller's list and dict already say so)."""
+
+    def largest(self, room: int, low: int, high: int) -> int:
+        """As :meth:`_Pairs.largest`."""
+        distinct, holders = self.distinct, self.holders
+        for at in range(bisect_right(distinct, high) - 1, -1, -1):
+            size = distinct[at]
+            if size < low:
+                break
+            if room - size in holders:
+                return size
+        return -1
+
+
+def _pairs(distinct: list[int], holders: dict[int, list[int]], cap: int) -> _Pairs | _LookedUpPairs:
+    """The pair search of :func:`closing_fit_decreasing`: bitsets for small caps (faster),
+    lookups above :data:`_PAIRS_BITSET_CAP` (nothing that grows with the cap)."""
+    return _Pairs(distinct, cap) if cap <= _PAIRS_BITSET_CAP else _LookedUpPairs(distinct, holders)
 
 
 def minimum_bin_slack(

@@ -10,6 +10,9 @@ stop at) so the count is never above verl's. For a sample limit: best fit, row f
 seeded randomized best-fit restarts under the rule, the plain search's plan cut to the
 limit, then the exchange and exact searches with the limit.
 For padded rows: the sorted rule (optimal on one-sided rows), best fit and its restarts.
+On batches of more than :data:`_SEARCH_ALWAYS` items only the O(n log n) packers run (and
+Karmarkar-Karp within its budget), so the search's work grows with n, not with the gap; the
+result then keeps the count it stopped at and the cheap bound it stopped above.
 :func:`_set_aside` sets the over-cap items of ``over_cap="alone"`` apart first and plans
 the rest under the same rule (:meth:`~seqlen_balancing.rule.Rule.restrict`).
 :mod:`seqlen_balancing.planner` calls them from its analysis.
@@ -49,12 +52,12 @@ _EXACT_GROUPS = 40
 _EXACT_BUDGET = 50_000
 
 #: Batches of up to this many items run every packer while a gap remains; on larger ones
-#: the searches that need the stronger bounds run only while the count is more than one
-#: in ``_SEARCH_GAIN`` above the cheap bounds (issue 33: at 10^6 samples and cap 16k,
-#: closing fit ends one micro-batch in 99,559 above the bound, and the stronger bounds
-#: and the exchange search then spent 12 s of the call's 25 without closing it).
+#: only the packers whose work stays O(n log n) run (best fit, closing fit, row filling,
+#: the restarts; verl's Karmarkar-Karp where :data:`_KK_BUDGET` lets it), and the bound is
+#: the cheap one: the exchange search costs O(micro-batches) per step on top of its budget
+#: and gains little there (issues 33 and 45: at 10^6 CHAMP lengths and cap 16k it and the
+#: stronger bounds took 2.2 s of 5.6 to close 3 of the 73 micro-batches above L2).
 _SEARCH_ALWAYS = 1 << 16
-_SEARCH_GAIN = 10_000
 
 #: The cheap bounds (L2, cardinality, matching): evaluated before any packer after the first.
 _CHEAP_LEVEL = 2
@@ -79,13 +82,11 @@ class _Search:
     def done(self) -> bool:
         return bool(self.packing) and len(self.packing) <= self.lower
 
-    def slight(self) -> bool:
-        """True on a batch of more than :data:`_SEARCH_ALWAYS` items whose best count is
-        at most one in :data:`_SEARCH_GAIN` above the cheap bounds: the searches that
-        evaluate the stronger bounds (the exchange, exhaustive and Karmarkar-Karp steps)
-        are not run, nor those bounds."""
-        gap = len(self.packing) - self.lower
-        return self.rule.n > _SEARCH_ALWAYS and gap * _SEARCH_GAIN <= len(self.packing)
+    def large(self) -> bool:
+        """True on a batch of more than :data:`_SEARCH_ALWAYS` items: a costly packer runs
+        only where its ``large`` says it is still bounded, and no bound beyond the cheap
+        ones is evaluated for the others."""
+        return self.rule.n > _SEARCH_ALWAYS
 
     def hold(self, upto: str) -> None:
         """Evaluate the bounds up to ``upto`` (once per level) and the floor."""
@@ -129,6 +130,8 @@ class Packer:
         run: its packing of the search's items (``None``: nothing found).
         upto: the bounds evaluated before it runs (it runs only while a gap remains).
         ties: a packing with as many micro-batches as the best so far replaces it.
+        large: whether a costly packer (``upto`` beyond the cheap bounds) runs on a batch
+            above :data:`_SEARCH_ALWAYS` items (``None``: it does not).
     """
 
     name: str
@@ -136,6 +139,7 @@ class Packer:
     run: Callable[[_Search], list[list[int]] | None]
     upto: str = "matching"
     ties: bool = False
+    large: Callable[[_Search], bool] | None = None
 
 
 def _any(rule: Rule) -> bool:
@@ -206,7 +210,8 @@ PACKERS = (
     # verl's own construction at every count it could stop at below ours: never more
     # micro-batches than verl's rule (see plan_micro_batches).
     Packer("Karmarkar-Karp", _summed,
-           lambda s: _verl_candidates(s.result, s.lower, len(s.packing)), upto=BOUND_NAMES[-1]),
+           lambda s: _verl_candidates(s.result, s.lower, len(s.packing)), upto=BOUND_NAMES[-1],
+           large=lambda s: s.rule.n * max(s.lower, 1) <= _KK_BUDGET),
 )
 
 
@@ -234,8 +239,8 @@ def _search_count(result: RankAnalysis, floor: int | None) -> None:
                 search.hold(_CHEAP)
                 if search.done():
                     break
-                if search.slight():
-                    continue  # a gap not worth this search's time on a batch this large
+                if search.large() and not (packer.large and packer.large(search)):
+                    continue  # its work (or its bounds') grows faster than the batch
             search.hold(packer.upto)
             if search.done():
                 break
