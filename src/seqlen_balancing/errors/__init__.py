@@ -82,6 +82,7 @@ from seqlen_balancing.errors.batch import (
     NotADataProto,
     NotATensorDict,
     PaddedLazyStack,
+    PrefixTreeAsked,
     ProtoRaggedStack,
 )
 from seqlen_balancing.errors.plan import (
@@ -189,6 +190,7 @@ __all__ = [
     "PaddedSampleOverCap",
     "Peers",
     "PlanError",
+    "PrefixTreeAsked",
     "ProtoRaggedStack",
     "Registry",
     "RowsOverCap",
