@@ -54,6 +54,7 @@ from seqlen_balancing.errors import (
     PaddedLazyStack,
     PaddedSampleOverCap,
     PlanError,
+    PrefixTreeAsked,
     ProtoRaggedStack,
     RowsOverCap,
     SampleLimitBelowGroup,
@@ -221,6 +222,10 @@ VALUES: list[tuple[PlanError, str]] = [
         "padded=True cuts every micro-batch to its width, but the batch is a lazy stack along "
         "dim 0 (its rows may differ in width); stack it into one TensorDict (.contiguous()) or "
         "plan without padded"),
+    (PrefixTreeAsked("use_prefix_tree"),
+        "the batch sets 'use_prefix_tree', which asks for verl's prefix-tree micro-batches; "
+        "seqlen_balancing does not build them: switch use_prefix_tree off, or unset "
+        "SEQLEN_BALANCING_VERL so that verl plans this batch itself"),
     (LossWeightKeyMissing("loss_mask"),
         "loss-weight key 'loss_mask' named for the dummy micro-batches is not in the batch; "
         "name keys the batch holds (loss_weight_keys) or add the entry"),

@@ -248,6 +248,46 @@ def test_prepare_micro_batches_requires_budget(jagged_batch: Batch) -> None:
         prepare_micro_batches(jagged_batch([3, 4]))
 
 
+PREFIX_TREE_REFUSED = (
+    "the batch sets 'use_prefix_tree', which asks for verl's prefix-tree micro-batches; "
+    "seqlen_balancing does not build them: switch use_prefix_tree off, or unset "
+    "SEQLEN_BALANCING_VERL so that verl plans this batch itself"
+)
+
+
+def prefix_tree_flag(stored: str, value: Any) -> Any:
+    """``use_prefix_tree`` as verl stores a setting (NonTensorData), one flag per row (a
+    plain entry), or a stack of per-row NonTensorData (a lazy-stacked batch's setting)."""
+    if stored == "non_tensor":
+        return NonTensorData(value)
+    if stored == "rows":
+        return torch.full((4,), value)
+    return NonTensorStack(*(NonTensorData(value) for _ in range(4)))
+
+
+@pytest.mark.parametrize("stored", ["non_tensor", "rows", "stack"])
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_prepare_micro_batches_refuses_verls_prefix_tree_mode(
+    jagged_batch: Batch, stored: str, dynamic: bool
+) -> None:
+    """verl's prefix-tree change (PR #6689) reads ``use_prefix_tree`` first; a plan that
+    ignores it would hand verl ordinary micro-batches where it asked for prefix trees."""
+    settings: dict[str, Any] = {"max_token_len_per_gpu": 8} if dynamic else {
+        "use_dynamic_bsz": False, "micro_batch_size_per_gpu": 2}
+    for value in (True, 1):
+        batch = jagged_with_settings(jagged_batch, **settings)
+        batch["use_prefix_tree"] = prefix_tree_flag(stored, value)
+        with pytest.raises(ValueError, match="use_prefix_tree") as raised:
+            prepare_micro_batches(batch)
+        assert str(raised.value) == PREFIX_TREE_REFUSED
+    for value in (False, 0):  # off: planned as without it
+        batch = jagged_with_settings(jagged_batch, **settings)
+        batch["use_prefix_tree"] = prefix_tree_flag(stored, value)
+        micro_batches, plan = prepare_micro_batches(batch)
+        assert len(micro_batches) == (3 if dynamic else 2)
+        assert plan is None or sorted(i for part in plan for i in part) == [0, 1, 2, 3]
+
+
 # Rows come back bit for bit; non-tensor data is indexed per sample.
 def test_concatenation_and_reverse_index_restore_input(masked_batch: Batch) -> None:
     lengths = [5, 9, 1, 7, 3, 8, 2, 6]

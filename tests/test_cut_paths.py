@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import itertools
 import random
+from typing import Any
 
 import pytest
 import torch
-from tensordict import NonTensorStack, TensorDict
+from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 import seqlen_balancing.batch.cut as cut
-from seqlen_balancing import rearrange_micro_batches
+from seqlen_balancing import prepare_dynamic_batch, rearrange_micro_batches, restore_dynamic_batch
 from seqlen_balancing.batch.lengths import _mask_row_counts
 
 pytestmark = pytest.mark.torch
@@ -231,3 +232,113 @@ def test_the_strided_gather_takes_its_index_on_each_entrys_device(monkeypatch: p
     assert rest.batch_size == torch.Size([0]) and rest["attention_mask"].shape == (0, 3)
     assert picked["input_ids"].device.type == "meta" and picked["input_ids"].shape == (3, 3)
     assert picked["attention_mask"].device.type == "cpu" and picked.batch_size == torch.Size([3])
+
+
+# ------------------------------------------------------------------ issue 46 item 7: every dtype
+
+#: dtypes a batch may hold; uint16/32/64 have no 1-D index_select kernel, float8 and the
+#: sub-byte/bits dtypes none of torch's index kernels at all
+ENTRY_DTYPES = [
+    torch.uint16, torch.uint32, torch.uint64, torch.bool, torch.float16, torch.bfloat16,
+    torch.complex64, torch.float8_e4m3fn, torch.int4, torch.bits16,
+]
+SIGNED = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+class Proto:
+    """A minimal DataProto stand-in (verl's parts, no verl import)."""
+
+    def __init__(self, batch: Any, non_tensor_batch: Any = None, meta_info: Any = None) -> None:
+        self.batch, self.non_tensor_batch = batch, non_tensor_batch or {}
+        self.meta_info = meta_info or {}
+
+    @classmethod
+    def from_dict(cls, tensors: Any, non_tensors: Any, meta_info: Any = None) -> Proto:
+        size = len(next(iter(tensors.values())))
+        return cls(TensorDict(tensors, batch_size=[size]), non_tensors, meta_info)
+
+
+def entry_bits(dtype: torch.dtype, shape: tuple[int, ...], seed: int) -> tuple[torch.Tensor, list[Any]]:
+    """A tensor of ``dtype`` built from random bit patterns, and those patterns as nested
+    lists (the oracle: a row is picked when its patterns are)."""
+    rng = random.Random(seed)
+    bits = 8 * dtype.itemsize
+    count = 1
+    for size in shape:
+        count *= size
+    low, high = (0, 1) if dtype == torch.bool else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    flat = [rng.randint(low, high) for _ in range(count)]
+    signed = torch.tensor(flat, dtype=SIGNED[dtype.itemsize]).reshape(shape)
+    return signed.view(dtype), signed.tolist()
+
+
+def bits_of(tensor: torch.Tensor) -> list[Any]:
+    return tensor.view(SIGNED[tensor.dtype.itemsize]).tolist()
+
+
+@pytest.mark.parametrize("dtype", ENTRY_DTYPES, ids=str)
+@pytest.mark.parametrize("how", ["strided", "non_tensor", "nested", "padded", "dummies", "dataproto"])
+def test_every_dtype_survives_the_cut_and_the_restore(dtype: torch.dtype, how: str) -> None:
+    lengths = [5, 1, 7, 3, 2, 6, 4, 8]
+    mask = torch.tensor([[1] * n + [0] * (8 - n) for n in lengths])
+    one, one_bits = entry_bits(dtype, (8,), 1)
+    two, two_bits = entry_bits(dtype, (8, 3), 2)
+    wide, wide_bits = entry_bits(dtype, (8, 8), 3)  # the mask's width: cut with padded
+    batch = TensorDict({"attention_mask": mask, "one": one, "two": two, "wide": wide,
+                        "loss_mask": mask.clone()}, batch_size=[8])
+    if how == "non_tensor":  # tensordict's own indexing path
+        batch["setting"] = NonTensorData(3)
+    if how == "nested":
+        batch["sub"] = TensorDict({"one": entry_bits(dtype, (8,), 1)[0]}, batch_size=[8])
+    keywords: dict[str, Any] = {"padded": how == "padded"}
+    if how == "dummies":
+        keywords |= {"dummy_micro_batches": True, "min_num_micro_batch": 9}
+    if how == "dataproto":
+        parts, idx = prepare_dynamic_batch(Proto(batch), 9)
+        mbs = [part.batch for part in parts]
+    else:
+        mbs, idx = rearrange_micro_batches(batch, 9, **keywords)
+    assert sorted(i for part in idx for i in part) == list(range(8))
+    for mb, part in zip(mbs, idx, strict=True):
+        rows = list(part) or [lengths.index(min(lengths))]  # a dummy copies the shortest row
+        assert mb["one"].dtype == dtype and bits_of(mb["one"]) == [one_bits[i] for i in rows]
+        assert bits_of(mb["two"]) == [two_bits[i] for i in rows]
+        width = mb["wide"].shape[1]
+        assert width == (max(lengths[i] for i in rows) if how == "padded" else 8)
+        assert bits_of(mb["wide"]) == [wide_bits[i][:width] for i in rows]
+        if how == "nested":
+            assert bits_of(mb["sub", "one"]) == [one_bits[i] for i in rows]
+    real = [(mb, part) for mb, part in zip(mbs, idx, strict=True) if part]
+    restored = restore_dynamic_batch([mb for mb, _ in real], [part for _, part in real])
+    assert bits_of(restored["one"]) == one_bits and bits_of(restored["two"]) == two_bits
+    if how != "padded":  # padded: the pad columns come back as the pad value, below
+        assert bits_of(restored["wide"]) == wide_bits
+    else:
+        pad = wide_bits[0][7]  # row 0 (5 tokens) pads column 7: the value written back
+        kept = {i: max(lengths[j] for j in part) for part in idx for i in part}
+        assert bits_of(restored["wide"]) == [row[: kept[i]] + [pad] * (8 - kept[i])
+                                             for i, row in enumerate(wide_bits)]
+    assert restored["one"].dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint64, torch.int4], ids=str)
+def test_sparse_entries_of_any_dtype_keep_their_rows(dtype: torch.dtype) -> None:
+    values, value_bits = entry_bits(dtype, (3,), 4)
+    rows, columns = [0, 3, 6], [1, 2, 0]
+    coo = torch.sparse_coo_tensor(torch.tensor([rows, columns]), values, (8, 3))
+    csr = torch.sparse_compressed_tensor(torch.tensor([0, 1, 1, 1, 2, 2, 2, 3, 3]), torch.tensor(columns),
+                                         values, (8, 3), layout=torch.sparse_csr)
+    batch = TensorDict({"attention_mask": torch.ones(8, 4), "coo": coo, "csr": csr}, batch_size=[8])
+    mbs, idx = rearrange_micro_batches(batch, 8)
+    for mb, part in zip(mbs, idx, strict=True):
+        held = [(part.index(r), c, b) for r, c, b in zip(rows, columns, value_bits, strict=True) if r in part]
+        picked = mb["coo"]
+        found = sorted(zip(picked._indices()[0].tolist(), picked._indices()[1].tolist(),
+                           bits_of(picked._values()), strict=True))
+        assert found == sorted(held)
+        assert mb["csr"].layout == torch.sparse_csr and mb["csr"].dtype == dtype
+        crow = mb["csr"].crow_indices().tolist()
+        cols, csr_bits = mb["csr"].col_indices().tolist(), bits_of(mb["csr"].values())
+        found_csr = sorted((r, c, b) for r in range(len(part)) for c, b in zip(
+            cols[crow[r]:crow[r + 1]], csr_bits[crow[r]:crow[r + 1]], strict=True))
+        assert found_csr == sorted(held)

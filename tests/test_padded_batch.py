@@ -150,6 +150,85 @@ def test_64_samples_of_100_tokens_at_most_16_per_micro_batch() -> None:
     assert [tuple(mb["input_ids"].shape) for mb in mbs] == [(16, 100)] * 4
 
 
+# ------------------------------------------------------------------------ issue 46 item 2
+
+
+def verl_layout(prompts: list[int], responses: list[int], width: int = 8) -> Any:
+    """verl's padded PPO batch, built by hand: prompts left-padded to ``width``, responses
+    right-padded to ``width``; input_ids, attention_mask and position_ids ``2 * width``
+    wide; responses, response_mask, old_log_probs and advantages ``width`` wide (the last
+    ``width`` columns of input_ids), prompts ``width`` wide (the first). Pads: 0, except
+    input_ids' pad id 7."""
+    n = len(prompts)
+    mask = torch.zeros(n, 2 * width, dtype=torch.long)
+    for row, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        mask[row, width - p : width + r] = 1
+    ids = torch.where(mask.bool(), torch.arange(n * 2 * width).view(n, -1) + 100, PAD_ID)
+    noise = torch.randn(n, 2 * width, generator=torch.Generator().manual_seed(1))
+    log_probs = torch.where(mask.bool(), noise, 0.0)
+    return TensorDict({
+        "input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0) * mask,
+        "prompts": ids[:, :width].clone(), "responses": ids[:, width:].clone(),
+        "response_mask": mask[:, width:].clone(), "old_log_probs": log_probs[:, width:].clone(),
+        "advantages": log_probs[:, width:].clone() * 3, "uid": torch.arange(n),
+    }, batch_size=[n])
+
+
+def test_verls_response_entries_are_cut_with_the_response_columns_of_input_ids() -> None:
+    prompts, responses, width, cap = [3, 8, 2, 5, 4, 6], [6, 1, 3, 8, 2, 2], 8, 40
+    batch = verl_layout(prompts, responses, width)
+    mbs, idx = rearrange_micro_batches(batch, cap, padded=True)
+    assert sorted(i for part in idx for i in part) == list(range(6))
+    for mb, part in zip(mbs, idx, strict=True):
+        rows = list(part)
+        lo, hi = width - max(prompts[i] for i in rows), width + max(responses[i] for i in rows)
+        assert len(rows) * (hi - lo) <= cap
+        # the oracle, from the lengths alone: row i's token at column c is 100 + 16 i + c
+        expect_ids = torch.tensor([[100 + 2 * width * i + c if width - prompts[i] <= c < width + responses[i]
+                                    else PAD_ID for c in range(lo, hi)] for i in rows])
+        expect_resp = torch.tensor([[100 + 2 * width * i + c if c < width + responses[i] else PAD_ID
+                                     for c in range(width, hi)] for i in rows])
+        expect_prompts = torch.tensor([[100 + 2 * width * i + c if c >= width - prompts[i] else PAD_ID
+                                        for c in range(lo, width)] for i in rows])
+        assert torch.equal(mb["input_ids"], expect_ids)
+        assert torch.equal(mb["responses"], expect_resp)
+        assert torch.equal(mb["prompts"], expect_prompts)
+        response_width = mb["responses"].shape[1]
+        assert response_width == hi - width
+        assert torch.equal(mb["input_ids"][:, -response_width:], mb["responses"])  # verl's slice
+        assert torch.equal(mb["input_ids"][:, : mb["prompts"].shape[1]], mb["prompts"])
+        for key in ("response_mask", "old_log_probs", "advantages"):
+            assert mb[key].shape == (len(rows), response_width), key
+            assert torch.equal(mb[key], batch[key][rows][:, : hi - width]), key
+        assert torch.equal(mb["response_mask"], mb["attention_mask"][:, -response_width:])
+    assert any(mb["responses"].shape[1] < width for mb in mbs)  # some micro-batch is cut
+    restored = restore_dynamic_batch(mbs, idx)
+    assert same(restored, batch)
+    # per-token outputs of the response width (verl's log-probs) come back at its width
+    outputs = [mb["old_log_probs"] * 2 for mb in mbs]
+    assert torch.equal(restore_dynamic_batch(outputs, idx), batch["old_log_probs"] * 2)
+    # and outputs of the micro-batch's width, as before: 0 outside each one's window
+    outputs = [mb["input_ids"] + 1 for mb in mbs]
+    expected = torch.zeros(6, 2 * width, dtype=torch.long)
+    for part in idx:
+        lo, hi = width - max(prompts[i] for i in part), width + max(responses[i] for i in part)
+        for i in part:
+            expected[i, lo:hi] = batch["input_ids"][i, lo:hi] + 1
+    assert torch.equal(restore_dynamic_batch(outputs, idx), expected)
+
+
+def test_response_width_follows_response_mask_without_responses_and_other_widths_stay() -> None:
+    prompts, responses = [2, 5, 1, 4], [1, 3, 2, 6]
+    batch = verl_layout(prompts, responses, 6).exclude("responses", "prompts")
+    batch["scores"] = torch.arange(4 * 5).view(4, 5)  # a width of its own: not a window
+    mbs, idx = rearrange_micro_batches(batch, 20, padded=True)
+    for mb, part in zip(mbs, idx, strict=True):
+        hi = 6 + max(responses[i] for i in part)
+        assert torch.equal(mb["response_mask"], mb["attention_mask"][:, -(hi - 6):])
+        assert torch.equal(mb["scores"], batch["scores"][list(part)])
+    assert same(restore_dynamic_batch(mbs, idx), batch)
+
+
 # ------------------------------------------------------------------------ against an oracle
 
 

@@ -16,18 +16,45 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from seqlen_balancing.batch.entries import _Entries
-from seqlen_balancing.batch.kinds import _lazy_stack, _ragged_dim
+from seqlen_balancing.batch.kinds import _carrier, _lazy_stack, _ragged_dim, _select
 from seqlen_balancing.batch.nested import _jagged, _local_offsets, _rows_of
 from seqlen_balancing.collector import paused_collector
 
 
-def _pick_rows(tensor: torch.Tensor, how: str, rows: list[int]) -> torch.Tensor:
-    """Rows ``rows`` of a sparse tensor (a copy), in its layout."""
+def _pick_rows(tensor: torch.Tensor, how: str, rows: list[int], copy: bool = True) -> torch.Tensor:
+    """Rows ``rows`` of a sparse tensor (a copy), in its layout, or of a dense one of a dtype
+    some index kernel lacks (``"rows"``: a copy, or without ``copy`` the static path's
+    chunk of consecutive rows as a view, as its other dense entries are)."""
+    if how == "rows" and not copy and rows:
+        return tensor.narrow(0, rows[0], len(rows))
     index = torch.tensor(rows, dtype=torch.long, device=tensor.device)
+    if how == "rows":
+        return _select(tensor, index)
+    carrier = _carrier(tensor.dtype)
+    if carrier is not tensor.dtype:  # values of a dtype index_select lacks: their bits carried
+        picked = _pick_rows(_with_values(tensor, _values(tensor).view(carrier)), how, rows)
+        return _with_values(picked, _values(picked).view(tensor.dtype))
     if how == "coo":
         return tensor.index_select(0, index)
     picked = tensor.to_sparse(layout=torch.sparse_coo).index_select(0, index)
     return picked.to_sparse(layout=tensor.layout)
+
+
+def _values(tensor: torch.Tensor) -> torch.Tensor:
+    """A sparse tensor's stored values (coalesced or not)."""
+    return tensor._values() if tensor.layout == torch.sparse_coo else tensor.values()
+
+
+def _with_values(tensor: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """A sparse tensor of ``tensor``'s layout, shape and indices holding ``values``."""
+    if tensor.layout == torch.sparse_coo:
+        return torch.sparse_coo_tensor(tensor._indices(), values, tensor.shape,
+                                       is_coalesced=tensor.is_coalesced())
+    if tensor.layout == torch.sparse_csr:
+        compressed, plain = tensor.crow_indices(), tensor.col_indices()
+    else:
+        compressed, plain = tensor.ccol_indices(), tensor.row_indices()
+    return torch.sparse_compressed_tensor(compressed, plain, values, tensor.shape, layout=tensor.layout)
 
 
 #: Bytes one gather copies at most (unless one micro-batch is bigger): a copy this size
@@ -269,7 +296,7 @@ def _cut(
             continue
         if how != "nested":
             for micro_batch, part in zip(micro_batches, plan, strict=True):
-                micro_batch.set(key, _pick_rows(value, how, part))
+                micro_batch.set(key, _pick_rows(value, how, part, copy))
             continue
         tensor = value
         if tensor.layout != torch.jagged:

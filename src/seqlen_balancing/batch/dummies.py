@@ -35,7 +35,7 @@ from tensordict import TensorDict
 from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.entries import _Entries
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
-from seqlen_balancing.batch.trim import MicroBatchIndices, Trim
+from seqlen_balancing.batch.trim import Trim
 from seqlen_balancing.errors import (
     LossWeightKeyMissing,
     LossWeightKeysNotKeys,
@@ -103,12 +103,10 @@ def _cut_with_dummies(
     else:
         # The entries cut by width are not gathered whole: each micro-batch takes its columns.
         micro_batches = _cut(batch.exclude(*trim.dims), rows, entries)
-        cut = trim.cut(micro_batches, batch, rows, pad)
-        returned = [
-            indices if part else MicroBatchIndices([], indices.start, indices.stop, indices.width,
-                                                   indices.dims, indices.pad_values, indices.uncut)
-            for indices, part in zip(cut, plan, strict=True)
-        ]
+        returned = list(trim.cut(micro_batches, batch, rows, pad))
+        for indices, part in zip(returned, plan, strict=True):
+            if not part:
+                del indices[:]  # a dummy's list is empty; the columns kept stay
     for micro_batch, part in zip(micro_batches, plan, strict=True):
         if not part:
             for key in keys:

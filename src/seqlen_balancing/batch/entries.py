@@ -14,7 +14,7 @@ import torch
 from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from seqlen_balancing._checks import describe
-from seqlen_balancing.batch.kinds import _COMPRESSED, _READ_ERRORS, _is_dense, _is_lazy_stack
+from seqlen_balancing.batch.kinds import _COMPRESSED, _READ_ERRORS, _carrier, _is_dense, _is_lazy_stack
 from seqlen_balancing.errors import EntryLayout, EntryOnMeta, EntryStack, EntryUnreadable, PlanError
 
 
@@ -25,8 +25,8 @@ class _Entries:
     ``offsets``: host offsets of packed jagged entries, by key. ``by_rows``: the batch is a
     lazy stack along dim 0, cut by picking its rows (each row a TensorDict). ``apart``: the
     entries tensordict's own indexing cannot cut (nested and sparse tensors, lazy stacks
-    along dim 0), with how to cut each: ``"nested"``, ``"coo"``, ``"compressed"``,
-    ``"stack"``.
+    along dim 0, dense tensors of a dtype some index kernel lacks), with how to cut each:
+    ``"nested"``, ``"coo"``, ``"compressed"``, ``"stack"``, ``"rows"``.
     """
 
     offsets: dict[Any, list[int]] = field(default_factory=dict)
@@ -68,6 +68,8 @@ def _entry_problem(key: Any, value: Any, entries: _Entries) -> PlanError | None:
     if value.layout != torch.strided and not value.is_nested:
         return EntryLayout(key)
     if not value.is_nested:
+        if _carrier(value.dtype) is not value.dtype:  # rows copied as a signed integer's bits
+            entries.apart.append((key, value, "rows"))
         return None
     if value.device.type == "meta":
         return EntryOnMeta(key)
@@ -112,7 +114,9 @@ def _cut_inputs(
 
     * dense tensors (any device, the meta device included, any strides, zero-size dims),
       ``NonTensorData`` (kept whole), ``NonTensorStack`` and other tensor collections:
-      gathered by tensordict;
+      gathered by tensordict; a dense tensor of any dtype some index kernel lacks
+      (uint16/32/64, float8, the sub-byte and bits dtypes) is picked apart, its rows
+      copied as the signed integer of its element size (:func:`~seqlen_balancing.batch.kinds._select`);
     * nested tensors (strided or jagged, any ragged dimension, with or without holes):
       rebuilt from their rows; on the meta device they hold no rows
       (:class:`~seqlen_balancing.errors.EntryOnMeta`),

@@ -37,6 +37,43 @@ def _ragged_dim(tensor: torch.Tensor) -> int:
     return int(getattr(tensor, "_ragged_idx", 1))
 
 
+#: The dtypes whose rows torch's index kernels copy on every device and path (index_select,
+#: advanced indexing, full, copy_).
+_INDEXED = frozenset({
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+    torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+})
+
+#: Quantized dtypes: their tensors hold a scale besides the bits, so they keep their own dtype.
+_QUANTIZED = frozenset(getattr(torch, name) for name in
+                       ("qint8", "quint8", "qint32", "quint4x2", "quint2x4") if hasattr(torch, name))
+
+#: The signed integer of each element size, which carries the bits of the other dtypes.
+_SIGNED = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _carrier(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a tensor's rows are copied as: its own, or for a dtype some index kernel
+    lacks (uint16/32/64 for 1-D ``index_select``, float8, the sub-byte and bits dtypes for
+    every index kernel) the signed integer of its size, which holds the same bits."""
+    if dtype in _INDEXED or dtype in _QUANTIZED:
+        return dtype
+    return _SIGNED.get(dtype.itemsize, dtype)
+
+
+def _carried(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` viewed as its :func:`_carrier` dtype (itself where that is its own)."""
+    carrier = _carrier(tensor.dtype)
+    return tensor if carrier is tensor.dtype else tensor.view(carrier)
+
+
+def _select(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows ``index`` of a dense tensor (a copy, bit for bit), whatever its dtype."""
+    carried = _carried(tensor)
+    picked = carried.index_select(0, index)
+    return picked if carried is tensor else picked.view(tensor.dtype)
+
+
 #: Sparse layouts whose rows are picked through the COO layout (2-D, no dense dimensions).
 _COMPRESSED = (torch.sparse_csr, torch.sparse_csc)
 

@@ -393,7 +393,9 @@ def prepare_micro_batches(
 
     Raises:
         TypeError: ``data`` is not a TensorDict, or a setting or switch has a wrong type.
-        ValueError: a required setting is missing or below 1, a static batch not
+        ValueError: the batch sets ``use_prefix_tree`` (verl's prefix-tree micro-batches,
+            which the library does not build: switch it off or unset
+            ``SEQLEN_BALANCING_VERL``), a required setting is missing or below 1, a static batch not
             divisible into chunks, one of the library's own options (not verl's
             parameters) set on the static path, which has no cap for it to change (e.g.
             ``pad_to_multiple_of`` other than 1, ``costs``), ranks disagreeing on the mode or

@@ -24,6 +24,7 @@ from seqlen_balancing.batch.kinds import (
     _per_row,
     _ragged_dim,
     _same_data,
+    _select,
 )
 from seqlen_balancing.batch.nested import _jagged, _SharedOffsets
 from seqlen_balancing.batch.trim import restore_widths
@@ -284,7 +285,7 @@ def _take(tensor: torch.Tensor, order: list[int], layout: torch.layout | None = 
     if tensor.layout in _COMPRESSED:
         tensor = tensor.to_sparse(layout=torch.sparse_coo)
     if tensor.layout != torch.sparse_coo:
-        return tensor[index]
+        return _select(tensor, index)
     picked = tensor.index_select(0, index)
     return picked.to_sparse(layout=layout) if layout in _COMPRESSED else picked
 

@@ -15,7 +15,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 from seqlen_balancing._checks import as_switch
 from seqlen_balancing.batch.kinds import _same_data
 from seqlen_balancing.batch.verdict import _switch_error
-from seqlen_balancing.errors import Argument, MissingSetting, PlanError
+from seqlen_balancing.errors import Argument, MissingSetting, PlanError, PrefixTreeAsked
 from seqlen_balancing.options import OPTIONS, PlanOptions
 from seqlen_balancing.planner import argument_error
 
@@ -47,14 +47,29 @@ def _int_setting(
     return argument_error(value, argument, optional=False)
 
 
+def _asks_prefix_tree(data: TensorDict) -> bool:
+    """Whether the batch sets verl's ``use_prefix_tree``: anything but absent, ``None``,
+    false or 0 (a flag per row: any row's)."""
+    value = _setting(data, "use_prefix_tree", None)
+    if isinstance(value, torch.Tensor) and value.numel() != 1 and value.device.type != "meta":
+        return bool(value.ne(0).any())
+    return value is not None and as_switch(value) is not False
+
+
 def _settings(data: TensorDict) -> tuple[PlanError | None, bool, int | None]:
     """``(error, dynamic, cap or chunk)`` read from verl's settings in the batch.
+
+    ``use_prefix_tree`` set (anything but false, 0 or absent) is refused first
+    (:class:`~seqlen_balancing.errors.PrefixTreeAsked`): the library does not build verl's
+    prefix-tree micro-batches.
 
     Dynamic: the cap ``max_token_len_per_gpu * sp_size``. Static: the chunk size
     ``micro_batch_size_per_gpu`` (the options, ``force_group_size`` among them, are read by
     :func:`_batch_options`). A bad or missing setting is returned as the error to agree on
     (the first one found).
     """
+    if _asks_prefix_tree(data):  # read first, as verl reads it (PR #6689): never ignored
+        return PrefixTreeAsked("use_prefix_tree"), True, 0
     raw_dynamic = _setting(data, "use_dynamic_bsz", True)
     dynamic = as_switch(raw_dynamic)
     dynamic_error = _switch_error(raw_dynamic, Argument.USE_DYNAMIC_BSZ)

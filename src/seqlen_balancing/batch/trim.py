@@ -5,7 +5,12 @@ With ``padded=True`` (a micro-batch costs rows x its widest row, see
 to its width: every dense entry with the batch's sequence dimension (the first dimension
 after the batch dimension whose size is the ``attention_mask``'s width) keeps the columns
 ``[start, stop)`` that hold its rows' real tokens, on whichever side the mask pads
-(left, right, or both, as verl's left-padded prompt plus right-padded response).
+(left, right, or both, as verl's left-padded prompt plus right-padded response). verl's
+narrower entries go with them: where the batch holds ``responses`` (else ``response_mask``)
+``R < width`` columns wide, every dense entry with a dimension of size ``R`` spans the
+mask's last ``R`` columns (``responses``, ``old_log_probs``, ``advantages``, ...) and
+``prompts`` its first; each keeps the part of the window within its span, so that
+``input_ids[:, -R':]`` is ``responses`` (``R'`` wide) in every micro-batch.
 
 Each row ``i`` of the mask holds its real tokens in ``[first_i, stop_i)``. Around the
 column ``anchor`` (the largest ``first_i``), a row spans ``left_i = anchor - first_i``
@@ -32,7 +37,7 @@ import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
 from seqlen_balancing._checks import describe
-from seqlen_balancing.batch.kinds import _READ_ERRORS
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _carried, _is_dense, _select
 from seqlen_balancing.cost import aligned_length
 from seqlen_balancing.errors import LengthsUnreadable, PaddedLazyStack, PlanError
 
@@ -49,6 +54,11 @@ class MicroBatchIndices(list):  # type: ignore[type-arg]
         dims: the entries cut, each with the dimension cut (its sequence dimension).
         pad_values: each cut entry's pad value (what restoring writes outside the window).
         uncut: the batch's other entries (restoring leaves them as they are).
+        spans: the cut entries narrower than the mask, each with ``(offset, size)``: its
+            columns are the mask's ``[offset, offset + size)`` (verl's response entries
+            the last ``size``, its ``prompts`` the first); the others span the mask.
+        response: the response window's ``(offset, size)`` (``None`` without one): outputs
+            of its kept width (verl's per-token log-probs) are restored into it.
     """
 
     start: int
@@ -57,6 +67,8 @@ class MicroBatchIndices(list):  # type: ignore[type-arg]
     dims: dict[Any, int]
     pad_values: dict[Any, Any]
     uncut: frozenset[Any]
+    spans: dict[Any, tuple[int, int]]
+    response: tuple[int, int] | None
 
     def __init__(
         self,
@@ -67,12 +79,23 @@ class MicroBatchIndices(list):  # type: ignore[type-arg]
         dims: dict[Any, int] | None = None,
         pad_values: dict[Any, Any] | None = None,
         uncut: frozenset[Any] = frozenset(),
+        spans: dict[Any, tuple[int, int]] | None = None,
+        response: tuple[int, int] | None = None,
     ) -> None:
         super().__init__(indices)
         self.start, self.stop, self.width = start, stop, width
         self.dims = dict(dims or {})
         self.pad_values = dict(pad_values or {})
         self.uncut = uncut
+        self.spans = dict(spans or {})
+        self.response = response
+
+    def window(self, span: tuple[int, int] | None = None) -> tuple[int, int, int]:
+        """``(start, stop, size)``: the columns kept of an entry spanning the mask's
+        ``[offset, offset + size)`` (``span``; ``None``: the whole mask), in its own
+        columns."""
+        offset, size = span or (0, self.width)
+        return _clamped(self.start, self.stop, offset, size)
 
     def __repr__(self) -> str:
         return (
@@ -133,67 +156,116 @@ def _windows(
     return out
 
 
-def _cut_dims(batch: TensorDictBase, width: int) -> dict[Any, int]:
-    """The dense entries with the batch's sequence dimension, each with that dimension:
-    the first after its TensorDict's batch dimensions whose size is ``width`` (a
-    dimension that is a batch dimension of a nested TensorDict is never cut)."""
-    found: dict[Any, int] = {}
-    for key, value in batch.items(include_nested=True, leaves_only=True):
-        if isinstance(value, (NonTensorData, NonTensorStack)) or not isinstance(value, torch.Tensor):
+def _clamped(start: int, stop: int, offset: int, size: int) -> tuple[int, int, int]:
+    """The mask's columns ``[start, stop)`` in the columns of an entry spanning the mask's
+    ``[offset, offset + size)``, clamped to it: ``(start, stop, size)``."""
+    lo = min(max(start - offset, 0), size)
+    return lo, max(lo, min(stop - offset, size)), size
+
+
+def _response_width(batch: TensorDictBase, width: int) -> int | None:
+    """The width of verl's response window (``responses``, else ``response_mask``: dense,
+    narrower than the mask), or ``None``."""
+    keys = set(batch.keys())
+    for name in ("responses", "response_mask"):
+        value = batch.get(name) if name in keys else None
+        if not isinstance(value, torch.Tensor) or not _is_dense(value) or value.dim() < 2:
             continue
-        if value.is_nested or value.layout != torch.strided:
+        if 0 < int(value.shape[1]) < width:
+            return int(value.shape[1])
+    return None
+
+
+def _cut_dims(
+    batch: TensorDictBase, width: int
+) -> tuple[dict[Any, int], dict[Any, tuple[int, int]], tuple[int, int] | None]:
+    """``(dims, spans, response)``: the dense entries with the batch's sequence dimension,
+    each with that dimension, the first after its TensorDict's batch dimensions whose size
+    is ``width`` (a dimension that is a batch dimension of a nested TensorDict is never
+    cut); then, where the batch has verl's response window (``R`` columns,
+    :func:`_response_width`), every other dense entry with a dimension of size ``R``,
+    spanning the mask's last ``R`` columns, and verl's ``prompts`` (its first columns)."""
+    found: dict[Any, int] = {}
+    spans: dict[Any, tuple[int, int]] = {}
+    narrow = _response_width(batch, width)
+    response = None if narrow is None else (width - narrow, narrow)
+    for key, value in batch.items(include_nested=True, leaves_only=True):
+        if not _is_dense(value) or isinstance(value, (NonTensorData, NonTensorStack)):
             continue
         parent = batch.get(key[:-1]) if isinstance(key, tuple) and len(key) > 1 else batch
-        for d in range(len(parent.batch_size), value.dim()):
-            if int(value.shape[d]) == width:
-                found[key] = d
-                break
-    return found
+        sizes = [int(value.shape[d]) for d in range(len(parent.batch_size), value.dim())]
+        first = len(parent.batch_size)
+        if width in sizes:
+            found[key] = first + sizes.index(width)
+        elif response is not None and key == "prompts" and sizes and sizes[0] < width:
+            found[key], spans[key] = first, (0, sizes[0])  # verl's left-padded prompts
+        elif response is not None and response[1] in sizes:
+            found[key], spans[key] = first + sizes.index(response[1]), response
+    return found, spans, response
 
 
-def _pad_values(batch: TensorDictBase, dims: dict[Any, int], row: int, column: int) -> dict[Any, Any]:
-    """Each cut entry's value at one pad position ``(row, column)`` of the mask (the first
-    element there), read to the host; entries on the meta device get 0."""
+def _pad_values(batch: TensorDictBase, trim: Trim) -> dict[Any, Any]:
+    """Each cut entry's value at one pad position of the mask within its span (the first
+    element there), read to the host (a dtype some index kernel lacks: the bits of the
+    signed integer of its size); entries on the meta device or without a pad position get 0."""
     values: dict[Any, Any] = {}
-    for key, dim in dims.items():
+    for key, dim in trim.dims.items():
         value = batch.get(key)
-        if value.device.type == "meta":
+        offset, size = trim.spans.get(key, (0, trim.width))
+        where = _pad_position(trim, offset, size)
+        if value.device.type == "meta" or where is None:
             values[key] = 0
             continue
-        picked = value[row].select(dim - 1, column)
+        picked = _carried(value)[where[0]].select(dim - 1, where[1] - offset)
         values[key] = picked.reshape(-1)[0].item() if picked.numel() else 0
     return values
 
 
 def cut_to_width(
     micro_batches: list[Any], batch: TensorDictBase, plan: list[list[int]],
-    kept: list[tuple[int, int]], dims: dict[Any, int],
+    kept: list[tuple[int, int]], dims: dict[Any, int], spans: dict[Any, tuple[int, int]] | None = None,
 ) -> None:
     """Set each cut entry of each micro-batch to the input's rows of that micro-batch and
-    its kept columns only (one ``index_select`` of a narrowed view: no full-width copy)."""
+    its kept columns only, those within its span for a narrow entry (``spans``; one
+    ``index_select`` of a narrowed view: no full-width copy)."""
     values = {key: batch.get(key) for key in dims}
+    spans = spans or {}
     for micro_batch, part, (lo, hi) in zip(micro_batches, plan, kept, strict=True):
         index: dict[torch.device, torch.Tensor] = {}  # one index per device and micro-batch
         for key, dim in dims.items():
             value = values[key]
+            offset, size = spans.get(key, (0, int(value.shape[dim])))
+            start, stop, _ = _clamped(lo, hi, offset, size)
             if value.device not in index:
                 index[value.device] = torch.tensor(part, dtype=torch.long, device=value.device)
-            micro_batch.set(key, value.narrow(dim, lo, hi - lo).index_select(0, index[value.device]))
+            micro_batch.set(key, _select(value.narrow(dim, start, stop - start), index[value.device]))
 
 
-def _widened(tensor: torch.Tensor, dim: int, indices: MicroBatchIndices, fill: Any) -> torch.Tensor:
+def _widened(tensor: torch.Tensor, dim: int, window: tuple[int, int, int], fill: Any) -> torch.Tensor:
+    """``tensor`` put back at its ``size`` columns along ``dim``: its own in the kept
+    ``[start, stop)`` of ``window``, ``fill`` elsewhere (bit patterns carried, as cut)."""
+    start, stop, size = window
+    carried = _carried(tensor)
     shape = list(tensor.shape)
-    shape[dim] = indices.width
-    out = torch.full(shape, fill, dtype=tensor.dtype, device=tensor.device)
-    out.narrow(dim, indices.start, indices.stop - indices.start).copy_(tensor)
-    return out
+    shape[dim] = size
+    out = torch.full(shape, fill, dtype=carried.dtype, device=tensor.device)
+    out.narrow(dim, start, stop - start).copy_(carried)
+    return out if carried is tensor else out.view(tensor.dtype)
 
 
-def _seq_dim(tensor: torch.Tensor, indices: MicroBatchIndices) -> int | None:
-    kept = indices.stop - indices.start
-    if tensor.is_nested or tensor.layout != torch.strided or kept == indices.width:
+def _seq_dim(tensor: torch.Tensor, indices: MicroBatchIndices) -> tuple[int, tuple[int, int, int]] | None:
+    """The dimension of an output of the micro-batch's kept width, and the window it goes
+    back into: the mask's first, else the response window's (verl's log-probs)."""
+    if tensor.is_nested or tensor.layout != torch.strided:
         return None
-    return next((d for d in range(1, tensor.dim()) if int(tensor.shape[d]) == kept), None)
+    windows = [indices.window()] + ([indices.window(indices.response)] if indices.response else [])
+    for start, stop, size in windows:
+        if stop - start == size:
+            continue  # nothing was cut there
+        dim = next((d for d in range(1, tensor.dim()) if int(tensor.shape[d]) == stop - start), None)
+        if dim is not None:
+            return dim, (start, stop, size)
+    return None
 
 
 def restore_widths(parts: list[Any], lists: Sequence[Sequence[int]]) -> list[Any]:
@@ -207,8 +279,8 @@ def restore_widths(parts: list[Any], lists: Sequence[Sequence[int]]) -> list[Any
             out.append(part)
             continue
         if isinstance(part, torch.Tensor):
-            dim = _seq_dim(part, indices)
-            out.append(part if dim is None else _widened(part, dim, indices, 0))
+            found = _seq_dim(part, indices)
+            out.append(part if found is None else _widened(part, *found, 0))
             continue
         if isinstance(part, TensorDictBase):
             out.append(_widened_tensordict(part, indices))
@@ -223,21 +295,21 @@ def _widened_tensordict(part: TensorDictBase, indices: MicroBatchIndices) -> Ten
     value they held; entries the batch did not have (model outputs) along their first
     dimension of that width, with 0; the batch's uncut entries as they are."""
     widened = part.empty(recurse=True)
-    kept = indices.stop - indices.start
     for key, value in part.items(include_nested=True, leaves_only=True):
-        dim = None
+        found = None
         if isinstance(value, torch.Tensor) and not isinstance(value, (NonTensorData, NonTensorStack)):
             cut = indices.dims.get(key)
             if cut is not None:
-                fits = kept != indices.width and value.dim() > cut and int(value.shape[cut]) == kept
-                dim = cut if fits else None
+                start, stop, size = window = indices.window(indices.spans.get(key))
+                fits = stop - start != size and value.dim() > cut and int(value.shape[cut]) == stop - start
+                found = (cut, window) if fits else None
             elif key not in indices.uncut:
-                dim = _seq_dim(value, indices)
-        if dim is None:
+                found = _seq_dim(value, indices)
+        if found is None:
             widened.set(key, value)
         else:
             tensor = cast(torch.Tensor, value)
-            widened.set(key, _widened(tensor, dim, indices, indices.pad_values.get(key, 0)))
+            widened.set(key, _widened(tensor, *found, indices.pad_values.get(key, 0)))
     return widened
 
 
@@ -253,6 +325,8 @@ class Trim:
         dims: the dense entries to cut, with their sequence dimension.
         pad_values: each one's pad value.
         uncut: the batch's other entries.
+        spans: the narrow cut entries' ``(offset, size)`` in the mask's columns.
+        response: the response window's ``(offset, size)``, or ``None``.
     """
 
     first: list[int]
@@ -265,6 +339,8 @@ class Trim:
     dims: dict[Any, int] = field(default_factory=dict)
     pad_values: dict[Any, Any] = field(default_factory=dict)
     uncut: frozenset[Any] = frozenset()
+    spans: dict[Any, tuple[int, int]] = field(default_factory=dict)
+    response: tuple[int, int] | None = None
 
     def cut(
         self, micro_batches: list[Any], batch: TensorDictBase, plan: list[list[int]], pad: int
@@ -273,22 +349,23 @@ class Trim:
         raises for a batch :func:`trim_inputs` read) and return the index lists that
         remember it."""
         kept = _windows(plan, self.first, self.stop, self.has, self.anchor, self.width, pad)
-        cut_to_width(micro_batches, batch, plan, kept, self.dims)
+        cut_to_width(micro_batches, batch, plan, kept, self.dims, self.spans)
         return [
-            MicroBatchIndices(part, lo, hi, self.width, self.dims, self.pad_values, self.uncut)
+            MicroBatchIndices(part, lo, hi, self.width, self.dims, self.pad_values, self.uncut,
+                              self.spans, self.response)
             for part, (lo, hi) in zip(plan, kept, strict=True)
         ]
 
 
-def _pad_position(trim: Trim) -> tuple[int, int] | None:
-    """A ``(row, column)`` the mask pads, or ``None`` when every position is real."""
+def _pad_position(trim: Trim, offset: int, size: int) -> tuple[int, int] | None:
+    """A ``(row, column)`` the mask pads within its columns ``[offset, offset + size)``, or
+    ``None`` when every position there is real."""
+    end = offset + size
     for row, (lo, hi, has) in enumerate(zip(trim.first, trim.stop, trim.has, strict=True)):
-        if not has:
-            return (row, 0) if trim.width else None
-        if lo > 0:
-            return row, 0
-        if hi < trim.width:
-            return row, trim.width - 1
+        if not has or lo > offset:
+            return (row, offset) if size else None
+        if hi < end:
+            return row, end - 1
     return None
 
 
@@ -320,12 +397,10 @@ def trim_inputs(
         first, stop, has = _mask_extents(mask)
         anchor, left, right = _extents(first, stop, has)
         trim = Trim(first, stop, has, anchor, left, right, int(mask.shape[1]))
-        trim.dims = _cut_dims(batch, trim.width)
+        trim.dims, trim.spans, trim.response = _cut_dims(batch, trim.width)
         leaves = batch.keys(include_nested=True, leaves_only=True)
         trim.uncut = frozenset(key for key in leaves if key not in trim.dims)
-        where = _pad_position(trim)
-        if where is not None:
-            trim.pad_values = _pad_values(batch, trim.dims, *where)
+        trim.pad_values = _pad_values(batch, trim)
     except _READ_ERRORS as exc:
         return LengthsUnreadable(detail=describe(exc)), None, exc
     return None, trim, None

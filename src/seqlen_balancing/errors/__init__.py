@@ -68,6 +68,7 @@ from seqlen_balancing.errors.batch import (
     NotADataProto,
     NotATensorDict,
     PaddedLazyStack,
+    PrefixTreeAsked,
     ProtoRaggedStack,
 )
 from seqlen_balancing.errors.plan import (
@@ -168,6 +169,7 @@ __all__ = [
     "PaddedSampleOverCap",
     "Peers",
     "PlanError",
+    "PrefixTreeAsked",
     "ProtoRaggedStack",
     "RowsOverCap",
     "SampleLimitBelowGroup",

@@ -29,6 +29,7 @@ __all__ = [
     "NotADataProto",
     "NotATensorDict",
     "PaddedLazyStack",
+    "PrefixTreeAsked",
     "ProtoRaggedStack",
 ]
 
@@ -277,4 +278,20 @@ class LossWeightKeysNotKeys(PlanError):
         return (
             "loss_weight_keys must be a key (a string) or a list of keys, got a value that is "
             "not; e.g. loss_weight_keys=('loss_mask',)"
+        )
+
+
+@record
+@dataclass(frozen=True)
+class PrefixTreeAsked(PlanError):
+    """The batch sets ``key`` (verl's ``use_prefix_tree``): a mode of micro-batches the
+    library does not build, refused rather than planned as ordinary ones."""
+
+    key: str
+
+    def text(self) -> str:
+        return (
+            f"the batch sets '{self.key}', which asks for verl's prefix-tree micro-batches; "
+            f"seqlen_balancing does not build them: switch {self.key} off, or unset "
+            "SEQLEN_BALANCING_VERL so that verl plans this batch itself"
         )
