@@ -50,12 +50,11 @@ collective.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Hashable, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
-from seqlen_balancing._checks import _integer_or_none, describe, positive_int, switch
+from seqlen_balancing._checks import _integer_or_none, describe, finite_float, positive_int, switch
 from seqlen_balancing.analysis import RankAnalysis
 from seqlen_balancing.bounds import best_lower_bound
 from seqlen_balancing.collector import paused_collector
@@ -130,12 +129,13 @@ class StepPlan:
 def _overhead(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"micro_batch_overhead must be a number >= 0, got {describe(value)}")
-    if not math.isfinite(value) or value < 0:
+    as_float = finite_float(value)
+    if as_float is None or as_float < 0:
         raise ValueError(
             f"micro_batch_overhead must be a finite number >= 0 (the fixed cost of one micro-batch "
-            f"as a share of 24576 x max_token_len), got {value!r}"
+            f"as a share of 24576 x max_token_len), got {describe(value)}"
         )
-    return float(value)
+    return as_float
 
 
 def _count_range(
