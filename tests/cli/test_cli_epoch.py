@@ -270,7 +270,8 @@ def test_two_epochs_and_a_help_that_names_only_what_epoch_takes(
     --batch-size that epoch refuses (its rows per step are --global-batch-size)."""
     lengths = [50 + (i * 29) % 300 for i in range(40)]
     code, out, err = run(capsys, "epoch", "--lengths", write(tmp_path, lengths), "--trainer", "sft_trainer",
-                         "--dp-size", "2", "--global-batch-size", "8", "--epochs", "2", "--max-token-len", "700")
+                         "--dp-size", "2", "--global-batch-size", "8", "--epochs", "2",
+                         "--max-token-len", "700")
     assert code == 0, err
     assert out.splitlines()[0].startswith(f"40 rows from {tmp_path / 'lengths.txt'}; 2 epochs x 5 steps ")
     code, help_text, _ = run(capsys, "epoch", "--help")
