@@ -150,7 +150,8 @@ VALUES: list[tuple[PlanError, str]] = [
         "of 24576 x max_token_len), got a value that is not a number"),
     (OverheadInvalid(detail="-0.1"),
         "micro_batch_overhead must be a finite number >= 0 (the fixed cost of one micro-batch as "
-        "a share of 24576 x max_token_len), got a negative, infinite or NaN value; pass e.g. 0.05"),
+        "a share of 24576 x max_token_len), got a negative, infinite or NaN value, or one beyond "
+        "a float; pass e.g. 0.05"),
     (WorkloadsAndModel(),
         "workloads and workload_model are both given: each sets the balance objective; pass one"
         " of them (per-sample workloads, or the model whose workloads to compute)"),

@@ -363,3 +363,81 @@ def test_micro_batch_overhead_is_a_finite_number_at_least_zero(value: Any, kind:
         PlanOptions(micro_batch_overhead=value)
     assert PlanOptions(micro_batch_overhead=0).micro_batch_overhead == 0.0
     assert type(PlanOptions(micro_batch_overhead=1).micro_batch_overhead) is float
+
+
+# ----------------------------------------------------------------------------- beyond a float (issue 46)
+
+#: micro_batch_overhead's refusal, written out (the detail: the value shortened, its type).
+OVERHEAD_REFUSED = ("micro_batch_overhead must be a finite number >= 0 (the fixed cost of one "
+                    "micro-batch as a share of 24576 x max_token_len), got a negative, infinite or "
+                    "NaN value, or one beyond a float; pass e.g. 0.05")
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400), 2**1024, 10**309 + 1],
+                         ids=["10**400", "-10**400", "2**1024", "10**309+1"])
+def test_an_overhead_beyond_a_float_is_refused_like_any_bad_value(value: int) -> None:
+    shown = repr(value)[:57] + "... (int)"  # describe(): 60 characters at most, then the type
+    with pytest.raises(ValueError, match=r"^micro_batch_overhead must be a finite") as caught:
+        PlanOptions(micro_batch_overhead=value)
+    assert str(caught.value) == f"{OVERHEAD_REFUSED} ({shown})"
+    base = PlanOptions(over_cap="alone")
+    options, error = PlanOptions.parse({"micro_batch_overhead": value}, base)  # never raises
+    assert options is base and error is not None
+    assert error.message() == f"{OVERHEAD_REFUSED} ({shown})"
+    _, error = PlanOptions.from_keywords(keywords={"micro_batch_overhead": value})
+    assert error is not None and error.message().startswith(OVERHEAD_REFUSED)
+    _, error = PlanOptions.from_batch({"micro_batch_overhead": value})
+    assert error is not None and error.message().startswith(OVERHEAD_REFUSED)
+    with pytest.raises(ValueError, match=r"^micro_batch_overhead must be a finite number \>= 0") as caught:
+        seqlen_balancing.plan_global_batch([5, 9, 3, 12], 2, 64, micro_batch_overhead=value)
+    assert len(str(caught.value)) < 200
+    # the largest float is still a number: refused only beyond it
+    assert PlanOptions(micro_batch_overhead=2**1023).micro_batch_overhead == float(2**1023)
+
+
+@pytest.mark.parametrize(("variable", "text", "takes"), [
+    ("SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD", "1" + "0" * 400, "a finite number >= 0, e.g. 0.05"),
+    ("SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD", "1e400", "a finite number >= 0, e.g. 0.05"),
+    ("SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", "9" * 5000, "a positive integer, or empty for 1"),
+    ("SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH", "9" * 5000, "a positive integer, or empty for none"),
+    ("SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", "\u00b2", "a positive integer, or empty for 1"),  # isdigit()
+], ids=["overhead-400-digits", "overhead-1e400", "pad-5000-digits", "limit-5000-digits", "pad-superscript"])
+def test_a_variable_beyond_a_number_is_not_accepted_naming_it(variable: str, text: str, takes: str) -> None:
+    shown = repr(text if len(text) <= 40 else text[:37] + "...")
+    with pytest.raises(ValueError, match="is not accepted") as caught:
+        PlanOptions.from_env({variable: text})
+    assert str(caught.value) == f"{variable}={shown} is not accepted: it takes {takes}"
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(SystemExit):  # the flag: argparse's usage error, never a traceback
+        parser.parse_args([OPTIONS[next(n for n, o in OPTIONS.items() if o.env == variable)].flag, text])
+
+
+# ----------------------------------------------------------------------------- a misspelt name (issue 46)
+
+
+@pytest.mark.parametrize(("typo", "meant"), [
+    ("SEQLEN_BALANCING_EQUAL_ROWS", "SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH"),  # its start
+    ("SEQLEN_BALANCING_ROWS_PER_MICRO_BATCH", "SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH"),  # inside
+    ("SEQLEN_BALANCING_BALANCE", "SEQLEN_BALANCING_BALANCE_STEP"),
+    ("SEQLEN_BALANCING_OVER_CAPS", "SEQLEN_BALANCING_OVER_CAP"),  # holds the name
+    ("SEQLEN_BALANCING_VRL", "SEQLEN_BALANCING_VERL"),  # no part matches: the closest spelling
+    ("seqlen_balancing_equal_rows", None),  # not a variable of ours: the prefix is upper case
+])
+def test_a_misspelt_variable_suggests_the_variable_it_starts_or_holds(typo: str, meant: str | None) -> None:
+    if meant is None:
+        assert env_values({typo: "1"}) == {}
+        return
+    with pytest.raises(ValueError, match="is not a seqlen-balancing variable") as caught:
+        env_values({typo: "1"})
+    assert str(caught.value).startswith(
+        f"{typo} is not a seqlen-balancing variable (did you mean {meant}?); they are ")
+
+
+def test_a_misspelt_option_suggests_the_option_it_starts() -> None:
+    _, error = PlanOptions.parse({"equal_rows": True})
+    assert error == UnknownOption("equal_rows", "equal_rows_per_micro_batch")
+    _, error = PlanOptions.parse({"max_samples": 2})
+    assert error == UnknownOption("max_samples", "max_samples_per_micro_batch")
+    _, error = PlanOptions.parse({"xyz": 2})
+    assert error == UnknownOption("xyz", "")

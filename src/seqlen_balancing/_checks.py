@@ -7,6 +7,7 @@ value and what is allowed.
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from collections.abc import Iterable, Sequence
@@ -45,6 +46,43 @@ def _integer_or_none(value: Any) -> int | None:
     except (RuntimeError, NotImplementedError, ValueError):  # e.g. a tensor on the meta device
         return None
     return int(scalar) if isinstance(scalar, numbers.Integral) else None
+
+
+def finite_float(value: int | float) -> float | None:
+    """``value`` as a finite float, or ``None`` where it is infinite, NaN or beyond a float
+    (``10**400``: ``float()`` overflows; no caller may see that ``OverflowError``)."""
+    try:
+        as_float = float(value)
+    except OverflowError:
+        return None
+    return as_float if math.isfinite(as_float) else None
+
+
+def closest_name(word: str, names: Iterable[str], prefix: str = "") -> str | None:
+    """The name of ``names`` that ``word`` most likely misspells, or ``None``. Compared
+    case aside and without ``prefix`` (which every name shares): a name that holds the word
+    whole wins (one that starts with it first, then the shortest: ``EQUAL_ROWS`` is
+    ``EQUAL_ROWS_PER_MICRO_BATCH``), then one the word holds whole (the longest), then
+    difflib's closest (ratio at least 0.6), which alone would take ``EQUAL_ROWS`` for ``VERL``.
+
+    Example:
+        >>> closest_name("X_EQUAL_ROWS", ["X_VERL", "X_EQUAL_ROWS_PER_MICRO_BATCH"], "X_")
+        'X_EQUAL_ROWS_PER_MICRO_BATCH'
+    """
+    def bare(name: str) -> str:
+        return (name[len(prefix):] if name.startswith(prefix) else name).lower()
+
+    by_bare = {bare(name): name for name in names}
+    key = bare(word)
+    if len(key) >= 3:  # a letter or two lies inside too many names to say which
+        holding = sorted((not b.startswith(key), len(b), b) for b in by_bare if key in b)
+        if holding:
+            return by_bare[holding[0][2]]
+        held = sorted((-len(b), b) for b in by_bare if len(b) >= 3 and b in key)
+        if held:
+            return by_bare[held[0][1]]
+    close = difflib.get_close_matches(key, list(by_bare), n=1)
+    return by_bare[close[0]] if close else None
 
 
 def as_switch(value: Any) -> bool | None:

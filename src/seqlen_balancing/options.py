@@ -31,7 +31,6 @@ No torch here: the planner takes a :class:`~seqlen_balancing.PlanOptions` (docs/
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 import os
 import sys
@@ -40,7 +39,15 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, TypedDict
 
-from seqlen_balancing._checks import SWITCH_OFF, SWITCH_ON, _integer_or_none, as_switch, describe
+from seqlen_balancing._checks import (
+    SWITCH_OFF,
+    SWITCH_ON,
+    _integer_or_none,
+    as_switch,
+    closest_name,
+    describe,
+    finite_float,
+)
 from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.errors import (
     Argument,
@@ -320,8 +327,7 @@ class PlanOptions:
             return start, None  # a PlanOptions is checked when made: nothing laid over it
         for name in values:
             if name not in OPTIONS:
-                close = difflib.get_close_matches(str(name), list(OPTIONS), n=1)
-                return start, UnknownOption(str(name), close[0] if close else "")
+                return start, UnknownOption(str(name), closest_name(str(name), OPTIONS) or "")
         merged = {name: getattr(start, name) for name in OPTIONS} | dict(values)
         checked, error = _checked(merged)
         if error is not None:
@@ -502,9 +508,10 @@ def _share(value: Any) -> tuple[float | None, PlanError | None]:
     """A finite number >= 0 as a float (``micro_batch_overhead``), or its error."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None, OverheadNotANumber(detail=describe(value))
-    if not math.isfinite(value) or value < 0:
-        return None, OverheadInvalid(detail=repr(value))
-    return float(value), None
+    as_float = finite_float(value)
+    if as_float is None or as_float < 0:
+        return None, OverheadInvalid(detail=describe(value))
+    return as_float, None
 
 
 def _keys(value: Any) -> tuple[tuple[str, ...] | None, PlanError | None]:
@@ -594,7 +601,7 @@ def env_switch(name: str, text: str) -> bool:
     if word in SWITCH_OFF:
         return False
     raise ValueError(
-        f"{name}={text!r} is not a switch value: it takes 1, true, yes or on, or 0, false, "
+        f"{name}={_quoted(text)} is not a switch value: it takes 1, true, yes or on, or 0, false, "
         "no, off or empty (any case)"
     )
 
@@ -629,7 +636,7 @@ def _env_value(name: str, opt: Option, text: str) -> Any:
         return env_switch(name, text)
     problem = ""
     if opt.kind in (Kind.POSITIVE, Kind.OPTIONAL):
-        number = int(text) if text.lstrip("+").isdigit() else 0
+        number = _whole(text)
         if number >= 1:
             return number
     elif opt.kind is Kind.CHOICE:
@@ -648,7 +655,19 @@ def _env_value(name: str, opt: Option, text: str) -> Any:
             return WorkloadModel.parse(text)
         except (TypeError, ValueError) as exc:
             problem = f" ({exc})"
-    raise ValueError(f"{name}={text!r} is not accepted{problem}: it takes {accepted[opt.kind]}")
+    raise ValueError(f"{name}={_quoted(text)} is not accepted{problem}: it takes {accepted[opt.kind]}")
+
+
+def _whole(text: str) -> int:
+    """The number ``text`` spells in ASCII digits (a leading ``+`` allowed, at most 4,000
+    digits, where ``int()`` would refuse it with its own error), else 0."""
+    digits = text.strip().removeprefix("+")
+    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 4000 else 0
+
+
+def _quoted(text: str, limit: int = 40) -> str:
+    """``text`` quoted for a one-line message, cut to ``limit`` characters."""
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def env_values(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -686,8 +705,8 @@ def env_values(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
             if variable in ENV_SWITCHES:
                 env_switch(variable, text)
             elif variable not in by_env:
-                close = difflib.get_close_matches(variable, known, n=1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
+                close = closest_name(variable, known, ENV_PREFIX)
+                hint = f" (did you mean {close}?)" if close else ""
                 problems.append(f"{variable} is not a seqlen-balancing variable{hint}; they are "
                                 f"{', '.join(known)}")
             elif text.strip():
@@ -703,16 +722,16 @@ def env_values(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
 
 def _positive(text: str) -> int:
-    number = int(text) if text.strip().lstrip("+").isdigit() else 0
+    number = _whole(text)
     if number < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text[:40]!r}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {_quoted(text)}")
     return number
 
 
 def _key_list(text: str) -> tuple[str, ...]:
     keys = tuple(part.strip() for part in text.split(","))
     if not all(keys):
-        raise argparse.ArgumentTypeError(f"must be keys separated by commas, got {text[:40]!r}")
+        raise argparse.ArgumentTypeError(f"must be keys separated by commas, got {_quoted(text)}")
     return keys
 
 
@@ -728,7 +747,7 @@ def _share_text(text: str) -> float | None:
 def _share_flag(text: str) -> float:
     value = _share_text(text)
     if value is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number >= 0")
+        raise argparse.ArgumentTypeError(f"{_quoted(text)} is not a finite number >= 0")
     return value
 
 

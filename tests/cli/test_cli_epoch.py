@@ -11,6 +11,7 @@ its rule; the command's per-step counts, totals and worst steps must equal them.
 from __future__ import annotations
 
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -285,3 +286,22 @@ def test_the_global_column_plans_an_over_cap_row_alone_with_over_cap_alone(
                                 fewest([lengths[i] for i in rows if i not in half]))
                             for half in itertools.combinations(rows, 4)))
     assert [s["global_micro_batches"] for s in result["caps"][0]["steps"]] == expected
+
+
+def test_two_epochs_and_a_help_that_names_only_what_epoch_takes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Issue 46: the header says "2 epochs" (not "epoches"); epoch's help never offers the
+    --batch-size that epoch refuses (its rows per step are --global-batch-size)."""
+    lengths = [50 + (i * 29) % 300 for i in range(40)]
+    code, out, err = run(capsys, "epoch", "--lengths", write(tmp_path, lengths), "--trainer", "sft_trainer",
+                         "--dp-size", "2", "--global-batch-size", "8", "--epochs", "2",
+                         "--max-token-len", "700")
+    assert code == 0, err
+    assert out.splitlines()[0].startswith(f"40 rows from {tmp_path / 'lengths.txt'}; 2 epochs x 5 steps ")
+    code, help_text, _ = run(capsys, "epoch", "--help")
+    assert code == 0
+    assert "--global-batch-size" in help_text
+    assert re.findall(r"(?<![\w-])--batch-size", help_text) == []
+    code, _, err = run(capsys, "epoch", "--trainer", "sft_trainer", "--batch-size", "4")
+    assert code == 2 and "unrecognized arguments: --batch-size 4" in err

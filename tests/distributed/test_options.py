@@ -215,3 +215,25 @@ def test_the_lock_step_choice_on_gloo_ranks(tmp_path: Path) -> None:
         got = [records[rank][number] for rank in range(2)]
         assert [record.get("count") for record in got] == [count, count], got
         assert [record["plan"] for record in got] == plans
+
+
+def test_an_overhead_beyond_a_float_on_one_rank_is_every_ranks_error(tmp_path: Path) -> None:
+    """Issue 46: ``micro_batch_overhead=10**400`` on one rank (``float()`` overflows) and 0.05
+    on the other, on every entry point: both ranks raise the same ValueError naming the
+    option and the rank at fault, through the agreement (no rank left in the collective)."""
+    rounds, want = [], []
+    for odd, entry in ((0, "rearrange"), (1, "prepare"), (1, "dynamic")):
+        values = [10**400 if r == odd else 0.05 for r in range(2)]
+        rounds.append({"ranks": [_call(entry, "micro_batch_overhead", value) for value in values]})
+        want.append(f"rank {odd} of the DP group (global rank {odd}): micro_batch_overhead must be "
+                    "a finite number >= 0 (the "
+                    "fixed cost of one micro-batch as a share of 24576 x max_token_len), got a "
+                    "negative, infinite or NaN value, or one beyond a float; pass e.g. 0.05")
+    rounds.append({"ranks": [_call("rearrange", "micro_batch_overhead", 0.05) for _ in range(2)]})
+    records = _world.run_world(_WORKER, 2, rounds, tmp_path, DEADLINE_S)
+    assert [len(r) for r in records] == [len(rounds)] * 2, records  # no rank stopped or hung
+    for number, message in enumerate(want):
+        got = [records[rank][number] for rank in range(2)]
+        assert [(r.get("raised"), r.get("message")) for r in got] == [("ValueError", message)] * 2, got
+    # the group goes on: 49 tokens a rank fit one micro-batch of 64
+    assert [records[rank][-1].get("count") for rank in range(2)] == [1, 1]

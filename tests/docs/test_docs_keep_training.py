@@ -67,3 +67,26 @@ def test_the_workload_model_variable() -> None:
     maybe = "SEQLEN_BALANCING_DUMMY_MICRO_BATCHES='maybe' is not a switch value"
     with pytest.raises(ValueError, match=maybe):
         options_from_env({"SEQLEN_BALANCING_DUMMY_MICRO_BATCHES": "maybe"})
+
+
+@pytest.mark.torch
+def test_a_dummy_copies_the_cheapest_row_under_the_rule_as_the_page_says() -> None:
+    """Issue 46: the page says the cheapest row under the rule, not the shortest; with
+    ``costs=`` they differ, and on a tie of costs the fewest tokens win."""
+    import torch
+    from tensordict import TensorDict
+
+    from seqlen_balancing import rearrange_micro_batches
+
+    assert "copy of the rank's cheapest real row" in TEXT and "shortest real row" not in TEXT
+    lengths = [6, 2, 4]
+    mask = torch.zeros(3, 6, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        mask[row, :n] = 1
+    batch = TensorDict({"attention_mask": mask, "loss_mask": mask.float()}, batch_size=[3])
+    for keywords, copied in (({"costs": [3, 9, 5]}, 0),  # row 0 costs least, though longest
+                             ({"pad_to_multiple_of": 8}, 1)):  # every row costs 8: the fewest tokens
+        micro_batches, idx = rearrange_micro_batches(batch, 100, num_batches_divided_by=4,
+                                                     dummy_micro_batches=True, **keywords)
+        assert idx[-1] == [] and micro_batches[-1]["loss_mask"].sum() == 0
+        assert micro_batches[-1]["attention_mask"].sum() == lengths[copied], keywords

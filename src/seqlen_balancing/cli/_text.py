@@ -37,10 +37,12 @@ def int_text(text: str) -> int | None:
 
 
 def plural(count: int, noun: str) -> str:
-    """``"1 micro-batch"``, ``"2 micro-batches"``, ``"1 drawn sample"``, ``"3 drawn samples"``."""
+    """``"1 micro-batch"``, ``"2 micro-batches"``, ``"3 drawn samples"``, ``"2 epochs"``."""
     if count == 1:
         return f"{count} {noun}"
-    return f"{count} {noun}{'es' if noun.endswith(('ch', 'sh', 's', 'x')) else 's'}"
+    # a hard "ch" (epoch) takes s
+    sibilant = noun.endswith(("ch", "sh", "s", "x")) and not noun.endswith("epoch")
+    return f"{count} {noun}{'es' if sibilant else 's'}"
 
 
 def pct(value: float) -> str:

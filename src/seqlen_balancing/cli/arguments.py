@@ -95,7 +95,8 @@ def _add_input(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group(
         "input (default: the bundled CHAMP lengths, 256 samples per rank drawn at random)"
     )
-    _add_source(data)
+    _add_source(data, "Without --batch-size every row is used once, in file order, dealt to the DP "
+                "ranks in equal contiguous chunks as verl's dispatch does")
     data.add_argument("--seed", type=int, default=0, help="seed of the random draw (default: 0)")
     data.add_argument(
         "--in-order",
@@ -110,15 +111,14 @@ def _add_input(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_source(data: Any) -> None:
-    """Where the lengths come from (plan, sweep and epoch)."""
+def _add_source(data: Any, rows: str) -> None:
+    """Where the lengths come from (plan, sweep and epoch); ``rows``: how the command uses
+    the file's rows (``--lengths``' help ends with it)."""
     data.add_argument(
         "--lengths",
         metavar="FILE",
         help="a file of lengths or a dataset: one integer per line, a JSON list, JSON Lines, "
-        "or Parquet (extra 'data': pip install 'seqlen-balancing[data]'); '-' reads stdin. "
-        "Without --batch-size every row is used once, in file order, dealt to the DP ranks "
-        "in equal contiguous chunks as verl's dispatch does",
+        "or Parquet (extra 'data': pip install 'seqlen-balancing[data]'); '-' reads stdin. " + rows,
     )
     data.add_argument(
         "--field", metavar="NAME", help="JSON Lines key or Parquet column holding each length (tokens)"
@@ -374,7 +374,8 @@ def _add_epoch(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
         help=f"caps to replay, comma-separated (max_token_len_per_gpu; default: verl's {DEFAULT_SFT_CAP})",
     )
     data = epoch.add_argument_group("input (default: the bundled CHAMP lengths, every row)")
-    _add_source(data)
+    _add_source(data, "Every row is the dataset the trainer's sampler draws each step's "
+                "--global-batch-size rows from")
     run = epoch.add_argument_group("the run (verl's settings; verl's defaults when not given)")
     _add_trainer(run, EPOCH_TRAINERS, "")
     run.add_argument("--dp-size", type=_positive_int, default=DEFAULT_DP_SIZE, metavar="N",

@@ -246,6 +246,8 @@ def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
             "in one micro-batch (the global planner is not modeled: groups of different sizes cannot "
             "give every rank as many rows)"
         )
+    kinds = (["verl"] if args.compare_verl else []) + ([] if args.group_sizes else ["global"])
+    lines += modeled.not_applied_lines(args.options, kinds)
     lines.append(
         "each step: every rank planned with this library's planner and DP agreement (one count "
         "on every rank, as prepare_micro_batches with the DP group)"

@@ -21,7 +21,9 @@ micro_batch_overhead)`` of them.
 * ``library``: the same dealing, each rank planned by the library (the report's plans).
 * ``global``: :func:`~seqlen_balancing.plan_global_batch` on the step's rows in the
   sampler's order, choosing the ranks itself (what ``SEQLEN_BALANCING_BALANCE_STEP=1``
-  runs), under the same options.
+  runs), under every option it takes (:func:`global_keywords`: ``--equal-rows-per-micro-batch``
+  included); the header names those it has no parameter for (:func:`not_applied_lines`:
+  ``--over-cap``, ``--dummy-micro-batches``, ``--no-same-micro-num-in-dp``).
 
 No torch here.
 """
@@ -29,16 +31,17 @@ No torch here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from seqlen_balancing.balance import order_micro_batches
 from seqlen_balancing.lockstep import lock_step_time, micro_batch_fixed_cost, step_time_floor
-from seqlen_balancing.options import PlanOptions
+from seqlen_balancing.options import OPTIONS, PlanOptions
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp, workload
-from seqlen_balancing.step import DEFAULT_MICRO_BATCH_OVERHEAD, plan_step
+from seqlen_balancing.step import DEFAULT_MICRO_BATCH_OVERHEAD, plan_global_batch
 
-__all__ = ["KINDS", "Modeled", "model_step", "overhead_of", "verl_plans"]
+__all__ = ["KINDS", "Modeled", "global_keywords", "model_step", "not_applied", "not_applied_lines",
+           "overhead_of", "verl_plans"]
 
 #: The three kinds of plan, and how the reports name them.
 KINDS = {
@@ -118,26 +121,61 @@ def _timed(kind: str, plans: Plans, loads: list[int], dp: int, fixed: float, uni
                    unit)
 
 
-def _global(lengths: Sequence[int], dp: int, cap: int, options: PlanOptions, overhead: float,
-            loads: list[int], unit: float) -> Modeled:
-    rule: dict[str, Any] = {
-        "use_dynamic_bsz_balance": options.use_dynamic_bsz_balance,
-        "num_batches_divided_by": options.num_batches_divided_by,
-        "min_num_micro_batch": options.min_num_micro_batch,
-        "force_group_size": options.force_group_size,
-        "pad_to_multiple_of": options.pad_to_multiple_of,
-        "micro_batch_multiple_of": options.micro_batch_multiple_of,
-        "padded": options.padded,
-        "max_samples_per_micro_batch": options.max_samples_per_micro_batch,
-        "over_cap": options.over_cap,
-    }
+#: Options no column of the command line can count with: the entries a dummy zeroes.
+_NO_COUNT = ("loss_weight_keys",)
+
+
+#: Options the global planner refuses: it gives every rank real samples and the same count.
+_GLOBAL_REFUSED = ("dummy_micro_batches", "same_micro_num_in_dp")
+
+
+def global_keywords(options: PlanOptions, loads: list[int]) -> dict[str, Any]:
+    """:func:`~seqlen_balancing.plan_global_batch`'s keywords under ``options``: the options
+    themselves but those it refuses (:func:`not_applied` names them), and with a
+    ``--workload-model`` the step's ``workloads``."""
+    taken = replace(options, dummy_micro_batches=False, same_micro_num_in_dp=True, workload_model=None)
+    keywords: dict[str, Any] = {"options": taken}
     if options.workload_model is not None:
-        rule["workloads"] = loads
+        keywords["workloads"] = loads
+    return keywords
+
+
+def not_applied(options: PlanOptions, kind: str) -> list[str]:
+    """The options given (``options.changed()``) that a kind of plan does not take, as
+    flags: ``"global"``, :func:`~seqlen_balancing.plan_global_batch`'s refusals; ``"verl"``,
+    verl 0.9.1's own rule (its parameters only)."""
+    if kind == "global":
+        taken = {name for name in OPTIONS if name not in _GLOBAL_REFUSED}
+    else:
+        taken = {name for name, opt in OPTIONS.items() if opt.verl_parameter}
+    return [f"--no-{OPTIONS[name].flag[2:]}" if value is False else OPTIONS[name].flag
+            for name, value in options.changed().items() if name not in taken and name not in _NO_COUNT]
+
+
+def not_applied_lines(options: PlanOptions, kinds: Sequence[str]) -> list[str]:
+    """The header's lines naming the options given that a column does not plan with."""
+    why = {
+        "global": "the global planner (plan_global_batch refuses them)",
+        "verl": "verl's count (verl 0.9.1's own rule has none of the library's options)",
+    }
+    lines = []
+    for kind in kinds:
+        flags = not_applied(options, kind)
+        if flags:
+            lines.append(f"options not applied to {why[kind]}: {', '.join(flags)}")
+    return lines
+
+
+def _global(lengths: Sequence[int], dp: int, cap: int, options: PlanOptions, fixed: float,
+            loads: list[int], unit: float) -> Modeled:
+    """:func:`~seqlen_balancing.plan_global_batch` on the step under every option it takes
+    (:func:`global_keywords`), in the lock-step model as the other kinds are."""
     try:
-        plan = plan_step(list(lengths), dp, cap, micro_batch_overhead=overhead, **rule)
+        _, micro = plan_global_batch(list(lengths), dp, cap, **global_keywords(options, loads))
     except (TypeError, ValueError) as error:
         return Modeled("global", None, None, None, unit, error=str(error))
-    return Modeled("global", plan.count, plan.step_time, plan.floor, unit)
+    # with equal rows the filler rows are left out, as the lock-step search leaves them
+    return _timed("global", [[list(mb) for mb in rank] for rank in micro], loads, dp, fixed, unit)
 
 
 def model_step(
@@ -174,7 +212,7 @@ def model_step(
         verl = _timed("verl", verl_plans(lengths, dealt, verl_counts, options), loads, dp, fixed, unit)
     else:
         verl = Modeled("verl", None, None, None, unit)
-    whole = (_global(lengths, dp, cap, options, overhead, loads, unit) if whole_step
+    whole = (_global(lengths, dp, cap, options, fixed, loads, unit) if whole_step
              else Modeled("global", None, None, None, unit))
     return [verl, _timed("library", library, loads, dp, fixed, unit), whole]
 

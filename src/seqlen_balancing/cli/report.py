@@ -378,7 +378,9 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
         )
     if _other_options(args):
         lines.append("options: " + ", ".join(f"{k}={v}" for k, v in _other_options(args).items()))
-    return lines
+    kinds = (["verl"] if args.compare_verl else []) + (
+        ["global"] if getattr(args, "command", None) == "plan" and not sizes else [])
+    return lines + modeled.not_applied_lines(args.options, kinds)
 
 
 def step_text(dp_size: int, args: argparse.Namespace) -> str:

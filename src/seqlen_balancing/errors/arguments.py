@@ -231,11 +231,11 @@ class OverheadNotANumber(PlanError):
 
 @dataclass(frozen=True)
 class OverheadInvalid(PlanError):
-    """``micro_batch_overhead`` is negative, infinite or NaN."""
+    """``micro_batch_overhead`` is negative, infinite, NaN or beyond a float (``10**400``)."""
 
     def text(self) -> str:
         return (
             "micro_batch_overhead must be a finite number >= 0 (the fixed cost of one "
             "micro-batch as a share of 24576 x max_token_len), got a negative, infinite or NaN "
-            "value; pass e.g. 0.05"
+            "value, or one beyond a float; pass e.g. 0.05"
         )

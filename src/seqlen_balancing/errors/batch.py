@@ -281,7 +281,6 @@ class LossWeightKeysNotKeys(PlanError):
         )
 
 
-@record
 @dataclass(frozen=True)
 class PrefixTreeAsked(PlanError):
     """The batch sets ``key`` (verl's ``use_prefix_tree``): a mode of micro-batches the
