@@ -5,13 +5,12 @@ that survived ``mutmut`` before these tests; see README, Development)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
 import seqlen_balancing.agreement as agreement
 from error_examples import EXAMPLES
-from seqlen_balancing import karmarkar_karp, plan_micro_batches
+from seqlen_balancing import plan_micro_batches
 from seqlen_balancing.agreement import (
     LAYOUT,
     VECTOR_SIZE,
@@ -21,7 +20,9 @@ from seqlen_balancing.agreement import (
     decode,
     encode,
     plan_data_parallel,
+    plan_ranks,
 )
+from seqlen_balancing.data import load_champ_lengths
 from seqlen_balancing.errors import (
     RECORDS,
     Argument,
@@ -61,49 +62,13 @@ REQUEST_NAMES = [
 ]
 ROWS_WINDOW = 32  # equal_rows_per_micro_batch: the rows (27-58) and tolerances (59-90) of 32 counts
 FIXED = 91  # slots before the request's pairs
-WINDOW_AT = FIXED + 2 * len(REQUEST_NAMES)  # the lock-step window (window.py) after them:
-# 2 counts, 2 negated counts, 2 x 16 profile values, 2 x 16 verl's, 32 fit flags, 1 rank workload
-SIZE = WINDOW_AT + 2 + 2 + 32 + 32 + 32 + 1
+SIZE = FIXED + 2 * len(REQUEST_NAMES)  # the request's pairs are the last slots
 #: micro_batch_overhead=0.05 (the default) travels hashed, as any float does
 OVERHEAD = agreement.request_value(0.05)
 
 
 def workload(s: int) -> int:
     return 24576 * s + s * s
-
-
-def window(lengths: list[int], cap: int, counts: list[int], step: int = 1, **options: Any) -> dict[int, int]:
-    """The window's slots of a rank planning ``counts`` (window.py's docstring): slot
-    ``(c / step) % 2`` holds c, -c, the plan's micro-batch workloads heaviest first and
-    Karmarkar-Karp's where it fits, zeros after them; then the fit flags of the counts
-    ``counts[0]`` to ``32 x step`` and the samples (0 fits, 2 does not: a part over the
-    cap or, with the options, over the sample limit or padded over the cap; 1 after them)
-    at ``c / step - 1``, and the rank's total workload."""
-    limit, padded = options.get("max_samples_per_micro_batch"), options.get("padded", False)
-
-    def kk_fits(c: int) -> tuple[bool, list[list[int]]]:
-        if c > len(lengths):
-            return False, []
-        kk = karmarkar_karp([workload(x) for x in lengths], c, equal_size=False)
-        ok = all(sum(lengths[j] for j in part) <= cap and (limit is None or len(part) <= limit)
-                 and (not padded or len(part) * max(lengths[j] for j in part) <= cap) for part in kk)
-        return ok, kk
-
-    out: dict[int, int] = {}
-    for c in counts:
-        i = (c // step) % 2
-        plan = plan_micro_batches(lengths, cap, num_micro_batches=c, num_batches_divided_by=step, **options)
-        fits, kk = kk_fits(c)
-        out[WINDOW_AT + i], out[WINDOW_AT + 2 + i] = c, -c
-        for name, parts in ((4, plan), (36, kk if fits else [])):
-            loads = sorted((sum(workload(lengths[j]) for j in p) for p in parts), reverse=True)
-            for k, load in enumerate(loads):
-                out[WINDOW_AT + name + 16 * i + k] = load
-    # no flags where verl's rule does not apply (a sample limit, padded)
-    for c in range(counts[0], min(32 * step, len(lengths)) + 1 if not options else 0, step):
-        out[WINDOW_AT + 68 + c // step - 1] = 0 if kk_fits(c)[0] else 2
-    out[WINDOW_AT + 100] = sum(workload(x) for x in lengths)
-    return out
 
 
 def request(cap: int | None, **changed: int) -> list[int | None]:
@@ -124,7 +89,6 @@ def model_vector(
     largest: int = 0,
     dummies: bool = False,
     asked: list[int | None] | None = None,
-    planned: dict[int, int] | None = None,
 ) -> list[int]:
     """The slots as agreement.py's docstring lays them out, written out by hand: 0 the error
     key, 1-18 the error's 9 values in halves, then count (19), groups (20), mode (21, 22),
@@ -134,14 +98,9 @@ def model_vector(
     (needed count, groups); ``largest`` the longest sample or group (capped at 2**62 + 1,
     which stands for "above 2**62"); ``dummies``: the rank may run dummy micro-batches, so
     its groups go to slot 26, not 20; ``asked``: the request's values (``None``: the rank
-    states none, every pair idle); ``planned``: the window's slots (:func:`window`; else
-    idle: the negated counts 2**62, the fit flags 1, the rest 0)."""
+    states none, every pair idle)."""
     tag = MASK - rank
     v = [0] * SIZE
-    v[WINDOW_AT + 2], v[WINDOW_AT + 3] = -NONE, -NONE
-    v[WINDOW_AT + 68 : WINDOW_AT + 100] = [1] * 32  # fit flags idle: not known
-    for at, value in (planned or {}).items():
-        v[at] = value
     v[25] = min(largest, 2**62 + 1)
     v[26] = NONE
     v[27 + ROWS_WINDOW : 27 + 2 * ROWS_WINDOW] = [NONE] * ROWS_WINDOW
@@ -185,13 +144,10 @@ def test_the_layout_is_declared_once_and_documented_by_name() -> None:
     fixed = ["error_key", "error_values", "count", "groups", "mode", "neg_mode", "static",
              "neg_static", "largest", "dummy_groups", "rows", "neg_rows_tolerance"]
     pairs = [f"{neg}option_{name}" for name in REQUEST_NAMES for neg in ("", "neg_")]
-    windows = ["window_count", "neg_window_count", "profile", "verl_profile", "fit_flags",
-               "rank_workload"]
-    assert names == fixed + pairs + windows
-    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 228
+    assert names == fixed + pairs
+    assert VECTOR_SIZE == LAYOUT.size == sum(slot.width for slot in LAYOUT.slots) == SIZE == 127
     assert [LAYOUT.start(n) for n in fixed] == [0, 1, 19, 20, 21, 22, 23, 24, 25, 26, 27, 59]
-    assert [LAYOUT.start(n) for n in pairs] == list(range(FIXED, WINDOW_AT))
-    assert [LAYOUT.start(n) for n in windows] == [WINDOW_AT + k for k in (0, 2, 4, 36, 68, 100)]
+    assert [LAYOUT.start(n) for n in pairs] == list(range(FIXED, SIZE))
     assert [name for name, _, _ in agreement.REQUEST] == REQUEST_NAMES
     doc = agreement.__doc__ or ""
     assert [n for n in fixed if f"``{n}``" not in doc] == []  # every slot named as declared
@@ -218,25 +174,15 @@ def test_rank_range_is_inclusive_of_the_last_rank() -> None:
 def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
     # Dynamic: [8, 8, 1] under a cap of 9 needs 2 micro-batches of 3 samples.
     assert encode(analyse([8, 8, 1], 9), rank) == model_vector(
-        rank, dynamic=(2, 3), largest=8, asked=request(9), planned=window([8, 8, 1], 9, [2, 3]))
+        rank, dynamic=(2, 3), largest=8, asked=request(9))
     five = analyse([1] * 5, 9, PlanOptions(num_batches_divided_by=3))
-    # its own count 1 rounds up to 3; 6 is above its 5 samples: one count planned
     assert encode(five, rank) == model_vector(
-        rank, dynamic=(1, 5), largest=1, asked=request(9, num_batches_divided_by=3),
-        planned=window([1] * 5, 9, [3], step=3))
+        rank, dynamic=(1, 5), largest=1, asked=request(9, num_batches_divided_by=3))
     # the static path states no request (its options do not act there)
     assert encode(analyse([1], 4), rank, static_count=7) == model_vector(rank, static=7, largest=1)
     grouped = analyse([3, 4, 9, 1], 20, PlanOptions(force_group_size=2))  # groups of 7 and 10 tokens
-    g0, g1 = workload(3) + workload(4), workload(9) + workload(1)  # 172057, 245842
-    # count 1 in slot 1 (both groups), count 2 in slot 0 (heaviest first); both fit
-    grouped_window = {WINDOW_AT: 2, WINDOW_AT + 1: 1, WINDOW_AT + 2: -2, WINDOW_AT + 3: -1,
-                      WINDOW_AT + 4: g1, WINDOW_AT + 5: g0, WINDOW_AT + 20: g0 + g1,
-                      WINDOW_AT + 36: g1, WINDOW_AT + 37: g0, WINDOW_AT + 52: g0 + g1,
-                      # fit flags: counts 1 and 2 fit (0); 3 to 32, above the 2 groups, idle
-                      WINDOW_AT + 68: 0, WINDOW_AT + 69: 0, WINDOW_AT + 100: g0 + g1}
     assert encode(grouped, rank) == model_vector(
-        rank, dynamic=(1, 2), largest=10, asked=request(20, force_group_size=2),
-        planned=grouped_window)
+        rank, dynamic=(1, 2), largest=10, asked=request(20, force_group_size=2))
     every = PlanOptions(min_num_micro_batch=2, use_dynamic_bsz_balance=False, pad_to_multiple_of=4,
                         micro_batch_multiple_of=8, over_cap="alone", dummy_micro_batches=True)
     costly = analyse([3, 4, 9], 40, every, costs=[1, 2, 3], workloads=[5, 6, 7])
@@ -247,8 +193,7 @@ def test_the_whole_vector_matches_the_documented_layout(rank: int) -> None:
                                                 asked=asked)
     limited = analyse([3, 4, 9], 40, PlanOptions(max_samples_per_micro_batch=2, padded=True))
     assert encode(limited, rank) == model_vector(
-        rank, dynamic=(2, 3), largest=9, asked=request(40, max_samples_per_micro_batch=2, padded=1),
-        planned=window([3, 4, 9], 40, [2, 3], max_samples_per_micro_batch=2, padded=True))
+        rank, dynamic=(2, 3), largest=9, asked=request(40, max_samples_per_micro_batch=2, padded=1))
     over = analyse([3, 40, 9], 20)  # the longest sample (40) travels with the error
     assert over.error is not None
     assert encode(over, rank) == model_vector(rank, error=over.error, largest=40, asked=request(20))
@@ -311,7 +256,6 @@ def test_every_slot_is_int64_even_for_huge_values() -> None:
     for vector in vectors:
         assert all(INT64[0] <= value <= INT64[1] for value in vector), vector
     # 2**41 - 1 is the largest divisor the vector carries; one more is the rank's own error.
-    # (its window would start at 2**41 - 1 micro-batches, far above 16: none planned)
     assert vectors[4] == model_vector(3, dynamic=(1, 2), largest=2,
                                       asked=request(4, num_batches_divided_by=(1 << 41) - 1))
     assert vectors[5][0] == (MASK - 3) << CODE_BITS | CountAboveGroups.code
@@ -443,6 +387,39 @@ def test_plan_data_parallel_passes_every_setting_on() -> None:
     assert [len(p) for p in plan_data_parallel(lengths, 10, num_batches_divided_by=4)] == [4, 4]
 
 
+#: CHAMP steps (whole conversations, clipped to the cap) as (ranks, samples per rank, cap,
+#: num_batches_divided_by, first row): the 2 x 32 ones are where the ranks' plans once ran
+#: at more micro-batches than any rank needed alone (8 -> 9, 10 -> 11, 11 -> 12, 8 -> 9).
+CHAMP_STEPS = [(2, 32, 4096, 1, 384), (2, 32, 4096, 1, 512), (2, 32, 4096, 1, 1280),
+               (2, 32, 4096, 1, 1984), (4, 32, 4096, 3, 3200), (4, 24, 8192, 2, 6000)]
+
+
+def champ_step(ranks: int, per: int, cap: int, first: int) -> list[list[int]]:
+    rows = [min(cap, s) for s in load_champ_lengths()[first : first + ranks * per]]
+    return [rows[r * per : (r + 1) * per] for r in range(ranks)]
+
+
+@pytest.mark.parametrize(("ranks", "per", "cap", "divisor", "first"), CHAMP_STEPS)
+def test_the_agreed_count_is_the_largest_count_a_rank_needs_alone(
+    ranks: int, per: int, cap: int, divisor: int, first: int
+) -> None:
+    lengths = champ_step(ranks, per, cap, first)
+    # the oracle: each rank planned alone, the largest count rounded up to the divisor
+    own = max(len(plan_micro_batches(rank, cap)) for rank in lengths)
+    expected = -(-own // divisor) * divisor
+    options = PlanOptions(num_batches_divided_by=divisor)
+    planned = plan_ranks(lengths, cap, options)
+    assert [len(rank.plan) for rank in planned] == [expected] * ranks
+    assert [len(plan) for plan in plan_data_parallel(lengths, cap, options=options)] == [expected] * ranks
+    # without verl's order the agreed ranks run their micro-batches heaviest first
+    off = plan_data_parallel(lengths, cap, options=options, use_dynamic_bsz_balance=False)
+    for rank, plan in zip(lengths, off, strict=True):
+        assert len(plan) == expected
+        loads = [sum(workload(rank[i]) for i in part) for part in plan]
+        assert loads == sorted(loads, reverse=True)
+        assert sorted(i for part in plan for i in part) == list(range(per))
+
+
 def test_plan_data_parallel_orders_as_verl_by_default() -> None:
     # Workloads grow with the index: balanced order puts the lightest at both ends.
     # verl 0.9.1: by workload descending [3], [2], [1], [0]; positions 0, 2 reversed
@@ -452,7 +429,7 @@ def test_plan_data_parallel_orders_as_verl_by_default() -> None:
     in_order = [[[0], [1], [2], [3]]] * 2
     assert plan_data_parallel(lengths, 4, min_num_micro_batch=4) == balanced
     # without verl's order, ranks that agree line their micro-batches up heaviest first
-    # (window.py: index k about the same workload on every rank); alone, by first index
+    # (index k about the same workload on every rank); alone, by first index
     heaviest_first = [[[3], [2], [1], [0]]] * 2
     assert plan_data_parallel(lengths, 4, min_num_micro_batch=4,
                               use_dynamic_bsz_balance=False) == heaviest_first

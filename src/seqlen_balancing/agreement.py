@@ -107,7 +107,6 @@ from seqlen_balancing.planner import (
     log_over_cap,
 )
 from seqlen_balancing.rows import ROWS_WINDOW
-from seqlen_balancing.window import FLAGS, PROFILE, UNKNOWN, WINDOW, Choice, choose, encode_window, settle
 
 __all__ = [
     "LAYOUT",
@@ -120,7 +119,6 @@ __all__ = [
     "combine",
     "decode",
     "encode",
-    "lockstep_choice",
     "plan_data_parallel",
     "plan_ranks",
     "request_value",
@@ -206,12 +204,6 @@ LAYOUT = Layout(
     Slot("neg_rows_tolerance", ROWS_WINDOW, idle=_NO_GROUPS),
     *(slot for name, _, _ in REQUEST
       for slot in (Slot(f"option_{name}"), Slot(f"neg_option_{name}", idle=_NO_GROUPS))),
-    Slot("window_count", WINDOW),
-    Slot("neg_window_count", WINDOW, idle=-_NO_GROUPS),
-    Slot("profile", WINDOW * PROFILE),
-    Slot("verl_profile", WINDOW * PROFILE),
-    Slot("fit_flags", FLAGS, idle=UNKNOWN),
-    Slot("rank_workload"),
 )
 
 #: Length of the int64 vector each rank contributes.
@@ -221,9 +213,6 @@ _KEY, _VALUES, _COUNT, _GROUPS = (LAYOUT.start(n) for n in ("error_key", "error_
 _MODE, _NEG_MODE = LAYOUT.start("mode"), LAYOUT.start("neg_mode")
 _STATIC, _NEG_STATIC = LAYOUT.start("static"), LAYOUT.start("neg_static")
 _LARGEST, _DUMMY_GROUPS = LAYOUT.start("largest"), LAYOUT.start("dummy_groups")
-_WINDOW = {name: LAYOUT.start(name) for name in
-           ("window_count", "neg_window_count", "profile", "verl_profile", "fit_flags",
-            "rank_workload")}
 _ROWS, _NEG_TOLERANCE = LAYOUT.start("rows"), LAYOUT.start("neg_rows_tolerance")
 _REQUEST = tuple(
     (LAYOUT.start(f"option_{name}"), LAYOUT.start(f"neg_option_{name}")) for name, _, _ in REQUEST
@@ -335,7 +324,6 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
         vector[_STATIC] = static_count << _RANK_BITS | tag
         vector[_NEG_STATIC] = -static_count << _RANK_BITS | tag
         return vector
-    encode_window(vector, _WINDOW, analysis)
     vector[_COUNT] = analysis.needed_count << _RANK_BITS | tag
     groups = _DUMMY_GROUPS if analysis.dummy_micro_batches else _GROUPS
     vector[groups] = -analysis.n_groups << _RANK_BITS | tag
@@ -480,22 +468,6 @@ def decode(
     return count, None, None
 
 
-def lockstep_choice(reduced: Sequence[int], count: int, analysis: RankAnalysis) -> Choice:
-    """The DP group's lock-step choice (:func:`~seqlen_balancing.window.choose`) at the
-    agreed ``count``, with this rank's options (the same on every rank, or the mismatch
-    error came first), recorded on ``analysis`` for
-    :func:`~seqlen_balancing.planner.build_plan` (:func:`~seqlen_balancing.window.settle`)."""
-    options = analysis.options
-    if (options is None or analysis.error is not None or analysis.dummy_micro_batches
-            or options.equal_rows_per_micro_batch):
-        return Choice(count)
-    fewest = -_split(reduced[_GROUPS])[0]
-    choice = choose(reduced, _WINDOW, count, fewest, analysis.num_batches_divided_by,
-                    analysis.requested_max_token_len, options.micro_batch_overhead)
-    settle(analysis, choice)
-    return choice
-
-
 def agreed_rows(reduced: Sequence[int], count: int) -> int:
     """The rows every micro-batch holds under ``equal_rows_per_micro_batch`` at the agreed
     ``count`` (the largest any rank needs there), from the reduced vector; 0 when no rank
@@ -567,7 +539,7 @@ def plan_ranks(
             raise error.exception()
         for a in analyses:
             a.agreed_rows = agreed_rows(reduced, count)
-        plans = [build_plan(a, lockstep_choice(reduced, count, a).count, balance) for a in analyses]
+        plans = [build_plan(a, count, balance, agreed=True) for a in analyses]
     else:
         plans = [build_plan(a, local_count(a, rank), balance) for rank, a in enumerate(analyses)]
     for rank, a in enumerate(analyses):

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from seqlen_balancing._checks import as_switch
-from seqlen_balancing.agreement import agreed_rows, decode, encode, lockstep_choice
+from seqlen_balancing.agreement import agreed_rows, decode, encode
 from seqlen_balancing.errors import NotInGroup, PlanError
 from seqlen_balancing.planner import RankAnalysis
 
@@ -164,9 +164,8 @@ def agree(
     Returns:
         ``(count, None, None)`` or ``(0, error, rank at fault or None)``; identical on every
         rank. The count is the largest any rank needs, rounded up to
-        ``num_batches_divided_by`` (which must be the same on every rank, else an error),
-        or the lock-step choice above it (:mod:`seqlen_balancing.window`, recorded on
-        ``analysis`` for its plan); on the static path, the common static count. The
+        ``num_batches_divided_by`` (which must be the same on every rank, else an error);
+        on the static path, the common static count. The
         error names the DP group rank and the global rank at fault.
 
     Complexity: one collective of :data:`~seqlen_balancing.agreement.VECTOR_SIZE` int64
@@ -186,6 +185,4 @@ def agree(
         return count, error, rank_at_fault
     # equal_rows_per_micro_batch: the rows every micro-batch holds, read by build_plan
     analysis.agreed_rows = agreed_rows(reduced, count)
-    # the lock-step choice, the same on every rank: the count, and this rank's plan at it
-    # (none under equal rows: its window of rows is planned at the agreed count)
-    return lockstep_choice(reduced, count, analysis).count, None, None
+    return count, None, None
