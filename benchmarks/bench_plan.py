@@ -306,7 +306,7 @@ def main() -> None:
     for name, lengths, cap, with_retry in bench_cases(args.quick):
         print(case_row(name, lengths, cap, repeat, with_retry), flush=True)
 
-    print("\nWith a DP group (plan_data_parallel; issue 31's lock-step window): CPU ms per rank")
+    print("\nWith a DP group (plan_data_parallel): CPU ms per rank")
     print(f"{'case':<12}{'ranks':>6}{'n':>7}{'cap':>7}{'counts':>8}{'ms per rank':>14}")
     for row in dp_rows(args.quick, repeat):
         print(row, flush=True)

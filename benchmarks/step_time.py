@@ -37,9 +37,8 @@ sizes, each part lightest at both ends; then the dispatch's equal contiguous chu
 :func:`seqlen_balancing.cli.trainers.balance_order`). Each dealing is planned rank by rank
 with one count on every rank, by ``verl`` (verl 0.9.1's own rule,
 :mod:`seqlen_balancing.verl_rule`: its count, Karmarkar-Karp at it, verl's order) and by
-``library`` (:func:`~seqlen_balancing.plan_data_parallel` with ``micro_batch_overhead=f``:
-the ranks choose their count and order for the step, :mod:`seqlen_balancing.window`; its
-count column is at ``f = 0.05``). ``global``:
+``library`` (:func:`~seqlen_balancing.plan_data_parallel`: each rank at the agreed count,
+the largest any rank needs alone, whatever ``f``). ``global``:
 :func:`~seqlen_balancing.plan_global_batch` on the whole step, which chooses the
 assignment itself (its count may depend on ``f``; the count column is at ``f = 0.05``, the
 default). ``bound``: ``ceil(B / dp)`` summed over the steps, ``B`` the best lower bound of
@@ -115,10 +114,8 @@ def ppo_deal(lengths: list[int], dp: int) -> list[list[int]]:
     return [order[r * size : (r + 1) * size] for r in range(dp)]
 
 
-def library_per_rank(lengths: list[int], dealt: list[list[int]], cap: int,
-                     overhead: float = DEFAULT_MICRO_BATCH_OVERHEAD) -> Plans:
-    plans = plan_data_parallel([[lengths[i] for i in rows] for rows in dealt], cap,
-                               micro_batch_overhead=overhead)
+def library_per_rank(lengths: list[int], dealt: list[list[int]], cap: int) -> Plans:
+    plans = plan_data_parallel([[lengths[i] for i in rows] for rows in dealt], cap)
     return [[[rows[i] for i in mb] for mb in plan] for rows, plan in zip(dealt, plans, strict=True)]
 
 
@@ -190,9 +187,7 @@ def setting(lengths_all: list[int], dp: int, per: int, cap: int, steps: int
         bound_total += bound
         for name, dealt in (("SFT", sft_deal(len(lengths), dp)), ("PPO", ppo_deal(lengths, dp))):
             tallies[f"verl, {name}"].add(verl_per_rank(lengths, dealt, cap), workloads, cap, bound)
-            for f in OVERHEADS:  # the ranks choose their count and order with f (window.py)
-                tallies[f"library, {name}"].add(library_per_rank(lengths, dealt, cap, f), workloads, cap,
-                                                bound, overhead=f)
+            tallies[f"library, {name}"].add(library_per_rank(lengths, dealt, cap), workloads, cap, bound)
         for f, plan in plans.items():
             tallies["global"].add(plan.rank_micro_batches, workloads, cap, bound, overhead=f)
         outcomes.append(({f: plan.count for f, plan in plans.items()}, bound))

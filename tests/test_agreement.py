@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from seqlen_balancing import plan_micro_batches
 from seqlen_balancing.agreement import (
     LAYOUT,
     VECTOR_SIZE,
@@ -23,9 +24,11 @@ from seqlen_balancing.agreement import (
     fingerprint,
     needs_reports,
     plan_data_parallel,
+    plan_ranks,
     report,
     settings_of,
 )
+from seqlen_balancing.data import load_champ_lengths
 from seqlen_balancing.errors import (
     CountAboveGroups,
     LengthSource,
@@ -67,6 +70,10 @@ def model_vector(rank: int, printed: int | None, error: bool = False, dynamic: t
     v[10 if dummies else 4] = -groups * 2**20 + tag
     v[5], v[6] = 1 * 2**20 + tag, -1 * 2**20 + tag
     return v
+
+
+def workload(s: int) -> int:
+    return 24576 * s + s * s
 
 
 def verdict(analyses: list[RankAnalysis], global_rank: Callable[[int], int] | None = None,
@@ -267,6 +274,39 @@ def test_plan_data_parallel_passes_every_setting_on() -> None:
         assert all(set(part) in ({0, 1}, {2, 3}, {4, 5}, {0, 1, 2, 3}, {2, 3, 4, 5}) for part in plan)
     assert [len(p) for p in plan_data_parallel(lengths, 10, min_num_micro_batch=4)] == [4, 4]
     assert [len(p) for p in plan_data_parallel(lengths, 10, num_batches_divided_by=4)] == [4, 4]
+
+
+#: CHAMP steps (whole conversations, clipped to the cap) as (ranks, samples per rank, cap,
+#: num_batches_divided_by, first row): the 2 x 32 ones are where the ranks' plans once ran
+#: at more micro-batches than any rank needed alone (8 -> 9, 10 -> 11, 11 -> 12, 8 -> 9).
+CHAMP_STEPS = [(2, 32, 4096, 1, 384), (2, 32, 4096, 1, 512), (2, 32, 4096, 1, 1280),
+               (2, 32, 4096, 1, 1984), (4, 32, 4096, 3, 3200), (4, 24, 8192, 2, 6000)]
+
+
+def champ_step(ranks: int, per: int, cap: int, first: int) -> list[list[int]]:
+    rows = [min(cap, s) for s in load_champ_lengths()[first : first + ranks * per]]
+    return [rows[r * per : (r + 1) * per] for r in range(ranks)]
+
+
+@pytest.mark.parametrize(("ranks", "per", "cap", "divisor", "first"), CHAMP_STEPS)
+def test_the_agreed_count_is_the_largest_count_a_rank_needs_alone(
+    ranks: int, per: int, cap: int, divisor: int, first: int
+) -> None:
+    lengths = champ_step(ranks, per, cap, first)
+    # the oracle: each rank planned alone, the largest count rounded up to the divisor
+    own = max(len(plan_micro_batches(rank, cap)) for rank in lengths)
+    expected = -(-own // divisor) * divisor
+    options = PlanOptions(num_batches_divided_by=divisor)
+    planned = plan_ranks(lengths, cap, options)
+    assert [len(rank.plan) for rank in planned] == [expected] * ranks
+    assert [len(plan) for plan in plan_data_parallel(lengths, cap, options=options)] == [expected] * ranks
+    # without verl's order the agreed ranks run their micro-batches heaviest first
+    off = plan_data_parallel(lengths, cap, options=options, use_dynamic_bsz_balance=False)
+    for rank, plan in zip(lengths, off, strict=True):
+        assert len(plan) == expected
+        loads = [sum(workload(rank[i]) for i in part) for part in plan]
+        assert loads == sorted(loads, reverse=True)
+        assert sorted(i for part in plan for i in part) == list(range(per))
 
 
 def test_plan_data_parallel_orders_as_verl_by_default() -> None:

@@ -42,9 +42,8 @@ LAYERS: list[tuple[str, ...]] = [
     # equal rows per micro-batch: the filled rule and its count search, under the planner
     ("rows",),
     ("planner", "verl_rule"),
-    # the whole step across DP ranks: the lock-step model and grid, then the global planner;
-    # the lock-step choice of a DP group's per-rank plans
-    ("lockstep", "step", "window"),
+    # the whole step across DP ranks: the lock-step model and grid, then the global planner
+    ("lockstep", "step"),
     ("agreement",),
     ("distributed",),
     ("batch", "sampler"),

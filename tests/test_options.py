@@ -390,7 +390,7 @@ def test_an_overhead_beyond_a_float_is_refused_like_any_bad_value(value: int) ->
     assert error is not None and error.message().startswith(OVERHEAD_REFUSED)
     with pytest.raises(ValueError, match=r"^micro_batch_overhead must be a finite number \>= 0") as caught:
         seqlen_balancing.plan_global_batch([5, 9, 3, 12], 2, 64, micro_batch_overhead=value)
-    assert len(str(caught.value)) < 200
+    assert len(str(caught.value)) < 300
     # the largest float is still a number: refused only beyond it
     assert PlanOptions(micro_batch_overhead=2**1023).micro_batch_overhead == float(2**1023)
 

@@ -526,7 +526,7 @@ def plan_ranks(
     balance = given.use_dynamic_bsz_balance
     if given.same_micro_num_in_dp:
         count = agree_in_process(analyses)
-        plans = [build_plan(a, count, balance) for a in analyses]
+        plans = [build_plan(a, count, balance, agreed=True) for a in analyses]
     else:
         plans = [build_plan(a, local_count(a, rank), balance) for rank, a in enumerate(analyses)]
     for rank, a in enumerate(analyses):

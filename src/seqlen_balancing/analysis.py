@@ -125,11 +125,6 @@ class RankAnalysis:
     members: list[list[int]] | None = field(default=None, repr=False)
     group_labels: list[str] = field(default_factory=list, repr=False)
     custom_groups: bool = False
-    # The DP group's lock-step choice (seqlen_balancing.window): the count and the groups of
-    # each micro-batch this rank runs at it, aligned with the other ranks by workload.
-    lockstep: tuple[int, list[list[int]]] | None = field(default=None, repr=False)
-    # What this rank planned before the agreement at its window of counts (window.Window).
-    window: Any = field(default=None, repr=False)
     equal_rows: int = 0
     rows_tolerance: int = 0
     agreed_rows: int = 0

@@ -293,9 +293,10 @@ class PlanOptions:
         0.05, kind=Kind.SHARE, argument=Argument.MICRO_BATCH_OVERHEAD,
         flag="--micro-batch-overhead", env="SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD",
         batch_key="micro_batch_overhead",
-        doc="the fixed cost of one micro-batch, a share of 24576 x max_token_len: with a DP "
-        "group, the count and order that lower the lock-step step time (docs/step-time.md)",
-        verl=_DYNAMIC_PATH + " with a DP group (the count between the bound and verl's, the order)",
+        doc="the fixed cost of one micro-batch, a share of 24576 x max_token_len, in the "
+        "lock-step model: plan_global_batch's count, the balanced sampler, the reports "
+        "(docs/step-time.md); a rank's own plan is at the fewest, whatever its value",
+        verl="no verl 0.9.1 code: what plan_global_batch, the sampler and the reports model",
     )
 
     def __post_init__(self) -> None:

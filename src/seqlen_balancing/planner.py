@@ -447,19 +447,13 @@ def local_count(result: RankAnalysis, rank: int | None = None) -> int:
 
 
 
-def _balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
-    if result._rest is not None or count == result.n_groups or result.rule is None:
-        return balanced_bins(result, count, None)  # no Karmarkar-Karp there
-    return balanced_bins(result, count, _fitting_kk(result, count))
-
-
-def balanced_bins(result: RankAnalysis, count: int, verl: list[list[int]] | None) -> list[list[int]]:
-    """The groups of each of ``count`` best-balanced micro-batches (unordered), ``verl``
-    (verl's Karmarkar-Karp partition at ``count``, or ``None``) among the candidates."""
+def balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
+    """The groups of each of ``count`` best-balanced micro-batches (unordered), verl's
+    Karmarkar-Karp partition at ``count`` among the candidates where it fits."""
     if result._rest is not None:  # over-cap groups alone, the others balanced around them
         over, index = result.over_cap_groups, result._rest_index
         left = count - len(over)
-        rest = _balanced_bins(result._rest, left) if left else []
+        rest = balanced_bins(result._rest, left) if left else []
         return [[g] for g in over] + [[index[j] for j in b] for b in rest]
     if count == result.n_groups:
         return [[g] for g in range(count)]
@@ -467,13 +461,14 @@ def balanced_bins(result: RankAnalysis, count: int, verl: list[list[int]] | None
         raise ValueError("an analysis without a rule has no plan")
     # verl's own partition at this count whenever it fits: at verl's count it always does,
     # so the plan is never less balanced than verl's (its candidate wins ties).
+    verl = _fitting_kk(result, count)
     return balanced(result.rule, result.group_workloads, result._packing, count, verl)
 
 
 @paused_collector
 def build_plan(
     result: RankAnalysis, count: int, use_dynamic_bsz_balance: bool = True,
-    rows: int | None = None,
+    rows: int | None = None, *, agreed: bool = False,
 ) -> list[list[int]]:
     """The best-balanced plan with exactly ``count`` micro-batches, ordered.
 
@@ -497,6 +492,10 @@ def build_plan(
         count: micro-batches, ``result.min_count <= count <= result.n_groups`` (or above
             ``n_groups`` with ``dummy_micro_batches``).
         use_dynamic_bsz_balance: order as :func:`order_micro_batches` describes.
+        agreed: ``count`` was agreed with a DP group, whose ranks run their micro-batches
+            in lock-step: without ``use_dynamic_bsz_balance`` they go heaviest first, so
+            that index ``k`` weighs about the same on every rank (verl's balanced order
+            already sorts by workload the same way on every rank).
         rows: with ``equal_rows_per_micro_batch``, the rows of every micro-batch (``None``:
             the DP group's agreed rows, else the rank's own); the plan is then balanced
             under :func:`~seqlen_balancing.rows.rows_rule` and each list is a
@@ -517,7 +516,7 @@ def build_plan(
     if result.rows_window:
         at = rows_for(result, count)
         wanted = rows or result.agreed_rows or at.rows
-        plan = build_plan(rows_view(result, at, wanted), count, use_dynamic_bsz_balance)
+        plan = build_plan(rows_view(result, at, wanted), count, use_dynamic_bsz_balance, agreed=agreed)
         return list(filled_plan(result, plan, wanted))
     if result.agreed_rows and not result.n_samples and result.dummy_micro_batches:
         return list(empty_rank_plan(count, result.agreed_rows))  # the group's rows, as dummies
@@ -527,8 +526,7 @@ def build_plan(
             f"count must be in {result.min_count}..{result.n_groups} for this batch, got {count}"
         )
     real = min(count, result.n_groups)
-    chosen = result.lockstep
-    bins = chosen[1] if chosen is not None and chosen[0] == real else _balanced_bins(result, real)
+    bins = balanced_bins(result, real)
     members = result.members
     if members is None:
         micro_batches = [sorted(b) for b in bins]
@@ -539,8 +537,8 @@ def build_plan(
         loads = [0] * result.n_samples
         for g, m in enumerate(members):
             loads[m[0]] = result.group_workloads[g]
-    if chosen is not None and not use_dynamic_bsz_balance:
-        # lined up with the DP group's ranks: heaviest first on every rank (window.py)
+    if agreed and not use_dynamic_bsz_balance:
+        # lined up with the DP group's ranks: heaviest first on every rank
         ordered = sorted(micro_batches, key=lambda mb: (sum(loads[i] for i in mb), mb[0] if mb else 0),
                          reverse=True)
     else:

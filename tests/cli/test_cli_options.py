@@ -47,21 +47,15 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "workload_model": (["--workload-model", "hidden_size=64,num_layers=2"], ["BALANCED"]),
     # one rank of all 12 rows: the plain plan's micro-batches hold different rows
     "equal_rows_per_micro_batch": (["--equal-rows-per-micro-batch"], ["--dp-size", "1"]),
-    # free micro-batches: one more per rank lines the ranks up better (window.py)
-    "micro_batch_overhead": (["--micro-batch-overhead", "0"], ["LOCKSTEP"]),
+    "micro_batch_overhead": (["--micro-batch-overhead", "0"], []),
 }
-
-#: 20 rows whose two ranks run faster in lock-step with 6 micro-batches of 50 tokens than
-#: with the 5 each needs alone (tests/test_window.py), and the caps where that shows.
-LOCKSTEP = [20, 34, 28, 15, 27, 30, 34, 18, 12, 16, 26, 15, 17, 37, 28, 15, 32, 19, 21, 20]
-LOCKSTEP_ARGS = {"plan": ["--max-token-len", "50"], "sweep": ["--max-token-len", "45,50"],
-                 "epoch": ["--trainer", "sft_trainer", "--global-batch-size", "20",
-                           "--max-token-len", "45"]}
 
 DEFAULTS = options_json(PlanOptions())
 
 #: Options that act on no plan of lengths, and why.
-NOT_ON_LENGTHS = {"loss_weight_keys": "it names the tensors a dummy zeroes"}
+NOT_ON_LENGTHS = {"loss_weight_keys": "it names the tensors a dummy zeroes",
+                  "micro_batch_overhead": "it weighs the lock-step model (plan_global_batch, the "
+                  "sampler, the reports), never a rank's plan: every rank plans at the fewest"}
 
 
 def _files(tmp_path: Path) -> tuple[str, str]:
@@ -120,17 +114,17 @@ def test_every_option_changes_the_plan_of_every_subcommand(
     flag, extra = CASES[name]
     plain, over = _files(tmp_path)
     base = _base(command, over if "OVER" in extra else plain, "BALANCED" in extra)
-    base += [arg for arg in extra if arg not in ("OVER", "BALANCED", "LOCKSTEP")]
-    if "LOCKSTEP" in extra:  # later flags win: these rows, these caps
-        rows = tmp_path / "lockstep.txt"
-        rows.write_text("".join(f"{n}\n" for n in LOCKSTEP), encoding="utf-8")
-        base += ["--lengths", str(rows), *LOCKSTEP_ARGS[command]]
+    base += [arg for arg in extra if arg not in ("OVER", "BALANCED")]
     without, with_flag = _outcome(capsys, base), _outcome(capsys, [*base, *flag])
     assert isinstance(with_flag, dict), f"{command} {' '.join(flag)} cannot plan: {with_flag}"
     assert with_flag["options"][name] != DEFAULTS[name]  # the option as planned: the flag's
     if name in NOT_ON_LENGTHS:
         assert isinstance(without, dict) and _planned(command, without) == _planned(command, with_flag)
-        assert with_flag["options"][name] == ["loss_mask"] and without["options"][name] is None
+        if name == "loss_weight_keys":
+            assert with_flag["options"][name] == ["loss_mask"] and without["options"][name] is None
+        elif command == "plan":  # the lock-step report models the step with it
+            assert with_flag["step_time"]["micro_batch_overhead"] == 0.0
+            assert without["step_time"]["micro_batch_overhead"] == DEFAULTS[name]
         return
     assert isinstance(without, tuple) or _planned(command, without) != _planned(command, with_flag), (
         f"{command} {' '.join(flag)} did not change the plan")

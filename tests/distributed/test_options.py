@@ -191,29 +191,31 @@ def test_ranks_asked_for_other_options_all_raise_the_same_error(world: int, tmp_
         assert {record["message"] for record in got} == {expected["message"]}, where
 
 
-#: Two ranks that each need 5 micro-batches of 50 tokens alone and run faster in lock-step
-#: with 6 when a micro-batch costs nothing beyond its tokens (tests/test_window.py).
+#: Two ranks that each need 5 micro-batches of 50 tokens alone (a lock-step choice once
+#: gave them 6 when a micro-batch cost nothing beyond its tokens).
 LOCKSTEP = [[20, 34, 28, 15, 27, 30, 34, 18, 12, 16], [26, 15, 17, 37, 28, 15, 32, 19, 21, 20]]
 
 
-def test_the_lock_step_choice_on_gloo_ranks(tmp_path: Path) -> None:
-    """The count and plans chosen by the step through the real all_reduce: 6 micro-batches
-    at micro_batch_overhead=0, 5 at 0.2, each rank's plan the one plan_data_parallel gives
+def test_micro_batch_overhead_leaves_the_agreed_count_at_the_fewest_on_gloo_ranks(tmp_path: Path) -> None:
+    """Through the real all_reduce, at micro_batch_overhead 0 and 0.2 alike: 5 micro-batches
+    (the most either rank needs alone), each rank's plan the one plan_data_parallel gives
     (the same encoding, MAX and decoding in one process), on every entry point."""
-    from seqlen_balancing import plan_data_parallel
+    from seqlen_balancing import plan_data_parallel, plan_micro_batches
 
+    alone = max(len(plan_micro_batches(lens, 50)) for lens in LOCKSTEP)
+    assert alone == 5
     rounds, want = [], []
-    for overhead, count in ((0.0, 6), (0.2, 5)):
+    for overhead in (0.0, 0.2):
         for entry in ("rearrange", "prepare", "dynamic"):
             where = "settings" if entry == "prepare" else "keywords"
             rounds.append({"ranks": [{"entry": entry, "lengths": lens, "cap": 50, "keywords": {},
                                       "settings": {}, where: {"micro_batch_overhead": overhead}}
                                      for lens in LOCKSTEP]})
-            want.append((count, plan_data_parallel(LOCKSTEP, 50, micro_batch_overhead=overhead)))
+            want.append(plan_data_parallel(LOCKSTEP, 50, micro_batch_overhead=overhead))
     records = _world.run_world(_WORKER, 2, rounds, tmp_path, DEADLINE_S)
-    for number, (count, plans) in enumerate(want):
+    for number, plans in enumerate(want):
         got = [records[rank][number] for rank in range(2)]
-        assert [record.get("count") for record in got] == [count, count], got
+        assert [record.get("count") for record in got] == [alone, alone], got
         assert [record["plan"] for record in got] == plans
 
 

@@ -251,7 +251,7 @@ def _rearrange_rows(
     if read.empty is not None and analysis.error is None and options.equal_rows_per_micro_batch:
         analysis.empty_rows_tolerance = _empty_tolerance(analysis, read.empty, options.padded)
     count = _finish(analysis, sync, dp_group, cause)
-    plan = build_plan(analysis, count, options.use_dynamic_bsz_balance)
+    plan = build_plan(analysis, count, options.use_dynamic_bsz_balance, agreed=sync)
     log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
     if read.empty is not None:
         return _empty_cut(read.empty, count, analysis.agreed_rows)
