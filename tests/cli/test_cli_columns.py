@@ -49,8 +49,9 @@ CASES: dict[str, tuple[list[str], dict[str, Any]]] = {
                 {"dummy_micro_batches": True, "min_num_micro_batch": 13}),
 }
 
-#: What plan_global_batch has no parameter for (the header names them; it plans without).
-NOT_GLOBAL = {"same_micro_num_in_dp": "--no-same-micro-num-in-dp", "dummy_micro_batches": "--dummy-micro-batches"}
+#: What plan_global_batch refuses (the header names them; it plans without).
+NOT_GLOBAL = {"same_micro_num_in_dp": "--no-same-micro-num-in-dp",
+              "dummy_micro_batches": "--dummy-micro-batches"}
 #: verl 0.9.1's own parameters; the rest are the library's, which verl's rule lacks.
 VERL = ("num_batches_divided_by", "min_num_micro_batch", "force_group_size", "same_micro_num_in_dp",
         "use_dynamic_bsz_balance")
