@@ -371,7 +371,7 @@ def test_reference_closing_fit_and_rebalance_hand_checked() -> None:
 
 
 def test_closing_fit_is_the_spelled_out_rule() -> None:
-    # the sizes left as bitsets (packing._Pairs): the same bins, pair for pair, including
+    # the sizes left looked up (packing._largest_pair): the same bins, pair for pair, including
     # rooms of two equal halves with one item of that size left, zero sizes, and batches
     # that spend the whole pair-search budget (many distinct sizes, tight rooms)
     cases = [(lens, cap) for _, lens, cap in BATCHES[::2]]

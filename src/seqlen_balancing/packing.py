@@ -36,9 +36,6 @@ __all__ = [
 ]
 
 _CLOSING_TRIES = 64  # sizes tried per exact-pair search in closing_fit_decreasing
-# closing fit: widest cap whose pair search runs on bitsets of the cap's width (two of
-# 8 KiB; above it the sizes are looked up, so neither memory nor time grows with the cap)
-_PAIRS_BITSET_CAP = 1 << 16
 _MAX_BITSET_BITS = 1 << 16  # minimum_bin_slack: widest subset-sum bitset (cap / gcd)
 _MAX_STORED_BITS = 1 << 26  # minimum_bin_slack: bitsets kept per bin (8 MiB)
 _BITMAP_CAP = 1 << 22  # _best_fit_sums: widest cap bucketed by room (64 Ki words)
@@ -470,8 +467,8 @@ def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
         ValueError: an item is larger than ``cap``.
 
     Complexity: O(n log n) time and O(n) memory: each pair search reads at most
-    ``_CLOSING_TRIES`` sizes left, from bitsets of the cap's width for caps up to
-    ``2**16`` (:class:`_Pairs`), else by lookups in a dict of the sizes left.
+    ``_CLOSING_TRIES`` sizes left, each partner looked up in a dict of the sizes left
+    (nothing grows with the cap).
 
     References:
         J. N. D. Gupta and J. C. Ho, "A new heuristic algorithm for the one-dimensional
@@ -498,7 +495,6 @@ def _closing_fit(sizes: Sequence[int], cap: int, order: Sequence[int]) -> list[l
     # size -> indices, the smallest index last (the runs of the order, reversed)
     holders = {size: list(run)[::-1] for size, run in groupby(order, key=sizes.__getitem__)}
     distinct = list(holders)[::-1]  # ascending
-    pairs = _pairs(distinct, holders, cap)
     tries_left = 16 * len(sizes) + 1024
 
     def take(size: int) -> int:
@@ -507,7 +503,6 @@ def _closing_fit(sizes: Sequence[int], cap: int, order: Sequence[int]) -> list[l
         if not owners:
             del holders[size]
             distinct.pop(bisect_left(distinct, size))
-            pairs.gone(size)
         return i
 
     bins: list[list[int]] = []
@@ -523,9 +518,10 @@ def _closing_fit(sizes: Sequence[int], cap: int, order: Sequence[int]) -> list[l
             pos = bisect_right(distinct, room // 2) - 1
             stop = max(-1, pos - min(_CLOSING_TRIES, tries_left))
             # the pair whose smaller item is the largest of distinct[stop + 1 : pos + 1]
-            small = pairs.largest(room, distinct[stop + 1], distinct[pos]) if pos > stop else -1
+            low = distinct[stop + 1] if pos > stop else 0
+            small = _largest_pair(distinct, holders, room, low, distinct[pos]) if pos > stop else -1
             if small >= 0 and 2 * small == room and len(holders[small]) < 2:
-                small = pairs.largest(room, distinct[stop + 1], small - 1) if pos - 1 > stop else -1
+                small = _largest_pair(distinct, holders, room, low, small - 1) if pos - 1 > stop else -1
             tries_left -= _CLOSING_TRIES if small < 0 else 1
             if small >= 0:
                 current.append(take(room - small))
@@ -539,69 +535,18 @@ def _closing_fit(sizes: Sequence[int], cap: int, order: Sequence[int]) -> list[l
     return bins
 
 
-class _Pairs:
-    """The sizes left to :func:`closing_fit_decreasing`, as two bitsets (Python ints): bit
-    ``s`` of ``present`` and bit ``cap - s`` of ``mirrored`` are set while some item has
-    size ``s``. The two items of size ``s`` and ``room - s`` are then both left where bit
-    ``s`` of ``present & (mirrored >> (cap - room))`` is set, so the pair search reads a
-    window of sizes in O(cap / 64) word operations, not one dict lookup per size. Used
-    only for caps up to :data:`_PAIRS_BITSET_CAP` (:func:`_pairs`)."""
-
-    __slots__ = ("cap", "mirrored", "present")
-
-    def __init__(self, distinct: list[int], cap: int) -> None:
-        self.cap = cap
-        present, mirrored = bytearray((cap >> 3) + 1), bytearray((cap >> 3) + 1)
-        for size in distinct:
-            present[size >> 3] |= 1 << (size & 7)
-            mirrored[(cap - size) >> 3] |= 1 << ((cap - size) & 7)
-        self.present = int.from_bytes(present, "little")
-        self.mirrored = int.from_bytes(mirrored, "little")
-
-    def gone(self, size: int) -> None:
-        """No item of ``size`` is left."""
-        self.present ^= 1 << size
-        self.mirrored ^= 1 << (self.cap - size)
-
-    def largest(self, room: int, low: int, high: int) -> int:
-        """The largest size ``s`` in ``low..high`` (``high <= room``) such that sizes ``s``
-        and ``room - s`` are both left, or -1 (the caller checks ``s == room - s``)."""
-        if high < low:
-            return -1
-        both = (self.present >> low) & (self.mirrored >> (self.cap - room + low)) & ((2 << (high - low)) - 1)
-        return low + both.bit_length() - 1 if both else -1
-
-
-class _LookedUpPairs:
-    """:class:`_Pairs` for any cap: the window's sizes read from the caller's ascending list
-    of the sizes left, each partner looked up in its dict of them, largest first. O(1)
-    memory beyond the caller's, O(log n + window) per search (the window holds at most
-    ``_CLOSING_TRIES`` sizes), whatever the cap."""
-
-    __slots__ = ("distinct", "holders")
-
-    def __init__(self, distinct: list[int], holders: dict[int, list[int]]) -> None:
-        self.distinct, self.holders = distinct, holders  # the caller's, kept current by it
-
-    def gone(self, size: int) -> None:
-        """No item of ``size`` is left (the caller's list and dict already say so)."""
-
-    def largest(self, room: int, low: int, high: int) -> int:
-        """As :meth:`_Pairs.largest`."""
-        distinct, holders = self.distinct, self.holders
-        for at in range(bisect_right(distinct, high) - 1, -1, -1):
-            size = distinct[at]
-            if size < low:
-                break
-            if room - size in holders:
-                return size
-        return -1
-
-
-def _pairs(distinct: list[int], holders: dict[int, list[int]], cap: int) -> _Pairs | _LookedUpPairs:
-    """The pair search of :func:`closing_fit_decreasing`: bitsets for small caps (faster),
-    lookups above :data:`_PAIRS_BITSET_CAP` (nothing that grows with the cap)."""
-    return _Pairs(distinct, cap) if cap <= _PAIRS_BITSET_CAP else _LookedUpPairs(distinct, holders)
+def _largest_pair(distinct: list[int], holders: dict[int, list[int]], room: int, low: int, high: int) -> int:
+    """The largest size ``s`` left in ``[low, high]`` whose partner ``room - s`` is left too,
+    else -1: the window's sizes read from the ascending list of the sizes left, each partner
+    looked up in the dict of them, largest first. O(log n + window) time and nothing that
+    grows with the cap (the window holds at most ``_CLOSING_TRIES`` sizes)."""
+    for at in range(bisect_right(distinct, high) - 1, -1, -1):
+        size = distinct[at]
+        if size < low:
+            break
+        if room - size in holders:
+            return size
+    return -1
 
 
 def minimum_bin_slack(

@@ -76,7 +76,7 @@ def test_a_batch_without_loss_weights_fails_every_rank_alike(
 ) -> None:
     got = [records[rank]["no_loss_weight"] for rank in range(WORLD)]
     assert got[0] == got[1]
-    assert got[0]["collectives"] == 1  # the error travels through the one agreement
+    assert got[0]["collectives"] == 2  # the agreement, then the gather of the reports (a rank failed)
     assert got[0]["raised"] == "ValueError"
     assert got[0]["message"].startswith(
         "rank 1 of the DP group (global rank 1): dummy_micro_batches=True needs a loss-weight "

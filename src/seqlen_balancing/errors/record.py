@@ -77,10 +77,9 @@ class Argument(IntEnum):
 class PlanError:
     """A reason a rank cannot plan: one record type per kind of error, with named fields.
 
-    Subclasses declare their fields (see the module docstring for the types allowed), their
-    :attr:`exception_type` and :meth:`text`; :data:`RECORDS` registers them and gives each
-    its :attr:`code`. ``message`` and ``exception`` depend on nothing else, so every rank
-    that holds the same record raises the same exception.
+    Subclasses declare their fields, their :attr:`exception_type` and :meth:`text`.
+    ``message`` and ``exception`` depend on nothing else, so every rank that holds the same
+    record (the agreement sends it to every rank) raises the same exception.
 
     Message format (what a test oracle can rebuild): :meth:`text`, then ``" (detail)"``
     when ``detail`` is set (local calls only: the agreement does not carry it), prefixed
