@@ -218,7 +218,9 @@ def karmarkar_karp(
     (by sum, then number of items, then index of its first item) merges first; the state
     popped first gives each joined part its leading items; parts of equal sum are ordered
     by item count, then first index. verl compares Python objects for this (seconds for
-    4,096 items into 256 parts); here a part is one packed int (~0.02 s).
+    4,096 items into 256 parts); here a part is one packed int (~0.02 s). Float items are
+    summed as verl sums them, in their type (a float32 tensor's: float32, each sum and
+    spread rounded, which matters once the total passes ``2**24``: verl's SFT workloads).
 
     Args:
         seqlen_list: ``n`` whole numbers >= 0 (tokens or workloads), one per item: a list,
@@ -264,7 +266,8 @@ def greedy_partition(
     item counts ``sum(seqlen_list) + 1`` more than its value (verl's bias), so the item
     count of a partition outweighs its sum and the partitions take turns: every one ends
     with ``n / k`` items. The output is identical to verl 0.9.1's on every input it
-    accepts, including ``k_partitions > n`` (the extra partitions are empty).
+    accepts, including ``k_partitions > n`` (the extra partitions are empty), and float
+    items' sums and bias are rounded in their type, as verl's are.
 
     Args:
         seqlen_list: ``n >= 0`` whole numbers >= 0 (tokens or workloads): a list, a
