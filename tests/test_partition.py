@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -205,6 +206,134 @@ def test_whole_floats_tensors_and_numpy_are_accepted() -> None:
     numpy_scalars = [np.int32(5), np.float64(7.0), np.int64(3), np.float32(9.0)]
     assert karmarkar_karp(numpy_scalars, 2, True) == karmarkar_karp([5, 7, 3, 9], 2, True)
     assert greedy_partition(np.array([5.0, 1.0, 4.0, 2.0]), 2, True) == [[0, 3], [1, 2]]
+
+
+def float_karmarkar_karp(values: list[Any], k: int, equal_size: bool) -> list[list[int]]:
+    """verl 0.9.1's largest differencing method on float items (NumPy scalars), spelled out
+    with sums kept in the items' float type, as verl keeps them for a float tensor: a
+    part's sum adds its items one at a time, in the order they joined it, each addition
+    rounded; a state's spread is the rounded difference of its largest and smallest sum.
+
+    A part is ``[sum, items]``; parts compare by (sum, number of items, first index), an
+    empty part (sum 0) below every other. The state with the largest spread merges first
+    (tie: the larger largest part); its i-th largest part takes the other's i-th smallest.
+    """
+    zero = type(values[0])(0)
+
+    def order(part: list[Any]) -> tuple[Any, ...]:
+        return (part[0], len(part[1]), part[1][0] if part[1] else -1)
+
+    def state(parts: list[Any]) -> list[Any]:
+        return sorted(parts, key=order, reverse=True)
+
+    def joined(lead: list[Any], other: list[Any]) -> list[Any]:
+        total = lead[0]
+        for i in other[1]:
+            total = total + values[i]  # one rounding per item, as verl's += on a tensor
+        return [total, lead[1] + other[1]]
+
+    def urgency(parts: list[Any]) -> tuple[Any, ...]:
+        spread = parts[0][0] - parts[-1][0]  # rounded in the float type
+        top = order(parts[0])
+        return (-spread, -top[0], -top[1], -top[2])
+
+    ascending = sorted(range(len(values)), key=lambda i: (values[i], i))
+    if equal_size:
+        states = [state([[values[i], [i]] for i in ascending[s : s + k]]) for s in range(0, len(values), k)]
+    else:
+        states = [state([[values[i], [i]]] + [[zero, []] for _ in range(k - 1)]) for i in ascending]
+    while len(states) > 1:
+        states.sort(key=urgency)
+        first, second = states[0], states[1]
+        states = [*states[2:], state([joined(first[i], second[k - 1 - i]) for i in range(k)])]
+    return [part[1] for part in states[0]]
+
+
+# Issue 46, item 3: verl's SFT trainer balances calculate_workload(torch.Tensor(lengths)),
+# float32 workloads whose sums pass 2**24, where float32 sums round.
+SFT_LENGTHS = [3765, 30817, 14350, 9825, 28544, 25697, 7113, 20034, 14106, 13834, 10, 7534, 3612,
+               532, 32621, 15886]
+
+
+def test_float32_workloads_partition_as_verl_sums_them() -> None:
+    lengths = np.array(SFT_LENGTHS, dtype=np.float32)
+    workloads = 24576 * lengths + lengths**2  # float32 arithmetic, as torch's on a float32 tensor
+    assert workloads.dtype == np.float32 and float(workloads.sum(dtype=np.float64)) > 2**24
+    expected = float_karmarkar_karp(list(workloads), 2, equal_size=True)
+    exact = karmarkar_karp([int(w) for w in workloads], 2, equal_size=True)
+    assert sorted(map(sorted, expected)) != sorted(map(sorted, exact))  # the sums' rounding decides
+    assert karmarkar_karp(workloads, 2, equal_size=True) == expected
+    # verl 0.9.1's own answer on this input (observed with verl installed):
+    verls = [[0, 1, 4, 8, 9, 10, 11, 15], [2, 3, 5, 6, 7, 12, 13, 14]]
+    assert get_seqlen_balanced_partitions(workloads, 2, equal_size=True) == verls
+    assert [sorted(part) for part in expected] == verls
+
+
+@pytest.mark.torch
+def test_float32_tensor_workloads_partition_as_verl_sums_them() -> None:
+    import torch
+
+    from seqlen_balancing import calculate_workload
+
+    lengths = np.array(SFT_LENGTHS, dtype=np.float32)
+    workloads = calculate_workload(torch.Tensor(SFT_LENGTHS))
+    assert workloads.dtype == torch.float32
+    assert workloads.tolist() == (24576 * lengths + lengths**2).tolist()
+    expected = float_karmarkar_karp(list(24576 * lengths + lengths**2), 2, equal_size=True)
+    assert get_seqlen_balanced_partitions(workloads, 2, equal_size=True) == [sorted(p) for p in expected]
+
+
+def test_float32_workload_sums_round_as_the_oracle_rounds() -> None:
+    # Workloads of float32 lengths, as verl's SFT trainer makes them: sums near 2**37, where
+    # float32 keeps multiples of 2**13, so late in the method the spreads meet the rounding.
+    rng = random.Random(46)
+    differs = 0
+    for _ in range(40):
+        n, k = rng.randint(32, 96), rng.randint(2, 4)
+        equal_size = n % k == 0 and rng.random() < 0.5
+        lengths = np.array([rng.randint(0, 32768) for _ in range(n)], dtype=np.float32)
+        values = 24576 * lengths + lengths**2
+        expected = float_karmarkar_karp(list(values), k, equal_size)
+        assert karmarkar_karp(values, k, equal_size) == expected
+        assert get_seqlen_balanced_partitions(values, k, equal_size) == [sorted(p) for p in expected]
+        differs += karmarkar_karp([int(v) for v in values], k, equal_size) != expected
+    assert differs >= 3  # the rounding decided some of them (5 of these 40)
+
+
+def test_float64_sums_round_past_2_to_the_53() -> None:
+    # 5 * 2**51 + 5 and + 3 are 2**53.3: float64 keeps even numbers there, and the two pairs'
+    # rounded sums tie, which decides which one comes first.
+    values = [(2 << 51) + 3, (2 << 51) + 1, (3 << 51) + 2, (3 << 51) + 2]
+    floats = np.array(values, dtype=np.float64)
+    assert [int(v) for v in floats] == values
+    expected = float_karmarkar_karp(list(floats), 2, equal_size=True)
+    assert expected == [[1, 3], [0, 2]]
+    assert karmarkar_karp(values, 2, equal_size=True) == [[0, 2], [1, 3]]  # exact sums
+    assert karmarkar_karp(floats, 2, equal_size=True) == expected
+    assert karmarkar_karp([float(v) for v in floats], 2, equal_size=True) == expected  # Python floats
+    rng = random.Random(48)
+    for _ in range(150):
+        n, k = rng.randint(2, 12), rng.randint(1, 3)
+        k = min(k, n)
+        equal_size = n % k == 0 and rng.random() < 0.5
+        floats = np.array([(rng.randint(1, 3) << 51) + rng.randint(0, 3) for _ in range(n)], dtype=np.float64)
+        assert karmarkar_karp(floats, k, equal_size) == float_karmarkar_karp(list(floats), k, equal_size)
+
+
+def test_float32_greedy_sums_round_as_verls() -> None:
+    # 2**24 + 1 rounds to 2**24 in float32: the third and fourth items meet a tie there,
+    # where exact sums send the fourth to the other partition.
+    values = np.array([2**24, 2**24, 1, 1, 1], dtype=np.float32)
+    assert greedy_partition([2**24, 2**24, 1, 1, 1], 2, equal_size=False) == [[0, 2, 4], [1, 3]]
+    assert in_order_greedy(list(values), 2, equal_size=False) == [[0, 2, 3, 4], [1]]
+    assert greedy_partition(values, 2, equal_size=False) == [[0, 2, 3, 4], [1]]
+    rng = random.Random(47)
+    for _ in range(200):
+        n, k = rng.randint(1, 24), rng.randint(1, 6)
+        equal_size = rng.random() < 0.5
+        n -= n % k if equal_size else 0
+        floats = np.array([rng.randint(0, 40) << rng.randint(18, 22) for _ in range(n)], dtype=np.float32)
+        assert greedy_partition(floats, k, equal_size) == in_order_greedy(list(floats), k, equal_size)
 
 
 def workload(s: int) -> int:

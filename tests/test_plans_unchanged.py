@@ -266,13 +266,26 @@ def _with_references(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(search, "_capped_largest_differencing", reference_capped_differencing)
 
 
+#: The whole plan through the references, on a third of the seeded batches (each family
+#: 20 times) and the adversarial ones smaller: the references are slow (all 304 batches
+#: took 19 s on a loaded 2-core machine, and CI ran into its 300 s timeout under load;
+#: issue 46, item 12). The comparisons of each algorithm above keep all 304.
+PLAN_BATCHES = [
+    *BATCHES[:100],
+    ("sevens", [7] * 256, 8),
+    ("zeros", [0] * 500, 5),
+    ("three per bin", [5000] * 300, 16384),
+    ("threes and fives", [3, 5] * 100, 8),
+]
+
+
 @pytest.mark.slow
 def test_plans_equal_those_of_the_spelled_out_algorithms(monkeypatch: pytest.MonkeyPatch) -> None:
     plan: Callable[[list[int], int], list[list[int]]] = plan_micro_batches
-    shipped = [plan(lens, cap) for _, lens, cap in BATCHES]
+    shipped = [plan(lens, cap) for _, lens, cap in PLAN_BATCHES]
     _with_references(monkeypatch)
-    frozen = [plan(lens, cap) for _, lens, cap in BATCHES]
-    changed = [name for (name, _, _), a, b in zip(BATCHES, shipped, frozen, strict=True) if a != b]
+    frozen = [plan(lens, cap) for _, lens, cap in PLAN_BATCHES]
+    changed = [name for (name, _, _), a, b in zip(PLAN_BATCHES, shipped, frozen, strict=True) if a != b]
     assert changed == []
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import insort
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from seqlen_balancing.native import Twinned
@@ -37,6 +38,22 @@ def _layout(n: int, cap: int | None) -> tuple[int, int]:
     # Tokens are checked after every join, so a part holds at most 2 * cap of them.
     token_bits = 0 if cap is None else (2 * cap + 1).bit_length()
     return bits, token_bits
+
+
+def _rounding(bits: int) -> Callable[[int], int]:
+    """What a float type of ``bits`` significant bits keeps of a whole number >= 0: the
+    nearest multiple of its spacing there, a tie to the even one (IEEE round to nearest).
+    Sums of whole floats are whole floats, so verl's float sums are these ints."""
+
+    def rounded(value: int) -> int:
+        dropped = value.bit_length() - bits
+        if dropped <= 0:
+            return value
+        kept, rest = value >> dropped, value & ((1 << dropped) - 1)
+        half = 1 << (dropped - 1)
+        return (kept + (rest > half or (rest == half and kept & 1))) << dropped
+
+    return rounded
 
 
 class _OverCap(Exception):
@@ -71,12 +88,15 @@ def _merge_states(first: list[int], second: list[int], lists: list[list[int]], l
             # none) takes b's items, so a join costs b's items only
             node, other = a >> token_bits & node_mask, b >> token_bits & node_mask
             items = lists[other - n] if other >= n else [other]
+            union = a + (b & kept)
+            if layout.rounded is not None:
+                union = layout.folded(union, a, items)
             if node >= n:
                 lists[node - n] += items
-                merged.append(a + (b & kept))
+                merged.append(union)
             else:
                 lists.append([node, *items])
-                merged.append(a - (a & nodes) + (b & kept) + ((n + len(lists) - 1) << token_bits))
+                merged.append(union - (a & nodes) + ((n + len(lists) - 1) << token_bits))
             if other >= n:
                 items.clear()  # b's list is used up: each item is held once
         if token_bits and max(part & tokens for part in merged) > cap:
@@ -98,10 +118,16 @@ def _merge_states(first: list[int], second: list[int], lists: list[list[int]], l
     return merged
 
 
-def _largest_differencing(values: list[int], k: int, equal_size: bool) -> list[list[int]]:
+def _largest_differencing(
+    values: list[int], k: int, equal_size: bool, float_bits: int | None = None
+) -> list[list[int]]:
     """Karmarkar-Karp for ``k`` partitions; ``values`` already checked (see
-    :func:`_differencing`)."""
-    parts = _differencing(values, k, equal_size, None, 0)
+    :func:`_differencing`). ``float_bits``: the items were floats of that precision,
+    whose sums verl keeps in their type, rounding past ``2**float_bits``; ``None``: ints."""
+    if float_bits is not None and sum(values) > 1 << float_bits:
+        parts = _differencing(values, k, equal_size, None, 0, float_bits=float_bits)
+    else:  # every sum and spread is exact below 2**float_bits: verl's float sums are ints
+        parts = _differencing(values, k, equal_size, None, 0)
     return [] if parts is None else parts  # None only comes with a cap
 
 
@@ -114,7 +140,8 @@ def _capped_largest_differencing(
 
 
 def _differencing_python(
-    values: list[int], k: int, equal_size: bool, sizes: list[int] | None, cap: int
+    values: list[int], k: int, equal_size: bool, sizes: list[int] | None, cap: int,
+    float_bits: int | None = None,
 ) -> list[list[int]] | None:
     """Karmarkar-Karp for ``k`` partitions; ``values`` already checked.
 
@@ -126,6 +153,10 @@ def _differencing_python(
 
     With ``sizes`` (tokens per item, each at most ``cap``): ``None`` as soon as a part
     holds more than ``cap`` tokens (parts only grow, so the final partition would too).
+
+    With ``float_bits`` the sums are kept as verl keeps them for float items (a float32
+    tensor: 24): a part adds the items it takes one at a time, in their order, each sum
+    rounded to that precision, and a spread is rounded too (:func:`_rounding`).
     """
     n = len(values)
     bits, token_bits = _layout(n, None if sizes is None else cap)
@@ -142,7 +173,11 @@ def _differencing_python(
     # O(log k), not O(k). Nodes below n are items; the others are unions, whose items
     # are ``lists[node - n]`` in merge order.
     lists: list[list[int]] = []
-    merging = _Layout(k, n, bits, token_bits, cap, sum(values))
+    total = sum(values)
+    rounded = None if float_bits is None else _rounding(float_bits)
+    if float_bits is not None:  # a rounded sum exceeds the exact one by < 2**-bits per addition
+        total <<= (n >> (float_bits - 1)) + 2
+    merging = _Layout(k, n, bits, token_bits, cap, total, rounded, values)
     heap: list[tuple[float, list[int]]] = []
     singles: list[int] = []
     if equal_size:
@@ -179,7 +214,9 @@ class _Layout(NamedTuple):
     bits: int
     token_bits: int
     cap: int
-    total: int
+    total: int  # at least the largest sum
+    rounded: Callable[[int], int] | None = None  # float sums: what the float type keeps
+    values: Sequence[int] = ()  # the items' values (read where sums are rounded)
 
     @property
     def sum_shift(self) -> int:
@@ -202,8 +239,19 @@ class _Layout(NamedTuple):
 
     def key(self, state: list[int]) -> int:
         shift = self.sum_shift
-        spread = (state[0] >> shift if len(state) == self.k else 0) - (state[-1] >> shift)
-        return (spread << self.width) + (1 << self.width) - 1 - state[-1]
+        spread = (state[-1] >> shift) - (state[0] >> shift if len(state) == self.k else 0)
+        if self.rounded is not None:
+            spread = self.rounded(spread)  # verl's float difference
+        return (-spread << self.width) + (1 << self.width) - 1 - state[-1]
+
+    def folded(self, union: int, lead: int, items: list[int]) -> int:
+        """``union`` of ``lead`` and a part of ``items`` with its sum as verl's float sum
+        makes it: ``lead``'s sum plus each item in turn, each sum rounded."""
+        rounded, total = self.rounded, lead >> self.sum_shift
+        for item in items:
+            total = total + self.values[item] if rounded is None else rounded(total + self.values[item])
+        low = (1 << self.sum_shift) - 1
+        return (union & low) | total << self.sum_shift
 
 
 def _merge_all(
@@ -268,6 +316,9 @@ def _merge_all(
             insort(state, (first if len(first) == 1 else second)[0])
         else:
             state = _merge_states(first, second, lists, layout)
+        if layout.rounded is not None:
+            key = layout.key(state)
+            continue
         low = state[0] >> sum_shift if len(state) == k else 0  # layout.key, inlined
         key = (low - (state[-1] >> sum_shift) << width) + limit - state[-1]
     return state
@@ -298,10 +349,14 @@ def _run(
             joined = a - (a & nodes) + (b & kept) + ((n + len(lists) - 1) << token_bits)
         if token_bits and joined & tokens > cap:
             raise _OverCap
+        if layout.rounded is not None:  # b is one item: its value is its sum
+            joined = layout.folded(joined, a, [b >> token_bits & node_mask])
         del state[0]
         insort(state, joined)
-        key = ((state[0] >> sum_shift) - (state[-1] >> sum_shift) << width) + limit - state[-1]
-        # (layout.key, inlined: the state is full here, and this is the hot loop)
+        if layout.rounded is not None:
+            key = layout.key(state)
+        else:  # (layout.key, inlined: the state is full here, and this is the hot loop)
+            key = ((state[0] >> sum_shift) - (state[-1] >> sum_shift) << width) + limit - state[-1]
         if not key < waiting[j] < bound:
             return j, key
 

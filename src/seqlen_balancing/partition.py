@@ -22,7 +22,7 @@ from seqlen_balancing._checks import (
     switch,
     whole_numbers,
 )
-from seqlen_balancing.differencing import _largest_differencing
+from seqlen_balancing.differencing import _largest_differencing, _rounding
 
 __all__ = [
     "MAX_EMPTY_PARTITIONS",
@@ -169,6 +169,26 @@ def _inverse_permutation(idx_map: Any) -> list[int]:
     return reverse
 
 
+#: Significant bits of the float types, by the name of the dtype (a tensor's without its
+#: ``torch.`` prefix, an array's as NumPy names it).
+_FLOAT_BITS = {"float64": 53, "double": 53, "float32": 24, "float": 24, "float16": 11,
+               "half": 11, "bfloat16": 8}
+
+
+def _float_bits(values: Any) -> int | None:
+    """The precision verl sums ``values`` in: its items' float type (a tensor's or an
+    array's dtype; a list's or tuple's items when all are floats of one type, such as
+    Python floats, 53 bits), ``None`` for integers and mixed lists (see
+    docs/differences.md). verl adds the items themselves, so the sums keep their type."""
+    dtype = getattr(values, "dtype", None)
+    if dtype is not None:
+        return _FLOAT_BITS.get(str(dtype).removeprefix("torch."))
+    if not isinstance(values, (list, tuple)) or not values:
+        return None
+    found = {53 if type(item) is float else _float_bits(item) for item in values}
+    return found.pop() if len(found) == 1 else None
+
+
 def _checked_items(seqlen_list: Any, k_partitions: Any, equal_size: Any) -> tuple[list[int], int, bool]:
     equal = switch(equal_size, "equal_size")
     values = whole_numbers(seqlen_list, "seqlen_list")
@@ -198,7 +218,9 @@ def karmarkar_karp(
     (by sum, then number of items, then index of its first item) merges first; the state
     popped first gives each joined part its leading items; parts of equal sum are ordered
     by item count, then first index. verl compares Python objects for this (seconds for
-    4,096 items into 256 parts); here a part is one packed int (~0.02 s).
+    4,096 items into 256 parts); here a part is one packed int (~0.02 s). Float items are
+    summed as verl sums them, in their type (a float32 tensor's: float32, each sum and
+    spread rounded, which matters once the total passes ``2**24``: verl's SFT workloads).
 
     Args:
         seqlen_list: ``n`` whole numbers >= 0 (tokens or workloads), one per item: a list,
@@ -231,7 +253,7 @@ def karmarkar_karp(
         [[0, 2], [1, 3, 4]]
     """
     values, k, equal = _checked_items(seqlen_list, k_partitions, equal_size)
-    return _largest_differencing(values, k, equal)
+    return _largest_differencing(values, k, equal, _float_bits(seqlen_list))
 
 
 def greedy_partition(
@@ -244,7 +266,8 @@ def greedy_partition(
     item counts ``sum(seqlen_list) + 1`` more than its value (verl's bias), so the item
     count of a partition outweighs its sum and the partitions take turns: every one ends
     with ``n / k`` items. The output is identical to verl 0.9.1's on every input it
-    accepts, including ``k_partitions > n`` (the extra partitions are empty).
+    accepts, including ``k_partitions > n`` (the extra partitions are empty), and float
+    items' sums and bias are rounded in their type, as verl's are.
 
     Args:
         seqlen_list: ``n >= 0`` whole numbers >= 0 (tokens or workloads): a list, a
@@ -290,13 +313,20 @@ def greedy_partition(
             f"equal_size=True needs len(seqlen_list) divisible by k_partitions, got "
             f"{len(values)} items and k_partitions={k}; pass equal_size=False or pad the list"
         )
-    bias = sum(values) + 1 if equal else 0
+    bits = _float_bits(seqlen_list)
+    # verl adds float items in their type: every sum rounded to its precision
+    rounded = (lambda value: value) if bits is None else _rounding(bits)
+    bias = 0
+    if equal:
+        for value in values:  # verl's sum(seqlen_list), one item at a time
+            bias = rounded(bias + value)
+        bias = rounded(bias + 1)
     parts: list[list[int]] = [[] for _ in range(k)]
     heap = [(0, p) for p in range(k)]  # (sum, partition): the lowest index wins a tie
     for i, value in enumerate(values):
         total, p = heap[0]
         parts[p].append(i)
-        heapq.heapreplace(heap, (total + value + bias, p))
+        heapq.heapreplace(heap, (rounded(total + rounded(value + bias)), p))
     return parts
 
 
@@ -358,6 +388,7 @@ def get_seqlen_balanced_partitions(
     """
     if workloads is None:
         return [sorted(part) for part in karmarkar_karp(seqlen_list, k_partitions, equal_size)]
+    # (balanced on workloads as karmarkar_karp(workloads) would be: float ones summed in their type)
     items, k, equal = _checked_items(seqlen_list, k_partitions, equal_size)
     weights = whole_numbers(workloads, "workloads")
     if len(weights) != len(items):
@@ -365,7 +396,7 @@ def get_seqlen_balanced_partitions(
             f"workloads has {len(weights)} entries but seqlen_list has {len(items)}; give one "
             "workload per item"
         )
-    return [sorted(part) for part in _largest_differencing(weights, k, equal)]
+    return [sorted(part) for part in _largest_differencing(weights, k, equal, _float_bits(workloads))]
 
 
 def get_group_balanced_partitions(

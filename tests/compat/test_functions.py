@@ -126,6 +126,34 @@ def test_karmarkar_karp_and_balanced_partitions_are_verls(
     assert ours.karmarkar_karp(big, 256, False) == verl.karmarkar_karp(big, 256, False)
 
 
+def test_float32_sums_past_2_to_the_24_partition_as_verls(
+    random_inputs: int, verl: ModuleType, ours: ModuleType
+) -> None:
+    # Issue 46, item 3: verl keeps the sums of a float32 tensor's items in float32, which
+    # rounds past 2**24; its SFT trainer balances calculate_workload(torch.Tensor(lengths)).
+    rng = random.Random(46)
+    rounding_decided = 0
+    for trial in range(random_inputs):
+        n, k = rng.randint(16, 96), rng.randint(2, 8)
+        equal_size = trial % 2 == 0
+        n -= n % k if equal_size else 0
+        lengths = torch.Tensor([rng.randint(0, 32768) for _ in range(n)])
+        values = verl.calculate_workload(lengths) if trial % 4 < 3 else lengths * 4096
+        assert values.dtype == torch.float32 and values.double().sum() > 2**24
+        given: object = values if trial % 3 else values.numpy()  # a tensor or a NumPy array
+        kk = verl.karmarkar_karp(values, k, equal_size)
+        assert ours.karmarkar_karp(given, k, equal_size) == kk, trial
+        assert ours.get_seqlen_balanced_partitions(given, k, equal_size) == [sorted(p) for p in kk]
+        assert ours.greedy_partition(given, k, equal_size) == verl.greedy_partition(values, k, equal_size)
+        rounding_decided += ours.karmarkar_karp([int(v) for v in values.tolist()], k, equal_size) != kk
+    assert rounding_decided >= 5  # inputs where exact sums give another partition
+    sft = [3765, 30817, 14350, 9825, 28544, 25697, 7113, 20034, 14106, 13834, 10, 7534, 3612, 532,
+           32621, 15886]  # issue 46's example
+    values = verl.calculate_workload(torch.Tensor(sft))
+    want = verl.get_seqlen_balanced_partitions(values, 2, True)
+    assert ours.get_seqlen_balanced_partitions(ours.calculate_workload(torch.Tensor(sft)), 2, True) == want
+
+
 def workload(s: int) -> int:
     return 24576 * s + s * s
 
