@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from seqlen_balancing.planner import analyse
+from seqlen_balancing.planning.planner import analyse
 
 #: (name, sizes, cap, the count tests/test_packing.py expects)
 CASES = [

@@ -13,8 +13,8 @@ For each setting it prints:
 * ``own max``: for each step the largest count the ranks' plans reach alone
   (:func:`~seqlen_balancing.plan_micro_batches` per rank, rounded up to
   ``num_batches_divided_by``), summed: the oracle, equal to ``agreed``;
-* ``verl``: verl 0.9.1's agreed count (:mod:`seqlen_balancing.verl_rule`), summed;
-* the modeled step time (:func:`~seqlen_balancing.lockstep.lock_step_time`, fixed cost
+* ``verl``: verl 0.9.1's agreed count (:mod:`seqlen_balancing.planning.verl_rule`), summed;
+* the modeled step time (:func:`~seqlen_balancing.global_batch.lockstep.lock_step_time`, fixed cost
   ``micro_batch_overhead = 0.05`` x ``24576 x cap``, the library's default) of the
   library's plans relative to verl's plans of the same step (its count, Karmarkar-Karp at
   it, its order): the mean over the steps and the worst step (positive: slower).
@@ -30,9 +30,9 @@ from step_time import library_per_rank, sampler_steps, sft_deal, verl_per_rank
 
 from seqlen_balancing import plan_micro_batches
 from seqlen_balancing.data import load_champ_lengths
-from seqlen_balancing.lockstep import lock_step_time, micro_batch_fixed_cost
-from seqlen_balancing.partition import roundup_divisible, workload
-from seqlen_balancing.step import DEFAULT_MICRO_BATCH_OVERHEAD
+from seqlen_balancing.global_batch.lockstep import lock_step_time, micro_batch_fixed_cost
+from seqlen_balancing.global_batch.step import DEFAULT_MICRO_BATCH_OVERHEAD
+from seqlen_balancing.planning.partition import roundup_divisible, workload
 
 #: (ranks, samples per rank, cap): the settings of issue 45.
 SETTINGS = [(8, 256, 16384), (4, 128, 8192)]

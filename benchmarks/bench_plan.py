@@ -56,10 +56,10 @@ from seqlen_balancing import (
     plan_micro_batches,
     rearrange_micro_batches,
 )
-from seqlen_balancing.balance import spread
 from seqlen_balancing.data import load_champ_lengths
-from seqlen_balancing.partition import karmarkar_karp, workload
-from seqlen_balancing.verl_rule import verl_counts
+from seqlen_balancing.planning.balance import spread
+from seqlen_balancing.planning.partition import karmarkar_karp, workload
+from seqlen_balancing.planning.verl_rule import verl_counts
 
 
 def draw(n: int, scale: int, cap: int, seed: int, replace: bool = False) -> list[int]:
@@ -81,7 +81,7 @@ def bimodal(n: int, seed: int) -> list[int]:
 
 def retry_count(lengths: Sequence[int], cap: int) -> int:
     """verl 0.9.1's strict-cap rule: KK from ceil(total/cap) upwards until every part fits."""
-    return verl_counts([lengths], cap, max_tries=1 << 30).counts[0]  # seqlen_balancing.verl_rule
+    return verl_counts([lengths], cap, max_tries=1 << 30).counts[0]  # seqlen_balancing.planning.verl_rule
 
 
 def timed_rounds(functions: list[Callable[[], object]], repeat: int) -> list[float]:

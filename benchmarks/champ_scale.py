@@ -22,7 +22,7 @@ Columns:
             2**16 samples the count search evaluates only the cheap bounds)
   BFD       plain best-fit decreasing's count, for reference
   verl      verl 0.9.1's count (Karmarkar-Karp from ceil(total / cap) up until it fits;
-            ``seqlen_balancing.verl_rule``), only with ``--verl`` (slow: minutes at 10^5)
+            ``seqlen_balancing.planning.verl_rule``), only with ``--verl`` (slow: minutes at 10^5)
 
 The machine's load (``/proc/loadavg``) is printed before and after, and which compiled
 twins were in use: without them best fit and the balancing run in Python.
@@ -36,8 +36,8 @@ import time
 
 from seqlen_balancing import best_fit_decreasing, lower_bound, native, plan_micro_batches
 from seqlen_balancing.data import load_champ_lengths
-from seqlen_balancing.planner import analyse
-from seqlen_balancing.verl_rule import verl_counts
+from seqlen_balancing.planning.planner import analyse
+from seqlen_balancing.planning.verl_rule import verl_counts
 
 
 def draw(n: int, cap: int, seed: int) -> list[int]:

@@ -8,7 +8,7 @@ prompt, each response uniform in ``1..max_response`` or, with probability ``trun
 exactly ``max_response`` (a rollout cut at its maximum length): so many lengths repeat, the
 shape on which the count used to exceed verl's (issue 19: one step in about 800).
 
-verl's count is :func:`seqlen_balancing.verl_rule.verl_counts`: verl's own rule (Karmarkar-Karp
+verl's count is :func:`seqlen_balancing.planning.verl_rule.verl_counts`: verl's own rule (Karmarkar-Karp
 on workloads from ``ceil(total / cap)`` upwards until it fits) on this library's
 Karmarkar-Karp, which returns verl's partitions exactly (``tests/compat`` checks both against
 verl itself). Columns: steps where this library needs fewer, the same, more micro-batches;
@@ -23,7 +23,7 @@ import time
 
 from seqlen_balancing import plan_micro_batches
 from seqlen_balancing.data import load_champ_lengths
-from seqlen_balancing.verl_rule import verl_counts
+from seqlen_balancing.planning.verl_rule import verl_counts
 
 #: (samples per step, responses per prompt, max response, cap, num_batches_divided_by)
 SETTINGS = [

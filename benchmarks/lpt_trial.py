@@ -17,10 +17,11 @@ import math
 import random
 import time
 
-from seqlen_balancing import balance, lower_bound
-from seqlen_balancing.balance import lpt
-from seqlen_balancing.partition import workload
-from seqlen_balancing.rule import Rule
+from seqlen_balancing import lower_bound
+from seqlen_balancing.planning import balance
+from seqlen_balancing.planning.balance import lpt
+from seqlen_balancing.planning.partition import workload
+from seqlen_balancing.planning.rule import Rule
 
 
 def lengths(rng: random.Random, n: int, cap: int) -> tuple[str, list[int]]:

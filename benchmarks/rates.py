@@ -34,11 +34,11 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from seqlen_balancing.bounds import l2_lower_bound
 from seqlen_balancing.data import load_champ_lengths
-from seqlen_balancing.packing import best_fit_decreasing
-from seqlen_balancing.planner import analyse
-from seqlen_balancing.rule import lower_bound
+from seqlen_balancing.planning.bounds import l2_lower_bound
+from seqlen_balancing.planning.packing import best_fit_decreasing
+from seqlen_balancing.planning.planner import analyse
+from seqlen_balancing.planning.rule import lower_bound
 
 # (scale, samples, cap). The target (>= 90 % at L2) covers all but the last setting.
 SETTINGS = [

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from seqlen_balancing.data import load_champ_lengths
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planner import analyse, build_plan
+from seqlen_balancing.planning.planner import analyse, build_plan
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ Columns:
   cut x     tensor rows: (cpu s - the planning alone, ``plan_micro_batches`` on the same
             lengths) / gather s: what reading and cutting cost over the gather
   spread    the balance: ``(max - min) / mean`` of the micro-batches' verl workloads
-            (``24576*s + s**2`` summed per micro-batch; ``seqlen_balancing.balance.spread``),
+            (``24576*s + s**2`` summed per micro-batch; ``seqlen_balancing.planning.balance.spread``),
             over every micro-batch of every rank for ``global``; lower is better
   step/fl   global rows: the modeled lock-step time over its floor (``plan_step``'s
             ``step_time / floor``, fixed costs included); 1.000 is the floor
@@ -81,9 +81,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from seqlen_balancing import lower_bound, plan_micro_batches
-from seqlen_balancing.balance import spread
-from seqlen_balancing.partition import workload
-from seqlen_balancing.step import plan_global_batch, plan_step
+from seqlen_balancing.global_batch.step import plan_global_batch, plan_step
+from seqlen_balancing.planning.balance import spread
+from seqlen_balancing.planning.partition import workload
 
 CAPS = (16384, 65536)
 # the calls measured and their dispatchers: ~100% of every run (left out of the stages column)

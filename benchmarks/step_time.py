@@ -36,7 +36,7 @@ median 545 tokens, 20,000 rows, seed 0).
 sizes, each part lightest at both ends; then the dispatch's equal contiguous chunks;
 :func:`seqlen_balancing.cli.trainers.balance_order`). Each dealing is planned rank by rank
 with one count on every rank, by ``verl`` (verl 0.9.1's own rule,
-:mod:`seqlen_balancing.verl_rule`: its count, Karmarkar-Karp at it, verl's order) and by
+:mod:`seqlen_balancing.planning.verl_rule`: its count, Karmarkar-Karp at it, verl's order) and by
 ``library`` (:func:`~seqlen_balancing.plan_data_parallel`: each rank at the agreed count,
 the largest any rank needs alone, whatever ``f``). ``global``:
 :func:`~seqlen_balancing.plan_global_batch` on the whole step, which chooses the
@@ -57,13 +57,13 @@ from collections.abc import Callable, Sequence
 import torch
 
 from seqlen_balancing import karmarkar_karp, plan_data_parallel
-from seqlen_balancing.balance import order_micro_batches
 from seqlen_balancing.cli.trainers import balance_order
 from seqlen_balancing.data import load_champ_lengths, load_champ_records
-from seqlen_balancing.lockstep import lock_step_time, micro_batch_fixed_cost, step_time_floor
-from seqlen_balancing.partition import workload
-from seqlen_balancing.step import DEFAULT_MICRO_BATCH_OVERHEAD, plan_step
-from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
+from seqlen_balancing.global_batch.lockstep import lock_step_time, micro_batch_fixed_cost, step_time_floor
+from seqlen_balancing.global_batch.step import DEFAULT_MICRO_BATCH_OVERHEAD, plan_step
+from seqlen_balancing.planning.balance import order_micro_batches
+from seqlen_balancing.planning.partition import workload
+from seqlen_balancing.planning.verl_rule import VerlSearchLimit, verl_counts
 
 OVERHEADS = (0.0, 0.05, 0.2)
 

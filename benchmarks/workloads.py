@@ -28,9 +28,9 @@ import random
 import statistics
 
 from seqlen_balancing import plan_micro_batches
-from seqlen_balancing.balance import spread
 from seqlen_balancing.cost import transformer_workloads
 from seqlen_balancing.data import load_champ_lengths
+from seqlen_balancing.planning.balance import spread
 
 CAP = 16_384
 MODEL_70B = {"hidden_size": 8192, "num_layers": 80}

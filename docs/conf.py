@@ -72,7 +72,7 @@ nitpick_ignore = [
     ("py:class", "torch.distributed.ProcessGroup"),
     # the parser's namespace (PlanOptions.from_args) and the planner's per-rank record
     ("py:class", "argparse.Namespace"),
-    ("py:class", "seqlen_balancing.analysis.RankAnalysis"),
+    ("py:class", "seqlen_balancing.planning.analysis.RankAnalysis"),
 ]
 # The standard library's and torch's types in signatures (no intersphinx: offline build)
 nitpick_ignore_regex = [

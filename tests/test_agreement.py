@@ -41,8 +41,8 @@ from seqlen_balancing.errors import (
     StaticCountMismatch,
 )
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planner import RankAnalysis, analyse
-from seqlen_balancing.rows import rows_for
+from seqlen_balancing.planning.planner import RankAnalysis, analyse
+from seqlen_balancing.planning.rows import rows_for
 
 MASK = (1 << 20) - 1
 NONE = -(1 << 62)  # a negated slot of a rank with nothing to say

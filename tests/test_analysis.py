@@ -5,7 +5,7 @@ for), filled by planner.analyse; hand counts and a brute force."""
 from __future__ import annotations
 
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planner import (
+from seqlen_balancing.planning.planner import (
     analyse,
 )
 from test_search import fewest_bins

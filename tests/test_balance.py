@@ -9,7 +9,8 @@ import random
 import pytest
 
 from seqlen_balancing import plan_micro_batches
-from seqlen_balancing.balance import (
+from seqlen_balancing.options import PlanOptions
+from seqlen_balancing.planning.balance import (
     balanced,
     lpt,
     order_micro_batches,
@@ -18,13 +19,12 @@ from seqlen_balancing.balance import (
     spread,
     workload_gap,
 )
-from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.packing import best_fit, split
-from seqlen_balancing.planner import (
+from seqlen_balancing.planning.packing import best_fit, split
+from seqlen_balancing.planning.planner import (
     analyse,
     build_plan,
 )
-from seqlen_balancing.rule import Rule
+from seqlen_balancing.planning.rule import Rule
 from test_rule import random_case, spelled_fits
 from test_rule_algorithms import assert_plan
 

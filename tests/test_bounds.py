@@ -11,7 +11,7 @@ from fractions import Fraction
 import pytest
 
 from oracles import brute_force_optimum
-from seqlen_balancing.bounds import (
+from seqlen_balancing.planning.bounds import (
     BOUND_NAMES,
     _dff_sorted,
     _fewest_bins,
@@ -23,8 +23,8 @@ from seqlen_balancing.bounds import (
     l1_lower_bound,
     l2_lower_bound,
 )
-from seqlen_balancing.planner import analyse
-from seqlen_balancing.rule import lower_bound
+from seqlen_balancing.planning.planner import analyse
+from seqlen_balancing.planning.rule import lower_bound
 from test_packing import assert_packing, random_instance
 
 
@@ -375,7 +375,7 @@ def test_bimodal_batch_count_is_proven_optimal() -> None:
 def test_prefix_sums_read_on_demand_are_the_running_sums(monkeypatch: pytest.MonkeyPatch) -> None:
     # Above _LISTED items the bounds read prefix sums from block sums (bounds._Prefix): every
     # read, block edges included, is the running sum, and the bounds come out the same.
-    from seqlen_balancing import bounds
+    from seqlen_balancing.planning import bounds
 
     rng = random.Random(5)
     ordered = sorted(rng.randint(0, 9000) for _ in range(3 * bounds._BLOCK + 17))

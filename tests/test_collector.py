@@ -7,9 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from seqlen_balancing import planner, step
 from seqlen_balancing.collector import paused_collector
-from seqlen_balancing.planner import analyse, build_plan
+from seqlen_balancing.global_batch import step
+from seqlen_balancing.planning import planner
+from seqlen_balancing.planning.planner import analyse, build_plan
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,7 @@ from seqlen_balancing.cost import (
 )
 from seqlen_balancing.errors import LengthNotAnInteger
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planner import analyse
+from seqlen_balancing.planning.planner import analyse
 
 
 def aligned_sums(lengths: list[int], plan: list[list[int]], pad: int) -> list[int]:

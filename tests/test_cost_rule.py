@@ -28,7 +28,7 @@ import pytest
 from oracles import brute_force_optimum_cost, model_karmarkar_karp, model_verl_plan, workload
 from seqlen_balancing import lower_bound, plan_data_parallel, plan_micro_batches
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planner import analyse
+from seqlen_balancing.planning.planner import analyse
 
 #: Random combinations per API (the closing note of issue 25 reports these numbers).
 LIST_COMBINATIONS = 2000

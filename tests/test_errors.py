@@ -22,7 +22,7 @@ from seqlen_balancing.errors import (
     PlanError,
     SampleOverCap,
 )
-from seqlen_balancing.planner import RankAnalysis, analyse
+from seqlen_balancing.planning.planner import RankAnalysis, analyse
 
 IDS = [f"{type(e).__name__}-{i}" for i, e in enumerate(EXAMPLES)]
 

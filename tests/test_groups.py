@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from seqlen_balancing import plan_data_parallel, plan_micro_batches
-from seqlen_balancing.groups import read_group_ids
+from seqlen_balancing.planning.groups import read_group_ids
 
 
 def ceil_to(x: int, m: int) -> int:

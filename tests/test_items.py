@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.errors import GroupOverCap, NotOnePerSample, PaddedGroupOverCap, WorkloadsAndModel
-from seqlen_balancing.items import dummy_group, group_rule, longest, sample_costs_of, workloads_of
-from seqlen_balancing.rule import Rule
+from seqlen_balancing.planning.items import dummy_group, group_rule, longest, sample_costs_of, workloads_of
+from seqlen_balancing.planning.rule import Rule
 
 
 def test_sample_costs_are_the_given_or_effective_lengths_aligned() -> None:

@@ -23,7 +23,7 @@ from seqlen_balancing import get_seqlen_balanced_partitions, plan_data_parallel,
 from seqlen_balancing.agreement import combine, decode, encode
 from seqlen_balancing.errors import MAX_DUMMY_MICRO_BATCHES
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planner import analyse, over_cap_messages
+from seqlen_balancing.planning.planner import analyse, over_cap_messages
 
 LOGGER = "seqlen_balancing"
 

@@ -24,29 +24,21 @@ LAYERS: list[tuple[str, ...]] = [
     # errors/ is a package: record.py at its bottom, the areas of records above it (see
     # test_the_error_areas_import_only_the_record_room)
     ("_checks", "errors", "data", "collector"),
-    # which compiled twins of the planning loops are built and in use
+    # the compiled twins of the planning loops (C extensions: modules with no imports)
+    ("_c_differencing", "_c_packing", "_c_balance"),
+    # which compiled twins are built and in use
     ("native",),
-    # Karmarkar-Karp on packed parts, as verl makes it: partition's and the planner's; its
-    # compiled twin (a C extension: a module of the graph with no imports)
-    ("differencing", "_c_differencing"),
-    ("cost", "partition", "bounds", "per_sample"),
-    # the one rule: built on the plain bounds, taken by every algorithm above it
-    ("rule",),
-    ("packing", "repack", "rebalance", "_c_packing"),
-    # balancing at a fixed count: the candidates, the choice among them, verl's order
-    ("balance", "_c_balance"),
-    # the options object: checked values the planner, the batch glue, verl and the CLI take
+    # the cost model and the options object: checked values every room above takes
+    ("cost",),
     ("options",),
-    ("analysis", "items", "groups"),
-    ("search",),
-    # equal rows per micro-batch: the filled rule and its count search, under the planner
-    ("rows",),
-    ("planner", "verl_rule"),
-    # the whole step across DP ranks: the lock-step model and grid, then the global planner
-    ("lockstep", "step"),
+    # one rank's plan on plain integer lists: the rule, bounds, packings, Karmarkar-Karp,
+    # the count search, balancing, equal rows, the planner (no torch)
+    ("planning",),
+    # what the ranks exchange (no torch) and the collectives
     ("agreement",),
-    ("distributed",),
-    ("batch", "sampler"),
+    # the whole step across DP ranks: the lock-step model, the global planner, the sampler
+    ("global_batch",),
+    ("batch",),
     # the package's front door re-exports the rooms below; cli and verl use it as users do
     ("verl", "cli", "__init__", "__main__"),
 ]
@@ -146,7 +138,7 @@ def test_imports_are_read_at_any_depth_and_relative() -> None:
     # cli/entry.py imports its subcommands inside functions; those edges must be seen
     assert f"{PACKAGE}.cli.step" in GRAPH[f"{PACKAGE}.cli.entry"]
     assert f"{PACKAGE}.batch.micro_batches" in GRAPH[f"{PACKAGE}.batch"]
-    assert f"{PACKAGE}.distributed" in GRAPH[f"{PACKAGE}.batch.verdict"]
+    assert f"{PACKAGE}.agreement.collective" in GRAPH[f"{PACKAGE}.batch.verdict"]
 
 
 def test_no_import_cycle_in_src() -> None:

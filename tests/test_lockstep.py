@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from seqlen_balancing.lockstep import lock_step_time, micro_batch_fixed_cost, step_time_floor
+from seqlen_balancing.global_batch.lockstep import lock_step_time, micro_batch_fixed_cost, step_time_floor
 
 
 def test_each_index_waits_for_its_slowest_rank() -> None:

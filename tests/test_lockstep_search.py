@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from seqlen_balancing import lockstep
-from seqlen_balancing.lockstep import Grid
+from seqlen_balancing.global_batch import lockstep
+from seqlen_balancing.global_batch.lockstep import Grid
+from seqlen_balancing.global_batch.step import plan_step
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planner import analyse
-from seqlen_balancing.step import plan_step
+from seqlen_balancing.planning.planner import analyse
 
 
 def lognormal(rng: random.Random, n: int, cap: int) -> list[int]:

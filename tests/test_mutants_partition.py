@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-import seqlen_balancing.partition as partition_module
+import seqlen_balancing.planning.partition as partition_module
 from oracles import model_karmarkar_karp
-from seqlen_balancing.partition import (
+from seqlen_balancing.planning.partition import (
     ceildiv,
     get_group_balanced_partitions,
     get_reverse_idx,

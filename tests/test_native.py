@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from oracles import model_karmarkar_karp
-from seqlen_balancing import balance, differencing, packing
-from seqlen_balancing.rule import Rule
+from seqlen_balancing.planning import balance, differencing, packing
+from seqlen_balancing.planning.rule import Rule
 from test_plans_unchanged import reference_best_fit, reference_lpt
 
 NATIVE = "seqlen_balancing._c_differencing"
@@ -86,7 +86,7 @@ def test_a_twin_built_in_place_is_not_older_than_its_source(name: str) -> None:
 @pytest.mark.slow
 def test_the_pure_python_switch_turns_it_off_in_a_fresh_interpreter() -> None:
     code = (
-        "from seqlen_balancing import balance as b, differencing as d, packing as p; "
+        "from seqlen_balancing.planning import balance as b, differencing as d, packing as p;"
         "print(all(f.native is None for f in (b._lpt_plain, d._differencing, p._best_fit_sorted, "
         "p._best_fit_rooms)))"
     )

@@ -11,19 +11,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oracles import brute_force_optimum
-from seqlen_balancing.bounds import (
+from seqlen_balancing.planning.bounds import (
     l1_lower_bound,
     l2_lower_bound,
 )
-from seqlen_balancing.packing import (
+from seqlen_balancing.planning.packing import (
     best_fit_decreasing,
     closing_fit_decreasing,
     minimum_bin_slack,
     split,
     split_to_count,
 )
-from seqlen_balancing.planner import analyse, plan_micro_batches
-from seqlen_balancing.rule import Rule
+from seqlen_balancing.planning.planner import analyse, plan_micro_batches
+from seqlen_balancing.planning.rule import Rule
 
 
 def assert_packing(bins: list[list[int]], sizes: list[int], cap: int) -> None:
@@ -489,7 +489,7 @@ def test_a_huge_cap_plans_in_memory_and_time_bounded_by_the_items(
     import time
     import tracemalloc
 
-    from seqlen_balancing import packing, search
+    from seqlen_balancing.planning import packing, search
 
     ran: list[int] = []
     real_closing_fit = packing._closing_fit

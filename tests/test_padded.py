@@ -13,7 +13,7 @@ from seqlen_balancing import lower_bound, plan_data_parallel, plan_micro_batches
 from seqlen_balancing.cost import padded_micro_batch_cost
 from seqlen_balancing.errors import PaddedSampleOverCap
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planner import analyse, build_plan
+from seqlen_balancing.planning.planner import analyse, build_plan
 
 
 def up(value: int, multiple: int) -> int:

@@ -17,7 +17,7 @@ from seqlen_balancing.errors import (
     LengthSource,
     NegativeLength,
 )
-from seqlen_balancing.per_sample import read_numbers
+from seqlen_balancing.planning.per_sample import read_numbers
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import seqlen_balancing.search as search
+import seqlen_balancing.planning.search as search
 from oracles import brute_force_optimum
 from seqlen_balancing import (
     best_fit_decreasing,
@@ -20,7 +20,6 @@ from seqlen_balancing import (
     plan_micro_batches,
     roundup_divisible,
 )
-from seqlen_balancing.balance import spread
 from seqlen_balancing.errors import (
     Argument,
     BelowOne,
@@ -33,7 +32,8 @@ from seqlen_balancing.errors import (
     NotAnInteger,
 )
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planner import (
+from seqlen_balancing.planning.balance import spread
+from seqlen_balancing.planning.planner import (
     RankAnalysis,
     agreed_count,
     analyse,
@@ -41,7 +41,7 @@ from seqlen_balancing.planner import (
     build_plan,
     local_count,
 )
-from seqlen_balancing.rule import Rule
+from seqlen_balancing.planning.rule import Rule
 
 
 def group_sizes(lengths: list[int], group: int) -> list[int]:
@@ -161,7 +161,7 @@ def test_karmarkar_karp_is_returned_wherever_it_fits_on_real_batches() -> None:
     loose counts alike."""
 
     from seqlen_balancing.data import load_champ_lengths
-    from seqlen_balancing.partition import karmarkar_karp, workload
+    from seqlen_balancing.planning.partition import karmarkar_karp, workload
 
     lengths = load_champ_lengths()
     checked = 0
@@ -184,7 +184,7 @@ def test_karmarkar_karp_is_returned_wherever_it_fits_on_real_batches() -> None:
 
 
 def test_rank_analysis_reports_the_bound_and_whether_the_count_is_proven() -> None:
-    from seqlen_balancing.planner import analyse
+    from seqlen_balancing.planning.planner import analyse
 
     # 62 and 58 each leave room for one of 32, 27, 16: L2 says 2, the matching bound 3.
     result = analyse([62, 58, 32, 27, 16], 100)
@@ -202,7 +202,7 @@ def test_rank_analysis_reports_the_bound_and_whether_the_count_is_proven() -> No
 def test_count_search_stops_once_the_bound_is_met(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where best-fit decreasing meets the bound, no further packing or search runs."""
 
-    from seqlen_balancing import planner, search
+    from seqlen_balancing.planning import planner, search
 
     def forbidden(*args: object, **kwargs: object) -> None:
         raise AssertionError("search ran although the count met the bound")
@@ -225,8 +225,8 @@ def test_proven_counts_on_real_batches_are_optimal_by_a_slow_check() -> None:
     optimum of small draws agrees; the count is never below any bound."""
 
     from seqlen_balancing.data import load_champ_lengths
-    from seqlen_balancing.planner import analyse
-    from seqlen_balancing.rule import lower_bound
+    from seqlen_balancing.planning.planner import analyse
+    from seqlen_balancing.planning.rule import lower_bound
 
     lengths = load_champ_lengths()
     proven = 0
@@ -246,8 +246,8 @@ def test_unproven_counts_report_the_strongest_bound() -> None:
     :func:`lower_bound`; where the count is proven it equals the count (and the full bound)."""
 
     from seqlen_balancing.data import load_champ_lengths
-    from seqlen_balancing.planner import analyse
-    from seqlen_balancing.rule import lower_bound
+    from seqlen_balancing.planning.planner import analyse
+    from seqlen_balancing.planning.rule import lower_bound
 
     lengths = load_champ_lengths()
     outcomes = set()

@@ -17,11 +17,12 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from oracles import model_karmarkar_karp
-from seqlen_balancing import balance, differencing, packing, plan_micro_batches, search
-from seqlen_balancing.balance import lpt
-from seqlen_balancing.packing import best_fit_decreasing, closing_fit_decreasing
-from seqlen_balancing.partition import karmarkar_karp
-from seqlen_balancing.rule import Rule
+from seqlen_balancing import plan_micro_batches
+from seqlen_balancing.planning import balance, differencing, packing, search
+from seqlen_balancing.planning.balance import lpt
+from seqlen_balancing.planning.packing import best_fit_decreasing, closing_fit_decreasing
+from seqlen_balancing.planning.partition import karmarkar_karp
+from seqlen_balancing.planning.rule import Rule
 
 
 def reference_lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | None:
@@ -292,9 +293,9 @@ def test_plans_equal_those_of_the_spelled_out_algorithms(monkeypatch: pytest.Mon
 def every_candidate_close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[int]]:
     """The exchange search's start as it was: every candidate made, the fewest bins taken
     (the earliest on a tie), then the exchange search towards the bound."""
-    from seqlen_balancing.bounds import dominant_bins
-    from seqlen_balancing.packing import closing_fit_decreasing, minimum_bin_slack
-    from seqlen_balancing.repack import repack
+    from seqlen_balancing.planning.bounds import dominant_bins
+    from seqlen_balancing.planning.packing import closing_fit_decreasing, minimum_bin_slack
+    from seqlen_balancing.planning.repack import repack
 
     fixed, rest = dominant_bins(rule.sizes, rule.cap)
     sub = rule.restrict(rest)
@@ -317,10 +318,10 @@ def packing_best_fit(rule: Rule) -> list[list[int]]:
 
 @pytest.mark.slow
 def test_exchange_search_start_stops_at_the_bound_with_the_same_packing() -> None:
-    from seqlen_balancing.bounds import dominant_bins
-    from seqlen_balancing.packing import closing_fit_decreasing
-    from seqlen_balancing.rule import lower_bound
-    from seqlen_balancing.search import _close_gap
+    from seqlen_balancing.planning.bounds import dominant_bins
+    from seqlen_balancing.planning.packing import closing_fit_decreasing
+    from seqlen_balancing.planning.rule import lower_bound
+    from seqlen_balancing.planning.search import _close_gap
 
     compared = stopped = 0
     for name, lens, cap in BATCHES:

@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oracles import brute_force_optimum
-from seqlen_balancing.packing import (
+from seqlen_balancing.planning.packing import (
     best_fit,
     best_fit_decreasing,
 )
-from seqlen_balancing.planner import analyse
-from seqlen_balancing.repack import _FixedCount, exact_packing, reduce_bins, repack
-from seqlen_balancing.rule import Rule
+from seqlen_balancing.planning.planner import analyse
+from seqlen_balancing.planning.repack import _FixedCount, exact_packing, reduce_bins, repack
+from seqlen_balancing.planning.rule import Rule
 from test_packing import assert_packing, small_instances
 from test_rule import fewest, random_case
 from test_rule_algorithms import assert_plan

@@ -15,7 +15,7 @@ import pytest
 
 from seqlen_balancing import PlanOptions, plan_data_parallel, plan_micro_batches
 from seqlen_balancing.errors import RowsOverCap
-from seqlen_balancing.rows import RowIndices, rows_rule
+from seqlen_balancing.planning.rows import RowIndices, rows_rule
 
 
 def aligned(value: int, multiple: int) -> int:
@@ -81,7 +81,7 @@ def fewest(lengths: list[int], cap: int) -> tuple[int, int]:
 
 
 def test_rows_rule_lowers_every_cost_by_its_filler() -> None:
-    from seqlen_balancing.planner import analyse
+    from seqlen_balancing.planning.planner import analyse
 
     rule = rows_rule(analyse([10, 4, 6], 20), 2)
     assert rule is not None
@@ -239,7 +239,7 @@ def test_an_exact_count_is_held_to_the_equal_rows_count() -> None:
 
 def test_the_rows_travel_in_a_second_vector_at_the_agreed_count() -> None:
     from seqlen_balancing.agreement import combine, decode, decode_rows, encode, encode_rows, needs_reports
-    from seqlen_balancing.planner import analyse
+    from seqlen_balancing.planning.planner import analyse
 
     mask, none = (1 << 20) - 1, -(1 << 62)
     options = PlanOptions(equal_rows_per_micro_batch=True)

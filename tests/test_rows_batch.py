@@ -21,7 +21,7 @@ from seqlen_balancing import (
     rearrange_micro_batches,
     restore_dynamic_batch,
 )
-from seqlen_balancing.rows import RowIndices
+from seqlen_balancing.planning.rows import RowIndices
 
 pytestmark = pytest.mark.torch
 

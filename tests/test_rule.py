@@ -9,8 +9,8 @@ import random
 import pytest
 
 from oracles import partitions
-from seqlen_balancing import rule as rule_module
-from seqlen_balancing.rule import (
+from seqlen_balancing.planning import rule as rule_module
+from seqlen_balancing.planning.rule import (
     SAMPLE_LIMIT,
     SORTED_RULE,
     Loads,

@@ -10,8 +10,8 @@ import random
 import pytest
 
 from seqlen_balancing import plan_micro_batches
-from seqlen_balancing.packing import best_fit, randomized_best_fit, row_filling, split
-from seqlen_balancing.rule import Rule
+from seqlen_balancing.planning.packing import best_fit, randomized_best_fit, row_filling, split
+from seqlen_balancing.planning.rule import Rule
 from test_rule import random_case, spelled_cost, spelled_fits
 
 

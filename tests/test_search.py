@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-from seqlen_balancing import search
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planner import (
+from seqlen_balancing.planning import search
+from seqlen_balancing.planning.planner import (
     analyse,
 )
-from seqlen_balancing.rule import Rule
-from seqlen_balancing.search import _close_gap
+from seqlen_balancing.planning.rule import Rule
+from seqlen_balancing.planning.search import _close_gap
 
 
 def served(rule: Rule) -> list[str]:
@@ -183,8 +183,8 @@ def test_the_reduction_is_made_once_for_the_bound_and_the_exchange_search(
 ) -> None:
     # The Martello-Toth reduction of the whole batch serves both the bound (level
     # "reduction") and the exchange search's start: one call per analysis.
-    import seqlen_balancing.bounds as bounds_module
-    import seqlen_balancing.rule as rule_module
+    import seqlen_balancing.planning.bounds as bounds_module
+    import seqlen_balancing.planning.rule as rule_module
 
     original = rule_module.dominant_bins
     calls: list[int] = []
@@ -246,7 +246,7 @@ VERL_WINS = [8, 10, 15, 28, 8, 30, 22, 27, 12, 17, 24, 17, 27]
 
 def test_a_large_batch_keeps_verls_karmarkar_karp_within_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     from seqlen_balancing import plan_micro_batches
-    from seqlen_balancing.verl_rule import verl_counts
+    from seqlen_balancing.planning.verl_rule import verl_counts
 
     def refused(*args: object, **kwargs: object) -> list[list[int]]:
         raise AssertionError("the exchange search ran")

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from oracles import brute_force_optimum, partitions
 from seqlen_balancing import PlanOptions, plan_global_batch
 from seqlen_balancing.data import load_champ_records
-from seqlen_balancing.step import plan_step
+from seqlen_balancing.global_batch.step import plan_step
 
 
 def up(value: int, multiple: int) -> int:

@@ -50,8 +50,8 @@ LAZY_TORCH_NAMES = frozenset({
     "BalancedDistributedSampler", "calculate_workload", "effective_lengths", "prepare_dynamic_batch",
     "prepare_micro_batches", "rearrange_micro_batches", "restore_dynamic_batch",
 })
-TORCH_MODULES = ("torch", "tensordict", "seqlen_balancing.batch", "seqlen_balancing.distributed",
-                 "seqlen_balancing.sampler")
+TORCH_MODULES = ("torch", "tensordict", "seqlen_balancing.batch", "seqlen_balancing.agreement.collective",
+                 "seqlen_balancing.global_batch.sampler")
 
 
 def _run(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -442,7 +442,7 @@ def test_over_cap_alone_from_the_environment_balances_a_step_holding_an_over_cap
 
 @pytest.mark.parametrize("seed", range(40))
 def test_plan_step_with_over_cap_alone_sets_each_over_cap_sample_apart_at_the_best_count(seed: int) -> None:
-    from seqlen_balancing.step import plan_step
+    from seqlen_balancing.global_batch.step import plan_step
 
     rng = random.Random(seed)
     cap = 400

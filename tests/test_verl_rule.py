@@ -1,4 +1,4 @@
-"""verl 0.9.1's count rule (seqlen_balancing.verl_rule) against a literal model of its loop."""
+"""verl 0.9.1's count rule (seqlen_balancing.planning.verl_rule) against a literal model of its loop."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from seqlen_balancing.partition import karmarkar_karp, workload
-from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
+from seqlen_balancing.planning.partition import karmarkar_karp, workload
+from seqlen_balancing.planning.verl_rule import VerlSearchLimit, verl_counts
 
 
 def model(

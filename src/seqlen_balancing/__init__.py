@@ -15,10 +15,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from seqlen_balancing.agreement import plan_data_parallel
-from seqlen_balancing.bounds import l1_lower_bound, l2_lower_bound
+from seqlen_balancing.global_batch.step import plan_global_batch
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.packing import best_fit_decreasing
-from seqlen_balancing.partition import (
+from seqlen_balancing.planning.bounds import l1_lower_bound, l2_lower_bound
+from seqlen_balancing.planning.packing import best_fit_decreasing
+from seqlen_balancing.planning.partition import (
     ceildiv,
     get_group_balanced_partitions,
     get_reverse_idx,
@@ -28,9 +29,8 @@ from seqlen_balancing.partition import (
     log_seqlen_unbalance,
     roundup_divisible,
 )
-from seqlen_balancing.planner import plan_micro_batches
-from seqlen_balancing.rule import lower_bound
-from seqlen_balancing.step import plan_global_batch
+from seqlen_balancing.planning.planner import plan_micro_batches
+from seqlen_balancing.planning.rule import lower_bound
 
 if TYPE_CHECKING:
     from seqlen_balancing.batch import (
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
         rearrange_micro_batches,
         restore_dynamic_batch,
     )
-    from seqlen_balancing.sampler import BalancedDistributedSampler
+    from seqlen_balancing.global_batch.sampler import BalancedDistributedSampler
 
 # The TensorDict functions and the sampler load torch (and tensordict: seconds); the
 # planning core and the command line do not need them, so they are imported on first use.
@@ -62,7 +62,7 @@ _FROM_SAMPLER = frozenset({"BalancedDistributedSampler"})
 
 def __getattr__(name: str) -> Any:
     if name in _FROM_BATCH or name in _FROM_SAMPLER:
-        room = "seqlen_balancing.batch" if name in _FROM_BATCH else "seqlen_balancing.sampler"
+        room = "seqlen_balancing.batch" if name in _FROM_BATCH else "seqlen_balancing.global_batch.sampler"
         value = getattr(importlib.import_module(room), name)
         globals()[name] = value
         return value

@@ -10,7 +10,7 @@ of one planning call and restarts it after, whatever the call raises.
 It only ever restarts a collector it stopped itself: a caller that disabled the
 collector (``gc.disable()``) finds it still disabled afterwards, and a nested call (the
 step planner calls the rank planner) leaves the restart to the outermost one. The pause
-never spans a collective (:mod:`seqlen_balancing.distributed`): the planner's checks
+never spans a collective (:mod:`seqlen_balancing.agreement.collective`): the planner's checks
 and count search, and its plan at the agreed count, are paused separately. Objects
 other threads leave in cycles during the pause are collected after it.
 """

@@ -22,10 +22,10 @@ import pytest
 
 from cli_helpers import run
 from seqlen_balancing.agreement import plan_data_parallel
-from seqlen_balancing.bounds import l2_lower_bound
 from seqlen_balancing.cli import main
 from seqlen_balancing.data import load_champ_lengths
-from seqlen_balancing.partition import get_seqlen_balanced_partitions
+from seqlen_balancing.planning.bounds import l2_lower_bound
+from seqlen_balancing.planning.partition import get_seqlen_balanced_partitions
 
 CHAMP = load_champ_lengths()
 PLOT_HINT = "pip install 'seqlen-balancing[plot]'"

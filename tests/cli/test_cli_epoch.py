@@ -19,8 +19,8 @@ import pytest
 
 from cli_helpers import run, run_json
 from seqlen_balancing import plan_data_parallel
-from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
-from seqlen_balancing.verl_rule import verl_counts
+from seqlen_balancing.planning.partition import get_seqlen_balanced_partitions, workload
+from seqlen_balancing.planning.verl_rule import verl_counts
 
 pytestmark = [pytest.mark.torch, pytest.mark.no_tensordict]  # the sampler's shuffle is torch's
 

@@ -18,7 +18,7 @@ import pytest
 
 from cli_helpers import run, run_json
 from seqlen_balancing.data import load_champ_lengths
-from seqlen_balancing.partition import karmarkar_karp, workload
+from seqlen_balancing.planning.partition import karmarkar_karp, workload
 
 CHAMP = load_champ_lengths()
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from cli_helpers import run, run_json
-from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
+from seqlen_balancing.planning.partition import get_seqlen_balanced_partitions, workload
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
-from seqlen_balancing.planner import order_micro_batches
+from seqlen_balancing.planning.planner import order_micro_batches
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # with torch and verl only (tests/conftest.py)
 

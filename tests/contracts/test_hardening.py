@@ -309,7 +309,7 @@ def test_values_beyond_int64_are_reported_as_given_or_out_of_range(
 def test_errors_cross_the_agreement_whole() -> None:
     from seqlen_balancing.agreement import combine, decode, encode, needs_reports, report
     from seqlen_balancing.errors import NotDivisible, SampleOverCap
-    from seqlen_balancing.planner import RankAnalysis, analyse
+    from seqlen_balancing.planning.planner import RankAnalysis, analyse
 
     big = 2**90  # no integer coding: any value arrives as the rank at fault states it
     error = SampleOverCap(big, 2**63, 2**62 + 1, 1, big, big, 1, 1, False)
@@ -351,7 +351,7 @@ def test_mode_and_static_count_are_part_of_the_agreed_vector() -> None:
     """The rule, worked by hand: MAX over the vectors of a static rank 0 (count 4), a static
     rank 1 (count 3) and, separately, a dynamic rank."""
     from seqlen_balancing.agreement import combine, decode, encode, report
-    from seqlen_balancing.planner import RankAnalysis, analyse
+    from seqlen_balancing.planning.planner import RankAnalysis, analyse
 
     static = RankAnalysis(None)
     global_of = {0: 10, 1: 11, 2: 12}.__getitem__

@@ -96,7 +96,7 @@ def test_agreement_carries_large_values_whole() -> None:
 @pytest.mark.slow
 def test_issue20_case7_absurd_k_partitions_is_refused_before_allocating() -> None:
     from seqlen_balancing import greedy_partition
-    from seqlen_balancing.partition import MAX_EMPTY_PARTITIONS
+    from seqlen_balancing.planning.partition import MAX_EMPTY_PARTITIONS
 
     tracemalloc.start()
     try:

@@ -10,7 +10,7 @@ import pytest
 
 from oracles import brute_force_optimum, model_verl_plan, workload
 from seqlen_balancing import lower_bound, plan_data_parallel, plan_micro_batches
-from seqlen_balancing.planner import _exact_count, analyse
+from seqlen_balancing.planning.planner import _exact_count, analyse
 
 CASE_14 = [2049] * 3 + [1366] * 5 + [1025] * 2 + [819] * 4
 CASE_30 = [2049] * 9 + [1366] * 7 + [1025] * 6 + [819] * 8

@@ -147,7 +147,7 @@ def test_a_padded_row_alone_is_named_in_token_positions(caplog: pytest.LogCaptur
     import logging
 
     from seqlen_balancing.options import PlanOptions
-    from seqlen_balancing.planner import analyse, over_cap_messages
+    from seqlen_balancing.planning.planner import analyse, over_cap_messages
 
     result = analyse([300, 40, 30], 100, PlanOptions(padded=True, over_cap="alone"))
     assert over_cap_messages(result) == [

@@ -18,14 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqlen_balancing import plan_data_parallel, plan_micro_batches
-from seqlen_balancing.bounds import l1_lower_bound, l2_lower_bound
-from seqlen_balancing.packing import (
+from seqlen_balancing.planning.bounds import l1_lower_bound, l2_lower_bound
+from seqlen_balancing.planning.packing import (
     best_fit_decreasing,
     closing_fit_decreasing,
     minimum_bin_slack,
     split_to_count,
 )
-from seqlen_balancing.repack import reduce_bins
+from seqlen_balancing.planning.repack import reduce_bins
 
 CAPS = st.one_of(
     st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 99, 100, 101, 16384]),

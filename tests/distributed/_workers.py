@@ -616,13 +616,13 @@ def count_collectives() -> Iterator[list[dict[str, Any]]]:
     """Count every module-level collective called inside the block.
 
     Patches the functions on ``torch.distributed``, on ``torch.distributed.distributed_c10d``
-    and on whatever module ``seqlen_balancing.distributed`` calls through (``dist``), then
+    and on whatever module ``seqlen_balancing.agreement.collective`` calls through (``dist``), then
     restores them.
     """
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    import seqlen_balancing.distributed as sb_distributed
+    import seqlen_balancing.agreement.collective as sb_distributed
 
     modules: dict[int, Any] = {}
     for module in (dist, c10d, getattr(sb_distributed, "dist", dist)):

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 import preloaded
-from seqlen_balancing import distributed
+from seqlen_balancing.agreement import collective as distributed
 
 pytestmark = [pytest.mark.torch, pytest.mark.no_tensordict, pytest.mark.timeout(120)]
 
@@ -118,7 +118,7 @@ _NPU_SCRIPT = textwrap.dedent(
     """
     import torch
     import torch.distributed as dist
-    from seqlen_balancing import distributed
+    from seqlen_balancing.agreement import collective as distributed
 
     torch.utils.rename_privateuse1_backend("npu")
     torch.accelerator.is_available = lambda: True
@@ -153,7 +153,7 @@ _GLOO_SCRIPT = textwrap.dedent(
     """
     import tempfile, os
     import torch.distributed as dist
-    from seqlen_balancing import distributed
+    from seqlen_balancing.agreement import collective as distributed
 
     path = os.path.join(tempfile.mkdtemp(), "rdzv")
     dist.init_process_group("gloo", init_method="file://" + path, rank=0, world_size=1)

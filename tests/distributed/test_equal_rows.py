@@ -38,7 +38,7 @@ def test_a_rank_that_cannot_take_the_rows_fails_both_ranks_alike(
 ) -> None:
     got = [records[rank]["poisoned"] for rank in range(WORLD)]
     assert got[0] == got[1]
-    assert got[0]["collectives"] == 2  # the agreement, then the rows (equal rows only): the error is in the rows
+    assert got[0]["collectives"] == 2  # the agreement, then the rows (equal rows only), where it fails
     # rank 0: 12 rows in 2 micro-batches (its count, 2, is rank 1's) is 6 rows each; rank
     # 1's rows of 9 tokens under a cap of 9 take no filler row: at most 1 row each
     assert got[0]["message"] == (

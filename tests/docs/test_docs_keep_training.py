@@ -11,7 +11,7 @@ import pytest
 from seqlen_balancing.cost import transformer_workload_coefficients
 from seqlen_balancing.errors import MAX_DUMMY_MICRO_BATCHES
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planner import analyse, over_cap_messages
+from seqlen_balancing.planning.planner import analyse, over_cap_messages
 from seqlen_balancing.verl.switch import options_from_env
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "keep-training.md"

@@ -1,6 +1,6 @@
 """TensorDict / DataProto glue: read effective lengths, cut micro-batches, restore order.
 
-The plan itself comes from :mod:`seqlen_balancing.planner` (pure Python); this package reads
+The plan itself comes from :mod:`seqlen_balancing.planning.planner` (pure Python); this package reads
 the lengths from tensors (one device-to-host copy), takes part in the DP agreement, and
 indexes the batch. One module per job:
 

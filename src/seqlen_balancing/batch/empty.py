@@ -35,7 +35,7 @@ from seqlen_balancing.errors import (
     NoDummyTemplate,
     PlanError,
 )
-from seqlen_balancing.rows import empty_rank_plan
+from seqlen_balancing.planning.rows import empty_rank_plan
 
 __all__: list[str] = []
 
@@ -126,7 +126,7 @@ def _empty_cut(
     """The ``count`` dummies of an empty rank: copies of ``source.row`` with its loss
     weights zero (``agreed_rows`` copies each under ``equal_rows_per_micro_batch``, else
     one); their index lists (empty; under equal rows
-    :class:`~seqlen_balancing.rows.RowIndices` with ``agreed_rows`` filler rows, so that
+    :class:`~seqlen_balancing.planning.rows.RowIndices` with ``agreed_rows`` filler rows, so that
     ``restore_dynamic_batch`` drops them) and the rows they copy (row 0 of the source)."""
     rows = [[0] * max(1, agreed_rows) for _ in range(count)]
     micro_batches = _cut(source.row, rows, source.entries)

@@ -1,8 +1,8 @@
 """Filler rows (``equal_rows_per_micro_batch``): cut after the agreement, dropped on restore.
 
 Every micro-batch holds the plan's rows ``R``: its real rows, then
-:attr:`~seqlen_balancing.rows.RowIndices.filler` copies of one real row
-(:attr:`~seqlen_balancing.rows.RowIndices.filler_row`: the rank's cheapest sample, or
+:attr:`~seqlen_balancing.planning.rows.RowIndices.filler` copies of one real row
+(:attr:`~seqlen_balancing.planning.rows.RowIndices.filler_row`: the rank's cheapest sample, or
 padded the micro-batch's narrowest row; a dummy micro-batch is filler only). Each filler
 row's loss-weight entries are zero (``loss_mask`` and ``response_mask`` by default, or
 ``loss_weight_keys``; checked before the agreement as for dummies,
@@ -32,7 +32,7 @@ def _cut_with_filler(
     batch: TensorDict, plan: list[list[int]], entries: _Entries, keys: tuple[str, ...],
     trim: Trim | None = None, pad: int = 1,
 ) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
-    """The micro-batches of ``plan`` (:class:`~seqlen_balancing.rows.RowIndices`), each
+    """The micro-batches of ``plan`` (:class:`~seqlen_balancing.planning.rows.RowIndices`), each
     topped up with its filler rows, those rows' ``keys`` zeroed; the index lists to return
     (the real rows, with the filler count); and the rows each micro-batch holds."""
     rows = [list(part) + [getattr(part, "filler_row", -1)] * filler_of(part) for part in plan]
@@ -64,7 +64,7 @@ def filler_counts(batch_idx_list: Sequence[Sequence[int]]) -> list[int]:
     """The filler rows of each micro-batch, from its index list (0 for plain lists).
 
     Example:
-        >>> from seqlen_balancing.rows import RowIndices
+        >>> from seqlen_balancing.planning.rows import RowIndices
         >>> filler_counts([RowIndices([0, 2], filler=1, filler_row=0), [1]])
         [1, 0]
     """

@@ -33,8 +33,8 @@ from seqlen_balancing.errors import (
     StaticPathOption,
 )
 from seqlen_balancing.options import OPTIONS, GroupOptionKeywords, OptionKeywords, PlanOptions, Unpack
-from seqlen_balancing.planner import RankAnalysis, analyse, build_plan, failed_analysis, log_over_cap
-from seqlen_balancing.rows import empty_rank_tolerance
+from seqlen_balancing.planning.planner import RankAnalysis, analyse, build_plan, failed_analysis, log_over_cap
+from seqlen_balancing.planning.rows import empty_rank_tolerance
 
 __all__ = ["prepare_micro_batches", "rearrange_micro_batches"]
 
@@ -127,7 +127,7 @@ def rearrange_micro_batches(
             ``workload_model`` and ``equal_rows_per_micro_batch`` (every micro-batch of
             every rank holds the same rows: its real rows, then filler rows, copies of one
             real row with every loss-weight entry zero, counted under the cap; the index
-            lists are then :class:`~seqlen_balancing.rows.RowIndices`, the real rows with
+            lists are then :class:`~seqlen_balancing.planning.rows.RowIndices`, the real rows with
             their ``filler`` count, which :func:`restore_dynamic_batch` drops:
             docs/pipeline.md). Under DP agreement every rank must plan with the same
             options and cap: ranks that differ all raise the same ``ValueError`` naming

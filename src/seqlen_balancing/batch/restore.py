@@ -28,7 +28,7 @@ from seqlen_balancing.batch.kinds import (
 )
 from seqlen_balancing.batch.nested import _jagged, _SharedOffsets
 from seqlen_balancing.batch.trim import restore_widths
-from seqlen_balancing.partition import get_reverse_idx
+from seqlen_balancing.planning.partition import get_reverse_idx
 
 __all__ = ["restore_dynamic_batch"]
 
@@ -60,7 +60,7 @@ def restore_dynamic_batch(
             pad value each cut entry held in the input (0 for other outputs), so the
             padding side (left, right or both) is the input's.
             Lists that carry filler rows (``equal_rows_per_micro_batch``:
-            :class:`~seqlen_balancing.rows.RowIndices`, or ``filler`` set on the cut
+            :class:`~seqlen_balancing.planning.rows.RowIndices`, or ``filler`` set on the cut
             :class:`~seqlen_balancing.batch.trim.MicroBatchIndices`) have their filler
             rows' outputs dropped first: the last ``filler`` rows of each micro-batch's
             output, in a list or in the concatenated data.

@@ -17,7 +17,7 @@ from seqlen_balancing.batch.kinds import _same_data
 from seqlen_balancing.batch.verdict import _switch_error
 from seqlen_balancing.errors import Argument, MissingSetting, PlanError, PrefixTreeAsked
 from seqlen_balancing.options import OPTIONS, PlanOptions
-from seqlen_balancing.planner import argument_error
+from seqlen_balancing.planning.planner import argument_error
 
 
 def _setting(data: TensorDict, key: str, default: Any) -> Any:

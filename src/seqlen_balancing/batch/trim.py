@@ -1,7 +1,7 @@
 """Padded micro-batches cut to their own width, and put back at the batch's width.
 
 With ``padded=True`` (a micro-batch costs rows x its widest row, see
-:mod:`seqlen_balancing.rule`) a micro-batch only holds what the plan says if it is cut
+:mod:`seqlen_balancing.planning.rule`) a micro-batch only holds what the plan says if it is cut
 to its width: every dense entry with the batch's sequence dimension (the first dimension
 after the batch dimension whose size is the ``attention_mask``'s width) keeps the columns
 ``[start, stop)`` that hold its rows' real tokens, on whichever side the mask pads

@@ -10,10 +10,10 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
-from seqlen_balancing import distributed
 from seqlen_balancing._checks import as_switch, describe
+from seqlen_balancing.agreement import collective as distributed
 from seqlen_balancing.errors import Argument, NotASwitch, NotATensorDict, PlanError
-from seqlen_balancing.planner import RankAnalysis, local_count
+from seqlen_balancing.planning.planner import RankAnalysis, local_count
 
 
 def _begin(dp_group: Any, same_micro_num_in_dp: Any) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF
+from seqlen_balancing.planning.partition import WORKLOAD_LINEAR_COEF
 
 __all__ = ["calculate_workload"]
 

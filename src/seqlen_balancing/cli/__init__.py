@@ -76,7 +76,7 @@ JSON output (``--json``, one object on stdout; keys are stable). Fills are fract
 * ``ranks``: per DP rank: ``rank``, ``samples``, ``tokens``, ``aligned_tokens`` (the
   samples' costs summed), ``count`` (micro-batches),
   ``verl_count`` (with ``--compare-verl``), ``l2_lower_bound``, ``lower_bound`` (the
-  strongest bound the rank needed, see :func:`~seqlen_balancing.bounds.lower_bound`),
+  strongest bound the rank needed, see :func:`~seqlen_balancing.planning.bounds.lower_bound`),
   ``bound_name`` (which one), ``proven_optimal`` (the rank's own smallest count meets
   ``lower_bound``; bounds in aligned tokens), ``largest_micro_batch``,
   ``largest_micro_batch_cost``, ``fill``, ``workload_spread`` (on the

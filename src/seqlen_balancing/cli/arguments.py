@@ -21,7 +21,7 @@ from seqlen_balancing.cli.trainers import (
     balances_by_default,
 )
 from seqlen_balancing.options import add_arguments
-from seqlen_balancing.verl_rule import DEFAULT_MAX_TRIES
+from seqlen_balancing.planning.verl_rule import DEFAULT_MAX_TRIES
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_CAP", "DEFAULT_DP_SIZE", "DEFAULT_SWEEP_CAPS", "build_parser"]
 

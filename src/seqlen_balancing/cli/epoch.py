@@ -4,7 +4,7 @@ Every step's rows come from the trainer's sampler and dealing
 (:func:`~seqlen_balancing.cli.trainers.epoch_steps`); each step is planned on every DP rank
 with this library's planner and DP agreement (:mod:`seqlen_balancing.agreement`: one
 count on every rank, as the engine's ``prepare_micro_batches`` with the DP group), and
-with ``--compare-verl`` also with verl 0.9.1's rule (:mod:`seqlen_balancing.verl_rule`).
+with ``--compare-verl`` also with verl 0.9.1's rule (:mod:`seqlen_balancing.planning.verl_rule`).
 The report gives, per cap, each step's micro-batches per rank, the totals over the run and
 the worst step, then one summary row per cap: a cap is chosen by the whole run's count.
 """
@@ -27,7 +27,7 @@ from seqlen_balancing.cli.results import options_json
 from seqlen_balancing.cli.step import group_ids_of, scale_lengths
 from seqlen_balancing.cli.trainers import RULES, EpochStep, epoch_steps, steps_per_epoch
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
+from seqlen_balancing.planning.verl_rule import VerlSearchLimit, verl_counts
 
 __all__ = ["CapReplay", "Replay", "replay", "run_epoch"]
 

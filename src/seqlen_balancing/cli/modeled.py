@@ -1,6 +1,6 @@
 """The modeled step time of one step, three ways: verl's, the library per rank, the global planner.
 
-The lock-step model (:mod:`seqlen_balancing.lockstep`, docs/step-time.md): under FSDP the DP
+The lock-step model (:mod:`seqlen_balancing.global_batch.lockstep`, docs/step-time.md): under FSDP the DP
 ranks run their micro-batches in lock-step, so
 
     step time = sum over k of max over ranks r of W(r, k)  +  K x fixed cost
@@ -14,9 +14,9 @@ micro-batch: a step of ``K`` full micro-batches of short sequences takes about `
 micro_batch_overhead)`` of them.
 
 * ``verl``: the trainer's dealing (``--trainer``) and verl 0.9.1's own plans on each rank:
-  its agreed count (:func:`~seqlen_balancing.verl_rule.verl_counts`), Karmarkar-Karp on
+  its agreed count (:func:`~seqlen_balancing.planning.verl_rule.verl_counts`), Karmarkar-Karp on
   the workloads at that count, verl's order of micro-batches
-  (:func:`~seqlen_balancing.balance.order_micro_batches`); with ``--compare-verl`` only,
+  (:func:`~seqlen_balancing.planning.balance.order_micro_batches`); with ``--compare-verl`` only,
   and only for verl's own rule (one sample per group).
 * ``library``: the same dealing, each rank planned by the library (the report's plans).
 * ``global``: :func:`~seqlen_balancing.plan_global_batch` on the step's rows in the
@@ -34,11 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from seqlen_balancing.balance import order_micro_batches
-from seqlen_balancing.lockstep import lock_step_time, micro_batch_fixed_cost, step_time_floor
+from seqlen_balancing.global_batch.lockstep import lock_step_time, micro_batch_fixed_cost, step_time_floor
+from seqlen_balancing.global_batch.step import DEFAULT_MICRO_BATCH_OVERHEAD, plan_global_batch
 from seqlen_balancing.options import OPTIONS, PlanOptions
-from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp, workload
-from seqlen_balancing.step import DEFAULT_MICRO_BATCH_OVERHEAD, plan_global_batch
+from seqlen_balancing.planning.balance import order_micro_batches
+from seqlen_balancing.planning.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp, workload
 
 __all__ = ["KINDS", "Modeled", "global_keywords", "model_step", "not_applied", "not_applied_lines",
            "overhead_of", "verl_plans"]

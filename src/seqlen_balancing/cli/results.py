@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the planner is not needed to hold a result (nor for --help)
     from seqlen_balancing.cli.modeled import Modeled
     from seqlen_balancing.options import PlanOptions
-    from seqlen_balancing.planner import RankAnalysis
+    from seqlen_balancing.planning.planner import RankAnalysis
 
 __all__ = ["RankResult", "Step", "StepResult", "VerlResult", "alignment", "options_json", "options_of"]
 

@@ -12,7 +12,7 @@
 3. **verl's ``_balance_batch``** (on by default where the trainer has it,
    ``--no-balance-batch`` off), before dispatch:
    Karmarkar-Karp on the rows' workloads (``24576*s + s**2``) into ``dp_size`` parts of equal
-   sample counts (:func:`~seqlen_balancing.partition.get_seqlen_balanced_partitions`); each
+   sample counts (:func:`~seqlen_balancing.planning.partition.get_seqlen_balanced_partitions`); each
    part is sorted by workload and laid out lightest at both ends
    (``part[::2] + part[1::2][::-1]``), as verl 0.9.1 does. With ``--force-group-size N``
    the groups of ``N`` consecutive rows are balanced instead, each kept whole and in order
@@ -20,7 +20,7 @@
 4. **Planning** (:func:`plan_step`): every rank with this library's own DP planning
    (:func:`~seqlen_balancing.agreement.plan_ranks`: the same encode/MAX/decode a real group
    runs, under the options of every flag, ``args.options``); with ``--compare-verl`` also
-   verl 0.9.1's count (:mod:`seqlen_balancing.verl_rule`).
+   verl 0.9.1's count (:mod:`seqlen_balancing.planning.verl_rule`).
 
 The cap is ``max_token_len * sp_size`` (``prepare_micro_batches``), on what the GPU holds:
 with ``--pad-to-multiple-of`` (or ``--tp``/``--cp``/``--fp8``) each sample costs its aligned
@@ -37,8 +37,6 @@ import time
 from collections.abc import Sequence
 
 from seqlen_balancing.agreement import plan_ranks
-from seqlen_balancing.balance import spread
-from seqlen_balancing.bounds import l2_lower_bound
 from seqlen_balancing.cli._text import CliError, plural
 from seqlen_balancing.cli.inputs import Loaded
 from seqlen_balancing.cli.modeled import model_step
@@ -55,9 +53,11 @@ from seqlen_balancing.cost import (
     micro_batch_cost,
     padded_micro_batch_cost,
 )
-from seqlen_balancing.partition import workload
-from seqlen_balancing.planner import RankAnalysis
-from seqlen_balancing.verl_rule import VerlSearchLimit, verl_counts
+from seqlen_balancing.planning.balance import spread
+from seqlen_balancing.planning.bounds import l2_lower_bound
+from seqlen_balancing.planning.partition import workload
+from seqlen_balancing.planning.planner import RankAnalysis
+from seqlen_balancing.planning.verl_rule import VerlSearchLimit, verl_counts
 
 __all__ = ["balance_order", "make_step", "plan_step", "smallest_cap"]
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 from seqlen_balancing.cli._text import CliError
 from seqlen_balancing.cost import WorkloadModel
-from seqlen_balancing.partition import get_seqlen_balanced_partitions, workload
+from seqlen_balancing.planning.partition import get_seqlen_balanced_partitions, workload
 
 __all__ = [
     "DEFAULT_GLOBAL_BATCH_SIZE",

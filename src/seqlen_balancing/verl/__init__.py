@@ -14,7 +14,7 @@ or of :mod:`seqlen_balancing`: a process is switched only when asked to,
 
 A job must be switched in every process or in none (docs/verl.md).
 verl's own micro-batch count rule, re-implemented for comparisons, stays in
-:mod:`seqlen_balancing.verl_rule` (the command line's ``--compare-verl``).
+:mod:`seqlen_balancing.planning.verl_rule` (the command line's ``--compare-verl``).
 
 Example:
     >>> import seqlen_balancing.verl as switch

@@ -61,7 +61,7 @@ from types import ModuleType
 from typing import Any
 
 from seqlen_balancing.options import ENV_BALANCE_STEP, PlanOptions, env_switch
-from seqlen_balancing.partition import log_seqlen_unbalance
+from seqlen_balancing.planning.partition import log_seqlen_unbalance
 
 __all__ = [
     "disable",
@@ -288,7 +288,7 @@ def ppo_order(
         >>> ppo_order([600, 500, 400, 300, 200, 100, 50, 50], 2, 1000, mini_batch_size=4)
         ([0, 3, 4, 6, 1, 2, 5, 7], [[0, 3, 4, 6], [1, 2, 5, 7]])
     """
-    from seqlen_balancing.step import plan_step
+    from seqlen_balancing.global_batch.step import plan_step
 
     n = len(seq_lens)
     size = n
@@ -442,7 +442,7 @@ def sft_sampler(
         train, config = bool(shuffle), _STATE.job_config
     if not train or config is None:
         return DistributedSampler(dataset, **plain)
-    from seqlen_balancing.sampler import BalancedDistributedSampler
+    from seqlen_balancing.global_batch.sampler import BalancedDistributedSampler
 
     try:
         sampler: Any = DistributedSampler(dataset, **plain)  # torch's checks, and the replicas

@@ -1,12 +1,12 @@
 """The whole step planned at once: which samples each DP rank gets, and its micro-batches (no torch).
 
-DP ranks run their micro-batches in lock-step (:mod:`seqlen_balancing.lockstep` has the
+DP ranks run their micro-batches in lock-step (:mod:`seqlen_balancing.global_batch.lockstep` has the
 model: step time = sum over index ``k`` of the slowest rank's micro-batch ``k``, plus a
 fixed cost per micro-batch). When the caller decides which samples land on which rank (a
 sampler, PPO's balance step), :func:`~seqlen_balancing.plan_global_batch` plans the whole step at once:
 
 1. **Count.** The whole step is analysed as one batch under the one rule
-   (``seqlen_balancing.planner.analyse``: costs, alignment, padded, sample limit,
+   (``seqlen_balancing.planning.planner.analyse``: costs, alignment, padded, sample limit,
    force groups). Its best lower bound ``B`` says that no plan with the same count on
    every rank has fewer than ``K = ceil(B / dp_size)`` micro-batches per rank; planning
    starts there (raised to ``min_num_micro_batch``, rounded up to
@@ -17,7 +17,7 @@ sampler, PPO's balance step), :func:`~seqlen_balancing.plan_global_batch` plans 
    ``_balance_batch``), one-for-one swaps between the heaviest and the lightest part then
    even their workloads, and further swaps bring every part's cost within ``K`` caps.
    Each part is planned alone with exactly ``K`` micro-batches
-   (``seqlen_balancing.planner.build_plan``, balanced on workload), and the ranks'
+   (``seqlen_balancing.planning.planner.build_plan``, balanced on workload), and the ranks'
    micro-batches are lined up lightest first: index ``k`` holds every rank's ``k``-th
    lightest.
 3. **Micro-batches first** (where a part needs more than ``K``, for padded micro-batches,
@@ -55,10 +55,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from seqlen_balancing._checks import positive_int, switch
-from seqlen_balancing.analysis import RankAnalysis
-from seqlen_balancing.bounds import best_lower_bound
 from seqlen_balancing.collector import paused_collector
-from seqlen_balancing.lockstep import (
+from seqlen_balancing.global_batch.lockstep import (
     Grid,
     layer_order,
     lock_step_time,
@@ -67,9 +65,11 @@ from seqlen_balancing.lockstep import (
     step_time_floor,
 )
 from seqlen_balancing.options import PlanOptionKeywords, PlanOptions, Unpack
-from seqlen_balancing.partition import roundup_divisible
-from seqlen_balancing.planner import agreed_count, analyse, build_plan
-from seqlen_balancing.rows import RowIndices, rows_error, rows_for
+from seqlen_balancing.planning.analysis import RankAnalysis
+from seqlen_balancing.planning.bounds import best_lower_bound
+from seqlen_balancing.planning.partition import roundup_divisible
+from seqlen_balancing.planning.planner import agreed_count, analyse, build_plan
+from seqlen_balancing.planning.rows import RowIndices, rows_error, rows_for
 
 __all__ = [
     "DEFAULT_MICRO_BATCH_OVERHEAD",
@@ -107,10 +107,10 @@ class StepPlan:
         lower_bound: the best lower bound of the whole step in micro-batches (under the
             rule); no plan has fewer than ``ceil(lower_bound / dp_size)`` per rank.
         step_time: the modeled lock-step time
-            (:func:`~seqlen_balancing.lockstep.lock_step_time`), fixed costs included.
-        floor: :func:`~seqlen_balancing.lockstep.step_time_floor` at ``count``.
+            (:func:`~seqlen_balancing.global_batch.lockstep.lock_step_time`), fixed costs included.
+        floor: :func:`~seqlen_balancing.global_batch.lockstep.step_time_floor` at ``count``.
         fixed_cost: the fixed cost of one micro-batch used
-            (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`).
+            (:func:`~seqlen_balancing.global_batch.lockstep.micro_batch_fixed_cost`).
         tried: each count fully planned, with its plan's modeled step time (fixed costs
             included), in the order planned: the first count that could be planned, then
             ``count + d`` where it was weighed against it (the module docstring's step 5).
@@ -198,9 +198,9 @@ def _whole_step(
 
     For summed costs without a sample limit the first analysis skips the count search (its
     ``min_num_micro_batch`` is the number of groups, so the packings meet it at once) and
-    the bound is :func:`~seqlen_balancing.bounds.best_lower_bound` of the groups' costs:
+    the bound is :func:`~seqlen_balancing.planning.bounds.best_lower_bound` of the groups' costs:
     the search is most of the time on a large step, and planning the ranks first does not
-    need it. Otherwise the analysis is ``seqlen_balancing.planner.analyse`` as it is.
+    need it. Otherwise the analysis is ``seqlen_balancing.planning.planner.analyse`` as it is.
 
     Args:
         rule: the options of the rule (the step's count options left to the caller).
@@ -304,7 +304,7 @@ def plan_step(
     bound, the modeled step time and its floor (a :class:`StepPlan`).
 
     Takes the arguments of :func:`~seqlen_balancing.plan_global_batch` (``options=`` and
-    the options as keywords laid over it, ``seqlen_balancing.step.step_options``).
+    the options as keywords laid over it, ``seqlen_balancing.global_batch.step.step_options``).
 
     Example:
         >>> plan = plan_step([600, 500, 400, 300, 200, 100, 50, 50], 2, 1000)
@@ -407,7 +407,7 @@ def plan_global_batch(
 
             * ``micro_batch_overhead``: the fixed cost of one micro-batch, as a share of
               the linear term of a full one
-              (:func:`~seqlen_balancing.lockstep.micro_batch_fixed_cost`), a number >= 0.
+              (:func:`~seqlen_balancing.global_batch.lockstep.micro_batch_fixed_cost`), a number >= 0.
               The count stays at the bound ``ceil(B / dp_size)`` unless one more
               micro-batch per rank (``num_batches_divided_by`` more) lowers the modeled
               step time, its extra fixed costs included, by more than 2% of ``total
@@ -429,7 +429,7 @@ def plan_global_batch(
               :func:`~seqlen_balancing.plan_data_parallel` plans them with the option (the
               count the ranks agree on, rows balanced, short micro-batches topped up with
               filler rows counted under the cap); each micro-batch is then a
-              :class:`~seqlen_balancing.rows.RowIndices` whose ``filler_row`` is a global
+              :class:`~seqlen_balancing.planning.rows.RowIndices` whose ``filler_row`` is a global
               index. The lock-step search does not see the filler rows.
             * ``same_micro_num_in_dp`` (True), ``over_cap`` (``"raise"``) and
               ``dummy_micro_batches`` (False) must keep their defaults: the plan gives
@@ -449,7 +449,7 @@ def plan_global_batch(
         TypeError: an argument or length is not an integer, a switch not a bool, an unknown
             option name, or ``options`` not a :class:`~seqlen_balancing.PlanOptions`.
         ValueError: an option value :class:`~seqlen_balancing.PlanOptions` refuses, or one
-            the global planner cannot honour (``seqlen_balancing.step.step_options``); what
+            the global planner cannot honour (``seqlen_balancing.global_batch.step.step_options``); what
             :func:`~seqlen_balancing.plan_micro_batches` refuses (a sample or
             group over the cap: ``exceeds max_token_len``), ``n`` (or its force groups)
             not divisible by ``dp_size`` with ``equal_size`` (or groups of different sizes
@@ -457,7 +457,7 @@ def plan_global_batch(
             ``equal_rows_per_micro_batch``, a rank whose micro-batches cannot take the rows
             another needs (``every micro-batch must hold``).
 
-    Complexity: ``seqlen_balancing.planner.analyse`` on the whole step and on each
+    Complexity: ``seqlen_balancing.planning.planner.analyse`` on the whole step and on each
     part (O(n log n) together, plus their bounded searches), Karmarkar-Karp's
     O(n log n + n dp), at most ``4 n`` swaps of O(m log m) for parts of ``m`` groups, and
     at most ``4 n + 64`` rounds of the local search, each O(dp log dp) plus the groups of

@@ -1,6 +1,6 @@
 """Balancing micro-batches at a fixed count under the one rule, and their order (no torch).
 
-Pure functions on items, their workloads and a :class:`~seqlen_balancing.rule.Rule`: the
+Pure functions on items, their workloads and a :class:`~seqlen_balancing.planning.rule.Rule`: the
 capacity-aware longest-processing-time packing, the exchange that narrows the workload gap
 of a packing made for the count, the sorted slices of padded rows, the gap itself, the
 choice among them (:func:`balanced`), verl 0.9.1's order of micro-batches, and the relative
@@ -14,9 +14,9 @@ import heapq
 from collections.abc import Sequence
 
 from seqlen_balancing.native import Twinned
-from seqlen_balancing.packing import split
-from seqlen_balancing.rebalance import rebalance
-from seqlen_balancing.rule import Loads, Rule, falls, widest_first
+from seqlen_balancing.planning.packing import split
+from seqlen_balancing.planning.rebalance import rebalance
+from seqlen_balancing.planning.rule import Loads, Rule, falls, widest_first
 
 __all__ = [
     "balanced",
@@ -45,7 +45,7 @@ def lpt(rule: Rule, workloads: Sequence[int], count: int) -> list[list[int]] | N
     run out instead of after paying for each of them.
 
     Args:
-        rule: a :class:`~seqlen_balancing.rule.Rule` under which every item fits alone.
+        rule: a :class:`~seqlen_balancing.planning.rule.Rule` under which every item fits alone.
         workloads: per item.
         count: micro-batches.
 
@@ -192,7 +192,7 @@ def sorted_slices(
     rule: Rule, workloads: Sequence[int], count: int, rounds: int = 48
 ) -> list[list[int]] | None:
     """Consecutive slices of the widest-first order (as the sorted rule cuts it,
-    :func:`~seqlen_balancing.rule.fewest_sorted`), exactly ``count`` of them, whose
+    :func:`~seqlen_balancing.planning.rule.fewest_sorted`), exactly ``count`` of them, whose
     heaviest workload is as small as slices allow (to within 0.4%): a binary search on
     that limit ``T``, each step cutting every slice as long as both the rule and ``T``
     allow (a slice's sub-slices keep both, so the greedy count is the fewest for that
@@ -251,7 +251,7 @@ def balanced(
     Candidates, in order: ``verl`` (verl's Karmarkar-Karp partition at this count) when
     it fits ``rule``; the capacity-aware LPT (:func:`lpt`); for padded rules, the sorted
     slices (:func:`sorted_slices`) rebalanced; and ``packing`` split up to ``count`` and
-    rebalanced (:func:`~seqlen_balancing.packing.split`, :func:`rebalance`), which always
+    rebalanced (:func:`~seqlen_balancing.planning.packing.split`, :func:`rebalance`), which always
     fits: for summed costs without a limit only when no other candidate fits (the plain
     path's cost), for every other rule always (the rule may refuse LPT's moves).
 

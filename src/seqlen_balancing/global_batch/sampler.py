@@ -37,9 +37,9 @@ from torch.utils.data import Dataset, DistributedSampler
 
 from seqlen_balancing._checks import _integer_or_none, describe, positive_int
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity
+from seqlen_balancing.global_batch.step import StepPlan, plan_step, step_options
 from seqlen_balancing.options import PlanOptionKeywords, PlanOptions, Unpack
-from seqlen_balancing.partition import roundup_divisible
-from seqlen_balancing.step import StepPlan, plan_step, step_options
+from seqlen_balancing.planning.partition import roundup_divisible
 
 __all__ = ["BalancedDistributedSampler"]
 
@@ -188,7 +188,7 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         return list(order[step * width : min((step + 1) * width, self.total_size)])
 
     def step_plan(self, step: int, order: Sequence[int] | None = None) -> StepPlan:
-        """The plan of ``step`` of the current epoch (:func:`~seqlen_balancing.step.plan_step`),
+        """The plan of ``step`` of the current epoch (:func:`~seqlen_balancing.global_batch.step.plan_step`),
         its sample indices mapped to dataset rows: ``rank_samples[r]`` is what rank ``r``
         yields for the step, ``rank_micro_batches[r]`` its micro-batches."""
         rows = self.global_batch(step, order)

@@ -29,7 +29,7 @@ fits costs O(1), whatever the rule. :meth:`Rule.restrict` gives the rule of a su
 the items (the rest of a batch once its over-cap items are set aside).
 
 The rule's lower bounds (:func:`rule_bound`) are the bin-packing bounds of
-:mod:`seqlen_balancing.bounds` on the summed costs, the same bounds on the rows against the
+:mod:`seqlen_balancing.planning.bounds` on the summed costs, the same bounds on the rows against the
 sample limit, and, for padded micro-batches, the **sorted rule** (:func:`fewest_sorted`):
 consecutive slices of the items sorted widest first, each as long as the rule allows,
 which is the fewest padded micro-batches when the rows share one side (proof there).
@@ -45,8 +45,8 @@ from functools import cached_property
 from itertools import islice
 
 from seqlen_balancing._checks import positive_int, switch
-from seqlen_balancing.bounds import BOUND_NAMES, _best_lower_bound, best_lower_bound, dominant_bins
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity, sample_costs
+from seqlen_balancing.planning.bounds import BOUND_NAMES, _best_lower_bound, best_lower_bound, dominant_bins
 
 __all__ = [
     "SAMPLE_LIMIT",
@@ -161,7 +161,7 @@ class Rule:
 
     @cached_property
     def dominant(self) -> tuple[list[list[int]], list[int]]:
-        """:func:`~seqlen_balancing.bounds.dominant_bins` of the sizes under the cap, made
+        """:func:`~seqlen_balancing.planning.bounds.dominant_bins` of the sizes under the cap, made
         once for the bound and the exchange search (callers copy before changing it)."""
         return dominant_bins(self.sizes, self.cap)
 
@@ -522,7 +522,7 @@ def rule_bound(
 ) -> tuple[int, str]:
     """The best lower bound on the micro-batch count under ``rule``, and its name.
 
-    * summed costs: ``best_lower_bound`` (``seqlen_balancing.bounds``) on the sizes and the
+    * summed costs: ``best_lower_bound`` (``seqlen_balancing.planning.bounds``) on the sizes and the
       cap (its names: ``"L2"``, ``"cardinality"``, ...), evaluated up to ``upto`` and only
       until it reaches ``enough``;
     * padded: :func:`sorted_bound` (``"padded sorted rule"``);
@@ -532,12 +532,12 @@ def rule_bound(
     Args:
         rule: a :class:`Rule` under which every item fits alone.
         enough: stop once a bound reaches this (``None``: evaluate all).
-        upto: the last of ``BOUND_NAMES`` (``seqlen_balancing.bounds``) to evaluate.
+        upto: the last of ``BOUND_NAMES`` (``seqlen_balancing.planning.bounds``) to evaluate.
 
     Returns:
         ``(bound, name)``; ``(0, "L2")`` for no items (or only zero-cost ones).
 
-    Complexity: O(n log n), as ``best_lower_bound`` (``seqlen_balancing.bounds``).
+    Complexity: O(n log n), as ``best_lower_bound`` (``seqlen_balancing.planning.bounds``).
 
     Example:
         >>> rule_bound(Rule.sums([100] * 64, 16384, limit=16))
@@ -567,7 +567,7 @@ def lower_bound(
     """Lower bound on the number of micro-batches of at most ``cap`` under the one rule:
     the best of L2, the cardinality bound, the large-item matching bound, the Martello-Toth
     reduction and the Fekete-Schepers dual feasible functions (see
-    ``best_lower_bound`` (``seqlen_balancing.bounds``) for each) on the costs.
+    ``best_lower_bound`` (``seqlen_balancing.planning.bounds``) for each) on the costs.
 
     Every packing of ``sizes`` into bins of ``cap`` tokens uses at least this many bins, so
     a packing with this many is optimal. Never below
@@ -583,7 +583,7 @@ def lower_bound(
     With ``padded=True`` a bin costs its number of items times its widest item (each
     item's width its cost or size rounded up to ``pad_to_multiple_of``), and the bound is
     the fewest such bins exactly: the sorted rule of
-    :func:`~seqlen_balancing.rule.fewest_sorted`, optimal by the
+    :func:`~seqlen_balancing.planning.rule.fewest_sorted`, optimal by the
     argument given there (1 for a non-empty list of zero widths: rows take room even when
     empty). With ``max_samples_per_micro_batch = N`` no bin holds more than ``N`` items,
     and the bound is at least ``ceil(n / N)``.

@@ -14,9 +14,9 @@ as a share of the linear term of a full micro-batch). No plan beats its floor
 (:func:`step_time_floor`): ``total workload / dp_size + count x fixed cost``.
 
 :func:`plan_at` builds a :class:`Grid` of ``dp x count`` cells (rank, micro-batch index),
-each a micro-batch under the rule of a whole-step :class:`~seqlen_balancing.analysis.RankAnalysis`,
+each a micro-batch under the rule of a whole-step :class:`~seqlen_balancing.planning.analysis.RankAnalysis`,
 with the same number of samples on every rank when asked, and lowers its lock-step time
-by a bounded local search; :mod:`seqlen_balancing.step` chooses the count and turns the
+by a bounded local search; :mod:`seqlen_balancing.global_batch.step` chooses the count and turns the
 grid into the plan. Every choice is made on integers with deterministic tie-breaks.
 """
 
@@ -29,10 +29,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from seqlen_balancing.analysis import RankAnalysis
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp
-from seqlen_balancing.planner import analyse, build_plan
+from seqlen_balancing.planning.analysis import RankAnalysis
+from seqlen_balancing.planning.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp
+from seqlen_balancing.planning.planner import analyse, build_plan
 
 __all__ = [
     "Grid",

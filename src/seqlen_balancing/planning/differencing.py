@@ -4,8 +4,8 @@ The k-way differencing method verl 0.9.1 uses, made choice for choice as verl ma
 (:func:`_differencing`), with an optional token cap that stops it as soon as a part is
 over (:func:`_capped_largest_differencing`). A part is one packed int, so that parts
 sort and compare in C; a state is a sorted list of its non-empty parts. The public
-``karmarkar_karp`` and the balanced partitions of :mod:`seqlen_balancing.partition`, and
-the planner's verl candidate (:mod:`seqlen_balancing.search`), call it.
+``karmarkar_karp`` and the balanced partitions of :mod:`seqlen_balancing.planning.partition`, and
+the planner's verl candidate (:mod:`seqlen_balancing.planning.search`), call it.
 
 Where the package was built with a C compiler, :func:`_differencing` runs the compiled twin
 of :func:`_differencing_python` (``_c_differencing.c``: the same choices, the same

@@ -4,8 +4,8 @@ L1 (``ceil(total / cap)``), the Martello-Toth L2 bound, a cardinality bound, a m
 on items above a third of the cap, the Martello-Toth reduction (dominant bins) and the dual
 feasible functions of Fekete and Schepers, cheapest first (:func:`best_lower_bound`), on
 plain lists of sizes against a cap. The bounds under the one rule (costs, padded rows, the
-sample limit) and the cost-aware :func:`~seqlen_balancing.rule.lower_bound` build on them
-in :mod:`seqlen_balancing.rule`. Pure integer arithmetic; none of it needs torch.
+sample limit) and the cost-aware :func:`~seqlen_balancing.planning.rule.lower_bound` build on them
+in :mod:`seqlen_balancing.planning.rule`. Pure integer arithmetic; none of it needs torch.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 
 from seqlen_balancing._checks import as_switch
-from seqlen_balancing.agreement import decode, decode_rows, encode, encode_rows, needs_reports, report
+from seqlen_balancing.agreement.vector import decode, decode_rows, encode, encode_rows, needs_reports, report
 from seqlen_balancing.errors import NotInGroup, PlanError
-from seqlen_balancing.planner import RankAnalysis
+from seqlen_balancing.planning.planner import RankAnalysis
 
 __all__ = ["agree", "collective_device", "membership_error", "sync_enabled"]
 
@@ -169,7 +169,7 @@ def agree(
     followed by one more ``all_reduce`` of 2 values: the rows every micro-batch holds.
 
     Args:
-        analysis: this rank's :func:`~seqlen_balancing.planner.analyse` result (with or
+        analysis: this rank's :func:`~seqlen_balancing.planning.planner.analyse` result (with or
             without an error: a rank with an error still takes part).
         group: the DP process group; this process must be a member (see
             :func:`membership_error`).

@@ -4,7 +4,7 @@ Steps, each a function here:
 
 1. :func:`analyse` checks the arguments and lengths, forms the ``force_group_size`` groups
    and finds the smallest micro-batch count this library can reach under the cap
-   (between :func:`~seqlen_balancing.bounds.lower_bound` and a best-fit-decreasing
+   (between :func:`~seqlen_balancing.planning.bounds.lower_bound` and a best-fit-decreasing
    packing); a count that meets the bound is proven optimal. It never raises
    for bad input: it records a :class:`~seqlen_balancing.errors.PlanError`, so that a DP
    group can agree on it before anyone raises.
@@ -26,7 +26,7 @@ defaults.
 **Never worse than verl 0.9.1, by construction.** verl's rule tries Karmarkar-Karp on the
 groups' workloads at ``k = start, start + d, ...`` (``d = num_batches_divided_by`` or 1)
 and stops at the first ``k`` where every part fits the cap; with a DP group, where every
-rank's parts fit. :func:`~seqlen_balancing.partition.karmarkar_karp` returns verl's
+rank's parts fit. :func:`~seqlen_balancing.planning.partition.karmarkar_karp` returns verl's
 partitions exactly, and this module uses it twice:
 
 * *Count.* Where the packings stop at ``U`` above the lower bound ``L``, Karmarkar-Karp is
@@ -54,8 +54,6 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from seqlen_balancing._checks import _integer_or_none, describe
-from seqlen_balancing.analysis import RankAnalysis
-from seqlen_balancing.balance import balanced, order_micro_batches
 from seqlen_balancing.collector import paused_collector
 from seqlen_balancing.cost import micro_batch_capacity
 from seqlen_balancing.errors import (
@@ -73,22 +71,24 @@ from seqlen_balancing.errors import (
     PlanError,
     TooManyDummies,
 )
-from seqlen_balancing.groups import read_group_ids, uniform_members
-from seqlen_balancing.items import (
+from seqlen_balancing.options import OVER_CAP_CHOICES, PlanOptionKeywords, PlanOptions, Unpack
+from seqlen_balancing.planning.analysis import RankAnalysis
+from seqlen_balancing.planning.balance import balanced, order_micro_batches
+from seqlen_balancing.planning.groups import read_group_ids, uniform_members
+from seqlen_balancing.planning.items import (
     dummy_group,
     group_rule,
     longest,
     sample_costs_of,
     workloads_of,
 )
-from seqlen_balancing.options import OVER_CAP_CHOICES, PlanOptionKeywords, PlanOptions, Unpack
-from seqlen_balancing.packing import randomized_best_fit
-from seqlen_balancing.partition import roundup_divisible
-from seqlen_balancing.per_sample import read_numbers
-from seqlen_balancing.repack import exact_packing, repack
-from seqlen_balancing.rows import empty_rank_plan, filled_plan, rows_for, rows_view, search_rows
-from seqlen_balancing.rule import Rule
-from seqlen_balancing.search import (
+from seqlen_balancing.planning.packing import randomized_best_fit
+from seqlen_balancing.planning.partition import roundup_divisible
+from seqlen_balancing.planning.per_sample import read_numbers
+from seqlen_balancing.planning.repack import exact_packing, repack
+from seqlen_balancing.planning.rows import empty_rank_plan, filled_plan, rows_for, rows_view, search_rows
+from seqlen_balancing.planning.rule import Rule
+from seqlen_balancing.planning.search import (
     _EXACT_BUDGET,
     _EXACT_GROUPS,
     _fitting_kk,
@@ -146,13 +146,13 @@ def analyse(
     Never raises for bad input; the reason is returned in ``error`` so that the DP group
     can agree on it first (see :mod:`seqlen_balancing.agreement`).
 
-    Count search (:func:`~seqlen_balancing.search._search_count`): the packers of
-    :data:`~seqlen_balancing.search.PACKERS` that serve the batch's rule run in order, the
+    Count search (:func:`~seqlen_balancing.planning.search._search_count`): the packers of
+    :data:`~seqlen_balancing.planning.search.PACKERS` that serve the batch's rule run in order, the
     first (best-fit decreasing, or the sorted rule for padded rows) giving ``U``; ``L =
     max(lower bound, min_num_micro_batch, 1)``, the bounds of
-    :func:`~seqlen_balancing.rule.rule_bound` tried cheapest first until one meets ``U``.
+    :func:`~seqlen_balancing.planning.rule.rule_bound` tried cheapest first until one meets ``U``.
     Only if ``U > L`` do stronger packings and an exchange local search
-    (:func:`~seqlen_balancing.repack.repack`) work from ``U`` down towards ``L``, stopping
+    (:func:`~seqlen_balancing.planning.repack.repack`) work from ``U`` down towards ``L``, stopping
     as soon as they meet it. Every count between the result and the number of groups is
     feasible, since splitting a micro-batch never breaks the rule.
 
@@ -166,7 +166,7 @@ def analyse(
 
     Args:
         seq_lens: effective length in tokens of each sample on this rank (read whole,
-            :func:`~seqlen_balancing.per_sample.read_numbers`).
+            :func:`~seqlen_balancing.planning.per_sample.read_numbers`).
         max_token_len: cap in tokens per micro-batch.
         options: the options of the plan, already checked (:class:`~seqlen_balancing.
             options.PlanOptions`; ``None``: ``PlanOptions()``, verl's behaviour).
@@ -180,10 +180,10 @@ def analyse(
             Read whole: whatever reading them raises becomes this rank's error. The cap is
             untouched.
         padded_extents: with ``padded``, each sample's ``(left, right)`` span around a
-            column every row shares (:func:`~seqlen_balancing.items.group_rule`).
+            column every row shares (:func:`~seqlen_balancing.planning.items.group_rule`).
         group_ids: one hashable id per sample, or ``None``: samples of equal id form a
             group that lands whole in one micro-batch (any size, not necessarily
-            contiguous; :func:`~seqlen_balancing.groups.read_group_ids`). Read whole;
+            contiguous; :func:`~seqlen_balancing.planning.groups.read_group_ids`). Read whole;
             ``force_group_size=g`` is ``group_ids=[i // g for i in range(n)]``, and giving
             both is an error.
 
@@ -472,7 +472,7 @@ def build_plan(
 ) -> list[list[int]]:
     """The best-balanced plan with exactly ``count`` micro-batches, ordered.
 
-    The smallest workload gap among :func:`~seqlen_balancing.balance.balanced`'s
+    The smallest workload gap among :func:`~seqlen_balancing.planning.balance.balanced`'s
     candidates under the analysis' rule: Karmarkar-Karp on workloads (verl's partition)
     when it fits the rule, the capacity-aware longest-processing-time (LPT) packing, and
     the analysis' packing split up to ``count`` and rebalanced by moving groups from the
@@ -498,8 +498,8 @@ def build_plan(
             already sorts by workload the same way on every rank).
         rows: with ``equal_rows_per_micro_batch``, the rows of every micro-batch (``None``:
             the DP group's agreed rows, else the rank's own); the plan is then balanced
-            under :func:`~seqlen_balancing.rows.rows_rule` and each list is a
-            :class:`~seqlen_balancing.rows.RowIndices` holding its filler count.
+            under :func:`~seqlen_balancing.planning.rows.rows_rule` and each list is a
+            :class:`~seqlen_balancing.planning.rows.RowIndices` holding its filler count.
 
     Returns:
         ``count`` lists of sample indices, each sorted ascending, together an exact cover of
@@ -612,7 +612,7 @@ def plan_micro_batches(
         exact cover of ``range(n)``; with ``over_cap="alone"`` an over-cap sample or group
         is a micro-batch of its own, and with ``dummy_micro_batches`` the dummies are empty
         lists, last. With ``equal_rows_per_micro_batch`` each list is a
-        :class:`~seqlen_balancing.rows.RowIndices` (its ``filler`` rows, copies of sample
+        :class:`~seqlen_balancing.planning.rows.RowIndices` (its ``filler`` rows, copies of sample
         ``filler_row``, make ``len + filler`` the same for all; the cost counts them).
         Balance and order use the effective lengths (or ``workloads``).
 

@@ -1,10 +1,10 @@
 """One rank's items under the one rule, from its plain inputs (no torch).
 
-Its costs and workloads read (whole, by :func:`~seqlen_balancing.per_sample.read_numbers`),
+Its costs and workloads read (whole, by :func:`~seqlen_balancing.planning.per_sample.read_numbers`),
 the force groups formed, the rule built and its over-cap items named.
 Everything here reads plain values and never raises for bad input: it returns the
 :class:`~seqlen_balancing.errors.PlanError` the DP group agrees on, as
-:func:`~seqlen_balancing.planner.analyse` needs.
+:func:`~seqlen_balancing.planning.planner.analyse` needs.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from seqlen_balancing.errors import (
     SampleOverCap,
     WorkloadsAndModel,
 )
-from seqlen_balancing.groups import uniform_members
-from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF
-from seqlen_balancing.per_sample import read_numbers
-from seqlen_balancing.rule import Rule
+from seqlen_balancing.planning.groups import uniform_members
+from seqlen_balancing.planning.partition import WORKLOAD_LINEAR_COEF
+from seqlen_balancing.planning.per_sample import read_numbers
+from seqlen_balancing.planning.rule import Rule
 
 __all__ = ["GroupRule", "group_rule"]
 
@@ -39,7 +39,7 @@ __all__ = ["GroupRule", "group_rule"]
 def longest(sizes: list[int], group: int | None, members: list[list[int]] | None = None) -> int:
     """The costliest group in tokens (its samples' costs summed; the costliest sample when
     the groups cannot be formed), 0 for no samples. ``members``: the groups of
-    ``group_ids`` (:mod:`seqlen_balancing.groups`), else ``force_group_size=group``'s."""
+    ``group_ids`` (:mod:`seqlen_balancing.planning.groups`), else ``force_group_size=group``'s."""
     if not sizes:
         return 0
     if members is not None:
@@ -52,7 +52,7 @@ def longest(sizes: list[int], group: int | None, members: list[list[int]] | None
 def sample_costs_of(lengths: list[int], pad: int, costs: Any) -> tuple[PlanError | None, list[int]]:
     """Each sample's cost (:func:`~seqlen_balancing.cost.sample_costs`: the given cost, or
     the effective length, rounded up to ``pad``), or the error to agree on. ``costs`` is
-    read whole (:func:`~seqlen_balancing.per_sample.read_numbers`; a callable is called
+    read whole (:func:`~seqlen_balancing.planning.per_sample.read_numbers`; a callable is called
     with the lengths)."""
     if costs is None:
         return None, [aligned_length(n, pad) for n in lengths] if pad > 1 else lengths
@@ -160,9 +160,9 @@ def group_rule(
         custom_costs: the caller gave ``costs`` (named in the over-cap message).
         alone: ``over_cap="alone"``: over-cap items are set apart, not an error.
         members: the groups (each its ascending sample indices, in the order of their
-            first sample: :func:`~seqlen_balancing.groups.read_group_ids`), or ``None``
+            first sample: :func:`~seqlen_balancing.planning.groups.read_group_ids`), or ``None``
             for ``force_group_size``'s consecutive groups
-            (:func:`~seqlen_balancing.groups.uniform_members`).
+            (:func:`~seqlen_balancing.planning.groups.uniform_members`).
         labels: with ``members`` from ``group_ids``, each group's name: over-cap groups
             are then named by their id (:class:`~seqlen_balancing.errors.GroupIdsOverCap`).
 

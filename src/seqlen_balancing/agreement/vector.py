@@ -1,7 +1,7 @@
 """How DP ranks agree on one micro-batch count (no torch).
 
 The success path is one ``all_reduce(MAX)`` of :data:`VECTOR_SIZE` int64 values (the
-collective itself lives in :mod:`seqlen_balancing.distributed`; :func:`combine` is the same
+collective itself lives in :mod:`seqlen_balancing.agreement.collective`; :func:`combine` is the same
 MAX in one process). Each rank :func:`encode` s what it needs, every rank reads the same
 reduced vector, and so reaches the same verdict. When the vector shows that some rank failed
 or that the ranks were asked to plan differently, every rank makes the same second exchange:
@@ -54,7 +54,7 @@ from seqlen_balancing.errors import (
     StaticCountMismatch,
 )
 from seqlen_balancing.options import OPTIONS, PlanOptionKeywords, PlanOptions, Unpack, step_settings
-from seqlen_balancing.planner import (
+from seqlen_balancing.planning.planner import (
     RankAnalysis,
     agreed_count,
     analyse,
@@ -62,7 +62,7 @@ from seqlen_balancing.planner import (
     local_count,
     log_over_cap,
 )
-from seqlen_balancing.rows import rows_for
+from seqlen_balancing.planning.rows import rows_for
 
 __all__ = [
     "LAYOUT",
@@ -247,7 +247,7 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
     """The vector rank ``rank`` contributes to the MAX reduction.
 
     Args:
-        analysis: this rank's :func:`~seqlen_balancing.planner.analyse` result (on the
+        analysis: this rank's :func:`~seqlen_balancing.planning.planner.analyse` result (on the
             static path, a :class:`RankAnalysis` holding only the rank's error, if any).
         rank: this rank's index in the DP group, ``0 <= rank < 2**20``.
         static_count: this rank's number of static micro-batches (``use_dynamic_bsz=False``),

@@ -2,7 +2,7 @@
 
 These functions split ``n`` items (sequence lengths in tokens, or workloads) into ``k``
 partitions whose sums are as equal as possible. They know nothing about a token cap; the
-cap-respecting packing lives in :mod:`seqlen_balancing.packing`.
+cap-respecting packing lives in :mod:`seqlen_balancing.planning.packing`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from seqlen_balancing._checks import (
     switch,
     whole_numbers,
 )
-from seqlen_balancing.differencing import _largest_differencing, _rounding
+from seqlen_balancing.planning.differencing import _largest_differencing, _rounding
 
 __all__ = [
     "MAX_EMPTY_PARTITIONS",
@@ -283,7 +283,7 @@ def greedy_partition(
         TypeError: an item or ``k_partitions`` is not a number, or ``equal_size`` is not a
             bool (or 0/1).
         ValueError: an item is negative or not whole, ``k_partitions < 1``, ``k_partitions``
-            above both ``n`` and :data:`~seqlen_balancing.partition.MAX_EMPTY_PARTITIONS`
+            above both ``n`` and :data:`~seqlen_balancing.planning.partition.MAX_EMPTY_PARTITIONS`
             (65,536: refused before anything is allocated), or ``equal_size`` is True and
             ``n`` is not divisible by ``k_partitions``.
 

@@ -14,8 +14,8 @@ On batches of more than :data:`_SEARCH_ALWAYS` items only the O(n log n) packers
 Karmarkar-Karp within its budget), so the search's work grows with n, not with the gap; the
 result then keeps the count it stopped at and the cheap bound it stopped above.
 :func:`_set_aside` sets the over-cap items of ``over_cap="alone"`` apart first and plans
-the rest under the same rule (:meth:`~seqlen_balancing.rule.Rule.restrict`).
-:mod:`seqlen_balancing.planner` calls them from its analysis.
+the rest under the same rule (:meth:`~seqlen_balancing.planning.rule.Rule.restrict`).
+:mod:`seqlen_balancing.planning.planner` calls them from its analysis.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from seqlen_balancing.analysis import RankAnalysis
-from seqlen_balancing.bounds import BOUND_NAMES
-from seqlen_balancing.differencing import _capped_largest_differencing
-from seqlen_balancing.packing import (
+from seqlen_balancing.planning.analysis import RankAnalysis
+from seqlen_balancing.planning.bounds import BOUND_NAMES
+from seqlen_balancing.planning.differencing import _capped_largest_differencing
+from seqlen_balancing.planning.packing import (
     _closing_fit,
     best_fit,
     minimum_bin_slack,
@@ -34,9 +34,9 @@ from seqlen_balancing.packing import (
     row_filling,
     split,
 )
-from seqlen_balancing.partition import roundup_divisible
-from seqlen_balancing.repack import exact_packing, repack
-from seqlen_balancing.rule import Rule, fewest_sorted, rule_bound
+from seqlen_balancing.planning.partition import roundup_divisible
+from seqlen_balancing.planning.repack import exact_packing, repack
+from seqlen_balancing.planning.rule import Rule, fewest_sorted, rule_bound
 
 __all__ = ["EXHAUSTIVE", "PACKERS", "Packer"]
 
@@ -287,7 +287,7 @@ def _exact_search(
     rule: Rule, packing: list[list[int]], lower: int
 ) -> tuple[list[list[int]], int]:
     """``(best packing, proven lower bound)``: counts from ``lower`` up to one below the
-    packing's are searched exhaustively (:func:`~seqlen_balancing.repack.exact_packing`)
+    packing's are searched exhaustively (:func:`~seqlen_balancing.planning.repack.exact_packing`)
     within :data:`_EXACT_BUDGET` placed items per count; a count whose search is exhausted
     without a packing raises the bound above it, and the first count that runs out of
     budget ends the search."""
@@ -332,7 +332,7 @@ def _fitting_kk(result: RankAnalysis, count: int) -> list[list[int]] | None:
 
 def _close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[int]]:
     """The exchange local search towards ``lower``. For summed costs without a limit, on
-    the items the Martello-Toth reduction leaves (:func:`~seqlen_balancing.bounds.dominant_bins`:
+    the items the Martello-Toth reduction leaves (:func:`~seqlen_balancing.planning.bounds.dominant_bins`:
     bins some optimal packing contains, so nothing is lost), from the best of the given
     packing restricted to them and fresh packings of them (made in turn, none after one
     that meets the bound); the reduction's bins are added back. With a sample limit

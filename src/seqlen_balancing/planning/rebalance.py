@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterator, Sequence
 from itertools import compress, islice
 
-from seqlen_balancing.rule import Loads, Rule
+from seqlen_balancing.planning.rule import Loads, Rule
 
 __all__ = ["rebalance"]
 
@@ -35,7 +35,7 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
     cannot give and is passed over without a look.
 
     Args:
-        rule: the :class:`~seqlen_balancing.rule.Rule` the bins fit.
+        rule: the :class:`~seqlen_balancing.planning.rule.Rule` the bins fit.
         bins: micro-batches (lists of items), changed in place.
         workloads: per item.
 
@@ -69,7 +69,7 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
 class _Fit:
     """Whether an item fits the light bin: plain sums, its cost against the bin's room
     (each bin's cost worked out when first asked: a few moves fill the light bin, most
-    bins are never asked); other rules, their :class:`~seqlen_balancing.rule.Loads`."""
+    bins are never asked); other rules, their :class:`~seqlen_balancing.planning.rule.Loads`."""
 
     def __init__(self, rule: Rule, bins: list[list[int]]) -> None:
         self.rule, self.bins, self.plain = rule, bins, rule.plain

@@ -1,7 +1,7 @@
 """Fewer micro-batches from a packing under a summed-cost rule (no torch).
 
 The exchange local search (:func:`reduce_bins`, :func:`repack`) and the exact search
-(:func:`exact_packing`). Both take a :class:`~seqlen_balancing.rule.Rule` of summed costs,
+(:func:`exact_packing`). Both take a :class:`~seqlen_balancing.planning.rule.Rule` of summed costs,
 with or without a sample limit: every micro-batch they hold stays within the cap and, with
 a limit, within its rows.
 """
@@ -12,7 +12,7 @@ import random
 from bisect import bisect_right
 from collections.abc import Sequence
 
-from seqlen_balancing.rule import Rule
+from seqlen_balancing.planning.rule import Rule
 
 __all__ = ["exact_packing", "reduce_bins", "repack"]
 
@@ -265,7 +265,7 @@ def repack(
     bin of the result fits ``rule``.
 
     Args:
-        rule: a summed-cost :class:`~seqlen_balancing.rule.Rule` (with or without a limit).
+        rule: a summed-cost :class:`~seqlen_balancing.planning.rule.Rule` (with or without a limit).
         bins: a packing that fits ``rule`` (not modified).
         target: stop once this many bins remain.
         budget: as in :func:`reduce_bins`.
@@ -309,7 +309,7 @@ def exact_packing(
     ``count`` bins exists: a lower bound of ``count + 1`` bins.
 
     Args:
-        rule: a summed-cost :class:`~seqlen_balancing.rule.Rule`; every item fits alone.
+        rule: a summed-cost :class:`~seqlen_balancing.planning.rule.Rule`; every item fits alone.
         count: bins available (>= 1).
         budget: items placed over the whole search before it gives up.
 

@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from seqlen_balancing._checks import as_list, non_negative_ints, positive_int
-from seqlen_balancing.bounds import l2_lower_bound
-from seqlen_balancing.partition import karmarkar_karp, roundup_divisible, workload
+from seqlen_balancing.planning.bounds import l2_lower_bound
+from seqlen_balancing.planning.partition import karmarkar_karp, roundup_divisible, workload
 
 __all__ = ["DEFAULT_MAX_TRIES", "VerlCounts", "VerlSearchLimit", "verl_counts"]
 

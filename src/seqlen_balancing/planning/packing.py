@@ -4,11 +4,11 @@ Best fit (one algorithm for every rule, with a fast path for plain sums) and its
 randomized restarts, closing-fit decreasing and minimum bin slack (summed costs without a
 sample limit), and splitting up to a target count.
 
-A *bin* here is a list of item indices that fits its :class:`~seqlen_balancing.rule.Rule`:
+A *bin* here is a list of item indices that fits its :class:`~seqlen_balancing.planning.rule.Rule`:
 for the public functions on ``(sizes, cap)``, whose sizes sum to at most ``cap``. Every
 function in this module returns bins that fit; none of them needs torch. The exchange and
-exact searches that take a packing to fewer bins live in :mod:`seqlen_balancing.repack`,
-the lower bounds in :mod:`seqlen_balancing.bounds` and :mod:`seqlen_balancing.rule`.
+exact searches that take a packing to fewer bins live in :mod:`seqlen_balancing.planning.repack`,
+the lower bounds in :mod:`seqlen_balancing.planning.bounds` and :mod:`seqlen_balancing.planning.rule`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from itertools import groupby
 from math import gcd
 
-from seqlen_balancing.bounds import _checked
 from seqlen_balancing.native import Twinned
-from seqlen_balancing.rule import Loads, Rule
+from seqlen_balancing.planning.bounds import _checked
+from seqlen_balancing.planning.rule import Loads, Rule
 
 __all__ = [
     "best_fit",
@@ -93,7 +93,7 @@ def best_fit(rule: Rule, order: Sequence[int] | None = None) -> list[list[int]]:
     best-fit decreasing, run by a tighter loop with no per-item call (the fast path).
 
     Args:
-        rule: a :class:`~seqlen_balancing.rule.Rule` under which every item fits alone.
+        rule: a :class:`~seqlen_balancing.planning.rule.Rule` under which every item fits alone.
         order: the items in the order to place them, or ``None``.
 
     Returns:
@@ -267,7 +267,7 @@ def randomized_best_fit(
     derived from the input, so the result is deterministic.
 
     Args:
-        rule: a :class:`~seqlen_balancing.rule.Rule` under which every item fits alone.
+        rule: a :class:`~seqlen_balancing.planning.rule.Rule` under which every item fits alone.
         target: stop as soon as a packing has this many micro-batches (a lower bound).
         packing: the best packing so far (returned when no restart beats it).
         budget: items placed over all restarts (default ``20 n + 100000``; at most 64
@@ -327,7 +327,7 @@ def row_filling(rule: Rule) -> list[list[int]]:
     rows as the second resource.
 
     Args:
-        rule: a summed-cost :class:`~seqlen_balancing.rule.Rule` with a sample limit (any
+        rule: a summed-cost :class:`~seqlen_balancing.planning.rule.Rule` with a sample limit (any
             rule works; without a limit it is first-fit-like decreasing), every item
             fitting alone.
 
@@ -701,7 +701,7 @@ def split(rule: Rule, bins: list[list[int]], count: int) -> list[list[int]]:
     narrower half apart, so the new micro-batch is as narrow as it can be.
 
     Args:
-        rule: the :class:`~seqlen_balancing.rule.Rule` the micro-batches fit.
+        rule: the :class:`~seqlen_balancing.planning.rule.Rule` the micro-batches fit.
         bins: micro-batches (lists of items; not modified).
         count: wanted, ``len(bins) <= count <= number of items``.
 

@@ -6,7 +6,7 @@ groups need not be contiguous nor of equal size. ``force_group_size=g`` is the s
 case ``group_ids = [i // g for i in range(n)]`` (:func:`uniform_members`), so one code path
 plans both. Groups are numbered in the order of their first sample.
 
-Like :mod:`seqlen_balancing.per_sample`, reading never raises for bad input: it returns
+Like :mod:`seqlen_balancing.planning.per_sample`, reading never raises for bad input: it returns
 the error record the DP group agrees on.
 """
 

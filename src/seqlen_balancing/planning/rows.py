@@ -14,7 +14,7 @@ Filler rows reach the GPU, so the cap counts them:
   every algorithm of the plan runs on it unchanged;
 * **padded** (``padded=True``): a filler row is a copy of the micro-batch's own narrowest
   row, so the width is unchanged and the micro-batch costs ``R x width``
-  (:attr:`~seqlen_balancing.rule.Rule.filled`).
+  (:attr:`~seqlen_balancing.planning.rule.Rule.filled`).
 
 Splitting a micro-batch keeps it within that rule (each row taken out costs at least a
 filler row's ``c``; a padded part is no wider), so a plan for ``R`` rows at ``K``
@@ -39,13 +39,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from seqlen_balancing.analysis import RankAnalysis
-from seqlen_balancing.balance import lpt
 from seqlen_balancing.cost import aligned_length
 from seqlen_balancing.errors import RowsOverCap
-from seqlen_balancing.partition import roundup_divisible
-from seqlen_balancing.rule import Rule
-from seqlen_balancing.search import _search_count
+from seqlen_balancing.planning.analysis import RankAnalysis
+from seqlen_balancing.planning.balance import lpt
+from seqlen_balancing.planning.partition import roundup_divisible
+from seqlen_balancing.planning.rule import Rule
+from seqlen_balancing.planning.search import _search_count
 
 __all__ = [
     "ROWS_WINDOW",
@@ -134,7 +134,7 @@ def rows_rule(result: RankAnalysis, rows: int) -> Rule | None:
     filler rows alone are).
 
     Example:
-        >>> from seqlen_balancing.planner import analyse
+        >>> from seqlen_balancing.planning.planner import analyse
         >>> rule = rows_rule(analyse([10, 4, 6], 20), 2)
         >>> rule.sizes, rule.cap, rule.limit
         ([6, 0, 2], 12, 2)
@@ -164,7 +164,7 @@ def empty_rank_tolerance(result: RankAnalysis, row_cost: int) -> int:
     width), aligned to ``pad_to_multiple_of``; the sample limit bounds it too.
 
     Example:
-        >>> from seqlen_balancing.planner import analyse
+        >>> from seqlen_balancing.planning.planner import analyse
         >>> empty_rank_tolerance(analyse([], 100), 7), empty_rank_tolerance(analyse([], 100), 0)
         (14, 1099511627776)
     """
@@ -251,7 +251,7 @@ def search_rows(result: RankAnalysis, floor: int | None) -> None:
     alone ``K`` (the fewest micro-batches, a multiple of ``num_batches_divided_by``, at
     which some row count fits) and at the next :data:`ROWS_WINDOW` - 1 multiples, the
     fewest rows found and their tolerance (:class:`RowsAt`). ``min_count`` becomes ``K``,
-    :attr:`~seqlen_balancing.analysis.RankAnalysis.equal_rows` and ``rows_tolerance``
+    :attr:`~seqlen_balancing.planning.analysis.RankAnalysis.equal_rows` and ``rows_tolerance``
     those at ``K``; ``error`` a :class:`~seqlen_balancing.errors.RowsOverCap` when even
     every item alone cannot be topped up (items of different rows).
 
@@ -262,7 +262,7 @@ def search_rows(result: RankAnalysis, floor: int | None) -> None:
     Complexity: at most 8 counts of 3 row counts each for ``K``, 3 for each of the next 3
     counts of the window and 1 for the others, each an O(n log n) LPT packing under
     :func:`rows_rule` (and, on up to 64 items where it fails, a count search as
-    :func:`~seqlen_balancing.planner.analyse`'s), plus up to 2 more per count for its
+    :func:`~seqlen_balancing.planning.planner.analyse`'s), plus up to 2 more per count for its
     tolerance; the later counts of the window only while ``n x (place - 4) <= 2**14``.
     On up to 8 items every row count is tried instead of 3: exhaustive.
     """
@@ -351,11 +351,11 @@ def most_rows(result: RankAnalysis) -> int:
     """The most rows any micro-batch of the rank can be topped up to: every item of the core
     must fit a micro-batch of that many rows with nothing else but filler rows (summed: its
     cost plus the filler rows', padded: the rows x its width, within the cap; and the
-    sample limit). :data:`~seqlen_balancing.rows.UNBOUNDED_ROWS` when filler rows cost
+    sample limit). :data:`~seqlen_balancing.planning.rows.UNBOUNDED_ROWS` when filler rows cost
     nothing and no limit is set.
 
     Example:
-        >>> from seqlen_balancing.planner import analyse
+        >>> from seqlen_balancing.planning.planner import analyse
         >>> most_rows(analyse([8645, 302, 500], 10240))  # 8645 + 5 x 302 <= 10240
         6
     """
@@ -417,7 +417,7 @@ def rows_view(result: RankAnalysis, at: RowsAt, rows: int) -> RankAnalysis:
     """``result`` under :func:`rows_rule` for ``rows`` rows, with the packing of ``at``
     that takes them (:meth:`RowsAt.plan_for`; ``rows`` is at least ``at.rows`` and at most
     its tolerance): what
-    :func:`~seqlen_balancing.planner.build_plan` balances.
+    :func:`~seqlen_balancing.planning.planner.build_plan` balances.
 
     Raises:
         ValueError: ``rows`` outside ``at.rows..at.tolerance`` (the agreement rules it out).

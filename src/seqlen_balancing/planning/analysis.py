@@ -1,6 +1,6 @@
 """What one rank knows about its batch before the DP group agrees on a count (no torch).
 
-:class:`RankAnalysis` is the record :func:`~seqlen_balancing.planner.analyse` fills and the
+:class:`RankAnalysis` is the record :func:`~seqlen_balancing.planning.planner.analyse` fills and the
 rest of the planning reads: the costs per forced group, their workloads, the cap, the
 smallest count found and the lower bound it is held to, or the error to agree on.
 """
@@ -15,7 +15,7 @@ from seqlen_balancing.errors import PlanError
 
 if TYPE_CHECKING:
     from seqlen_balancing.options import PlanOptions
-    from seqlen_balancing.rule import Rule
+    from seqlen_balancing.planning.rule import Rule
 
 __all__ = ["RankAnalysis"]
 
@@ -41,14 +41,14 @@ class RankAnalysis:
             lengths whatever the costs: balance is about compute, the cap about memory.
         lower_bound: ``max(bin-packing bound, min_num_micro_batch, 1)`` micro-batches: no
             plan of this batch under the cap has fewer. The bin-packing bound is the best
-            of :func:`~seqlen_balancing.bounds.best_lower_bound`, evaluated only as far
+            of :func:`~seqlen_balancing.planning.bounds.best_lower_bound`, evaluated only as far
             as needed (its evaluation stops once a bound meets the count found), so when
             the count is above it every bound was tried.
         bound_name: which bound gave ``lower_bound``: one of
-            :data:`~seqlen_balancing.bounds.BOUND_NAMES` (``"L2"``, ``"cardinality"``,
+            :data:`~seqlen_balancing.planning.bounds.BOUND_NAMES` (``"L2"``, ``"cardinality"``,
             ``"matching"``, ``"reduction"``, ``"Fekete-Schepers"``), ``"min_num_micro_batch"``,
             ``"one"`` (zero-length samples), ``"padded sorted rule"``, ``"samples per
-            micro-batch"`` (:mod:`~seqlen_balancing.rule`), ``"exhaustive search"``, or ""
+            micro-batch"`` (:mod:`~seqlen_balancing.planning.rule`), ``"exhaustive search"``, or ""
             on error.
         min_count: the smallest count this rank reached under the cap (0 on error).
         largest: the costliest forced group (a sample when ``force_group_size`` is 1) in
@@ -60,9 +60,9 @@ class RankAnalysis:
         micro_batch_multiple_of: per-micro-batch rounding in tokens (1: none).
         custom_costs: True when the caller gave ``costs``.
         sample_costs: cost of each sample in tokens (empty on error); padded: its width.
-        padded, max_samples_per_micro_batch: as given (see :mod:`seqlen_balancing.rule`).
+        padded, max_samples_per_micro_batch: as given (see :mod:`seqlen_balancing.planning.rule`).
         rule: when a micro-batch of groups fits and what it costs, under all of those
-            (:class:`~seqlen_balancing.rule.Rule`; ``None`` on error); every algorithm of
+            (:class:`~seqlen_balancing.planning.rule.Rule`; ``None`` on error); every algorithm of
             the plan takes it. ``group_sizes`` is its ``sizes``: padded, each group's
             footprint alone.
         custom_workloads: True when the caller gave ``workloads`` (the balance objective).
@@ -77,9 +77,9 @@ class RankAnalysis:
             fewest effective tokens, then the lowest index).
         min_num_micro_batch: the ``min_num_micro_batch`` given (0 when ``None``).
         equal_rows: with ``equal_rows_per_micro_batch``, the rows every micro-batch of this
-            rank's own plan holds (real and filler, :mod:`seqlen_balancing.rows`); 0 when off.
+            rank's own plan holds (real and filler, :mod:`seqlen_balancing.planning.rows`); 0 when off.
         rows_tolerance: the most rows this rank's micro-batches can be topped up to under
-            the cap (:data:`~seqlen_balancing.rows.UNBOUNDED_ROWS` when filler costs nothing).
+            the cap (:data:`~seqlen_balancing.planning.rows.UNBOUNDED_ROWS` when filler costs nothing).
         agreed_rows: the rows the DP group agreed on (0: none, plan with ``equal_rows``).
         options: the options this rank was asked to plan with (``None`` when they could not
             be read: the rank's error says why); the DP group checks that every rank has the
@@ -128,7 +128,7 @@ class RankAnalysis:
     equal_rows: int = 0
     rows_tolerance: int = 0
     agreed_rows: int = 0
-    # The equal-rows window (seqlen_balancing.rows.RowsAt): rows and plans at the counts
+    # The equal-rows window (seqlen_balancing.planning.rows.RowsAt): rows and plans at the counts
     # this rank can be agreed to.
     rows_window: list[Any] = field(default_factory=list, repr=False)
     # A rank with no samples under dummies and equal rows: the most rows its dummies can
