@@ -18,7 +18,7 @@ CHAMP lengths (Qwen3 tokenizer, 174 to 9,236 tokens) with seed ``0..steps-1``, a
 * library: ``plan_data_parallel(ranks, cap, equal_rows_per_micro_batch=True)``: ``count``
   its agreed count per rank (against the plain plan's), ``rows`` the rows of every
   micro-batch, ``filler`` the share of filler rows, each micro-batch checked here against
-  the cap with its filler rows counted; ``ms`` the planning time per step.
+  the cap with its filler rows (one token each) counted; ``ms`` the planning time per step.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def row(cap: int, steps: int, n_ranks: int, samples: int) -> list[str]:
         rows_sum += rows.pop()
         for lengths, plan in zip(ranks, plans, strict=True):
             for mb in plan:
-                tokens = sum(lengths[i] for i in mb) + mb.filler * lengths[mb.filler_row]
+                tokens = sum(lengths[i] for i in mb) + mb.filler  # a filler row: one token
                 if tokens > cap:
                     raise SystemExit(f"step {seed}: a micro-batch of {tokens} tokens > {cap}")
                 filler += mb.filler

@@ -303,7 +303,7 @@ VALUES: list[tuple[PlanError, str]] = [
     (RowsOverCap(4, 3, 20),
         "equal_rows_per_micro_batch: every micro-batch must hold 4 rows, but this rank's "
         "micro-batches hold at most 3 rows under max_token_len=20 once their filler rows "
-        "(zero-weight copies of a real row) are counted; raise max_token_len, give the ranks "
+        "(zero-weight rows of one token) are counted; raise max_token_len, give the ranks "
         "batches of similar sizes, or turn equal_rows_per_micro_batch off"),
     (StaticNotDivisible(10, 4, 2),
         "batch size 10 is not a positive multiple of micro_batch_size_per_gpu * "

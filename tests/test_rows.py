@@ -1,9 +1,9 @@
 """rows.py: equal rows per micro-batch on the list API (issue 32 item 1), against oracles
 written here: the one rule with the filler rows spelled out (summed costs: each filler row
-costs the cheapest sample's aligned cost; padded: rows x the aligned width of the real rows
-and the filler row), exact cover, the same rows in every micro-batch of every rank, and a
-brute force over every set partition of a few samples for the fewest micro-batches and
-then the fewest rows. No torch."""
+is one token, so costs 1 aligned to pad_to_multiple_of (issue 45 item 4); padded: rows x
+the aligned width of the real rows and the filler row), exact cover, the same rows in
+every micro-batch of every rank, and a brute force over every set partition of a few
+samples for the fewest micro-batches and then the fewest rows. No torch."""
 
 from __future__ import annotations
 
@@ -57,8 +57,9 @@ def check_plan(
         if padded:
             width = aligned(max(lengths[i] for i in held), pad)
             cost = aligned(len(held) * width, bucket)
-        else:
-            cost = aligned(sum(aligned(lengths[i], pad) for i in held), bucket)
+        else:  # a filler row: one token (none where its row has none)
+            one = min(aligned(1, pad), min(aligned(n, pad) for n in lengths))
+            cost = aligned(sum(aligned(lengths[i], pad) for i in part) + part.filler * one, bucket)
         over_alone = alone and len({i // group for i in part}) == 1 and (
             aligned(sum(aligned(lengths[i], pad) for i in part), bucket) > cap if not padded
             else aligned(len(part) * aligned(max(lengths[i] for i in part), pad), bucket) > cap)
@@ -68,12 +69,11 @@ def check_plan(
 
 def fewest(lengths: list[int], cap: int) -> tuple[int, int]:
     """Brute force: the fewest micro-batches at which some plan holds equal rows under the
-    cap with the filler rows (copies of the cheapest sample) counted, then the fewest rows."""
-    cheapest = min(lengths)
+    cap with the filler rows (one token each) counted, then the fewest rows."""
     best: tuple[int, int] | None = None
     for blocks in partitions(list(range(len(lengths)))):
         rows = max(len(b) for b in blocks)
-        if all(sum(lengths[i] for i in b) + (rows - len(b)) * cheapest <= cap for b in blocks):
+        if all(sum(lengths[i] for i in b) + (rows - len(b)) * 1 <= cap for b in blocks):
             key = (len(blocks), rows)
             best = key if best is None or key < best else best
     assert best is not None
@@ -85,9 +85,10 @@ def test_rows_rule_lowers_every_cost_by_its_filler() -> None:
 
     rule = rows_rule(analyse([10, 4, 6], 20), 2)
     assert rule is not None
-    # the cheapest sample costs 4: each item 4 less, the cap 2 x 4 less, at most 2 rows
-    assert (rule.sizes, rule.cap, rule.limit) == ([6, 0, 2], 12, 2)
-    assert rows_rule(analyse([10, 4, 6], 20), 6) is None  # six filler rows alone cost 24
+    # a filler row costs 1 token: each item 1 less, the cap 2 x 1 less, at most 2 rows
+    assert (rule.sizes, rule.cap, rule.limit) == ([9, 3, 5], 18, 2)
+    assert rows_rule(analyse([10, 4, 6], 20), 11) is not None  # [10] and 10 filler rows: 20
+    assert rows_rule(analyse([10, 4, 6], 20), 12) is None  # [10] and 11: 21
 
 
 def test_a_short_micro_batch_is_topped_up_with_the_cheapest_sample() -> None:
@@ -100,11 +101,50 @@ def test_a_short_micro_batch_is_topped_up_with_the_cheapest_sample() -> None:
 
 
 def test_the_filler_can_raise_the_count() -> None:
-    # [100] and [50, 50] fit in 2 plain micro-batches, but [100] plus a 50-token filler row
+    # [100] and [50, 50] fit in 2 plain micro-batches, but [100] plus a 1-token filler row
     # does not: 3 micro-batches of one row each.
     plan = plan_micro_batches([100, 50, 50], 100, equal_rows_per_micro_batch=True)
     assert len(plan) == 3 and all(p.filler == 0 for p in plan)
     assert len(plan_micro_batches([100, 50, 50], 100)) == 2
+
+
+def test_a_one_token_filler_row_keeps_the_plain_count() -> None:
+    # issue 45 item 4: [99] + a copy of a 50-token row was over 100, so every micro-batch
+    # held one row (3); a 1-token filler row fits: [99, filler], [50, 50] (2, as without)
+    plan = plan_micro_batches([99, 50, 50], 100, equal_rows_per_micro_batch=True)
+    assert sorted((list(p), p.filler) for p in plan) == [([0], 1), ([1, 2], 0)]
+    assert len(plan_micro_batches([99, 50, 50], 100)) == 2
+    # the real job's shape (issue 45): a long sample and short ones under cap 600
+    lengths = [572, 25, 31, 40, 120, 200, 260, 90, 60, 33, 300, 28]
+    plain = plan_micro_batches(lengths, 600)
+    filled = plan_micro_batches(lengths, 600, equal_rows_per_micro_batch=True)
+    assert len(filled) == len(plain) == 3  # L1: ceil(1759 / 600) = 3
+    check_plan(lengths, 600, filled, len(filled[0]) + filled[0].filler)
+
+
+def summed_fewest(lengths: list[int], cap: int, pad: int, bucket: int) -> int:
+    """Brute force: the fewest micro-batches with equal rows under the summed rule, each
+    filler row one token (aligned to ``pad``), each micro-batch's sum rounded to ``bucket``."""
+    best = len(lengths) + 1
+    for blocks in partitions(list(range(len(lengths)))):
+        rows = max(len(b) for b in blocks)
+        if all(aligned(sum(aligned(lengths[i], pad) for i in b) + (rows - len(b)) * pad, bucket) <= cap
+               for b in blocks):
+            best = min(best, len(blocks))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_fewest_micro_batches_with_aligned_one_token_fillers(seed: int) -> None:
+    rng = random.Random(4500 + seed)
+    n = rng.randint(1, 7)
+    pad, bucket = rng.choice([1, 2, 4]), rng.choice([1, 1, 4])
+    lengths = [rng.randint(1, 40) for _ in range(n)]
+    cap = aligned(rng.randint(aligned(max(lengths), pad) + pad, 90), bucket)
+    plan = plan_micro_batches(lengths, cap, equal_rows_per_micro_batch=True,
+                              pad_to_multiple_of=pad, micro_batch_multiple_of=bucket)
+    check_plan(lengths, cap, plan, len(plan[0]) + plan[0].filler, pad=pad, bucket=bucket)
+    assert len(plan) == summed_fewest(lengths, cap, pad, bucket)
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -208,7 +248,7 @@ def test_a_rank_that_cannot_take_the_rows_fails_every_rank_alike() -> None:
     assert str(raised.value) == (
         "rank 1 of the DP group: equal_rows_per_micro_batch: every micro-batch must hold 6 "
         "rows, but this rank's micro-batches hold at most 1 row under max_token_len=12 once "
-        "their filler rows (zero-weight copies of a real row) are counted; raise "
+        "their filler rows (zero-weight rows of one token) are counted; raise "
         "max_token_len, give the ranks batches of similar sizes, or turn "
         "equal_rows_per_micro_batch off"
     )

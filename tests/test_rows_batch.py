@@ -1,7 +1,8 @@
 """Equal rows per micro-batch on the TensorDict and DataProto paths (issue 32 item 1): the
-filler rows are copies of the row the index list names, their loss weights zero and the
-real rows' untouched, the cap holds on what each micro-batch holds (effective tokens of
-every row, filler included; padded: rows x its width), and restore gives back exactly the
+filler rows are 1-token rows (the first token of the row the index list names: issue 45
+item 4), their loss weights zero and the real rows' untouched, the cap holds on what each
+micro-batch holds (effective tokens of every row, filler included; padded: rows x its
+width), and restore gives back exactly the
 real rows (a list of outputs, concatenated outputs, TensorDicts, jagged rows). Also
 plan_global_batch with the option. Every expectation is spelled out here."""
 
@@ -53,6 +54,14 @@ def rows_of(micro_batch: TensorDict, key: str) -> list[torch.Tensor]:
     return list(value.unbind()) if value.is_nested else [value[j] for j in range(value.shape[0])]
 
 
+def effective(micro_batch: TensorDict) -> list[int]:
+    """Each row's real tokens: a jagged input_ids row's length, else its mask's non-zeros."""
+    ids = micro_batch["input_ids"]
+    if ids.is_nested:
+        return [int(row.shape[0]) for row in ids.unbind()]
+    return [int(row.count_nonzero()) for row in micro_batch["attention_mask"]]
+
+
 def check(batch: TensorDict, lengths: list[int], cap: int, micro_batches: list[Any], plan: list[Any],
           padded: bool = False) -> None:
     rows = {int(mb.batch_size[0]) for mb in micro_batches}
@@ -62,10 +71,14 @@ def check(batch: TensorDict, lengths: list[int], cap: int, micro_batches: list[A
     for mb, part in zip(micro_batches, plan, strict=True):
         held = list(part) + [part.filler_row] * part.filler
         assert mb["row"].tolist() == held
-        for j, row in enumerate(held):  # every row a copy of the row it names
+        tokens = effective(mb)
+        for j, row in enumerate(held):  # a real row a copy; a filler row its row's first token
             got = rows_of(mb, "input_ids")[j]
             want = source[row]
-            if padded:  # cut to the micro-batch's width: the real tokens kept
+            if j >= len(part):
+                assert tokens[j] == 1
+                assert got[got != 0].tolist()[:1] == want[want != 0].tolist()[:1]  # ids are > 0
+            elif padded:  # cut to the micro-batch's width: the real tokens kept
                 assert int(got.count_nonzero()) == int(want.count_nonzero())
             else:
                 assert torch.equal(got, want)
@@ -76,7 +89,7 @@ def check(batch: TensorDict, lengths: list[int], cap: int, micro_batches: list[A
         if padded:
             assert mb["attention_mask"].shape[0] * mb["attention_mask"].shape[1] <= cap
         else:
-            assert sum(lengths[i] for i in held) <= cap
+            assert sum(tokens) == sum(lengths[i] for i in part) + part.filler <= cap
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -157,9 +170,8 @@ def test_plan_global_batch_keeps_its_ranks_and_equalises_their_rows(seed: int) -
     for rank, mine in zip(micro, filled_samples, strict=True):
         assert [i for part in rank for i in part] == mine
         for part in rank:
-            held = list(part) + [part.filler_row] * part.filler
             assert part.filler == 0 or part.filler_row in mine
-            assert sum(lengths[i] for i in held) <= cap
+            assert sum(lengths[i] for i in part) + part.filler <= cap  # 1-token filler rows
 
 
 def test_a_lazy_stack_of_ragged_rows_is_filled_row_by_row_and_left_untouched() -> None:
@@ -175,7 +187,10 @@ def test_a_lazy_stack_of_ragged_rows_is_filled_row_by_row_and_left_untouched() -
         held = list(part) + [part.filler_row] * part.filler
         got = [int(row["loss_mask"].sum()) for row in mb.tensordicts]
         assert got == [lengths[i] if j < len(part) else 0 for j, i in enumerate(held)]
-        assert [row["input_ids"].numel() for row in mb.tensordicts] == [lengths[i] for i in held]
+        # a filler row: its row's first token, every per-token entry cut to it
+        assert [row["input_ids"].tolist() for row in mb.tensordicts] == [
+            list(range(1, lengths[i] + 1)) if j < len(part) else [1] for j, i in enumerate(held)]
+        assert all(row["attention_mask"].tolist() == [1] for row in mb.tensordicts[len(part):])
     assert [int(row["loss_mask"].sum()) for row in batch.tensordicts] == lengths  # the input kept
     restored = restore_dynamic_batch(micro_batches, plan)
     assert [row["input_ids"].tolist() for row in restored.tensordicts] == [

@@ -23,7 +23,7 @@ def test_equal_rows_prints_the_rows_and_the_filler_rows(
     code, out, _ = run(capsys, *base)
     assert code == 0
     assert ("equal rows: every micro-batch holds 3 rows; 1 filler row (11.1% of the rows held; "
-            "zero-weight copies, counted under the cap)") in out
+            "zero-weight rows of one token, counted under the cap)") in out
     code, out, _ = run(capsys, *base, "--json")
     result: dict[str, Any] = json.loads(out)
     rank = result["ranks"][0]
@@ -31,7 +31,7 @@ def test_equal_rows_prints_the_rows_and_the_filler_rows(
     lengths = [10, 4, 6, 3, 3, 8, 9, 1]
     for mb in rank["micro_batches"]:
         filler = 3 - len(mb["indices"])
-        # the cost counts the filler rows: copies of the cheapest sample (1 token)
+        # the cost counts the filler rows: one token each
         assert mb["cost"] == sum(lengths[i] for i in mb["indices"]) + filler * 1 <= 20
         assert mb["tokens"] == sum(lengths[i] for i in mb["indices"])
     # off: no such line, no such field

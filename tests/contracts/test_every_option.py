@@ -392,6 +392,18 @@ class Rank:
     def fits(self, rows: list[int]) -> bool:
         return self.cost(rows) <= self.cap and (self.limit is None or len(rows) <= self.limit)
 
+    def filled_fits(self, rows: list[int], real: int) -> bool:
+        """Equal rows: the micro-batch of ``rows`` (its ``real`` rows, then filler rows)
+        fits. Padded: a filler row is as wide as the micro-batch, as the copy ``rows``
+        names is; summed: a filler row is one token, ``ceil(1 / p) * p`` (with ``costs``,
+        the cheapest sample's cost; never more than the cheapest sample)."""
+        if self.padded:
+            return self.fits(rows)
+        cheapest = min(ceil_to(c, self.p) for c in self.c)
+        one = cheapest if self.spec["costs"] is not None else min(ceil_to(1, self.p), cheapest)
+        cost = ceil_to(self.raw(rows[:real]) + (len(rows) - real) * one, self.b)
+        return cost <= self.cap and (self.limit is None or len(rows) <= self.limit)
+
     def over(self) -> list[int]:
         """The items that do not fit alone (a group of ids: also over the sample limit)."""
         limit = self.limit if self.named else None
@@ -439,19 +451,18 @@ class Rank:
     def rows_refused(self) -> bool:
         """equal_rows_per_micro_batch: no plan exists when the most rows an item holds, ``R``,
         are over the sample limit, or some item (but one running alone over the cap) cannot
-        be topped up to ``R`` rows under the cap even alone (summed: with copies of the
-        cheapest sample; padded: of its own narrowest row). Every micro-batch holding it
-        costs at least that."""
+        be topped up to ``R`` rows under the cap even alone (summed: with 1-token rows;
+        padded: as wide as its own narrowest row). Every micro-batch holding it costs at
+        least that."""
         rows = max(len(item) for item in self.items)
         if self.limit is not None and rows > self.limit:
             return True
         over = set(self.over()) if self.alone else set()
-        cheapest = min(range(self.n), key=lambda i: (ceil_to(self.c[i], self.p), i))
         for j, item in enumerate(self.items):
             if j in over:
                 continue
-            filler = min(item, key=lambda i: (ceil_to(self.c[i], self.p), i)) if self.padded else cheapest
-            if self.cost([*item, *[filler] * (rows - len(item))]) > self.cap:
+            filler = min(item, key=lambda i: (ceil_to(self.c[i], self.p), i))
+            if not self.filled_fits([*item, *[filler] * (rows - len(item))], len(item)):
                 return True
         return False
 
@@ -504,7 +515,7 @@ def check_plan(rank: Rank, plan: list[list[int]], count: int, record: dict[str, 
             mine = {of_item[i] for i in part}
             over_alone = rank.alone and len(mine) == 1 and mine <= over_items
             assert all(0 <= i < rank.n for i in whole)
-            assert rank.fits(whole) or over_alone, (part, whole, rank.cost(whole), rank.cap, rank.limit)
+            assert rank.filled_fits(whole, len(part)) or over_alone, (part, whole, rank.cap, rank.limit)
     else:
         assert not any(source["filler"])
     real = [part for part in plan if part]

@@ -106,8 +106,9 @@ def scenario_gradients(rank: int, group: Any) -> dict[str, Any]:
         "tokens": [int(mb["attention_mask"].sum()) for mb in micro_batches],
         "filler_weight": [int(mb["loss_mask"][len(part):].abs().sum())
                           for mb, part in zip(micro_batches, plan, strict=True)],
-        "filler_is_copy": all(
+        "filler_is_one_token": all(  # its row's ids, its mask its row's first real token alone
             bool(torch.equal(mb["input_ids"][j], batch["input_ids"][part.filler_row]))
+            and mb["attention_mask"][j].tolist() == [1] + [0] * (mb["attention_mask"].shape[1] - 1)
             for mb, part in zip(micro_batches, plan, strict=True) for j in range(len(part), len(mb))),
         "lengths": GRADIENT_LENGTHS[rank],
         "loss": float(loss),

@@ -38,13 +38,13 @@ def test_a_rank_that_cannot_take_the_rows_fails_both_ranks_alike(
 ) -> None:
     got = [records[rank]["poisoned"] for rank in range(WORLD)]
     assert got[0] == got[1]
-    assert got[0]["collectives"] == 2  # the agreement, then the rows (equal rows only), where it fails
+    assert got[0]["collectives"] == 2  # the agreement, then the rows: the error is there
     # rank 0: 12 rows in 2 micro-batches (its count, 2, is rank 1's) is 6 rows each; rank
     # 1's rows of 9 tokens under a cap of 9 take no filler row: at most 1 row each
     assert got[0]["message"] == (
         "rank 1 of the DP group (global rank 1): equal_rows_per_micro_batch: every micro-batch "
         "must hold 6 rows, but this rank's micro-batches hold at most 1 row under "
-        "max_token_len=9 once their filler rows (zero-weight copies of a real row) are "
+        "max_token_len=9 once their filler rows (zero-weight rows of one token) are "
         "counted; raise max_token_len, give the ranks batches of similar sizes, or turn "
         "equal_rows_per_micro_batch off"
     )
@@ -62,13 +62,13 @@ def test_every_micro_batch_of_both_ranks_holds_the_same_rows_under_the_cap(
         assert sorted(i for part in record["plan"] for i in part) == list(range(len(lengths)))
         for part, filler, row, held, tokens in zip(record["plan"], record["filler"], record["filler_row"],
                                                    record["held"], record["tokens"], strict=True):
-            assert held == part + [row] * filler  # the real rows, then copies of the filler row
+            assert held == part + [row] * filler  # the real rows, then rows built from the filler row
             assert len(held) == next(iter(rows))
-            assert tokens == sum(lengths[i] for i in held) <= _worker.GRADIENT_CAP
+            assert tokens == sum(lengths[i] for i in part) + filler <= _worker.GRADIENT_CAP  # 1 token each
             if filler:  # the rank's cheapest sample
                 assert lengths[row] == min(lengths)
         assert record["filler_weight"] == [0] * record["count"]
-        assert record["filler_is_copy"]
+        assert record["filler_is_one_token"]
     assert any(f for record in got for f in record["filler"])  # the scenario has filler
 
 

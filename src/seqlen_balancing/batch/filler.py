@@ -1,9 +1,13 @@
 """Filler rows (``equal_rows_per_micro_batch``): cut after the agreement, dropped on restore.
 
 Every micro-batch holds the plan's rows ``R``: its real rows, then
-:attr:`~seqlen_balancing.planning.rows.RowIndices.filler` copies of one real row
-(:attr:`~seqlen_balancing.planning.rows.RowIndices.filler_row`: the rank's cheapest sample, or
-padded the micro-batch's narrowest row; a dummy micro-batch is filler only). Each filler
+:attr:`~seqlen_balancing.planning.rows.RowIndices.filler` rows of one token, each the first token of
+one real row (:attr:`~seqlen_balancing.planning.rows.RowIndices.filler_row`: the rank's cheapest
+sample, or padded the micro-batch's narrowest row; a dummy micro-batch is filler only):
+a jagged ``input_ids`` row and every nested entry as long as it cut to its first element
+along the ragged dimension, else ``attention_mask`` cut to its first real token (a padded
+row keeps its width, which the cost counts anyway). So a filler row costs what the plan
+counted for it (:func:`~seqlen_balancing.planning.rows.filler_cost`). Each filler
 row's loss-weight entries are zero (``loss_mask`` and ``response_mask`` by default, or
 ``loss_weight_keys``; checked before the agreement as for dummies,
 :mod:`seqlen_balancing.batch.dummies`), so a loss summed over weighted tokens gets nothing
@@ -14,6 +18,7 @@ reads to drop the filler rows' outputs (:func:`real_rows`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +28,8 @@ from tensordict import TensorDict, TensorDictBase
 from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.dummies import _rows
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
+from seqlen_balancing.batch.kinds import _ragged_dim
+from seqlen_balancing.batch.nested import _jagged
 from seqlen_balancing.batch.trim import Trim
 
 __all__ = ["filler_counts", "real_rows"]
@@ -52,7 +59,70 @@ def _cut_with_filler(
         if filler_of(part):
             for key in keys:
                 _zero_from(micro_batch, key, len(part))
+            for row in _rows(micro_batch)[len(part):] if _is_stack(micro_batch) else [micro_batch]:
+                _one_token(row, 0 if row is not micro_batch else len(part))
     return micro_batches, returned, rows
+
+
+def _is_stack(micro_batch: TensorDictBase) -> bool:
+    parts = _rows(micro_batch)
+    return len(parts) > 1 or parts[0] is not micro_batch
+
+
+def _one_token(batch: TensorDictBase, start: int) -> None:
+    """Cut the rows ``start:`` of ``batch`` (filler rows, copies of a real row; a lazy
+    stack's row alone: ``start`` 0, no batch dim) to their first token: where ``input_ids``
+    is nested (jagged rows) every nested entry whose row is as long as its ``input_ids``
+    row, to one element along the ragged dimension; else ``attention_mask``'s real tokens
+    after the first, zeroed. Entries of other lengths (per-sample, not per-token) stay."""
+    ids = batch.get("input_ids", None)
+    if isinstance(ids, torch.Tensor) and ids.is_nested:
+        dim = _ragged_dim(ids) - 1
+        lengths = [int(row.shape[dim]) for row in ids.unbind()]
+        for key in list(batch.keys(include_nested=True, leaves_only=True)):
+            value = batch.get(key)
+            if isinstance(value, torch.Tensor) and value.is_nested:
+                batch.set(key, _narrowed(value, start, lengths))
+        return
+    if isinstance(ids, torch.Tensor) and batch.batch_dims == 0 and ids.dim():
+        _one_token_row(batch, int(ids.shape[0]))
+        return
+    mask = batch.get("attention_mask", None)
+    if isinstance(mask, torch.Tensor) and not mask.is_nested and mask.dim() >= 1:
+        tail = mask[start:] if batch.batch_dims else mask
+        real = tail != 0
+        later = real & (real.long().cumsum(-1) > 1)  # every real token after the row's first
+        tail.masked_fill_(later, 0)
+
+
+def _one_token_row(row: TensorDictBase, length: int) -> None:
+    """A lazy stack's filler row (no batch dim): every entry ``length`` long (per token, as
+    its ``input_ids``) cut to its first real token (``attention_mask``'s first non-zero)."""
+    mask = row.get("attention_mask", None)
+    real = (mask != 0).nonzero() if isinstance(mask, torch.Tensor) and mask.shape == (length,) else None
+    at = int(real[0, 0]) if real is not None and len(real) else 0
+    for key in list(row.keys(include_nested=True, leaves_only=True)):
+        value = row.get(key)
+        per_token = isinstance(value, torch.Tensor) and not value.is_nested and value.dim() > 0
+        if per_token and value.shape[0] == length > 1:
+            row.set(key, value[at:at + 1].clone())
+
+
+def _narrowed(value: torch.Tensor, start: int, lengths: list[int]) -> torch.Tensor:
+    """Nested ``value`` with its rows ``start:`` cut to one element along the ragged
+    dimension where they are as long as ``lengths`` says (per-token entries)."""
+    dim = _ragged_dim(value) - 1
+    rows = list(value.unbind())
+    cut = [j for j in range(start, len(rows)) if int(rows[j].shape[dim]) == lengths[j] > 1]
+    if not cut:
+        return value
+    for j in cut:
+        rows[j] = rows[j].narrow(dim, 0, 1)
+    if value.layout != torch.jagged:
+        return torch.nested.as_nested_tensor(rows, layout=value.layout)
+    sizes = [int(row.shape[dim]) for row in rows]
+    offsets = torch.tensor([0, *itertools.accumulate(sizes)], dtype=torch.int64, device=value.device)
+    return _jagged(torch.cat(rows, dim=dim), offsets, dim + 1, sizes)
 
 
 def filler_of(part: Sequence[int]) -> int:

@@ -464,7 +464,7 @@ def _filler_line(result: StepResult) -> str:
     return (
         f"equal rows: every micro-batch holds {plural(rows, 'row')}; "
         f"{plural(filler, 'filler row')} ({pct(filler / held) if held else '0.0%'} of the rows "
-        "held; zero-weight copies, counted under the cap)"
+        "held; zero-weight rows of one token, counted under the cap)"
     )
 
 

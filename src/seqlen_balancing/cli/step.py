@@ -57,6 +57,7 @@ from seqlen_balancing.planning.balance import spread
 from seqlen_balancing.planning.bounds import l2_lower_bound
 from seqlen_balancing.planning.partition import workload
 from seqlen_balancing.planning.planner import RankAnalysis
+from seqlen_balancing.planning.rows import filler_cost
 from seqlen_balancing.planning.verl_rule import VerlSearchLimit, verl_counts
 
 __all__ = ["balance_order", "make_step", "plan_step", "smallest_cap"]
@@ -315,9 +316,12 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         costs = analysis.sample_costs
         mb_tokens = [sum(lens[i] for i in mb) for mb in plan]
         loads = _workloads(lens, args)
-        # what the GPU holds: the real rows and (equal rows) the filler rows copied
+        # what the GPU holds: the real rows and (equal rows) the filler rows, one token each
+        # (padded: as wide as the row they are built from)
         rows_held = [list(mb) + [getattr(mb, "filler_row", 0)] * getattr(mb, "filler", 0) for mb in plan]
-        mb_costs = [micro_batch_cost([costs[i] for i in mb], bucket) for mb in rows_held]
+        one = filler_cost(analysis) if costs else 0
+        mb_costs = [micro_batch_cost([costs[i] for i in mb] + [one] * getattr(mb, "filler", 0), bucket)
+                    for mb in plan]
         held = sum(costs)
         if args.options.padded:  # rows x the widest row (costs: aligned widths)
             footprints = [padded_micro_batch_cost([costs[i] for i in mb]) for mb in rows_held]

@@ -284,7 +284,7 @@ class RowsOverCap(PlanError):
     """``equal_rows_per_micro_batch``: every micro-batch must hold ``rows`` rows (the most
     any micro-batch of the DP group holds), but this rank's micro-batches take at most
     ``tolerance`` rows under ``cap`` (the ``max_token_len`` given) once their filler rows
-    (zero-weight copies of a real row) are counted."""
+    (zero-weight rows of one token) are counted."""
 
     rows: int
     tolerance: int
@@ -295,7 +295,7 @@ class RowsOverCap(PlanError):
             f"equal_rows_per_micro_batch: every micro-batch must hold {shown(self.rows)} rows, "
             f"but this rank's micro-batches hold at most {shown(self.tolerance)} "
             f"{'row' if self.tolerance == 1 else 'rows'} under "
-            f"max_token_len={shown(self.cap)} once their filler rows (zero-weight copies of a "
-            "real row) are counted; raise max_token_len, give the ranks batches of similar "
+            f"max_token_len={shown(self.cap)} once their filler rows (zero-weight rows of one "
+            "token) are counted; raise max_token_len, give the ranks batches of similar "
             "sizes, or turn equal_rows_per_micro_batch off"
         )

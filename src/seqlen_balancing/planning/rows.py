@@ -4,16 +4,19 @@ Pipeline parallelism takes one micro-batch size for every micro-batch of a step
 (Megatron's schedule; DeepSpeed's pipeline engine), while token-budget micro-batches hold
 different numbers of rows. With the option on, every micro-batch of a plan holds the
 same number of rows ``R``: the real rows, then ``R - real`` **filler rows**, zero-weight
-copies of a real row (as dummy micro-batches are, :mod:`seqlen_balancing.batch.dummies`).
-Filler rows reach the GPU, so the cap counts them:
+rows of one token, built from a real row's first token (loss weights zero, as dummy
+micro-batches' are, :mod:`seqlen_balancing.batch.dummies`). Filler rows reach the GPU, so
+the cap counts them, at what the rule allows them to cost and no more:
 
-* **summed costs**: a filler row is a copy of the rank's cheapest sample (its cost ``c``,
-  the fewest tokens, the lowest index): a micro-batch of real cost ``C`` and ``k`` rows
-  costs ``C + (R - k) c``. That is the summed rule with each item's cost lowered by
-  ``rows x c`` and the cap by ``R x c``, and at most ``R`` rows (:func:`rows_rule`), so
-  every algorithm of the plan runs on it unchanged;
-* **padded** (``padded=True``): a filler row is a copy of the micro-batch's own narrowest
-  row, so the width is unchanged and the micro-batch costs ``R x width``
+* **summed costs**: a filler row costs one token ``c`` (aligned to ``pad_to_multiple_of``;
+  with the caller's ``costs``, the cheapest sample's cost: :func:`filler_cost`): a
+  micro-batch of real cost ``C`` and ``k`` rows costs ``C + (R - k) c``. That is the
+  summed rule with each item's cost lowered by ``rows x c`` and the cap by ``R x c``, and
+  at most ``R`` rows (:func:`rows_rule`), so every algorithm of the plan runs on it
+  unchanged; a filler row of one token keeps the count within a few of the count without
+  the option (a copy of a real row made a long sample's micro-batch hold one row);
+* **padded** (``padded=True``): a filler row, padded to the micro-batch's width as every
+  row is, costs that width: the micro-batch costs ``R x width``
   (:attr:`~seqlen_balancing.planning.rule.Rule.filled`).
 
 Splitting a micro-batch keeps it within that rule (each row taken out costs at least a
@@ -117,9 +120,29 @@ class RowIndices(list):  # type: ignore[type-arg]
 
 
 def filler_sample(result: RankAnalysis) -> int:
-    """The sample a summed-cost filler row copies: the cheapest (then the lowest index)."""
+    """The sample a filler row is built from (its first token): the cheapest (then the
+    lowest index)."""
     costs = result.sample_costs
     return min(range(len(costs)), key=lambda i: (costs[i], i))
+
+
+def filler_cost(result: RankAnalysis) -> int:
+    """What one summed-cost filler row costs: a 1-token row, aligned to
+    ``pad_to_multiple_of`` (no more than the cheapest sample: a 0-token sample gives a
+    0-token row); with the caller's ``costs``, the cheapest sample's cost (what a 1-token
+    row costs is the caller's to say, and it is at most that).
+
+    Example:
+        >>> from seqlen_balancing.planning.planner import analyse
+        >>> from seqlen_balancing import PlanOptions
+        >>> aligned = PlanOptions(pad_to_multiple_of=8)
+        >>> filler_cost(analyse([10, 4, 6], 20)), filler_cost(analyse([10, 4, 6], 24, aligned))
+        (1, 8)
+    """
+    cheapest = min(result.sample_costs, default=0)
+    if result.custom_costs:
+        return cheapest
+    return min(cheapest, aligned_length(1, result.pad_to_multiple_of))
 
 
 def _core(result: RankAnalysis) -> RankAnalysis:
@@ -136,8 +159,8 @@ def rows_rule(result: RankAnalysis, rows: int) -> Rule | None:
     Example:
         >>> from seqlen_balancing.planning.planner import analyse
         >>> rule = rows_rule(analyse([10, 4, 6], 20), 2)
-        >>> rule.sizes, rule.cap, rule.limit
-        ([6, 0, 2], 12, 2)
+        >>> rule.sizes, rule.cap, rule.limit  # a filler row: 1 token
+        ([9, 3, 5], 18, 2)
     """
     core = _core(result)
     rule = core.rule
@@ -147,7 +170,7 @@ def rows_rule(result: RankAnalysis, rows: int) -> Rule | None:
     if rule.is_padded:
         out = Rule.padded(rule.left or [], rule.right or [], rule.cap, rule.rows, rule.pad, limit, rows)
     else:
-        cost = result.sample_costs[filler_sample(result)]
+        cost = filler_cost(result)
         if rows * cost > rule.cap:
             return None
         sizes = [size - k * cost for size, k in zip(rule.sizes, rule.rows, strict=True)]
@@ -356,8 +379,8 @@ def most_rows(result: RankAnalysis) -> int:
 
     Example:
         >>> from seqlen_balancing.planning.planner import analyse
-        >>> most_rows(analyse([8645, 302, 500], 10240))  # 8645 + 5 x 302 <= 10240
-        6
+        >>> most_rows(analyse([8645, 302, 500], 10240))  # 8645 + 1595 1-token rows <= 10240
+        1596
     """
     rule = _core(result).rule
     if rule is None or not rule.n:
@@ -367,7 +390,7 @@ def most_rows(result: RankAnalysis) -> int:
         spans = zip(rule.left or [], rule.right or [], strict=True)
         widths = [aligned_length(a + b, rule.pad) for a, b in spans]
         return min([most, *(rule.cap // w for w in widths if w > 0)])
-    cost = result.sample_costs[filler_sample(result)]
+    cost = filler_cost(result)
     if cost == 0:
         return most
     return max(0, min([most, *(k + (rule.cap - size) // cost for size, k in zip(rule.sizes, rule.rows,
@@ -403,7 +426,7 @@ def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
             spans = [aligned_length(w, rule.pad) for w in result.sample_costs]
             widths.append(min(spans, default=0))
         return min([most, *(cap // w for w in widths if w > 0)])
-    cost = result.sample_costs[filler_sample(result)]
+    cost = filler_cost(result)
     if cost == 0:
         return most
     for items in packing:
