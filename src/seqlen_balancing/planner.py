@@ -5,9 +5,14 @@ Steps, each a function here:
 1. :func:`analyse` checks the arguments and lengths, forms the ``force_group_size`` groups
    and finds the smallest micro-batch count this library can reach under the cap
    (between :func:`~seqlen_balancing.bounds.lower_bound` and a best-fit-decreasing
-   packing); a count that meets the bound is proven optimal. It never raises
-   for bad input: it records a :class:`~seqlen_balancing.errors.PlanError`, so that a DP
-   group can agree on it before anyone raises.
+   packing); a count that meets the bound is proven optimal. Pure steps, each from the
+   last one's frozen result: the :class:`~seqlen_balancing.analysis.Request` and the
+   checked :class:`~seqlen_balancing.items.Cap`, the items under one rule
+   (:func:`~seqlen_balancing.items.group_rule`), the count
+   (:class:`~seqlen_balancing.search.Count`); the :class:`RankAnalysis` is made once from
+   them. It never raises for bad input: it records a
+   :class:`~seqlen_balancing.errors.PlanError`, so that a DP group can agree on it before
+   anyone raises.
 2. :func:`agreed_count` rounds a needed count up to ``num_batches_divided_by`` and checks
    that every micro-batch can get a sample.
 3. :func:`build_plan` builds the best-balanced plan with exactly that many micro-batches and
@@ -211,9 +216,8 @@ def failed_analysis(
     """The analysis of a rank that failed before :func:`analyse` (a bad batch, a bad
     option), holding its error and what it was asked to do (``options`` ``None``: the
     options themselves could not be read), so that the DP group still checks the request."""
-    if options is None:
-        return RankAnalysis(error)
-    request = _request(max_token_len, options, costs_given, workloads_given, groups_given)
+    request = None if options is None else _request(max_token_len, options, costs_given,
+                                                    workloads_given, groups_given)
     return RankAnalysis(error, request=request)
 
 
@@ -265,9 +269,8 @@ def _analyse(
     rule = built.rule
     error = built.error or _floor_error(rule.n, options)
     count = _count(rule, built.workloads, options) if error is None else _NO_COUNT
-    dummy = 0
-    if error is None and options.dummy_micro_batches:
-        dummy = dummy_group(rule, lengths, options.force_group_size, members or None)
+    dummies = error is None and options.dummy_micro_batches
+    dummy = dummy_group(rule, lengths, options.force_group_size, members or None) if dummies else 0
     aside = count.rest
     rest = None if aside is None else RankAnalysis(
         None, cap.usable, len(aside.index), aside.rule.sizes, aside.workloads,
@@ -306,10 +309,8 @@ def _groups(
 def _empty_rank(cap: Cap, request: Request) -> RankAnalysis:
     """The analysis of a rank with no samples under ``dummy_micro_batches=True``: no
     groups, at least one micro-batch (every one a dummy), its floor as asked."""
-    floor = request.options.min_num_micro_batch
-    error = None
-    if floor is not None and floor > MAX_DUMMY_MICRO_BATCHES:
-        error = TooManyDummies(floor, 0, floor)
+    floor = request.options.min_num_micro_batch or 0
+    error = TooManyDummies(floor, 0, floor) if floor > MAX_DUMMY_MICRO_BATCHES else None
     rule = Rule.sums([], cap.usable, [], request.options.max_samples_per_micro_batch)
     return RankAnalysis(error, cap.usable, lower_bound=1, bound_name="one", min_count=1, rule=rule,
                         request=request)
