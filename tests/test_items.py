@@ -4,10 +4,24 @@ not fit (summed and padded), the group a dummy copies. Hand counts throughout.""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.errors import GroupOverCap, NotOnePerSample, PaddedGroupOverCap, WorkloadsAndModel
-from seqlen_balancing.planning.items import dummy_group, group_rule, longest, sample_costs_of, workloads_of
+from seqlen_balancing.options import PlanOptions
+from seqlen_balancing.planning.items import (
+    Cap,
+    dummy_group,
+    group_rule,
+    longest,
+    sample_costs_of,
+    workloads_of,
+)
 from seqlen_balancing.planning.rule import Rule
+
+#: force_group_size=2 and pad 4, summed or (limit 3) padded.
+SUMMED = PlanOptions(force_group_size=2, pad_to_multiple_of=4)
+PADDED = PlanOptions(force_group_size=2, pad_to_multiple_of=4, max_samples_per_micro_batch=3, padded=True)
 
 
 def test_sample_costs_are_the_given_or_effective_lengths_aligned() -> None:
@@ -33,36 +47,36 @@ def test_longest_is_the_costliest_group_or_sample() -> None:
 
 def test_summed_groups_their_sizes_rows_and_workloads() -> None:
     # force_group_size=2, pad 4: sample costs [4, 8, 4, 4] -> groups of 12 and 8 tokens
-    built = group_rule([3, 5, 2, 4], [4, 8, 4, 4], [1, 2, 3, 4], (2, 4, None, False), (12, 12, 1),
-                       None, False, False)
+    built = group_rule([3, 5, 2, 4], [4, 8, 4, 4], [1, 2, 3, 4], SUMMED, Cap(12, 12),
+                       None, False)
     assert (built.rule.sizes, built.rule.rows, built.workloads) == ([12, 8], [2, 2], [3, 7])
     assert built.error is None
     # a cap of 11: the first group is over it, named by its first sample and its aligned cost
-    over = group_rule([3, 5, 2, 4], [4, 8, 4, 4], [1, 2, 3, 4], (2, 4, None, False), (11, 11, 1),
-                      None, False, False)
+    over = group_rule([3, 5, 2, 4], [4, 8, 4, 4], [1, 2, 3, 4], SUMMED, Cap(11, 11),
+                      None, False)
     assert isinstance(over.error, GroupOverCap)
     assert over.error.message().startswith(
         "forced group exceeds max_token_len: the group starting at sample 0 has 8 tokens and costs "
         "12 tokens aligned to a multiple of pad_to_multiple_of=4, which exceeds max_token_len=11")
     # over_cap="alone": the same groups, no error (the planner sets the over-cap one apart)
-    alone = group_rule([3, 5, 2, 4], [4, 8, 4, 4], [1, 2, 3, 4], (2, 4, None, False), (11, 11, 1),
-                       None, False, True)
+    alone = group_rule([3, 5, 2, 4], [4, 8, 4, 4], [1, 2, 3, 4], replace(SUMMED, over_cap="alone"),
+                       Cap(11, 11), None, False)
     assert (alone.error, alone.rule.sizes) == (None, [12, 8])
 
 
 def test_padded_groups_cost_rows_times_their_widest_aligned_row() -> None:
     # rows [3, 5] and [2, 4], pad 4: widths 8 and 4, so 2 x 8 = 16 and 2 x 4 = 8
-    built = group_rule([3, 5, 2, 4], [3, 5, 2, 4], [1, 2, 3, 4], (2, 4, 3, True), (16, 16, 1), None,
-                       False, False)
+    built = group_rule([3, 5, 2, 4], [3, 5, 2, 4], [1, 2, 3, 4], PADDED,
+                       Cap(16, 16), None, False)
     assert (built.rule.sizes, built.rule.left, built.rule.right) == ([16, 8], [0, 0], [5, 4])
     assert (built.sample_costs, built.rule.limit, built.error) == ([4, 8, 4, 4], 3, None)
-    over = group_rule([3, 5, 2, 4], [3, 5, 2, 4], [1, 2, 3, 4], (2, 4, 3, True), (15, 15, 1), None,
-                      False, False)
+    over = group_rule([3, 5, 2, 4], [3, 5, 2, 4], [1, 2, 3, 4], PADDED,
+                      Cap(15, 15), None, False)
     assert isinstance(over.error, PaddedGroupOverCap)
     assert "padded=True holds it as 2 rows x 8 wide = 16 token positions" in over.error.message()
     # two-sided extents (a left-padded prompt, a right-padded response): widest left + widest right
-    sided = group_rule([3, 5], [3, 5], [1, 1], (2, 1, None, True), (100, 100, 1), ([1, 4], [2, 1]),
-                       False, False)
+    sided = group_rule([3, 5], [3, 5], [1, 1], PlanOptions(force_group_size=2, padded=True), Cap(100, 100),
+                       ([1, 4], [2, 1]), False)
     assert (sided.rule.left, sided.rule.right, sided.rule.sizes) == ([4], [2], [12])
 
 

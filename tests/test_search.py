@@ -285,3 +285,19 @@ def test_a_large_batch_one_micro_batch_above_its_bound_skips_the_exchange_search
     monkeypatch.setattr(search, "_SEARCH_ALWAYS", 70_000)
     with pytest.raises(AssertionError, match="the exchange search ran"):
         plan_micro_batches(sizes, 4096)
+
+
+def test_the_count_search_returns_a_frozen_count_and_writes_nothing() -> None:
+    # over_cap="alone" on a 4-cap: 9 alone; the rest [3, 2, 2, 1, 1, 1, 1, 1] fill 3 bins of 4
+    sizes, cap = [3, 9, 2, 2, 1, 1, 1, 1, 1], 4
+    rule = Rule.sums(sizes, cap)
+    found = search._set_aside(rule, sizes, 1, [1], None)
+    rest = [3, 2, 2, 1, 1, 1, 1, 1]
+    assert found.min_count == 1 + fewest_bins(rest, cap) == 4 == len(found.packing)
+    assert (found.lower_bound, found.over, found.packing[0]) == (4, [1], [1])
+    assert sorted(i for b in found.packing for i in b) == list(range(9))
+    assert all(sum(sizes[i] for i in b) <= cap for b in found.packing[1:])
+    assert found.rest is not None and found.rest.index == [0, 2, 3, 4, 5, 6, 7, 8]
+    assert rule.sizes == sizes  # the rule is read, not changed
+    with pytest.raises(AttributeError):  # frozen: a step's result is never written into
+        found.min_count = 3  # type: ignore[misc]

@@ -57,14 +57,16 @@ def test_exact_count_below_the_analysis_count_is_searched_for() -> None:
     result = analyse(lengths, 10)
     result._packing = [[g] for g in range(len(lengths))]
     result.min_count = len(lengths)
-    assert _exact_count(result, 3) == 3
-    assert result.min_count == 3 and max(tokens(lengths, result._packing)) <= 10
+    count, reached = _exact_count(result, 3)
+    assert count == 3 and reached.min_count == 3 and max(tokens(lengths, reached._packing)) <= 10
+    assert result.min_count == len(lengths)  # a new analysis: the one given is left as it was
     # Many groups (no exhaustive search): verl's Karmarkar-Karp or the exchange search.
     many = [30, 30, 40] * 20
     result = analyse(many, 100)
     result._packing = [[g] for g in range(len(many))]
     result.min_count = len(many)
-    assert _exact_count(result, 20) == 20 and result.min_count == 20
+    count, reached = _exact_count(result, 20)
+    assert count == 20 and reached.min_count == 20 and max(tokens(many, reached._packing)) <= 100
     # A count no search reaches, above the bound, is refused with what was found.
     tight = analyse([51, 51, 51, 49, 49, 49], 100)
     tight._packing, tight.min_count = [[g] for g in range(6)], 6

@@ -1,8 +1,12 @@
 """What one rank knows about its batch before the DP group agrees on a count (no torch).
 
-:class:`RankAnalysis` is the record :func:`~seqlen_balancing.planning.planner.analyse` fills and the
-rest of the planning reads: the costs per forced group, their workloads, the cap, the
-smallest count found and the lower bound it is held to, or the error to agree on.
+:func:`~seqlen_balancing.planning.planner.analyse` builds it in frozen steps, each from the last
+one's result: the :class:`Request` (the options and the cap given), the items under one
+rule (:func:`~seqlen_balancing.planning.items.group_rule`), the count
+(:class:`~seqlen_balancing.planning.search.Count`); :class:`RankAnalysis` is made once from them.
+The costs per forced group, their workloads, the cap, the smallest count found and the
+lower bound it is held to, or the error to agree on. Only the equal-rows step
+(:mod:`seqlen_balancing.planning.rows`) and the DP group's agreed rows still write into it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,20 @@ if TYPE_CHECKING:
     from seqlen_balancing.options import PlanOptions
     from seqlen_balancing.planning.rule import Rule
 
-__all__ = ["RankAnalysis"]
+__all__ = ["RankAnalysis", "Request"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one rank was asked to plan: the options, the ``max_token_len`` given (0 when
+    invalid) and which per-sample inputs the caller gave (``workloads``: also a
+    ``workload_model``). The DP group checks that every rank was asked the same."""
+
+    options: PlanOptions
+    max_token_len: int = 0
+    costs: bool = False
+    workloads: bool = False
+    groups: bool = False
 
 
 @dataclass
@@ -81,10 +98,14 @@ class RankAnalysis:
         rows_tolerance: the most rows this rank's micro-batches can be topped up to under
             the cap (:data:`~seqlen_balancing.planning.rows.UNBOUNDED_ROWS` when filler costs nothing).
         agreed_rows: the rows the DP group agreed on (0: none, plan with ``equal_rows``).
-        options: the options this rank was asked to plan with (``None`` when they could not
-            be read: the rank's error says why); the DP group checks that every rank has the
-            same (:mod:`seqlen_balancing.agreement`), with ``requested_max_token_len``,
-            ``custom_costs`` and ``custom_workloads``.
+        request: what this rank was asked (:class:`Request`; ``None`` when the options
+            could not be read: the rank's error says why); the DP group checks that every
+            rank has the same (:mod:`seqlen_balancing.agreement`). ``options``,
+            ``requested_max_token_len``, ``custom_costs``, ``custom_workloads``,
+            ``custom_groups`` and the options' values named here (``force_group_size``,
+            ``num_batches_divided_by``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
+            ``padded``, ``max_samples_per_micro_batch``, ``dummy_micro_batches``,
+            ``min_num_micro_batch``) are read from it (their defaults without it).
         members: the samples of each group, ascending, groups in the order of their first
             sample (``group_ids``' groups, or ``force_group_size``'s consecutive ones), or
             ``None`` when every sample is its own group.
@@ -94,8 +115,6 @@ class RankAnalysis:
 
     error: PlanError | None
     max_token_len: int = 0
-    force_group_size: int = 1
-    num_batches_divided_by: int = 1
     n_samples: int = 0
     group_sizes: list[int] = field(default_factory=list)
     group_workloads: list[int] = field(default_factory=list)
@@ -105,26 +124,16 @@ class RankAnalysis:
     largest: int = 0
     # Packing over groups with ``min_count`` bins (the fallback of build_plan).
     _packing: list[list[int]] = field(default_factory=list, repr=False)
-    requested_max_token_len: int = 0
-    pad_to_multiple_of: int = 1
-    micro_batch_multiple_of: int = 1
-    custom_costs: bool = False
     sample_costs: list[int] = field(default_factory=list, repr=False)
-    padded: bool = False
-    max_samples_per_micro_batch: int | None = None
     rule: Rule | None = field(default=None, repr=False)
-    custom_workloads: bool = False
     over_cap_groups: list[int] = field(default_factory=list)
-    dummy_micro_batches: bool = False
     dummy_group: int = 0
-    min_num_micro_batch: int = 0
     # With over-cap groups set aside: the analysis of the others, and their group indices.
     _rest: RankAnalysis | None = field(default=None, repr=False)
     _rest_index: list[int] = field(default_factory=list, repr=False)
-    options: PlanOptions | None = field(default=None, repr=False)
+    request: Request | None = field(default=None, repr=False)
     members: list[list[int]] | None = field(default=None, repr=False)
     group_labels: list[str] = field(default_factory=list, repr=False)
-    custom_groups: bool = False
     equal_rows: int = 0
     rows_tolerance: int = 0
     agreed_rows: int = 0
@@ -134,6 +143,58 @@ class RankAnalysis:
     # A rank with no samples under dummies and equal rows: the most rows its dummies can
     # hold under the cap (copies of one template row; 0: nothing stated, no row to copy).
     empty_rows_tolerance: int = 0
+
+    @property
+    def options(self) -> PlanOptions | None:
+        return None if self.request is None else self.request.options
+
+    @property
+    def requested_max_token_len(self) -> int:
+        return 0 if self.request is None else self.request.max_token_len
+
+    @property
+    def custom_costs(self) -> bool:
+        return self.request is not None and self.request.costs
+
+    @property
+    def custom_workloads(self) -> bool:
+        return self.request is not None and self.request.workloads
+
+    @property
+    def custom_groups(self) -> bool:
+        return self.request is not None and self.request.groups
+
+    @property
+    def force_group_size(self) -> int:
+        return 1 if self.options is None else self.options.force_group_size
+
+    @property
+    def num_batches_divided_by(self) -> int:
+        return 1 if self.options is None else self.options.num_batches_divided_by or 1
+
+    @property
+    def pad_to_multiple_of(self) -> int:
+        return 1 if self.options is None else self.options.pad_to_multiple_of
+
+    @property
+    def micro_batch_multiple_of(self) -> int:
+        return 1 if self.options is None else self.options.micro_batch_multiple_of
+
+    @property
+    def padded(self) -> bool:
+        return self.options is not None and self.options.padded
+
+    @property
+    def max_samples_per_micro_batch(self) -> int | None:
+        return None if self.options is None else self.options.max_samples_per_micro_batch
+
+    @property
+    def dummy_micro_batches(self) -> bool:
+        return self.options is not None and self.options.dummy_micro_batches
+
+    @property
+    def min_num_micro_batch(self) -> int:
+        return 0 if self.options is None else self.options.min_num_micro_batch or 0
 
     def micro_batch_cost(self, groups: Sequence[int]) -> int:
         """A micro-batch's cost in tokens (padded: rows x width), before rounding."""

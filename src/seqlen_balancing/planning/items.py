@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seqlen_balancing.cost import WorkloadModel, aligned_length
 from seqlen_balancing.errors import (
@@ -33,7 +33,21 @@ from seqlen_balancing.planning.partition import WORKLOAD_LINEAR_COEF
 from seqlen_balancing.planning.per_sample import read_numbers
 from seqlen_balancing.planning.rule import Rule
 
-__all__ = ["GroupRule", "group_rule"]
+if TYPE_CHECKING:
+    from seqlen_balancing.options import PlanOptions
+
+__all__ = ["Cap", "GroupRule", "group_rule"]
+
+
+@dataclass(frozen=True)
+class Cap:
+    """The checked cap: the ``max_token_len`` ``given``, ``micro_batch_multiple_of``
+    (``bucket``) and what a micro-batch's summed cost may reach, ``usable`` (the cap
+    rounded down to the bucket: :func:`~seqlen_balancing.cost.micro_batch_capacity`)."""
+
+    given: int
+    usable: int
+    bucket: int = 1
 
 
 def longest(sizes: list[int], group: int | None, members: list[list[int]] | None = None) -> int:
@@ -83,35 +97,33 @@ def workloads_of(
 
 def over_cap_error(
     tokens: list[int], costs: list[int], kind: type[OverCap], firsts: list[int],
-    caps: tuple[int, int, int], made: tuple[int, bool],
+    cap: Cap, made: tuple[int, bool],
 ) -> PlanError | None:
     """The error for items (samples or groups) whose cost exceeds the usable cap, naming
     the first one's tokens and cost (``firsts``: each item's first sample), the cap given,
-    how many and the largest cost. ``caps``: ``(usable cap, max_token_len given,
-    micro_batch_multiple_of)``; ``made``: ``(pad_to_multiple_of, whether the caller gave
-    costs)``."""
-    usable, given, bucket = caps
-    if not costs or max(costs) <= usable:
+    how many and the largest cost. ``made``: ``(pad_to_multiple_of, whether the caller
+    gave costs)``."""
+    if not costs or max(costs) <= cap.usable:
         return None
-    over = [i for i, cost in enumerate(costs) if cost > usable]
+    over = [i for i, cost in enumerate(costs) if cost > cap.usable]
     first = over[0]
     largest = max(costs[i] for i in over)
-    return kind(tokens[first], firsts[first], given, len(over), largest, costs[first], bucket, *made)
+    return kind(tokens[first], firsts[first], cap.given, len(over), largest, costs[first], cap.bucket,
+                *made)
 
 
 def named_group_error(
-    rule: Rule, members: list[list[int]], labels: list[str], caps: tuple[int, int, int]
+    rule: Rule, members: list[list[int]], labels: list[str], cap: Cap
 ) -> PlanError | None:
     """The error for the first group of ``group_ids`` (by its first sample) that cannot run
     alone: over the sample limit, or its cost over the usable cap (named by its id)."""
-    usable, given, bucket = caps
     largest = max(rule.sizes, default=0)
     for g in range(rule.n):
         if rule.limit is not None and rule.rows[g] > rule.limit:
             return GroupOverSampleLimit(labels[g], members[g][0], rule.rows[g], rule.limit)
-        if rule.sizes[g] > usable:
+        if rule.sizes[g] > cap.usable:
             kind = PaddedGroupIdsOverCap if rule.is_padded else GroupIdsOverCap
-            return kind(labels[g], members[g][0], rule.sizes[g], given, largest, bucket)
+            return kind(labels[g], members[g][0], rule.sizes[g], cap.given, largest, cap.bucket)
     return None
 
 
@@ -136,11 +148,10 @@ def group_rule(
     lengths: list[int],
     costs: list[int],
     workloads: list[int],
-    shape: tuple[int, int, int | None, bool],
-    caps: tuple[int, int, int],
+    options: PlanOptions,
+    cap: Cap,
     extents: tuple[Sequence[int], Sequence[int]] | None,
     custom_costs: bool,
-    alone: bool,
     members: list[list[int]] | None = None,
     labels: list[str] | None = None,
 ) -> GroupRule:
@@ -152,13 +163,13 @@ def group_rule(
             (padded, no ``extents``, ``costs`` given) each row's span right of column 0
             (else its effective length is).
         workloads: each sample's balance workload.
-        shape: ``(force_group_size, pad_to_multiple_of, max_samples_per_micro_batch,
-            padded)``.
-        caps: ``(usable cap, max_token_len given, micro_batch_multiple_of)``.
+        options: the plan's options (its ``force_group_size``, ``pad_to_multiple_of``,
+            ``max_samples_per_micro_batch``, ``padded`` and ``over_cap``: with ``"alone"``
+            over-cap items are set apart, not an error).
+        cap: the checked cap.
         extents: padded: each sample's ``(left, right)`` span around a column every row
             shares, or ``None``.
         custom_costs: the caller gave ``costs`` (named in the over-cap message).
-        alone: ``over_cap="alone"``: over-cap items are set apart, not an error.
         members: the groups (each its ascending sample indices, in the order of their
             first sample: :func:`~seqlen_balancing.planning.groups.read_group_ids`), or ``None``
             for ``force_group_size``'s consecutive groups
@@ -172,51 +183,50 @@ def group_rule(
         :class:`~seqlen_balancing.errors.PaddedSampleOverCap` /
         :class:`~seqlen_balancing.errors.PaddedGroupOverCap` (padded) for the first over-cap
         sample or group (a group of ``group_ids``: by its id, or over the sample limit),
-        unless ``alone``.
+        unless ``over_cap="alone"``.
 
     Complexity: O(n).
     """
-    group, pad, limit, padded = shape
+    group, alone = options.force_group_size, options.over_cap == "alone"
     if members is None and group > 1:
         members = uniform_members(len(lengths), group)
     rows = [1] * len(lengths) if members is None else [len(m) for m in members]
     group_workloads = _per_group(workloads, members)
-    if padded:
-        return _padded_groups(lengths, costs, group_workloads, shape, caps, extents, custom_costs,
-                              alone, (members, labels, rows))
-    made = (pad, custom_costs)
+    if options.padded:
+        return _padded_groups(lengths, costs, group_workloads, options, cap, extents, custom_costs,
+                              (members, labels, rows))
+    made = (options.pad_to_multiple_of, custom_costs)
     firsts = list(range(len(lengths)))
-    error = None if alone else over_cap_error(lengths, costs, SampleOverCap, firsts, caps, made)
+    error = None if alone else over_cap_error(lengths, costs, SampleOverCap, firsts, cap, made)
     sizes = _per_group(costs, members)
-    rule = Rule.sums(sizes, caps[0], rows, limit)
+    rule = Rule.sums(sizes, cap.usable, rows, options.max_samples_per_micro_batch)
     if error is None and members is not None and not alone:
-        error = _group_error(rule, lengths, members, labels, caps, made, GroupOverCap)
+        error = _group_error(rule, lengths, members, labels, cap, made, GroupOverCap)
     return GroupRule(rule, costs, group_workloads, error)
 
 
 def _group_error(
     rule: Rule, lengths: list[int], members: list[list[int]], labels: list[str] | None,
-    caps: tuple[int, int, int], made: tuple[int, bool], kind: type[OverCap],
+    cap: Cap, made: tuple[int, bool], kind: type[OverCap],
     spans: list[int] | None = None,
 ) -> PlanError | None:
     """The groups' error once every sample fits: by id for ``group_ids``, else
     ``force_group_size``'s (``spans``: padded, each group's span; else its tokens)."""
     if labels is not None:
-        return named_group_error(rule, members, labels, caps)
+        return named_group_error(rule, members, labels, cap)
     tokens = spans if spans is not None else _per_group(lengths, members)
-    return over_cap_error(tokens, rule.sizes, kind, [m[0] for m in members], caps, made)
+    return over_cap_error(tokens, rule.sizes, kind, [m[0] for m in members], cap, made)
 
 
 def _padded_groups(
-    lengths: list[int], costs: list[int], group_workloads: list[int],
-    shape: tuple[int, int, int | None, bool], caps: tuple[int, int, int],
-    extents: tuple[Sequence[int], Sequence[int]] | None, custom_costs: bool, alone: bool,
+    lengths: list[int], costs: list[int], group_workloads: list[int], options: PlanOptions,
+    cap: Cap, extents: tuple[Sequence[int], Sequence[int]] | None, custom_costs: bool,
     grouped: tuple[list[list[int]] | None, list[str] | None, list[int]],
 ) -> GroupRule:
     """:func:`group_rule` for ``padded=True``: each row spans ``extents`` or ``(0, its
     cost)`` (its length or the ``costs`` given, before alignment); a group spans its rows'
     widest left and right; alone it costs ``rows * ceil((left + right) / pad) * pad``."""
-    _, pad, limit, _ = shape
+    pad, alone = options.pad_to_multiple_of, options.over_cap == "alone"
     members, labels, rows = grouped
     if extents is not None:
         left, right = list(extents[0]), list(extents[1])
@@ -224,15 +234,15 @@ def _padded_groups(
         left, right = [0] * len(lengths), costs if custom_costs else lengths
     spans = [a + b for a, b in zip(left, right, strict=True)]
     widths = [aligned_length(span, pad) for span in spans]
-    rule = Rule.padded(_per_group(left, members, max), _per_group(right, members, max), caps[0],
-                       rows, pad, limit)
+    rule = Rule.padded(_per_group(left, members, max), _per_group(right, members, max), cap.usable,
+                       rows, pad, options.max_samples_per_micro_batch)
     made = (pad, custom_costs)
     error = None
     if not alone:
-        error = over_cap_error(spans, widths, PaddedSampleOverCap, list(range(len(lengths))), caps, made)
+        error = over_cap_error(spans, widths, PaddedSampleOverCap, list(range(len(lengths))), cap, made)
     if error is None and members is not None and not alone:
         group_spans = [a + b for a, b in zip(rule.left or [], rule.right or [], strict=True)]
-        error = _group_error(rule, lengths, members, labels, caps, made, PaddedGroupOverCap,
+        error = _group_error(rule, lengths, members, labels, cap, made, PaddedGroupOverCap,
                              group_spans)
     return GroupRule(rule, widths, group_workloads, error)
 

@@ -5,9 +5,14 @@ Steps, each a function here:
 1. :func:`analyse` checks the arguments and lengths, forms the ``force_group_size`` groups
    and finds the smallest micro-batch count this library can reach under the cap
    (between :func:`~seqlen_balancing.planning.bounds.lower_bound` and a best-fit-decreasing
-   packing); a count that meets the bound is proven optimal. It never raises
-   for bad input: it records a :class:`~seqlen_balancing.errors.PlanError`, so that a DP
-   group can agree on it before anyone raises.
+   packing); a count that meets the bound is proven optimal. Pure steps, each from the
+   last one's frozen result: the :class:`~seqlen_balancing.planning.analysis.Request` and the
+   checked :class:`~seqlen_balancing.planning.items.Cap`, the items under one rule
+   (:func:`~seqlen_balancing.planning.items.group_rule`), the count
+   (:class:`~seqlen_balancing.planning.search.Count`); the :class:`RankAnalysis` is made once from
+   them. It never raises for bad input: it records a
+   :class:`~seqlen_balancing.errors.PlanError`, so that a DP group can agree on it before
+   anyone raises.
 2. :func:`agreed_count` rounds a needed count up to ``num_batches_divided_by`` and checks
    that every micro-batch can get a sample.
 3. :func:`build_plan` builds the best-balanced plan with exactly that many micro-batches and
@@ -51,7 +56,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, NamedTuple
+from dataclasses import replace
+from typing import Any
 
 from seqlen_balancing._checks import _integer_or_none, describe
 from seqlen_balancing.collector import paused_collector
@@ -72,10 +78,11 @@ from seqlen_balancing.errors import (
     TooManyDummies,
 )
 from seqlen_balancing.options import OVER_CAP_CHOICES, PlanOptionKeywords, PlanOptions, Unpack
-from seqlen_balancing.planning.analysis import RankAnalysis
+from seqlen_balancing.planning.analysis import RankAnalysis, Request
 from seqlen_balancing.planning.balance import balanced, order_micro_batches
 from seqlen_balancing.planning.groups import read_group_ids, uniform_members
 from seqlen_balancing.planning.items import (
+    Cap,
     dummy_group,
     group_rule,
     longest,
@@ -91,9 +98,10 @@ from seqlen_balancing.planning.rule import Rule
 from seqlen_balancing.planning.search import (
     _EXACT_BUDGET,
     _EXACT_GROUPS,
+    Count,
     _fitting_kk,
-    _search_count,
     _set_aside,
+    search_count,
 )
 
 __all__ = [
@@ -146,7 +154,7 @@ def analyse(
     Never raises for bad input; the reason is returned in ``error`` so that the DP group
     can agree on it first (see :mod:`seqlen_balancing.agreement`).
 
-    Count search (:func:`~seqlen_balancing.planning.search._search_count`): the packers of
+    Count search (:func:`~seqlen_balancing.planning.search.search_count`): the packers of
     :data:`~seqlen_balancing.planning.search.PACKERS` that serve the batch's rule run in order, the
     first (best-fit decreasing, or the sorted rule for padded rows) giving ``U``; ``L =
     max(lower bound, min_num_micro_batch, 1)``, the bounds of
@@ -196,9 +204,9 @@ def analyse(
     search when best-fit decreasing misses the bound.
     """
     options = PlanOptions() if options is None else options
-    result = _analyse(seq_lens, max_token_len, options, costs, workloads, padded_extents, group_ids)
-    return _with_request(result, max_token_len, options, costs is not None, workloads is not None,
-                         group_ids is not None)
+    request = _request(max_token_len, options, costs is not None, workloads is not None,
+                       group_ids is not None)
+    return _analyse(seq_lens, max_token_len, request, costs, workloads, padded_extents, group_ids)
 
 
 def failed_analysis(
@@ -208,75 +216,74 @@ def failed_analysis(
     """The analysis of a rank that failed before :func:`analyse` (a bad batch, a bad
     option), holding its error and what it was asked to do (``options`` ``None``: the
     options themselves could not be read), so that the DP group still checks the request."""
-    result = RankAnalysis(error)
-    if options is None:
-        return result
-    return _with_request(result, max_token_len, options, costs_given, workloads_given, groups_given)
+    request = None if options is None else _request(max_token_len, options, costs_given,
+                                                    workloads_given, groups_given)
+    return RankAnalysis(error, request=request)
 
 
-
-def _with_request(
-    result: RankAnalysis, max_token_len: Any, options: PlanOptions, costs_given: bool,
-    workloads_given: bool, groups_given: bool = False,
-) -> RankAnalysis:
-    """``result`` with the request's record, error or not: the DP group checks that every
-    rank was asked for the same (:mod:`seqlen_balancing.agreement`)."""
-    result.options = options
+def _request(
+    max_token_len: Any, options: PlanOptions, costs_given: bool, workloads_given: bool,
+    groups_given: bool,
+) -> Request:
+    """What the rank was asked, kept error or not: the DP group checks that every rank
+    was asked for the same (:mod:`seqlen_balancing.agreement`)."""
     cap = _integer_or_none(max_token_len)
-    result.requested_max_token_len = cap if cap is not None and cap >= 1 else 0
-    result.custom_costs = costs_given
-    result.custom_workloads = workloads_given or options.workload_model is not None
-    result.custom_groups = groups_given
-    return result
+    return Request(options, cap if cap is not None and cap >= 1 else 0, costs_given,
+                   workloads_given or options.workload_model is not None, groups_given)
 
+
+#: The count of an analysis that failed before its count search.
+_NO_COUNT = Count(0, 0, "", [])
 
 
 def _analyse(
-    seq_lens: Sequence[Any], max_token_len: Any, options: PlanOptions, costs: Any, workloads: Any,
+    seq_lens: Sequence[Any], max_token_len: Any, request: Request, costs: Any, workloads: Any,
     padded_extents: tuple[Sequence[int], Sequence[int]] | None, group_ids: Any = None,
 ) -> RankAnalysis:
-    """:func:`analyse` but the request's record (options, cap, what was given)."""
+    """:func:`analyse` once the request is read: the inputs read and checked, the items
+    under one rule, their count; the analysis made once from them."""
+    options = request.options
     length_error, lengths = read_numbers(seq_lens, LengthSource.SEQ_LENS)
     pad = options.pad_to_multiple_of
     cost_error, sizes_of = (length_error, []) if length_error else sample_costs_of(lengths, pad, costs)
     group_error, members, labels = _groups(group_ids, lengths, options, length_error)
     # Read even when the cap is bad: the DP group's advice on the cap counts this rank.
     largest = longest(lengths if cost_error else sizes_of, options.force_group_size, members or None)
-    error, given = _given(max_token_len, options, largest)
-    if given is None:
-        return RankAnalysis(error, largest=largest)
-    result = _record(given, costs is not None, workloads is not None, largest)
+    error, cap = _cap(max_token_len, options, largest)
+    if cap is None:
+        return RankAnalysis(error, largest=largest, request=request)
     sample_workloads: list[int] = []
     error = cost_error or group_error
     if error is None:
         error, sample_workloads = workloads_of(lengths, workloads, options.workload_model)
     if error is None and not lengths:
-        if given.dummies:  # a rank with nothing to do runs the agreed count as dummies
-            return _empty_rank(result, given)
+        if options.dummy_micro_batches:  # a rank with nothing to do runs the agreed count as dummies
+            return _empty_rank(cap, request)
         error = EmptyBatch()
-    if error is None and group_ids is None and len(lengths) % given.group:
-        error = NotDivisible(len(lengths), given.group)
+    if error is None and group_ids is None and len(lengths) % options.force_group_size:
+        error = NotDivisible(len(lengths), options.force_group_size)
     if error is not None:
-        result.error = error
-        return result
-    shape = (given.group, given.pad, given.limit, given.padded)
-    caps = (given.usable, given.cap, given.bucket)
-    built = group_rule(lengths, sizes_of, sample_workloads, shape, caps, padded_extents,
-                       costs is not None, given.alone, members or None,
-                       labels if group_ids is not None else None)
-    result.rule, result.sample_costs, result.group_workloads = built.rule, built.sample_costs, built.workloads
-    result.group_sizes, result.n_samples = built.rule.sizes, len(lengths)
-    result.members, result.group_labels = members or None, labels
-    if given.padded:
-        result.largest = max(built.rule.sizes)
-    result.error = built.error or _floor_error(result, given)
-    if result.error is not None:
-        return result
-    if given.dummies:
-        result.dummy_group = dummy_group(built.rule, lengths, given.group, result.members)
-    _count(result, given)
-    if options.equal_rows_per_micro_batch:
-        search_rows(result, None if given.floor is None else min(given.floor, result.n_groups))
+        return RankAnalysis(error, cap.usable, largest=largest, request=request)
+    built = group_rule(lengths, sizes_of, sample_workloads, options, cap, padded_extents,
+                       costs is not None, members or None, labels if group_ids is not None else None)
+    rule = built.rule
+    error = built.error or _floor_error(rule.n, options)
+    count = _count(rule, built.workloads, options) if error is None else _NO_COUNT
+    dummies = error is None and options.dummy_micro_batches
+    dummy = dummy_group(rule, lengths, options.force_group_size, members or None) if dummies else 0
+    aside = count.rest
+    rest = None if aside is None else RankAnalysis(
+        None, cap.usable, len(aside.index), aside.rule.sizes, aside.workloads,
+        aside.count.lower_bound, aside.count.bound_name, aside.count.min_count,
+        _packing=aside.count.packing, rule=aside.rule, request=request)
+    result = RankAnalysis(
+        error, cap.usable, len(lengths), rule.sizes, built.workloads, count.lower_bound,
+        count.bound_name, count.min_count, max(rule.sizes) if options.padded else largest,
+        count.packing, built.sample_costs, rule, count.over, dummy, rest,
+        [] if aside is None else aside.index, request, members or None, labels)
+    if error is None and options.equal_rows_per_micro_batch:  # the equal-rows step writes its own
+        floor = options.min_num_micro_batch
+        search_rows(result, None if floor is None else min(floor, rule.n))
     return result
 
 
@@ -299,90 +306,54 @@ def _groups(
     return read_group_ids(group_ids, n)
 
 
-def _empty_rank(result: RankAnalysis, given: _Given) -> RankAnalysis:
+def _empty_rank(cap: Cap, request: Request) -> RankAnalysis:
     """The analysis of a rank with no samples under ``dummy_micro_batches=True``: no
     groups, at least one micro-batch (every one a dummy), its floor as asked."""
-    result.rule = Rule.sums([], given.usable, [], given.limit)
-    result.min_count = result.lower_bound = 1
-    result.bound_name = "one"
-    if given.floor is not None and given.floor > MAX_DUMMY_MICRO_BATCHES:
-        result.error = TooManyDummies(given.floor, 0, given.floor)
-    return result
+    floor = request.options.min_num_micro_batch or 0
+    error = TooManyDummies(floor, 0, floor) if floor > MAX_DUMMY_MICRO_BATCHES else None
+    rule = Rule.sums([], cap.usable, [], request.options.max_samples_per_micro_batch)
+    return RankAnalysis(error, cap.usable, lower_bound=1, bound_name="one", min_count=1, rule=rule,
+                        request=request)
 
 
-class _Given(NamedTuple):
-    """The options of :func:`analyse` and its checked cap, as plain values."""
-
-    cap: int
-    group: int
-    floor: int | None  # min_num_micro_batch (None: not given)
-    divisor: int
-    pad: int
-    bucket: int
-    usable: int  # the cap rounded down to the bucket
-    padded: bool
-    limit: int | None  # max_samples_per_micro_batch
-    alone: bool  # over_cap="alone"
-    dummies: bool
-
-
-def _given(
-    max_token_len: Any, options: PlanOptions, largest: int
-) -> tuple[PlanError | None, _Given | None]:
-    """``(None, given)``, or ``(error, None)`` for a bad cap or a bucket above it (the
-    options themselves were checked by :class:`~seqlen_balancing.PlanOptions`)."""
-    error, cap = argument_error(max_token_len, Argument.MAX_TOKEN_LEN, False)
+def _cap(max_token_len: Any, options: PlanOptions, largest: int) -> tuple[PlanError | None, Cap | None]:
+    """``(None, the checked cap)``, or ``(error, None)`` for a bad cap or a bucket above
+    it (the options themselves were checked by :class:`~seqlen_balancing.PlanOptions`)."""
+    error, given = argument_error(max_token_len, Argument.MAX_TOKEN_LEN, False)
     if error is not None:
         return error, None
     bucket = options.micro_batch_multiple_of
-    usable = micro_batch_capacity(cap, bucket)
+    usable = micro_batch_capacity(given, bucket)
     if usable == 0:
         # The advised cap holds a bucket and the costliest group, rounded up to the bucket.
         needed = max(bucket, -(-largest // bucket) * bucket)
-        return BucketAboveCap(bucket, cap, needed), None
-    return None, _Given(
-        cap, options.force_group_size, options.min_num_micro_batch,
-        options.num_batches_divided_by or 1, options.pad_to_multiple_of, bucket, usable,
-        options.padded, options.max_samples_per_micro_batch, options.over_cap == "alone",
-        options.dummy_micro_batches,
-    )
+        return BucketAboveCap(bucket, given, needed), None
+    return None, Cap(given, usable, bucket)
 
 
-def _record(given: _Given, custom_costs: bool, custom_workloads: bool, largest: int) -> RankAnalysis:
-    """The analysis of one rank's checked arguments, its items not read yet."""
-    result = RankAnalysis(None, given.usable, given.group, given.divisor, largest=largest)
-    result.requested_max_token_len = given.cap
-    result.pad_to_multiple_of, result.micro_batch_multiple_of = given.pad, given.bucket
-    result.custom_costs, result.custom_workloads = custom_costs, custom_workloads
-    result.padded, result.max_samples_per_micro_batch = given.padded, given.limit
-    result.dummy_micro_batches = given.dummies
-    result.min_num_micro_batch = given.floor or 0
-    return result
-
-
-def _floor_error(result: RankAnalysis, given: _Given) -> PlanError | None:
+def _floor_error(groups: int, options: PlanOptions) -> PlanError | None:
     """The error for ``min_num_micro_batch`` above the groups (without dummies, or with
     more dummies than allowed), else ``None``."""
-    groups = result.n_groups
-    if given.floor is None or given.floor <= groups:
+    floor = options.min_num_micro_batch
+    if floor is None or floor <= groups:
         return None
-    if not given.dummies:
-        return MinAboveGroups(given.floor, groups)
-    if given.floor - groups > MAX_DUMMY_MICRO_BATCHES:
-        return TooManyDummies(given.floor - groups, groups, given.floor)
+    if not options.dummy_micro_batches:
+        return MinAboveGroups(floor, groups)
+    if floor - groups > MAX_DUMMY_MICRO_BATCHES:
+        return TooManyDummies(floor - groups, groups, floor)
     return None
 
 
-def _count(result: RankAnalysis, given: _Given) -> None:
+def _count(rule: Rule, workloads: list[int], options: PlanOptions) -> Count:
     """The smallest count under the rule, with the over-cap items set apart first under
     ``over_cap="alone"`` (the floor counts the groups, not the dummies)."""
-    rule = result.rule
-    own_floor = None if given.floor is None else min(given.floor, result.n_groups)
-    over = [g for g in range(result.n_groups) if not rule.fits_alone(g)] if rule and given.alone else []
+    floor = options.min_num_micro_batch
+    own_floor = None if floor is None else min(floor, rule.n)
+    divisor = options.num_batches_divided_by or 1
+    over = [g for g in range(rule.n) if not rule.fits_alone(g)] if options.over_cap == "alone" else []
     if over:
-        _set_aside(result, over, own_floor)
-    else:
-        _search_count(result, own_floor)
+        return _set_aside(rule, workloads, divisor, over, own_floor)
+    return search_count(rule, workloads, divisor, own_floor)
 
 
 def agreed_count(
@@ -461,7 +432,7 @@ def balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
         raise ValueError("an analysis without a rule has no plan")
     # verl's own partition at this count whenever it fits: at verl's count it always does,
     # so the plan is never less balanced than verl's (its candidate wins ties).
-    verl = _fitting_kk(result, count)
+    verl = _fitting_kk(result.rule, result.group_workloads, count)
     return balanced(result.rule, result.group_workloads, result._packing, count, verl)
 
 
@@ -661,7 +632,7 @@ def plan_micro_batches(
                      group_ids=group_ids)
     count = local_count(result)
     if num_micro_batches is not None:
-        count = _exact_count(result, num_micro_batches)
+        count, result = _exact_count(result, num_micro_batches)
     plan = build_plan(result, count, given.use_dynamic_bsz_balance)
     log_over_cap(result)
     return plan
@@ -719,9 +690,10 @@ def log_over_cap(result: RankAnalysis, rank: int | None = None) -> None:
         logger.warning(message)
 
 
-def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> int:
-    """``num_micro_batches`` checked against the batch, searching for a packing with that
-    many micro-batches where the analysis stopped above it (``result`` then holds it)."""
+def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> tuple[int, RankAnalysis]:
+    """``num_micro_batches`` checked against the batch, and the analysis to plan it from:
+    ``result``, or where the analysis stopped above it, one holding a packing with that
+    many micro-batches (:func:`_reach`)."""
     error, wanted = argument_error(num_micro_batches, Argument.NUM_MICRO_BATCHES, False)
     if error is not None:
         raise error.exception()
@@ -749,35 +721,34 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> int:
             f"micro-batches ({result.bound_name}) for this batch under max_token_len={cap}: no "
             f"plan with fewer exists; pass at least {result.lower_bound}"
         )
-    if wanted < result.min_count and not _reach(result, wanted):
+    reached = _reach(result, wanted) if wanted < result.min_count else result
+    if reached is None:
         raise ValueError(
             f"num_micro_batches={wanted}: no plan with {wanted} micro-batches under "
             f"max_token_len={cap} was found (the fewest found is {result.min_count}; the "
             f"lower bound, {result.lower_bound}, does not rule {wanted} out); pass at least "
             f"{result.min_count}"
         )
-    return count
+    return count, reached
 
 
-def _reach(result: RankAnalysis, count: int) -> bool:
+def _reach(result: RankAnalysis, count: int) -> RankAnalysis | None:
     """Look for a packing with at most ``count`` micro-batches (``count`` below the
     analysis' own): verl's Karmarkar-Karp at ``count``, then (summed costs) the exhaustive
     search on few groups and the exchange search, then (any other rule) the randomized
-    best fit; store it in ``result`` when found."""
+    best fit; ``result`` with it when found, else ``None``."""
     if result._rest is not None:
         over = len(result.over_cap_groups)
-        if count <= over or not _reach(result._rest, count - over):
-            return False
+        rest = _reach(result._rest, count - over) if count > over else None
+        if rest is None:
+            return None
         index = result._rest_index
-        result.min_count = over + result._rest.min_count
-        result._packing = [[g] for g in result.over_cap_groups] + [
-            [index[j] for j in b] for b in result._rest._packing
-        ]
-        return True
+        packing = [[g] for g in result.over_cap_groups] + [[index[j] for j in b] for b in rest._packing]
+        return replace(result, _rest=rest, min_count=over + rest.min_count, _packing=packing)
     rule = result.rule
     if rule is None:
-        return False
-    found = _fitting_kk(result, count)
+        return None
+    found = _fitting_kk(rule, result.group_workloads, count)
     if found is None and not rule.is_padded and rule.n <= _EXACT_GROUPS:
         found, _ = exact_packing(rule, count, _EXACT_BUDGET)
     if found is None and not rule.is_padded:
@@ -787,6 +758,5 @@ def _reach(result: RankAnalysis, count: int) -> bool:
         packed = randomized_best_fit(rule, count, result._packing)
         found = packed if len(packed) <= count else None
     if found is None:
-        return False
-    result._packing, result.min_count = found, len(found)
-    return True
+        return None
+    return replace(result, _packing=found, min_count=len(found))

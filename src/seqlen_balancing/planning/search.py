@@ -1,6 +1,6 @@
 """The smallest micro-batch count one rank reaches under its rule, and its packing (no torch).
 
-:func:`_search_count` runs the packers of :data:`PACKERS` in order, each declaring the
+:func:`search_count` runs the packers of :data:`PACKERS` in order, each declaring the
 rules it serves, and stops as soon as the count meets the lower bound, which it strengthens
 step by step (cheap bounds first, the stronger ones only where a gap remains). For summed
 costs without a sample limit: best-fit, closing-fit and minimum-bin-slack decreasing, the
@@ -15,15 +15,16 @@ Karmarkar-Karp within its budget), so the search's work grows with n, not with t
 result then keeps the count it stopped at and the cheap bound it stopped above.
 :func:`_set_aside` sets the over-cap items of ``over_cap="alone"`` apart first and plans
 the rest under the same rule (:meth:`~seqlen_balancing.planning.rule.Rule.restrict`).
-:mod:`seqlen_balancing.planning.planner` calls them from its analysis.
+Both return a frozen :class:`Count`; :mod:`seqlen_balancing.planning.planner` composes it into
+its analysis.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from seqlen_balancing.planning.analysis import RankAnalysis
 from seqlen_balancing.planning.bounds import BOUND_NAMES
 from seqlen_balancing.planning.differencing import _capped_largest_differencing
 from seqlen_balancing.planning.packing import (
@@ -38,7 +39,10 @@ from seqlen_balancing.planning.partition import roundup_divisible
 from seqlen_balancing.planning.repack import exact_packing, repack
 from seqlen_balancing.planning.rule import Rule, fewest_sorted, rule_bound
 
-__all__ = ["EXHAUSTIVE", "PACKERS", "Packer"]
+if TYPE_CHECKING:
+    from seqlen_balancing.planning.analysis import RankAnalysis
+
+__all__ = ["EXHAUSTIVE", "PACKERS", "Aside", "Count", "Packer", "search_count"]
 
 #: Karmarkar-Karp costs O(n * count); above this product the capacity-aware LPT packing
 #: (O(n log count)) balances alone. 2**22 covers 2,048 samples into 2,048 micro-batches
@@ -67,16 +71,45 @@ _CHEAP = BOUND_NAMES[_CHEAP_LEVEL]
 EXHAUSTIVE = "exhaustive search"
 
 
+@dataclass(frozen=True)
+class Count:
+    """What the count search found under one rule: the fewest micro-batches reached, a
+    packing with that many (items by index), and the lower bound they are held to with
+    its name. With over-cap items set aside (:func:`_set_aside`): ``over``, one
+    micro-batch each, and ``rest``, the count of the others."""
+
+    min_count: int
+    lower_bound: int
+    bound_name: str
+    packing: list[list[int]]
+    over: list[int] = field(default_factory=list)
+    rest: Aside | None = None
+
+
+@dataclass(frozen=True)
+class Aside:
+    """The items left once the over-cap ones are set aside: their indices among all
+    items, their rule (renumbered), workloads and count."""
+
+    index: list[int]
+    rule: Rule
+    workloads: list[int]
+    count: Count
+
+
 @dataclass
 class _Search:
-    """The state of one count search: the rule, the best packing so far and the bound it
-    is held to (cheap bounds first: ``level`` is the last of ``BOUND_NAMES`` evaluated)."""
+    """The state of one count search: the rule, the items' workloads (Karmarkar-Karp's),
+    the divisor verl's counts step by, the best packing so far and the bound it is held
+    to (cheap bounds first: ``level`` is the last of ``BOUND_NAMES`` evaluated)."""
 
-    result: RankAnalysis
     rule: Rule
+    workloads: list[int]
+    divisor: int
     floor: int | None
     packing: list[list[int]] = field(default_factory=list)
     lower: int = 0
+    name: str = ""
     level: int = -1
 
     def done(self) -> bool:
@@ -109,8 +142,7 @@ class _Search:
         self.prove(bound, name)
 
     def prove(self, bound: int, name: str) -> None:
-        self.lower = bound
-        self.result.lower_bound, self.result.bound_name = bound, name
+        self.lower, self.name = bound, name
 
     def offer(self, found: list[list[int]] | None, ties: bool) -> None:
         """Keep ``found`` when it has fewer micro-batches (or as many, with ``ties``)."""
@@ -158,14 +190,11 @@ def _cut_summed(search: _Search) -> list[list[int]]:
     """The count search of the same items without the sample limit (summed costs alone),
     each of its micro-batches then cut into runs of at most ``limit`` rows: a plan under
     the limit, as good as the plain search whenever its micro-batches hold few rows."""
-    rule, result = search.rule, search.result
-    plain = RankAnalysis(None, result.max_token_len, 1, result.num_batches_divided_by)
-    plain.rule = Rule.sums(rule.sizes, rule.cap)
-    plain.group_sizes, plain.group_workloads = rule.sizes, result.group_workloads
-    _search_count(plain, None)
+    rule = search.rule
+    plain = search_count(Rule.sums(rule.sizes, rule.cap), search.workloads, search.divisor, None)
     limit, rows = rule.limit or 0, rule.rows
     cut: list[list[int]] = []
-    for items in plain._packing:
+    for items in plain.packing:
         cut.append([])
         taken = 0
         for i in items:
@@ -210,21 +239,19 @@ PACKERS = (
     # verl's own construction at every count it could stop at below ours: never more
     # micro-batches than verl's rule (see plan_micro_batches).
     Packer("Karmarkar-Karp", _summed,
-           lambda s: _verl_candidates(s.result, s.lower, len(s.packing)), upto=BOUND_NAMES[-1],
+           lambda s: _verl_candidates(s, s.lower, len(s.packing)), upto=BOUND_NAMES[-1],
            large=lambda s: s.rule.n * max(s.lower, 1) <= _KK_BUDGET),
 )
 
 
-def _search_count(result: RankAnalysis, floor: int | None) -> None:
-    """Smallest count reached under ``result.rule``, with its packing and the bound it is
-    held to: the :data:`PACKERS` that serve the rule, in order, each only while the count
-    is above the bound (evaluated up to the packer's ``upto`` first), so a batch proven
-    optimal early costs nothing more. A packing below ``L`` (set by
-    ``min_num_micro_batch``) is split up to ``L``."""
-    rule = result.rule
-    if rule is None:
-        raise ValueError("the count search needs the analysis' rule")
-    search = _Search(result, rule, floor)
+def search_count(rule: Rule, workloads: list[int], divisor: int, floor: int | None) -> Count:
+    """Smallest count reached under ``rule``, with its packing and the bound it is held
+    to: the :data:`PACKERS` that serve the rule, in order, each only while the count is
+    above the bound (evaluated up to the packer's ``upto`` first), so a batch proven
+    optimal early costs nothing more. A packing below ``L`` (set by the ``floor``,
+    ``min_num_micro_batch``) is split up to ``L``. ``workloads`` and ``divisor``
+    (``num_batches_divided_by``) are verl's Karmarkar-Karp's."""
+    search = _Search(rule, workloads, divisor, floor)
     if floor is not None and floor >= rule.n and all(rule.fits_alone(g) for g in range(rule.n)):
         # every item alone is the only plan with that many micro-batches: no packer needed
         search.packing = [[g] for g in range(rule.n)]
@@ -249,38 +276,36 @@ def _search_count(result: RankAnalysis, floor: int | None) -> None:
     packing = search.packing
     if len(packing) < search.lower:
         packing = split(rule, packing, search.lower)
-    result.min_count = len(packing)
-    result._packing = packing
+    return Count(len(packing), search.lower, search.name, packing)
 
 
-def _set_aside(result: RankAnalysis, over: list[int], floor: int | None) -> None:
+def _search_count(result: RankAnalysis, floor: int | None) -> None:
+    """:func:`search_count` on ``result``'s rule, written into it: the entry of
+    :mod:`seqlen_balancing.planning.rows` (its equal-rows analyses) until that module builds its own."""
+    if result.rule is None:
+        raise ValueError("the count search needs the analysis' rule")
+    found = search_count(result.rule, result.group_workloads, result.num_batches_divided_by, floor)
+    result.min_count, result._packing = found.min_count, found.packing
+    result.lower_bound, result.bound_name = found.lower_bound, found.bound_name
+
+
+def _set_aside(
+    rule: Rule, workloads: list[int], divisor: int, over: list[int], floor: int | None
+) -> Count:
     """``over_cap="alone"``: the over-cap items take one micro-batch each (in every plan,
-    so they add one each to the count and to the lower bound); the others are analysed
-    as a batch of their own under the same rule, with the floor that remains."""
-    rule = result.rule
-    if rule is None:
-        raise ValueError("setting items apart needs the analysis' rule")
-    result.over_cap_groups = over
+    so they add one each to the count and to the lower bound); the others are counted as
+    a batch of their own under the same rule, with the floor that remains."""
     chosen = set(over)
-    rest_index = [g for g in range(result.n_groups) if g not in chosen]
-    rest = RankAnalysis(None, result.max_token_len, 1, result.num_batches_divided_by)
-    rest.rule = rule.restrict(rest_index)
-    rest.group_sizes = rest.rule.sizes
-    rest.group_workloads = [result.group_workloads[g] for g in rest_index]
-    rest.n_samples = len(rest_index)
-    rest.requested_max_token_len = result.requested_max_token_len
-    rest_floor = None if floor is None or floor - len(over) < 1 else floor - len(over)
-    if rest_index:
-        _search_count(rest, rest_floor)
-    else:
-        rest.bound_name = "one"
-    result._rest, result._rest_index = rest, rest_index
-    result.min_count = len(over) + rest.min_count
-    result.lower_bound = len(over) + rest.lower_bound
-    result.bound_name = rest.bound_name
-    if floor is not None and floor > result.lower_bound:
-        result.lower_bound, result.bound_name = floor, "min_num_micro_batch"
-    result._packing = [[g] for g in over] + [[rest_index[j] for j in b] for b in rest._packing]
+    index = [g for g in range(rule.n) if g not in chosen]
+    rest_rule, rest_workloads = rule.restrict(index), [workloads[g] for g in index]
+    left = None if floor is None or floor - len(over) < 1 else floor - len(over)
+    rest = search_count(rest_rule, rest_workloads, divisor, left) if index else Count(0, 0, "one", [])
+    lower, name = len(over) + rest.lower_bound, rest.bound_name
+    if floor is not None and floor > lower:
+        lower, name = floor, "min_num_micro_batch"
+    packing = [[g] for g in over] + [[index[j] for j in b] for b in rest.packing]
+    return Count(len(over) + rest.min_count, lower, name, packing, over,
+                 Aside(index, rest_rule, rest_workloads, rest))
 
 
 def _exact_search(
@@ -301,30 +326,30 @@ def _exact_search(
     return packing, lower
 
 
-def _verl_candidates(result: RankAnalysis, lower: int, upper: int) -> list[list[int]] | None:
+def _verl_candidates(search: _Search, lower: int, upper: int) -> list[list[int]] | None:
     """Karmarkar-Karp on the items' workloads (verl 0.9.1's construction, identical
     partitions) at each count from ``lower`` up to ``upper - 1`` that verl's rule could stop
     at (the multiples of ``num_batches_divided_by``); the first that fits the rule, or
     ``None``. At most ``(upper - lower) / num_batches_divided_by + 1`` tries, each
     O(n log n + n count), and none where ``n * count`` exceeds :data:`_KK_BUDGET`."""
-    step = result.num_batches_divided_by
+    step = search.divisor
     first = roundup_divisible(lower, step)
     for count in range(first, upper, step):
-        kk = _fitting_kk(result, count)
+        kk = _fitting_kk(search.rule, search.workloads, count)
         if kk is not None:
             return kk
     return None
 
 
-def _fitting_kk(result: RankAnalysis, count: int) -> list[list[int]] | None:
+def _fitting_kk(rule: Rule, workloads: list[int], count: int) -> list[list[int]] | None:
     """verl's Karmarkar-Karp partition of the items into ``count`` micro-batches if it
     keeps every micro-batch within the rule (and ``n * count <= _KK_BUDGET``), else
     ``None``. The merge stops early once a part's summed cost is over the cap, which
     every rule implies (a padded footprint is at least the rows' own)."""
-    sizes, rule = result.group_sizes, result.rule
-    if len(sizes) * count > _KK_BUDGET or count > len(sizes) or rule is None:
+    sizes = rule.sizes
+    if len(sizes) * count > _KK_BUDGET or count > len(sizes):
         return None
-    found = _capped_largest_differencing(result.group_workloads, count, sizes, result.max_token_len)
+    found = _capped_largest_differencing(workloads, count, sizes, rule.cap)
     if found is None or rule.plain or all(rule.fits(part) for part in found):
         return found
     return None
