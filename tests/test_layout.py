@@ -38,6 +38,8 @@ LAYERS: list[tuple[str, ...]] = [
     # the options object: checked values the planner, the batch glue, verl and the CLI take
     ("options",),
     ("analysis", "items", "groups"),
+    # shared prompts counted once: prefix_lengths turned into costs and groups (issue 47)
+    ("prefix",),
     ("search",),
     # equal rows per micro-batch: the filled rule and its count search, under the planner
     ("rows",),

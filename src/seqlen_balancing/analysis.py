@@ -90,6 +90,8 @@ class RankAnalysis:
             ``None`` when every sample is its own group.
         group_labels: with ``members``, each group's name in messages (its id's repr).
         custom_groups: True when the caller gave ``group_ids`` (agreed by the DP group).
+        custom_prefixes: True when the caller gave ``prefix_lengths`` (agreed by the DP
+            group; the costs and groups are then :mod:`~seqlen_balancing.prefix`'s).
     """
 
     error: PlanError | None
@@ -125,6 +127,7 @@ class RankAnalysis:
     members: list[list[int]] | None = field(default=None, repr=False)
     group_labels: list[str] = field(default_factory=list, repr=False)
     custom_groups: bool = False
+    custom_prefixes: bool = False
     equal_rows: int = 0
     rows_tolerance: int = 0
     agreed_rows: int = 0
