@@ -48,8 +48,9 @@ ROUNDS = _rounds()
 
 
 def rule_cost(part: list[int], spec: dict[str, Any]) -> int:
-    prompts = {spec["ids"][i]: spec["prefixes"][i] for i in part}
-    return sum(spec["lengths"][i] - spec["prefixes"][i] for i in part) + sum(prompts.values())
+    prompts: dict[str, int] = {spec["ids"][i]: spec["prefixes"][i] for i in part}
+    beyond: int = sum(spec["lengths"][i] - spec["prefixes"][i] for i in part)
+    return beyond + sum(prompts.values())
 
 
 @pytest.fixture(scope="module")
