@@ -37,9 +37,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("balance", "_c_balance"),
     # the options object: checked values the planner, the batch glue, verl and the CLI take
     ("options",),
-    ("analysis", "items", "groups"),
-    # shared prompts counted once: prefix_lengths turned into costs and groups (issue 47)
-    ("prefix",),
+    # one rank's record, its items, its groups; shared prompts as costs and groups (issue 47)
+    ("analysis", "items", "groups", "prefix"),
     ("search",),
     # equal rows per micro-batch: the filled rule and its count search, under the planner
     ("rows",),
