@@ -81,6 +81,13 @@ from seqlen_balancing.errors.groups import (
     NoDummyTemplate,
     PaddedGroupIdsOverCap,
 )
+from seqlen_balancing.errors.prefix import (
+    PrefixDiffersInGroup,
+    PrefixLengthsKeyMissing,
+    PrefixLengthsWith,
+    PrefixLengthsWithoutGroups,
+    PrefixOverLength,
+)
 
 #: (record, its text), for every record type, some more than once. The texts are written
 #: out by hand: what a user reads for that error.
@@ -403,6 +410,29 @@ VALUES: list[tuple[PlanError, str]] = [
         "dummy_template has no rows; it needs at least one row to copy; pass a TensorDict "
         "(DataProto) with at least one row of the batch's keys and dtypes, its loss weights "
         "among them"),
+    # issue 47, item 3: shared prompts counted once (prefix_lengths)
+    (PrefixLengthsWith("costs"),
+        "prefix_lengths and costs were both given: prefix_lengths make each sample's cost (its "
+        "tokens beyond the shared prefix, the prefix once per group part); pass one of them"),
+    (PrefixLengthsWith("padded=True"),
+        "prefix_lengths and padded=True were both given: a padded micro-batch costs its rows x "
+        "its widest row, whatever its samples share; pass one of them"),
+    (PrefixLengthsWithoutGroups(),
+        "prefix_lengths was given without group_ids: a prefix is shared by the samples of one "
+        "group (the responses of one prompt); pass group_ids (e.g. verl's uid) too"),
+    (PrefixOverLength(7, 2**70, 600),
+        "prefix_lengths[7] is 1180591620717411303424 but sample 7 has 600 tokens; a sample's "
+        "shared prefix is part of it: give at most its length"),
+    (PrefixDiffersInGroup("'uid-3'", 4, 512, 9, 0),
+        "group 'uid-3' has prefix_lengths 512 (sample 4) and 0 (sample 9); the samples of a "
+        "group share one prefix: give them one prefix length"),
+    (PrefixLengthsKeyMissing("prompt_len"),
+        "prefix_lengths='prompt_len' names no entry of the batch; store one prefix length per "
+        "sample under that key (a tensor, a NonTensorStack, or a numpy array in a DataProto's "
+        "non_tensor_batch) or pass the lengths themselves"),
+    (NotOnePerSample(LengthSource.PREFIX_LENGTHS, 3, 5),
+        "prefix_lengths has 3 entries but the batch has 5 samples; give one prefix length per "
+        "sample"),
 ]
 
 EXAMPLES = [error for error, _ in VALUES]

@@ -59,9 +59,11 @@ from seqlen_balancing.planning.planner import (
     agreed_count,
     analyse,
     build_plan,
+    failed_analysis,
     local_count,
     log_over_cap,
 )
+from seqlen_balancing.planning.prefix import shared_prefix_costs
 from seqlen_balancing.planning.rows import rows_for
 
 __all__ = [
@@ -73,6 +75,7 @@ __all__ = [
     "Setting",
     "Slot",
     "agree_in_process",
+    "analyse_with_prefixes",
     "combine",
     "decode",
     "decode_rows",
@@ -193,8 +196,8 @@ def _setting(name: str, value: Any, given: bool = False) -> Setting:
 
 def settings_of(analysis: RankAnalysis) -> tuple[Setting, ...] | None:
     """Every setting this rank plans under, in a fixed order: each agreed option of
-    :class:`~seqlen_balancing.PlanOptions`, the cap, whether ``costs``, ``workloads`` and
-    ``group_ids`` are given, and the job's step settings
+    :class:`~seqlen_balancing.PlanOptions`, the cap, whether ``costs``, ``workloads``,
+    ``group_ids`` and ``prefix_lengths`` are given, and the job's step settings
     (:func:`~seqlen_balancing.options.step_settings`); ``None`` when the rank's options
     could not be read (its error speaks).
 
@@ -215,7 +218,7 @@ def settings_of(analysis: RankAnalysis) -> tuple[Setting, ...] | None:
     cap = analysis.requested_max_token_len
     settings.append(_setting("max_token_len", cap) if cap else Setting("max_token_len", None, ""))
     given = {"costs": analysis.custom_costs, "workloads": analysis.custom_workloads,
-             "group_ids": analysis.custom_groups}
+             "group_ids": analysis.custom_groups, "prefix_lengths": analysis.custom_prefixes}
     settings += [_setting(name, value, given=True) for name, value in given.items()]
     settings += [_setting(name, value) for name, value in step_settings().items()]
     return tuple(settings)
@@ -477,6 +480,32 @@ class RankPlan:
     plan: list[list[int]]
 
 
+def analyse_with_prefixes(
+    seq_lens: Sequence[Any], max_token_len: Any, options: PlanOptions, prefix_lengths: Any, *,
+    costs: Any = None, workloads: Any = None, padded_extents: Any = None, group_ids: Any = None,
+) -> RankAnalysis:
+    """:func:`~seqlen_balancing.planning.planner.analyse` for a rank that may share prompts:
+    ``prefix_lengths`` (``None``: ``analyse`` itself) turned first into the costs and part
+    ids that plan each group's shared prefix once
+    (:func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`), a refusal into this rank's
+    error; the record says what the caller gave (``custom_prefixes``; ``custom_costs`` only
+    for the caller's own costs), so that the DP group checks that every rank gave the same."""
+    if prefix_lengths is None:
+        return analyse(seq_lens, max_token_len, options, costs=costs, workloads=workloads,
+                       padded_extents=padded_extents, group_ids=group_ids)
+    parts = shared_prefix_costs(seq_lens, group_ids, prefix_lengths, max_token_len, options,
+                                costs_given=costs is not None)
+    if parts.error is not None:
+        result = failed_analysis(parts.error, max_token_len, options, costs is not None,
+                                 workloads is not None, group_ids is not None)
+    else:
+        result = analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
+                         group_ids=parts.group_ids)
+    if result.request is not None:  # what the caller gave: its own costs, and prefixes
+        result.request = replace(result.request, costs=costs is not None, prefixes=True)
+    return result
+
+
 def plan_ranks(
     seq_lens_per_rank: Sequence[Sequence[int]],
     max_token_len: Any,
@@ -485,6 +514,7 @@ def plan_ranks(
     costs: Sequence[Any] | None = None,
     workloads: Sequence[Any] | None = None,
     group_ids: Sequence[Any] | None = None,
+    prefix_lengths: Sequence[Any] | None = None,
 ) -> list[RankPlan]:
     """Plan every DP rank in one process with the real agreement: each rank's analysis
     (the planner's ``analyse``), the encoding, the MAX, the decoding, and
@@ -495,8 +525,8 @@ def plan_ranks(
         seq_lens_per_rank: for each DP rank, its samples' effective lengths in tokens.
         max_token_len: hard cap in tokens per micro-batch.
         options: the options every rank plans with (``None``: verl's behaviour).
-        costs, workloads, group_ids: for each rank, its per-sample data (as
-            :func:`~seqlen_balancing.plan_micro_batches` takes it), or ``None``.
+        costs, workloads, group_ids, prefix_lengths: for each rank, its per-sample data
+            (as :func:`~seqlen_balancing.plan_micro_batches` takes it), or ``None``.
 
     Returns:
         One :class:`RankPlan` per rank, in rank order.
@@ -509,7 +539,9 @@ def plan_ranks(
     Complexity: the sum of the ranks' planning; one encode and decode per rank.
     """
     given = PlanOptions() if options is None else options
-    for name, per_rank in (("costs", costs), ("workloads", workloads), ("group_ids", group_ids)):
+    per_sample = (("costs", costs), ("workloads", workloads), ("group_ids", group_ids),
+                  ("prefix_lengths", prefix_lengths))
+    for name, per_rank in per_sample:
         if per_rank is not None and len(per_rank) != len(seq_lens_per_rank):
             raise ValueError(
                 f"{name} has {len(per_rank)} lists but seq_lens_per_rank has "
@@ -518,9 +550,11 @@ def plan_ranks(
     if not seq_lens_per_rank:
         raise ValueError("seq_lens_per_rank is empty; pass one list of lengths per DP rank")
     analyses = [
-        analyse(lens, max_token_len, given, costs=None if costs is None else costs[rank],
-                workloads=None if workloads is None else workloads[rank],
-                group_ids=None if group_ids is None else group_ids[rank])
+        analyse_with_prefixes(lens, max_token_len, given,
+                              None if prefix_lengths is None else prefix_lengths[rank],
+                              costs=None if costs is None else costs[rank],
+                              workloads=None if workloads is None else workloads[rank],
+                              group_ids=None if group_ids is None else group_ids[rank])
         for rank, lens in enumerate(seq_lens_per_rank)
     ]
     balance = given.use_dynamic_bsz_balance
@@ -542,6 +576,7 @@ def plan_data_parallel(
     costs: Sequence[Sequence[int]] | None = None,
     workloads: Sequence[Sequence[int]] | None = None,
     group_ids: Sequence[Sequence[Any]] | None = None,
+    prefix_lengths: Sequence[Sequence[int]] | None = None,
     **option_keywords: Unpack[PlanOptionKeywords],
 ) -> list[list[list[int]]]:
     """Plan every DP rank's micro-batches in one process, with the real agreement rule.
@@ -564,6 +599,10 @@ def plan_data_parallel(
         group_ids: for each rank, one hashable id per sample (same shape), or ``None``:
             each group lands whole in one micro-batch of its rank (as
             :func:`~seqlen_balancing.plan_micro_batches` takes them).
+        prefix_lengths: for each rank, with ``group_ids``, the tokens each sample shares
+            with its group (same shape), or ``None``: each group's shared prefix counts
+            once per micro-batch (:func:`~seqlen_balancing.plan_micro_batches`,
+            docs/prefix.md). A rank passing them while another does not raises on every rank.
         **option_keywords: any option by name, laid over ``options``: e.g.
             ``same_micro_num_in_dp`` (if true, the default, every rank gets the largest
             needed count, rounded up to ``num_batches_divided_by``; else each rank plans
@@ -599,5 +638,5 @@ def plan_data_parallel(
     if error is not None:
         raise error.exception()
     ranks = plan_ranks(seq_lens_per_rank, max_token_len, given, costs=costs, workloads=workloads,
-                       group_ids=group_ids)
+                       group_ids=group_ids, prefix_lengths=prefix_lengths)
     return [rank.plan for rank in ranks]

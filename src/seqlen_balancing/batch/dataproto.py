@@ -98,6 +98,7 @@ def prepare_dynamic_batch(
     workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
     group_ids: str | Sequence[Hashable] | torch.Tensor | None = None,
     dummy_template: Any = None,
+    prefix_lengths: str | Sequence[int] | torch.Tensor | None = None,
     **option_keywords: Unpack[GroupOptionKeywords],
 ) -> tuple[list[T], list[list[int]]]:
     """:func:`rearrange_micro_batches` for a DataProto-like object (verl's DataProto).
@@ -113,10 +114,11 @@ def prepare_dynamic_batch(
     dummy's ``non_tensor_batch`` rows are those of the row it copies (its index list is
     empty).
     ``group_ids`` is as there too, and a string names a ``non_tensor_batch`` array first
-    (verl's ``uid``), else an entry of ``batch``; ``dummy_template`` is a DataProto-like
-    object (its ``batch`` a TensorDict with at least one row) whose first row, tensors and
-    non-tensor arrays, the dummies of a rank with no samples copy (a zero-row ``data``
-    without one: its own entries give one row of zeros).
+    (verl's ``uid``), else an entry of ``batch``; ``prefix_lengths`` likewise (the tokens
+    each sample shares with its group, counted once per micro-batch: docs/prefix.md);
+    ``dummy_template`` is a DataProto-like object (its ``batch`` a TensorDict with at least
+    one row) whose first row, tensors and non-tensor arrays, the dummies of a rank with no
+    samples copy (a zero-row ``data`` without one: its own entries give one row of zeros).
     What ``type(data).from_dict`` itself raises passes through unchanged: it is the
     caller's class, called after the agreement with the micro-batches' parts.
 
@@ -161,6 +163,8 @@ def prepare_dynamic_batch(
     given, options_error = PlanOptions.from_keywords(options, verl, option_keywords)
     if problem is None and isinstance(group_ids, str) and group_ids in arrays:
         group_ids = list(arrays[group_ids])
+    if problem is None and isinstance(prefix_lengths, str) and prefix_lengths in arrays:
+        prefix_lengths = list(arrays[prefix_lengths])
     template: Any = None
     if problem is None and dummy_template is not None and given.dummy_micro_batches:
         problem, template, arrays = _template_parts(dummy_template, arrays, int(source.batch.batch_size[0]))
@@ -168,7 +172,7 @@ def prepare_dynamic_batch(
         arrays = {key: np.zeros((1, *value.shape[1:]), dtype=value.dtype) for key, value in arrays.items()}
     batches, plan, rows = _rearrange_rows(
         source.batch if problem is None else None, max_token_len, dp_group, given, options_error,
-        problem, costs, workloads, same_micro_num_in_dp, group_ids, template,
+        problem, costs, workloads, same_micro_num_in_dp, group_ids, template, prefix_lengths,
     )
     out: list[T] = []
     for m, (micro_batch, indices) in enumerate(zip(batches, rows, strict=True)):

@@ -2,7 +2,8 @@
 
 ``group_ids`` on the TensorDict and DataProto paths is either the ids themselves (a list, a
 1-D tensor or array) or the name of the batch's entry that holds them (verl keeps a
-``uid`` per sample); :func:`_batch_group_ids` reads that entry before the agreement.
+``uid`` per sample); :func:`_batch_group_ids` reads that entry before the agreement, and
+:func:`_batch_prefix_lengths` reads ``prefix_lengths`` the same way.
 
 A rank with no samples under ``dummy_micro_batches=True`` still runs the agreed count of
 micro-batches, every one a dummy (zero loss weights, an empty index list). A dummy needs a
@@ -17,6 +18,7 @@ before the agreement, so the cut after it cannot fail.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,11 +31,14 @@ from seqlen_balancing.batch.dummies import _loss_weight_keys, _rows
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
 from seqlen_balancing.batch.kinds import _READ_ERRORS
 from seqlen_balancing.errors import (
+    CallerDataRaised,
     DummyTemplateInvalid,
     GroupIdsKeyMissing,
     GroupIdsRaised,
+    LengthSource,
     NoDummyTemplate,
     PlanError,
+    PrefixLengthsKeyMissing,
 )
 from seqlen_balancing.planning.rows import empty_rank_plan
 
@@ -44,20 +49,37 @@ def _batch_group_ids(batch: Any, group_ids: Any) -> tuple[PlanError | None, Any]
     """``group_ids`` as the planner reads it: the batch's entry of that name when it is a
     string (a tensor, a ``NonTensorStack`` or a list per sample), else as given; or the
     error to agree on (no such entry, or reading it raised)."""
-    if isinstance(group_ids, NonTensorData):
-        group_ids = group_ids.data
-    if not isinstance(group_ids, str):
-        return None, group_ids
-    if not isinstance(batch, TensorDictBase) or group_ids not in batch.keys():
-        return GroupIdsKeyMissing(group_ids), None
+    return _batch_values(batch, group_ids, GroupIdsKeyMissing,
+                         lambda raised, detail: GroupIdsRaised(raised, detail=detail))
+
+
+def _batch_prefix_lengths(batch: Any, prefix_lengths: Any) -> tuple[PlanError | None, Any]:
+    """``prefix_lengths`` as the planner reads them, as :func:`_batch_group_ids` reads ids."""
+    return _batch_values(batch, prefix_lengths, PrefixLengthsKeyMissing,
+                         lambda raised, detail: CallerDataRaised(LengthSource.PREFIX_LENGTHS, raised,
+                                                                 detail=detail))
+
+
+def _batch_values(
+    batch: Any, values: Any, missing: Callable[[str], PlanError],
+    raised: Callable[[str, str], PlanError],
+) -> tuple[PlanError | None, Any]:
+    """Per-sample values given as themselves, or as the name of the batch's entry holding
+    them (read here, before the agreement), or the error to agree on."""
+    if isinstance(values, NonTensorData):
+        values = values.data
+    if not isinstance(values, str):
+        return None, values
+    if not isinstance(batch, TensorDictBase) or values not in batch.keys():
+        return missing(values), None
     try:
-        value = batch.get(group_ids)
+        value = batch.get(values)
         if isinstance(value, NonTensorData):
             value = value.data
         elif isinstance(value, NonTensorStack):
             value = value.tolist()
     except _READ_ERRORS as exc:
-        return GroupIdsRaised(type(exc).__name__, detail=describe(exc)[:120]), None
+        return raised(type(exc).__name__, describe(exc)[:120]), None
     return None, value
 
 

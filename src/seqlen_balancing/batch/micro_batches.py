@@ -7,7 +7,7 @@ The verl-named micro-batch entry points: :func:`rearrange_micro_batches` and
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -15,9 +15,16 @@ import torch.distributed as dist
 from tensordict import NonTensorData, TensorDict
 
 from seqlen_balancing._checks import describe
+from seqlen_balancing.agreement import analyse_with_prefixes
 from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.dummies import _cut_with_dummies, _loss_weight_keys
-from seqlen_balancing.batch.empty import _batch_group_ids, _empty_cut, _empty_inputs, _EmptySource
+from seqlen_balancing.batch.empty import (
+    _batch_group_ids,
+    _batch_prefix_lengths,
+    _empty_cut,
+    _empty_inputs,
+    _EmptySource,
+)
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
 from seqlen_balancing.batch.filler import _cut_with_filler
 from seqlen_balancing.batch.kinds import _READ_ERRORS
@@ -33,7 +40,7 @@ from seqlen_balancing.errors import (
     StaticPathOption,
 )
 from seqlen_balancing.options import OPTIONS, GroupOptionKeywords, OptionKeywords, PlanOptions, Unpack
-from seqlen_balancing.planning.planner import RankAnalysis, analyse, build_plan, failed_analysis, log_over_cap
+from seqlen_balancing.planning.planner import RankAnalysis, build_plan, failed_analysis, log_over_cap
 from seqlen_balancing.planning.rows import empty_rank_tolerance
 
 __all__ = ["prepare_micro_batches", "rearrange_micro_batches"]
@@ -54,6 +61,7 @@ def rearrange_micro_batches(
     workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
     group_ids: str | Sequence[Hashable] | torch.Tensor | None = None,
     dummy_template: TensorDict | None = None,
+    prefix_lengths: str | Sequence[int] | torch.Tensor | None = None,
     **option_keywords: Unpack[OptionKeywords],
 ) -> tuple[list[TensorDict], list[list[int]]]:
     """Cut a batch into micro-batches of at most ``max_token_len`` effective tokens.
@@ -103,6 +111,14 @@ def rearrange_micro_batches(
             docs/shapes.md). A group over the cap is every rank's error naming its id (or
             runs alone under ``over_cap="alone"``). Not with ``force_group_size > 1``,
             which is ``group_ids=[i // g for i in range(n)]``. Default ``None``.
+        prefix_lengths: keyword-only. With ``group_ids``, the tokens each sample shares
+            with its group (GRPO's prompt; a list, a 1-D tensor, or the name of the batch's
+            entry holding them), equal across a group and at most the sample's length: a
+            micro-batch then costs its samples' tokens beyond the prefix plus each group's
+            prefix once, and a group over the cap is split, its samples in order, into parts
+            that each pay the prefix (or runs alone under ``over_cap="alone"``). Not with
+            ``costs`` nor ``padded``; under DP agreement every rank passes them or none
+            (docs/prefix.md). Default ``None``.
         dummy_template: keyword-only. With ``dummy_micro_batches``, a TensorDict with at
             least one row of the batch's keys and dtypes: a rank whose batch has no rows
             runs the agreed count of dummies, copies of its first row with their loss
@@ -187,7 +203,7 @@ def rearrange_micro_batches(
     given, error = PlanOptions.from_keywords(options, verl, option_keywords)
     micro_batches, plan, _ = _rearrange_rows(
         batch, max_token_len, dp_group, given, error, None, costs, workloads, same_micro_num_in_dp,
-        group_ids, dummy_template,
+        group_ids, dummy_template, prefix_lengths,
     )
     return micro_batches, plan
 
@@ -217,6 +233,7 @@ def _rearrange_rows(
     same_micro_num_in_dp: Any = True,
     group_ids: Any = None,
     dummy_template: Any = None,
+    prefix_lengths: Any = None,
 ) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
     """Plan (agreeing with the DP group when asked), then cut: ``(micro_batches, plan,
     rows)``, ``rows`` the batch rows each micro-batch holds (a dummy's: the copied ones;
@@ -231,7 +248,10 @@ def _rearrange_rows(
     (:func:`~seqlen_balancing.batch.trim.trim_inputs`), with ``dummy_micro_batches`` the
     loss-weight keys are checked there too, and ``group_ids`` (ids, or the name of the
     batch's entry holding them) and, on a rank with no samples, the row its dummies copy
-    (``dummy_template``'s or the batch's own: :mod:`~seqlen_balancing.batch.empty`).
+    (``dummy_template``'s or the batch's own: :mod:`~seqlen_balancing.batch.empty`);
+    ``prefix_lengths`` are read like ``group_ids`` and turned into costs and parts before
+    :func:`~seqlen_balancing.planning.planner.analyse` (:func:`~seqlen_balancing.agreement.
+    analyse_with_prefixes`).
     """
     sync = _begin(dp_group, _agree_asked(options, options_error, same_micro_num_in_dp))
     error = options_error or pre_error or _batch_problem(batch)
@@ -239,15 +259,21 @@ def _rearrange_rows(
     read = _read_batch(batch, options, error, empty, dummy_template)
     error, cause = read.error, read.cause
     ids: Any = None
+    prefixes: Any = None
     if error is None and group_ids is not None:
         error, ids = _batch_group_ids(batch, group_ids)
+    if error is None and prefix_lengths is not None:
+        error, prefixes = _batch_prefix_lengths(batch, prefix_lengths)
     if error is None:
         extents = None if read.trim is None or costs is not None else (read.trim.left, read.trim.right)
-        analysis = analyse(read.lengths, max_token_len, options, costs=_unwrapped(costs),
-                           workloads=_unwrapped(workloads), padded_extents=extents, group_ids=ids)
+        analysis = analyse_with_prefixes(read.lengths, max_token_len, options, prefixes,
+                                         costs=_unwrapped(costs), workloads=_unwrapped(workloads),
+                                         padded_extents=extents, group_ids=ids)
     else:
         analysis = failed_analysis(error, max_token_len, None if options_error else options,
                                    costs is not None, workloads is not None, group_ids is not None)
+        if analysis.request is not None:  # the settings checked: whether prefixes are given
+            analysis.request = replace(analysis.request, prefixes=prefix_lengths is not None)
     if read.empty is not None and analysis.error is None and options.equal_rows_per_micro_batch:
         analysis.empty_rows_tolerance = _empty_tolerance(analysis, read.empty, options.padded)
     count = _finish(analysis, sync, dp_group, cause)

@@ -9,7 +9,8 @@ record itself travels to every rank when some rank failed (the agreement's secon
 * :mod:`~seqlen_balancing.errors.lengths`: the per-sample lists (lengths, costs, workloads);
 * :mod:`~seqlen_balancing.errors.batch`: the batch, its entries and its loss weights;
 * :mod:`~seqlen_balancing.errors.plan`: empty batches, samples over the cap, counts;
-* :mod:`~seqlen_balancing.errors.agreement`: ranks that disagree, a process outside the group.
+* :mod:`~seqlen_balancing.errors.agreement`: ranks that disagree, a process outside the group;
+* :mod:`~seqlen_balancing.errors.prefix`: ``prefix_lengths`` (shared prompts counted once).
 
 Example:
     >>> error = NotDivisible(7, 2)
@@ -105,6 +106,13 @@ from seqlen_balancing.errors.groups import (
     NoDummyTemplate,
     PaddedGroupIdsOverCap,
 )
+from seqlen_balancing.errors.prefix import (
+    PrefixDiffersInGroup,
+    PrefixLengthsKeyMissing,
+    PrefixLengthsWith,
+    PrefixLengthsWithoutGroups,
+    PrefixOverLength,
+)
 # isort: on
 
 __all__ = [
@@ -169,6 +177,11 @@ __all__ = [
     "PaddedSampleOverCap",
     "Peers",
     "PlanError",
+    "PrefixDiffersInGroup",
+    "PrefixLengthsKeyMissing",
+    "PrefixLengthsWith",
+    "PrefixLengthsWithoutGroups",
+    "PrefixOverLength",
     "PrefixTreeAsked",
     "ProtoRaggedStack",
     "RowsOverCap",

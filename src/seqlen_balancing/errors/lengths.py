@@ -28,6 +28,7 @@ class LengthSource(IntEnum):
     SEQ_LENS = 0  # the effective lengths
     COSTS = 1  # the caller's costs
     WORKLOADS = 2  # the caller's workloads (the balance objective)
+    PREFIX_LENGTHS = 3  # the tokens each sample shares with its group (prefix_lengths)
 
     @property
     def words(self) -> tuple[str, str, str, str, str]:
@@ -43,6 +44,7 @@ _NAMES = {
     LengthSource.SEQ_LENS: ("seq_lens", "lengths", "length"),
     LengthSource.COSTS: ("costs", "costs", "cost"),
     LengthSource.WORKLOADS: ("workloads", "workloads", "workload"),
+    LengthSource.PREFIX_LENGTHS: ("prefix_lengths", "prefix lengths", "prefix length"),
 }
 
 

@@ -35,6 +35,7 @@ class Request:
     costs: bool = False
     workloads: bool = False
     groups: bool = False
+    prefixes: bool = False
 
 
 @dataclass
@@ -111,6 +112,8 @@ class RankAnalysis:
             ``None`` when every sample is its own group.
         group_labels: with ``members``, each group's name in messages (its id's repr).
         custom_groups: True when the caller gave ``group_ids`` (agreed by the DP group).
+        custom_prefixes: True when the caller gave ``prefix_lengths`` (agreed by the DP
+            group; the costs and groups are then :mod:`~seqlen_balancing.planning.prefix`'s).
     """
 
     error: PlanError | None
@@ -163,6 +166,10 @@ class RankAnalysis:
     @property
     def custom_groups(self) -> bool:
         return self.request is not None and self.request.groups
+
+    @property
+    def custom_prefixes(self) -> bool:
+        return self.request is not None and self.request.prefixes
 
     @property
     def force_group_size(self) -> int:

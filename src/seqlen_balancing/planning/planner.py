@@ -92,6 +92,7 @@ from seqlen_balancing.planning.items import (
 from seqlen_balancing.planning.packing import randomized_best_fit
 from seqlen_balancing.planning.partition import roundup_divisible
 from seqlen_balancing.planning.per_sample import read_numbers
+from seqlen_balancing.planning.prefix import shared_prefix_costs
 from seqlen_balancing.planning.repack import exact_packing, repack
 from seqlen_balancing.planning.rows import empty_rank_plan, filled_plan, rows_for, rows_view, search_rows
 from seqlen_balancing.planning.rule import Rule
@@ -526,6 +527,7 @@ def plan_micro_batches(
     costs: Sequence[int] | Callable[[list[int]], Iterable[int]] | None = None,
     workloads: Sequence[int] | Callable[[list[int]], Iterable[int]] | None = None,
     group_ids: Sequence[Hashable] | None = None,
+    prefix_lengths: Sequence[int] | None = None,
     **option_keywords: Unpack[PlanOptionKeywords],
 ) -> list[list[int]]:
     """Plan one rank's micro-batches on a plain list of lengths (no torch needed).
@@ -565,6 +567,9 @@ def plan_micro_batches(
             ``max_samples_per_micro_batch``) is an error naming its id, or runs alone under
             ``over_cap="alone"``. ``force_group_size=g`` is ``group_ids=[i // g for i in
             range(n)]``; pass one of them (docs/shapes.md).
+        prefix_lengths: with ``group_ids``, the tokens each sample shares with its group
+            (GRPO's prompt), counted once per micro-batch; a group over the cap is split into
+            parts that each pay it (:mod:`~seqlen_balancing.planning.prefix`, docs/prefix.md).
         **option_keywords: any option of :class:`~seqlen_balancing.PlanOptions`
             by name (laid over ``options``): ``num_batches_divided_by``,
             ``min_num_micro_batch``, ``force_group_size``, ``use_dynamic_bsz_balance``,
@@ -628,6 +633,9 @@ def plan_micro_batches(
     given, error = PlanOptions.from_keywords(options, None, option_keywords)
     if error is not None:
         raise error.exception()
+    if prefix_lengths is not None:  # each group's prompt counted once: costs and parts
+        costs, group_ids = shared_prefix_costs(seq_lens, group_ids, prefix_lengths, max_token_len,
+                                               given, costs_given=costs is not None).arguments()
     result = analyse(seq_lens, max_token_len, given, costs=costs, workloads=workloads,
                      group_ids=group_ids)
     count = local_count(result)

@@ -1,0 +1,92 @@
+"""Error records about ``prefix_lengths``: the prompt a group's samples share, counted once.
+
+A group is named by its id as ``repr`` shows it (carried as text, so that every rank names
+the same group), a sample by its index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seqlen_balancing.errors.record import PlanError, shown
+
+__all__ = [
+    "PrefixDiffersInGroup",
+    "PrefixLengthsKeyMissing",
+    "PrefixLengthsWith",
+    "PrefixLengthsWithoutGroups",
+    "PrefixOverLength",
+]
+
+
+@dataclass(frozen=True)
+class PrefixLengthsWith(PlanError):
+    """``prefix_lengths`` given with ``other`` (``"costs"`` or ``"padded=True"``), which
+    decides a micro-batch's cost another way."""
+
+    other: str
+
+    def text(self) -> str:
+        why = ("a padded micro-batch costs its rows x its widest row, whatever its samples share"
+               if self.other.startswith("padded") else
+               "prefix_lengths make each sample's cost (its tokens beyond the shared prefix, the "
+               "prefix once per group part)")
+        return f"prefix_lengths and {self.other} were both given: {why}; pass one of them"
+
+
+@dataclass(frozen=True)
+class PrefixLengthsWithoutGroups(PlanError):
+    """``prefix_lengths`` given without ``group_ids``: nothing says who shares a prefix."""
+
+    def text(self) -> str:
+        return ("prefix_lengths was given without group_ids: a prefix is shared by the samples "
+                "of one group (the responses of one prompt); pass group_ids (e.g. verl's uid) too")
+
+
+@dataclass(frozen=True)
+class PrefixOverLength(PlanError):
+    """Sample ``index`` has a shared prefix of ``prefix`` tokens but ``length`` tokens in all."""
+
+    index: int
+    prefix: int
+    length: int
+
+    def text(self) -> str:
+        return (
+            f"prefix_lengths[{shown(self.index)}] is {shown(self.prefix)} but sample "
+            f"{shown(self.index)} has {shown(self.length)} tokens; a sample's shared prefix is "
+            "part of it: give at most its length"
+        )
+
+
+@dataclass(frozen=True)
+class PrefixDiffersInGroup(PlanError):
+    """Group ``group`` (its id's repr) holds samples ``index`` and ``other`` whose prefix
+    lengths differ (``prefix`` and ``other_prefix``)."""
+
+    group: str
+    index: int
+    prefix: int
+    other: int
+    other_prefix: int
+
+    def text(self) -> str:
+        return (
+            f"group {self.group} has prefix_lengths {shown(self.prefix)} (sample "
+            f"{shown(self.index)}) and {shown(self.other_prefix)} (sample {shown(self.other)}); "
+            "the samples of a group share one prefix: give them one prefix length"
+        )
+
+
+@dataclass(frozen=True)
+class PrefixLengthsKeyMissing(PlanError):
+    """``prefix_lengths`` names an entry the batch does not hold."""
+
+    key: str
+
+    def text(self) -> str:
+        return (
+            f"prefix_lengths={self.key!r} names no entry of the batch; store one prefix length "
+            "per sample under that key (a tensor, a NonTensorStack, or a numpy array in a "
+            "DataProto's non_tensor_batch) or pass the lengths themselves"
+        )
