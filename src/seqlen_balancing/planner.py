@@ -55,7 +55,7 @@ from typing import Any, NamedTuple
 
 from seqlen_balancing._checks import _integer_or_none, describe
 from seqlen_balancing.analysis import RankAnalysis
-from seqlen_balancing.balance import balanced, order_micro_batches
+from seqlen_balancing.balance import balanced, heaviest_first, order_micro_batches
 from seqlen_balancing.collector import paused_collector
 from seqlen_balancing.cost import micro_batch_capacity
 from seqlen_balancing.errors import (
@@ -495,7 +495,9 @@ def build_plan(
         agreed: ``count`` was agreed with a DP group, whose ranks run their micro-batches
             in lock-step: without ``use_dynamic_bsz_balance`` they go heaviest first, so
             that index ``k`` weighs about the same on every rank (verl's balanced order
-            already sorts by workload the same way on every rank).
+            already sorts by workload the same way on every rank). The analysis' option
+            ``heaviest_first`` orders them so whatever this flag and
+            ``use_dynamic_bsz_balance`` say (:func:`~seqlen_balancing.balance.heaviest_first`).
         rows: with ``equal_rows_per_micro_batch``, the rows of every micro-batch (``None``:
             the DP group's agreed rows, else the rank's own); the plan is then balanced
             under :func:`~seqlen_balancing.rows.rows_rule` and each list is a
@@ -537,10 +539,11 @@ def build_plan(
         loads = [0] * result.n_samples
         for g, m in enumerate(members):
             loads[m[0]] = result.group_workloads[g]
-    if agreed and not use_dynamic_bsz_balance:
-        # lined up with the DP group's ranks: heaviest first on every rank
-        ordered = sorted(micro_batches, key=lambda mb: (sum(loads[i] for i in mb), mb[0] if mb else 0),
-                         reverse=True)
+    # asked for (an out-of-memory shows at the first), or lined up with the DP group's ranks
+    if (result.options is not None and result.options.heaviest_first) or (
+        agreed and not use_dynamic_bsz_balance
+    ):
+        ordered = heaviest_first(micro_batches, loads)
     else:
         ordered = order_micro_batches(micro_batches, loads, use_dynamic_bsz_balance)
     return ordered + [[] for _ in range(count - real)]
@@ -604,7 +607,9 @@ def plan_micro_batches(
             samples/groups is served by empty dummy lists at the end),
             ``loss_weight_keys``, ``workload_model`` and ``equal_rows_per_micro_batch``
             (every micro-batch holds the same rows, its real rows topped up with filler
-            rows counted under the cap: docs/pipeline.md).
+            rows counted under the cap: docs/pipeline.md), ``heaviest_first`` (the
+            micro-batches by workload descending, ties by first index, over
+            ``use_dynamic_bsz_balance``).
 
     Returns:
         Micro-batches as lists of sample indices (each sorted, non-empty, its cost at most
