@@ -51,6 +51,7 @@ DECLARED: dict[str, tuple[Any, str | None, str, str | None, bool]] = {
     "min_num_micro_batch": (None, None, "--min-num-micro-batch", None, True),
     "same_micro_num_in_dp": (True, None, "--same-micro-num-in-dp", None, False),
     "use_dynamic_bsz_balance": (True, None, "--dynamic-bsz-balance", None, True),
+    "heaviest_first": (False, "SEQLEN_BALANCING_HEAVIEST_FIRST", "--heaviest-first", "heaviest_first", True),
     "pad_to_multiple_of": (1, "SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", "--pad-to-multiple-of",
                            "pad_to_multiple_of", True),
     "micro_batch_multiple_of": (1, "SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF",
@@ -276,13 +277,14 @@ def test_every_variable_of_the_environment() -> None:
         "SEQLEN_BALANCING_WORKLOAD_MODEL": "hidden_size=8192,num_layers=80",
         "SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH": "On",
         "SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD": " 0.2 ",
+        "SEQLEN_BALANCING_HEAVIEST_FIRST": "TRUE",
         "PATH": "/bin",
     }
     assert PlanOptions.from_env(env) == PlanOptions(
         pad_to_multiple_of=16, micro_batch_multiple_of=512, max_samples_per_micro_batch=2,
         over_cap="alone", dummy_micro_batches=True, loss_weight_keys=("loss_mask", "response_mask"),
         workload_model=WorkloadModel(8192, 80), equal_rows_per_micro_batch=True,
-        micro_batch_overhead=0.2)
+        micro_batch_overhead=0.2, heaviest_first=True)
     for bad in ("-0.1", "nan", "inf", "a lot"):
         with pytest.raises(ValueError, match=r"SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD=.* is not accepted: "
                            r"it takes a finite number >= 0, e\.g\. 0\.05"):

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         prepare_micro_batches,
         rearrange_micro_batches,
         restore_dynamic_batch,
+        step_loss_scales,
     )
     from seqlen_balancing.global_batch.sampler import BalancedDistributedSampler
 
@@ -53,6 +54,7 @@ _FROM_BATCH = frozenset(
         "prepare_micro_batches",
         "rearrange_micro_batches",
         "restore_dynamic_batch",
+        "step_loss_scales",
     }
 )
 
@@ -100,4 +102,5 @@ __all__ = [
     "rearrange_micro_batches",
     "restore_dynamic_batch",
     "roundup_divisible",
+    "step_loss_scales",
 ]

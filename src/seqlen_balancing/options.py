@@ -219,6 +219,14 @@ class PlanOptions:
         doc="order micro-batches by workload, the lightest at both ends (verl's order)",
         verl="nobody passes it: the default, True",
     )
+    heaviest_first: bool = _option(
+        False, kind=Kind.SWITCH, argument=Argument.HEAVIEST_FIRST, flag="--heaviest-first",
+        env="SEQLEN_BALANCING_HEAVIEST_FIRST", batch_key="heaviest_first",
+        doc="order each rank's micro-batches heaviest first (workload descending, ties by "
+        "first index), so an out-of-memory shows at the first; over use_dynamic_bsz_balance",
+        verl=_DYNAMIC_PATH + "; takes precedence over verl's balanced order "
+        "(use_dynamic_bsz_balance)",
+    )
     pad_to_multiple_of: int = _option(
         1, kind=Kind.POSITIVE, argument=Argument.PAD_TO_MULTIPLE_OF, flag="--pad-to-multiple-of",
         env="SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", batch_key="pad_to_multiple_of",
@@ -546,6 +554,7 @@ class OptionKeywords(TypedDict, total=False):
     parameters): ``**option_keywords: Unpack[OptionKeywords]``. Each as in
     :class:`~seqlen_balancing.PlanOptions`; a test keeps these keys equal to its fields."""
 
+    heaviest_first: bool
     pad_to_multiple_of: int | None
     micro_batch_multiple_of: int | None
     padded: bool

@@ -37,6 +37,8 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "same_micro_num_in_dp": (["--no-same-micro-num-in-dp"], []),
     # three micro-batches or more: verl's order (lightest at both ends) is not heaviest first
     "use_dynamic_bsz_balance": (["--no-dynamic-bsz-balance"], ["--min-num-micro-batch", "4"]),
+    # the same: heaviest first over verl's order
+    "heaviest_first": (["--heaviest-first"], ["--min-num-micro-batch", "4"]),
     "pad_to_multiple_of": (["--pad-to-multiple-of", "512"], []),
     "micro_batch_multiple_of": (["--micro-batch-multiple-of", "1024"], []),
     "padded": (["--padded"], []),

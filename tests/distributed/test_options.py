@@ -49,6 +49,7 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, str] | None, tuple[str, ...]]] = {
     "num_batches_divided_by": (None, 2, ("1", "2"), ("rearrange", "prepare", "dynamic")),
     "min_num_micro_batch": (None, 2, ("1", "2"), ("rearrange", "prepare", "dynamic")),
     "use_dynamic_bsz_balance": (True, False, ("True", "False"), ("rearrange", "prepare", "dynamic")),
+    "heaviest_first": (False, True, ("False", "True"), ("rearrange", "prepare", "dynamic")),
     "pad_to_multiple_of": (1, 4, ("1", "4"), ("rearrange", "prepare", "dynamic")),
     "micro_batch_multiple_of": (1, 4, ("1", "4"), ("rearrange", "prepare", "dynamic")),
     "padded": (False, True, ("False", "True"), ("rearrange", "prepare", "dynamic")),
@@ -65,7 +66,7 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, str] | None, tuple[str, ...]]] = {
 #: Options ``prepare_micro_batches`` reads from the batch (the others: as keywords).
 BATCH_KEYS = {"force_group_size", "pad_to_multiple_of", "micro_batch_multiple_of", "padded",
               "max_samples_per_micro_batch", "over_cap", "dummy_micro_batches", "loss_weight_keys",
-              "micro_batch_overhead"}
+              "micro_batch_overhead", "heaviest_first"}
 
 TAIL = ("; every rank of the DP group must plan under the same options and cap, so set them "
         "alike on every rank (keywords, batch settings and SEQLEN_BALANCING_* variables)")
@@ -239,3 +240,33 @@ def test_an_overhead_beyond_a_float_on_one_rank_is_every_ranks_error(tmp_path: P
         assert [(r.get("raised"), r.get("message")) for r in got] == [("ValueError", message)] * 2, got
     # the group goes on: 49 tokens a rank fit one micro-batch of 64
     assert [records[rank][-1].get("count") for rank in range(2)] == [1, 1]
+
+
+def test_heaviest_first_on_two_gloo_ranks(tmp_path: Path) -> None:
+    """Issue 47, item 4: with the option on both ranks each orders its micro-batches heaviest
+    first (the rule summed by hand) at the agreed count, on every entry point; with it on one
+    rank only (a keyword, or the batch's setting), both raise the same error naming it."""
+    from seqlen_balancing import plan_data_parallel
+
+    def heaviest(plan: list[list[int]], lens: list[int]) -> list[list[int]]:
+        return sorted(plan, key=lambda mb: (-sum(24576 * lens[i] + lens[i] ** 2 for i in mb), mb[0]))
+
+    rounds: list[dict[str, Any]] = []
+    for entry in ("rearrange", "prepare", "dynamic"):
+        where = "settings" if entry == "prepare" else "keywords"
+        rounds.append({"ranks": [{"entry": entry, "lengths": lens, "cap": 50, "keywords": {},
+                                  "settings": {}, where: {"heaviest_first": True}} for lens in LOCKSTEP]})
+    for odd, entry in ((1, "rearrange"), (0, "prepare"), (1, "dynamic")):
+        rounds.append({"ranks": [_call(entry, "heaviest_first", r == odd) for r in range(2)]})
+    records = _world.run_world(_WORKER, 2, rounds, tmp_path, DEADLINE_S)
+    assert [len(r) for r in records] == [len(rounds)] * 2, records
+    want = plan_data_parallel(LOCKSTEP, 50, heaviest_first=True)
+    for number in range(3):
+        plans = [records[rank][number]["plan"] for rank in range(2)]
+        assert plans == want, (number, plans)
+        assert [len(plan) for plan in plans] == [5, 5]
+        assert plans == [heaviest(plan, lens) for plan, lens in zip(plans, LOCKSTEP, strict=True)]
+    for number, odd in ((3, 1), (4, 0), (5, 1)):
+        got = [records[rank][number] for rank in range(2)]
+        message = _mismatch("heaviest_first", odd, True, ("False", "True"))
+        assert [(r.get("raised"), r.get("message")) for r in got] == [("ValueError", message)] * 2, got

@@ -17,7 +17,9 @@ indexes the batch. One module per job:
   :func:`prepare_micro_batches`;
 * :mod:`~seqlen_balancing.batch.trim`: padded micro-batches cut to their width, and back;
 * :mod:`~seqlen_balancing.batch.restore`: :func:`restore_dynamic_batch`;
-* :mod:`~seqlen_balancing.batch.dataproto`: :func:`prepare_dynamic_batch`.
+* :mod:`~seqlen_balancing.batch.dataproto`: :func:`prepare_dynamic_batch`;
+* :mod:`~seqlen_balancing.batch.loss`: the loss normaliser of a whole step
+  (:func:`step_loss_scales`), one ``all_reduce`` of the loss tokens over the DP group.
 
 The rule (DESIGN section 3, "Fail before the collective" and "Errors are collective"):
 every public call here runs in three steps, and only the first may find a problem.
@@ -48,6 +50,7 @@ from __future__ import annotations
 
 from seqlen_balancing.batch.dataproto import prepare_dynamic_batch
 from seqlen_balancing.batch.lengths import effective_lengths
+from seqlen_balancing.batch.loss import StepLossScales, step_loss_scales
 from seqlen_balancing.batch.micro_batches import prepare_micro_batches, rearrange_micro_batches
 from seqlen_balancing.batch.restore import restore_dynamic_batch
 from seqlen_balancing.batch.trim import MicroBatchIndices
@@ -55,10 +58,12 @@ from seqlen_balancing.batch.workload import calculate_workload
 
 __all__ = [
     "MicroBatchIndices",
+    "StepLossScales",
     "calculate_workload",
     "effective_lengths",
     "prepare_dynamic_batch",
     "prepare_micro_batches",
     "rearrange_micro_batches",
     "restore_dynamic_batch",
+    "step_loss_scales",
 ]

@@ -145,7 +145,9 @@ def rearrange_micro_batches(
             real row with every loss-weight entry zero, counted under the cap; the index
             lists are then :class:`~seqlen_balancing.planning.rows.RowIndices`, the real rows with
             their ``filler`` count, which :func:`restore_dynamic_batch` drops:
-            docs/pipeline.md). Under DP agreement every rank must plan with the same
+            docs/pipeline.md), ``heaviest_first`` (micro-batches by workload descending,
+            ties by first index, over ``use_dynamic_bsz_balance``: an out-of-memory shows
+            at the first). Under DP agreement every rank must plan with the same
             options and cap: ranks that differ all raise the same ``ValueError`` naming
             the option and two ranks.
 
@@ -376,9 +378,10 @@ def prepare_micro_batches(
     when not dynamic), and every option's batch key (docs/options.md: ``force_group_size``,
     default 1, then the library's own: ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
     ``padded``, ``max_samples_per_micro_batch``, ``over_cap``, ``dummy_micro_batches``,
-    ``loss_weight_keys``), plus per-sample ``costs`` and ``workloads`` entries (cut with the
-    batch). Precedence: ``options=`` (else the defaults), then the batch's settings, then
-    verl's parameters not at their default, then each keyword given other than ``None``.
+    ``loss_weight_keys``, ``heaviest_first``), plus per-sample ``costs`` and ``workloads``
+    entries (cut with the batch). Precedence: ``options=`` (else the defaults), then the
+    batch's settings, then verl's parameters not at their default, then each keyword given
+    other than ``None``.
 
     Dynamic: :func:`rearrange_micro_batches` with that cap. Static: consecutive chunks of
     ``micro_batch_size_per_gpu * force_group_size`` samples; the batch size must be a

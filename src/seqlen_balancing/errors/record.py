@@ -66,6 +66,7 @@ class Argument(IntEnum):
     DUMMY_TEMPLATE = 23
     MICRO_BATCH_OVERHEAD = 24
     EQUAL_ROWS_PER_MICRO_BATCH = 25
+    HEAVIEST_FIRST = 26
 
     @property
     def parameter(self) -> str:

@@ -75,7 +75,8 @@ class BalancedDistributedSampler(DistributedSampler[int]):
             :func:`~seqlen_balancing.plan_global_batch` takes them): ``micro_batch_overhead``,
             ``use_dynamic_bsz_balance``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
             ``padded``, ``max_samples_per_micro_batch``, ``num_batches_divided_by``,
-            ``min_num_micro_batch``, ``force_group_size``, ``workload_model``.
+            ``min_num_micro_batch``, ``force_group_size``, ``workload_model``,
+            ``heaviest_first`` (each step's heaviest index first, the same on every rank).
 
     Yields:
         This rank's dataset indices, ``len(self)`` of them per epoch (as

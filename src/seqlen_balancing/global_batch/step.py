@@ -41,7 +41,8 @@ sampler, PPO's balance step), :func:`~seqlen_balancing.plan_global_batch` plans 
    margin (no plan at ``K + d`` beats that floor, so none could save more); never two
    above the bound.
 6. **Order.** With ``use_dynamic_bsz_balance`` the indices take verl's pipeline-parallel
-   order (sorted by lock-step workload, lightest at both ends), the same on every rank.
+   order (sorted by lock-step workload, lightest at both ends), the same on every rank;
+   without it, or with ``heaviest_first`` (which wins), the heaviest lock-step index first.
 
 Everything is integer arithmetic with deterministic tie-breaks (no ``hash()``, no
 randomness): every rank that calls it with the same input gets the same plan, with no
@@ -317,7 +318,8 @@ def plan_step(
     floor, divisor = given.min_num_micro_batch, given.num_batches_divided_by or 1
     # the count options shape the step here; the analysis sees the rule alone
     rule = replace(given, num_batches_divided_by=None, min_num_micro_batch=None,
-                   use_dynamic_bsz_balance=True, equal_rows_per_micro_batch=False)
+                   use_dynamic_bsz_balance=True, equal_rows_per_micro_batch=False,
+                   heaviest_first=False)
     data = {"costs": costs, "workloads": workloads, "group_ids": group_ids}
     result, lower, whole = _whole_step(seq_lens, max_token_len, rule, data)
     first, most = _count_range(result, lower, dp, equal, floor, divisor)
@@ -346,7 +348,7 @@ def plan_step(
             tried.append((count + divisor, more.step_time() + (count + divisor) * fixed))
             if tried[1][1] < tried[0][1] - margin:
                 count, grid = count + divisor, more
-    plans = _rank_plans(grid, result, given.use_dynamic_bsz_balance)
+    plans = _rank_plans(grid, result, given.use_dynamic_bsz_balance and not given.heaviest_first)
     if given.equal_rows_per_micro_batch:
         plans = _equal_rows([[i for mb in plan for i in mb] for plan in plans], seq_lens,
                             max_token_len, given, costs, workloads, group_ids)
@@ -414,6 +416,11 @@ def plan_global_batch(
               workload / dp_size`` (the module docstring's step 5).
             * ``use_dynamic_bsz_balance``: verl's pipeline-parallel order of micro-batches
               (lightest at both ends), the same on every rank; else heaviest first.
+            * ``heaviest_first``: heaviest first whatever ``use_dynamic_bsz_balance`` says:
+              index ``k`` by its lock-step workload (the heaviest micro-batch of any rank at
+              that index) descending, the same on every rank, so the step's heaviest
+              micro-batch runs first (with ``equal_rows_per_micro_batch``, each rank's own
+              micro-batches by their workload, as the per-rank planner orders them).
             * ``num_batches_divided_by``: the count is a multiple of this, or ``None``;
               ``min_num_micro_batch``: at least this many micro-batches per rank, or
               ``None``.

@@ -20,6 +20,7 @@ from seqlen_balancing.planning.rule import Loads, Rule, falls, widest_first
 
 __all__ = [
     "balanced",
+    "heaviest_first",
     "lpt",
     "order_micro_batches",
     "rebalance",
@@ -334,6 +335,31 @@ def order_micro_batches(
 
     by_load = sorted(micro_batches, key=key, reverse=True)
     return by_load[::2][::-1] + by_load[1::2]
+
+
+def heaviest_first(micro_batches: list[list[int]], workloads: Sequence[int]) -> list[list[int]]:
+    """Micro-batches by workload descending, ties by the smallest first sample index: the
+    heaviest runs first, so a micro-batch that runs the GPU out of memory does so at the first
+    step, and ranks that agreed on the count line up index ``k`` by the same rule. Empty
+    lists (dummies) weigh 0 and go last.
+
+    Args:
+        micro_batches: lists of sample indices, each sorted ascending.
+        workloads: the workload of each sample (a micro-batch weighs their sum).
+
+    Returns:
+        The same lists, reordered.
+
+    Complexity: O(n + m log m) for ``m`` micro-batches.
+
+    Example:
+        >>> heaviest_first([[0], [1], [2, 3]], [5, 9, 2, 2])
+        [[1], [0], [2, 3]]
+    """
+    def key(mb: list[int]) -> tuple[int, int]:
+        return -sum(map(workloads.__getitem__, mb)), mb[0] if mb else len(workloads)
+
+    return sorted(micro_batches, key=key)
 
 
 def spread(values: Sequence[int]) -> float:

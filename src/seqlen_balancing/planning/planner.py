@@ -79,7 +79,7 @@ from seqlen_balancing.errors import (
 )
 from seqlen_balancing.options import OVER_CAP_CHOICES, PlanOptionKeywords, PlanOptions, Unpack
 from seqlen_balancing.planning.analysis import RankAnalysis, Request
-from seqlen_balancing.planning.balance import balanced, order_micro_batches
+from seqlen_balancing.planning.balance import balanced, heaviest_first, order_micro_batches
 from seqlen_balancing.planning.groups import read_group_ids, uniform_members
 from seqlen_balancing.planning.items import (
     Cap,
@@ -467,7 +467,9 @@ def build_plan(
         agreed: ``count`` was agreed with a DP group, whose ranks run their micro-batches
             in lock-step: without ``use_dynamic_bsz_balance`` they go heaviest first, so
             that index ``k`` weighs about the same on every rank (verl's balanced order
-            already sorts by workload the same way on every rank).
+            already sorts by workload the same way on every rank). The analysis' option
+            ``heaviest_first`` orders them so whatever this flag and
+            ``use_dynamic_bsz_balance`` say (:func:`~seqlen_balancing.planning.balance.heaviest_first`).
         rows: with ``equal_rows_per_micro_batch``, the rows of every micro-batch (``None``:
             the DP group's agreed rows, else the rank's own); the plan is then balanced
             under :func:`~seqlen_balancing.planning.rows.rows_rule` and each list is a
@@ -509,10 +511,11 @@ def build_plan(
         loads = [0] * result.n_samples
         for g, m in enumerate(members):
             loads[m[0]] = result.group_workloads[g]
-    if agreed and not use_dynamic_bsz_balance:
-        # lined up with the DP group's ranks: heaviest first on every rank
-        ordered = sorted(micro_batches, key=lambda mb: (sum(loads[i] for i in mb), mb[0] if mb else 0),
-                         reverse=True)
+    # asked for (an out-of-memory shows at the first), or lined up with the DP group's ranks
+    if (result.options is not None and result.options.heaviest_first) or (
+        agreed and not use_dynamic_bsz_balance
+    ):
+        ordered = heaviest_first(micro_batches, loads)
     else:
         ordered = order_micro_batches(micro_batches, loads, use_dynamic_bsz_balance)
     return ordered + [[] for _ in range(count - real)]
@@ -580,7 +583,9 @@ def plan_micro_batches(
             samples/groups is served by empty dummy lists at the end),
             ``loss_weight_keys``, ``workload_model`` and ``equal_rows_per_micro_batch``
             (every micro-batch holds the same rows, its real rows topped up with filler
-            rows counted under the cap: docs/pipeline.md).
+            rows counted under the cap: docs/pipeline.md), ``heaviest_first`` (the
+            micro-batches by workload descending, ties by first index, over
+            ``use_dynamic_bsz_balance``).
 
     Returns:
         Micro-batches as lists of sample indices (each sorted, non-empty, its cost at most
