@@ -8,10 +8,12 @@ ranks run their micro-batches in lock-step, so
 
 with ``W(r, k)`` the workload of rank ``r``'s micro-batch ``k`` (verl's ``24576*s + s**2``
 per sequence, or the ``--workload-model``'s), ``K`` the most micro-batches any rank runs and
-the fixed cost of one micro-batch ``micro_batch_overhead x 24576 x cap``. Each kind of plan
-(:class:`Modeled`) is shown in units of ``24576 x cap``, the linear term of a full
+the fixed cost of one micro-batch ``micro_batch_fixed_tokens x 24576`` (tokens of linear work,
+whatever the cap; the ``--workload-model``'s linear coefficient instead of ``24576``). Each kind
+of plan (:class:`Modeled`) is shown in units of ``24576 x cap``, the linear term of a full
 micro-batch: a step of ``K`` full micro-batches of short sequences takes about ``K x (1 +
-micro_batch_overhead)`` of them.
+micro_batch_fixed_tokens / cap)`` of them. ``sweep`` compares caps in a unit that does not
+move with the cap (:func:`sweep_times`).
 
 * ``verl``: the trainer's dealing (``--trainer``) and verl 0.9.1's own plans on each rank:
   its agreed count (:func:`~seqlen_balancing.verl_rule.verl_counts`), Karmarkar-Karp on
@@ -38,10 +40,18 @@ from seqlen_balancing.balance import order_micro_batches
 from seqlen_balancing.lockstep import lock_step_time, micro_batch_fixed_cost, step_time_floor
 from seqlen_balancing.options import OPTIONS, PlanOptions
 from seqlen_balancing.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp, workload
-from seqlen_balancing.step import DEFAULT_MICRO_BATCH_OVERHEAD, plan_global_batch
+from seqlen_balancing.step import DEFAULT_MICRO_BATCH_FIXED_TOKENS, plan_global_batch
 
-__all__ = ["KINDS", "Modeled", "global_keywords", "model_step", "not_applied", "not_applied_lines",
-           "overhead_of", "verl_plans"]
+__all__ = [
+    "KINDS",
+    "Modeled",
+    "fixed_tokens_of",
+    "global_keywords",
+    "model_step",
+    "not_applied",
+    "not_applied_lines",
+    "verl_plans",
+]
 
 #: The three kinds of plan, and how the reports name them.
 KINDS = {
@@ -84,11 +94,11 @@ class Modeled:
         return self.step_time / self.floor
 
 
-def overhead_of(options: PlanOptions) -> float:
-    """The fixed cost of one micro-batch as a share of a full one's linear term: the
-    options' ``micro_batch_overhead`` where they have one, else the library's default."""
-    value = getattr(options, "micro_batch_overhead", None)
-    return DEFAULT_MICRO_BATCH_OVERHEAD if value is None else float(value)
+def fixed_tokens_of(options: PlanOptions) -> float:
+    """The fixed cost of one micro-batch in tokens of linear work: the options'
+    ``micro_batch_fixed_tokens`` where they have one, else the library's default."""
+    value = getattr(options, "micro_batch_fixed_tokens", None)
+    return DEFAULT_MICRO_BATCH_FIXED_TOKENS if value is None else float(value)
 
 
 def _workloads(lengths: Sequence[int], options: PlanOptions) -> list[int]:
@@ -129,15 +139,11 @@ _NO_COUNT = ("loss_weight_keys",)
 _GLOBAL_REFUSED = ("dummy_micro_batches", "same_micro_num_in_dp")
 
 
-def global_keywords(options: PlanOptions, loads: list[int]) -> dict[str, Any]:
+def global_keywords(options: PlanOptions) -> dict[str, Any]:
     """:func:`~seqlen_balancing.plan_global_batch`'s keywords under ``options``: the options
-    themselves but those it refuses (:func:`not_applied` names them), and with a
-    ``--workload-model`` the step's ``workloads``."""
-    taken = replace(options, dummy_micro_batches=False, same_micro_num_in_dp=True, workload_model=None)
-    keywords: dict[str, Any] = {"options": taken}
-    if options.workload_model is not None:
-        keywords["workloads"] = loads
-    return keywords
+    themselves but those it refuses (:func:`not_applied` names them), a ``--workload-model``
+    included (its linear coefficient prices the fixed cost)."""
+    return {"options": replace(options, dummy_micro_batches=False, same_micro_num_in_dp=True)}
 
 
 def not_applied(options: PlanOptions, kind: str) -> list[str]:
@@ -171,7 +177,7 @@ def _global(lengths: Sequence[int], dp: int, cap: int, options: PlanOptions, fix
     """:func:`~seqlen_balancing.plan_global_batch` on the step under every option it takes
     (:func:`global_keywords`), in the lock-step model as the other kinds are."""
     try:
-        _, micro = plan_global_batch(list(lengths), dp, cap, **global_keywords(options, loads))
+        _, micro = plan_global_batch(list(lengths), dp, cap, **global_keywords(options))
     except (TypeError, ValueError) as error:
         return Modeled("global", None, None, None, unit, error=str(error))
     # with equal rows the filler rows are left out, as the lock-step search leaves them
@@ -204,8 +210,7 @@ def model_step(
     Karmarkar-Karp at verl's count on each rank.
     """
     dp = len(dealt)
-    overhead = overhead_of(options)
-    fixed = micro_batch_fixed_cost(cap, overhead)
+    fixed = micro_batch_fixed_cost(fixed_tokens_of(options), options)
     unit = float(WORKLOAD_LINEAR_COEF * cap)
     loads = _workloads(lengths, options)
     if verl_counts is not None and options.force_group_size == 1:
@@ -222,7 +227,7 @@ def _reference(rows: Sequence[Modeled]) -> Modeled | None:
     return next((m for m in rows if m.step_time is not None and m.kind in ("verl", "library")), None)
 
 
-def lines(rows: Sequence[Modeled], cap: int, overhead: float, runs: str = "step") -> list[str]:
+def lines(rows: Sequence[Modeled], cap: int, fixed_tokens: float, runs: str = "step") -> list[str]:
     """The report's lines: a header and one row per kind of plan that was modeled.
 
     ``runs`` names what the figures cover (``"step"``, or ``"run"`` for sums over steps).
@@ -244,15 +249,15 @@ def lines(rows: Sequence[Modeled], cap: int, overhead: float, runs: str = "step"
     widths = [max(len(r[i]) for r in table) for i in range(5)]
     text = [r[0].ljust(widths[0]) + "".join("  " + c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))
             for r in table]
-    head = (f"lock-step model of the {runs} (micro_batch_overhead {overhead:g}; step time in units of "
-            f"24576 x {cap}, a full micro-batch's linear term; x floor: over total workload / ranks "
+    head = (f"lock-step model of the {runs} (micro_batch_fixed_tokens {fixed_tokens:g}; step time in units "
+            f"of 24576 x {cap}, a full micro-batch's linear term; x floor: over total workload / ranks "
             "+ count x fixed cost)")
     return [head, *(t.rstrip() for t in text)]
 
 
-def to_json(rows: Sequence[Modeled], overhead: float) -> dict[str, Any]:
-    """``{"micro_batch_overhead", "unit", kind: {count, step_time, floor, error}}``."""
-    out: dict[str, Any] = {"micro_batch_overhead": overhead,
+def to_json(rows: Sequence[Modeled], fixed_tokens: float) -> dict[str, Any]:
+    """``{"micro_batch_fixed_tokens", "unit", kind: {count, step_time, floor, error}}``."""
+    out: dict[str, Any] = {"micro_batch_fixed_tokens": fixed_tokens,
                            "unit": rows[0].unit if rows else None}
     for m in rows:
         out[m.kind] = {"count": m.count, "step_time": m.step_time, "floor": m.floor, "error": m.error}

@@ -439,7 +439,7 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
         print(_filler_line(result))
     if result.verl is not None:
         print(_verl_summary(result))
-    for line in modeled.lines(result.modeled, cap, modeled.overhead_of(args.options)):
+    for line in modeled.lines(result.modeled, cap, modeled.fixed_tokens_of(args.options)):
         print(line)
 
 
@@ -645,7 +645,7 @@ def plan_json(step: Step, args: argparse.Namespace, result: StepResult) -> dict[
         "lower_bound_total": result.lower_bound_total,
         "proven_optimal": result.proven_optimal,
         **_verl_json(result),
-        "step_time": modeled.to_json(result.modeled, modeled.overhead_of(args.options)),
+        "step_time": modeled.to_json(result.modeled, modeled.fixed_tokens_of(args.options)),
     }
 
 

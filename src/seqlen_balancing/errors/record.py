@@ -64,7 +64,7 @@ class Argument(IntEnum):
     OPTIONS = 21
     GROUP_IDS = 22
     DUMMY_TEMPLATE = 23
-    MICRO_BATCH_OVERHEAD = 24
+    MICRO_BATCH_FIXED_TOKENS = 24
     EQUAL_ROWS_PER_MICRO_BATCH = 25
 
     @property
