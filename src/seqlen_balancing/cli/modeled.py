@@ -45,6 +45,7 @@ from seqlen_balancing.step import DEFAULT_MICRO_BATCH_FIXED_TOKENS, plan_global_
 __all__ = [
     "KINDS",
     "Modeled",
+    "fastest",
     "fixed_tokens_of",
     "global_keywords",
     "model_step",
@@ -74,6 +75,8 @@ class Modeled:
         floor: the floor at ``count``.
         unit: ``24576 x cap``, the linear term of a full micro-batch.
         error: why the plan could not be made.
+        token: the workload of one token of linear work (``24576``, or the
+            ``--workload-model``'s linear coefficient): ``sweep``'s unit, the same at every cap.
     """
 
     kind: str
@@ -82,6 +85,12 @@ class Modeled:
     floor: float | None
     unit: float
     error: str | None = None
+    token: float = float(WORKLOAD_LINEAR_COEF)
+
+    @property
+    def in_tokens(self) -> float | None:
+        """The step time in tokens of linear work (comparable across caps)."""
+        return None if self.step_time is None else self.step_time / self.token
 
     @property
     def in_units(self) -> float | None:
@@ -129,6 +138,22 @@ def _timed(kind: str, plans: Plans, loads: list[int], dp: int, fixed: float, uni
     count = max((len(p) for p in plans), default=0)
     return Modeled(kind, count, lock_step_time(plans, loads, fixed), step_time_floor(loads, dp, count, fixed),
                    unit)
+
+
+def fastest(rows: Sequence[tuple[int, Sequence[Modeled]]], kind: str, limit: int | None = None) -> int | None:
+    """The cap (each row's ``max_token_len``, with its models) whose ``kind`` of plan has the
+    least modeled step time, among caps at or below ``limit`` when given; equal times: the
+    smaller cap (it holds less memory). ``None`` where no such cap was modeled.
+
+    Example:
+        >>> def m(t): return [Modeled("library", 1, t, t, 1.0)]
+        >>> fastest([(100, m(5.0)), (200, m(4.0)), (300, m(4.0))], "library"), \
+        ...     fastest([(100, m(5.0)), (200, m(4.0))], "library", limit=150)
+        (200, 100)
+    """
+    timed = [(m.in_tokens, cap) for cap, models in rows for m in models
+             if m.kind == kind and m.in_tokens is not None and (limit is None or cap <= limit)]
+    return min(timed)[1] if timed else None
 
 
 #: Options no column of the command line can count with: the entries a dummy zeroes.
@@ -212,6 +237,7 @@ def model_step(
     dp = len(dealt)
     fixed = micro_batch_fixed_cost(fixed_tokens_of(options), options)
     unit = float(WORKLOAD_LINEAR_COEF * cap)
+    token = micro_batch_fixed_cost(1.0, options)
     loads = _workloads(lengths, options)
     if verl_counts is not None and options.force_group_size == 1:
         verl = _timed("verl", verl_plans(lengths, dealt, verl_counts, options), loads, dp, fixed, unit)
@@ -219,7 +245,8 @@ def model_step(
         verl = Modeled("verl", None, None, None, unit)
     whole = (_global(lengths, dp, cap, options, fixed, loads, unit) if whole_step
              else Modeled("global", None, None, None, unit))
-    return [verl, _timed("library", library, loads, dp, fixed, unit), whole]
+    library_time = _timed("library", library, loads, dp, fixed, unit)
+    return [replace(m, token=token) for m in (verl, library_time, whole)]
 
 
 def _reference(rows: Sequence[Modeled]) -> Modeled | None:
@@ -256,9 +283,9 @@ def lines(rows: Sequence[Modeled], cap: int, fixed_tokens: float, runs: str = "s
 
 
 def to_json(rows: Sequence[Modeled], fixed_tokens: float) -> dict[str, Any]:
-    """``{"micro_batch_fixed_tokens", "unit", kind: {count, step_time, floor, error}}``."""
+    """``{"micro_batch_fixed_tokens", "unit", "token", kind: {count, step_time, floor, error}}``."""
     out: dict[str, Any] = {"micro_batch_fixed_tokens": fixed_tokens,
-                           "unit": rows[0].unit if rows else None}
+                           "unit": rows[0].unit if rows else None, "token": rows[0].token if rows else None}
     for m in rows:
         out[m.kind] = {"count": m.count, "step_time": m.step_time, "floor": m.floor, "error": m.error}
     return out
