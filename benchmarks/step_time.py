@@ -16,7 +16,8 @@ sequence of ``s`` tokens) and ``K`` micro-batches per rank:
 The fixed cost of one micro-batch here is ``f x 24576 x max_token_len``: the share ``f`` of
 the linear term of a full micro-batch (``micro_batch_fixed_tokens = f x max_token_len``
 tokens); the tables show ``f`` = 0, 0.05 and 0.2. No plan with ``K`` micro-batches per
-rank beats the floor; ``x floor`` is the step time over it, summed over the steps of a row (``worst``: the worst single step).
+rank beats the floor; ``x floor`` is the step time over it, summed over the steps of a row
+(``worst``: the worst single step).
 A rank with fewer micro-batches than another waits through the others' extra ones (not
 the case here: every plan below has one count on all ranks).
 

@@ -63,8 +63,8 @@ def micro_batch_fixed_cost(fixed_tokens: float, options: PlanOptions | None = No
     its linear coefficient instead of ``24576``). It does not depend on ``max_token_len``.
 
     Example:
-        >>> micro_batch_fixed_cost(819.2)
-        20132659.2
+        >>> micro_batch_fixed_cost(100.0)
+        2457600.0
     """
     model = None if options is None else options.workload_model
     linear = WORKLOAD_LINEAR_COEF if model is None else model.coefficients()[0]

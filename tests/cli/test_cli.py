@@ -602,7 +602,7 @@ def test_sweep_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert [row[0] for row in rows] == ["8192", "16384", "32768"]
     assert all("ms" in row for row in rows)
     assert lines[2].split()[-2:] == ["vs", "fastest"]
-    assert lines[6].startswith("fastest max_token_len in the lock-step model (micro_batch_fixed_tokens 819.2): ")
+    assert lines[6].startswith("fastest max_token_len in the lock-step model (micro_batch_fixed_tokens 819.2")
     # The bundled draw's longest sample: below it no cap can be planned (issue 21).
     assert lines[7].startswith("smallest max_token_len that can be planned at all: 6704 ")
 

@@ -147,8 +147,8 @@ def fastest(rows: Sequence[tuple[int, Sequence[Modeled]]], kind: str, limit: int
 
     Example:
         >>> def m(t): return [Modeled("library", 1, t, t, 1.0)]
-        >>> fastest([(100, m(5.0)), (200, m(4.0)), (300, m(4.0))], "library"), \
-        ...     fastest([(100, m(5.0)), (200, m(4.0))], "library", limit=150)
+        >>> rows = [(100, m(5.0)), (200, m(4.0)), (300, m(4.0))]
+        >>> fastest(rows, "library"), fastest(rows, "library", limit=150)
         (200, 100)
     """
     timed = [(m.in_tokens, cap) for cap, models in rows for m in models

@@ -332,9 +332,9 @@ def _fastest_lines(args: argparse.Namespace, rows: list[tuple[int, list[modeled.
     limits = [None] + ([args.max_token_len_limit] if args.max_token_len_limit is not None else [])
     lines = []
     for limit in limits:
-        found = [(kind, modeled.fastest(rows, kind, limit)) for kind in ("library", "global", "verl")]
-        named = ", ".join(f"{_KIND_WORDS[kind]} {cap if cap is not None else 'none'}"
-                          for kind, cap in found if cap is not None or limit is not None)
+        found = [(kind, modeled.fastest(rows, kind, limit)) for kind in ("library", "global", "verl")
+                 if modeled.fastest(rows, kind) is not None]  # the kinds modeled at some cap
+        named = ", ".join(f"{_KIND_WORDS[kind]} {'none' if cap is None else cap}" for kind, cap in found)
         if named:
             where = "" if limit is None else f" at or below --max-token-len-limit {limit}"
             lines.append(f"fastest max_token_len{where} in the lock-step model "
