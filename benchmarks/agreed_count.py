@@ -15,7 +15,8 @@ For each setting it prints:
   ``num_batches_divided_by``), summed: the oracle, equal to ``agreed``;
 * ``verl``: verl 0.9.1's agreed count (:mod:`seqlen_balancing.planning.verl_rule`), summed;
 * the modeled step time (:func:`~seqlen_balancing.global_batch.lockstep.lock_step_time`, fixed cost
-  ``micro_batch_overhead = 0.05`` x ``24576 x cap``, the library's default) of the
+  ``micro_batch_fixed_tokens = 0.05 x cap`` tokens, the library's former default share; 819.2
+  tokens, today's default, at 16,384) of the
   library's plans relative to verl's plans of the same step (its count, Karmarkar-Karp at
   it, its order): the mean over the steps and the worst step (positive: slower).
 """
@@ -31,7 +32,6 @@ from step_time import library_per_rank, sampler_steps, sft_deal, verl_per_rank
 from seqlen_balancing import plan_micro_batches
 from seqlen_balancing.data import load_champ_lengths
 from seqlen_balancing.global_batch.lockstep import lock_step_time, micro_batch_fixed_cost
-from seqlen_balancing.global_batch.step import DEFAULT_MICRO_BATCH_OVERHEAD
 from seqlen_balancing.planning.partition import roundup_divisible, workload
 
 #: (ranks, samples per rank, cap): the settings of issue 45.
@@ -41,7 +41,7 @@ SETTINGS = [(8, 256, 16384), (4, 128, 8192)]
 def one_setting(champ: list[int], dp: int, per: int, cap: int, steps: int) -> dict[str, float]:
     agreed = own = verl = 0
     ratios: list[float] = []
-    fixed = micro_batch_fixed_cost(cap, DEFAULT_MICRO_BATCH_OVERHEAD)
+    fixed = micro_batch_fixed_cost(0.05 * cap)
     for step in sampler_steps(champ, dp * per, steps):
         lengths = [min(s, cap) for s in step]
         dealt = sft_deal(len(lengths), dp)

@@ -13,10 +13,11 @@ sequence of ``s`` tokens) and ``K`` micro-batches per rank:
     step time = sum over k of max over r of W(r, k)  +  K x fixed cost
     floor     = (sum of all workloads) / dp          +  K x fixed cost
 
-The fixed cost of one micro-batch is ``f x 24576 x max_token_len``: the share ``f`` of the
-linear term of a full micro-batch (``micro_batch_overhead``); the tables show ``f`` = 0,
-0.05 and 0.2. No plan with ``K`` micro-batches per rank beats the floor; ``x floor`` is
-the step time over it, summed over the steps of a row (``worst``: the worst single step).
+The fixed cost of one micro-batch here is ``f x 24576 x max_token_len``: the share ``f`` of
+the linear term of a full micro-batch (``micro_batch_fixed_tokens = f x max_token_len``
+tokens); the tables show ``f`` = 0, 0.05 and 0.2. No plan with ``K`` micro-batches per
+rank beats the floor; ``x floor`` is the step time over it, summed over the steps of a row
+(``worst``: the worst single step).
 A rank with fewer micro-batches than another waits through the others' extra ones (not
 the case here: every plan below has one count on all ranks).
 
@@ -60,12 +61,14 @@ from seqlen_balancing import karmarkar_karp, plan_data_parallel
 from seqlen_balancing.cli.trainers import balance_order
 from seqlen_balancing.data import load_champ_lengths, load_champ_records
 from seqlen_balancing.global_batch.lockstep import lock_step_time, micro_batch_fixed_cost, step_time_floor
-from seqlen_balancing.global_batch.step import DEFAULT_MICRO_BATCH_OVERHEAD, plan_step
+from seqlen_balancing.global_batch.step import plan_step
 from seqlen_balancing.planning.balance import order_micro_batches
 from seqlen_balancing.planning.partition import workload
 from seqlen_balancing.planning.verl_rule import VerlSearchLimit, verl_counts
 
 OVERHEADS = (0.0, 0.05, 0.2)
+#: The share the counts are shown at: the library's default at a cap of 16,384 (819.2 tokens).
+DEFAULT_SHARE = 0.05
 
 #: The issue's first table: (ranks, samples per rank, cap) and what it printed there.
 ISSUE_ROWS = [(8, 32, 8192), (8, 64, 16384), (8, 16, 8192), (32, 16, 16384), (64, 8, 16384)]
@@ -151,12 +154,12 @@ class Tally:
             self.failed += 1
             return
         count = len(plans[0])
-        if overhead is None or overhead == DEFAULT_MICRO_BATCH_OVERHEAD:
+        if overhead is None or overhead == DEFAULT_SHARE:
             self.count += count
             self.at_bound += count == bound
             self.steps += 1
         for f in OVERHEADS if overhead is None else (overhead,):
-            fixed = micro_batch_fixed_cost(cap, f)
+            fixed = micro_batch_fixed_cost(f * cap)
             t = lock_step_time(plans, workloads, fixed)
             floor = step_time_floor(workloads, len(plans), count, fixed)
             self.time[f] += t
@@ -182,8 +185,8 @@ def setting(lengths_all: list[int], dp: int, per: int, cap: int, steps: int
     for step in sampler_steps(lengths_all, dp * per, steps):
         lengths = [min(s, cap) for s in step]
         workloads = [workload(s) for s in lengths]
-        plans = {f: plan_step(lengths, dp, cap, micro_batch_overhead=f) for f in OVERHEADS}
-        bound = math.ceil(plans[DEFAULT_MICRO_BATCH_OVERHEAD].lower_bound / dp)
+        plans = {f: plan_step(lengths, dp, cap, micro_batch_fixed_tokens=f * cap) for f in OVERHEADS}
+        bound = math.ceil(plans[DEFAULT_SHARE].lower_bound / dp)
         bound_total += bound
         for name, dealt in (("SFT", sft_deal(len(lengths), dp)), ("PPO", ppo_deal(lengths, dp))):
             tallies[f"verl, {name}"].add(verl_per_rank(lengths, dealt, cap), workloads, cap, bound)
@@ -205,7 +208,7 @@ def main_tables(steps: int, rows: list[Row] | None = None) -> list[tuple[str, Ou
     fs = "".join(f"{'f=' + format(f, 'g'):>16}" for f in OVERHEADS)
     everything: list[tuple[str, Outcome]] = []
     for name, lengths in datasets().items():
-        print(f"\n{name}: {steps} steps per setting; count and at bound at f={DEFAULT_MICRO_BATCH_OVERHEAD}")
+        print(f"\n{name}: {steps} steps per setting; count and at bound at f={DEFAULT_SHARE}")
         print(f"  {'':<18}{'':>7}{'':>10}{fs}")
         print(f"  {'plan':<18}{'count':>7}{'at bound':>10}{header}")
         for dp, per, cap in SETTINGS:

@@ -153,12 +153,12 @@ VALUES: list[tuple[PlanError, str]] = [
         "or 'key=value,...' text (e.g. 'hidden_size=8192,num_layers=80'), got one that is not a "
         "valid model shape"),
     (OverheadNotANumber(detail="'0.1' (str)"),
-        "micro_batch_overhead must be a number >= 0 (the fixed cost of one micro-batch as a share "
-        "of 24576 x max_token_len), got a value that is not a number"),
+        "micro_batch_fixed_tokens must be a number >= 0 (the fixed cost of one micro-batch in "
+        "tokens of linear work), got a value that is not a number"),
     (OverheadInvalid(detail="-0.1"),
-        "micro_batch_overhead must be a finite number >= 0 (the fixed cost of one micro-batch as "
-        "a share of 24576 x max_token_len), got a negative, infinite or NaN value, or one beyond "
-        "a float; pass e.g. 0.05"),
+        "micro_batch_fixed_tokens must be a finite number >= 0 (the fixed cost of one micro-batch in "
+        "tokens of linear work), got a negative, infinite or NaN value, or one beyond "
+        "a float; pass e.g. 819.2"),
     (WorkloadsAndModel(),
         "workloads and workload_model are both given: each sets the balance objective; pass one"
         " of them (per-sample workloads, or the model whose workloads to compute)"),

@@ -170,15 +170,15 @@ def test_settings_that_differ_are_named_with_both_values_before_any_error() -> N
 
 
 def test_values_that_compare_equal_agree() -> None:
-    # -0.0 and 0.0 plan alike (micro_batch_overhead set to "-0" on one rank): no mismatch
-    zero, negative = PlanOptions(micro_batch_overhead=0.0), PlanOptions(micro_batch_overhead=-0.0)
+    # -0.0 and 0.0 plan alike (micro_batch_fixed_tokens set to "-0" on one rank): no mismatch
+    zero, negative = PlanOptions(micro_batch_fixed_tokens=0.0), PlanOptions(micro_batch_fixed_tokens=-0.0)
     analyses = [analyse([1, 2], 8, zero), analyse([3, 4], 8, negative)]
     assert verdict(analyses) == (1, None, None)
-    one, one_float = PlanOptions(micro_batch_overhead=1), PlanOptions(micro_batch_overhead=1.0)
+    one, one_float = PlanOptions(micro_batch_fixed_tokens=1), PlanOptions(micro_batch_fixed_tokens=1.0)
     assert verdict([analyse([1], 8, one), analyse([1], 8, one_float)]) == (1, None, None)
-    half = PlanOptions(micro_batch_overhead=0.5)
+    half = PlanOptions(micro_batch_fixed_tokens=0.5)
     _, error, _ = verdict([analyse([1], 8, zero), analyse([1], 8, half)])
-    assert error == OptionMismatch("micro_batch_overhead", False, 1, "0.5", 0, "0.0")
+    assert error == OptionMismatch("micro_batch_fixed_tokens", False, 1, "0.5", 0, "0.0")
 
 
 def test_the_balance_step_setting_is_agreed(monkeypatch: pytest.MonkeyPatch) -> None:

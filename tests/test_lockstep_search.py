@@ -170,7 +170,7 @@ STEPS = [
     for seed, (dp, per_rank, cap, options) in enumerate([
         (2, 64, 4096, {}), (4, 128, 16384, {}), (8, 256, 4096, {}), (8, 500, 16384, {}),
         (16, 64, 2048, {}), (4, 200, 4096, {"equal_size": False}),
-        (8, 128, 4096, {"micro_batch_overhead": 0.0}), (4, 256, 8192, {"num_batches_divided_by": 2}),
+        (8, 128, 4096, {"micro_batch_fixed_tokens": 0.0}), (4, 256, 8192, {"num_batches_divided_by": 2}),
         (8, 96, 4096, {"pad_to_multiple_of": 64}), (4, 64, 4096, {"max_samples_per_micro_batch": 6}),
         (4, 64, 8192, {"padded": True}), (8, 2500, 16384, {}),
     ])

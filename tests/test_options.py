@@ -67,8 +67,8 @@ DECLARED: dict[str, tuple[Any, str | None, str, str | None, bool]] = {
     "workload_model": (None, "SEQLEN_BALANCING_WORKLOAD_MODEL", "--workload-model", None, True),
     "equal_rows_per_micro_batch": (False, "SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH",
                                    "--equal-rows-per-micro-batch", "equal_rows_per_micro_batch", True),
-    "micro_batch_overhead": (0.05, "SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD", "--micro-batch-overhead",
-                             "micro_batch_overhead", True),
+    "micro_batch_fixed_tokens": (819.2, "SEQLEN_BALANCING_MICRO_BATCH_FIXED_TOKENS",
+                                 "--micro-batch-fixed-tokens", "micro_batch_fixed_tokens", True),
 }
 
 #: verl 0.9.1's own parameters among the options (rearrange_micro_batches' order).
@@ -276,7 +276,7 @@ def test_every_variable_of_the_environment() -> None:
         "SEQLEN_BALANCING_LOSS_WEIGHT_KEYS": "loss_mask, response_mask",
         "SEQLEN_BALANCING_WORKLOAD_MODEL": "hidden_size=8192,num_layers=80",
         "SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH": "On",
-        "SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD": " 0.2 ",
+        "SEQLEN_BALANCING_MICRO_BATCH_FIXED_TOKENS": " 400 ",
         "SEQLEN_BALANCING_HEAVIEST_FIRST": "TRUE",
         "PATH": "/bin",
     }
@@ -284,11 +284,11 @@ def test_every_variable_of_the_environment() -> None:
         pad_to_multiple_of=16, micro_batch_multiple_of=512, max_samples_per_micro_batch=2,
         over_cap="alone", dummy_micro_batches=True, loss_weight_keys=("loss_mask", "response_mask"),
         workload_model=WorkloadModel(8192, 80), equal_rows_per_micro_batch=True,
-        micro_batch_overhead=0.2, heaviest_first=True)
+        micro_batch_fixed_tokens=400.0, heaviest_first=True)
     for bad in ("-0.1", "nan", "inf", "a lot"):
-        with pytest.raises(ValueError, match=r"SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD=.* is not accepted: "
-                           r"it takes a finite number >= 0, e\.g\. 0\.05"):
-            PlanOptions.from_env({"SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD": bad})
+        with pytest.raises(ValueError, match=r"SEQLEN_BALANCING_MICRO_BATCH_FIXED_TOKENS=.* is not accepted: "
+                           r"it takes a finite number >= 0 \(tokens\), e\.g\. 819\.2"):
+            PlanOptions.from_env({"SEQLEN_BALANCING_MICRO_BATCH_FIXED_TOKENS": bad})
     variables = {opt.env for opt in OPTIONS.values() if opt.env} | {
         "SEQLEN_BALANCING_VERL", "SEQLEN_BALANCING_BALANCE_STEP", "SEQLEN_BALANCING_PURE_PYTHON"}
     assert set(env) - {"PATH"} == variables  # the test names every variable there is
@@ -326,16 +326,16 @@ def test_one_flag_per_option_generated_from_the_metadata() -> None:
         "--no-same-micro-num-in-dp", "--no-dynamic-bsz-balance", "--pad-to-multiple-of", "8",
         "--micro-batch-multiple-of", "16", "--padded", "--max-samples-per-micro-batch", "6",
         "--over-cap", "alone", "--dummy-micro-batches", "--loss-weight-keys", "a,b",
-        "--workload-model", "hidden_size=64", "--micro-batch-overhead", "0",
+        "--workload-model", "hidden_size=64", "--micro-batch-fixed-tokens", "0",
     ])
     assert PlanOptions.from_args(args) == PlanOptions(
         force_group_size=2, num_batches_divided_by=3, min_num_micro_batch=4,
         same_micro_num_in_dp=False, use_dynamic_bsz_balance=False, pad_to_multiple_of=8,
         micro_batch_multiple_of=16, padded=True, max_samples_per_micro_batch=6, over_cap="alone",
         dummy_micro_batches=True, loss_weight_keys=("a", "b"), workload_model=WorkloadModel(64),
-        micro_batch_overhead=0.0)
+        micro_batch_fixed_tokens=0.0)
     for bad in (["--force-group-size", "0"], ["--over-cap", "alnoe"], ["--workload-model", "x=1"],
-                ["--micro-batch-overhead", "-1"]):
+                ["--micro-batch-fixed-tokens", "-1"]):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
 
@@ -355,53 +355,56 @@ def test_docs_options_md_has_one_row_per_option_as_declared() -> None:
 
 
 @pytest.mark.parametrize(("value", "kind", "text"), [
-    (-0.1, ValueError, "micro_batch_overhead must be a finite number >= 0"),
-    (float("nan"), ValueError, "micro_batch_overhead must be a finite number >= 0"),
-    (float("inf"), ValueError, "micro_batch_overhead must be a finite number >= 0"),
-    ("0.1", TypeError, "micro_batch_overhead must be a number >= 0"),
-    (True, TypeError, "micro_batch_overhead must be a number >= 0"),
-    (None, TypeError, "micro_batch_overhead must be a number >= 0"),
+    (-0.1, ValueError, "micro_batch_fixed_tokens must be a finite number >= 0"),
+    (float("nan"), ValueError, "micro_batch_fixed_tokens must be a finite number >= 0"),
+    (float("inf"), ValueError, "micro_batch_fixed_tokens must be a finite number >= 0"),
+    ("0.1", TypeError, "micro_batch_fixed_tokens must be a number >= 0"),
+    (True, TypeError, "micro_batch_fixed_tokens must be a number >= 0"),
+    (None, TypeError, "micro_batch_fixed_tokens must be a number >= 0"),
 ])
-def test_micro_batch_overhead_is_a_finite_number_at_least_zero(value: Any, kind: type, text: str) -> None:
+def test_micro_batch_fixed_tokens_is_a_finite_number_at_least_zero(value: Any, kind: type, text: str) -> None:
     with pytest.raises(kind, match=text):
-        PlanOptions(micro_batch_overhead=value)
-    assert PlanOptions(micro_batch_overhead=0).micro_batch_overhead == 0.0
-    assert type(PlanOptions(micro_batch_overhead=1).micro_batch_overhead) is float
+        PlanOptions(micro_batch_fixed_tokens=value)
+    assert PlanOptions(micro_batch_fixed_tokens=0).micro_batch_fixed_tokens == 0.0
+    assert type(PlanOptions(micro_batch_fixed_tokens=1).micro_batch_fixed_tokens) is float
 
 
 # ----------------------------------------------------------------------------- beyond a float (issue 46)
 
-#: micro_batch_overhead's refusal, written out (the detail: the value shortened, its type).
-OVERHEAD_REFUSED = ("micro_batch_overhead must be a finite number >= 0 (the fixed cost of one "
-                    "micro-batch as a share of 24576 x max_token_len), got a negative, infinite or "
-                    "NaN value, or one beyond a float; pass e.g. 0.05")
+#: What the variable of micro_batch_fixed_tokens takes.
+TAKES = "a finite number >= 0 (tokens), e.g. 819.2"
+
+#: micro_batch_fixed_tokens's refusal, written out (the detail: the value shortened, its type).
+OVERHEAD_REFUSED = ("micro_batch_fixed_tokens must be a finite number >= 0 (the fixed cost of one "
+                    "micro-batch in tokens of linear work), got a negative, infinite or "
+                    "NaN value, or one beyond a float; pass e.g. 819.2")
 
 
 @pytest.mark.parametrize("value", [10**400, -(10**400), 2**1024, 10**309 + 1],
                          ids=["10**400", "-10**400", "2**1024", "10**309+1"])
 def test_an_overhead_beyond_a_float_is_refused_like_any_bad_value(value: int) -> None:
     shown = repr(value)[:57] + "... (int)"  # describe(): 60 characters at most, then the type
-    with pytest.raises(ValueError, match=r"^micro_batch_overhead must be a finite") as caught:
-        PlanOptions(micro_batch_overhead=value)
+    with pytest.raises(ValueError, match=r"^micro_batch_fixed_tokens must be a finite") as caught:
+        PlanOptions(micro_batch_fixed_tokens=value)
     assert str(caught.value) == f"{OVERHEAD_REFUSED} ({shown})"
     base = PlanOptions(over_cap="alone")
-    options, error = PlanOptions.parse({"micro_batch_overhead": value}, base)  # never raises
+    options, error = PlanOptions.parse({"micro_batch_fixed_tokens": value}, base)  # never raises
     assert options is base and error is not None
     assert error.message() == f"{OVERHEAD_REFUSED} ({shown})"
-    _, error = PlanOptions.from_keywords(keywords={"micro_batch_overhead": value})
+    _, error = PlanOptions.from_keywords(keywords={"micro_batch_fixed_tokens": value})
     assert error is not None and error.message().startswith(OVERHEAD_REFUSED)
-    _, error = PlanOptions.from_batch({"micro_batch_overhead": value})
+    _, error = PlanOptions.from_batch({"micro_batch_fixed_tokens": value})
     assert error is not None and error.message().startswith(OVERHEAD_REFUSED)
-    with pytest.raises(ValueError, match=r"^micro_batch_overhead must be a finite number \>= 0") as caught:
-        seqlen_balancing.plan_global_batch([5, 9, 3, 12], 2, 64, micro_batch_overhead=value)
+    with pytest.raises(ValueError, match=r"^micro_batch_fixed_tokens must be a finite number") as caught:
+        seqlen_balancing.plan_global_batch([5, 9, 3, 12], 2, 64, micro_batch_fixed_tokens=value)
     assert len(str(caught.value)) < 300
     # the largest float is still a number: refused only beyond it
-    assert PlanOptions(micro_batch_overhead=2**1023).micro_batch_overhead == float(2**1023)
+    assert PlanOptions(micro_batch_fixed_tokens=2**1023).micro_batch_fixed_tokens == float(2**1023)
 
 
 @pytest.mark.parametrize(("variable", "text", "takes"), [
-    ("SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD", "1" + "0" * 400, "a finite number >= 0, e.g. 0.05"),
-    ("SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD", "1e400", "a finite number >= 0, e.g. 0.05"),
+    ("SEQLEN_BALANCING_MICRO_BATCH_FIXED_TOKENS", "1" + "0" * 400, TAKES),
+    ("SEQLEN_BALANCING_MICRO_BATCH_FIXED_TOKENS", "1e400", TAKES),
     ("SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", "9" * 5000, "a positive integer, or empty for 1"),
     ("SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH", "9" * 5000, "a positive integer, or empty for none"),
     ("SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", "\u00b2", "a positive integer, or empty for 1"),  # isdigit()
@@ -445,3 +448,13 @@ def test_a_misspelt_option_suggests_the_option_it_starts() -> None:
     assert error == UnknownOption("max_samples", "max_samples_per_micro_batch")
     _, error = PlanOptions.parse({"xyz": 2})
     assert error == UnknownOption("xyz", "")
+
+
+def test_the_former_share_option_points_to_its_tokens() -> None:
+    # issue 47: micro_batch_overhead (a share of 24576 x max_token_len) became tokens of
+    # linear work; its old keyword and variable name the new one
+    _, error = PlanOptions.parse({"micro_batch_overhead": 0.05})
+    assert error is not None and "did you mean 'micro_batch_fixed_tokens'?" in error.message()
+    with pytest.raises(ValueError, match=r"SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD is not a seqlen-balancing "
+                       r"variable \(did you mean SEQLEN_BALANCING_MICRO_BATCH_FIXED_TOKENS\?\)"):
+        PlanOptions.from_env({"SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD": "0.05"})

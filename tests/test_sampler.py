@@ -373,7 +373,7 @@ def test_every_step_short_of_the_options_count_is_refused_at_construction() -> N
 def test_options_give_the_same_plan_as_the_keywords_and_keywords_lie_over_them() -> None:
     n, lengths = 96, [min(s, 4096) for s in random.Random(7).sample(CHAMP, 96)]
     keywords: dict[str, Any] = {"max_samples_per_micro_batch": 3, "pad_to_multiple_of": 64,
-                                "num_batches_divided_by": 2, "micro_batch_overhead": 0.2}
+                                "num_batches_divided_by": 2, "micro_batch_fixed_tokens": 800.0}
 
     def build(**kwargs: Any) -> BalancedDistributedSampler:
         return BalancedDistributedSampler(range(n), num_replicas=3, rank=1, lengths=lengths, batch_size=8,
@@ -398,7 +398,7 @@ def test_options_give_the_same_plan_as_the_keywords_and_keywords_lie_over_them()
         ({"options": {"padded": True}}, TypeError, "options must be a seqlen_balancing.PlanOptions"),
         ({"max_samples_per_micro_batch": 0}, ValueError, "max_samples_per_micro_batch must be a positive"),
         ({"padded": "yes"}, TypeError, "padded must be a bool"),
-        ({"micro_batch_overhead": -1.0}, ValueError, "micro_batch_overhead must be a finite number"),
+        ({"micro_batch_fixed_tokens": -1.0}, ValueError, "micro_batch_fixed_tokens must be a finite number"),
         ({"num_batches_divided_by": 0}, ValueError, "num_batches_divided_by must be a positive"),
         ({"use_dynamic_bsz_balance": None}, TypeError, "use_dynamic_bsz_balance must be a bool"),
         ({"force_group_size": 2, "max_samples_per_micro_batch": 1}, ValueError, "max_samples_per_micro"),

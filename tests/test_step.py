@@ -141,7 +141,7 @@ def test_champ_steps_reach_the_whole_step_bound() -> None:
     champ = [r.response_tokens for r in load_champ_records()]
     for seed in range(3):
         lengths = random.Random(seed).sample(champ, 256)
-        plan = plan_step(lengths, 8, 8192, micro_batch_overhead=0.2)
+        plan = plan_step(lengths, 8, 8192, micro_batch_fixed_tokens=1638.4)
         check_plan(plan.rank_samples, plan.rank_micro_batches, lengths, 8, 8192, {})
         assert plan.count == math.ceil(plan.lower_bound / 8)
         # the bound is a bound: the volume alone needs ceil(total / cap) micro-batches
@@ -155,10 +155,10 @@ def test_champ_steps_reach_the_whole_step_bound() -> None:
 def test_the_modeled_step_time_and_floor_are_the_models() -> None:
     champ = [r.response_tokens for r in load_champ_records()]
     lengths = random.Random(7).sample(champ, 8 * 32)
-    for overhead in (0.0, 0.05, 0.2):
-        plan = plan_step(lengths, 8, 8192, micro_batch_overhead=overhead)
+    for tokens in (0.0, 409.6, 1638.4):
+        plan = plan_step(lengths, 8, 8192, micro_batch_fixed_tokens=tokens)
         workloads = [verl_workload(s) for s in lengths]
-        fixed = overhead * 24576 * 8192
+        fixed = tokens * 24576  # tokens of linear work, whatever the cap
         assert plan.fixed_cost == pytest.approx(fixed)
         assert plan.step_time == pytest.approx(lock_step(plan.rank_micro_batches, workloads, fixed))
         assert plan.floor == pytest.approx(sum(workloads) / 8 + plan.count * fixed)
@@ -177,7 +177,7 @@ def test_balanced_steps_beat_the_dealing_of_distributed_sampler() -> None:
     dealt = [list(range(r, 256, 8)) for r in range(8)]
     per_rank = plan_data_parallel([[lengths[i] for i in rows] for rows in dealt], 8192)
     micro = [[[rows[i] for i in mb] for mb in plan] for rows, plan in zip(dealt, per_rank, strict=True)]
-    plan = plan_step(lengths, 8, 8192, micro_batch_overhead=0.0)
+    plan = plan_step(lengths, 8, 8192, micro_batch_fixed_tokens=0.0)
     assert plan.count <= len(per_rank[0])
     assert plan.step_time < lock_step(micro, workloads, 0.0)
 
@@ -185,7 +185,7 @@ def test_balanced_steps_beat_the_dealing_of_distributed_sampler() -> None:
 def test_custom_workloads_are_what_the_model_weighs() -> None:
     lengths = [random.Random(i).randint(50, 900) for i in range(64)]
     workloads = [s**3 for s in lengths]
-    plan = plan_step(lengths, 4, 2048, workloads=workloads, micro_batch_overhead=0.0)
+    plan = plan_step(lengths, 4, 2048, workloads=workloads, micro_batch_fixed_tokens=0.0)
     check_plan(plan.rank_samples, plan.rank_micro_batches, lengths, 4, 2048, {})
     assert plan.step_time == pytest.approx(lock_step(plan.rank_micro_batches, workloads, 0.0))
     assert plan.floor == pytest.approx(sum(workloads) / 4)
@@ -261,9 +261,9 @@ def test_one_more_micro_batch_only_where_it_saves_more_than_two_percent() -> Non
         least = least_lock_step(lengths, workloads, dp, cap)
         fewest = min(least)
         margin = sum(workloads) / dp / 50
-        for overhead in (0.0, 0.05, 0.2):
-            fixed = overhead * 24576 * cap
-            plan = plan_step(lengths, dp, cap, workloads=workloads, micro_batch_overhead=overhead)
+        for overhead in (0.0, 0.05 * cap, 0.2 * cap):  # tokens of linear work
+            fixed = overhead * 24576
+            plan = plan_step(lengths, dp, cap, workloads=workloads, micro_batch_fixed_tokens=overhead)
             count = check_plan(plan.rank_samples, plan.rank_micro_batches, lengths, dp, cap, {})
             time = lock_step(plan.rank_micro_batches, workloads, fixed)
             assert plan.step_time == pytest.approx(time)
@@ -273,7 +273,7 @@ def test_one_more_micro_batch_only_where_it_saves_more_than_two_percent() -> Non
             for tried_count, tried_time in plan.tried:
                 assert tried_time >= least[tried_count] + tried_count * fixed - 1e-6
             # the plan at the bound is the same whatever the fixed cost
-            at_bound = plan_step(lengths, dp, cap, workloads=workloads, micro_batch_overhead=1e6)
+            at_bound = plan_step(lengths, dp, cap, workloads=workloads, micro_batch_fixed_tokens=1e10)
             assert plan.tried[0][1] == pytest.approx(
                 lock_step(at_bound.rank_micro_batches, workloads, fixed))
             if len(plan.tried) == 2:
@@ -300,7 +300,7 @@ def test_champ_steps_of_64_ranks_take_one_more_only_beyond_the_margin(seed: int,
     champ = [r.response_tokens for r in load_champ_records()]
     lengths = [min(s, 16384) for s in random.Random(seed).sample(champ, 512)]
     workloads = [verl_workload(s) for s in lengths]
-    plan = plan_step(lengths, 64, 16384, micro_batch_overhead=0.0)
+    plan = plan_step(lengths, 64, 16384, micro_batch_fixed_tokens=0.0)
     count = check_plan(plan.rank_samples, plan.rank_micro_batches, lengths, 64, 16384, {})
     assert count == math.ceil(plan.lower_bound / 64) + above
     (_, at_bound), (_, at_more) = plan.tried
@@ -324,7 +324,7 @@ OPTION_SETS = st.fixed_dictionaries(
         "num_batches_divided_by": st.sampled_from([1, 2, 3]),
         "min_num_micro_batch": st.integers(1, 4),
         "use_dynamic_bsz_balance": st.booleans(),
-        "micro_batch_overhead": st.sampled_from([0.0, 0.05, 0.2]),
+        "micro_batch_fixed_tokens": st.sampled_from([0.0, 50.0, 800.0]),
     },
 )
 
@@ -401,10 +401,10 @@ def test_more_micro_batches_than_a_rank_can_hold_is_refused() -> None:
     [
         ({"dp_size": 0}, ValueError, "dp_size"),
         ({"dp_size": 2.0}, TypeError, "dp_size"),
-        ({"micro_batch_overhead": -0.1}, ValueError, "micro_batch_overhead must be a finite number >= 0"),
-        ({"micro_batch_overhead": float("nan")}, ValueError, "micro_batch_overhead"),
-        ({"micro_batch_overhead": "0.1"}, TypeError, "micro_batch_overhead must be a number"),
-        ({"micro_batch_overhead": True}, TypeError, "micro_batch_overhead must be a number"),
+        ({"micro_batch_fixed_tokens": -0.1}, ValueError, "micro_batch_fixed_tokens must be a finite number"),
+        ({"micro_batch_fixed_tokens": float("nan")}, ValueError, "micro_batch_fixed_tokens"),
+        ({"micro_batch_fixed_tokens": "0.1"}, TypeError, "micro_batch_fixed_tokens must be a number"),
+        ({"micro_batch_fixed_tokens": True}, TypeError, "micro_batch_fixed_tokens must be a number"),
         ({"equal_size": "yes"}, TypeError, "equal_size must be a bool"),
         ({"use_dynamic_bsz_balance": None}, TypeError, "use_dynamic_bsz_balance must be a bool"),
         ({"num_batches_divided_by": 0}, ValueError, "num_batches_divided_by"),
@@ -422,7 +422,7 @@ def test_bad_arguments_are_refused_by_name(
 @pytest.mark.parametrize(
     "keywords",
     [
-        {"max_samples_per_micro_batch": 3, "pad_to_multiple_of": 64, "micro_batch_overhead": 0.2},
+        {"max_samples_per_micro_batch": 3, "pad_to_multiple_of": 64, "micro_batch_fixed_tokens": 20.0},
         {"num_batches_divided_by": 2, "min_num_micro_batch": 3, "use_dynamic_bsz_balance": False},
         {"force_group_size": 2, "padded": True, "micro_batch_multiple_of": 128},
         {"equal_rows_per_micro_batch": True, "workload_model": "hidden_size=256,num_layers=2"},

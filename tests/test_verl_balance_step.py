@@ -466,16 +466,15 @@ def test_the_switchs_planning_options_reach_the_planner() -> None:
     env = {"SEQLEN_BALANCING_OVER_CAP": "alone", "SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF": "8",
            "SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF": "16",
            "SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH": "3",
-           "SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD": "0.2"}
+           "SEQLEN_BALANCING_MICRO_BATCH_FIXED_TOKENS": "400"}
     options = PlanOptions.from_env(env)
     expected = {"over_cap": "alone", "pad_to_multiple_of": 8, "micro_batch_multiple_of": 16,
-                "max_samples_per_micro_batch": 3, "micro_batch_overhead": 0.2}
-    assert balance_step._rule(options, None) == expected
-    assert balance_step._rule(PlanOptions(), None) == {}
+                "max_samples_per_micro_batch": 3, "micro_batch_fixed_tokens": 400.0}
+    assert balance_step._rule(options) == expected
+    assert balance_step._rule(PlanOptions()) == {}
     model = WorkloadModel(hidden_size=64, num_layers=2)
     with_model = PlanOptions(workload_model=model)
-    assert balance_step._rule(with_model, None) == {"workload_model": model}
-    assert balance_step._rule(with_model, [3, 5]) == {"workloads": model.workloads([3, 5])}
+    assert balance_step._rule(with_model) == {"workload_model": model}
 
 
 @pytest.mark.torch
@@ -483,11 +482,11 @@ def test_the_balanced_sampler_takes_every_rule_the_switch_hands_it() -> None:
     from seqlen_balancing import BalancedDistributedSampler
     from seqlen_balancing.cost import WorkloadModel
 
-    options = PlanOptions(over_cap="alone", max_samples_per_micro_batch=2, micro_batch_overhead=0.2,
+    options = PlanOptions(over_cap="alone", max_samples_per_micro_batch=2, micro_batch_fixed_tokens=80.0,
                           workload_model=WorkloadModel(hidden_size=64, num_layers=2))
     lengths = OVER_CAP_LENGTHS
     sampler = BalancedDistributedSampler(range(16), num_replicas=2, rank=0, lengths=lengths, batch_size=8,
-                                         max_token_len=400, **balance_step._rule(options, None))
+                                         max_token_len=400, **balance_step._rule(options))
     for step in range(sampler.steps):
         for mbs in sampler.step_plan(step).rank_micro_batches:
             for mb in mbs:

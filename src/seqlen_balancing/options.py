@@ -123,7 +123,7 @@ class Kind(Enum):
     CHOICE = "one of a few words"
     KEYS = "TensorDict keys"
     MODEL = "a model shape"
-    SHARE = "a number >= 0"
+    SHARE = "a number >= 0 (tokens of linear work)"
 
 
 @dataclass(frozen=True)
@@ -297,13 +297,14 @@ class PlanOptions:
         "a step (a pipeline schedule such as Megatron's)",
     )
 
-    micro_batch_overhead: float = _option(
-        0.05, kind=Kind.SHARE, argument=Argument.MICRO_BATCH_OVERHEAD,
-        flag="--micro-batch-overhead", env="SEQLEN_BALANCING_MICRO_BATCH_OVERHEAD",
-        batch_key="micro_batch_overhead",
-        doc="the fixed cost of one micro-batch, a share of 24576 x max_token_len, in the "
-        "lock-step model: plan_global_batch's count, the balanced sampler, the reports "
-        "(docs/step-time.md); a rank's own plan is at the fewest, whatever its value",
+    micro_batch_fixed_tokens: float = _option(
+        819.2, kind=Kind.SHARE, argument=Argument.MICRO_BATCH_FIXED_TOKENS,
+        flag="--micro-batch-fixed-tokens", env="SEQLEN_BALANCING_MICRO_BATCH_FIXED_TOKENS",
+        batch_key="micro_batch_fixed_tokens",
+        doc="the fixed cost of one micro-batch in tokens of linear work (T tokens: 24576 x T "
+        "in verl's workload), whatever the cap, in the lock-step model: plan_global_batch's "
+        "count, the balanced sampler, the reports (docs/step-time.md); a rank's own plan is "
+        "at the fewest, whatever its value",
         verl="no verl 0.9.1 code: what plan_global_batch, the sampler and the reports model",
     )
 
@@ -336,7 +337,8 @@ class PlanOptions:
             return start, None  # a PlanOptions is checked when made: nothing laid over it
         for name in values:
             if name not in OPTIONS:
-                return start, UnknownOption(str(name), closest_name(str(name), OPTIONS) or "")
+                close = _RENAMED.get(str(name)) or closest_name(str(name), OPTIONS) or ""
+                return start, UnknownOption(str(name), close)
         merged = {name: getattr(start, name) for name in OPTIONS} | dict(values)
         checked, error = _checked(merged)
         if error is not None:
@@ -441,6 +443,10 @@ class PlanOptions:
 #: Each option's declaration, by name, in field order.
 OPTIONS: dict[str, Option] = {f.name: f.metadata["option"] for f in fields(PlanOptions)}
 
+#: Options renamed with a new unit, old name -> new (the hint of an unknown name or variable):
+#: ``micro_batch_overhead`` (a share of ``24576 x max_token_len``) became tokens.
+_RENAMED = {"micro_batch_overhead": "micro_batch_fixed_tokens"}
+
 #: Each option's default.
 OPTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(PlanOptions)}
 
@@ -514,7 +520,7 @@ def _check(opt: Option, value: Any) -> tuple[Any, PlanError | None]:
 
 
 def _share(value: Any) -> tuple[float | None, PlanError | None]:
-    """A finite number >= 0 as a float (``micro_batch_overhead``), or its error."""
+    """A finite number >= 0 as a float (``micro_batch_fixed_tokens``), or its error."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None, OverheadNotANumber(detail=describe(value))
     as_float = finite_float(value)
@@ -564,7 +570,7 @@ class OptionKeywords(TypedDict, total=False):
     loss_weight_keys: str | Sequence[str] | None
     workload_model: WorkloadModel | Mapping[str, Any] | str | None
     equal_rows_per_micro_batch: bool
-    micro_batch_overhead: float
+    micro_batch_fixed_tokens: float
 
 
 class GroupOptionKeywords(OptionKeywords, total=False):
@@ -640,7 +646,7 @@ def _env_value(name: str, opt: Option, text: str) -> Any:
         Kind.CHOICE: "raise or alone (any case), or empty for raise",
         Kind.KEYS: "TensorDict keys separated by commas, or empty for the defaults",
         Kind.MODEL: "key=value pairs separated by commas, e.g. hidden_size=8192,num_layers=80",
-        Kind.SHARE: "a finite number >= 0, e.g. 0.05",
+        Kind.SHARE: "a finite number >= 0 (tokens), e.g. 819.2",
     }
     if opt.kind is Kind.SWITCH:
         return env_switch(name, text)
@@ -715,7 +721,8 @@ def env_values(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
             if variable in ENV_SWITCHES:
                 env_switch(variable, text)
             elif variable not in by_env:
-                close = closest_name(variable, known, ENV_PREFIX)
+                renamed = _RENAMED.get(variable.removeprefix(ENV_PREFIX).lower())
+                close = ENV_PREFIX + renamed.upper() if renamed else closest_name(variable, known, ENV_PREFIX)
                 hint = f" (did you mean {close}?)" if close else ""
                 problems.append(f"{variable} is not a seqlen-balancing variable{hint}; they are "
                                 f"{', '.join(known)}")
@@ -785,5 +792,6 @@ def add_arguments(parser: Any, groups: Mapping[str, Any] | None = None) -> None:
         else:
             convert = {Kind.KEYS: _key_list, Kind.MODEL: _model_text,
                        Kind.SHARE: _share_flag}.get(opt.kind, _positive)
-            metavar = {Kind.KEYS: "KEY[,KEY...]", Kind.MODEL: "SHAPE", Kind.SHARE: "F"}.get(opt.kind, "N")
+            metavar = {Kind.KEYS: "KEY[,KEY...]", Kind.MODEL: "SHAPE",
+                       Kind.SHARE: "TOKENS"}.get(opt.kind, "N")
             target.add_argument(opt.flag, type=convert, metavar=metavar, **common)

@@ -600,9 +600,11 @@ def test_sweep_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[2].split()[:3] == ["max_token_len", "count/rank", "total"]
     rows = [line.split() for line in lines[3:6]]
     assert [row[0] for row in rows] == ["8192", "16384", "32768"]
-    assert all(row[-1] == "ms" for row in rows)
+    assert all("ms" in row for row in rows)
+    assert lines[2].split()[-2:] == ["vs", "fastest"]
+    assert lines[6].startswith("fastest max_token_len in the lock-step model (micro_batch_fixed_tokens 819.2")
     # The bundled draw's longest sample: below it no cap can be planned (issue 21).
-    assert lines[6].startswith("smallest max_token_len that can be planned at all: 6704 ")
+    assert lines[7].startswith("smallest max_token_len that can be planned at all: 6704 ")
 
 
 def test_sweep_default_caps_and_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -634,7 +636,8 @@ def test_sweep_marks_infeasible_caps_and_goes_on(
         "max_token_len 500)\n"
     )
     rows = [line.split() for line in out.splitlines()[3:5]]
-    assert rows == [["100", "infeasible", *["-"] * 7], ["200", "infeasible", *["-"] * 7]]
+    # 7 columns of counts and fill, then the global count, two times and vs fastest
+    assert rows == [["100", "infeasible", *["-"] * 11], ["200", "infeasible", *["-"] * 11]]
     assert "smallest max_token_len that can be planned at all: 500 " in out
     assert "max_token_len 100: 2 of the 4 drawn samples exceed max_token_len=100" in out
     result = run_json(capsys, *base, "--max-token-len", "100,200", expected_code=1)

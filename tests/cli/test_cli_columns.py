@@ -42,7 +42,7 @@ CASES: dict[str, tuple[list[str], dict[str, Any]]] = {
     "force groups": (["--force-group-size", "2"], {"force_group_size": 2}),
     "padded": (["--padded"], {"padded": True}),
     "workload model": (["--workload-model", MODEL], {"workload_model": MODEL}),
-    "free micro-batches": (["--micro-batch-overhead", "0"], {"micro_batch_overhead": 0.0}),
+    "free micro-batches": (["--micro-batch-fixed-tokens", "0"], {"micro_batch_fixed_tokens": 0.0}),
     "heaviest first": (["--no-dynamic-bsz-balance"], {"use_dynamic_bsz_balance": False}),
     "no agreement": (["--no-same-micro-num-in-dp"], {"same_micro_num_in_dp": False}),
     "dummies": (["--dummy-micro-batches", "--min-num-micro-batch", "13"],
@@ -113,7 +113,7 @@ FLAGS = {"equal_rows_per_micro_batch": "--equal-rows-per-micro-batch", "over_cap
          "pad_to_multiple_of": "--pad-to-multiple-of", "micro_batch_multiple_of": "--micro-batch-multiple-of",
          "min_num_micro_batch": "--min-num-micro-batch", "num_batches_divided_by": "--num-batches-divided-by",
          "force_group_size": "--force-group-size", "padded": "--padded",
-         "workload_model": "--workload-model", "micro_batch_overhead": "--micro-batch-overhead",
+         "workload_model": "--workload-model", "micro_batch_fixed_tokens": "--micro-batch-fixed-tokens",
          "use_dynamic_bsz_balance": "--no-dynamic-bsz-balance",
          "same_micro_num_in_dp": "--no-same-micro-num-in-dp", "dummy_micro_batches": "--dummy-micro-batches"}
 

@@ -141,7 +141,7 @@ def test_the_text_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
         [str(a), str(b)] for a, b in zip(ours, verl, strict=True)
     ]
     assert lines[start + 7].startswith(f"total over the run, per rank: library {sum(ours)}, verl {sum(verl)}")
-    assert lines[start + 9].startswith("lock-step model of the run (micro_batch_overhead 0.05;")
+    assert lines[start + 9].startswith("lock-step model of the run (micro_batch_fixed_tokens 819.2;")
     assert lines[-3].split()[:3] == ["max_token_len", "library", "total"]
     assert lines[-2].split()[:3] == ["100", "cannot", "run"]
     assert lines[-1].split()[:2] == ["700", str(sum(ours))]

@@ -49,14 +49,14 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "workload_model": (["--workload-model", "hidden_size=64,num_layers=2"], ["BALANCED"]),
     # one rank of all 12 rows: the plain plan's micro-batches hold different rows
     "equal_rows_per_micro_batch": (["--equal-rows-per-micro-batch"], ["--dp-size", "1"]),
-    "micro_batch_overhead": (["--micro-batch-overhead", "0"], []),
+    "micro_batch_fixed_tokens": (["--micro-batch-fixed-tokens", "0"], []),
 }
 
 DEFAULTS = options_json(PlanOptions())
 
 #: Options that act on no plan of lengths, and why.
 NOT_ON_LENGTHS = {"loss_weight_keys": "it names the tensors a dummy zeroes",
-                  "micro_batch_overhead": "it weighs the lock-step model (plan_global_batch, the "
+                  "micro_batch_fixed_tokens": "it weighs the lock-step model (plan_global_batch, the "
                   "sampler, the reports), never a rank's plan: every rank plans at the fewest"}
 
 
@@ -125,8 +125,8 @@ def test_every_option_changes_the_plan_of_every_subcommand(
         if name == "loss_weight_keys":
             assert with_flag["options"][name] == ["loss_mask"] and without["options"][name] is None
         elif command == "plan":  # the lock-step report models the step with it
-            assert with_flag["step_time"]["micro_batch_overhead"] == 0.0
-            assert without["step_time"]["micro_batch_overhead"] == DEFAULTS[name]
+            assert with_flag["step_time"]["micro_batch_fixed_tokens"] == 0.0
+            assert without["step_time"]["micro_batch_fixed_tokens"] == DEFAULTS[name]
         return
     assert isinstance(without, tuple) or _planned(command, without) != _planned(command, with_flag), (
         f"{command} {' '.join(flag)} did not change the plan")

@@ -59,8 +59,8 @@ def test_plan_reports_the_lock_step_model_three_ways(
         result = run_json(capsys, "plan", "--lengths", path, "--dp-size", "2", "--max-token-len", str(CAP),
                           "--trainer", trainer, "--compare-verl")
         model = result["step_time"]
-        fixed = 0.05 * LINEAR * CAP
-        assert (model["micro_batch_overhead"], model["unit"]) == (0.05, LINEAR * CAP)
+        fixed = 819.2 * LINEAR  # the default: 819.2 tokens of linear work, whatever the cap
+        assert (model["micro_batch_fixed_tokens"], model["unit"]) == (819.2, LINEAR * CAP)
         plans = [[mb["indices"] for mb in rank["micro_batches"]] for rank in result["ranks"]]
         library = model["library"]
         assert library["count"] == result["agreed_count"]

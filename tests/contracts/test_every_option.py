@@ -5,7 +5,7 @@ Each seeded round draws every field of :class:`~seqlen_balancing.PlanOptions` at
 ``use_dynamic_bsz_balance``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
 ``padded``, ``max_samples_per_micro_batch``, ``over_cap``, ``dummy_micro_batches``,
 ``loss_weight_keys``, ``workload_model``, ``equal_rows_per_micro_batch``,
-``micro_batch_overhead``), the cap, ``costs``, ``workloads`` and ``group_ids`` (random,
+``micro_batch_fixed_tokens``), the cap, ``costs``, ``workloads`` and ``group_ids`` (random,
 non-contiguous ids of random sizes, instead of the force groups), a layout (dense right-,
 left- or mixed-padded rows, verl's left-padded prompt plus right-padded response, or jagged
 nested rows) and each rank's lengths. The ranks
@@ -113,7 +113,7 @@ def ceil_to(x: int, m: int) -> int:
 def draw_options(rng: random.Random) -> dict[str, Any]:
     """One value of every option (JSON: keys as a list, a model as its text)."""
     group = rng.choice([1, 1, 1, 2, 3])
-    # micro_batch_overhead from its own stream: the seeded rounds stay the ones the worlds'
+    # micro_batch_fixed_tokens from its own stream: the seeded rounds stay the ones the worlds'
     # coverage checks were written for
     words = rng.getstate()[1]  # the generator's next word, read without drawing it
     overhead = (0.0, 0.05, 0.2)[words[words[-1] % 624] % 3]
@@ -130,7 +130,7 @@ def draw_options(rng: random.Random) -> dict[str, Any]:
         "dummy_micro_batches": rng.random() < 0.4,
         "loss_weight_keys": rng.choice([None, ["loss_mask"], ["loss_mask", "weight"], ["weight"]]),
         "workload_model": rng.choice([None, None, MODELS[0]]),
-        "micro_batch_overhead": overhead,
+        "micro_batch_fixed_tokens": overhead,
         "equal_rows_per_micro_batch": rng.random() < 0.3,
     }
 
@@ -342,7 +342,7 @@ def _other_value(name: str, options: dict[str, Any]) -> Any:
         return ["loss_mask"] if value is None else None
     if name == "workload_model":
         return MODELS[1] if value == MODELS[0] else MODELS[0]
-    if name == "micro_batch_overhead":
+    if name == "micro_batch_fixed_tokens":
         return value + 0.5
     return not value  # the switches
 

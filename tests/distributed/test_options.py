@@ -59,14 +59,14 @@ OPTIONS: dict[str, tuple[Any, Any, tuple[str, str] | None, tuple[str, ...]]] = {
     "loss_weight_keys": (None, ["w"], ("None", "('w',)"), ("rearrange", "prepare", "dynamic")),
     "workload_model": (None, "hidden_size=64,num_layers=2", ("None", "hidden_size=64,num_layers=2"),
                        ("rearrange", "dynamic", "prepare")),
-    "micro_batch_overhead": (0.05, 0.2, ("0.05", "0.2"), ("rearrange", "prepare", "dynamic")),
+    "micro_batch_fixed_tokens": (0.05, 0.2, ("0.05", "0.2"), ("rearrange", "prepare", "dynamic")),
     "max_token_len": (CAP, 32, (str(CAP), "32"), ("rearrange", "prepare", "dynamic")),
 }
 
 #: Options ``prepare_micro_batches`` reads from the batch (the others: as keywords).
 BATCH_KEYS = {"force_group_size", "pad_to_multiple_of", "micro_batch_multiple_of", "padded",
               "max_samples_per_micro_batch", "over_cap", "dummy_micro_batches", "loss_weight_keys",
-              "micro_batch_overhead", "heaviest_first"}
+              "micro_batch_fixed_tokens", "heaviest_first"}
 
 TAIL = ("; every rank of the DP group must plan under the same options and cap, so set them "
         "alike on every rank (keywords, batch settings and SEQLEN_BALANCING_* variables)")
@@ -197,8 +197,8 @@ def test_ranks_asked_for_other_options_all_raise_the_same_error(world: int, tmp_
 LOCKSTEP = [[20, 34, 28, 15, 27, 30, 34, 18, 12, 16], [26, 15, 17, 37, 28, 15, 32, 19, 21, 20]]
 
 
-def test_micro_batch_overhead_leaves_the_agreed_count_at_the_fewest_on_gloo_ranks(tmp_path: Path) -> None:
-    """Through the real all_reduce, at micro_batch_overhead 0 and 0.2 alike: 5 micro-batches
+def test_micro_batch_fixed_tokens_leaves_the_agreed_count_at_the_fewest_on_gloo_ranks(tmp_path: Path) -> None:
+    """Through the real all_reduce, at micro_batch_fixed_tokens 0 and 0.2 alike: 5 micro-batches
     (the most either rank needs alone), each rank's plan the one plan_data_parallel gives
     (the same encoding, MAX and decoding in one process), on every entry point."""
     from seqlen_balancing import plan_data_parallel, plan_micro_batches
@@ -210,9 +210,9 @@ def test_micro_batch_overhead_leaves_the_agreed_count_at_the_fewest_on_gloo_rank
         for entry in ("rearrange", "prepare", "dynamic"):
             where = "settings" if entry == "prepare" else "keywords"
             rounds.append({"ranks": [{"entry": entry, "lengths": lens, "cap": 50, "keywords": {},
-                                      "settings": {}, where: {"micro_batch_overhead": overhead}}
+                                      "settings": {}, where: {"micro_batch_fixed_tokens": overhead}}
                                      for lens in LOCKSTEP]})
-            want.append(plan_data_parallel(LOCKSTEP, 50, micro_batch_overhead=overhead))
+            want.append(plan_data_parallel(LOCKSTEP, 50, micro_batch_fixed_tokens=overhead))
     records = _world.run_world(_WORKER, 2, rounds, tmp_path, DEADLINE_S)
     for number, plans in enumerate(want):
         got = [records[rank][number] for rank in range(2)]
@@ -221,18 +221,18 @@ def test_micro_batch_overhead_leaves_the_agreed_count_at_the_fewest_on_gloo_rank
 
 
 def test_an_overhead_beyond_a_float_on_one_rank_is_every_ranks_error(tmp_path: Path) -> None:
-    """Issue 46: ``micro_batch_overhead=10**400`` on one rank (``float()`` overflows) and 0.05
+    """Issue 46: ``micro_batch_fixed_tokens=10**400`` on one rank (``float()`` overflows) and 0.05
     on the other, on every entry point: both ranks raise the same ValueError naming the
     option and the rank at fault, through the agreement (no rank left in the collective)."""
     rounds, want = [], []
     for odd, entry in ((0, "rearrange"), (1, "prepare"), (1, "dynamic")):
         values = [10**400 if r == odd else 0.05 for r in range(2)]
-        rounds.append({"ranks": [_call(entry, "micro_batch_overhead", value) for value in values]})
-        want.append(f"rank {odd} of the DP group (global rank {odd}): micro_batch_overhead must be "
+        rounds.append({"ranks": [_call(entry, "micro_batch_fixed_tokens", value) for value in values]})
+        want.append(f"rank {odd} of the DP group (global rank {odd}): micro_batch_fixed_tokens must be "
                     "a finite number >= 0 (the "
-                    "fixed cost of one micro-batch as a share of 24576 x max_token_len), got a "
-                    "negative, infinite or NaN value, or one beyond a float; pass e.g. 0.05")
-    rounds.append({"ranks": [_call("rearrange", "micro_batch_overhead", 0.05) for _ in range(2)]})
+                    "fixed cost of one micro-batch in tokens of linear work), got a "
+                    "negative, infinite or NaN value, or one beyond a float; pass e.g. 819.2")
+    rounds.append({"ranks": [_call("rearrange", "micro_batch_fixed_tokens", 0.05) for _ in range(2)]})
     records = _world.run_world(_WORKER, 2, rounds, tmp_path, DEADLINE_S)
     assert [len(r) for r in records] == [len(rounds)] * 2, records  # no rank stopped or hung
     for number, message in enumerate(want):

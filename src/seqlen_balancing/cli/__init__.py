@@ -95,7 +95,7 @@ JSON output (``--json``, one object on stdout; keys are stable). Fills are fract
   ``counts``, ``total_micro_batches``, ``saved_micro_batches``, ``saved_percent``,
   ``count_above`` (the search stopped: verl's count is above this) and ``error``.
 * ``step_time``: the lock-step model of the step (:mod:`seqlen_balancing.cli.modeled`):
-  ``micro_batch_overhead``, ``unit`` (``24576 x cap``), and for ``verl`` (its dealing and
+  ``micro_batch_fixed_tokens``, ``unit`` (``24576 x cap``), and for ``verl`` (its dealing and
   plans; nulls without ``--compare-verl``), ``library`` and ``global``
   (:func:`~seqlen_balancing.plan_global_batch`): ``count``, ``step_time``, ``floor`` (in
   workload units) and ``error``.

@@ -348,6 +348,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="T1,T2,...",
         help="caps to compare, comma-separated (default: " + ",".join(map(str, DEFAULT_SWEEP_CAPS)) + ")",
     )
+    sweep.add_argument(
+        "--max-token-len-limit",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="the largest max_token_len your GPU holds: mark the fastest cap at or below it "
+        "(in the lock-step model)",
+    )
     _add_input(sweep)
     add_arguments(sweep, {"step": _add_step(sweep), "cost": _add_cost(sweep)})
     _add_output(sweep, "plot micro-batches per rank and mean fill against the cap")

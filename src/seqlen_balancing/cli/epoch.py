@@ -308,7 +308,8 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
         if verl_on:
             worst += f", verl {_worst_text(result.worst(result.verl))}"
         print(worst)
-        for line in modeled.lines(run_totals(result), result.cap, modeled.overhead_of(args.options), "run"):
+        fixed_tokens = modeled.fixed_tokens_of(args.options)
+        for line in modeled.lines(run_totals(result), result.cap, fixed_tokens, "run"):
             print(line)
     print()
     print(f"summary over {plural(len(replay_.steps), 'step')} (micro-batches per rank)")
@@ -347,7 +348,7 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
             ],
             "total_micro_batches": sum(result.counts) if result.complete else None,
             "worst_step": _worst_json(result.worst(list(result.counts))),
-            "step_time": modeled.to_json(run_totals(result), modeled.overhead_of(args.options))
+            "step_time": modeled.to_json(run_totals(result), modeled.fixed_tokens_of(args.options))
             if result.complete else None,
         }
         for entry, steps in zip(item["steps"], result.modeled, strict=True):

@@ -8,10 +8,12 @@ ranks run their micro-batches in lock-step, so
 
 with ``W(r, k)`` the workload of rank ``r``'s micro-batch ``k`` (verl's ``24576*s + s**2``
 per sequence, or the ``--workload-model``'s), ``K`` the most micro-batches any rank runs and
-the fixed cost of one micro-batch ``micro_batch_overhead x 24576 x cap``. Each kind of plan
-(:class:`Modeled`) is shown in units of ``24576 x cap``, the linear term of a full
+the fixed cost of one micro-batch ``micro_batch_fixed_tokens x 24576`` (tokens of linear work,
+whatever the cap; the ``--workload-model``'s linear coefficient instead of ``24576``). Each kind
+of plan (:class:`Modeled`) is shown in units of ``24576 x cap``, the linear term of a full
 micro-batch: a step of ``K`` full micro-batches of short sequences takes about ``K x (1 +
-micro_batch_overhead)`` of them.
+micro_batch_fixed_tokens / cap)`` of them. ``sweep`` compares caps in a unit that does not
+move with the cap (:func:`sweep_times`).
 
 * ``verl``: the trainer's dealing (``--trainer``) and verl 0.9.1's own plans on each rank:
   its agreed count (:func:`~seqlen_balancing.planning.verl_rule.verl_counts`), Karmarkar-Karp on
@@ -35,13 +37,22 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from seqlen_balancing.global_batch.lockstep import lock_step_time, micro_batch_fixed_cost, step_time_floor
-from seqlen_balancing.global_batch.step import DEFAULT_MICRO_BATCH_OVERHEAD, plan_global_batch
+from seqlen_balancing.global_batch.step import DEFAULT_MICRO_BATCH_FIXED_TOKENS, plan_global_batch
 from seqlen_balancing.options import OPTIONS, PlanOptions
 from seqlen_balancing.planning.balance import order_micro_batches
 from seqlen_balancing.planning.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp, workload
 
-__all__ = ["KINDS", "Modeled", "global_keywords", "model_step", "not_applied", "not_applied_lines",
-           "overhead_of", "verl_plans"]
+__all__ = [
+    "KINDS",
+    "Modeled",
+    "fastest",
+    "fixed_tokens_of",
+    "global_keywords",
+    "model_step",
+    "not_applied",
+    "not_applied_lines",
+    "verl_plans",
+]
 
 #: The three kinds of plan, and how the reports name them.
 KINDS = {
@@ -64,6 +75,8 @@ class Modeled:
         floor: the floor at ``count``.
         unit: ``24576 x cap``, the linear term of a full micro-batch.
         error: why the plan could not be made.
+        token: the workload of one token of linear work (``24576``, or the
+            ``--workload-model``'s linear coefficient): ``sweep``'s unit, the same at every cap.
     """
 
     kind: str
@@ -72,6 +85,12 @@ class Modeled:
     floor: float | None
     unit: float
     error: str | None = None
+    token: float = float(WORKLOAD_LINEAR_COEF)
+
+    @property
+    def in_tokens(self) -> float | None:
+        """The step time in tokens of linear work (comparable across caps)."""
+        return None if self.step_time is None else self.step_time / self.token
 
     @property
     def in_units(self) -> float | None:
@@ -84,11 +103,11 @@ class Modeled:
         return self.step_time / self.floor
 
 
-def overhead_of(options: PlanOptions) -> float:
-    """The fixed cost of one micro-batch as a share of a full one's linear term: the
-    options' ``micro_batch_overhead`` where they have one, else the library's default."""
-    value = getattr(options, "micro_batch_overhead", None)
-    return DEFAULT_MICRO_BATCH_OVERHEAD if value is None else float(value)
+def fixed_tokens_of(options: PlanOptions) -> float:
+    """The fixed cost of one micro-batch in tokens of linear work: the options'
+    ``micro_batch_fixed_tokens`` where they have one, else the library's default."""
+    value = getattr(options, "micro_batch_fixed_tokens", None)
+    return DEFAULT_MICRO_BATCH_FIXED_TOKENS if value is None else float(value)
 
 
 def _workloads(lengths: Sequence[int], options: PlanOptions) -> list[int]:
@@ -121,6 +140,22 @@ def _timed(kind: str, plans: Plans, loads: list[int], dp: int, fixed: float, uni
                    unit)
 
 
+def fastest(rows: Sequence[tuple[int, Sequence[Modeled]]], kind: str, limit: int | None = None) -> int | None:
+    """The cap (each row's ``max_token_len``, with its models) whose ``kind`` of plan has the
+    least modeled step time, among caps at or below ``limit`` when given; equal times: the
+    smaller cap (it holds less memory). ``None`` where no such cap was modeled.
+
+    Example:
+        >>> def m(t): return [Modeled("library", 1, t, t, 1.0)]
+        >>> rows = [(100, m(5.0)), (200, m(4.0)), (300, m(4.0))]
+        >>> fastest(rows, "library"), fastest(rows, "library", limit=150)
+        (200, 100)
+    """
+    timed = [(m.in_tokens, cap) for cap, models in rows for m in models
+             if m.kind == kind and m.in_tokens is not None and (limit is None or cap <= limit)]
+    return min(timed)[1] if timed else None
+
+
 #: Options no column of the command line can count with: the entries a dummy zeroes.
 _NO_COUNT = ("loss_weight_keys",)
 
@@ -129,15 +164,11 @@ _NO_COUNT = ("loss_weight_keys",)
 _GLOBAL_REFUSED = ("dummy_micro_batches", "same_micro_num_in_dp")
 
 
-def global_keywords(options: PlanOptions, loads: list[int]) -> dict[str, Any]:
+def global_keywords(options: PlanOptions) -> dict[str, Any]:
     """:func:`~seqlen_balancing.plan_global_batch`'s keywords under ``options``: the options
-    themselves but those it refuses (:func:`not_applied` names them), and with a
-    ``--workload-model`` the step's ``workloads``."""
-    taken = replace(options, dummy_micro_batches=False, same_micro_num_in_dp=True, workload_model=None)
-    keywords: dict[str, Any] = {"options": taken}
-    if options.workload_model is not None:
-        keywords["workloads"] = loads
-    return keywords
+    themselves but those it refuses (:func:`not_applied` names them), a ``--workload-model``
+    included (its linear coefficient prices the fixed cost)."""
+    return {"options": replace(options, dummy_micro_batches=False, same_micro_num_in_dp=True)}
 
 
 def not_applied(options: PlanOptions, kind: str) -> list[str]:
@@ -171,7 +202,7 @@ def _global(lengths: Sequence[int], dp: int, cap: int, options: PlanOptions, fix
     """:func:`~seqlen_balancing.plan_global_batch` on the step under every option it takes
     (:func:`global_keywords`), in the lock-step model as the other kinds are."""
     try:
-        _, micro = plan_global_batch(list(lengths), dp, cap, **global_keywords(options, loads))
+        _, micro = plan_global_batch(list(lengths), dp, cap, **global_keywords(options))
     except (TypeError, ValueError) as error:
         return Modeled("global", None, None, None, unit, error=str(error))
     # with equal rows the filler rows are left out, as the lock-step search leaves them
@@ -204,9 +235,9 @@ def model_step(
     Karmarkar-Karp at verl's count on each rank.
     """
     dp = len(dealt)
-    overhead = overhead_of(options)
-    fixed = micro_batch_fixed_cost(cap, overhead)
+    fixed = micro_batch_fixed_cost(fixed_tokens_of(options), options)
     unit = float(WORKLOAD_LINEAR_COEF * cap)
+    token = micro_batch_fixed_cost(1.0, options)
     loads = _workloads(lengths, options)
     if verl_counts is not None and options.force_group_size == 1:
         verl = _timed("verl", verl_plans(lengths, dealt, verl_counts, options), loads, dp, fixed, unit)
@@ -214,7 +245,8 @@ def model_step(
         verl = Modeled("verl", None, None, None, unit)
     whole = (_global(lengths, dp, cap, options, fixed, loads, unit) if whole_step
              else Modeled("global", None, None, None, unit))
-    return [verl, _timed("library", library, loads, dp, fixed, unit), whole]
+    library_time = _timed("library", library, loads, dp, fixed, unit)
+    return [replace(m, token=token) for m in (verl, library_time, whole)]
 
 
 def _reference(rows: Sequence[Modeled]) -> Modeled | None:
@@ -222,7 +254,7 @@ def _reference(rows: Sequence[Modeled]) -> Modeled | None:
     return next((m for m in rows if m.step_time is not None and m.kind in ("verl", "library")), None)
 
 
-def lines(rows: Sequence[Modeled], cap: int, overhead: float, runs: str = "step") -> list[str]:
+def lines(rows: Sequence[Modeled], cap: int, fixed_tokens: float, runs: str = "step") -> list[str]:
     """The report's lines: a header and one row per kind of plan that was modeled.
 
     ``runs`` names what the figures cover (``"step"``, or ``"run"`` for sums over steps).
@@ -244,16 +276,16 @@ def lines(rows: Sequence[Modeled], cap: int, overhead: float, runs: str = "step"
     widths = [max(len(r[i]) for r in table) for i in range(5)]
     text = [r[0].ljust(widths[0]) + "".join("  " + c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))
             for r in table]
-    head = (f"lock-step model of the {runs} (micro_batch_overhead {overhead:g}; step time in units of "
-            f"24576 x {cap}, a full micro-batch's linear term; x floor: over total workload / ranks "
+    head = (f"lock-step model of the {runs} (micro_batch_fixed_tokens {fixed_tokens:g}; step time in units "
+            f"of 24576 x {cap}, a full micro-batch's linear term; x floor: over total workload / ranks "
             "+ count x fixed cost)")
     return [head, *(t.rstrip() for t in text)]
 
 
-def to_json(rows: Sequence[Modeled], overhead: float) -> dict[str, Any]:
-    """``{"micro_batch_overhead", "unit", kind: {count, step_time, floor, error}}``."""
-    out: dict[str, Any] = {"micro_batch_overhead": overhead,
-                           "unit": rows[0].unit if rows else None}
+def to_json(rows: Sequence[Modeled], fixed_tokens: float) -> dict[str, Any]:
+    """``{"micro_batch_fixed_tokens", "unit", "token", kind: {count, step_time, floor, error}}``."""
+    out: dict[str, Any] = {"micro_batch_fixed_tokens": fixed_tokens,
+                           "unit": rows[0].unit if rows else None, "token": rows[0].token if rows else None}
     for m in rows:
         out[m.kind] = {"count": m.count, "step_time": m.step_time, "floor": m.floor, "error": m.error}
     return out

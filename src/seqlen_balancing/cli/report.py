@@ -255,7 +255,95 @@ SWEEP_COLUMNS: list[Column[StepResult]] = [
         lambda r, a: _saving(r.total_micro_batches, r.verl_total),
         _verl_on,
     ),
+    Column(
+        "global count/rank",
+        "the global planner's micro-batches per rank (plan_global_batch, choosing the ranks itself)",
+        lambda r, a: _modeled_cell(r, "global", lambda m: str(m.count)),
+    ),
+    Column(
+        "verl time",
+        "--compare-verl: modeled step time under verl's plans (the lock-step model, fixed costs "
+        "included), in tokens of linear work: the same unit at every cap",
+        lambda r, a: _modeled_cell(r, "verl", _time_text),
+        _verl_on,
+    ),
+    Column("library time", "modeled step time under this library's plans per rank (as verl time)",
+           lambda r, a: _modeled_cell(r, "library", _time_text)),
+    Column("global time", "modeled step time under the global planner's plan (as verl time)",
+           lambda r, a: _modeled_cell(r, "global", _time_text)),
+    Column(
+        "vs fastest",
+        "library time against the fastest cap's ('fastest'; equal times: the smaller cap)",
+        lambda r, a: _vs_fastest(r, a),
+    ),
+    Column(
+        "limit",
+        "--max-token-len-limit N: 'fastest' on the fastest cap (library time) at or below N, "
+        "'over' on caps above N",
+        lambda r, a: _limit_cell(r, a),
+        lambda a: getattr(a, "max_token_len_limit", None) is not None,
+    ),
 ]
+
+
+def _model_of(result: StepResult, kind: str) -> modeled.Modeled | None:
+    return next((m for m in result.modeled if m.kind == kind), None)
+
+
+def _modeled_cell(result: StepResult, kind: str, text: Callable[[modeled.Modeled], str]) -> str:
+    m = _model_of(result, kind)
+    if m is None or (m.step_time is None and m.error is None):
+        return "-"
+    return "fails" if m.step_time is None else text(m)
+
+
+def _time_text(m: modeled.Modeled) -> str:
+    return f"{m.in_tokens:,.0f}"
+
+
+def _sweep_rows(outcomes: Sequence[StepResult | tuple[int, str]], sp_size: int
+                ) -> list[tuple[int, list[modeled.Modeled]]]:
+    """Each planned cap's ``max_token_len`` with its models (:func:`modeled.fastest` reads them)."""
+    return [(o.max_token_len // sp_size, o.modeled) for o in outcomes if not isinstance(o, tuple)]
+
+
+def _vs_fastest(result: StepResult, args: argparse.Namespace) -> str:
+    rows = getattr(args, "sweep_rows", [])
+    best = modeled.fastest(rows, "library")
+    mine = _model_of(result, "library")
+    if best is None or mine is None or mine.in_tokens is None:
+        return "-"
+    if result.max_token_len // args.sp_size == best:
+        return "fastest"
+    least = next(m.in_tokens for cap, models in rows if cap == best for m in models if m.kind == "library")
+    return f"{100 * (mine.in_tokens / least - 1):+.1f}%" if least else "-"
+
+
+def _limit_cell(result: StepResult, args: argparse.Namespace) -> str:
+    limit, cap = args.max_token_len_limit, result.max_token_len // args.sp_size
+    if cap > limit:
+        return "over"
+    return "fastest" if modeled.fastest(getattr(args, "sweep_rows", []), "library", limit) == cap else ""
+
+
+def _fastest_lines(args: argparse.Namespace, rows: list[tuple[int, list[modeled.Modeled]]]) -> list[str]:
+    """The sweep's answer: the fastest cap under each kind of plan modeled (and at or below
+    ``--max-token-len-limit``)."""
+    limits = [None] + ([args.max_token_len_limit] if args.max_token_len_limit is not None else [])
+    lines = []
+    for limit in limits:
+        found = [(kind, modeled.fastest(rows, kind, limit)) for kind in ("library", "global", "verl")
+                 if modeled.fastest(rows, kind) is not None]  # the kinds modeled at some cap
+        named = ", ".join(f"{_KIND_WORDS[kind]} {'none' if cap is None else cap}" for kind, cap in found)
+        if named:
+            where = "" if limit is None else f" at or below --max-token-len-limit {limit}"
+            lines.append(f"fastest max_token_len{where} in the lock-step model "
+                         f"(micro_batch_fixed_tokens {modeled.fixed_tokens_of(args.options):g}): {named}")
+    return lines
+
+
+#: How the sweep's answer names each kind of plan.
+_KIND_WORDS = {"library": "this library per rank", "global": "the global planner", "verl": "verl's plans"}
 
 
 def columns_help(command: str) -> str:
@@ -439,7 +527,7 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
         print(_filler_line(result))
     if result.verl is not None:
         print(_verl_summary(result))
-    for line in modeled.lines(result.modeled, cap, modeled.overhead_of(args.options)):
+    for line in modeled.lines(result.modeled, cap, modeled.fixed_tokens_of(args.options)):
         print(line)
 
 
@@ -499,6 +587,7 @@ def print_sweep(
     smallest cap that can be planned at all, notes for infeasible caps."""
     for line in describe(step, args, None):
         print(line)
+    args = argparse.Namespace(**vars(args), sweep_rows=_sweep_rows(outcomes, args.sp_size))
     shown = [c for c in SWEEP_COLUMNS if c.shown(args)]
     rows, notes = [], []
     for r in outcomes:
@@ -509,6 +598,8 @@ def print_sweep(
         else:
             rows.append([c.cell(r, args) for c in shown])
     print(_table([c.header for c in shown], rows))
+    for line in _fastest_lines(args, args.sweep_rows):
+        print(line)
     if smallest is not None:
         print(_smallest_text(args, smallest))
     for note in notes:
@@ -645,12 +736,12 @@ def plan_json(step: Step, args: argparse.Namespace, result: StepResult) -> dict[
         "lower_bound_total": result.lower_bound_total,
         "proven_optimal": result.proven_optimal,
         **_verl_json(result),
-        "step_time": modeled.to_json(result.modeled, modeled.overhead_of(args.options)),
+        "step_time": modeled.to_json(result.modeled, modeled.fixed_tokens_of(args.options)),
     }
 
 
-def sweep_row_json(result: StepResult, sp_size: int) -> dict[str, Any]:
-    """One ``sweep --json`` row."""
+def sweep_row_json(result: StepResult, sp_size: int, fixed_tokens: float | None = None) -> dict[str, Any]:
+    """One ``sweep --json`` row (``step_time`` with ``fixed_tokens``: the lock-step model)."""
     return {
         "max_token_len": result.max_token_len // sp_size,
         "cap": result.max_token_len,
@@ -668,6 +759,7 @@ def sweep_row_json(result: StepResult, sp_size: int) -> dict[str, Any]:
         "micro_batch_tokens": [r.micro_batch_tokens for r in result.ranks],
         "seconds": round(result.seconds, 6),
         **_verl_json(result),
+        **({} if fixed_tokens is None else {"step_time": modeled.to_json(result.modeled, fixed_tokens)}),
     }
 
 
@@ -676,10 +768,17 @@ def sweep_json(
     smallest: int | None = None,
 ) -> dict[str, Any]:
     """The ``sweep --json`` object."""
+    fixed_tokens = modeled.fixed_tokens_of(args.options)
     rows = [
         {"max_token_len": o[0] // args.sp_size, "cap": o[0], "error": o[1]}
         if isinstance(o, tuple)
-        else sweep_row_json(o, args.sp_size)
+        else sweep_row_json(o, args.sp_size, fixed_tokens)
         for o in outcomes
     ]
-    return {**settings(step, args), "smallest_max_token_len": smallest, "rows": rows}
+    models, limit = _sweep_rows(outcomes, args.sp_size), args.max_token_len_limit
+    kinds = ("verl", "library", "global")
+    return {**settings(step, args), "smallest_max_token_len": smallest, "max_token_len_limit": limit,
+            "fastest": {kind: modeled.fastest(models, kind) for kind in kinds},
+            "fastest_within_limit": None if limit is None
+            else {kind: modeled.fastest(models, kind, limit) for kind in kinds},
+            "rows": rows}

@@ -355,7 +355,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         )
     verl = _verl(per_rank, cap, args) if args.compare_verl else None
     modeled = []
-    if getattr(args, "command", None) == "plan" and not getattr(args, "group_sizes", None):
+    if getattr(args, "command", None) in ("plan", "sweep") and not getattr(args, "group_sizes", None):
         library = [[[dealt[r][i] for i in mb] for mb in plan] for r, plan in enumerate(plans)]
         modeled = model_step(pre_deal, dealt, library, cap, args.options,
                              None if verl is None else verl.counts)

@@ -218,24 +218,24 @@ class WorkloadsAndModel(PlanError):
 
 @dataclass(frozen=True)
 class OverheadNotANumber(PlanError):
-    """``micro_batch_overhead`` is not a real number (a string, a bool, ``None``)."""
+    """``micro_batch_fixed_tokens`` is not a real number (a string, a bool, ``None``)."""
 
     exception_type = TypeError
 
     def text(self) -> str:
         return (
-            "micro_batch_overhead must be a number >= 0 (the fixed cost of one micro-batch as "
-            "a share of 24576 x max_token_len), got a value that is not a number"
+            "micro_batch_fixed_tokens must be a number >= 0 (the fixed cost of one micro-batch "
+            "in tokens of linear work), got a value that is not a number"
         )
 
 
 @dataclass(frozen=True)
 class OverheadInvalid(PlanError):
-    """``micro_batch_overhead`` is negative, infinite, NaN or beyond a float (``10**400``)."""
+    """``micro_batch_fixed_tokens`` is negative, infinite, NaN or beyond a float (``10**400``)."""
 
     def text(self) -> str:
         return (
-            "micro_batch_overhead must be a finite number >= 0 (the fixed cost of one "
-            "micro-batch as a share of 24576 x max_token_len), got a negative, infinite or NaN "
-            "value, or one beyond a float; pass e.g. 0.05"
+            "micro_batch_fixed_tokens must be a finite number >= 0 (the fixed cost of one "
+            "micro-batch in tokens of linear work), got a negative, infinite or NaN value, or "
+            "one beyond a float; pass e.g. 819.2"
         )

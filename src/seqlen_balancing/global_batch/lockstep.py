@@ -8,9 +8,10 @@ in lock-step: micro-batch ``k`` takes as long as the slowest rank's micro-batch 
 
 where ``W(r, k)`` is the workload of rank ``r``'s micro-batch ``k`` (verl's
 ``24576*s + s**2`` per sequence of ``s`` tokens, or the caller's ``workloads``) and the
-fixed cost of one micro-batch is ``micro_batch_overhead x 24576 x max_token_len``
-(:func:`micro_batch_fixed_cost`: the parameter all-gather and the gradient reduce-scatter,
-as a share of the linear term of a full micro-batch). No plan beats its floor
+fixed cost of one micro-batch is ``micro_batch_fixed_tokens x 24576``
+(:func:`micro_batch_fixed_cost`: kernel launches, the parameter all-gather and the gradient
+reduce-scatter, as the linear work of that many tokens; the same whatever the cap, and with a
+``workload_model`` its linear coefficient instead of ``24576``). No plan beats its floor
 (:func:`step_time_floor`): ``total workload / dp_size + count x fixed cost``.
 
 :func:`plan_at` builds a :class:`Grid` of ``dp x count`` cells (rank, micro-batch index),
@@ -56,18 +57,18 @@ _LIGHTEST = 2
 _PAIR_GROUPS = 24
 
 
-def micro_batch_fixed_cost(max_token_len: int, micro_batch_overhead: float) -> float:
-    """The fixed cost of one micro-batch in verl's workload units.
-
-    ``micro_batch_overhead x 24576 x max_token_len``: the share ``micro_batch_overhead`` of
-    the linear term of a micro-batch holding ``max_token_len`` tokens (each token costs
-    ``24576`` in ``24576*s + s**2``).
+def micro_batch_fixed_cost(fixed_tokens: float, options: PlanOptions | None = None) -> float:
+    """The fixed cost of one micro-batch in workload units: ``fixed_tokens`` tokens of linear
+    work, ``fixed_tokens x 24576`` in verl's ``24576*s + s**2`` (with ``options.workload_model``,
+    its linear coefficient instead of ``24576``). It does not depend on ``max_token_len``.
 
     Example:
-        >>> micro_batch_fixed_cost(16384, 0.25)
-        100663296.0
+        >>> micro_batch_fixed_cost(100.0)
+        2457600.0
     """
-    return micro_batch_overhead * WORKLOAD_LINEAR_COEF * max_token_len
+    model = None if options is None else options.workload_model
+    linear = WORKLOAD_LINEAR_COEF if model is None else model.coefficients()[0]
+    return fixed_tokens * linear
 
 
 def lock_step_time(

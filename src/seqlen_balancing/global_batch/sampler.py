@@ -72,7 +72,7 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         options: the plan's options (:class:`~seqlen_balancing.PlanOptions`, passed on to
             :func:`~seqlen_balancing.plan_global_batch`); ``None``: verl's behaviour.
         **option_keywords: any option by name, laid over ``options`` (as
-            :func:`~seqlen_balancing.plan_global_batch` takes them): ``micro_batch_overhead``,
+            :func:`~seqlen_balancing.plan_global_batch` takes them): ``micro_batch_fixed_tokens``,
             ``use_dynamic_bsz_balance``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
             ``padded``, ``max_samples_per_micro_batch``, ``num_batches_divided_by``,
             ``min_num_micro_batch``, ``force_group_size``, ``workload_model``,

@@ -34,7 +34,7 @@ sampler, PPO's balance step), :func:`~seqlen_balancing.plan_global_batch` plans 
    micro-batches of other layers. Sample counts and the rule hold throughout.
 5. **One more?** Where ``K`` met the bound, ``K + d`` (``d`` = ``num_batches_divided_by``
    or 1) is kept only where it *saves more than the margin*: its modeled step time, its
-   ``d`` extra fixed costs (``micro_batch_overhead``) included, is below the plan at
+   ``d`` extra fixed costs (``micro_batch_fixed_tokens``) included, is below the plan at
    ``K``'s by more than 2% of ``total workload / dp_size`` (issue 31's tolerance on the
    step time: a saving within it does not buy a micro-batch per rank). ``K + d`` is planned
    only where the plan at ``K`` is further above its floor than ``d`` fixed costs plus the
@@ -73,7 +73,7 @@ from seqlen_balancing.planning.planner import agreed_count, analyse, build_plan
 from seqlen_balancing.planning.rows import RowIndices, rows_error, rows_for
 
 __all__ = [
-    "DEFAULT_MICRO_BATCH_OVERHEAD",
+    "DEFAULT_MICRO_BATCH_FIXED_TOKENS",
     "StepPlan",
     "lock_step_time",
     "micro_batch_fixed_cost",
@@ -85,14 +85,15 @@ __all__ = [
 
 #: One more micro-batch per rank is kept only where it saves more than 1/_MARGIN of
 #: ``total workload / dp_size`` beyond its fixed costs: 2%, issue 31's tolerance on the step
-#: time, so that free micro-batches (``micro_batch_overhead=0``) do not buy savings within
+#: time, so that free micro-batches (``micro_batch_fixed_tokens=0``) do not buy savings within
 #: it with a micro-batch per rank (costs the model does not charge: launches, a pass's
 #: fixed work) and the count stays at the bound.
 _MARGIN = 50
 
-#: The fixed cost of one micro-batch as a share of the linear term of a full one
-#: (``24576 x max_token_len``); docs/step-time.md gives the measurement behind it.
-DEFAULT_MICRO_BATCH_OVERHEAD = 0.05
+#: The fixed cost of one micro-batch in tokens of linear work (``24576 x`` this in verl's
+#: workload), whatever the cap: 0.05 x 16,384, the former default share at that cap;
+#: docs/step-time.md says how to measure it on one GPU.
+DEFAULT_MICRO_BATCH_FIXED_TOKENS = 819.2
 
 
 @dataclass(frozen=True)
@@ -324,7 +325,7 @@ def plan_step(
     result, lower, whole = _whole_step(seq_lens, max_token_len, rule, data)
     first, most = _count_range(result, lower, dp, equal, floor, divisor)
     per_rank = result.n_groups // dp if equal else None
-    fixed = micro_batch_fixed_cost(result.requested_max_token_len, given.micro_batch_overhead)
+    fixed = micro_batch_fixed_cost(given.micro_batch_fixed_tokens, given)
     memo: dict[Any, Any] = {}
     count, grid = first, plan_at(result, dp, first, per_rank, memo, whole)
     while grid is None:  # one group per micro-batch (count == most) always evens out
@@ -407,8 +408,8 @@ def plan_global_batch(
             laid over ``options`` (as :func:`~seqlen_balancing.plan_micro_batches` takes
             them):
 
-            * ``micro_batch_overhead``: the fixed cost of one micro-batch, as a share of
-              the linear term of a full one
+            * ``micro_batch_fixed_tokens``: the fixed cost of one micro-batch in tokens of
+              linear work, whatever ``max_token_len``
               (:func:`~seqlen_balancing.global_batch.lockstep.micro_batch_fixed_cost`), a number >= 0.
               The count stays at the bound ``ceil(B / dp_size)`` unless one more
               micro-batch per rank (``num_batches_divided_by`` more) lowers the modeled

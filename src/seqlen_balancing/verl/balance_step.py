@@ -34,7 +34,7 @@ two places where verl 0.9.1 makes it:
 
 Both plan with the switch's planning options of the environment (:func:`_rule`:
 ``pad_to_multiple_of``, ``micro_batch_multiple_of``, ``max_samples_per_micro_batch``,
-``over_cap``, ``micro_batch_overhead``, the workload model); with ``over_cap="alone"`` a
+``over_cap``, ``micro_batch_fixed_tokens``, the workload model); with ``over_cap="alone"`` a
 sample over the cap takes a micro-batch of its own on one rank. Where the plan cannot be
 made (the actor on the static path, ``use_prefix_grouper``, a sample over the cap without
 ``over_cap="alone"``, a batch the ranks cannot share equally), verl's own code runs, with
@@ -225,22 +225,18 @@ def ppo_settings(config: Any) -> tuple[int, int] | None:
     return cap * sp, mini * n
 
 
-def _rule(options: PlanOptions, lengths: Sequence[int] | None) -> dict[str, Any]:
+def _rule(options: PlanOptions) -> dict[str, Any]:
     """The switch's planning options of the environment (those set) as the planner's
     keywords: ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
-    ``max_samples_per_micro_batch``, ``over_cap``, ``micro_batch_overhead`` and the workload
-    model (its workloads of ``lengths``, or the model itself for the sampler, which reads
-    each step's lengths). The others act in each rank's ``prepare_micro_batches`` only."""
+    ``max_samples_per_micro_batch``, ``over_cap``, ``micro_batch_fixed_tokens`` and the
+    workload model (the planner computes its workloads, and prices the fixed cost of a
+    micro-batch with its linear coefficient). The others act in each rank's
+    ``prepare_micro_batches`` only."""
     rule: dict[str, Any] = {}
     for name in ("pad_to_multiple_of", "micro_batch_multiple_of", "max_samples_per_micro_batch",
-                 "over_cap", "micro_batch_overhead"):
+                 "over_cap", "micro_batch_fixed_tokens", "workload_model"):
         if getattr(options, name) != getattr(_DEFAULTS, name):
             rule[name] = getattr(options, name)
-    if options.workload_model is not None:
-        if lengths is None:
-            rule["workload_model"] = options.workload_model
-        else:
-            rule["workloads"] = options.workload_model.workloads(list(lengths))
     return rule
 
 
@@ -315,7 +311,7 @@ def _plan_or_none(
         if settings is None:
             return None
         cap, mini = settings
-        planned = ppo_order(lengths, dp_size, cap, mini, **_rule(_STATE.options, lengths))
+        planned = ppo_order(lengths, dp_size, cap, mini, **_rule(_STATE.options))
     except (TypeError, ValueError) as error:
         logger.warning("seqlen-balancing: %s runs verl's own balance this step: %s", where, error)
         return None
@@ -452,7 +448,7 @@ def sft_sampler(
         sampler = BalancedDistributedSampler(
             dataset, **plain, lengths=lambda i: row_tokens(dataset[i]),
             batch_size=settings["batch_size"], max_token_len=settings["max_token_len"],
-            **_rule(_STATE.options, None))
+            **_rule(_STATE.options))
     except (TypeError, ValueError) as error:
         logger.warning("seqlen-balancing: verl.trainer.sft_trainer keeps DistributedSampler: %s%s",
                        error, _over_cap_hint(error))
