@@ -484,7 +484,7 @@ def analyse_with_prefixes(
     seq_lens: Sequence[Any], max_token_len: Any, options: PlanOptions, prefix_lengths: Any, *,
     costs: Any = None, workloads: Any = None, padded_extents: Any = None, group_ids: Any = None,
 ) -> RankAnalysis:
-    """:func:`~seqlen_balancing.planning.planner.analyse` for a rank that may share prompts:
+    """``analyse`` for a rank that may share prompts:
     ``prefix_lengths`` (``None``: ``analyse`` itself) turned first into the costs and part
     ids that plan each group's shared prefix once
     (:func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`), a refusal into this rank's

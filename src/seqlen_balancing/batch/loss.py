@@ -4,7 +4,7 @@ A token-mean loss over a step cut into micro-batches of different sizes must div
 token's loss by one number, the loss tokens of the whole step (every micro-batch of every
 DP rank): a mean per micro-batch or per rank weighs each token by the size of the
 micro-batch it landed in, so the gradient would change with the plan (verl #5625, NeMo-RL
-#4242, AReaL #1730). :func:`step_loss_scales` counts them with one ``all_reduce`` over the
+#4242, AReaL #1730). :func:`~seqlen_balancing.step_loss_scales` counts them with one ``all_reduce`` over the
 DP group and returns the scale of each micro-batch's summed loss.
 """
 
@@ -26,7 +26,7 @@ __all__ = ["StepLossScales", "step_loss_scales"]
 
 @dataclass(frozen=True)
 class StepLossScales:
-    """What :func:`step_loss_scales` returns.
+    """What :func:`~seqlen_balancing.step_loss_scales` returns.
 
     Attributes:
         total_tokens: the step's loss normaliser: the loss tokens (the sum of the loss
@@ -76,7 +76,7 @@ def step_loss_scales(
         average_gradients: the gradients are averaged over the ranks (DDP, FSDP).
 
     Returns:
-        A :class:`StepLossScales`.
+        A :class:`~seqlen_balancing.batch.loss.StepLossScales`.
 
     Raises:
         TypeError: a micro-batch that is neither a batch nor a number, or a loss entry that

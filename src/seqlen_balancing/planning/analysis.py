@@ -113,7 +113,7 @@ class RankAnalysis:
         group_labels: with ``members``, each group's name in messages (its id's repr).
         custom_groups: True when the caller gave ``group_ids`` (agreed by the DP group).
         custom_prefixes: True when the caller gave ``prefix_lengths`` (agreed by the DP
-            group; the costs and groups are then :mod:`~seqlen_balancing.planning.prefix`'s).
+            group; the costs and groups are then :func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`'s).
     """
 
     error: PlanError | None
