@@ -262,9 +262,9 @@ def _equal_rows(
                                 min(a.n_groups for a in analyses), divisor)
     if error is not None:
         raise error.exception()
-    windows = [rows_at(a, count) for a in analyses]
-    rows = max(at.rows for at in windows)
-    for rank, (result, at) in enumerate(zip(analyses, windows, strict=True)):
+    at_count = [rows_at(a, count) for a in analyses]
+    rows = max(at.rows for at in at_count)
+    for rank, (result, at) in enumerate(zip(analyses, at_count, strict=True)):
         if at.tolerance < rows:
             raise rows_error(result, rows, at.tolerance).exception(rank)
     out: list[list[list[int]]] = []

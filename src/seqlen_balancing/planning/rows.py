@@ -264,7 +264,8 @@ def _alone(result: RankAnalysis, least: int) -> tuple[int, RankAnalysis]:
 def _low(result: RankAnalysis, count: int) -> int:
     """The fewest rows a plan of ``count`` micro-batches can hold: the balanced
     ``ceil(rows / count)``, and no fewer than any item's (over-cap ones included)."""
-    rows = _core(result).rule.rows if _core(result).rule is not None else []  # type: ignore[union-attr]
+    rule = _core(result).rule
+    rows = rule.rows if rule is not None else []
     over_rows = max((result.rule.rows[g] for g in result.over_cap_groups), default=0) if result.rule else 0
     return max(-(-sum(rows) // max(count - len(result.over_cap_groups), 1)), max(rows, default=1), over_rows)
 
