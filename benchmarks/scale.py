@@ -96,7 +96,7 @@ PASS_THROUGH = 0.95
 # functions that only call the stages (left out of the stages column)
 WRAPPERS = frozenset({
     "<genexpr>", "<lambda>", "<listcomp>", "_analyse", "_balanced_bins", "_count",
-    "_search_count", "analyse", "balanced", "build_plan", "paused", "plan_at",
+    "analyse", "balanced", "build_plan", "paused", "plan_at",
 })
 
 

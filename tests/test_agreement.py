@@ -42,7 +42,7 @@ from seqlen_balancing.errors import (
 )
 from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planning.planner import RankAnalysis, analyse
-from seqlen_balancing.planning.rows import rows_for
+from seqlen_balancing.planning.rows import rows_at
 
 MASK = (1 << 20) - 1
 NONE = -(1 << 62)  # a negated slot of a rank with nothing to say
@@ -216,7 +216,7 @@ def test_equal_rows_agree_in_a_second_vector_of_two_values() -> None:
     reduced = combine([encode_rows(a, count, 0), encode_rows(b, count, 1)])
     assert len(reduced) == 2
     # each rank's (rows, -tolerance) under its tag; the MAX takes the most rows, the least tolerance
-    wants = [rows_for(x, count) for x in (a, b)]
+    wants = [rows_at(x, count) for x in (a, b)]
     assert reduced == [max(w.rows * 2**20 + MASK - r for r, w in enumerate(wants)),
                        max(-w.tolerance * 2**20 + MASK - r for r, w in enumerate(wants))]
     assert decode_rows(reduced, 10)[0] == max(w.rows for w in wants)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -151,9 +152,9 @@ def test_a_poisoned_rank_fails_every_rank_with_dummies_on() -> None:
 
 
 def test_too_many_dummies_through_the_agreement_names_the_short_rank() -> None:
-    long_rank = analyse([1, 1], 1, PlanOptions(dummy_micro_batches=True))  # the same options
-    long_rank.min_count = MAX_DUMMY_MICRO_BATCHES + 10  # as if it held that many samples
-    long_rank.group_sizes = [1] * (MAX_DUMMY_MICRO_BATCHES + 10)
+    long_rank = replace(analyse([1, 1], 1, PlanOptions(dummy_micro_batches=True)),  # the same options
+                        min_count=MAX_DUMMY_MICRO_BATCHES + 10,  # as if it held that many samples
+                        group_sizes=[1] * (MAX_DUMMY_MICRO_BATCHES + 10))
     short_rank = analyse([1, 1], 1, PlanOptions(dummy_micro_batches=True))
     count, error, rank = decode(combine([encode(long_rank, 0), encode(short_rank, 1)]))
     assert (count, rank) == (0, 1)

@@ -280,20 +280,80 @@ def test_an_exact_count_is_held_to_the_equal_rows_count() -> None:
 def test_the_rows_travel_in_a_second_vector_at_the_agreed_count() -> None:
     from seqlen_balancing.agreement import combine, decode, decode_rows, encode, encode_rows, needs_reports
     from seqlen_balancing.planning.planner import analyse
+    from seqlen_balancing.planning.rows import rows_at
 
     mask, none = (1 << 20) - 1, -(1 << 62)
     options = PlanOptions(equal_rows_per_micro_batch=True)
     first = analyse([10, 4, 6, 3, 3, 8, 9, 1], 20, options)  # 3 micro-batches of 3 rows
     second = analyse([5, 5, 5, 5], 20, options)  # alone: 1 micro-batch of 4 rows
-    assert [(w.count, w.rows) for w in first.rows_window[:3]] == [(3, 3), (4, 2), (5, 2)]
-    assert [(w.count, w.rows) for w in second.rows_window[:4]] == [(1, 4), (2, 2), (3, 2), (4, 1)]
+    # the fewest rows at each count: ceil(8 / count) where the tokens allow it, ceil(4 / count)
+    assert [(w.count, w.rows) for w in (rows_at(first, c) for c in (3, 4, 5))] == [(3, 3), (4, 2), (5, 2)]
+    assert [(w.count, w.rows) for w in (rows_at(second, c) for c in (1, 2, 3, 4))] == [
+        (1, 4), (2, 2), (3, 2), (4, 1)]
     reduced = combine([encode(first, 0), encode(second, 1)])
     assert not needs_reports(reduced)
     count, error, _ = decode(reduced)
     assert (count, error) == (3, None)
     tag = mask - 1
     # at count 3 the second rank needs 2 rows: rows << 20 | tag and -tolerance << 20 | tag
-    assert encode_rows(second, 3, 1) == [2 << 20 | tag, -second.rows_window[2].tolerance << 20 | tag]
+    # the second rank's fullest of 3 micro-batches: 2 real rows of 10 tokens, + 10 filler rows
+    assert rows_at(second, 3).tolerance == 2 + (20 - 10)
+    assert encode_rows(second, 3, 1) == [2 << 20 | tag, -12 << 20 | tag]
     assert encode_rows(analyse([5, 5, 5, 5], 20), 3, 1) == [0, none]  # option off: idle
     rows_reduced = combine([encode_rows(first, 3, 0), encode_rows(second, 3, 1)])
     assert decode_rows(rows_reduced, 20) == (3, None, None)  # the most any rank needs at 3
+
+
+def test_the_rows_are_found_at_the_agreed_count_however_far_above_the_ranks_own() -> None:
+    # rank 0: forty samples of the whole cap, each alone with no room for a filler row (40
+    # micro-batches of 1 row); rank 1: forty 10-token samples, 1 micro-batch on its own. At
+    # the agreed 40 rank 1's samples run one each: 1 row, no filler, and nothing is over the cap.
+    # (A window of 32 counts from rank 1's own count of 1 stated the rows of count 8 there.)
+    plans = plan_data_parallel([[1000] * 40, [10] * 40], 1000, equal_rows_per_micro_batch=True)
+    for lengths, plan in zip([[1000] * 40, [10] * 40], plans, strict=True):
+        assert len(plan) == 40
+        check_plan(lengths, 1000, plan, 1)
+        assert all(part.filler == 0 for part in plan)
+
+
+def test_rows_at_any_count_are_the_balanced_rows_where_the_tokens_allow() -> None:
+    from seqlen_balancing.planning.planner import analyse
+    from seqlen_balancing.planning.rows import rows_at
+
+    # forty 10-token samples under 1000: at c micro-batches the fewest rows are ceil(40 / c),
+    # each micro-batch at most 10 x ceil(40 / c) <= 400 tokens, so every balanced count fits;
+    # the tolerance: the fullest micro-batch's real rows plus 1-token filler rows to the cap
+    result = analyse([10] * 40, 1000, PlanOptions(equal_rows_per_micro_batch=True))
+    assert result.min_count == 1 and result.equal_rows is not None
+    for count in (1, 2, 3, 7, 13, 20, 33, 40):
+        at = rows_at(result, count)
+        rows = -(-40 // count)
+        assert (at.count, at.rows) == (count, rows)
+        assert at.tolerance >= rows + (1000 - 10 * rows)  # its fewest rows' plan alone
+
+
+def test_a_count_above_a_ranks_groups_runs_them_alone_at_their_rows() -> None:
+    # rank 1 holds 3 samples and serves the agreed 8 with 5 dummies: every micro-batch 1 row
+    # (rank 0's 100-token samples take no filler row under 100), its own 3 rows at count 1
+    # not carried over.
+    plans = plan_data_parallel([[100] * 8, [10, 20, 30]], 100, equal_rows_per_micro_batch=True,
+                               dummy_micro_batches=True)
+    assert [len(plan) for plan in plans] == [8, 8]
+    assert {len(part) + part.filler for plan in plans for part in plan} == {1}
+    assert sorted(i for part in plans[1] for i in part) == [0, 1, 2]
+
+
+def test_the_agreement_writes_nothing_onto_the_analyses() -> None:
+    import dataclasses
+
+    from seqlen_balancing.agreement import agree_in_process
+    from seqlen_balancing.planning.planner import analyse
+
+    options = PlanOptions(equal_rows_per_micro_batch=True)
+    # 3 micro-batches of 3 rows (44 tokens and 8 rows under 20), and 4 rows at 2 per micro-batch
+    analyses = [analyse([10, 4, 6, 3, 3, 8, 9, 1], 20, options), analyse([5, 5, 5, 5], 20, options)]
+    copies = [dataclasses.replace(a) for a in analyses]
+    assert agree_in_process(analyses) == (3, 3)  # the count, and the rows as a value
+    assert analyses == copies
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        analyses[0].min_count = 1  # type: ignore[misc]

@@ -5,6 +5,7 @@ compares with verl itself in ``tests/compat/_differential.py``), and the cases f
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -54,23 +55,19 @@ def test_exact_count_below_the_analysis_count_is_searched_for() -> None:
     # the planner search for 3 (optimum 3: 30 tokens in bins of 10) and keep what it finds.
     lengths = [6, 5, 5, 4, 4, 3, 3]
     assert brute_force_optimum(lengths, 10) == 3
-    result = analyse(lengths, 10)
-    result._packing = [[g] for g in range(len(lengths))]
-    result.min_count = len(lengths)
+    result = replace(analyse(lengths, 10), _packing=[[g] for g in range(len(lengths))],
+                     min_count=len(lengths))
     count, reached = _exact_count(result, 3)
     assert count == 3 and reached.min_count == 3 and max(tokens(lengths, reached._packing)) <= 10
     assert result.min_count == len(lengths)  # a new analysis: the one given is left as it was
     # Many groups (no exhaustive search): verl's Karmarkar-Karp or the exchange search.
     many = [30, 30, 40] * 20
-    result = analyse(many, 100)
-    result._packing = [[g] for g in range(len(many))]
-    result.min_count = len(many)
+    result = replace(analyse(many, 100), _packing=[[g] for g in range(len(many))], min_count=len(many))
     count, reached = _exact_count(result, 20)
     assert count == 20 and reached.min_count == 20 and max(tokens(many, reached._packing)) <= 100
     # A count no search reaches, above the bound, is refused with what was found.
-    tight = analyse([51, 51, 51, 49, 49, 49], 100)
-    tight._packing, tight.min_count = [[g] for g in range(6)], 6
-    tight.lower_bound = 2  # pretend a weaker bound: 3 is the optimum
+    tight = replace(analyse([51, 51, 51, 49, 49, 49], 100), _packing=[[g] for g in range(6)], min_count=6,
+                    lower_bound=2)  # pretend a weaker bound: 3 is the optimum
     with pytest.raises(ValueError, match=(
         r"num_micro_batches=2: no plan with 2 micro-batches under max_token_len=100 was found "
         r"\(the fewest found is 6; the lower bound, 2, does not rule 2 out\); pass at least 6"

@@ -159,7 +159,7 @@ def _all_reduce_max(values: list[int], group: Any) -> list[int]:
 
 def agree(
     analysis: RankAnalysis, group: Any = None, static_count: int | None = None
-) -> tuple[int, PlanError | None, int | None]:
+) -> tuple[int, PlanError | None, int | None, int]:
     """One ``all_reduce(MAX)`` over ``group``; every rank gets the same verdict.
 
     When the reduced vector shows that some rank failed or that the ranks' settings differ,
@@ -177,11 +177,11 @@ def agree(
             ``None`` on the dynamic path; the mode is part of the agreed vector.
 
     Returns:
-        ``(count, None, None)`` or ``(0, error, rank at fault or None)``; identical on every
-        rank. The count is the largest any rank needs, rounded up to
-        ``num_batches_divided_by`` (the same on every rank, else an error); on the static
-        path, the common static count. The error names the DP group rank and the global
-        rank at fault.
+        ``(count, None, None, rows)`` or ``(0, error, rank at fault or None, 0)``; identical
+        on every rank (``rows``: the agreed equal rows, 0 without the option). The count
+        is the largest any rank needs, rounded up to ``num_batches_divided_by`` (the same
+        on every rank, else an error); on the static path, the common static count. The
+        error names the DP group rank and the global rank at fault.
 
     Complexity: one collective of :data:`~seqlen_balancing.agreement.VECTOR_SIZE` int64
     values on success (two with equal rows); one more, an object gather, on failure.
@@ -199,11 +199,10 @@ def agree(
     count, error, at_fault = decode(reduced, analysis.num_batches_divided_by, reports, global_rank)
     options = analysis.options
     if error is not None or static_count is not None or options is None:
-        return count, error, at_fault
-    if options.equal_rows_per_micro_batch:  # agreed: every rank makes this collective
-        rows_reduced = _all_reduce_max(encode_rows(analysis, count, rank), group)
-        rows, error, at_fault = decode_rows(rows_reduced, analysis.requested_max_token_len, global_rank)
-        analysis.agreed_rows = rows
-        if error is not None:
-            return 0, error, at_fault
-    return count, None, None
+        return count, error, at_fault, 0
+    if not options.equal_rows_per_micro_batch:
+        return count, None, None, 0
+    # agreed: every rank makes this collective, each finding its rows at the agreed count
+    rows_reduced = _all_reduce_max(encode_rows(analysis, count, rank), group)
+    rows, error, at_fault = decode_rows(rows_reduced, analysis.requested_max_token_len, global_rank)
+    return (0, error, at_fault, 0) if error is not None else (count, None, None, rows)

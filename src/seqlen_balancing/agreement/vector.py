@@ -64,7 +64,7 @@ from seqlen_balancing.planning.planner import (
     log_over_cap,
 )
 from seqlen_balancing.planning.prefix import shared_prefix_costs
-from seqlen_balancing.planning.rows import rows_for
+from seqlen_balancing.planning.rows import rows_at
 
 __all__ = [
     "LAYOUT",
@@ -419,11 +419,12 @@ def decode(
 def encode_rows(analysis: RankAnalysis, count: int, rank: int) -> list[int]:
     """``equal_rows_per_micro_batch``'s second agreement, at the agreed ``count``: the rows
     this rank's plan needs and the most rows its micro-batches can be topped up to under
-    the cap, as ``[rows << 20 | tag, -tolerance << 20 | tag]`` (idle for a rank with
+    the cap (:func:`~seqlen_balancing.planning.rows.rows_at`, found here, at that count
+    only), as ``[rows << 20 | tag, -tolerance << 20 | tag]`` (idle for a rank with
     neither)."""
     tag = _RANK_MASK - rank
-    if analysis.rows_window:
-        at = rows_for(analysis, count)
+    if analysis.equal_rows is not None:
+        at = rows_at(analysis, count)
         rows, tolerance = at.rows, at.tolerance
     elif analysis.empty_rows_tolerance:  # a rank with no samples: dummies of any rows
         rows, tolerance = 0, analysis.empty_rows_tolerance
@@ -448,9 +449,9 @@ def decode_rows(
     return 0, RowsOverCap(rows, -neg_tolerance, max_token_len, rank=rank_tight, global_rank=where), rank_tight
 
 
-def agree_in_process(analyses: Sequence[RankAnalysis]) -> int:
-    """The agreement of :func:`plan_ranks`, every rank in this process: the count, with
-    each analysis' agreed rows set under ``equal_rows_per_micro_batch``.
+def agree_in_process(analyses: Sequence[RankAnalysis]) -> tuple[int, int]:
+    """The agreement of :func:`plan_ranks`, every rank in this process: the count, and the
+    rows every micro-batch holds under ``equal_rows_per_micro_batch`` (0: off).
 
     Raises:
         TypeError, ValueError: the error every rank of a real group would raise.
@@ -461,14 +462,13 @@ def agree_in_process(analyses: Sequence[RankAnalysis]) -> int:
     if error is not None:
         raise error.exception()
     options = analyses[0].options
-    if options is not None and options.equal_rows_per_micro_batch:
-        rows_reduced = combine([encode_rows(a, count, rank) for rank, a in enumerate(analyses)])
-        rows, error, _ = decode_rows(rows_reduced, analyses[0].requested_max_token_len)
-        if error is not None:
-            raise error.exception()
-        for a in analyses:
-            a.agreed_rows = rows
-    return count
+    if options is None or not options.equal_rows_per_micro_batch:
+        return count, 0
+    rows_reduced = combine([encode_rows(a, count, rank) for rank, a in enumerate(analyses)])
+    rows, error, _ = decode_rows(rows_reduced, analyses[0].requested_max_token_len)
+    if error is not None:
+        raise error.exception()
+    return count, rows
 
 
 
@@ -501,9 +501,10 @@ def analyse_with_prefixes(
     else:
         result = analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
                          group_ids=parts.group_ids)
-    if result.request is not None:  # what the caller gave: its own costs, and prefixes
-        result.request = replace(result.request, costs=costs is not None, prefixes=True)
-    return result
+    if result.request is None:
+        return result
+    # what the caller gave: its own costs, and prefixes
+    return replace(result, request=replace(result.request, costs=costs is not None, prefixes=True))
 
 
 def plan_ranks(
@@ -559,8 +560,8 @@ def plan_ranks(
     ]
     balance = given.use_dynamic_bsz_balance
     if given.same_micro_num_in_dp:
-        count = agree_in_process(analyses)
-        plans = [build_plan(a, count, balance, agreed=True) for a in analyses]
+        count, rows = agree_in_process(analyses)
+        plans = [build_plan(a, count, balance, rows, agreed=True) for a in analyses]
     else:
         plans = [build_plan(a, local_count(a, rank), balance) for rank, a in enumerate(analyses)]
     for rank, a in enumerate(analyses):

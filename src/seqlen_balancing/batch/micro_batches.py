@@ -275,22 +275,23 @@ def _rearrange_rows(
         analysis = failed_analysis(error, max_token_len, None if options_error else options,
                                    costs is not None, workloads is not None, group_ids is not None)
         if analysis.request is not None:  # the settings checked: whether prefixes are given
-            analysis.request = replace(analysis.request, prefixes=prefix_lengths is not None)
+            analysis = replace(analysis, request=replace(analysis.request,
+                                                         prefixes=prefix_lengths is not None))
     if read.empty is not None and analysis.error is None and options.equal_rows_per_micro_batch:
-        analysis.empty_rows_tolerance = _empty_tolerance(analysis, read.empty, options.padded)
-    count = _finish(analysis, sync, dp_group, cause)
-    plan = build_plan(analysis, count, options.use_dynamic_bsz_balance, agreed=sync)
+        analysis = replace(analysis, empty_rows_tolerance=_empty_tolerance(analysis, read.empty,
+                                                                           options.padded))
+    count, rows = _finish(analysis, sync, dp_group, cause)
+    plan = build_plan(analysis, count, options.use_dynamic_bsz_balance, rows, agreed=sync)
     log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
     if read.empty is not None:
-        return _empty_cut(read.empty, count, analysis.agreed_rows)
-    if analysis.rows_window:
+        return _empty_cut(read.empty, count, rows)
+    if analysis.equal_rows is not None:
         return _cut_with_filler(batch, plan, read.entries, read.keys, read.trim,
                                 analysis.pad_to_multiple_of)
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
     dummy = analysis.samples_of(analysis.dummy_group) if analysis.n_groups else []
-    micro_batches, returned, rows = _cut_with_dummies(batch, plan, read.entries, dummy, read.keys,
-                                                      read.trim, analysis.pad_to_multiple_of)
-    return micro_batches, returned, rows
+    return _cut_with_dummies(batch, plan, read.entries, dummy, read.keys, read.trim,
+                             analysis.pad_to_multiple_of)
 
 
 def _empty_tolerance(analysis: RankAnalysis, source: _EmptySource, padded: bool) -> int:

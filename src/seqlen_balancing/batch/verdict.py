@@ -51,15 +51,16 @@ def _finish(
     dp_group: Any,
     cause: BaseException | None = None,
     static_count: int | None = None,
-) -> int:
-    """The count to plan: agreed with the group (one all_reduce), or this rank's own.
-    Every error is raised here, identically on every rank of the group under agreement."""
+) -> tuple[int, int]:
+    """The count to plan and the agreed equal rows (0: none, or the rank's own): agreed with
+    the group (one all_reduce; a second for equal rows), or this rank's own. Every error is
+    raised here, identically on every rank of the group under agreement."""
     if sync:
         # Every rank reaches this call, with or without an error of its own.
-        count, error, _ = distributed.agree(analysis, dp_group, static_count)
+        count, error, _, rows = distributed.agree(analysis, dp_group, static_count)
         if error is not None:
             raise error.exception() from cause
-        return count
+        return count, rows
     if analysis.error is not None:
         raise analysis.error.exception() from cause
-    return static_count if static_count is not None else local_count(analysis)
+    return (static_count if static_count is not None else local_count(analysis)), 0

@@ -70,7 +70,7 @@ from seqlen_balancing.planning.analysis import RankAnalysis
 from seqlen_balancing.planning.bounds import best_lower_bound
 from seqlen_balancing.planning.partition import roundup_divisible
 from seqlen_balancing.planning.planner import agreed_count, analyse, build_plan
-from seqlen_balancing.planning.rows import RowIndices, rows_error, rows_for
+from seqlen_balancing.planning.rows import RowIndices, rows_at, rows_error
 
 __all__ = [
     "DEFAULT_MICRO_BATCH_FIXED_TOKENS",
@@ -262,9 +262,9 @@ def _equal_rows(
                                 min(a.n_groups for a in analyses), divisor)
     if error is not None:
         raise error.exception()
-    windows = [rows_for(a, count) for a in analyses]
-    rows = max(at.rows for at in windows)
-    for rank, (result, at) in enumerate(zip(analyses, windows, strict=True)):
+    at_count = [rows_at(a, count) for a in analyses]
+    rows = max(at.rows for at in at_count)
+    for rank, (result, at) in enumerate(zip(analyses, at_count, strict=True)):
         if at.tolerance < rows:
             raise rows_error(result, rows, at.tolerance).exception(rank)
     out: list[list[list[int]]] = []

@@ -5,20 +5,22 @@ one's result: the :class:`Request` (the options and the cap given), the items un
 rule (:func:`~seqlen_balancing.planning.items.group_rule`), the count
 (:class:`~seqlen_balancing.planning.search.Count`); :class:`RankAnalysis` is made once from them.
 The costs per forced group, their workloads, the cap, the smallest count found and the
-lower bound it is held to, or the error to agree on. Only the equal-rows step
-(:mod:`seqlen_balancing.planning.rows`) and the DP group's agreed rows still write into it.
+lower bound it is held to, or the error to agree on. It is frozen: a step that needs
+another (the equal-rows view of :mod:`seqlen_balancing.planning.rows`, a packing searched for
+a given count) makes a new one with :func:`dataclasses.replace`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from seqlen_balancing.errors import PlanError
 
 if TYPE_CHECKING:
     from seqlen_balancing.options import PlanOptions
+    from seqlen_balancing.planning.rows import RowsAt
     from seqlen_balancing.planning.rule import Rule
 
 __all__ = ["RankAnalysis", "Request"]
@@ -38,7 +40,7 @@ class Request:
     prefixes: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class RankAnalysis:
     """What one rank knows about its batch before the DP group agrees on a count.
 
@@ -94,11 +96,14 @@ class RankAnalysis:
             under the rule alone (a group that fits before one that does not, then the
             fewest effective tokens, then the lowest index).
         min_num_micro_batch: the ``min_num_micro_batch`` given (0 when ``None``).
-        equal_rows: with ``equal_rows_per_micro_batch``, the rows every micro-batch of this
-            rank's own plan holds (real and filler, :mod:`seqlen_balancing.planning.rows`); 0 when off.
-        rows_tolerance: the most rows this rank's micro-batches can be topped up to under
-            the cap (:data:`~seqlen_balancing.planning.rows.UNBOUNDED_ROWS` when filler costs nothing).
-        agreed_rows: the rows the DP group agreed on (0: none, plan with ``equal_rows``).
+        equal_rows: with ``equal_rows_per_micro_batch``, the rows of this rank's own count
+            (:class:`~seqlen_balancing.planning.rows.RowsAt`: the rows every micro-batch of its
+            own plan holds, real and filler, their tolerance under the cap and the plans);
+            ``None`` when off. The rows at another count are
+            :func:`~seqlen_balancing.planning.rows.rows_at`'s.
+        empty_rows_tolerance: on a rank with no samples under dummies and equal rows, the
+            most rows its dummies can hold under the cap (copies of one template row; 0:
+            nothing stated, no row to copy).
         request: what this rank was asked (:class:`Request`; ``None`` when the options
             could not be read: the rank's error says why); the DP group checks that every
             rank has the same (:mod:`seqlen_balancing.agreement`). ``options``,
@@ -137,14 +142,7 @@ class RankAnalysis:
     request: Request | None = field(default=None, repr=False)
     members: list[list[int]] | None = field(default=None, repr=False)
     group_labels: list[str] = field(default_factory=list, repr=False)
-    equal_rows: int = 0
-    rows_tolerance: int = 0
-    agreed_rows: int = 0
-    # The equal-rows window (seqlen_balancing.planning.rows.RowsAt): rows and plans at the counts
-    # this rank can be agreed to.
-    rows_window: list[Any] = field(default_factory=list, repr=False)
-    # A rank with no samples under dummies and equal rows: the most rows its dummies can
-    # hold under the cap (copies of one template row; 0: nothing stated, no row to copy).
+    equal_rows: RowsAt | None = field(default=None, repr=False)
     empty_rows_tolerance: int = 0
 
     @property

@@ -94,7 +94,14 @@ from seqlen_balancing.planning.partition import roundup_divisible
 from seqlen_balancing.planning.per_sample import read_numbers
 from seqlen_balancing.planning.prefix import shared_prefix_costs
 from seqlen_balancing.planning.repack import exact_packing, repack
-from seqlen_balancing.planning.rows import empty_rank_plan, filled_plan, rows_for, rows_view, search_rows
+from seqlen_balancing.planning.rows import (
+    empty_rank_plan,
+    filled_plan,
+    rows_at,
+    rows_error,
+    rows_view,
+    search_rows,
+)
 from seqlen_balancing.planning.rule import Rule
 from seqlen_balancing.planning.search import (
     _EXACT_BUDGET,
@@ -282,9 +289,10 @@ def _analyse(
         count.bound_name, count.min_count, max(rule.sizes) if options.padded else largest,
         count.packing, built.sample_costs, rule, count.over, dummy, rest,
         [] if aside is None else aside.index, request, members or None, labels)
-    if error is None and options.equal_rows_per_micro_batch:  # the equal-rows step writes its own
-        floor = options.min_num_micro_batch
-        search_rows(result, None if floor is None else min(floor, rule.n))
+    if error is None and options.equal_rows_per_micro_batch:  # the count its rows need
+        own = search_rows(result)
+        over = rows_error(result, own.rows, own.tolerance) if own.tolerance < own.rows else None
+        return replace(result, error=over, min_count=own.count, equal_rows=own)
     return result
 
 
@@ -470,8 +478,9 @@ def build_plan(
             already sorts by workload the same way on every rank). The analysis' option
             ``heaviest_first`` orders them so whatever this flag and
             ``use_dynamic_bsz_balance`` say (:func:`~seqlen_balancing.planning.balance.heaviest_first`).
-        rows: with ``equal_rows_per_micro_batch``, the rows of every micro-batch (``None``:
-            the DP group's agreed rows, else the rank's own); the plan is then balanced
+        rows: with ``equal_rows_per_micro_batch``, the rows of every micro-batch (the DP
+            group's agreed rows; ``None`` or 0: the rank's own at ``count``,
+            :func:`~seqlen_balancing.planning.rows.rows_at`); the plan is then balanced
             under :func:`~seqlen_balancing.planning.rows.rows_rule` and each list is a
             :class:`~seqlen_balancing.planning.rows.RowIndices` holding its filler count.
 
@@ -487,13 +496,13 @@ def build_plan(
     """
     if result.error is not None:
         raise result.error.exception()
-    if result.rows_window:
-        at = rows_for(result, count)
-        wanted = rows or result.agreed_rows or at.rows
+    if result.equal_rows is not None:
+        at = rows_at(result, count)
+        wanted = rows or at.rows
         plan = build_plan(rows_view(result, at, wanted), count, use_dynamic_bsz_balance, agreed=agreed)
         return list(filled_plan(result, plan, wanted))
-    if result.agreed_rows and not result.n_samples and result.dummy_micro_batches:
-        return list(empty_rank_plan(count, result.agreed_rows))  # the group's rows, as dummies
+    if rows and not result.n_samples and result.dummy_micro_batches:
+        return list(empty_rank_plan(count, rows))  # the group's rows, as dummies
     top = count if result.dummy_micro_batches else result.n_groups
     if not result.min_count <= count <= top:
         raise ValueError(
@@ -721,8 +730,8 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> tuple[int, Ran
                                 dummies=result.dummy_micro_batches)
     if error is not None:
         raise error.exception()
-    if result.rows_window and wanted < result.rows_window[0].count:
-        fewest = result.rows_window[0].count
+    if result.equal_rows is not None and wanted < result.equal_rows.count:
+        fewest = result.equal_rows.count
         raise ValueError(
             f"num_micro_batches={wanted}: with equal_rows_per_micro_batch the fewest "
             f"micro-batches found whose rows all fit max_token_len={cap} with their filler "

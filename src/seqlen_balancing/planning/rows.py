@@ -21,15 +21,15 @@ the cap counts them, at what the rule allows them to cost and no more:
 
 Splitting a micro-batch keeps it within that rule (each row taken out costs at least a
 filler row's ``c``; a padded part is no wider), so a plan for ``R`` rows at ``K``
-micro-batches gives one at every larger count. :func:`search_rows` finds a rank's
-**window**: the fewest micro-batches ``K`` first (at least the count without the option),
-then at ``K`` and at the next :data:`ROWS_WINDOW` - 1 multiples of
-``num_batches_divided_by`` the fewest rows, from the balanced ``ceil(rows / K)`` up (the
-capacity-aware LPT packing on the filled costs evens rows and tokens at once), each with
-its **tolerance**: the most rows its plans' micro-batches can be topped up to under the
-cap. A DP group agrees in its one collective on the largest ``K``, then at that count on
-the largest ``R`` any rank needs; a rank whose tolerance there is below ``R`` is the
-group's error (:class:`~seqlen_balancing.errors.RowsOverCap`).
+micro-batches gives one at every larger count. :func:`search_rows` finds a rank's own
+count: the fewest micro-batches ``K`` (at least the count without the option) at which
+some row count fits, from the balanced ``ceil(rows / K)`` up (the capacity-aware LPT
+packing on the filled costs evens rows and tokens at once). A DP group agrees in its one
+collective on the largest ``K``; then :func:`rows_at` finds each rank's fewest rows at that
+count, with its **tolerance** (the most rows its plans' micro-batches can be topped up to
+under the cap), and a second small collective agrees on the largest ``R`` any rank needs;
+a rank whose tolerance is below ``R`` is the group's error
+(:class:`~seqlen_balancing.errors.RowsOverCap`).
 
 Why: Megatron's pipeline schedule takes one ``micro_batch_size`` per step, so SkyRL pads
 token-based micro-batches to the largest row count (SkyRL PR #1477); DeepSpeed's pipeline
@@ -48,10 +48,9 @@ from seqlen_balancing.planning.analysis import RankAnalysis
 from seqlen_balancing.planning.balance import lpt
 from seqlen_balancing.planning.partition import roundup_divisible
 from seqlen_balancing.planning.rule import Rule
-from seqlen_balancing.planning.search import _search_count
+from seqlen_balancing.planning.search import search_count
 
 __all__ = [
-    "ROWS_WINDOW",
     "UNBOUNDED_ROWS",
     "RowIndices",
     "RowsAt",
@@ -59,7 +58,7 @@ __all__ = [
     "empty_rank_tolerance",
     "filled_plan",
     "most_rows",
-    "rows_for",
+    "rows_at",
     "rows_rule",
     "rows_view",
     "search_rows",
@@ -80,18 +79,8 @@ _EVERY_ROWS = 8
 #: Up to this many items, the count search runs where the LPT packing fails.
 _SEARCHED_ITEMS = 64
 
-#: Plans beyond the fewest rows' one that stretch an entry's tolerance (:func:`_extended`).
+#: Plans beyond the fewest rows' one that stretch a count's tolerance (:func:`_extended`).
 _STRETCH = 2
-
-#: Counts of a rank's window (what the planner finds with equal rows), its own and the
-#: next multiples of ``num_batches_divided_by``, each with its rows; the agreement carries
-#: one pair of slots for each.
-ROWS_WINDOW = 32
-
-#: Counts of the window searched with several row counts; the later ones try one, while
-#: items x (their place - 4) stays within _WINDOW_BUDGET (then they split the last plan).
-_SEARCHED_COUNTS = 4
-_WINDOW_BUDGET = 1 << 14
 
 
 class RowIndices(list):  # type: ignore[type-arg]
@@ -205,20 +194,20 @@ def empty_rank_plan(count: int, rows: int) -> list[RowIndices]:
     return [RowIndices([], rows) for _ in range(count)]
 
 
-def _sub(core: RankAnalysis, rule: Rule) -> RankAnalysis:
-    """``core`` with its rule replaced (the count search and the balancing read these)."""
+def _sub(core: RankAnalysis, rule: Rule, packing: list[list[int]]) -> RankAnalysis:
+    """``core`` with its rule replaced and ``packing`` its plan (what the balancing reads)."""
     return replace(core, rule=rule, group_sizes=rule.sizes, max_token_len=rule.cap,
-                   _packing=[], min_count=0, lower_bound=0, bound_name="")
+                   _packing=packing, min_count=len(packing), lower_bound=0, bound_name="")
 
 
 @dataclass(frozen=True)
 class RowsAt:
-    """One count of a rank's equal-rows window: at ``count`` micro-batches (over-cap ones
-    included) the fewest ``rows`` found, and plans for every row count from there up to
-    ``tolerance``: ``plans`` holds ``(from_rows, upto, sub)``, ``sub`` the core analysis
-    under :func:`rows_rule` for ``from_rows`` rows with a plan of at most ``count``
-    micro-batches that takes any row count in ``from_rows..upto``; together they cover
-    ``rows..tolerance``."""
+    """A rank's equal rows at one count (:func:`search_rows`, :func:`rows_at`): at
+    ``count`` micro-batches (over-cap ones included) the fewest ``rows`` found, and plans
+    for every row count from there up to ``tolerance``: ``plans`` holds ``(from_rows,
+    upto, sub)``, ``sub`` the core analysis under :func:`rows_rule` for ``from_rows`` rows
+    with a plan of at most ``count`` micro-batches that takes any row count in
+    ``from_rows..upto``; together they cover ``rows..tolerance``."""
 
     count: int
     rows: int
@@ -233,30 +222,35 @@ class RowsAt:
 
 
 def _rows_at(
-    result: RankAnalysis, count: int, low: int, high: int, floor: int | None
+    result: RankAnalysis, count: int, low: int, high: int
 ) -> tuple[int, RankAnalysis] | None:
     """The fewest rows in ``low..high`` at which the core packs into ``count`` micro-batches
     (over-cap ones included), and its analysis, or ``None``."""
     core, over = _core(result), len(result.over_cap_groups)
     bins = count - over
+    floor = _floor(result)
     for wanted in range(low, high + 1):
         rule = rows_rule(result, wanted)
         if rule is None or bins < 1:
             continue
-        sub = _sub(core, rule)
         # The capacity-aware LPT on the filled costs first (O(n log n)): it balances the
         # rows and the tokens at once; the count search only where it fails, on few items.
         quick = lpt(rule, rule.sizes, bins)
         if quick is not None:
-            sub._packing = [items for items in quick if items]
-            sub.min_count = len(sub._packing)
-            return wanted, sub
+            return wanted, _sub(core, rule, [items for items in quick if items])
         if core.n_groups > _SEARCHED_ITEMS:
             continue
-        _search_count(sub, None if floor is None else max(1, floor - over))
-        if sub.min_count <= bins:
-            return wanted, sub
+        found = search_count(rule, core.group_workloads, result.num_batches_divided_by,
+                             None if floor is None else max(1, floor - over))
+        if found.min_count <= bins:
+            return wanted, _sub(core, rule, found.packing)
     return None
+
+
+def _floor(result: RankAnalysis) -> int | None:
+    """``min_num_micro_batch`` within the rank's groups (``None``: none)."""
+    floor = result.options.min_num_micro_batch if result.options is not None else None
+    return None if floor is None else min(floor, result.n_groups)
 
 
 def _alone(result: RankAnalysis, least: int) -> tuple[int, RankAnalysis]:
@@ -264,83 +258,89 @@ def _alone(result: RankAnalysis, least: int) -> tuple[int, RankAnalysis]:
     core = _core(result)
     wanted = max(max(core.rule.rows if core.rule else [], default=0), least, 1)
     rule = rows_rule(result, wanted)
-    sub = _sub(core, rule or core.rule)  # type: ignore[arg-type]
-    sub._packing, sub.min_count = [[g] for g in range(core.n_groups)], core.n_groups
-    return wanted, sub
+    return wanted, _sub(core, rule or core.rule, [[g] for g in range(core.n_groups)])  # type: ignore[arg-type]
 
 
-def search_rows(result: RankAnalysis, floor: int | None) -> None:
-    """Find the rank's equal-rows window and store it in ``result``: at the count it plans
-    alone ``K`` (the fewest micro-batches, a multiple of ``num_batches_divided_by``, at
-    which some row count fits) and at the next :data:`ROWS_WINDOW` - 1 multiples, the
-    fewest rows found and their tolerance (:class:`RowsAt`). ``min_count`` becomes ``K``,
-    :attr:`~seqlen_balancing.planning.analysis.RankAnalysis.equal_rows` and ``rows_tolerance``
-    those at ``K``; ``error`` a :class:`~seqlen_balancing.errors.RowsOverCap` when even
-    every item alone cannot be topped up (items of different rows).
+def _low(result: RankAnalysis, count: int) -> int:
+    """The fewest rows a plan of ``count`` micro-batches can hold: the balanced
+    ``ceil(rows / count)``, and no fewer than any item's (over-cap ones included)."""
+    rule = _core(result).rule
+    rows = rule.rows if rule is not None else []
+    over_rows = max((result.rule.rows[g] for g in result.over_cap_groups), default=0) if result.rule else 0
+    return max(-(-sum(rows) // max(count - len(result.over_cap_groups), 1)), max(rows, default=1), over_rows)
+
+
+def _span(result: RankAnalysis) -> int:
+    """Row counts tried per count: every one on a few items (the search is then exhaustive
+    with the exact one), else :data:`_ROW_TRIES`."""
+    core = _core(result)
+    return sum(core.rule.rows) if core.n_groups <= _EVERY_ROWS and core.rule else _ROW_TRIES
+
+
+def search_rows(result: RankAnalysis) -> RowsAt:
+    """The rank's own equal rows: at the fewest micro-batches ``K`` (a multiple of
+    ``num_batches_divided_by``, at least the count without the option) at which some row
+    count fits, the fewest rows found and their tolerance (:class:`RowsAt`). Where even
+    every item alone cannot be topped up (items of different rows), its tolerance is
+    below its rows: the rank's :class:`~seqlen_balancing.errors.RowsOverCap`.
 
     Args:
         result: an error-free analysis after the plain count search.
-        floor: ``min_num_micro_batch`` (``None``: none).
 
-    Complexity: at most 8 counts of 3 row counts each for ``K``, 3 for each of the next 3
-    counts of the window and 1 for the others, each an O(n log n) LPT packing under
-    :func:`rows_rule` (and, on up to 64 items where it fails, a count search as
-    :func:`~seqlen_balancing.planning.planner.analyse`'s), plus up to 2 more per count for its
-    tolerance; the later counts of the window only while ``n x (place - 4) <= 2**14``.
-    On up to 8 items every row count is tried instead of 3: exhaustive.
+    Complexity: at most 8 counts of 3 row counts each, each an O(n log n) LPT packing
+    under :func:`rows_rule` (and, on up to 64 items where it fails, a count search as
+    :func:`~seqlen_balancing.planning.planner.analyse`'s), plus up to 2 more for its
+    tolerance. On up to 8 items every row count is tried instead of 3: exhaustive.
     """
     core, over, step = _core(result), len(result.over_cap_groups), result.num_batches_divided_by
     rows = core.rule.rows if core.rule is not None else []
-    over_rows = max((result.rule.rows[g] for g in result.over_cap_groups), default=0) if result.rule else 0
-    total = sum(rows)
-
-    def low(count: int) -> int:
-        return max(-(-total // max(count - over, 1)), max(rows, default=1), over_rows)
-
-    # Few items: every row count is tried (the search is then exhaustive with the exact one).
-    span = total if core.n_groups <= _EVERY_ROWS else _ROW_TRIES
+    span = _span(result)
     # The count this rank plans alone (rounded up to num_batches_divided_by): its rows there;
     # no fewer than its rows need at the most rows a micro-batch can take.
     most = most_rows(result)
-    count = roundup_divisible(max(result.min_count, floor or 1, over + -(-total // max(most, 1))), step)
+    fewest = over + -(-sum(rows) // max(most, 1))
+    count = roundup_divisible(max(result.min_count, _floor(result) or 1, fewest), step)
     found, tries = None, 0
     while rows and found is None and count - over <= core.n_groups and tries < _SEARCH_BUDGET * span:
-        found = _rows_at(result, count, low(count), min(low(count) + span - 1, most), floor)
+        low = _low(result, count)
+        found = _rows_at(result, count, low, min(low + span - 1, most))
         tries += span
         count = count if found else count + step
     if found is None:
         count = max(count, over + core.n_groups) if rows else max(count, over)
-        found = _alone(result, over_rows)
-    window = [_extended(result, count, found, floor)]
-    for j in range(1, ROWS_WINDOW):
-        at, last = count + j * step, window[-1]
-        better = None
-        cheap = j < _SEARCHED_COUNTS or core.n_groups * (j - _SEARCHED_COUNTS) <= _WINDOW_BUDGET
-        if cheap and at - over <= core.n_groups and low(at) < last.rows:
-            tries_here = span if j < _SEARCHED_COUNTS else 1
-            better = _rows_at(result, at, low(at), min(low(at) + tries_here, last.rows) - 1, floor)
-        if better is None:  # the plans of one count fewer, split: the same rows fit
-            window.append(RowsAt(at, last.rows, last.tolerance, last.plans))
-        elif j < _SEARCHED_COUNTS:
-            window.append(_extended(result, at, better, floor))
-        else:  # the fewest rows' plan, joined to the last entry's plans where they meet
-            held = _tolerance(result, better[1]._packing)
-            mine = (better[0], held, better[1])
-            if held + 1 >= last.rows:
-                window.append(RowsAt(at, better[0], max(held, last.tolerance), (mine, *last.plans)))
-            else:
-                window.append(RowsAt(at, better[0], held, (mine,)))
-    result.rows_window = window
-    result.min_count = max(result.min_count, count)
-    result.equal_rows, result.rows_tolerance = window[0].rows, window[0].tolerance
-    if result.rows_tolerance < result.equal_rows:
-        result.error = rows_error(result, result.equal_rows)
+        found = _alone(result, _low(result, count))
+    return _extended(result, count, found)
 
 
-def _extended(
-    result: RankAnalysis, count: int, found: tuple[int, RankAnalysis], floor: int | None
-) -> RowsAt:
-    """The entry at ``count`` from its fewest rows' plan, its tolerance stretched by up to
+def rows_at(result: RankAnalysis, count: int) -> RowsAt:
+    """The rank's equal rows at ``count`` micro-batches (at least its own count): the fewest
+    rows found there, from the balanced ``ceil(rows / count)`` up to the rows of its own
+    count (whose plans, split up to ``count``, keep their rows: :func:`search_rows`), and
+    the tolerance of both plans together. Above its items (dummies), every item alone. What
+    the DP group agrees on after the count (:func:`~seqlen_balancing.agreement.encode_rows`)
+    and what :func:`~seqlen_balancing.planning.planner.build_plan` plans.
+
+    Complexity: as :func:`search_rows` at one count: up to 3 LPT packings and 2 more for the
+    tolerance.
+    """
+    own = result.equal_rows
+    if own is None:
+        raise ValueError("rows_at needs an analysis made with equal_rows_per_micro_batch=True")
+    real = min(count, len(result.over_cap_groups) + _core(result).n_groups)  # the rest are dummies
+    low = _low(result, real)
+    better = None
+    if real > own.count and low < own.rows:
+        better = _rows_at(result, real, low, min(low + _span(result), own.rows) - 1)
+    if better is None:  # the plans of the own count, split: the same rows fit
+        return replace(own, count=max(count, own.count))
+    mine = _extended(result, real, better)
+    if mine.tolerance + 1 < own.rows:
+        return replace(mine, count=count)
+    return RowsAt(count, mine.rows, max(mine.tolerance, own.tolerance), mine.plans + own.plans)
+
+
+def _extended(result: RankAnalysis, count: int, found: tuple[int, RankAnalysis]) -> RowsAt:
+    """The rows at ``count`` from its fewest rows' plan, its tolerance stretched by up to
     :data:`_STRETCH` more plans, each found for one row more than the last one takes, so
     that a rank whose fewest rows' plan is tight can still take the rows a peer needs."""
     tolerance = _tolerance(result, found[1]._packing)
@@ -349,25 +349,13 @@ def _extended(
     for _ in range(_STRETCH):
         if tolerance >= UNBOUNDED_ROWS or core.rule is None:
             break
-        more = _rows_at(result, count, tolerance + 1, tolerance + 1, floor)
+        more = _rows_at(result, count, tolerance + 1, tolerance + 1)
         if more is None:
             break
         upto = max(tolerance + 1, _tolerance(result, more[1]._packing))
         plans.append((tolerance + 1, upto, more[1]))
         tolerance = upto
     return RowsAt(count, found[0], tolerance, tuple(plans))
-
-
-def rows_for(result: RankAnalysis, count: int) -> RowsAt:
-    """The entry of ``result``'s window that serves ``count`` micro-batches: the one at
-    ``count``, or (above the window) at the window's count with the same place modulo
-    :data:`ROWS_WINDOW` multiples of ``num_batches_divided_by``, whose plan split up to
-    ``count`` keeps its rows (the agreement reads the same place)."""
-    window: list[RowsAt] = result.rows_window
-    step = result.num_batches_divided_by
-    if count <= window[0].count:
-        return window[0]
-    return window[(count - window[0].count) // step % len(window)]
 
 
 def most_rows(result: RankAnalysis) -> int:
@@ -404,10 +392,9 @@ def _limit(result: RankAnalysis, rule: Rule) -> int:
     return min(limits, default=UNBOUNDED_ROWS)
 
 
-def rows_error(result: RankAnalysis, rows: int, tolerance: int | None = None) -> RowsOverCap:
+def rows_error(result: RankAnalysis, rows: int, tolerance: int) -> RowsOverCap:
     """The error of a rank whose tolerance is below ``rows``."""
-    held = result.rows_tolerance if tolerance is None else tolerance
-    return RowsOverCap(rows, held, result.requested_max_token_len)
+    return RowsOverCap(rows, tolerance, result.requested_max_token_len)
 
 
 def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
@@ -452,14 +439,12 @@ def rows_view(result: RankAnalysis, at: RowsAt, rows: int) -> RankAnalysis:
         rule = rows_rule(result, rows)
         if rule is None:
             raise rows_error(result, rows, at.tolerance).exception()
-        plan = sub
-        sub = _sub(_core(result), rule)
-        sub._packing, sub.min_count = plan._packing, plan.min_count
+        sub = _sub(_core(result), rule, sub._packing)
     if result._rest is None:
         return replace(result, rule=sub.rule, group_sizes=sub.group_sizes,
                        max_token_len=sub.max_token_len, _packing=sub._packing,
-                       min_count=sub.min_count, rows_window=[])
-    return replace(result, _rest=sub, rows_window=[],
+                       min_count=sub.min_count, equal_rows=None)
+    return replace(result, _rest=sub, equal_rows=None,
                    min_count=len(result.over_cap_groups) + sub.min_count)
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from seqlen_balancing.planning.bounds import BOUND_NAMES
 from seqlen_balancing.planning.differencing import _capped_largest_differencing
@@ -38,9 +37,6 @@ from seqlen_balancing.planning.packing import (
 from seqlen_balancing.planning.partition import roundup_divisible
 from seqlen_balancing.planning.repack import exact_packing, repack
 from seqlen_balancing.planning.rule import Rule, fewest_sorted, rule_bound
-
-if TYPE_CHECKING:
-    from seqlen_balancing.planning.analysis import RankAnalysis
 
 __all__ = ["EXHAUSTIVE", "PACKERS", "Aside", "Count", "Packer", "search_count"]
 
@@ -277,16 +273,6 @@ def search_count(rule: Rule, workloads: list[int], divisor: int, floor: int | No
     if len(packing) < search.lower:
         packing = split(rule, packing, search.lower)
     return Count(len(packing), search.lower, search.name, packing)
-
-
-def _search_count(result: RankAnalysis, floor: int | None) -> None:
-    """:func:`search_count` on ``result``'s rule, written into it: the entry of
-    :mod:`seqlen_balancing.planning.rows` (its equal-rows analyses) until that module builds its own."""
-    if result.rule is None:
-        raise ValueError("the count search needs the analysis' rule")
-    found = search_count(result.rule, result.group_workloads, result.num_batches_divided_by, floor)
-    result.min_count, result._packing = found.min_count, found.packing
-    result.lower_bound, result.bound_name = found.lower_bound, found.bound_name
 
 
 def _set_aside(
