@@ -118,7 +118,8 @@ class RankAnalysis:
         group_labels: with ``members``, each group's name in messages (its id's repr).
         custom_groups: True when the caller gave ``group_ids`` (agreed by the DP group).
         custom_prefixes: True when the caller gave ``prefix_lengths`` (agreed by the DP
-            group; the costs and groups are then :func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`'s).
+            group; the costs and groups are then those of
+            :func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`).
     """
 
     error: PlanError | None

@@ -581,7 +581,8 @@ def plan_micro_batches(
             range(n)]``; pass one of them (docs/shapes.md).
         prefix_lengths: with ``group_ids``, the tokens each sample shares with its group
             (GRPO's prompt), counted once per micro-batch; a group over the cap is split into
-            parts that each pay it (:func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`, docs/prefix.md).
+            parts that each pay it
+            (:func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`, docs/prefix.md).
         **option_keywords: any option of :class:`~seqlen_balancing.PlanOptions`
             by name (laid over ``options``): ``num_batches_divided_by``,
             ``min_num_micro_batch``, ``force_group_size``, ``use_dynamic_bsz_balance``,
