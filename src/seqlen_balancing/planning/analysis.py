@@ -20,7 +20,6 @@ from seqlen_balancing.errors import PlanError
 
 if TYPE_CHECKING:
     from seqlen_balancing.options import PlanOptions
-    from seqlen_balancing.planning.rows import RowsAt
     from seqlen_balancing.planning.rule import Rule
 
 __all__ = ["RankAnalysis", "Request"]
@@ -97,7 +96,7 @@ class RankAnalysis:
             fewest effective tokens, then the lowest index).
         min_num_micro_batch: the ``min_num_micro_batch`` given (0 when ``None``).
         equal_rows: with ``equal_rows_per_micro_batch``, the rows of this rank's own count
-            (:class:`~seqlen_balancing.planning.rows.RowsAt`: the rows every micro-batch of its
+            (:class:`~seqlen_balancing.planning.analysis.RowsAt`: the rows every micro-batch of its
             own plan holds, real and filler, their tolerance under the cap and the plans);
             ``None`` when off. The rows at another count are
             :func:`~seqlen_balancing.planning.rows.rows_at`'s.
@@ -237,3 +236,25 @@ class RankAnalysis:
         least ``min_num_micro_batch`` micro-batches) has fewer. False on error, and when
         a gap remains (the count may still be optimal; the bounds cannot tell)."""
         return self.error is None and self.min_count == self.lower_bound
+
+
+@dataclass(frozen=True)
+class RowsAt:
+    """A rank's equal rows at one count (the rows room's
+    ``search_rows`` and ``rows_at``): at ``count`` micro-batches (over-cap ones included)
+    the fewest ``rows`` found, and plans for every row count from there up to
+    ``tolerance``: ``plans`` holds ``(from_rows, upto, sub)``, ``sub`` the core analysis
+    under ``rows_rule`` for ``from_rows`` rows with a plan of at most ``count``
+    micro-batches that takes any row count in ``from_rows..upto``; together they cover
+    ``rows..tolerance``."""
+
+    count: int
+    rows: int
+    tolerance: int
+    plans: tuple[tuple[int, int, RankAnalysis], ...]
+
+    def plan_for(self, rows: int) -> tuple[int, RankAnalysis]:
+        """``(from_rows, sub)`` of a plan that takes ``rows`` rows (``rows`` within
+        ``rows..tolerance``)."""
+        start, _, sub = next(p for p in self.plans if p[0] <= rows <= p[1])
+        return start, sub

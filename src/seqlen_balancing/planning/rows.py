@@ -39,12 +39,12 @@ Padding a plan afterwards breaks its cap; here the filler rows are planned.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from seqlen_balancing.cost import aligned_length
 from seqlen_balancing.errors import RowsOverCap
-from seqlen_balancing.planning.analysis import RankAnalysis
+from seqlen_balancing.planning.analysis import RankAnalysis, RowsAt
 from seqlen_balancing.planning.balance import lpt
 from seqlen_balancing.planning.partition import roundup_divisible
 from seqlen_balancing.planning.rule import Rule
@@ -200,27 +200,6 @@ def _sub(core: RankAnalysis, rule: Rule, packing: list[list[int]]) -> RankAnalys
                    _packing=packing, min_count=len(packing), lower_bound=0, bound_name="")
 
 
-@dataclass(frozen=True)
-class RowsAt:
-    """A rank's equal rows at one count (:func:`search_rows`, :func:`rows_at`): at
-    ``count`` micro-batches (over-cap ones included) the fewest ``rows`` found, and plans
-    for every row count from there up to ``tolerance``: ``plans`` holds ``(from_rows,
-    upto, sub)``, ``sub`` the core analysis under :func:`rows_rule` for ``from_rows`` rows
-    with a plan of at most ``count`` micro-batches that takes any row count in
-    ``from_rows..upto``; together they cover ``rows..tolerance``."""
-
-    count: int
-    rows: int
-    tolerance: int
-    plans: tuple[tuple[int, int, RankAnalysis], ...]
-
-    def plan_for(self, rows: int) -> tuple[int, RankAnalysis]:
-        """``(from_rows, sub)`` of a plan that takes ``rows`` rows (``rows`` within
-        ``rows..tolerance``)."""
-        start, _, sub = next(p for p in self.plans if p[0] <= rows <= p[1])
-        return start, sub
-
-
 def _rows_at(
     result: RankAnalysis, count: int, low: int, high: int
 ) -> tuple[int, RankAnalysis] | None:
@@ -315,12 +294,12 @@ def search_rows(result: RankAnalysis) -> RowsAt:
 def rows_at(result: RankAnalysis, count: int) -> RowsAt:
     """The rank's equal rows at ``count`` micro-batches (at least its own count): the fewest
     rows found there, from the balanced ``ceil(rows / count)`` up to the rows of its own
-    count (whose plans, split up to ``count``, keep their rows: :func:`search_rows`), and
+    count (whose plans, split up to ``count``, keep their rows: ``search_rows``), and
     the tolerance of both plans together. Above its items (dummies), every item alone. What
-    the DP group agrees on after the count (:func:`~seqlen_balancing.agreement.encode_rows`)
-    and what :func:`~seqlen_balancing.planning.planner.build_plan` plans.
+    the DP group agrees on after the count (the agreement's ``encode_rows``) and what the
+    planner's ``build_plan`` plans.
 
-    Complexity: as :func:`search_rows` at one count: up to 3 LPT packings and 2 more for the
+    Complexity: as ``search_rows`` at one count: up to 3 LPT packings and 2 more for the
     tolerance.
     """
     own = result.equal_rows
