@@ -385,17 +385,15 @@ def get_seqlen_balanced_partitions(
         >>> get_seqlen_balanced_partitions([3, 1, 2, 2], 2, equal_size=True, workloads=[9, 1, 4, 4])
         [[0, 1], [2, 3]]
     """
-    if workloads is None:
-        return [sorted(part) for part in karmarkar_karp(seqlen_list, k_partitions, equal_size)]
-    # (balanced on workloads as karmarkar_karp(workloads) would be: float ones summed in their type)
     items, k, equal = _checked_items(seqlen_list, k_partitions, equal_size)
-    weights = whole_numbers(workloads, "workloads")
+    # balanced as karmarkar_karp(workloads) would be: float ones summed in their type
+    given, weights = (seqlen_list, items) if workloads is None else (workloads, whole_numbers(workloads, "workloads"))
     if len(weights) != len(items):
         raise ValueError(
             f"workloads has {len(weights)} entries but seqlen_list has {len(items)}; give one "
             "workload per item"
         )
-    return [sorted(part) for part in _largest_differencing(weights, k, equal, _float_bits(workloads))]
+    return [sorted(part) for part in _largest_differencing(weights, k, equal, _float_bits(given))]
 
 
 def get_group_balanced_partitions(

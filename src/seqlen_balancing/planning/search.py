@@ -37,7 +37,7 @@ from seqlen_balancing.planning.packing import (
 )
 from seqlen_balancing.planning.partition import roundup_divisible
 from seqlen_balancing.planning.repack import exact_packing, repack
-from seqlen_balancing.planning.rule import Rule, fewest_sorted, rule_bound
+from seqlen_balancing.planning.rule import Rule, fewest_sorted, rule_bound, sorted_cut
 
 if TYPE_CHECKING:
     from seqlen_balancing.planning.analysis import RankAnalysis
@@ -178,18 +178,8 @@ def _cut_summed(search: _Search) -> list[list[int]]:
     the limit, as good as the plain search whenever its micro-batches hold few rows."""
     rule = search.rule
     plain = search_count(Rule.sums(rule.sizes, rule.cap), search.workloads, search.divisor, None)
-    limit, rows = rule.limit or 0, rule.rows
-    cut: list[list[int]] = []
-    for items in plain.packing:
-        cut.append([])
-        taken = 0
-        for i in items:
-            if cut[-1] and taken + rows[i] > limit:
-                cut.append([])
-                taken = 0
-            cut[-1].append(i)
-            taken += rows[i]
-    return cut
+    by_rows = Rule.sums(rule.rows, rule.limit or 0)  # a run fits when its rows do
+    return [run for items in plain.packing for run in sorted_cut(by_rows, items)]
 
 
 def _exact(search: _Search) -> list[list[int]]:
