@@ -387,7 +387,8 @@ def get_seqlen_balanced_partitions(
     """
     items, k, equal = _checked_items(seqlen_list, k_partitions, equal_size)
     # balanced as karmarkar_karp(workloads) would be: float ones summed in their type
-    given, weights = (seqlen_list, items) if workloads is None else (workloads, whole_numbers(workloads, "workloads"))
+    given = seqlen_list if workloads is None else workloads
+    weights = items if workloads is None else whole_numbers(workloads, "workloads")
     if len(weights) != len(items):
         raise ValueError(
             f"workloads has {len(weights)} entries but seqlen_list has {len(items)}; give one "
