@@ -55,8 +55,7 @@ class _FixedCount:
         self.outs: list[tuple[list[int], list[int]] | None] = [None] * len(bins)
 
     def free_weight(self) -> int:
-        sizes = self.sizes
-        return sum(map(sizes.__getitem__, self.free))
+        return sum(map(self.sizes.__getitem__, self.free))
 
     def _decode(self, code: int) -> list[int]:
         items = []
@@ -66,8 +65,7 @@ class _FixedCount:
         return items
 
     def _rows_of(self, code: int) -> int:
-        counts = self.counts
-        return sum(counts[i] for i in self._decode(code))
+        return sum(map(self.counts.__getitem__, self._decode(code)))
 
     def _free_sums(self) -> tuple[list[int], list[int]]:
         """Sorted distinct sums of 1-3 free items (pairs and triples only for small pools),

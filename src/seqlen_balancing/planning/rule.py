@@ -630,9 +630,10 @@ def lower_bound(
     pad = positive_int(pad_to_multiple_of, "pad_to_multiple_of")
     bucket = positive_int(micro_batch_multiple_of, "micro_batch_multiple_of")
     on = switch(padded, "padded")
-    most = None
-    if max_samples_per_micro_batch is not None:
-        most = positive_int(max_samples_per_micro_batch, "max_samples_per_micro_batch")
+    most = (
+        None if max_samples_per_micro_batch is None
+        else positive_int(max_samples_per_micro_batch, "max_samples_per_micro_batch")
+    )
     if not on and most is None and pad == 1 and bucket == 1 and costs is None:
         return best_lower_bound(sizes, cap)[0]
     lengths = sample_costs(sizes)
