@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from seqlen_balancing.native import Twinned
 from seqlen_balancing.planning.packing import split
 from seqlen_balancing.planning.rebalance import rebalance
-from seqlen_balancing.planning.rule import Loads, Rule, falls, widest_first
+from seqlen_balancing.planning.rule import Loads, Rule, falls, sorted_cut, widest_first
 
 __all__ = [
     "balanced",
@@ -206,30 +206,13 @@ def sorted_slices(
     if rule.left is None or len(set(rule.left)) > 1 or len(set(rule.rows)) > 1 or count > rule.n:
         return None
     order = widest_first(rule)
-
-    def cut(limit: int) -> list[list[int]]:
-        bins: list[list[int]] = []
-        state = Loads(rule, 0)
-        load = 0
-        for g in order:
-            work = workloads[g]
-            if bins and load + work <= limit and state.fits(len(bins) - 1, g):
-                load += work
-            else:
-                bins.append([])
-                state.open()
-                load = work
-            bins[-1].append(g)
-            state.add(len(bins) - 1, g)
-        return bins
-
     low, high = max(workloads, default=0), sum(workloads)
     best = None
     for _ in range(rounds):
         if low > high or (best is not None and high - low <= low // 256):
             break  # within 0.4% of the smallest limit: as good as balance needs
         mid = (low + high) // 2
-        bins = cut(mid)
+        bins = sorted_cut(rule, order, workloads, mid)
         if len(bins) <= count:
             best, high = bins, mid - 1
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import accumulate
 from math import inf
@@ -167,17 +168,12 @@ def _l2_sorted(ordered: list[int], prefix: list[int] | _Prefix, cap: int) -> int
     return best
 
 
-def _cardinality_sorted(ordered: list[int], cap: int) -> int:
+def _cardinality_sorted(ordered: list[int], prefix: list[int] | _Prefix, cap: int) -> int:
     """``ceil(n / p)``, ``p`` the most items any bin can hold (the smallest ones that fit)."""
     if not ordered or not ordered[-1]:
         return 0  # no tokens: no bin needed (as L2 says)
-    per_bin = total = 0
-    for size in ordered:
-        if total + size > cap:
-            break
-        total += size
-        per_bin += 1
-    return -(-len(ordered) // per_bin)  # per_bin >= 1: the smallest item fits (<= cap)
+    per_bin = bisect_right(prefix, cap) - 1  # >= 1: the smallest item fits (<= cap)
+    return -(-len(ordered) // per_bin)
 
 
 def _matching_sorted(ordered: list[int], prefix: list[int] | _Prefix, cap: int) -> int:
@@ -263,9 +259,7 @@ def _dff_sorted(ordered: list[int], cap: int) -> int:
         return 0
     half = bisect_right(ordered, cap // 2)
     distinct = _thresholds(ordered, half)
-    counts: dict[int, int] = {}
-    for size in ordered:
-        counts[size] = counts.get(size, 0) + 1
+    counts = Counter(ordered)
     # Per k: the first position of each step of floor((k + 1) s / cap), and the sizes s with
     # (k + 1) s a multiple of cap (u_k maps them to s / cap, not to the floor).
     steps: list[tuple[int, list[int], list[tuple[int, int]]]] = []
@@ -280,23 +274,17 @@ def _dff_sorted(ordered: list[int], cap: int) -> int:
         for k, starts, exact in steps:
             # Value of each item scaled by k * cap: k * cap above cap - e, else
             # floor((k + 1) s / cap) * cap, or k * s when (k + 1) s is a multiple of cap.
-            floors = 0
-            for start in starts:
-                floors += max(0, hi - max(start, lo))
-            total = (n - hi) * k * cap + floors * cap
-            for size, count in exact:
-                if e <= size <= cap - e:
-                    total -= count * size  # (k + 1) s counted, k s is the value
+            floors = sum(max(0, hi - max(start, lo)) for start in starts)
+            # (k + 1) s counted where k s is the value
+            total = (n - hi) * k * cap + floors * cap - sum(c * s for s, c in exact if e <= s <= cap - e)
             best = max(best, -(-total // (k * cap)))
         if e:
             q = cap // e
             big = n - half  # items above cap/2: q - floor((cap - s) / e) each
             pieces = (cap - cap // 2) // e + 1
             if pieces < big:
-                lost = 0
-                for p in range(1, pieces + 1):
-                    # items above cap/2 with floor((cap - s) / e) >= p: s <= cap - p e
-                    lost += max(0, bisect_right(ordered, cap - p * e) - half)
+                # items above cap/2 with floor((cap - s) / e) >= p: s <= cap - p e
+                lost = sum(max(0, bisect_right(ordered, cap - p * e) - half) for p in range(1, pieces + 1))
             else:
                 lost = sum((cap - ordered[i]) // e for i in range(half, n))
             total = big * q - lost + (half - lo)
@@ -456,7 +444,7 @@ def _best_lower_bound(
             best, name = value, label
         return best >= goal or BOUND_NAMES.index(label) >= last
 
-    if last == 0 or better(_cardinality_sorted(ordered, cap), "cardinality"):
+    if last == 0 or better(_cardinality_sorted(ordered, prefix, cap), "cardinality"):
         return best, name
     if better(_matching_sorted(ordered, prefix, cap), "matching"):
         return best, name

@@ -237,9 +237,8 @@ def _padded_groups(
     rule = Rule.padded(_per_group(left, members, max), _per_group(right, members, max), cap.usable,
                        rows, pad, options.max_samples_per_micro_batch)
     made = (pad, custom_costs)
-    error = None
-    if not alone:
-        error = over_cap_error(spans, widths, PaddedSampleOverCap, list(range(len(lengths))), cap, made)
+    firsts = list(range(len(lengths)))
+    error = None if alone else over_cap_error(spans, widths, PaddedSampleOverCap, firsts, cap, made)
     if error is None and members is not None and not alone:
         group_spans = [a + b for a, b in zip(rule.left or [], rule.right or [], strict=True)]
         error = _group_error(rule, lengths, members, labels, cap, made, PaddedGroupOverCap,

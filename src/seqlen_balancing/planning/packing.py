@@ -152,10 +152,10 @@ def _best_fit_sums(sizes: list[int], cap: int, order: list[int] | None = None) -
     not a move of O(bins) pointers; caps above ``_BITMAP_CAP``, and batches of at most
     ``_SORTED_BINS`` bins' worth of tokens, keep the sorted list (the same bins).
     """
-    if cap > _BITMAP_CAP or sum(sizes) <= _SORTED_BINS * cap:
-        return _best_fit_sorted(sizes, cap, order)  # few bins: the list's moves cost less
     if order is None:  # by decreasing size, ties by index (Rule.by_size)
         order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)
+    if cap > _BITMAP_CAP or sum(sizes) <= _SORTED_BINS * cap:
+        return _best_fit_sorted(sizes, cap, order)  # few bins: the list's moves cost less
     return _best_fit_rooms(sizes, cap, order)
 
 
@@ -212,13 +212,11 @@ def _best_fit_rooms_python(sizes: list[int], cap: int, order: list[int]) -> list
     return bins
 
 
-def _best_fit_sorted_python(sizes: list[int], cap: int, order: list[int] | None = None) -> list[list[int]]:
+def _best_fit_sorted_python(sizes: list[int], cap: int, order: list[int]) -> list[list[int]]:
     """:func:`_best_fit_sums` on a sorted list of rooms (any cap; O(bins) moves per item)."""
     residuals: list[int] = []  # ascending
     owners: list[int] = []  # bin of each residual, parallel to ``residuals``
     bins: list[list[int]] = []
-    if order is None:
-        order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)
     smallest = sizes[order[-1]] if order else 0
     for i in order:
         size = sizes[i]
@@ -480,9 +478,7 @@ def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
         >>> closing_fit_decreasing([6, 5, 4, 3, 2], 10)
         [[0, 2], [1, 3, 4]]
     """
-    if not sizes:
-        return []
-    if max(sizes) > cap:
+    if max(sizes, default=0) > cap:
         raise ValueError(f"an item is larger than the capacity {cap}")
     return _closing_fit(sizes, cap, sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True))
 
@@ -490,8 +486,6 @@ def closing_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
 def _closing_fit(sizes: Sequence[int], cap: int, order: Sequence[int]) -> list[list[int]]:
     """:func:`closing_fit_decreasing` of items in ``0..cap``, ``order`` the items by
     decreasing size, ties by index (:attr:`Rule.by_size`: trusted, not checked)."""
-    if not sizes:
-        return []
     # size -> indices, the smallest index last (the runs of the order, reversed)
     holders = {size: list(run)[::-1] for size, run in groupby(order, key=sizes.__getitem__)}
     distinct = list(holders)[::-1]  # ascending
@@ -596,20 +590,14 @@ def minimum_bin_slack(
         >>> minimum_bin_slack([6, 5, 4, 3, 2], 10)
         [[0, 2], [1, 3, 4]]
     """
-    if not sizes:
-        return []
-    if max(sizes) > cap:
+    if max(sizes, default=0) > cap:
         raise ValueError(f"an item is larger than the capacity {cap}")
     n = len(sizes)
     limit = 20 * n + 50_000 if budget is None else budget
     order = sorted((i for i in range(n) if sizes[i] > 0), key=lambda i: (-sizes[i], i))
     zeros = [i for i in range(n) if sizes[i] == 0]
     negated = [-sizes[i] for i in order]  # ascending, for bisect
-    unit = 0
-    for size in sizes:
-        if size < cap:
-            unit = gcd(unit, size)
-    unit = unit or 1
+    unit = gcd(*(size for size in sizes if size < cap)) or 1
     if cap // unit > _MAX_BITSET_BITS:
         # A bitset that wide costs too much time and memory per step: plain best fit.
         return best_fit_decreasing(sizes, cap)
@@ -655,14 +643,17 @@ def minimum_bin_slack(
         current.extend(reversed(taken))
         bins.append(current)
     rest = [order[pos] for pos in range(m) if alive[pos]]
-    if rest:
-        tail = best_fit_decreasing([sizes[i] for i in rest], cap)
-        bins.extend([rest[j] for j in b] for b in tail)
-    if zeros:
-        if bins:
-            bins[0].extend(zeros)
-        else:
-            bins.append(zeros)
+    bins.extend([rest[j] for j in b] for b in best_fit_decreasing([sizes[i] for i in rest], cap))
+    return _with_zeros(bins, zeros)
+
+
+def _with_zeros(bins: list[list[int]], zeros: list[int]) -> list[list[int]]:
+    """``bins`` with the zero-size items ``zeros`` added to the first bin (they fit
+    anywhere), or as a bin of their own when there is none."""
+    if bins:
+        bins[0].extend(zeros)
+    elif zeros:
+        bins.append(zeros)
     return bins
 
 

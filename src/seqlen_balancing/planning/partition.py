@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from seqlen_balancing._checks import (
@@ -189,10 +189,14 @@ def _float_bits(values: Any) -> int | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _checked_items(seqlen_list: Any, k_partitions: Any, equal_size: Any) -> tuple[list[int], int, bool]:
+def _checked_items(
+    seqlen_list: Any, k_partitions: Any, equal_size: Any,
+    checked_k: Callable[[Any, int], int] = k_partitions_in_range,
+) -> tuple[list[int], int, bool]:
+    """The items, ``k`` (``checked_k`` of it and the item count) and ``equal_size``, checked."""
     equal = switch(equal_size, "equal_size")
     values = whole_numbers(seqlen_list, "seqlen_list")
-    k = k_partitions_in_range(k_partitions, len(values))
+    k = checked_k(k_partitions, len(values))
     if equal and len(values) % k != 0:
         raise ValueError(
             f"equal_size=True needs len(seqlen_list) divisible by k_partitions, got "
@@ -299,20 +303,7 @@ def greedy_partition(
         >>> greedy_partition([5, 1, 4, 2, 3], 2, equal_size=False)
         [[0, 3], [1, 2, 4]]
     """
-    equal = switch(equal_size, "equal_size")
-    values = whole_numbers(seqlen_list, "seqlen_list")
-    k = _at_least_one(k_partitions)
-    if k > max(len(values), MAX_EMPTY_PARTITIONS):
-        raise ValueError(
-            f"k_partitions={k} is above both the {len(values)} items and "
-            f"{MAX_EMPTY_PARTITIONS} (the most partitions returned for fewer items, the rest "
-            "empty); pass at most max(len(seqlen_list), 65536) partitions"
-        )
-    if equal and len(values) % k != 0:
-        raise ValueError(
-            f"equal_size=True needs len(seqlen_list) divisible by k_partitions, got "
-            f"{len(values)} items and k_partitions={k}; pass equal_size=False or pad the list"
-        )
+    values, k, equal = _checked_items(seqlen_list, k_partitions, equal_size, _greedy_k)
     bits = _float_bits(seqlen_list)
     # verl adds float items in their type: every sum rounded to its precision
     rounded = (lambda value: value) if bits is None else _rounding(bits)
@@ -330,12 +321,20 @@ def greedy_partition(
     return parts
 
 
-def _at_least_one(k_partitions: Any) -> int:
+def _greedy_k(k_partitions: Any, n: int) -> int:
+    """:func:`greedy_partition`'s ``k``: at least 1, and at most ``n`` or
+    :data:`MAX_EMPTY_PARTITIONS`."""
     k = _integer_or_none(k_partitions)
     if k is None:
         raise TypeError(f"k_partitions must be an integer, got {describe(k_partitions)}")
     if k < 1:
         raise ValueError(f"k_partitions must be >= 1, got {k}")
+    if k > max(n, MAX_EMPTY_PARTITIONS):
+        raise ValueError(
+            f"k_partitions={k} is above both the {n} items and "
+            f"{MAX_EMPTY_PARTITIONS} (the most partitions returned for fewer items, the rest "
+            "empty); pass at most max(len(seqlen_list), 65536) partitions"
+        )
     return k
 
 
@@ -386,17 +385,16 @@ def get_seqlen_balanced_partitions(
         >>> get_seqlen_balanced_partitions([3, 1, 2, 2], 2, equal_size=True, workloads=[9, 1, 4, 4])
         [[0, 1], [2, 3]]
     """
-    if workloads is None:
-        return [sorted(part) for part in karmarkar_karp(seqlen_list, k_partitions, equal_size)]
-    # (balanced on workloads as karmarkar_karp(workloads) would be: float ones summed in their type)
     items, k, equal = _checked_items(seqlen_list, k_partitions, equal_size)
-    weights = whole_numbers(workloads, "workloads")
+    # balanced as karmarkar_karp(workloads) would be: float ones summed in their type
+    given = seqlen_list if workloads is None else workloads
+    weights = items if workloads is None else whole_numbers(workloads, "workloads")
     if len(weights) != len(items):
         raise ValueError(
             f"workloads has {len(weights)} entries but seqlen_list has {len(items)}; give one "
             "workload per item"
         )
-    return [sorted(part) for part in _largest_differencing(weights, k, equal, _float_bits(workloads))]
+    return [sorted(part) for part in _largest_differencing(weights, k, equal, _float_bits(given))]
 
 
 def get_group_balanced_partitions(
@@ -630,14 +628,10 @@ def log_seqlen_unbalance(
         )
     chunk = len(values) // k
     chunk_sums = [sum(values[start : start + chunk]) for start in range(0, len(values), chunk)]
-    balanced: list[int] = []
-    for part in partitions:
-        total = 0
-        for index in part:
-            if not 0 <= index < len(values):
-                raise ValueError(f"partition index {index} is outside range({len(values)})")
-            total += values[index]
-        balanced.append(total)
+    outside = [index for part in partitions for index in part if not 0 <= index < len(values)]
+    if outside:
+        raise ValueError(f"partition index {outside[0]} is outside range({len(values)})")
+    balanced = [sum(values[index] for index in part) for part in partitions]
     return {
         f"{prefix}/min": min(chunk_sums),
         f"{prefix}/max": max(chunk_sums),

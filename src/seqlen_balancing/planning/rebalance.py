@@ -47,18 +47,20 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
     bins that may give (padded: the O(m) width of a bin after a move).
     """
     loads = [sum(map(workloads.__getitem__, b)) for b in bins]
-    fit = _Fit(rule, bins)
+    state = Loads.of(rule, bins)
+    least = min(rule.sizes, default=0)
     order = _Sorted(loads, bins, rule.sizes, workloads, rule.cap + 1)
     for _ in range(2 * len(bins)):
         light = order.lightest()
-        move = _move(fit, bins, order, loads, workloads, light)
+        move = _move(rule, state, bins, order, loads, workloads, light, least)
         if move is None:
             break
         heavy, g = move
         was = ((heavy, loads[heavy]), (light, loads[light]))
         bins[heavy].remove(g)
         bins[light].append(g)
-        fit.moved(heavy, light, g)
+        state.remove(heavy, g, bins[heavy])
+        state.add(light, g)
         loads[heavy] -= workloads[g]
         loads[light] += workloads[g]
         for b, load in was:
@@ -66,56 +68,19 @@ def rebalance(rule: Rule, bins: list[list[int]], workloads: Sequence[int]) -> li
     return bins
 
 
-class _Fit:
-    """Whether an item fits the light bin: plain sums, its cost against the bin's room
-    (each bin's cost worked out when first asked: a few moves fill the light bin, most
-    bins are never asked); other rules, their :class:`~seqlen_balancing.planning.rule.Loads`."""
-
-    def __init__(self, rule: Rule, bins: list[list[int]]) -> None:
-        self.rule, self.bins, self.plain = rule, bins, rule.plain
-        self.state = None if rule.plain else Loads.of(rule, bins)
-        self.costs: dict[int, int] = {}
-        self.least = min(rule.sizes, default=0)
-
-    def room(self, b: int) -> int | float:
-        """Plain sums: the cap less bin ``b``'s cost; other rules: no bound (``inf``)."""
-        if self.state is not None:
-            return math.inf
-        cost = self.costs.get(b)
-        if cost is None:
-            cost = self.costs[b] = sum(map(self.rule.sizes.__getitem__, self.bins[b]))
-        return self.rule.cap - cost
-
-    def fits(self, b: int, g: int) -> bool:
-        """Other rules than plain sums: item ``g`` fits bin ``b``."""
-        return self.state is not None and self.state.fits(b, g)
-
-    def moved(self, heavy: int, light: int, g: int) -> None:
-        """Item ``g`` went from ``heavy`` to ``light`` (the bins already changed)."""
-        if self.state is not None:
-            self.state.remove(heavy, g, self.bins[heavy])
-            self.state.add(light, g)
-            return
-        size = self.rule.sizes[g]
-        for b, delta in ((heavy, -size), (light, size)):
-            if b in self.costs:
-                self.costs[b] += delta
-
-
 def _move(
-    fit: _Fit, bins: list[list[int]], order: _Sorted, loads: list[int],
-    workloads: Sequence[int], light: int,
+    rule: Rule, state: Loads, bins: list[list[int]], order: _Sorted, loads: list[int],
+    workloads: Sequence[int], light: int, least: int,
 ) -> tuple[int, int] | None:
-    """:func:`rebalance`'s next move into ``light``: ``(heavy bin, item)``, or ``None``."""
-    room, sizes = fit.room(light), fit.rule.sizes
-    if room < fit.least:
+    """:func:`rebalance`'s next move into ``light``: ``(heavy bin, item)``, or ``None``.
+    Plain sums bound the givers by the light bin's room (none when below the ``least``
+    cost of an item); other rules ask ``state``."""
+    room = rule.cap - state.cost[light] if rule.plain else math.inf
+    if room < least:
         return None  # no item fits the room: no bin can give
     for heavy in order.givers(room, loads[light]):  # heaviest first, each heavier than light
         gap = loads[heavy] - loads[light]
-        if fit.plain:
-            movable = [g for g in bins[heavy] if sizes[g] <= room and 0 < workloads[g] < gap]
-        else:
-            movable = [g for g in bins[heavy] if 0 < workloads[g] < gap and fit.fits(light, g)]
+        movable = [g for g in bins[heavy] if 0 < workloads[g] < gap and state.fits(light, g)]
         if movable:
             return heavy, min(movable, key=lambda g: (abs(2 * workloads[g] - gap), g))
     return None
@@ -165,7 +130,7 @@ class _Sorted:
                 return
             start = known
             grown = keys[known : max(1024, 2 * known)]
-            self.smallest += [min(map(self.cost, self.bins[b]), default=self.empty) for _, b in grown]
+            self.smallest += [self._least(b) for _, b in grown]
 
     def update(self, b: int, load: int, new_load: int) -> None:
         """Bin ``b`` went from ``load`` to ``new_load`` (its items already changed)."""

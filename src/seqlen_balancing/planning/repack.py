@@ -11,7 +11,9 @@ from __future__ import annotations
 import random
 from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import accumulate, combinations
 
+from seqlen_balancing.planning.packing import _with_zeros
 from seqlen_balancing.planning.rule import Rule
 
 __all__ = ["exact_packing", "reduce_bins", "repack"]
@@ -53,8 +55,7 @@ class _FixedCount:
         self.outs: list[tuple[list[int], list[int]] | None] = [None] * len(bins)
 
     def free_weight(self) -> int:
-        sizes = self.sizes
-        return sum(map(sizes.__getitem__, self.free))
+        return sum(map(self.sizes.__getitem__, self.free))
 
     def _decode(self, code: int) -> list[int]:
         items = []
@@ -64,8 +65,7 @@ class _FixedCount:
         return items
 
     def _rows_of(self, code: int) -> int:
-        counts = self.counts
-        return sum(counts[i] for i in self._decode(code))
+        return sum(map(self.counts.__getitem__, self._decode(code)))
 
     def _free_sums(self) -> tuple[list[int], list[int]]:
         """Sorted distinct sums of 1-3 free items (pairs and triples only for small pools),
@@ -76,24 +76,12 @@ class _FixedCount:
             by_sum.setdefault(sizes[i], i + 1)
         f = len(free)
         if f <= _MAX_FREE_PAIRS:
-            for x in range(f):
-                a = free[x]
-                size_a, code_a = sizes[a], (a + 1) * base
-                for y in range(x + 1, f):
-                    b = free[y]
-                    by_sum.setdefault(size_a + sizes[b], code_a + b + 1)
+            for a, b in combinations(free, 2):
+                by_sum.setdefault(sizes[a] + sizes[b], (a + 1) * base + b + 1)
             self.work += f * f // 2
         if f <= _MAX_FREE_TRIPLES:
-            square = base * base
-            for x in range(f):
-                a = free[x]
-                for y in range(x + 1, f):
-                    b = free[y]
-                    size_ab = sizes[a] + sizes[b]
-                    code_ab = (a + 1) * square + (b + 1) * base
-                    for z in range(y + 1, f):
-                        c = free[z]
-                        by_sum.setdefault(size_ab + sizes[c], code_ab + c + 1)
+            for a, b, c in combinations(free, 3):
+                by_sum.setdefault(sizes[a] + sizes[b] + sizes[c], ((a + 1) * base + b + 1) * base + c + 1)
             self.work += f * f * f // 6
         keys = sorted(by_sum)
         self.work += f + len(keys)
@@ -104,18 +92,12 @@ class _FixedCount:
         if outs is None:
             sizes, base = self.sizes, self.base
             items = self.bins[b]
-            out_sizes = [0]
-            out_codes = [0]
-            out_sizes.extend(sizes[i] for i in items)
-            out_codes.extend(i + 1 for i in items)
+            out_sizes = [0, *(sizes[i] for i in items)]
+            out_codes = [0, *(i + 1 for i in items)]
             if len(items) <= _MAX_OUT_PAIRS:
-                m = len(items)
-                for x in range(m):
-                    i = items[x]
-                    for y in range(x + 1, m):
-                        j = items[y]
-                        out_sizes.append(sizes[i] + sizes[j])
-                        out_codes.append((i + 1) * base + j + 1)
+                for i, j in combinations(items, 2):
+                    out_sizes.append(sizes[i] + sizes[j])
+                    out_codes.append((i + 1) * base + j + 1)
             outs = (out_sizes, out_codes)
             self.outs[b] = outs
         return outs
@@ -340,11 +322,9 @@ def exact_packing(
     spare = 0 if limit is None else limit
     loads, rows = [0] * count, [0] * count
     where = [0] * len(items)
-    left = [0] * (len(items) + 1)  # tokens of items[j:]
-    rows_left = [0] * (len(items) + 1)  # their rows
-    for j in range(len(items) - 1, -1, -1):
-        left[j] = left[j + 1] + sizes[items[j]]
-        rows_left[j] = rows_left[j + 1] + counts[items[j]]
+    # tokens and rows of items[j:], for j in 0..len(items)
+    left = list(accumulate(reversed([sizes[i] for i in items]), initial=0))[::-1]
+    rows_left = list(accumulate(reversed([counts[i] for i in items]), initial=0))[::-1]
     if limit is not None and rows_left[0] > count * limit:
         return None, True
     spent = 0
@@ -383,10 +363,4 @@ def exact_packing(
     bins: list[list[int]] = [[] for _ in range(count)]
     for j, i in enumerate(items):
         bins[where[j]].append(i)
-    packing = [b for b in bins if b]
-    if zeros:
-        if packing:
-            packing[0].extend(zeros)
-        else:
-            packing = [zeros]
-    return packing, False
+    return _with_zeros([b for b in bins if b], zeros), False

@@ -38,6 +38,7 @@ which is the fewest padded micro-batches when the rows share one side (proof the
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -181,8 +182,7 @@ class Rule:
         """What the micro-batch of ``items`` holds: rows x width when padded, else the
         summed costs (before the bucket: the cap is already the usable one)."""
         if self.left is None:
-            sizes = self.sizes
-            return sum(sizes[i] for i in items)
+            return sum(map(self.sizes.__getitem__, items))
         if self.filled and items:
             return self.filled * self.width(items)
         return sum(self.rows[i] for i in items) * self.width(items)
@@ -296,16 +296,10 @@ class Loads:
     def of(cls, rule: Rule, bins: Sequence[Sequence[int]]) -> Loads:
         """The state of the micro-batches ``bins`` (lists of items). O(n)."""
         loads = cls(rule, len(bins))
-        sizes, counts = rule.sizes, rule.rows
         unit = rule.unit_rows
         for b, items in enumerate(bins):
-            loads.rows[b] = len(items) if unit else sum(map(counts.__getitem__, items))
-            if rule.left is None or rule.right is None:
-                loads.cost[b] = sum(map(sizes.__getitem__, items))
-                continue
-            loads.left[b] = max((rule.left[i] for i in items), default=0)
-            loads.right[b] = max((rule.right[i] for i in items), default=_NO_RIGHT)
-            loads.cost[b] = _footprint(_filled(rule, loads.rows[b]), loads.left[b], loads.right[b], rule.pad)
+            loads.rows[b] = len(items) if unit else sum(map(rule.rows.__getitem__, items))
+            loads._price(b, items)
         return loads
 
     def open(self) -> int:
@@ -320,30 +314,28 @@ class Loads:
     def remove(self, b: int, item: int, rest: Sequence[int]) -> None:
         """Take ``item`` out of micro-batch ``b``, whose items are now ``rest``. O(1) for
         summed costs, O(len(rest)) padded (its widest extents are recomputed)."""
+        self.rows[b] -= self.rule.rows[item]
+        if self.rule.is_padded:
+            self._price(b, rest)
+        else:
+            self.cost[b] -= self.rule.sizes[item]
+
+    def _price(self, b: int, items: Sequence[int]) -> None:
+        """Micro-batch ``b``'s cost (padded: and widest extents) from its ``items``, its
+        rows already counted."""
         rule = self.rule
-        self.rows[b] -= rule.rows[item]
         if rule.left is None or rule.right is None:
-            self.cost[b] -= rule.sizes[item]
+            self.cost[b] = sum(map(rule.sizes.__getitem__, items))
             return
-        self.left[b] = max((rule.left[i] for i in rest), default=0)
-        self.right[b] = max((rule.right[i] for i in rest), default=_NO_RIGHT)
-        self.cost[b] = _footprint(_filled(rule, self.rows[b]), self.left[b], self.right[b], rule.pad)
+        self.left[b] = max((rule.left[i] for i in items), default=0)
+        self.right[b] = max((rule.right[i] for i in items), default=_NO_RIGHT)
+        rows = rule.filled if rule.filled and self.rows[b] else self.rows[b]  # filler rows cost too
+        self.cost[b] = rows * aligned_length(self.left[b] + self.right[b], rule.pad) if rows else 0
 
 
 #: The right extent of an empty padded micro-batch: below any row's (a row's ``right`` is
 #: negative when it ends before the shared column), so the first row sets it.
 _NO_RIGHT = -(1 << 62)
-
-
-def _filled(rule: Rule, rows: int) -> int:
-    """The rows a padded micro-batch of ``rows`` real rows is paid for (``rule.filled``
-    when set and the micro-batch is not empty)."""
-    return rule.filled if rule.filled and rows else rows
-
-
-def _footprint(rows: int, left: int, right: int, pad: int) -> int:
-    """``rows x ceil((left + right) / pad) * pad``; 0 for an empty micro-batch."""
-    return rows * aligned_length(left + right, pad) if rows else 0
 
 
 _Check = Callable[[int, int], bool]
@@ -407,12 +399,17 @@ def widest_first(rule: Rule) -> list[int]:
     return sorted(range(len(right)), key=lambda i: (-(left[i] + right[i]), -rows[i], i))
 
 
-def sorted_cut(rule: Rule, order: Sequence[int]) -> list[list[int]]:
+def sorted_cut(
+    rule: Rule, order: Sequence[int], workloads: Sequence[int] = (), most: float = math.inf
+) -> list[list[int]]:
     """Cut ``order`` into consecutive micro-batches, each as long as ``rule`` allows.
 
     Args:
         rule: a :class:`Rule` under which every item fits alone.
         order: the items in the order to cut them.
+        workloads: per item, or empty: with ``most``, a micro-batch also ends before its
+            workload would pass ``most``.
+        most: the workload a micro-batch may reach (default: no limit).
 
     Returns:
         Consecutive slices of ``order`` (non-empty lists of items), each fitting ``rule``.
@@ -425,10 +422,14 @@ def sorted_cut(rule: Rule, order: Sequence[int]) -> list[list[int]]:
     """
     bins: list[list[int]] = []
     loads = Loads(rule, 0)
+    load = 0
     for i in order:
-        if not bins or not loads.fits(len(bins) - 1, i):
+        work = workloads[i] if workloads else 0
+        if not bins or load + work > most or not loads.fits(len(bins) - 1, i):
             bins.append([])
             loads.open()
+            load = 0
+        load += work
         bins[-1].append(i)
         loads.add(len(bins) - 1, i)
     return bins
@@ -629,9 +630,10 @@ def lower_bound(
     pad = positive_int(pad_to_multiple_of, "pad_to_multiple_of")
     bucket = positive_int(micro_batch_multiple_of, "micro_batch_multiple_of")
     on = switch(padded, "padded")
-    most = None
-    if max_samples_per_micro_batch is not None:
-        most = positive_int(max_samples_per_micro_batch, "max_samples_per_micro_batch")
+    most = (
+        None if max_samples_per_micro_batch is None
+        else positive_int(max_samples_per_micro_batch, "max_samples_per_micro_batch")
+    )
     if not on and most is None and pad == 1 and bucket == 1 and costs is None:
         return best_lower_bound(sizes, cap)[0]
     lengths = sample_costs(sizes)

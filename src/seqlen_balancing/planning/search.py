@@ -36,7 +36,7 @@ from seqlen_balancing.planning.packing import (
 )
 from seqlen_balancing.planning.partition import roundup_divisible
 from seqlen_balancing.planning.repack import exact_packing, repack
-from seqlen_balancing.planning.rule import Rule, fewest_sorted, rule_bound
+from seqlen_balancing.planning.rule import Rule, fewest_sorted, rule_bound, sorted_cut
 
 __all__ = ["EXHAUSTIVE", "PACKERS", "Aside", "Count", "Packer", "search_count"]
 
@@ -45,7 +45,7 @@ __all__ = ["EXHAUSTIVE", "PACKERS", "Aside", "Count", "Packer", "search_count"]
 #: and 16,384 into 256.
 _KK_BUDGET = 1 << 22
 
-#: Largest number of items the exhaustive search (:func:`_exact_search`) is tried on.
+#: Largest number of items the exhaustive search (:func:`_exact`) is tried on.
 _EXACT_GROUPS = 40
 
 #: Items the exhaustive search may place per count tried before it gives up.
@@ -111,12 +111,6 @@ class _Search:
     def done(self) -> bool:
         return bool(self.packing) and len(self.packing) <= self.lower
 
-    def large(self) -> bool:
-        """True on a batch of more than :data:`_SEARCH_ALWAYS` items: a costly packer runs
-        only where its ``large`` says it is still bounded, and no bound beyond the cheap
-        ones is evaluated for the others."""
-        return self.rule.n > _SEARCH_ALWAYS
-
     def hold(self, upto: str) -> None:
         """Evaluate the bounds up to ``upto`` (once per level) and the floor."""
         level = BOUND_NAMES.index(upto)
@@ -170,14 +164,6 @@ class Packer:
     large: Callable[[_Search], bool] | None = None
 
 
-def _any(rule: Rule) -> bool:
-    return True
-
-
-def _plain(rule: Rule) -> bool:
-    return rule.plain
-
-
 def _summed(rule: Rule) -> bool:
     return not rule.is_padded
 
@@ -188,39 +174,38 @@ def _cut_summed(search: _Search) -> list[list[int]]:
     the limit, as good as the plain search whenever its micro-batches hold few rows."""
     rule = search.rule
     plain = search_count(Rule.sums(rule.sizes, rule.cap), search.workloads, search.divisor, None)
-    limit, rows = rule.limit or 0, rule.rows
-    cut: list[list[int]] = []
-    for items in plain.packing:
-        cut.append([])
-        taken = 0
-        for i in items:
-            if cut[-1] and taken + rows[i] > limit:
-                cut.append([])
-                taken = 0
-            cut[-1].append(i)
-            taken += rows[i]
-    return cut
+    by_rows = Rule.sums(rule.rows, rule.limit or 0)  # a run fits when its rows do
+    return [run for items in plain.packing for run in sorted_cut(by_rows, items)]
 
 
 def _exact(search: _Search) -> list[list[int]]:
-    packing, proven = _exact_search(search.rule, search.packing, search.lower)
-    if proven > search.lower:
-        search.prove(proven, EXHAUSTIVE)
-    return packing
+    """The best packing and a proven bound: counts from the bound up to one below the
+    packing's are searched exhaustively (:func:`~seqlen_balancing.planning.repack.exact_packing`)
+    within :data:`_EXACT_BUDGET` placed items per count; a count whose search is exhausted
+    without a packing raises the bound above it, and the first count that runs out of
+    budget ends the search."""
+    for count in range(search.lower, len(search.packing)):
+        found, impossible = exact_packing(search.rule, count, _EXACT_BUDGET)
+        if found is not None:
+            return found
+        if not impossible:
+            break  # out of budget: nothing proven beyond what is known
+        search.prove(count + 1, EXHAUSTIVE)
+    return search.packing
 
 
 #: The count search's steps, in order. The first that serves a rule gives the first
 #: packing; each later one runs only while the count is above the bound.
 PACKERS = (
     Packer("sorted rule", lambda rule: rule.is_padded, lambda s: fewest_sorted(s.rule)),
-    Packer("best fit decreasing", _any, lambda s: best_fit(s.rule)),
+    Packer("best fit decreasing", lambda rule: True, lambda s: best_fit(s.rule)),
     Packer("row filling", lambda rule: not rule.is_padded and rule.limit is not None,
            lambda s: row_filling(s.rule)),
     Packer("randomized best fit", lambda rule: not rule.plain,
            lambda s: randomized_best_fit(s.rule, s.lower, s.packing)),
     Packer("the summed plan cut to the limit", lambda rule: not rule.is_padded and rule.limit is not None,
            lambda s: _cut_summed(s)),
-    Packer("closing fit decreasing", _plain,
+    Packer("closing fit decreasing", lambda rule: rule.plain,
            lambda s: _closing_fit(s.rule.sizes, s.rule.cap, s.rule.by_size)),
     # Bins filled exactly, one at a time: on few-items-per-bin batches with little slack
     # (CHAMP x10 at 32,768) this reaches L where best fit and the exchange search miss,
@@ -230,7 +215,7 @@ PACKERS = (
     Packer("exchange search", _summed, lambda s: _close_gap(s.rule, s.packing, s.lower),
            upto=BOUND_NAMES[-1], ties=True),
     # Few items: an exhaustive search finds the optimum, or proves the bound too low.
-    Packer("exact search", lambda rule: _summed(rule) and rule.n <= _EXACT_GROUPS, lambda s: _exact(s),
+    Packer("exact search", lambda rule: _summed(rule) and rule.n <= _EXACT_GROUPS, _exact,
            upto=BOUND_NAMES[-1]),
     # verl's own construction at every count it could stop at below ours: never more
     # micro-batches than verl's rule (see plan_micro_batches).
@@ -262,7 +247,7 @@ def search_count(rule: Rule, workloads: list[int], divisor: int, floor: int | No
                 search.hold(_CHEAP)
                 if search.done():
                     break
-                if search.large() and not (packer.large and packer.large(search)):
+                if rule.n > _SEARCH_ALWAYS and not (packer.large and packer.large(search)):
                     continue  # its work (or its bounds') grows faster than the batch
             search.hold(packer.upto)
             if search.done():
@@ -292,24 +277,6 @@ def _set_aside(
     packing = [[g] for g in over] + [[index[j] for j in b] for b in rest.packing]
     return Count(len(over) + rest.min_count, lower, name, packing, over,
                  Aside(index, rest_rule, rest_workloads, rest))
-
-
-def _exact_search(
-    rule: Rule, packing: list[list[int]], lower: int
-) -> tuple[list[list[int]], int]:
-    """``(best packing, proven lower bound)``: counts from ``lower`` up to one below the
-    packing's are searched exhaustively (:func:`~seqlen_balancing.planning.repack.exact_packing`)
-    within :data:`_EXACT_BUDGET` placed items per count; a count whose search is exhausted
-    without a packing raises the bound above it, and the first count that runs out of
-    budget ends the search."""
-    for count in range(lower, len(packing)):
-        found, impossible = exact_packing(rule, count, _EXACT_BUDGET)
-        if found is not None:
-            return found, lower
-        if not impossible:
-            break  # out of budget: nothing proven beyond what is known
-        lower = count + 1
-    return packing, lower
 
 
 def _verl_candidates(search: _Search, lower: int, upper: int) -> list[list[int]] | None:
@@ -348,10 +315,7 @@ def _close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[in
     packing restricted to them and fresh packings of them (made in turn, none after one
     that meets the bound); the reduction's bins are added back. With a sample limit
     (where the reduction's pairs may hold too many rows), on the whole packing."""
-    cap = rule.cap
-    if not rule.plain:
-        return repack(rule, packing, target=lower)
-    fixed, rest = rule.dominant
+    fixed, rest = rule.dominant if rule.plain else ([], [])
     if not fixed:
         return repack(rule, packing, target=lower)
     fixed, rest = [list(b) for b in fixed], list(rest)  # the rule's own: not changed here
@@ -371,8 +335,8 @@ def _close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[in
 
     makers: list[Callable[[], list[list[int]]]] = [
         lambda: best_fit(sub),
-        lambda: _closing_fit(sub.sizes, cap, sub.by_size),
-        lambda: minimum_bin_slack(sub.sizes, cap) if sub.n <= 4096 else [],
+        lambda: _closing_fit(sub.sizes, sub.cap, sub.by_size),
+        lambda: minimum_bin_slack(sub.sizes, sub.cap) if sub.n <= 4096 else [],
         restricted,
     ]
     best: list[list[int]] = []

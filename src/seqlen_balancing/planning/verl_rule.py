@@ -201,9 +201,5 @@ def verl_counts(
         start = roundup_divisible(max(r.start for r in ranks), step)
         count, tries = _search(ranks, start, cap, step, tries_allowed)
         return VerlCounts([count] * len(ranks), tries)
-    counts, total = [], 0
-    for r in ranks:
-        count, tries = _search([r], roundup_divisible(r.start, step), cap, step, tries_allowed)
-        counts.append(count)
-        total += tries
-    return VerlCounts(counts, total)
+    found = [_search([r], roundup_divisible(r.start, step), cap, step, tries_allowed) for r in ranks]
+    return VerlCounts([count for count, _ in found], sum(tries for _, tries in found))
