@@ -95,12 +95,10 @@ def lock_step_time(
         11.0
     """
     count = max((len(plan) for plan in rank_micro_batches), default=0)
-    total = 0
-    for k in range(count):
-        total += max(
-            (sum(workloads[i] for i in plan[k]) for plan in rank_micro_batches if k < len(plan)),
-            default=0,
-        )
+    total = sum(
+        max(sum(workloads[i] for i in plan[k]) for plan in rank_micro_batches if k < len(plan))
+        for k in range(count)
+    )
     return float(total) + count * fixed_cost
 
 
@@ -134,35 +132,27 @@ class Grid:
         self.load = [[sum(self.workloads[g] for g in cell) for cell in row] for row in cells]
         self.tokens = [[sum(self.sizes[g] for g in cell) for cell in row] for row in cells]
         self.rank_load = [sum(row) for row in self.load]
-        self.tops: list[list[tuple[int, int]]] = [[] for _ in range(self.count)]
-        self.sums = [0] * self.count
-        self._indexed = False
-        for k in range(self.count):
-            self.refresh(k)
-        self._index()
-
-    def _index(self) -> None:
-        """Build the orders the local search reads, kept sorted by :meth:`refresh`: per rank
-        its layers by ``(load - layer top, layer)`` (most headroom first), the layers by
-        ``(-(dp x top - total), layer)`` (furthest above their mean first), and the sum of
-        the layers' ``dp x top - total`` (:meth:`gap`)."""
+        # each layer's three heaviest cells (load, -rank) and its total
+        self.tops = [heapq.nlargest(3, ((row[k], -r) for r, row in enumerate(self.load)))
+                     for k in range(self.count)]
+        self.sums = [sum(row[k] for row in self.load) for k in range(self.count)]
+        # the orders the local search reads, kept sorted by refresh(): per rank its layers by
+        # (load - layer top, layer) (most headroom first), the layers by (-(dp x top - total),
+        # layer) (furthest above their mean first), and the sum of dp x top - total (gap())
         tops = [self.tops[k][0][0] for k in range(self.count)]
         self.headroom = [sorted((row[k] - tops[k], k) for k in range(self.count)) for row in self.load]
         self._heads = [[row[k] - tops[k] for k in range(self.count)] for row in self.load]
         self._excess = [self.dp * tops[k] - self.sums[k] for k in range(self.count)]
         self.by_excess = sorted((-e, k) for k, e in enumerate(self._excess))
         self._gap = sum(self._excess)
-        self._indexed = True
 
     def refresh(self, k: int) -> None:
         """Recompute layer ``k``'s three heaviest cells (load, -rank) and its total, and its
-        entries in the orders of :meth:`_index` (O(dp x (log count + count)), the count
+        entries in the orders the local search reads (O(dp x (log count + count)), the count
         term a list's memmove)."""
         column = [(self.load[r][k], -r) for r in range(self.dp)]
         self.tops[k] = heapq.nlargest(3, column)
         self.sums[k] = sum(load for load, _ in column)
-        if not self._indexed:
-            return
         top = self.tops[k][0][0]
         excess = self.dp * top - self.sums[k]
         if excess != self._excess[k]:
@@ -243,9 +233,6 @@ class Grid:
                 found.sort(reverse=True)  # equal rooms: the larger layer first
         return found[:count]
 
-    def counts(self) -> list[int]:
-        return [sum(len(cell) for cell in row) for row in self.cells]
-
 
 def _resort(order: list[tuple[int, int]], old: tuple[int, int], new: tuple[int, int]) -> None:
     """Replace ``old`` by ``new`` in the sorted list ``order``, keeping it sorted."""
@@ -292,15 +279,14 @@ def _deal(result: RankAnalysis, dp: int, count: int) -> Grid:
     return Grid(result, cells)
 
 
-def _move_cost(grid: Grid, g: int, source: tuple[int, int], target: tuple[int, int]) -> int:
-    """How much moving group ``g`` from ``source`` to ``target`` raises the step time."""
-    (a, k), (b, k2) = source, target
-    w = grid.workloads[g]
-    if k == k2:
-        after = max(grid.top(k, (a, b)), grid.load[a][k] - w, grid.load[b][k] + w)
-        return after - grid.top(k)
-    rest = max(grid.top(k, (a,)), grid.load[a][k] - w)
-    return rest - grid.top(k) + max(0, grid.load[b][k2] + w - grid.top(k2))
+def _gain(grid: Grid, source: tuple[int, int], target: tuple[int, int], d: int) -> int:
+    """How much shifting workload ``d`` from cell ``source`` to cell ``target`` lowers the
+    step time (negative: raises it)."""
+    (r, k), (s, k2) = source, target
+    top, load = grid.top(k), grid.load[r][k]
+    if k2 == k:
+        return top - max(grid.top(k, (r, s)), load - d, grid.load[s][k] + d)
+    return top - max(grid.top(k, (r,)), load - d) - max(0, grid.load[s][k2] + d - grid.top(k2))
 
 
 def _best_move(grid: Grid, a: int, b: int) -> tuple[int, int, int] | None:
@@ -317,7 +303,7 @@ def _best_move(grid: Grid, a: int, b: int) -> tuple[int, int, int] | None:
         for g in sorted(picks):
             for k2 in range(grid.count):
                 if grid.fits(b, k2, (g,)):
-                    key = (_move_cost(grid, g, (a, k), (b, k2)), k, k2, g)
+                    key = (-_gain(grid, (a, k), (b, k2), grid.workloads[g]), k, k2, g)
                     best = key if best is None or key < best else best
     return None if best is None else (best[3], best[1], best[2])
 
@@ -328,13 +314,10 @@ def _exchange(grid: Grid, a: int, b: int) -> bool:
     workload is applied. False when none fits (searched among each micro-batch's
     :data:`_PAIR_GROUPS` smallest groups)."""
     for t in (1, 2):
-        best: tuple[int, int, int, tuple[int, ...], tuple[int, ...]] | None = None
-        for k, k2 in itertools.product(range(grid.count), repeat=2):
-            found = _exchange_between(grid, (a, k), (b, k2), t)
-            if found is not None and (best is None or found < best):
-                best = found
-        if best is not None:
-            _, k, k2, gives, takes = best
+        found = [ways for k, k2 in itertools.product(range(grid.count), repeat=2)
+                 if (ways := _exchange_between(grid, (a, k), (b, k2), t)) is not None]
+        if found:
+            _, k, k2, gives, takes = min(found)
             for g in gives:
                 grid.move(g, (a, k), (b, k2))
             for g in takes:
@@ -372,22 +355,16 @@ def _exchange_between(
 
 def _equal_sizes(grid: Grid, per_rank: int) -> bool:
     """Move groups until every rank holds ``per_rank`` of them; False when stuck."""
-    counts = grid.counts()
+    counts = [sum(len(cell) for cell in row) for row in grid.cells]
     while True:
         above = sorted((r for r in range(grid.dp) if counts[r] > per_rank), key=lambda r: (-counts[r], r))
         below = sorted((r for r in range(grid.dp) if counts[r] < per_rank), key=lambda r: (counts[r], r))
         if not above:
             return True
         rooms = {b: _room(grid, b) for b in below}
-        found = None
-        for a in above:
-            smallest = _smallest(grid, a)
-            for b in below:
-                if smallest <= rooms[b] and (move := _best_move(grid, a, b)) is not None:
-                    found = a, b, move
-                    break
-            if found is not None:
-                break
+        found = next(((a, b, move) for a in above for b in below
+                      if _smallest(grid, a) <= rooms[b] and (move := _best_move(grid, a, b)) is not None),
+                     None)
         if found is not None:
             a, b, (g, k, k2) = found
             grid.move(g, (a, k), (b, k2))
@@ -428,16 +405,6 @@ def _targets(grid: Grid, r: int, k: int) -> list[tuple[int, int]]:
         if s != r:
             found += grid.roomiest(s, 2, k)
     return list(dict.fromkeys(found))
-
-
-def _gain(grid: Grid, source: tuple[int, int], target: tuple[int, int], d: int) -> int:
-    """How much shifting workload ``d`` from cell ``source`` (its layer's heaviest) to
-    cell ``target`` lowers the step time (negative: raises it)."""
-    (r, k), (s, k2) = source, target
-    load = grid.load[r][k]
-    if k2 == k:
-        return load - max(grid.top(k, (r, s)), load - d, grid.load[s][k] + d)
-    return load - max(grid.top(k, (r,)), load - d) - max(0, grid.load[s][k2] + d - grid.top(k2))
 
 
 def _lower_heaviest(grid: Grid, k: int) -> tuple[int, int, int, int, int] | None:
@@ -556,7 +523,9 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
     rule = result.rule
     if rule is not None and rule.is_padded:
         return None
-    limit = _groups_limit(result)
+    # groups per micro-batch at most under the sample limit (its rows over the groups' rows:
+    # all of one size where ranks get equal parts)
+    limit = None if rule is None or rule.limit is None or not rule.rows else rule.limit // max(rule.rows)
     loads = result.group_workloads
     if "parts" not in memo:
         parts = karmarkar_karp(loads, dp, equal_size=True)
@@ -583,15 +552,6 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
         for part, alone in analyses
     ]
     return Grid(result, cells)
-
-
-def _groups_limit(result: RankAnalysis) -> int | None:
-    """Groups per micro-batch at most under the rule's sample limit (its rows over the
-    groups' rows: all of one size where ranks get equal parts), or ``None``."""
-    rule = result.rule
-    if rule is None or rule.limit is None or not rule.rows:
-        return None
-    return rule.limit // max(rule.rows)
 
 
 def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[list[int]]:
@@ -625,30 +585,25 @@ def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[li
 
 
 def plan_at(
-    result: RankAnalysis, dp: int, count: int, per_rank: int | None, memo: dict[Any, Any] | None = None,
-    whole: Callable[[], RankAnalysis] | None = None,
+    result: RankAnalysis, dp: int, count: int, per_rank: int | None, memo: dict[Any, Any],
+    whole: Callable[[], RankAnalysis],
 ) -> Grid | None:
     """The lock-step plan with ``count`` micro-batches per rank, or ``None`` when the
     ranks' sample counts cannot be made equal (``per_rank`` groups each) at this count.
 
     ``result`` is the whole step's analysis (its groups, costs, workloads and rule);
-    ``whole`` gives it with its count search done (``result`` itself when ``None``), which
-    only cutting the whole step's micro-batches first needs; ``memo`` (one dict per step)
-    carries work from one count to the next."""
-    memo = {} if memo is None else memo
-    searched = whole or (lambda: result)
-
-    def micro_batches_first() -> Grid | None:
-        full = searched()
+    ``whole`` gives it with its count search done, which only cutting the whole step's
+    micro-batches first needs; ``memo`` (one dict per step) carries work from one count to
+    the next."""
+    grid = None if per_rank is None else _rank_first(result, dp, count, memo)
+    if grid is None:  # the whole step's micro-batches first
+        full = whole()
         if dp * count < full.min_count:
             return None  # the whole step's packings need more micro-batches
-        dealt = _deal(full, dp, count)
-        return dealt if per_rank is None or _equal_sizes(dealt, per_rank) else None
-
-    ranks_first = None if per_rank is None else _rank_first(result, dp, count, memo)
-    grid = ranks_first or micro_batches_first()
-    if grid is not None:
-        _lock_step_search(grid, _SEARCH_ROUNDS * result.n_groups + _SEARCH_BASE)
+        grid = _deal(full, dp, count)
+        if per_rank is not None and not _equal_sizes(grid, per_rank):
+            return None
+    _lock_step_search(grid, _SEARCH_ROUNDS * result.n_groups + _SEARCH_BASE)
     return grid
 
 
