@@ -189,12 +189,10 @@ class Grid:
         (r, k), (r2, k2) = source, target
         self.cells[r][k].remove(g)
         self.cells[r2][k2].append(g)
-        self.load[r][k] -= self.workloads[g]
-        self.load[r2][k2] += self.workloads[g]
-        self.rank_load[r] -= self.workloads[g]
-        self.rank_load[r2] += self.workloads[g]
-        self.tokens[r][k] -= self.sizes[g]
-        self.tokens[r2][k2] += self.sizes[g]
+        for (q, j), sign in ((source, -1), (target, 1)):
+            self.load[q][j] += sign * self.workloads[g]
+            self.rank_load[q] += sign * self.workloads[g]
+            self.tokens[q][j] += sign * self.sizes[g]
         self.refresh(k)
         if k2 != k:
             self.refresh(k2)
@@ -292,7 +290,7 @@ def _gain(grid: Grid, source: tuple[int, int], target: tuple[int, int], d: int) 
 def _best_move(grid: Grid, a: int, b: int) -> tuple[int, int, int] | None:
     """The single group of rank ``a`` that moves to rank ``b`` at the least cost:
     ``(group, layer from, layer to)``, or ``None`` when none fits."""
-    best: tuple[int, int, int, int] | None = None
+    moves: list[tuple[int, int, int, int]] = []  # (cost, layer from, layer to, group)
     for k in range(grid.count):
         cell = grid.cells[a][k]
         if len(cell) < 2:
@@ -300,11 +298,9 @@ def _best_move(grid: Grid, a: int, b: int) -> tuple[int, int, int] | None:
         # the cheapest group to place, and the lightest one
         picks = {min(cell, key=lambda g: (grid.sizes[g], grid.workloads[g], g)),
                  min(cell, key=lambda g: (grid.workloads[g], grid.sizes[g], g))}
-        for g in sorted(picks):
-            for k2 in range(grid.count):
-                if grid.fits(b, k2, (g,)):
-                    key = (-_gain(grid, (a, k), (b, k2), grid.workloads[g]), k, k2, g)
-                    best = key if best is None or key < best else best
+        moves += [(-_gain(grid, (a, k), (b, k2), grid.workloads[g]), k, k2, g)
+                  for g in sorted(picks) for k2 in range(grid.count) if grid.fits(b, k2, (g,))]
+    best = min(moves, default=None)
     return None if best is None else (best[3], best[1], best[2])
 
 
@@ -341,16 +337,14 @@ def _exchange_between(
     gives = sorted((sum(size[g] for g in c), c) for c in itertools.combinations(pool, t + 1))
     sums = [total for total, _ in gives]
     room_a, room_b = grid.cap - grid.tokens[a][k], grid.cap - grid.tokens[b][k2]
-    best = None
+    found = []
     for takes in itertools.combinations(smallest(grid.cells[b][k2]), t):
         taken = sum(size[g] for g in takes)
         lo = bisect.bisect_left(sums, taken - room_a)
-        for _, given in gives[lo : bisect.bisect_right(sums, taken + room_b)][:8]:
-            if grid.fits(a, k, takes, given) and grid.fits(b, k2, given, takes):
-                diff = abs(sum(work[g] for g in given) - sum(work[g] for g in takes))
-                key = (diff, k, k2, given, takes)
-                best = key if best is None or key < best else best
-    return best
+        found += [(abs(sum(work[g] for g in given) - sum(work[g] for g in takes)), k, k2, given, takes)
+                  for _, given in gives[lo : bisect.bisect_right(sums, taken + room_b)][:8]
+                  if grid.fits(a, k, takes, given) and grid.fits(b, k2, given, takes)]
+    return min(found, default=None)
 
 
 def _equal_sizes(grid: Grid, per_rank: int) -> bool:
@@ -401,16 +395,14 @@ def _targets(grid: Grid, r: int, k: int) -> list[tuple[int, int]]:
     lightest = sorted(range(grid.dp), key=lambda s: (grid.load[s][k], s))[:_LIGHTEST]
     poorest = sorted(range(grid.dp), key=lambda s: (grid.rank_load[s], s))[:_LIGHTEST]
     found = grid.roomiest(r, _HEADROOM_LAYERS, k) + [(s, k) for s in lightest if s != r]
-    for s in poorest:
-        if s != r:
-            found += grid.roomiest(s, 2, k)
+    found += [cell for s in poorest if s != r for cell in grid.roomiest(s, 2, k)]
     return list(dict.fromkeys(found))
 
 
-def _lower_heaviest(grid: Grid, k: int) -> tuple[int, int, int, int, int] | None:
-    """The best exchange that lowers layer ``k``'s heaviest cell ``(r, k)``:
-    ``(gain, group, rank, layer, other group or -1)``: the group moves to the same
-    rank's micro-batch in that layer (-1), or swaps with the other group there; or
+def _lower_heaviest(grid: Grid, k: int, least: int = 0) -> tuple[int, int, int, int, int] | None:
+    """The best exchange that lowers layer ``k``'s heaviest cell ``(r, k)`` by more than
+    ``least``: ``(gain, group, rank, layer, other group or -1)``: the group moves to the
+    same rank's micro-batch in that layer (-1), or swaps with the other group there; or
     ``None``."""
     r = -grid.tops[k][0][1]
     cell, load = grid.cells[r][k], grid.load[r][k]
@@ -431,7 +423,8 @@ def _lower_heaviest(grid: Grid, k: int) -> tuple[int, int, int, int, int] | None
                         if 0 <= j < len(others) and loads[j] < w]
             for d, other in options:
                 gain = _gain(grid, (r, k), (s, k2), d)
-                if gain <= 0 or (best is not None and (gain, -g, -other) <= (best[0], -best[1], -best[4])):
+                if gain <= least or (best is not None
+                                     and (gain, -g, -other) <= (best[0], -best[1], -best[4])):
                     continue
                 takes = () if other < 0 else (other,)
                 if grid.fits(s, k2, (g,), takes) and (other < 0 or grid.fits(r, k, takes, (g,))):
@@ -447,6 +440,7 @@ def _lock_step_search(grid: Grid, rounds: int) -> None:
     # moves keep the total workload: sum(grid.sums) is the same in every round
     total = sum(grid.sums)
     enough = total // _TOLERANCE  # in gap() units: dp x (floor / _TOLERANCE)
+    least = total // (grid.dp * _TOLERANCE)  # a smaller gain is too small to matter
     # the stuck layers: the first of grid.by_excess (the grid is unchanged while they
     # accumulate, each the layer furthest above its mean among those left; a move frees all)
     stuck = 0
@@ -454,16 +448,14 @@ def _lock_step_search(grid: Grid, rounds: int) -> None:
         if stuck == grid.count or grid.gap() <= enough:
             return
         k = grid.by_excess[stuck][1]
-        found = _lower_heaviest(grid, k)
-        if found is not None and found[0] * grid.dp * _TOLERANCE <= total:
-            found = None  # too small to matter: the layer counts as level
+        found = _lower_heaviest(grid, k, least)
         if found is not None:
             _, g, other_rank, layer, other = found
             r = -grid.tops[k][0][1]
             grid.move(g, (r, k), (other_rank, layer))
             if other >= 0:
                 grid.move(other, (other_rank, layer), (r, k))
-        elif not _lower_layer(grid, k, total // (grid.dp * _TOLERANCE)):
+        elif not _lower_layer(grid, k, least):
             stuck += 1
             continue
         stuck = 0
@@ -567,16 +559,14 @@ def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[li
             break
         cheap = sorted(parts[low], key=lambda g: (sizes[g], g))
         cheap_sizes = [sizes[g] for g in cheap]
-        best: tuple[int, int, int] | None = None
+        swaps: list[tuple[int, int, int]] = []  # (distance from half the gap, x, y)
         for x in parts[high]:
             at = bisect.bisect_left(cheap_sizes, sizes[x] - gap // 2)
-            for j in (at - 1, at):
-                if 0 <= j < len(cheap) and 0 < sizes[x] - cheap_sizes[j] < gap:
-                    key = (abs(2 * (sizes[x] - cheap_sizes[j]) - gap), x, cheap[j])
-                    best = key if best is None or key < best else best
-        if best is None:
+            swaps += [(abs(2 * (sizes[x] - cheap_sizes[j]) - gap), x, cheap[j]) for j in (at - 1, at)
+                      if 0 <= j < len(cheap) and 0 < sizes[x] - cheap_sizes[j] < gap]
+        if not swaps:
             break
-        _, x, y = best
+        _, x, y = min(swaps)
         parts[high][parts[high].index(x)], parts[low][parts[low].index(y)] = y, x
         d = sizes[x] - sizes[y]
         sums[high] -= d

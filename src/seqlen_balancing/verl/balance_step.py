@@ -532,12 +532,9 @@ def enable(options: PlanOptions | None = None) -> None:
     lacks is left alone, with a WARNING."""
     _STATE.on = True
     _STATE.options = options or PlanOptions()
-    for name in TARGETS:
-        module = sys.modules.get(name)
-        if module is not None:
-            _patch(module)
-    if RAY_SFT in sys.modules:
-        _say_not_here()
+    for name in [*TARGETS, RAY_SFT]:
+        if name in sys.modules:
+            on_import(sys.modules[name])
     _patch_main()
 
 
