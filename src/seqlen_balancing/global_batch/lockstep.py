@@ -209,13 +209,7 @@ class Grid:
         """Rank ``s``'s ``count`` cells with the most headroom below their layer's top,
         layer ``skip`` left out: the first of ``sorted(layers, key=(load - top, layer))``.
         O(count)."""
-        found = []
-        for _, k2 in self.headroom[s]:
-            if k2 != skip:
-                found.append((s, k2))
-                if len(found) == count:
-                    break
-        return found
+        return list(itertools.islice(((s, k2) for _, k2 in self.headroom[s] if k2 != skip), count))
 
     def rooms(self, r: int, count: int, skip: int) -> list[tuple[int, int]]:
         """Rank ``r``'s ``count`` layers (``skip`` left out) where its load is furthest

@@ -429,8 +429,11 @@ def sft_sampler(
             batch_size=settings["batch_size"], max_token_len=settings["max_token_len"],
             **_rule(_STATE.options))
     except (TypeError, ValueError) as error:
+        # what lets a row over the cap be planned (the refusal names the row)
+        hint = f"; {ENV_OVER_CAP}=alone plans such a row in a micro-batch of its own" \
+            if "exceeds max_token_len" in str(error) and _STATE.options.over_cap != "alone" else ""
         logger.warning("seqlen-balancing: verl.trainer.sft_trainer keeps DistributedSampler: %s%s",
-                       error, _over_cap_hint(error))
+                       error, hint)
         return DistributedSampler(dataset, **plain)
     logger.info("seqlen-balancing: verl.trainer.sft_trainer's train sampler is BalancedDistributedSampler "
                 "in process %d (rank %d of %d, %d rows, batch_size %d per rank, max_token_len %d, "
@@ -438,13 +441,6 @@ def sft_sampler(
                 len(sampler.lengths), sampler.batch_size, sampler.max_token_len,
                 sampler.options.changed() or "verl's defaults")
     return sampler
-
-
-def _over_cap_hint(error: Exception) -> str:
-    """What lets a row over the cap be planned (the refusal names the row)."""
-    if "exceeds max_token_len" in str(error) and _STATE.options.over_cap != "alone":
-        return f"; {ENV_OVER_CAP}=alone plans such a row in a micro-batch of its own"
-    return ""
 
 
 def _auto_set_device(original: Callable[..., Any]) -> Callable[..., Any]:
