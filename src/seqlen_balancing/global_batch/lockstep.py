@@ -95,12 +95,10 @@ def lock_step_time(
         11.0
     """
     count = max((len(plan) for plan in rank_micro_batches), default=0)
-    total = 0
-    for k in range(count):
-        total += max(
-            (sum(workloads[i] for i in plan[k]) for plan in rank_micro_batches if k < len(plan)),
-            default=0,
-        )
+    total = sum(
+        max(sum(workloads[i] for i in plan[k]) for plan in rank_micro_batches if k < len(plan))
+        for k in range(count)
+    )
     return float(total) + count * fixed_cost
 
 
@@ -134,35 +132,27 @@ class Grid:
         self.load = [[sum(self.workloads[g] for g in cell) for cell in row] for row in cells]
         self.tokens = [[sum(self.sizes[g] for g in cell) for cell in row] for row in cells]
         self.rank_load = [sum(row) for row in self.load]
-        self.tops: list[list[tuple[int, int]]] = [[] for _ in range(self.count)]
-        self.sums = [0] * self.count
-        self._indexed = False
-        for k in range(self.count):
-            self.refresh(k)
-        self._index()
-
-    def _index(self) -> None:
-        """Build the orders the local search reads, kept sorted by :meth:`refresh`: per rank
-        its layers by ``(load - layer top, layer)`` (most headroom first), the layers by
-        ``(-(dp x top - total), layer)`` (furthest above their mean first), and the sum of
-        the layers' ``dp x top - total`` (:meth:`gap`)."""
+        # each layer's three heaviest cells (load, -rank) and its total
+        self.tops = [heapq.nlargest(3, ((row[k], -r) for r, row in enumerate(self.load)))
+                     for k in range(self.count)]
+        self.sums = [sum(row[k] for row in self.load) for k in range(self.count)]
+        # the orders the local search reads, kept sorted by refresh(): per rank its layers by
+        # (load - layer top, layer) (most headroom first), the layers by (-(dp x top - total),
+        # layer) (furthest above their mean first), and the sum of dp x top - total (gap())
         tops = [self.tops[k][0][0] for k in range(self.count)]
         self.headroom = [sorted((row[k] - tops[k], k) for k in range(self.count)) for row in self.load]
         self._heads = [[row[k] - tops[k] for k in range(self.count)] for row in self.load]
         self._excess = [self.dp * tops[k] - self.sums[k] for k in range(self.count)]
         self.by_excess = sorted((-e, k) for k, e in enumerate(self._excess))
         self._gap = sum(self._excess)
-        self._indexed = True
 
     def refresh(self, k: int) -> None:
         """Recompute layer ``k``'s three heaviest cells (load, -rank) and its total, and its
-        entries in the orders of :meth:`_index` (O(dp x (log count + count)), the count
+        entries in the orders the local search reads (O(dp x (log count + count)), the count
         term a list's memmove)."""
         column = [(self.load[r][k], -r) for r in range(self.dp)]
         self.tops[k] = heapq.nlargest(3, column)
         self.sums[k] = sum(load for load, _ in column)
-        if not self._indexed:
-            return
         top = self.tops[k][0][0]
         excess = self.dp * top - self.sums[k]
         if excess != self._excess[k]:
@@ -199,12 +189,10 @@ class Grid:
         (r, k), (r2, k2) = source, target
         self.cells[r][k].remove(g)
         self.cells[r2][k2].append(g)
-        self.load[r][k] -= self.workloads[g]
-        self.load[r2][k2] += self.workloads[g]
-        self.rank_load[r] -= self.workloads[g]
-        self.rank_load[r2] += self.workloads[g]
-        self.tokens[r][k] -= self.sizes[g]
-        self.tokens[r2][k2] += self.sizes[g]
+        for (q, j), sign in ((source, -1), (target, 1)):
+            self.load[q][j] += sign * self.workloads[g]
+            self.rank_load[q] += sign * self.workloads[g]
+            self.tokens[q][j] += sign * self.sizes[g]
         self.refresh(k)
         if k2 != k:
             self.refresh(k2)
@@ -221,13 +209,7 @@ class Grid:
         """Rank ``s``'s ``count`` cells with the most headroom below their layer's top,
         layer ``skip`` left out: the first of ``sorted(layers, key=(load - top, layer))``.
         O(count)."""
-        found = []
-        for _, k2 in self.headroom[s]:
-            if k2 != skip:
-                found.append((s, k2))
-                if len(found) == count:
-                    break
-        return found
+        return list(itertools.islice(((s, k2) for _, k2 in self.headroom[s] if k2 != skip), count))
 
     def rooms(self, r: int, count: int, skip: int) -> list[tuple[int, int]]:
         """Rank ``r``'s ``count`` layers (``skip`` left out) where its load is furthest
@@ -242,9 +224,6 @@ class Grid:
                 found.append((-head, k2))
                 found.sort(reverse=True)  # equal rooms: the larger layer first
         return found[:count]
-
-    def counts(self) -> list[int]:
-        return [sum(len(cell) for cell in row) for row in self.cells]
 
 
 def _resort(order: list[tuple[int, int]], old: tuple[int, int], new: tuple[int, int]) -> None:
@@ -292,21 +271,20 @@ def _deal(result: RankAnalysis, dp: int, count: int) -> Grid:
     return Grid(result, cells)
 
 
-def _move_cost(grid: Grid, g: int, source: tuple[int, int], target: tuple[int, int]) -> int:
-    """How much moving group ``g`` from ``source`` to ``target`` raises the step time."""
-    (a, k), (b, k2) = source, target
-    w = grid.workloads[g]
-    if k == k2:
-        after = max(grid.top(k, (a, b)), grid.load[a][k] - w, grid.load[b][k] + w)
-        return after - grid.top(k)
-    rest = max(grid.top(k, (a,)), grid.load[a][k] - w)
-    return rest - grid.top(k) + max(0, grid.load[b][k2] + w - grid.top(k2))
+def _gain(grid: Grid, source: tuple[int, int], target: tuple[int, int], d: int) -> int:
+    """How much shifting workload ``d`` from cell ``source`` to cell ``target`` lowers the
+    step time (negative: raises it)."""
+    (r, k), (s, k2) = source, target
+    top, load = grid.top(k), grid.load[r][k]
+    if k2 == k:
+        return top - max(grid.top(k, (r, s)), load - d, grid.load[s][k] + d)
+    return top - max(grid.top(k, (r,)), load - d) - max(0, grid.load[s][k2] + d - grid.top(k2))
 
 
 def _best_move(grid: Grid, a: int, b: int) -> tuple[int, int, int] | None:
     """The single group of rank ``a`` that moves to rank ``b`` at the least cost:
     ``(group, layer from, layer to)``, or ``None`` when none fits."""
-    best: tuple[int, int, int, int] | None = None
+    moves: list[tuple[int, int, int, int]] = []  # (cost, layer from, layer to, group)
     for k in range(grid.count):
         cell = grid.cells[a][k]
         if len(cell) < 2:
@@ -314,11 +292,9 @@ def _best_move(grid: Grid, a: int, b: int) -> tuple[int, int, int] | None:
         # the cheapest group to place, and the lightest one
         picks = {min(cell, key=lambda g: (grid.sizes[g], grid.workloads[g], g)),
                  min(cell, key=lambda g: (grid.workloads[g], grid.sizes[g], g))}
-        for g in sorted(picks):
-            for k2 in range(grid.count):
-                if grid.fits(b, k2, (g,)):
-                    key = (_move_cost(grid, g, (a, k), (b, k2)), k, k2, g)
-                    best = key if best is None or key < best else best
+        moves += [(-_gain(grid, (a, k), (b, k2), grid.workloads[g]), k, k2, g)
+                  for g in sorted(picks) for k2 in range(grid.count) if grid.fits(b, k2, (g,))]
+    best = min(moves, default=None)
     return None if best is None else (best[3], best[1], best[2])
 
 
@@ -328,13 +304,10 @@ def _exchange(grid: Grid, a: int, b: int) -> bool:
     workload is applied. False when none fits (searched among each micro-batch's
     :data:`_PAIR_GROUPS` smallest groups)."""
     for t in (1, 2):
-        best: tuple[int, int, int, tuple[int, ...], tuple[int, ...]] | None = None
-        for k, k2 in itertools.product(range(grid.count), repeat=2):
-            found = _exchange_between(grid, (a, k), (b, k2), t)
-            if found is not None and (best is None or found < best):
-                best = found
-        if best is not None:
-            _, k, k2, gives, takes = best
+        found = [ways for k, k2 in itertools.product(range(grid.count), repeat=2)
+                 if (ways := _exchange_between(grid, (a, k), (b, k2), t)) is not None]
+        if found:
+            _, k, k2, gives, takes = min(found)
             for g in gives:
                 grid.move(g, (a, k), (b, k2))
             for g in takes:
@@ -358,36 +331,28 @@ def _exchange_between(
     gives = sorted((sum(size[g] for g in c), c) for c in itertools.combinations(pool, t + 1))
     sums = [total for total, _ in gives]
     room_a, room_b = grid.cap - grid.tokens[a][k], grid.cap - grid.tokens[b][k2]
-    best = None
+    found = []
     for takes in itertools.combinations(smallest(grid.cells[b][k2]), t):
         taken = sum(size[g] for g in takes)
         lo = bisect.bisect_left(sums, taken - room_a)
-        for _, given in gives[lo : bisect.bisect_right(sums, taken + room_b)][:8]:
-            if grid.fits(a, k, takes, given) and grid.fits(b, k2, given, takes):
-                diff = abs(sum(work[g] for g in given) - sum(work[g] for g in takes))
-                key = (diff, k, k2, given, takes)
-                best = key if best is None or key < best else best
-    return best
+        found += [(abs(sum(work[g] for g in given) - sum(work[g] for g in takes)), k, k2, given, takes)
+                  for _, given in gives[lo : bisect.bisect_right(sums, taken + room_b)][:8]
+                  if grid.fits(a, k, takes, given) and grid.fits(b, k2, given, takes)]
+    return min(found, default=None)
 
 
 def _equal_sizes(grid: Grid, per_rank: int) -> bool:
     """Move groups until every rank holds ``per_rank`` of them; False when stuck."""
-    counts = grid.counts()
+    counts = [sum(len(cell) for cell in row) for row in grid.cells]
     while True:
         above = sorted((r for r in range(grid.dp) if counts[r] > per_rank), key=lambda r: (-counts[r], r))
         below = sorted((r for r in range(grid.dp) if counts[r] < per_rank), key=lambda r: (counts[r], r))
         if not above:
             return True
         rooms = {b: _room(grid, b) for b in below}
-        found = None
-        for a in above:
-            smallest = _smallest(grid, a)
-            for b in below:
-                if smallest <= rooms[b] and (move := _best_move(grid, a, b)) is not None:
-                    found = a, b, move
-                    break
-            if found is not None:
-                break
+        found = next(((a, b, move) for a in above for b in below
+                      if _smallest(grid, a) <= rooms[b] and (move := _best_move(grid, a, b)) is not None),
+                     None)
         if found is not None:
             a, b, (g, k, k2) = found
             grid.move(g, (a, k), (b, k2))
@@ -424,26 +389,14 @@ def _targets(grid: Grid, r: int, k: int) -> list[tuple[int, int]]:
     lightest = sorted(range(grid.dp), key=lambda s: (grid.load[s][k], s))[:_LIGHTEST]
     poorest = sorted(range(grid.dp), key=lambda s: (grid.rank_load[s], s))[:_LIGHTEST]
     found = grid.roomiest(r, _HEADROOM_LAYERS, k) + [(s, k) for s in lightest if s != r]
-    for s in poorest:
-        if s != r:
-            found += grid.roomiest(s, 2, k)
+    found += [cell for s in poorest if s != r for cell in grid.roomiest(s, 2, k)]
     return list(dict.fromkeys(found))
 
 
-def _gain(grid: Grid, source: tuple[int, int], target: tuple[int, int], d: int) -> int:
-    """How much shifting workload ``d`` from cell ``source`` (its layer's heaviest) to
-    cell ``target`` lowers the step time (negative: raises it)."""
-    (r, k), (s, k2) = source, target
-    load = grid.load[r][k]
-    if k2 == k:
-        return load - max(grid.top(k, (r, s)), load - d, grid.load[s][k] + d)
-    return load - max(grid.top(k, (r,)), load - d) - max(0, grid.load[s][k2] + d - grid.top(k2))
-
-
-def _lower_heaviest(grid: Grid, k: int) -> tuple[int, int, int, int, int] | None:
-    """The best exchange that lowers layer ``k``'s heaviest cell ``(r, k)``:
-    ``(gain, group, rank, layer, other group or -1)``: the group moves to the same
-    rank's micro-batch in that layer (-1), or swaps with the other group there; or
+def _lower_heaviest(grid: Grid, k: int, least: int = 0) -> tuple[int, int, int, int, int] | None:
+    """The best exchange that lowers layer ``k``'s heaviest cell ``(r, k)`` by more than
+    ``least``: ``(gain, group, rank, layer, other group or -1)``: the group moves to the
+    same rank's micro-batch in that layer (-1), or swaps with the other group there; or
     ``None``."""
     r = -grid.tops[k][0][1]
     cell, load = grid.cells[r][k], grid.load[r][k]
@@ -464,7 +417,8 @@ def _lower_heaviest(grid: Grid, k: int) -> tuple[int, int, int, int, int] | None
                         if 0 <= j < len(others) and loads[j] < w]
             for d, other in options:
                 gain = _gain(grid, (r, k), (s, k2), d)
-                if gain <= 0 or (best is not None and (gain, -g, -other) <= (best[0], -best[1], -best[4])):
+                if gain <= least or (best is not None
+                                     and (gain, -g, -other) <= (best[0], -best[1], -best[4])):
                     continue
                 takes = () if other < 0 else (other,)
                 if grid.fits(s, k2, (g,), takes) and (other < 0 or grid.fits(r, k, takes, (g,))):
@@ -480,6 +434,7 @@ def _lock_step_search(grid: Grid, rounds: int) -> None:
     # moves keep the total workload: sum(grid.sums) is the same in every round
     total = sum(grid.sums)
     enough = total // _TOLERANCE  # in gap() units: dp x (floor / _TOLERANCE)
+    least = total // (grid.dp * _TOLERANCE)  # a smaller gain is too small to matter
     # the stuck layers: the first of grid.by_excess (the grid is unchanged while they
     # accumulate, each the layer furthest above its mean among those left; a move frees all)
     stuck = 0
@@ -487,16 +442,14 @@ def _lock_step_search(grid: Grid, rounds: int) -> None:
         if stuck == grid.count or grid.gap() <= enough:
             return
         k = grid.by_excess[stuck][1]
-        found = _lower_heaviest(grid, k)
-        if found is not None and found[0] * grid.dp * _TOLERANCE <= total:
-            found = None  # too small to matter: the layer counts as level
+        found = _lower_heaviest(grid, k, least)
         if found is not None:
             _, g, other_rank, layer, other = found
             r = -grid.tops[k][0][1]
             grid.move(g, (r, k), (other_rank, layer))
             if other >= 0:
                 grid.move(other, (other_rank, layer), (r, k))
-        elif not _lower_layer(grid, k, total // (grid.dp * _TOLERANCE)):
+        elif not _lower_layer(grid, k, least):
             stuck += 1
             continue
         stuck = 0
@@ -556,7 +509,9 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
     rule = result.rule
     if rule is not None and rule.is_padded:
         return None
-    limit = _groups_limit(result)
+    # groups per micro-batch at most under the sample limit (its rows over the groups' rows:
+    # all of one size where ranks get equal parts)
+    limit = None if rule is None or rule.limit is None or not rule.rows else rule.limit // max(rule.rows)
     loads = result.group_workloads
     if "parts" not in memo:
         parts = karmarkar_karp(loads, dp, equal_size=True)
@@ -585,15 +540,6 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
     return Grid(result, cells)
 
 
-def _groups_limit(result: RankAnalysis) -> int | None:
-    """Groups per micro-batch at most under the rule's sample limit (its rows over the
-    groups' rows: all of one size where ranks get equal parts), or ``None``."""
-    rule = result.rule
-    if rule is None or rule.limit is None or not rule.rows:
-        return None
-    return rule.limit // max(rule.rows)
-
-
 def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[list[int]]:
     """Swap groups between the largest and the smallest part by ``sizes`` (one for one,
     the pair closest to half their difference) until no part is above ``most``, or no
@@ -607,16 +553,14 @@ def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[li
             break
         cheap = sorted(parts[low], key=lambda g: (sizes[g], g))
         cheap_sizes = [sizes[g] for g in cheap]
-        best: tuple[int, int, int] | None = None
+        swaps: list[tuple[int, int, int]] = []  # (distance from half the gap, x, y)
         for x in parts[high]:
             at = bisect.bisect_left(cheap_sizes, sizes[x] - gap // 2)
-            for j in (at - 1, at):
-                if 0 <= j < len(cheap) and 0 < sizes[x] - cheap_sizes[j] < gap:
-                    key = (abs(2 * (sizes[x] - cheap_sizes[j]) - gap), x, cheap[j])
-                    best = key if best is None or key < best else best
-        if best is None:
+            swaps += [(abs(2 * (sizes[x] - cheap_sizes[j]) - gap), x, cheap[j]) for j in (at - 1, at)
+                      if 0 <= j < len(cheap) and 0 < sizes[x] - cheap_sizes[j] < gap]
+        if not swaps:
             break
-        _, x, y = best
+        _, x, y = min(swaps)
         parts[high][parts[high].index(x)], parts[low][parts[low].index(y)] = y, x
         d = sizes[x] - sizes[y]
         sums[high] -= d
@@ -625,30 +569,25 @@ def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[li
 
 
 def plan_at(
-    result: RankAnalysis, dp: int, count: int, per_rank: int | None, memo: dict[Any, Any] | None = None,
-    whole: Callable[[], RankAnalysis] | None = None,
+    result: RankAnalysis, dp: int, count: int, per_rank: int | None, memo: dict[Any, Any],
+    whole: Callable[[], RankAnalysis],
 ) -> Grid | None:
     """The lock-step plan with ``count`` micro-batches per rank, or ``None`` when the
     ranks' sample counts cannot be made equal (``per_rank`` groups each) at this count.
 
     ``result`` is the whole step's analysis (its groups, costs, workloads and rule);
-    ``whole`` gives it with its count search done (``result`` itself when ``None``), which
-    only cutting the whole step's micro-batches first needs; ``memo`` (one dict per step)
-    carries work from one count to the next."""
-    memo = {} if memo is None else memo
-    searched = whole or (lambda: result)
-
-    def micro_batches_first() -> Grid | None:
-        full = searched()
+    ``whole`` gives it with its count search done, which only cutting the whole step's
+    micro-batches first needs; ``memo`` (one dict per step) carries work from one count to
+    the next."""
+    grid = None if per_rank is None else _rank_first(result, dp, count, memo)
+    if grid is None:  # the whole step's micro-batches first
+        full = whole()
         if dp * count < full.min_count:
             return None  # the whole step's packings need more micro-batches
-        dealt = _deal(full, dp, count)
-        return dealt if per_rank is None or _equal_sizes(dealt, per_rank) else None
-
-    ranks_first = None if per_rank is None else _rank_first(result, dp, count, memo)
-    grid = ranks_first or micro_batches_first()
-    if grid is not None:
-        _lock_step_search(grid, _SEARCH_ROUNDS * result.n_groups + _SEARCH_BASE)
+        grid = _deal(full, dp, count)
+        if per_rank is not None and not _equal_sizes(grid, per_rank):
+            return None
+    _lock_step_search(grid, _SEARCH_ROUNDS * result.n_groups + _SEARCH_BASE)
     return grid
 
 

@@ -343,7 +343,6 @@ def _row_value(dataset: Any, index: int, column: str) -> Any:
 def _read_lengths(dataset: Any, lengths: Lengths, n: int) -> list[int]:
     """Every row's length, read once (see the class docstring)."""
     if isinstance(lengths, str):
-        column = None
         try:
             column = dataset[lengths]
         except (KeyError, TypeError, IndexError, ValueError):

@@ -51,14 +51,15 @@ collective.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence, Sized
 from dataclasses import dataclass, replace
 from typing import Any
 
 from seqlen_balancing._checks import positive_int, switch
+from seqlen_balancing.agreement.vector import agree_in_process
 from seqlen_balancing.collector import paused_collector
 from seqlen_balancing.global_batch.lockstep import (
-    Grid,
     layer_order,
     lock_step_time,
     micro_batch_fixed_cost,
@@ -69,8 +70,8 @@ from seqlen_balancing.options import PlanOptionKeywords, PlanOptions, Unpack
 from seqlen_balancing.planning.analysis import RankAnalysis
 from seqlen_balancing.planning.bounds import best_lower_bound
 from seqlen_balancing.planning.partition import roundup_divisible
-from seqlen_balancing.planning.planner import agreed_count, analyse, build_plan
-from seqlen_balancing.planning.rows import RowIndices, rows_at, rows_error
+from seqlen_balancing.planning.planner import analyse, build_plan
+from seqlen_balancing.planning.rows import RowIndices
 
 __all__ = [
     "DEFAULT_MICRO_BATCH_FIXED_TOKENS",
@@ -159,7 +160,8 @@ def step_options(options: PlanOptions | None, keywords: Mapping[str, Any]) -> Pl
 def _count_range(
     result: RankAnalysis, lower: int, dp: int, equal: bool, floor: int | None, divisor: int
 ) -> tuple[int, int]:
-    """The first count per rank to try, and the most any rank can hold."""
+    """The first count per rank to try (the bound, raised to ``floor`` and rounded up to
+    ``divisor``), and the most any rank can hold."""
     n_groups, group = result.n_groups, result.force_group_size
     sizes = {len(m) for m in result.members or []}
     if equal and len(sizes) > 1:
@@ -180,8 +182,7 @@ def _count_range(
             "the batch into equal contiguous chunks) or equal_size=False"
         )
     most = n_groups // dp
-    first = max(-(-lower // dp), floor or 1, 1)
-    first = roundup_divisible(first, divisor)
+    first = roundup_divisible(max(-(-lower // dp), floor or 1), divisor)
     if first > most:
         raise ValueError(
             f"the step needs {first} micro-batches per rank under max_token_len="
@@ -211,13 +212,7 @@ def _whole_step(
     Raises:
         TypeError, ValueError: the analysis' error (a sample over the cap, ...).
     """
-    searched: list[RankAnalysis] = []
-
-    def whole() -> RankAnalysis:
-        if not searched:
-            searched.append(_analysed(seq_lens, max_token_len, rule, data))
-        return searched[0]
-
+    whole = functools.cache(functools.partial(_analysed, seq_lens, max_token_len, rule, data))
     group = rule.force_group_size
     n = len(seq_lens) if isinstance(seq_lens, Sized) else None
     if rule.padded or rule.max_samples_per_micro_batch is not None or not n or \
@@ -246,47 +241,25 @@ def _equal_rows(
 ) -> list[list[list[int]]]:
     """Each rank's samples planned again with equal rows, as a DP group agrees on them (the
     largest count, then at that count the largest rows any rank needs, within every rank's
-    tolerance), the micro-batches in global indices."""
-    analyses = []
-    for samples in rank_samples:
-        def pick(values: Sequence[Any] | None, mine: list[int] = samples) -> list[Any] | None:
-            return None if values is None else [values[i] for i in mine]
-        analyses.append(analyse([seq_lens[i] for i in samples], max_token_len, options,
-                                costs=pick(costs), workloads=pick(workloads),
-                                group_ids=pick(group_ids)))
-    for rank, result in enumerate(analyses):
-        if result.error is not None:
-            raise result.error.exception(rank)
-    divisor = options.num_batches_divided_by or 1
-    count, error = agreed_count(max(a.needed_count for a in analyses),
-                                min(a.n_groups for a in analyses), divisor)
-    if error is not None:
-        raise error.exception()
-    at_count = [rows_at(a, count) for a in analyses]
-    rows = max(at.rows for at in at_count)
-    for rank, (result, at) in enumerate(zip(analyses, at_count, strict=True)):
-        if at.tolerance < rows:
-            raise rows_error(result, rows, at.tolerance).exception(rank)
-    out: list[list[list[int]]] = []
-    for samples, result in zip(rank_samples, analyses, strict=True):
-        parts = build_plan(result, count, options.use_dynamic_bsz_balance, rows)
-        out.append([_global(part, samples) for part in parts])
-    return out
+    tolerance: :func:`~seqlen_balancing.agreement.agree_in_process`), the micro-batches in
+    global indices."""
+
+    def pick(values: Sequence[Any] | None, samples: list[int]) -> list[Any] | None:
+        return None if values is None else [values[i] for i in samples]
+
+    analyses = [analyse([seq_lens[i] for i in samples], max_token_len, options, costs=pick(costs, samples),
+                        workloads=pick(workloads, samples), group_ids=pick(group_ids, samples))
+                for samples in rank_samples]
+    count, rows = agree_in_process(analyses)
+    balance = options.use_dynamic_bsz_balance
+    return [[_global(part, samples) for part in build_plan(result, count, balance, rows)]
+            for samples, result in zip(rank_samples, analyses, strict=True)]
 
 
 def _global(part: list[int], samples: list[int]) -> RowIndices:
     """A rank's micro-batch (local indices, a :class:`RowIndices`) in global indices."""
     filler, row = getattr(part, "filler", 0), getattr(part, "filler_row", -1)
     return RowIndices([samples[i] for i in part], filler, samples[row] if filler else -1)
-
-
-def _rank_plans(grid: Grid, result: RankAnalysis, balance: bool) -> list[list[list[int]]]:
-    """Each rank's micro-batches as sorted sample indices, layers in the final order."""
-    order = layer_order(grid, balance)
-    return [
-        [sorted(i for g in grid.cells[r][k] for i in result.samples_of(g)) for k in order]
-        for r in range(grid.dp)
-    ]
 
 
 @paused_collector
@@ -339,17 +312,19 @@ def plan_step(
                 "or a smaller dp_size"
             )
         grid = plan_at(result, dp, count, per_rank, memo, whole)
-    bound = roundup_divisible(max(-(-lower // dp), floor or 1), divisor)
     tried = [(count, grid.step_time() + count * fixed)]
     margin = sum(result.group_workloads) / dp / _MARGIN
     # no plan at count + d beats its floor: planned only where it could save more than the margin
-    if count == bound and count + divisor <= most and grid.gap() > dp * (divisor * fixed + margin):
+    if count == first and count + divisor <= most and grid.gap() > dp * (divisor * fixed + margin):
         more = plan_at(result, dp, count + divisor, per_rank, memo, whole)
         if more is not None:
             tried.append((count + divisor, more.step_time() + (count + divisor) * fixed))
             if tried[1][1] < tried[0][1] - margin:
                 count, grid = count + divisor, more
-    plans = _rank_plans(grid, result, given.use_dynamic_bsz_balance and not given.heaviest_first)
+    # each rank's micro-batches as sorted sample indices, layers in the final order
+    order = layer_order(grid, given.use_dynamic_bsz_balance and not given.heaviest_first)
+    plans = [[sorted(i for g in grid.cells[r][k] for i in result.samples_of(g)) for k in order]
+             for r in range(dp)]
     if given.equal_rows_per_micro_batch:
         plans = _equal_rows([[i for mb in plan for i in mb] for plan in plans], seq_lens,
                             max_token_len, given, costs, workloads, group_ids)

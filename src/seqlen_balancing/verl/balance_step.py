@@ -146,16 +146,13 @@ def _get(config: Any, path: str, default: Any = None) -> Any:
     dataclasses), ``default`` where a part is missing or ``None``."""
     value = config
     for part in path.split("."):
-        if value is None:
-            return default
-        if isinstance(value, Mapping):
-            value = value.get(part)
-            continue
         try:
-            value = getattr(value, part)
+            value = value.get(part) if isinstance(value, Mapping) else getattr(value, part)
         except (AttributeError, KeyError):
             return default
-    return default if value is None else value
+        if value is None:
+            return default
+    return value
 
 
 def _positive(value: Any, where: str) -> int:
@@ -232,15 +229,9 @@ def _rule(options: PlanOptions) -> dict[str, Any]:
     workload model (the planner computes its workloads, and prices the fixed cost of a
     micro-batch with its linear coefficient). The others act in each rank's
     ``prepare_micro_batches`` only."""
-    rule: dict[str, Any] = {}
-    for name in ("pad_to_multiple_of", "micro_batch_multiple_of", "max_samples_per_micro_batch",
-                 "over_cap", "micro_batch_fixed_tokens", "workload_model"):
-        if getattr(options, name) != getattr(_DEFAULTS, name):
-            rule[name] = getattr(options, name)
-    return rule
-
-
-_DEFAULTS = PlanOptions()
+    return {name: value for name, value in options.changed().items()
+            if name in ("pad_to_multiple_of", "micro_batch_multiple_of", "max_samples_per_micro_batch",
+                        "over_cap", "micro_batch_fixed_tokens", "workload_model")}
 
 
 # ----------------------------------------------------------------------------- PPO
@@ -323,29 +314,41 @@ def _plan_or_none(
     return planned
 
 
-def _legacy_balance_batch(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``RayPPOTrainer._balance_batch`` on the global planner (a DataProto, reordered in place)."""
+def _ppo_balance_batch(original: Callable[..., Any], v1: bool) -> Callable[..., Any]:
+    """PPO's ``_balance_batch`` on the global planner: ``RayPPOTrainer``'s (a DataProto,
+    reordered in place) or, with ``v1``, the V1 ``PPOTrainer``'s (a KVBatchMeta: padded to
+    a divisible size by verl's own function first, then reordered and returned)."""
+    where = "PPOTrainer._balance_batch (V1)" if v1 else "RayPPOTrainer._balance_batch"
 
     @functools.wraps(original)
     def _balance_batch(self: Any, batch: Any, metrics: Any, logging_prefix: str = "global_seqlen",
                        keep_minibatch: bool = False) -> Any:
-        grouped = getattr(self, "use_prefix_grouper", False) and "uid" in batch.non_tensor_batch
-        if not grouped:
+        planned = None
+        if v1 and ppo_settings(self.config) is not None:
+            dp = _dispatch_dp_size(self)
+            upsample = vars(sys.modules[original.__module__])["upsample_batch_to_divisible_size"]
+            batch = upsample(batch, self._get_required_batch_multiple(dp), self.tokenizer.eos_token_id)
+            lengths = [int(tag["seq_len"]) for tag in batch.tags]
+            planned = _plan_or_none(self, lengths, dp, where)
+        elif not v1 and not (getattr(self, "use_prefix_grouper", False) and "uid" in batch.non_tensor_batch):
             mask = batch.batch["attention_mask"]
             lengths = [int(v) for v in mask.view(mask.shape[0], -1).sum(-1).tolist()]
-            dp = self._get_dp_size(self.actor_rollout_wg, "actor")
-            planned = _plan_or_none(self, lengths, dp, "RayPPOTrainer._balance_batch")
-            if planned is not None:
-                import torch
+            planned = _plan_or_none(self, lengths, self._get_dp_size(self.actor_rollout_wg, "actor"), where)
+        if planned is None:
+            return original(self, batch, metrics, logging_prefix=logging_prefix,
+                            keep_minibatch=keep_minibatch)
+        import torch
 
-                order, parts = planned
-                batch.reorder(torch.tensor(order))
-                metrics.update(log_seqlen_unbalance(seqlen_list=lengths, partitions=parts,
-                                                    prefix=logging_prefix))
-                return None
-        return original(self, batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+        order, parts = planned
+        batch.reorder(order if v1 else torch.tensor(order))
+        metrics.update(log_seqlen_unbalance(seqlen_list=lengths, partitions=parts, prefix=logging_prefix))
+        return batch if v1 else None
 
     return _balance_batch
+
+
+_legacy_balance_batch = functools.partial(_ppo_balance_batch, v1=False)
+_v1_balance_batch = functools.partial(_ppo_balance_batch, v1=True)
 
 
 def _dispatch_dp_size(trainer: Any) -> int:
@@ -357,30 +360,6 @@ def _dispatch_dp_size(trainer: Any) -> int:
         ranks = group._query_dispatch_info("actor")
         group._dispatch_info["actor"] = ranks
     return int(max(ranks)) + 1
-
-
-def _v1_balance_batch(original: Callable[..., Any]) -> Callable[..., Any]:
-    """The V1 ``PPOTrainer._balance_batch`` on the global planner (a KVBatchMeta: padded to
-    a divisible size by verl's own function first, then reordered and returned)."""
-
-    @functools.wraps(original)
-    def _balance_batch(self: Any, batch: Any, metrics: Any, logging_prefix: str = "global_seqlen",
-                       keep_minibatch: bool = False) -> Any:
-        if ppo_settings(self.config) is not None:
-            dp = _dispatch_dp_size(self)
-            upsample = vars(sys.modules[original.__module__])["upsample_batch_to_divisible_size"]
-            batch = upsample(batch, self._get_required_batch_multiple(dp), self.tokenizer.eos_token_id)
-            lengths = [int(tag["seq_len"]) for tag in batch.tags]
-            planned = _plan_or_none(self, lengths, dp, "PPOTrainer._balance_batch (V1)")
-            if planned is not None:
-                order, parts = planned
-                batch.reorder(order)
-                metrics.update(log_seqlen_unbalance(seqlen_list=lengths, partitions=parts,
-                                                    prefix=logging_prefix))
-                return batch
-        return original(self, batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
-
-    return _balance_batch
 
 
 # ----------------------------------------------------------------------------- SFT
@@ -450,8 +429,11 @@ def sft_sampler(
             batch_size=settings["batch_size"], max_token_len=settings["max_token_len"],
             **_rule(_STATE.options))
     except (TypeError, ValueError) as error:
+        # what lets a row over the cap be planned (the refusal names the row)
+        hint = f"; {ENV_OVER_CAP}=alone plans such a row in a micro-batch of its own" \
+            if "exceeds max_token_len" in str(error) and _STATE.options.over_cap != "alone" else ""
         logger.warning("seqlen-balancing: verl.trainer.sft_trainer keeps DistributedSampler: %s%s",
-                       error, _over_cap_hint(error))
+                       error, hint)
         return DistributedSampler(dataset, **plain)
     logger.info("seqlen-balancing: verl.trainer.sft_trainer's train sampler is BalancedDistributedSampler "
                 "in process %d (rank %d of %d, %d rows, batch_size %d per rank, max_token_len %d, "
@@ -459,13 +441,6 @@ def sft_sampler(
                 len(sampler.lengths), sampler.batch_size, sampler.max_token_len,
                 sampler.options.changed() or "verl's defaults")
     return sampler
-
-
-def _over_cap_hint(error: Exception) -> str:
-    """What lets a row over the cap be planned (the refusal names the row)."""
-    if "exceeds max_token_len" in str(error) and _STATE.options.over_cap != "alone":
-        return f"; {ENV_OVER_CAP}=alone plans such a row in a micro-batch of its own"
-    return ""
 
 
 def _auto_set_device(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -553,12 +528,9 @@ def enable(options: PlanOptions | None = None) -> None:
     lacks is left alone, with a WARNING."""
     _STATE.on = True
     _STATE.options = options or PlanOptions()
-    for name in TARGETS:
-        module = sys.modules.get(name)
-        if module is not None:
-            _patch(module)
-    if RAY_SFT in sys.modules:
-        _say_not_here()
+    for name in [*TARGETS, RAY_SFT]:
+        if name in sys.modules:
+            on_import(sys.modules[name])
     _patch_main()
 
 

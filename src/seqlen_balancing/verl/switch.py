@@ -155,13 +155,7 @@ def _library_functions() -> dict[str, Callable[..., Any]]:
 
     names = [name for group in VERL_FUNCTIONS.values() for name in group]
     ours = {name: getattr(seqlen_balancing, name) for name in names}
-    try:
-        options = options_from_env()
-    except ValueError as error:  # a bad value stays a ValueError; say that nothing changed
-        raise ValueError(
-            f"seqlen_balancing.verl cannot switch verl {_verl_version()}: {error}; nothing was "
-            "replaced"
-        ) from None
+    options = options_from_env()
     if options:
         for name in _WITH_OPTIONS:
             ours[name] = _with_options(ours[name], options)
@@ -257,39 +251,35 @@ def _check(ours: dict[str, Callable[..., Any]], module_names: Iterable[str]) -> 
     """
     for module_name in module_names:
         module = sys.modules.get(module_name)
-        if module is not None:
+        where = module if module is not None else \
+            _verl_root().joinpath(*module_name.split(".")[1:]).with_suffix(".py")
+        if isinstance(where, ModuleType) or where.is_file():
             for name in VERL_FUNCTIONS[module_name]:
-                value = getattr(module, name, None)
-                function = _STATE.back.get(id(value), value)  # verl's own, if already switched
-                _raise_on_mismatch(module_name, name, _loaded_parameters(function), ours[name])
-            continue
-        source = _verl_root().joinpath(*module_name.split(".")[1:]).with_suffix(".py")
-        if source.is_file():
-            for name in VERL_FUNCTIONS[module_name]:
-                _raise_on_mismatch(module_name, name, _source_parameters(source, name), ours[name])
+                _raise_on_mismatch(module_name, name, _verl_parameters(where, name), ours[name])
 
 
 #: Why a signature could not be read: (what the message shows for verl's, the problem).
 _Unreadable = tuple[str, str]
 
 
-def _loaded_parameters(function: Any) -> list[signatures.Parameter] | _Unreadable | None:
-    """verl's parameters of a loaded function; ``None`` when it is missing or not callable,
-    the reason when :mod:`inspect` cannot read them (a builtin or compiled function)."""
+def _verl_parameters(where: ModuleType | Path, name: str) -> list[signatures.Parameter] | _Unreadable | None:
+    """verl's parameters of ``name``: from its loaded module (verl's own function where it
+    is already switched), or from the module's source file; ``None`` when it is missing or
+    not callable, the reason when they cannot be read (a builtin or compiled function, a
+    source that cannot be parsed)."""
+    if isinstance(where, Path):
+        try:
+            return signatures.from_source(where, name)
+        except (OSError, SyntaxError, ValueError) as error:
+            return "(source unreadable)", f"its source {where} cannot be read: {error}"
+    value = getattr(where, name, None)
+    function = _STATE.back.get(id(value), value)
     if not callable(function):
         return None
     try:
         return signatures.from_function(function)
     except (ValueError, TypeError) as error:
         return "(signature unreadable)", f"its signature cannot be read: {error}"
-
-
-def _source_parameters(source: Path, name: str) -> list[signatures.Parameter] | _Unreadable | None:
-    """verl's parameters of ``name`` read from its source file, or why they cannot be."""
-    try:
-        return signatures.from_source(source, name)
-    except (OSError, SyntaxError, ValueError) as error:
-        return "(source unreadable)", f"its source {source} cannot be read: {error}"
 
 
 def _raise_on_mismatch(
@@ -441,9 +431,15 @@ def apply() -> list[tuple[str, str]]:
     with _STATE.lock:
         if _STATE.finder is not None:
             return sorted(_STATE.records)
-        ours = _library_functions()
-        _check(ours, VERL_FUNCTIONS)
-        step = _balance_step_requested()
+        try:
+            ours = _library_functions()
+            _check(ours, VERL_FUNCTIONS)
+            step = balance_step.requested()
+        except ValueError as error:  # a bad variable stays a ValueError; say that nothing changed
+            raise ValueError(
+                f"seqlen_balancing.verl cannot switch verl {_verl_version()}: {error}; nothing was "
+                "replaced"
+            ) from None
         _STATE.ours = ours
         for module_name in VERL_FUNCTIONS:
             module = sys.modules.get(module_name)
@@ -465,7 +461,7 @@ def apply() -> list[tuple[str, str]]:
         logger.info(
             "seqlen-balancing %s switched on for verl %s in process %d on %s, options in force: "
             "%s%s; %d bindings replaced now%s; verl modules imported later are switched on import",
-            _library_version(), version, os.getpid(), socket.gethostname(),
+            sys.modules["seqlen_balancing"].__version__, version, os.getpid(), socket.gethostname(),
             _STATE.options.describe(),
             "; SEQLEN_BALANCING_BALANCE_STEP is on: the step is balanced across DP ranks only by a "
             "process that builds torchrun sft_trainer's train sampler or runs PPO's _balance_batch, "
@@ -474,24 +470,6 @@ def apply() -> list[tuple[str, str]]:
             "".join(f"\n  {module}.{name}" for module, name in done),
         )
         return done
-
-
-def _balance_step_requested() -> bool:
-    """Whether ``SEQLEN_BALANCING_BALANCE_STEP`` is on (a bad value: ValueError, nothing
-    replaced, like the option variables)."""
-    try:
-        return balance_step.requested()
-    except ValueError as error:
-        raise ValueError(
-            f"seqlen_balancing.verl cannot switch verl {_verl_version()}: {error}; nothing was "
-            "replaced"
-        ) from None
-
-
-def _library_version() -> str:
-    import seqlen_balancing
-
-    return seqlen_balancing.__version__
 
 
 def revert() -> list[tuple[str, str]]:
