@@ -8,7 +8,6 @@ not read from the record.
 from __future__ import annotations
 
 from seqlen_balancing.errors import (
-    Argument,
     BelowOne,
     BucketAboveCap,
     CallerDataRaised,
@@ -79,7 +78,6 @@ from seqlen_balancing.errors.groups import (
     GroupIdUnhashable,
     GroupOverSampleLimit,
     NoDummyTemplate,
-    PaddedGroupIdsOverCap,
 )
 from seqlen_balancing.errors.prefix import (
     PrefixDiffersInGroup,
@@ -92,41 +90,41 @@ from seqlen_balancing.errors.prefix import (
 #: (record, its text), for every record type, some more than once. The texts are written
 #: out by hand: what a user reads for that error.
 VALUES: list[tuple[PlanError, str]] = [
-    (NotAnInteger(Argument.MAX_TOKEN_LEN),
+    (NotAnInteger("max_token_len"),
         "max_token_len must be a positive integer, got a value that is not an integer"),
-    (NotAnInteger(Argument.MAX_SAMPLES_PER_MICRO_BATCH, detail="1.5 (float)"),
+    (NotAnInteger("max_samples_per_micro_batch", detail="1.5 (float)"),
         "max_samples_per_micro_batch must be a positive integer, got a value that is not an "
         "integer"),
-    (BelowOne(Argument.SP_SIZE, 0),
+    (BelowOne("sp_size", 0),
         "sp_size must be a positive integer (>= 1), got 0"),
-    (BelowOne(Argument.FORCE_GROUP_SIZE, -(2**70)),
+    (BelowOne("force_group_size", -(2**70)),
         "force_group_size must be a positive integer (>= 1), got -1180591620717411303424"),
-    (BelowOne(Argument.MIN_NUM_MICRO_BATCH, -(2**80)),
+    (BelowOne("min_num_micro_batch", -(2**80)),
         "min_num_micro_batch must be a positive integer (>= 1), got -1208925819614629174706176"),
-    (MissingSetting(Argument.MAX_TOKEN_LEN_PER_GPU),
+    (MissingSetting("max_token_len_per_gpu"),
         "the batch has no 'max_token_len_per_gpu' setting; store it in the TensorDict (verl's "
         "prepare_micro_batches reads its settings from the batch)"),
-    (NotASwitch(Argument.PADDED),
+    (NotASwitch("padded"),
         "padded must be a bool (or 0/1), got a value that is not"),
-    (NotASwitch(Argument.USE_DYNAMIC_BSZ),
+    (NotASwitch("use_dynamic_bsz"),
         "use_dynamic_bsz must be a bool (or 0/1), got a value that is not"),
     (BucketAboveCap(4096, 1000, 8192),
         "micro_batch_multiple_of=4096 is larger than max_token_len=1000: every micro-batch is "
         "rounded up to at least one bucket, so none fits; raise max_token_len to at least 8192 "
         "or lower micro_batch_multiple_of"),
-    (StaticPathOption(Argument.PAD_TO_MULTIPLE_OF, 8),
+    (StaticPathOption("pad_to_multiple_of", 8),
         "pad_to_multiple_of=8 applies to the dynamic path (use_dynamic_bsz=True) only: the "
         "static path cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to "
         "change; drop pad_to_multiple_of or set use_dynamic_bsz"),
-    (StaticPathOption(Argument.MICRO_BATCH_MULTIPLE_OF, 0),
+    (StaticPathOption("micro_batch_multiple_of", 0),
         "micro_batch_multiple_of=0 applies to the dynamic path (use_dynamic_bsz=True) only: the"
         " static path cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to "
         "change; drop micro_batch_multiple_of or set use_dynamic_bsz"),
-    (StaticPathOption(Argument.COSTS, None),
+    (StaticPathOption("costs", None),
         "costs applies to the dynamic path (use_dynamic_bsz=True) only: the static path cuts "
         "chunks of micro_batch_size_per_gpu samples and has no cap for it to change; drop costs"
         " or set use_dynamic_bsz"),
-    (StaticPathOption(Argument.PAD_TO_MULTIPLE_OF, 2**76 - 2),
+    (StaticPathOption("pad_to_multiple_of", 2**76 - 2),
         f"pad_to_multiple_of={2**76 - 2} applies to the dynamic path (use_dynamic_bsz=True) only: the static"
         " path cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to change;"
         " drop pad_to_multiple_of or set use_dynamic_bsz"),
@@ -391,7 +389,7 @@ VALUES: list[tuple[PlanError, str]] = [
         "summed), which exceeds max_token_len=800; a group runs whole in one micro-batch: raise"
         " max_token_len to at least 1180591620717411303424 (the costliest group of the call, on "
         "every DP rank of the group when they agree), split the group, or pass over_cap='alone'"),
-    (PaddedGroupIdsOverCap("3", 0, 300, 200, 300, 64),
+    (GroupIdsOverCap("3", 0, 300, 200, 300, 64, True),
         "group 3 (group_ids[0], its first sample) costs 300 token positions padded (its rows x "
         "its widest row), which exceeds max_token_len=200 (usable as 192: "
         "micro_batch_multiple_of=64); a group runs whole in one micro-batch: raise max_token_len"

@@ -50,7 +50,6 @@ from seqlen_balancing._checks import (
 )
 from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.errors import (
-    Argument,
     BelowOne,
     LossWeightKeysNotKeys,
     NotAnInteger,
@@ -134,7 +133,6 @@ class Option:
     Attributes:
         kind: the values it takes.
         doc: one line: what it does.
-        argument: the name errors use for it.
         flag: the command-line flag of ``plan``, ``sweep`` and ``epoch``.
         env: the ``SEQLEN_BALANCING_*`` variable a switched verl job sets it with, or
             ``None`` (verl passes it, or the switch never sets it).
@@ -150,7 +148,6 @@ class Option:
 
     kind: Kind
     doc: str
-    argument: Argument
     flag: str
     env: str | None = None
     batch_key: str | None = None
@@ -190,37 +187,37 @@ class PlanOptions:
     """
 
     force_group_size: int = _option(
-        1, kind=Kind.POSITIVE, argument=Argument.FORCE_GROUP_SIZE, flag="--force-group-size",
+        1, kind=Kind.POSITIVE, flag="--force-group-size",
         batch_key="force_group_size", verl_parameter=True, static=True,
         doc="consecutive samples [g*size, (g+1)*size) that must share a micro-batch",
         verl="read from the batch by prepare_micro_batches; no verl 0.9.1 code sets it",
     )
     num_batches_divided_by: int | None = _option(
-        None, kind=Kind.OPTIONAL, argument=Argument.NUM_BATCHES_DIVIDED_BY,
+        None, kind=Kind.OPTIONAL,
         flag="--num-batches-divided-by", verl_parameter=True,
         doc="round the micro-batch count up to a multiple of this",
         verl="Megatron with virtual pipeline stages passes microbatch_group_size_per_vp_stage",
     )
     min_num_micro_batch: int | None = _option(
-        None, kind=Kind.OPTIONAL, argument=Argument.MIN_NUM_MICRO_BATCH,
+        None, kind=Kind.OPTIONAL,
         flag="--min-num-micro-batch", verl_parameter=True,
         doc="at least this many micro-batches",
         verl="no verl 0.9.1 trainer passes a value (Megatron passes None)",
     )
     same_micro_num_in_dp: bool = _option(
-        True, kind=Kind.SWITCH, argument=Argument.SAME_MICRO_NUM_IN_DP,
+        True, kind=Kind.SWITCH,
         flag="--same-micro-num-in-dp", agreed=False, verl_parameter=True, static=True,
         doc="with a DP group, every rank runs the same count (one all_reduce)",
         verl="every engine passes True",
     )
     use_dynamic_bsz_balance: bool = _option(
-        True, kind=Kind.SWITCH, argument=Argument.USE_DYNAMIC_BSZ_BALANCE,
+        True, kind=Kind.SWITCH,
         flag="--dynamic-bsz-balance", verl_parameter=True,
         doc="order micro-batches by workload, the lightest at both ends (verl's order)",
         verl="nobody passes it: the default, True",
     )
     heaviest_first: bool = _option(
-        False, kind=Kind.SWITCH, argument=Argument.HEAVIEST_FIRST, flag="--heaviest-first",
+        False, kind=Kind.SWITCH, flag="--heaviest-first",
         env="SEQLEN_BALANCING_HEAVIEST_FIRST", batch_key="heaviest_first",
         doc="order each rank's micro-batches heaviest first (workload descending, ties by "
         "first index), so an out-of-memory shows at the first; over use_dynamic_bsz_balance",
@@ -228,7 +225,7 @@ class PlanOptions:
         "(use_dynamic_bsz_balance)",
     )
     pad_to_multiple_of: int = _option(
-        1, kind=Kind.POSITIVE, argument=Argument.PAD_TO_MULTIPLE_OF, flag="--pad-to-multiple-of",
+        1, kind=Kind.POSITIVE, flag="--pad-to-multiple-of",
         env="SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", batch_key="pad_to_multiple_of",
         group="cost", none_is_default=True,
         doc="each sample costs its length (or cost) rounded up to a multiple of this (tokens)",
@@ -236,7 +233,7 @@ class PlanOptions:
         "tp*cp*2); the switch does not read verl's tp/cp, export the matching value",
     )
     micro_batch_multiple_of: int = _option(
-        1, kind=Kind.POSITIVE, argument=Argument.MICRO_BATCH_MULTIPLE_OF,
+        1, kind=Kind.POSITIVE,
         flag="--micro-batch-multiple-of", env="SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF",
         batch_key="micro_batch_multiple_of", group="cost", none_is_default=True,
         doc="a micro-batch's total is rounded up to a multiple of this before it meets the cap",
@@ -244,20 +241,20 @@ class PlanOptions:
         "total (not read from verl's config)",
     )
     padded: bool = _option(
-        False, kind=Kind.SWITCH, argument=Argument.PADDED, flag="--padded", batch_key="padded",
+        False, kind=Kind.SWITCH, flag="--padded", batch_key="padded",
         group="cost",
         doc="for models that run padded tensors: a micro-batch costs rows x its widest row",
         verl="no variable: verl's engines remove padding, and the switch never turns it on",
     )
     max_samples_per_micro_batch: int | None = _option(
-        None, kind=Kind.OPTIONAL, argument=Argument.MAX_SAMPLES_PER_MICRO_BATCH,
+        None, kind=Kind.OPTIONAL,
         flag="--max-samples-per-micro-batch", env="SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH",
         batch_key="max_samples_per_micro_batch", group="cost",
         doc="no micro-batch holds more samples (a forced group counts all its samples)",
         verl=_DYNAMIC_PATH + " (ran in torchrun SFT)",
     )
     over_cap: str = _option(
-        "raise", kind=Kind.CHOICE, argument=Argument.OVER_CAP, flag="--over-cap",
+        "raise", kind=Kind.CHOICE, flag="--over-cap",
         env="SEQLEN_BALANCING_OVER_CAP", batch_key="over_cap",
         doc="'raise' (verl's behaviour) or 'alone': a sample over the cap runs in a "
         "micro-batch of its own",
@@ -265,7 +262,7 @@ class PlanOptions:
         "when prompt+response can exceed the cap; SFT when data.max_length is above it",
     )
     dummy_micro_batches: bool = _option(
-        False, kind=Kind.SWITCH, argument=Argument.DUMMY_MICRO_BATCHES,
+        False, kind=Kind.SWITCH,
         flag="--dummy-micro-batches", env="SEQLEN_BALANCING_DUMMY_MICRO_BATCHES",
         batch_key="dummy_micro_batches",
         doc="a rank with fewer samples than the agreed count runs zero-weight dummies",
@@ -273,14 +270,14 @@ class PlanOptions:
         "in both SFT trainers on FSDP/VeOmni/torchtitan/automodel, nor PPO on those",
     )
     loss_weight_keys: tuple[str, ...] | None = _option(
-        None, kind=Kind.KEYS, argument=Argument.LOSS_WEIGHT_KEYS, flag="--loss-weight-keys",
+        None, kind=Kind.KEYS, flag="--loss-weight-keys",
         env="SEQLEN_BALANCING_LOSS_WEIGHT_KEYS", batch_key="loss_weight_keys",
         doc="the entries a dummy zeroes (None: loss_mask and response_mask, those present)",
         verl="only with dummies (the same places); verl's losses weight by loss_mask or "
         "response_mask, the defaults",
     )
     workload_model: WorkloadModel | None = _option(  # noqa: RUF009 (a field(), frozen value)
-        None, kind=Kind.MODEL, argument=Argument.WORKLOAD_MODEL, flag="--workload-model",
+        None, kind=Kind.MODEL, flag="--workload-model",
         env="SEQLEN_BALANCING_WORKLOAD_MODEL",
         doc="balance on this model's FLOPs instead of verl's 24576*s + s**2 (cap untouched)",
         verl="micro-batch contents and order in every dynamic-path call; with the switch also "
@@ -288,7 +285,7 @@ class PlanOptions:
         "assignment of torchrun sft_trainer only with SEQLEN_BALANCING_BALANCE_STEP",
     )
     equal_rows_per_micro_batch: bool = _option(
-        False, kind=Kind.SWITCH, argument=Argument.EQUAL_ROWS_PER_MICRO_BATCH,
+        False, kind=Kind.SWITCH,
         flag="--equal-rows-per-micro-batch", env="SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH",
         batch_key="equal_rows_per_micro_batch", group="cost",
         doc="every micro-batch (of every DP rank) holds the same rows: short ones are topped "
@@ -298,7 +295,7 @@ class PlanOptions:
     )
 
     micro_batch_fixed_tokens: float = _option(
-        819.2, kind=Kind.SHARE, argument=Argument.MICRO_BATCH_FIXED_TOKENS,
+        819.2, kind=Kind.SHARE,
         flag="--micro-batch-fixed-tokens", env="SEQLEN_BALANCING_MICRO_BATCH_FIXED_TOKENS",
         batch_key="micro_batch_fixed_tokens",
         doc="the fixed cost of one micro-batch in tokens of linear work (T tokens: 24576 x T "
@@ -479,7 +476,7 @@ def _checked(values: Mapping[str, Any]) -> tuple[dict[str, Any], PlanError | Non
     (in declaration order), then the checks across options."""
     out: dict[str, Any] = {}
     for name, opt in OPTIONS.items():
-        value, error = _check(opt, values[name])
+        value, error = _check(name, opt, values[name])
         if error is not None:
             return {}, error
         out[name] = value
@@ -489,7 +486,7 @@ def _checked(values: Mapping[str, Any]) -> tuple[dict[str, Any], PlanError | Non
     return out, None
 
 
-def _check(opt: Option, value: Any) -> tuple[Any, PlanError | None]:
+def _check(name: str, opt: Option, value: Any) -> tuple[Any, PlanError | None]:
     """One option's value normalised (a plain int, bool, str, tuple or model), or its error."""
     kind = opt.kind
     if kind in (Kind.POSITIVE, Kind.OPTIONAL):
@@ -497,14 +494,14 @@ def _check(opt: Option, value: Any) -> tuple[Any, PlanError | None]:
             return (None if kind is Kind.OPTIONAL else 1), None
         as_int = _integer_or_none(value)
         if as_int is None:
-            return None, NotAnInteger(opt.argument, detail=describe(value))
+            return None, NotAnInteger(name, detail=describe(value))
         if as_int < 1:
-            return None, BelowOne(opt.argument, as_int)
+            return None, BelowOne(name, as_int)
         return as_int, None
     if kind is Kind.SWITCH:
         on = as_switch(value)
         if on is None:
-            return None, NotASwitch(opt.argument, detail=describe(value))
+            return None, NotASwitch(name, detail=describe(value))
         return on, None
     if kind is Kind.CHOICE:
         if not isinstance(value, str):

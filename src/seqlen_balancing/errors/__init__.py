@@ -24,7 +24,6 @@ from seqlen_balancing.errors.record import OUT_OF_RANGE, Peers, PlanError
 
 # isort: off
 from seqlen_balancing.errors.arguments import (
-    Argument,
     BelowOne,
     BucketAboveCap,
     MissingSetting,
@@ -104,7 +103,6 @@ from seqlen_balancing.errors.groups import (
     GroupIdUnhashable,
     GroupOverSampleLimit,
     NoDummyTemplate,
-    PaddedGroupIdsOverCap,
 )
 from seqlen_balancing.errors.prefix import (
     PrefixDiffersInGroup,
@@ -118,7 +116,6 @@ from seqlen_balancing.errors.prefix import (
 __all__ = [
     "MAX_DUMMY_MICRO_BATCHES",
     "OUT_OF_RANGE",
-    "Argument",
     "BelowOne",
     "BucketAboveCap",
     "CallerDataRaised",
@@ -171,7 +168,6 @@ __all__ = [
     "OverCapNotAString",
     "OverheadInvalid",
     "OverheadNotANumber",
-    "PaddedGroupIdsOverCap",
     "PaddedGroupOverCap",
     "PaddedLazyStack",
     "PaddedSampleOverCap",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqlen_balancing.errors.record import PlanError, rank_words, shown
+from seqlen_balancing.errors.record import PlanError, rank_words
 
 __all__ = ["ModeMismatch", "NotInGroup", "OptionMismatch", "StaticCountMismatch"]
 
@@ -82,7 +82,7 @@ class StaticCountMismatch(PlanError):
         least = rank_words(self.rank_smallest, self.global_smallest)
         return (
             f"the ranks of the DP group would run different numbers of static micro-batches: "
-            f"{most} has {shown(self.largest)} and {least} has {shown(self.smallest)}; give every "
+            f"{most} has {self.largest} and {least} has {self.smallest}; give every "
             "rank the same batch size (use_dynamic_bsz=False cuts batch size / "
             "(micro_batch_size_per_gpu * force_group_size) micro-batches)"
         )
@@ -98,7 +98,7 @@ class NotInGroup(PlanError):
 
     def text(self) -> str:
         return (
-            f"this process (global rank {shown(self.process)}) is not a member of dp_group (a "
-            f"group of {shown(self.size)} ranks), so it cannot take part in that group's "
+            f"this process (global rank {self.process}) is not a member of dp_group (a "
+            f"group of {self.size} ranks), so it cannot take part in that group's "
             "agreement; pass the DP group this process belongs to, or dp_group=None to plan locally"
         )

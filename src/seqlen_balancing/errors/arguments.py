@@ -1,25 +1,16 @@
 """Error records about the caller's scalar arguments and the batch's settings.
 
-Each record names the :class:`Argument` it is about; the message uses the argument's
-name as the caller spells it (``max_token_len``, ``sp_size``).
+Each record names the argument it is about as the caller spells it (``max_token_len``,
+``sp_size``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from seqlen_balancing.errors.record import (
-    OUT_OF_RANGE,
-    Argument,
-    Peers,
-    PlanError,
-    at_least,
-    round_up,
-    shown,
-)
+from seqlen_balancing.errors.record import Peers, PlanError, at_least, round_up
 
 __all__ = [
-    "Argument",
     "BelowOne",
     "BucketAboveCap",
     "MissingSetting",
@@ -43,35 +34,32 @@ class NotAnInteger(PlanError):
     """A positive-integer argument that is not an integer (a float, a string, ``None``)."""
 
     exception_type = TypeError
-    argument: Argument
+    argument: str
 
     def text(self) -> str:
-        return f"{self.argument.parameter} must be a positive integer, got a value that is not an integer"
+        return f"{self.argument} must be a positive integer, got a value that is not an integer"
 
 
 @dataclass(frozen=True)
 class BelowOne(PlanError):
     """A positive-integer argument that is 0 or negative (``value``, as given)."""
 
-    argument: Argument
+    argument: str
     value: int
 
     def text(self) -> str:
-        name = self.argument.parameter
-        if self.value == OUT_OF_RANGE:
-            return f"{name} must be a positive integer (>= 1), got a negative value out of range"
-        return f"{name} must be a positive integer (>= 1), got {self.value}"
+        return f"{self.argument} must be a positive integer (>= 1), got {self.value}"
 
 
 @dataclass(frozen=True)
 class MissingSetting(PlanError):
     """A setting ``prepare_micro_batches`` reads from the batch is not there."""
 
-    argument: Argument
+    argument: str
 
     def text(self) -> str:
         return (
-            f"the batch has no {self.argument.parameter!r} setting; store it in the TensorDict "
+            f"the batch has no {self.argument!r} setting; store it in the TensorDict "
             "(verl's prepare_micro_batches reads its settings from the batch)"
         )
 
@@ -81,10 +69,10 @@ class NotASwitch(PlanError):
     """A switch (``use_dynamic_bsz``, ``padded``, ...) that is not a bool or 0/1."""
 
     exception_type = TypeError
-    argument: Argument
+    argument: str
 
     def text(self) -> str:
-        return f"{self.argument.parameter} must be a bool (or 0/1), got a value that is not"
+        return f"{self.argument} must be a bool (or 0/1), got a value that is not"
 
 
 @dataclass(frozen=True)
@@ -98,8 +86,8 @@ class BucketAboveCap(PlanError):
 
     def text(self) -> str:
         return (
-            f"micro_batch_multiple_of={shown(self.bucket)} is larger than "
-            f"max_token_len={shown(self.cap)}: every micro-batch is rounded up to at least one "
+            f"micro_batch_multiple_of={self.bucket} is larger than "
+            f"max_token_len={self.cap}: every micro-batch is rounded up to at least one "
             f"bucket, so none fits; raise max_token_len {at_least(max(self.bucket, self.needed))} "
             "or lower micro_batch_multiple_of"
         )
@@ -115,12 +103,12 @@ class StaticPathOption(PlanError):
     """A cost option given to the static path (``use_dynamic_bsz=False``), which has no
     cap for it to change. ``given``: the value, when it can be shown, else ``None``."""
 
-    argument: Argument
+    argument: str
     given: int | None
 
     def text(self) -> str:
-        name = self.argument.parameter
-        what = name if self.given is None or self.given == OUT_OF_RANGE else f"{name}={self.given}"
+        name = self.argument
+        what = name if self.given is None else f"{name}={self.given}"
         return (
             f"{what} applies to the dynamic path (use_dynamic_bsz=True) only: the static path "
             "cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to change; "
@@ -136,7 +124,7 @@ class SampleLimitBelowGroup(PlanError):
     group: int
 
     def text(self) -> str:
-        limit, group = shown(self.limit), shown(self.group)
+        limit, group = self.limit, self.group
         return (
             f"max_samples_per_micro_batch={limit} is below force_group_size={group}: a "
             "forced group shares one micro-batch, so none could hold it; raise "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqlen_balancing.errors.record import PlanError, shown
+from seqlen_balancing.errors.record import PlanError
 
 __all__ = [
     "EntryLayout",
@@ -52,7 +52,7 @@ class MaskNot2D(PlanError):
     ndim: int
 
     def text(self) -> str:
-        return f"attention_mask must be 2-D (batch, seq_len), got a {shown(self.ndim)}-D tensor"
+        return f"attention_mask must be 2-D (batch, seq_len), got a {self.ndim}-D tensor"
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class MaskRows(PlanError):
 
     def text(self) -> str:
         return (
-            f"attention_mask has {shown(self.rows)} rows but the batch has {shown(self.samples)} "
+            f"attention_mask has {self.rows} rows but the batch has {self.samples} "
             "samples; they must match"
         )
 
@@ -102,8 +102,8 @@ class NonTensorRows(PlanError):
 
     def text(self) -> str:
         return (
-            f"a non_tensor_batch array has {shown(self.rows)} rows but the batch has "
-            f"{shown(self.samples)} samples; give every non-tensor entry one row per sample"
+            f"a non_tensor_batch array has {self.rows} rows but the batch has "
+            f"{self.samples} samples; give every non-tensor entry one row per sample"
         )
 
 

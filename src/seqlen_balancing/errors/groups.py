@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from seqlen_balancing.errors.record import OUT_OF_RANGE, Peers, PlanError, at_least, round_up, shown
+from seqlen_balancing.errors.record import Peers, PlanError, at_least, round_up
 
 __all__ = [
     "DummyTemplateInvalid",
@@ -24,7 +24,6 @@ __all__ = [
     "GroupIdsRaised",
     "GroupOverSampleLimit",
     "NoDummyTemplate",
-    "PaddedGroupIdsOverCap",
 ]
 
 _WHAT = "one hashable id per sample (a list, a tuple, a 1-D tensor or array"
@@ -53,8 +52,8 @@ class GroupIdsNotOnePerSample(PlanError):
 
     def text(self) -> str:
         return (
-            f"group_ids has {shown(self.entries)} entries but the batch has "
-            f"{shown(self.samples)} samples; give one group id per sample"
+            f"group_ids has {self.entries} entries but the batch has "
+            f"{self.samples} samples; give one group id per sample"
         )
 
 
@@ -68,7 +67,7 @@ class GroupIdUnhashable(PlanError):
 
     def text(self) -> str:
         return (
-            f"group_ids[{shown(self.index)}] is a {self.given or 'value'}, which cannot be "
+            f"group_ids[{self.index}] is a {self.given or 'value'}, which cannot be "
             "hashed; a group id is any hashable value (an int, a str, a tuple, ...)"
         )
 
@@ -108,15 +107,16 @@ class GroupIdsAndForceGroupSize(PlanError):
 
     def text(self) -> str:
         return (
-            f"group_ids and force_group_size={shown(self.force_group_size)} were both given; "
+            f"group_ids and force_group_size={self.force_group_size} were both given; "
             "force_group_size=g is group_ids=[i // g for i in range(n)]: pass one of them"
         )
 
 
 @dataclass(frozen=True)
-class _NamedOverCap(PlanError):
+class GroupIdsOverCap(PlanError):
     """A group of ``group_ids`` (``group``: its id's repr; ``index``: its first sample)
-    whose ``cost`` exceeds the ``cap`` given; ``largest``: the costliest group (of the DP
+    whose ``cost`` exceeds the ``cap`` given: its samples' costs summed, or under
+    ``padded=True`` its rows x its widest row; ``largest``: the costliest group (of the DP
     group, once agreed); ``bucket``: ``micro_batch_multiple_of``."""
 
     group: str
@@ -125,40 +125,26 @@ class _NamedOverCap(PlanError):
     cap: int
     largest: int
     bucket: int
+    padded: bool = False
 
     def agreed(self, peers: Peers) -> PlanError:
         return replace(self, largest=peers.costliest(self.largest))
 
-    def _over(self, unit: str) -> str:
-        bucket = max(self.bucket, 1)
+    def text(self) -> str:
         rounded = ""
-        if bucket > 1:
-            usable = shown(self.cap // bucket * bucket) if self.cap != OUT_OF_RANGE else "out of range"
-            rounded = f" (usable as {usable}: micro_batch_multiple_of={shown(bucket)})"
+        if self.bucket > 1:
+            usable = self.cap // self.bucket * self.bucket
+            rounded = f" (usable as {usable}: micro_batch_multiple_of={self.bucket})"
+        unit = ("token positions padded (its rows x its widest row)" if self.padded
+                else "tokens (its samples' costs summed)")
         return (
-            f"group {self.group} (group_ids[{shown(self.index)}], its first sample) costs "
-            f"{shown(self.cost)} {unit}, which exceeds max_token_len={shown(self.cap)}{rounded}; "
+            f"group {self.group} (group_ids[{self.index}], its first sample) costs "
+            f"{self.cost} {unit}, which exceeds max_token_len={self.cap}{rounded}; "
             f"a group runs whole in one micro-batch: raise max_token_len "
-            f"{at_least(round_up(self.largest, bucket))} (the costliest group of the call, on "
+            f"{at_least(round_up(self.largest, self.bucket))} (the costliest group of the call, on "
             "every DP rank of the group when they agree), split the group, or pass "
             "over_cap='alone'"
         )
-
-
-@dataclass(frozen=True)
-class GroupIdsOverCap(_NamedOverCap):
-    """A group of ``group_ids`` whose summed cost exceeds the cap."""
-
-    def text(self) -> str:
-        return self._over("tokens (its samples' costs summed)")
-
-
-@dataclass(frozen=True)
-class PaddedGroupIdsOverCap(_NamedOverCap):
-    """Under ``padded=True``, a group of ``group_ids`` whose rows x widest row exceeds the cap."""
-
-    def text(self) -> str:
-        return self._over("token positions padded (its rows x its widest row)")
 
 
 @dataclass(frozen=True)
@@ -172,10 +158,10 @@ class GroupOverSampleLimit(PlanError):
 
     def text(self) -> str:
         return (
-            f"group {self.group} (group_ids[{shown(self.index)}], its first sample) has "
-            f"{shown(self.samples)} samples, more than max_samples_per_micro_batch="
-            f"{shown(self.limit)}; a group runs whole in one micro-batch: raise "
-            f"max_samples_per_micro_batch to at least {shown(self.samples)}, split the group, "
+            f"group {self.group} (group_ids[{self.index}], its first sample) has "
+            f"{self.samples} samples, more than max_samples_per_micro_batch="
+            f"{self.limit}; a group runs whole in one micro-batch: raise "
+            f"max_samples_per_micro_batch to at least {self.samples}, split the group, "
             "or pass over_cap='alone'"
         )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from seqlen_balancing.errors.record import OUT_OF_RANGE, PlanError, shown
+from seqlen_balancing.errors.record import PlanError
 
 __all__ = [
     "CallerDataRaised",
@@ -58,7 +58,7 @@ class LengthNotAnInteger(PlanError):
 
     def text(self) -> str:
         name, many, _, of_tokens, _ = self.source.words
-        return f"{name}[{shown(self.index)}] is not an integer; {many} are whole numbers{of_tokens}"
+        return f"{name}[{self.index}] is not an integer; {many} are whole numbers{of_tokens}"
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,7 @@ class NegativeLength(PlanError):
 
     def text(self) -> str:
         name, many, _, _, tokens = self.source.words
-        if self.value == OUT_OF_RANGE:
-            return f"{name}[{shown(self.index)}] is negative and out of range; {many} must be >= 0{tokens}"
-        return f"{name}[{shown(self.index)}] is {self.value}; {many} must be >= 0{tokens}"
+        return f"{name}[{self.index}] is {self.value}; {many} must be >= 0{tokens}"
 
 
 @dataclass(frozen=True)
@@ -87,7 +85,7 @@ class NotOnePerSample(PlanError):
     def text(self) -> str:
         name, _, one, _, _ = self.source.words
         return (
-            f"{name} has {shown(self.entries)} entries but the batch has {shown(self.samples)} "
+            f"{name} has {self.entries} entries but the batch has {self.samples} "
             f"samples; give one {one} per sample"
         )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqlen_balancing.errors.record import PlanError, shown
+from seqlen_balancing.errors.record import PlanError
 
 __all__ = [
     "PrefixDiffersInGroup",
@@ -53,8 +53,8 @@ class PrefixOverLength(PlanError):
 
     def text(self) -> str:
         return (
-            f"prefix_lengths[{shown(self.index)}] is {shown(self.prefix)} but sample "
-            f"{shown(self.index)} has {shown(self.length)} tokens; a sample's shared prefix is "
+            f"prefix_lengths[{self.index}] is {self.prefix} but sample "
+            f"{self.index} has {self.length} tokens; a sample's shared prefix is "
             "part of it: give at most its length"
         )
 
@@ -72,8 +72,8 @@ class PrefixDiffersInGroup(PlanError):
 
     def text(self) -> str:
         return (
-            f"group {self.group} has prefix_lengths {shown(self.prefix)} (sample "
-            f"{shown(self.index)}) and {shown(self.other_prefix)} (sample {shown(self.other)}); "
+            f"group {self.group} has prefix_lengths {self.prefix} (sample "
+            f"{self.index}) and {self.other_prefix} (sample {self.other}); "
             "the samples of a group share one prefix: give them one prefix length"
         )
 

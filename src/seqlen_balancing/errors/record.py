@@ -9,12 +9,10 @@ the same text, as the rank at fault.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import ClassVar, Protocol
 
 __all__ = [
     "OUT_OF_RANGE",
-    "Argument",
     "Peers",
     "PlanError",
 ]
@@ -34,44 +32,6 @@ class Peers(Protocol):
 
     def global_rank(self, rank: int) -> int | None:
         """The global rank of DP group rank ``rank``, or ``None`` when not known."""
-
-
-class Argument(IntEnum):
-    """Which scalar argument (or batch setting) an error is about; its name, lower-cased,
-    is the parameter's."""
-
-    MAX_TOKEN_LEN = 0
-    FORCE_GROUP_SIZE = 1
-    MIN_NUM_MICRO_BATCH = 2
-    NUM_BATCHES_DIVIDED_BY = 3
-    NUM_MICRO_BATCHES = 4
-    MAX_TOKEN_LEN_PER_GPU = 5
-    SP_SIZE = 6
-    USE_DYNAMIC_BSZ = 7
-    MICRO_BATCH_SIZE_PER_GPU = 8
-    SAME_MICRO_NUM_IN_DP = 9
-    USE_DYNAMIC_BSZ_BALANCE = 10
-    PAD_TO_MULTIPLE_OF = 11
-    MICRO_BATCH_MULTIPLE_OF = 12
-    COSTS = 13
-    MAX_SAMPLES_PER_MICRO_BATCH = 14
-    PADDED = 15
-    DUMMY_MICRO_BATCHES = 16
-    OVER_CAP = 17
-    LOSS_WEIGHT_KEYS = 18
-    WORKLOAD_MODEL = 19
-    WORKLOADS = 20
-    OPTIONS = 21
-    GROUP_IDS = 22
-    DUMMY_TEMPLATE = 23
-    MICRO_BATCH_FIXED_TOKENS = 24
-    EQUAL_ROWS_PER_MICRO_BATCH = 25
-    HEAVIEST_FIRST = 26
-
-    @property
-    def parameter(self) -> str:
-        """The name as the caller spells it."""
-        return self.name.lower()
 
 
 @dataclass(frozen=True)
@@ -134,21 +94,16 @@ class PlanError:
         return self.exception_type(self.message(rank))
 
 
-def shown(value: int) -> str:
-    """An integer as given, or "out of range" for :data:`OUT_OF_RANGE`."""
-    return "out of range" if value == OUT_OF_RANGE else str(value)
-
-
 def rank_words(rank: int, global_rank: int | None) -> str:
     """``rank R`` or ``rank R (global rank G)`` when the global rank is known."""
     if global_rank is not None:
-        return f"rank {rank} (global rank {shown(global_rank)})"
+        return f"rank {rank} (global rank {global_rank})"
     return f"rank {rank}"
 
 
 def round_up(value: int, multiple: int) -> int:
-    """``value`` rounded up to ``multiple`` (unchanged for OUT_OF_RANGE or ``multiple <= 1``)."""
-    return value if value == OUT_OF_RANGE or multiple <= 1 else -(-value // multiple) * multiple
+    """``value`` rounded up to ``multiple`` (:data:`OUT_OF_RANGE` unchanged)."""
+    return value if value == OUT_OF_RANGE else -(-value // multiple) * multiple
 
 
 def at_least(value: int) -> str:

@@ -21,7 +21,6 @@ from seqlen_balancing.errors import (
     LengthSource,
     NotOnePerSample,
     OverCap,
-    PaddedGroupIdsOverCap,
     PaddedGroupOverCap,
     PaddedSampleOverCap,
     PlanError,
@@ -122,8 +121,8 @@ def named_group_error(
         if rule.limit is not None and rule.rows[g] > rule.limit:
             return GroupOverSampleLimit(labels[g], members[g][0], rule.rows[g], rule.limit)
         if rule.sizes[g] > cap.usable:
-            kind = PaddedGroupIdsOverCap if rule.is_padded else GroupIdsOverCap
-            return kind(labels[g], members[g][0], rule.sizes[g], cap.given, largest, cap.bucket)
+            return GroupIdsOverCap(labels[g], members[g][0], rule.sizes[g], cap.given, largest,
+                                   cap.bucket, rule.is_padded)
     return None
 
 
