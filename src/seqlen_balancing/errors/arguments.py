@@ -138,16 +138,14 @@ class OverCapNotAString(PlanError):
 
     exception_type = TypeError
 
-    def text(self) -> str:
-        return "over_cap must be 'raise' or 'alone', got a value that is not a string"
+    fixed_text = "over_cap must be 'raise' or 'alone', got a value that is not a string"
 
 
 @dataclass(frozen=True)
 class UnknownOverCap(PlanError):
     """``over_cap`` is a string other than ``"raise"`` and ``"alone"``."""
 
-    def text(self) -> str:
-        return "over_cap must be 'raise' or 'alone', got another string"
+    fixed_text = "over_cap must be 'raise' or 'alone', got another string"
 
 
 @dataclass(frozen=True)
@@ -173,23 +171,21 @@ class NotPlanOptions(PlanError):
 
     exception_type = TypeError
 
-    def text(self) -> str:
-        return (
-            "options must be a seqlen_balancing.PlanOptions (or None), got a value that is not; "
-            "build one with PlanOptions(...) or pass the options as keywords"
-        )
+    fixed_text = (
+        "options must be a seqlen_balancing.PlanOptions (or None), got a value that is not; "
+        "build one with PlanOptions(...) or pass the options as keywords"
+    )
 
 
 @dataclass(frozen=True)
 class WorkloadModelInvalid(PlanError):
     """``workload_model`` is not a model shape the workload formula accepts."""
 
-    def text(self) -> str:
-        return (
-            "workload_model must be a seqlen_balancing.cost.WorkloadModel, a mapping of its "
-            "fields or 'key=value,...' text (e.g. 'hidden_size=8192,num_layers=80'), got one "
-            "that is not a valid model shape"
-        )
+    fixed_text = (
+        "workload_model must be a seqlen_balancing.cost.WorkloadModel, a mapping of its "
+        "fields or 'key=value,...' text (e.g. 'hidden_size=8192,num_layers=80'), got one "
+        "that is not a valid model shape"
+    )
 
 
 @dataclass(frozen=True)
@@ -197,11 +193,10 @@ class WorkloadsAndModel(PlanError):
     """Both per-sample ``workloads`` and a ``workload_model`` were given: two balance
     objectives, and a setting is never silently ignored."""
 
-    def text(self) -> str:
-        return (
-            "workloads and workload_model are both given: each sets the balance objective; "
-            "pass one of them (per-sample workloads, or the model whose workloads to compute)"
-        )
+    fixed_text = (
+        "workloads and workload_model are both given: each sets the balance objective; "
+        "pass one of them (per-sample workloads, or the model whose workloads to compute)"
+    )
 
 
 @dataclass(frozen=True)
@@ -210,20 +205,18 @@ class OverheadNotANumber(PlanError):
 
     exception_type = TypeError
 
-    def text(self) -> str:
-        return (
-            "micro_batch_fixed_tokens must be a number >= 0 (the fixed cost of one micro-batch "
-            "in tokens of linear work), got a value that is not a number"
-        )
+    fixed_text = (
+        "micro_batch_fixed_tokens must be a number >= 0 (the fixed cost of one micro-batch "
+        "in tokens of linear work), got a value that is not a number"
+    )
 
 
 @dataclass(frozen=True)
 class OverheadInvalid(PlanError):
     """``micro_batch_fixed_tokens`` is negative, infinite, NaN or beyond a float (``10**400``)."""
 
-    def text(self) -> str:
-        return (
-            "micro_batch_fixed_tokens must be a finite number >= 0 (the fixed cost of one "
-            "micro-batch in tokens of linear work), got a negative, infinite or NaN value, or "
-            "one beyond a float; pass e.g. 819.2"
-        )
+    fixed_text = (
+        "micro_batch_fixed_tokens must be a finite number >= 0 (the fixed cost of one "
+        "micro-batch in tokens of linear work), got a negative, infinite or NaN value, or "
+        "one beyond a float; pass e.g. 819.2"
+    )

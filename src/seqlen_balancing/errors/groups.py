@@ -171,13 +171,12 @@ class NoDummyTemplate(PlanError):
     """A rank with no samples under ``dummy_micro_batches=True`` has nothing to build its
     dummy micro-batches from: no rows, no columns, no ``dummy_template``."""
 
-    def text(self) -> str:
-        return (
-            "the batch has no samples and no columns to build dummy micro-batches from "
-            "(dummy_micro_batches=True); pass dummy_template= (a TensorDict or DataProto "
-            "with at least one row of the batch's keys and dtypes), or a batch of zero rows "
-            "that holds its entries"
-        )
+    fixed_text = (
+        "the batch has no samples and no columns to build dummy micro-batches from "
+        "(dummy_micro_batches=True); pass dummy_template= (a TensorDict or DataProto "
+        "with at least one row of the batch's keys and dtypes), or a batch of zero rows "
+        "that holds its entries"
+    )
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,7 @@ MAX_DUMMY_MICRO_BATCHES = 1 << 16
 class EmptyBatch(PlanError):
     """The batch has no samples."""
 
-    def text(self) -> str:
-        return "the batch has no samples; pass at least one row"
+    fixed_text = "the batch has no samples; pass at least one row"
 
 
 @dataclass(frozen=True)

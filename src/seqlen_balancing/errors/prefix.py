@@ -38,9 +38,10 @@ class PrefixLengthsWith(PlanError):
 class PrefixLengthsWithoutGroups(PlanError):
     """``prefix_lengths`` given without ``group_ids``: nothing says who shares a prefix."""
 
-    def text(self) -> str:
-        return ("prefix_lengths was given without group_ids: a prefix is shared by the samples "
-                "of one group (the responses of one prompt); pass group_ids (e.g. verl's uid) too")
+    fixed_text = (
+        "prefix_lengths was given without group_ids: a prefix is shared by the samples of one "
+        "group (the responses of one prompt); pass group_ids (e.g. verl's uid) too"
+    )
 
 
 @dataclass(frozen=True)
