@@ -19,6 +19,21 @@ SWITCH_ON = ("1", "true", "yes", "on")
 SWITCH_OFF = ("0", "false", "no", "off", "")
 
 
+def _item(value: Any) -> Any:
+    """The scalar a one-element tensor or array holds (its ``.item()``), or ``None`` where
+    ``value`` has no ``item``, holds another number of elements or cannot be read."""
+    item = getattr(value, "item", None)
+    if item is None:
+        return None
+    numel = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 0)
+    if numel != 1:
+        return None
+    try:
+        return item()
+    except (RuntimeError, NotImplementedError, ValueError):  # e.g. a tensor on the meta device
+        return None
+
+
 def _integer_or_none(value: Any) -> int | None:
     """Return ``value`` as a Python int if it is an integer (not a bool), else ``None``.
 
@@ -30,21 +45,13 @@ def _integer_or_none(value: Any) -> int | None:
     if isinstance(value, numbers.Integral):
         return int(value)
     dtype = getattr(value, "dtype", None)
-    item = getattr(value, "item", None)
-    if dtype is None or item is None:
-        return None
-    numel = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 0)
-    is_integer_dtype = getattr(dtype, "is_floating_point", True) is False and getattr(
+    torch_integer = getattr(dtype, "is_floating_point", True) is False and getattr(
         dtype, "is_complex", True
     ) is False
-    if not is_integer_dtype:
-        is_integer_dtype = str(dtype).startswith(("int", "uint"))
-    if numel != 1 or not is_integer_dtype or str(dtype) in ("torch.bool", "bool"):
+    integer_dtype = torch_integer or str(dtype).startswith(("int", "uint"))
+    if dtype is None or not integer_dtype or str(dtype) in ("torch.bool", "bool"):
         return None
-    try:
-        scalar = item()
-    except (RuntimeError, NotImplementedError, ValueError):  # e.g. a tensor on the meta device
-        return None
+    scalar = _item(value)
     return int(scalar) if isinstance(scalar, numbers.Integral) else None
 
 
@@ -91,13 +98,8 @@ def as_switch(value: Any) -> bool | None:
     if isinstance(value, bool):
         return value
     if str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
-        numel = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 0)
-        if numel != 1:
-            return None
-        try:
-            return bool(value.item())
-        except (RuntimeError, NotImplementedError, ValueError):  # e.g. the meta device
-            return None
+        scalar = _item(value)
+        return None if scalar is None else bool(scalar)
     as_int = _integer_or_none(value)
     return bool(as_int) if as_int in (0, 1) else None
 
@@ -239,18 +241,11 @@ def _whole_or_none(value: Any) -> int | float | None:
     if isinstance(value, numbers.Real):
         as_float = float(value)
         return int(as_float) if math.isfinite(as_float) and as_float.is_integer() else as_float
-    item = getattr(value, "item", None)
     dtype = str(getattr(value, "dtype", ""))
-    if item is None or "bool" in dtype or "complex" in dtype:
+    if "bool" in dtype or "complex" in dtype:
         return None
-    numel = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 0)
-    if numel != 1:
-        return None
-    try:
-        scalar = item()
-    except (RuntimeError, NotImplementedError, ValueError):  # e.g. a tensor on the meta device
-        return None
-    return None if isinstance(scalar, (bool, complex)) else _whole_or_none(scalar)
+    scalar = _item(value)
+    return None if scalar is None or isinstance(scalar, (bool, complex)) else _whole_or_none(scalar)
 
 
 def whole_numbers(values: Any, name: str, what: str = "lengths and workloads") -> list[int]:
