@@ -21,7 +21,6 @@ from seqlen_balancing.errors import (
     LengthNotAnInteger,
     LengthsNotASequence,
     LengthsNotOneDimensional,
-    LengthSource,
     LengthsUnreadable,
     LossWeightKeyMissing,
     LossWeightKeysNotKeys,
@@ -72,7 +71,6 @@ from seqlen_balancing.errors.groups import (
     GroupIdsAndForceGroupSize,
     GroupIdsKeyMissing,
     GroupIdsNotASequence,
-    GroupIdsNotOnePerSample,
     GroupIdsOverCap,
     GroupIdsRaised,
     GroupIdUnhashable,
@@ -160,24 +158,24 @@ VALUES: list[tuple[PlanError, str]] = [
     (WorkloadsAndModel(),
         "workloads and workload_model are both given: each sets the balance objective; pass one"
         " of them (per-sample workloads, or the model whose workloads to compute)"),
-    (LengthNotAnInteger(LengthSource.COSTS, 7),
+    (LengthNotAnInteger("costs", 7),
         "costs[7] is not an integer; costs are whole numbers of tokens"),
-    (NegativeLength(LengthSource.SEQ_LENS, 2, -3),
+    (NegativeLength("seq_lens", 2, -3),
         "seq_lens[2] is -3; lengths must be >= 0 tokens"),
-    (NegativeLength(LengthSource.WORKLOADS, 2**76 - 2, -(2**76)),
+    (NegativeLength("workloads", 2**76 - 2, -(2**76)),
         f"workloads[{2**76 - 2}] is {-(2**76)}; workloads must be >= 0"),
-    (NotOnePerSample(LengthSource.WORKLOADS, 3, 5),
+    (NotOnePerSample("workloads", 3, 5),
         "workloads has 3 entries but the batch has 5 samples; give one workload per sample"),
-    (LengthsNotASequence(LengthSource.COSTS),
+    (LengthsNotASequence("costs"),
         "costs must be a sequence of whole numbers of tokens, one per sample (a list, a tuple, "
         "a 1-D tensor or array), got something that is not"),
-    (LengthsNotASequence(LengthSource.COSTS, "dict"),
+    (LengthsNotASequence("costs", "dict"),
         "costs must be a sequence of whole numbers of tokens, one per sample (a list, a tuple, "
         "a 1-D tensor or array), got a value of type dict"),
-    (CallerDataRaised(LengthSource.WORKLOADS, "KeyError", detail="KeyError(4)"),
+    (CallerDataRaised("workloads", "KeyError", detail="KeyError(4)"),
         "reading workloads raised KeyError: the workloads given (or what their callable "
         "returned) must be read whole, one number per sample; fix the workloads or the callable"),
-    (LengthsNotOneDimensional(LengthSource.SEQ_LENS),
+    (LengthsNotOneDimensional("seq_lens"),
         "seq_lens must be one-dimensional (one value per sample), got another shape"),
     (NoLengthSource(),
         "the batch has neither an 'attention_mask' nor jagged (nested) 'input_ids', so the "
@@ -369,7 +367,7 @@ VALUES: list[tuple[PlanError, str]] = [
     (GroupIdsNotASequence("dict"),
         "group_ids must be one hashable id per sample (a list, a tuple, a 1-D tensor or array; "
         "with a batch, also the name of one of its entries), got a value of type dict"),
-    (GroupIdsNotOnePerSample(3, 4),
+    (NotOnePerSample("group_ids", 3, 4),
         "group_ids has 3 entries but the batch has 4 samples; give one group id per sample"),
     (GroupIdUnhashable(2, "list"),
         "group_ids[2] is a list, which cannot be hashed; a group id is any hashable value (an "
@@ -428,7 +426,7 @@ VALUES: list[tuple[PlanError, str]] = [
         "prefix_lengths='prompt_len' names no entry of the batch; store one prefix length per "
         "sample under that key (a tensor, a NonTensorStack, or a numpy array in a DataProto's "
         "non_tensor_batch) or pass the lengths themselves"),
-    (NotOnePerSample(LengthSource.PREFIX_LENGTHS, 3, 5),
+    (NotOnePerSample("prefix_lengths", 3, 5),
         "prefix_lengths has 3 entries but the batch has 5 samples; give one prefix length per "
         "sample"),
 ]

@@ -26,7 +26,6 @@ from seqlen_balancing.errors import (
     EmptyBatch,
     LengthNotAnInteger,
     LengthsNotASequence,
-    LengthSource,
     NegativeLength,
     NotAnInteger,
 )
@@ -393,7 +392,7 @@ def test_argument_error_returns_the_error_and_zero() -> None:
 
 def test_length_errors_are_recorded_exactly() -> None:
     # Every rank raises the record the rank at fault holds, so its fields must be exact.
-    lens = LengthSource.SEQ_LENS
+    lens = "seq_lens"
     assert analyse(["x"], 8).error == LengthNotAnInteger(lens, 0, detail="'x' (str)")
     assert analyse(5, 8).error == LengthsNotASequence(lens, "int")  # type: ignore[arg-type]
     assert analyse({3: 1}, 8).error == LengthsNotASequence(lens, "dict")  # never read as its keys

@@ -19,7 +19,6 @@ __all__ = [
     "GroupIdsAndForceGroupSize",
     "GroupIdsKeyMissing",
     "GroupIdsNotASequence",
-    "GroupIdsNotOnePerSample",
     "GroupIdsOverCap",
     "GroupIdsRaised",
     "GroupOverSampleLimit",
@@ -40,20 +39,6 @@ class GroupIdsNotASequence(PlanError):
         return (
             f"group_ids must be {_WHAT}; with a batch, also the name of one of its entries), "
             f"got a value of type {self.given or 'unknown'}"
-        )
-
-
-@dataclass(frozen=True)
-class GroupIdsNotOnePerSample(PlanError):
-    """``group_ids`` has ``entries`` ids for a batch of ``samples``."""
-
-    entries: int
-    samples: int
-
-    def text(self) -> str:
-        return (
-            f"group_ids has {self.entries} entries but the batch has "
-            f"{self.samples} samples; give one group id per sample"
         )
 
 

@@ -18,7 +18,6 @@ from seqlen_balancing.errors import (
     GroupIdsOverCap,
     GroupOverCap,
     GroupOverSampleLimit,
-    LengthSource,
     NotOnePerSample,
     OverCap,
     PaddedGroupOverCap,
@@ -69,9 +68,9 @@ def sample_costs_of(lengths: list[int], pad: int, costs: Any) -> tuple[PlanError
     with the lengths)."""
     if costs is None:
         return None, [aligned_length(n, pad) for n in lengths] if pad > 1 else lengths
-    error, given = read_numbers(costs, LengthSource.COSTS, lengths)
+    error, given = read_numbers(costs, "costs", lengths)
     if error is None and len(given) != len(lengths):
-        error = NotOnePerSample(LengthSource.COSTS, len(given), len(lengths))
+        error = NotOnePerSample("costs", len(given), len(lengths))
     if error is None and pad > 1:
         given = [aligned_length(c, pad) for c in given]
     return error, given
@@ -88,9 +87,9 @@ def workloads_of(
         return None, [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
     if model is not None:
         return WorkloadsAndModel(), []
-    error, given = read_numbers(workloads, LengthSource.WORKLOADS, lengths)
+    error, given = read_numbers(workloads, "workloads", lengths)
     if error is None and len(given) != len(lengths):
-        error = NotOnePerSample(LengthSource.WORKLOADS, len(given), len(lengths))
+        error = NotOnePerSample("workloads", len(given), len(lengths))
     return error, given
 
 

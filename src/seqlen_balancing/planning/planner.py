@@ -69,7 +69,6 @@ from seqlen_balancing.errors import (
     CountAboveGroups,
     EmptyBatch,
     GroupIdsAndForceGroupSize,
-    LengthSource,
     MinAboveGroups,
     NotAnInteger,
     NotDivisible,
@@ -243,7 +242,7 @@ def _analyse(
     """:func:`analyse` once the request is read: the inputs read and checked, the items
     under one rule, their count; the analysis made once from them."""
     options = request.options
-    length_error, lengths = read_numbers(seq_lens, LengthSource.SEQ_LENS)
+    length_error, lengths = read_numbers(seq_lens, "seq_lens")
     pad = options.pad_to_multiple_of
     cost_error, sizes_of = (length_error, []) if length_error else sample_costs_of(lengths, pad, costs)
     group_error, members, labels = _groups(group_ids, lengths, options, length_error)
