@@ -55,16 +55,6 @@ def _integer_or_none(value: Any) -> int | None:
     return int(scalar) if isinstance(scalar, numbers.Integral) else None
 
 
-def finite_float(value: int | float) -> float | None:
-    """``value`` as a finite float, or ``None`` where it is infinite, NaN or beyond a float
-    (``10**400``: ``float()`` overflows; no caller may see that ``OverflowError``)."""
-    try:
-        as_float = float(value)
-    except OverflowError:
-        return None
-    return as_float if math.isfinite(as_float) else None
-
-
 def closest_name(word: str, names: Iterable[str], prefix: str = "") -> str | None:
     """The name of ``names`` that ``word`` most likely misspells, or ``None``. Compared
     case aside and without ``prefix`` (which every name shares): a name that holds the word

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from seqlen_balancing._checks import as_list, describe, non_negative_ints, positive_int
@@ -198,15 +198,15 @@ def sample_costs(
     """
     pad = positive_int(pad_to_multiple_of, "pad_to_multiple_of")
     values = non_negative_ints(as_list(seq_lens, "seq_lens"), "seq_lens", "lengths")
-    if costs is None:
-        return [aligned_length(n, pad) for n in values] if pad > 1 else values
-    given = non_negative_ints(as_list(costs, "costs"), "costs", "costs")
-    if len(given) != len(values):
-        raise ValueError(
-            f"costs has {len(given)} entries but there are {len(values)} samples; give one "
-            "cost per sample"
-        )
-    return [aligned_length(c, pad) for c in given] if pad > 1 else given
+    if costs is not None:
+        given = non_negative_ints(as_list(costs, "costs"), "costs", "costs")
+        if len(given) != len(values):
+            raise ValueError(
+                f"costs has {len(given)} entries but there are {len(values)} samples; give one "
+                "cost per sample"
+            )
+        values = given
+    return [aligned_length(c, pad) for c in values] if pad > 1 else values
 
 
 def megatron_alignment(tp: int, cp: int = 1, fp8: bool = False) -> tuple[int, int]:
@@ -480,8 +480,7 @@ class WorkloadModel:
 
     def coefficients(self) -> tuple[int, int]:
         """``(a, b)`` of :func:`transformer_workload_coefficients` for this shape."""
-        shape = {f.name: getattr(self, f.name) for f in fields(self)}
-        return transformer_workload_coefficients(**shape)
+        return transformer_workload_coefficients(**asdict(self))
 
     def workloads(self, seq_lens: Sequence[int] | Any) -> list[int]:
         """Each sample's workload ``a*s + b*s**2`` (:func:`transformer_workloads`).

@@ -34,7 +34,7 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, TypedDict
@@ -46,7 +46,6 @@ from seqlen_balancing._checks import (
     as_switch,
     closest_name,
     describe,
-    finite_float,
 )
 from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.errors import (
@@ -520,8 +519,11 @@ def _share(value: Any) -> tuple[float | None, PlanError | None]:
     """A finite number >= 0 as a float (``micro_batch_fixed_tokens``), or its error."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None, OverheadNotANumber(detail=describe(value))
-    as_float = finite_float(value)
-    if as_float is None or as_float < 0:
+    try:
+        as_float = float(value)
+    except OverflowError:  # 10**400: beyond a float
+        as_float = math.inf
+    if not math.isfinite(as_float) or as_float < 0:
         return None, OverheadInvalid(detail=describe(value))
     return as_float, None
 
@@ -635,6 +637,22 @@ def step_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {ENV_BALANCE_STEP: value}
 
 
+def _from_text(kind: Kind, text: str) -> Any:
+    """The value ``text`` spells for an option of ``kind`` (not a switch), or ``None``; a
+    model shape it cannot read raises :meth:`WorkloadModel.parse`'s error."""
+    if kind in (Kind.POSITIVE, Kind.OPTIONAL):
+        number = _whole(text)
+        return number if number >= 1 else None
+    if kind is Kind.CHOICE:
+        return text.lower() if text.lower() in OVER_CAP_CHOICES else None
+    if kind is Kind.KEYS:
+        keys = tuple(part.strip() for part in text.split(","))
+        return keys if all(keys) else None
+    if kind is Kind.SHARE:
+        return _share_text(text)
+    return WorkloadModel.parse(text)
+
+
 def _env_value(name: str, opt: Option, text: str) -> Any:
     """One variable's value for its option (``text`` stripped, not empty)."""
     accepted = {
@@ -647,28 +665,14 @@ def _env_value(name: str, opt: Option, text: str) -> Any:
     }
     if opt.kind is Kind.SWITCH:
         return env_switch(name, text)
-    problem = ""
-    if opt.kind in (Kind.POSITIVE, Kind.OPTIONAL):
-        number = _whole(text)
-        if number >= 1:
-            return number
-    elif opt.kind is Kind.CHOICE:
-        if text.lower() in OVER_CAP_CHOICES:
-            return text.lower()
-    elif opt.kind is Kind.KEYS:
-        keys = tuple(part.strip() for part in text.split(","))
-        if all(keys):
-            return keys
-    elif opt.kind is Kind.SHARE:
-        share = _share_text(text)
-        if share is not None:
-            return share
-    else:
-        try:
-            return WorkloadModel.parse(text)
-        except (TypeError, ValueError) as exc:
-            problem = f" ({exc})"
-    raise ValueError(f"{name}={_quoted(text)} is not accepted{problem}: it takes {accepted[opt.kind]}")
+    value, problem = None, ""
+    try:
+        value = _from_text(opt.kind, text)
+    except (TypeError, ValueError) as exc:
+        problem = f" ({exc})"
+    if value is None:
+        raise ValueError(f"{name}={_quoted(text)} is not accepted{problem}: it takes {accepted[opt.kind]}")
+    return value
 
 
 def _whole(text: str) -> int:
@@ -735,20 +739,6 @@ def env_values(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- command line
 
 
-def _positive(text: str) -> int:
-    number = _whole(text)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {_quoted(text)}")
-    return number
-
-
-def _key_list(text: str) -> tuple[str, ...]:
-    keys = tuple(part.strip() for part in text.split(","))
-    if not all(keys):
-        raise argparse.ArgumentTypeError(f"must be keys separated by commas, got {_quoted(text)}")
-    return keys
-
-
 def _share_text(text: str) -> float | None:
     """``text`` as a finite number >= 0, or ``None``."""
     try:
@@ -758,18 +748,20 @@ def _share_text(text: str) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def _share_flag(text: str) -> float:
-    value = _share_text(text)
-    if value is None:
-        raise argparse.ArgumentTypeError(f"{_quoted(text)} is not a finite number >= 0")
-    return value
+def _flag_type(kind: Kind, refused: str) -> Callable[[str], Any]:
+    """The argparse ``type`` of a flag of ``kind``: its value, or ``refused`` (``{}``: the
+    text quoted) where the text spells none (a model shape: its own error)."""
 
+    def convert(text: str) -> Any:
+        try:
+            value = _from_text(kind, text)
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if value is None:
+            raise argparse.ArgumentTypeError(refused.format(_quoted(text)))
+        return value
 
-def _model_text(text: str) -> WorkloadModel:
-    try:
-        return WorkloadModel.parse(text)
-    except (TypeError, ValueError) as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return convert
 
 
 def add_arguments(parser: Any, groups: Mapping[str, Any] | None = None) -> None:
@@ -787,8 +779,9 @@ def add_arguments(parser: Any, groups: Mapping[str, Any] | None = None) -> None:
         elif opt.kind is Kind.CHOICE:
             target.add_argument(opt.flag, choices=OVER_CAP_CHOICES, **common)
         else:
-            convert = {Kind.KEYS: _key_list, Kind.MODEL: _model_text,
-                       Kind.SHARE: _share_flag}.get(opt.kind, _positive)
+            refused = {Kind.KEYS: "must be keys separated by commas, got {}",
+                       Kind.SHARE: "{} is not a finite number >= 0"}.get(
+                opt.kind, "must be a positive integer, got {}")
             metavar = {Kind.KEYS: "KEY[,KEY...]", Kind.MODEL: "SHAPE",
                        Kind.SHARE: "TOKENS"}.get(opt.kind, "N")
-            target.add_argument(opt.flag, type=convert, metavar=metavar, **common)
+            target.add_argument(opt.flag, type=_flag_type(opt.kind, refused), metavar=metavar, **common)

@@ -34,10 +34,8 @@ class OptionMismatch(PlanError):
         name = self.name
         high = rank_words(self.rank_high, self.global_high)
         low = rank_words(self.rank_low, self.global_low)
-        if self.given:
-            differ = f"{high} passes {name} and {low} does not"
-        else:
-            differ = f"{high} has {name}={self.high} and {low} has {name}={self.low}"
+        differ = (f"{high} passes {name} and {low} does not" if self.given
+                  else f"{high} has {name}={self.high} and {low} has {name}={self.low}")
         return (
             f"the ranks passed different {name}: {differ}; every rank of the DP group must "
             "plan under the same options and cap, so set them alike on every rank (keywords, "

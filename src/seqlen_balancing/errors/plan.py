@@ -212,17 +212,14 @@ class CountAboveGroups(PlanError):
         return replace(self, global_needing=peers.global_rank(self.rank_needing))
 
     def text(self) -> str:
-        if self.rank_needing is None:
-            needing = f"the cap needs {self.needed}"
-        else:
-            needing = f"{rank_words(self.rank_needing, self.global_needing)} needs {self.needed}"
-        rounded = ""
+        who = "the cap" if self.rank_needing is None else rank_words(self.rank_needing, self.global_needing)
+        needing = f"{who} needs {self.needed}"
         if self.count != self.needed:
-            rounded = f", rounded up to {self.count} for num_batches_divided_by"
+            needing += f", rounded up to {self.count} for num_batches_divided_by"
         return (
             "Cannot satisfy max_token_len while keeping forced groups atomic: "
             f"{self.count} micro-batches are needed but only {self.groups} "
-            f"samples/groups are available and a micro-batch cannot be empty ({needing}{rounded}); "
+            f"samples/groups are available and a micro-batch cannot be empty ({needing}); "
             "raise max_token_len, lower num_batches_divided_by or min_num_micro_batch, or pass more samples"
         )
 

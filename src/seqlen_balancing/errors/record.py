@@ -81,11 +81,8 @@ class PlanError:
     def message(self, rank: int | None = None) -> str:
         """Human-readable message; the DP rank at fault (``rank``, else ``self.rank``) and
         its global rank (``self.global_rank``) are named when known."""
-        text = self.text()
-        if self.detail:
-            text = f"{text} ({self.detail})"
-        if rank is None:
-            rank = self.rank
+        text = f"{self.text()} ({self.detail})" if self.detail else self.text()
+        rank = self.rank if rank is None else rank
         if rank is None:
             return text
         if self.global_rank is None:
