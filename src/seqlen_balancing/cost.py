@@ -418,20 +418,17 @@ def parse_workload_model(text: str) -> dict[str, Any]:
     model: dict[str, Any] = {}
     for pair in text.split(","):
         key, sep, value = (part.strip() for part in pair.partition("="))
-        problem = ""
         if not sep or key not in _MODEL_KEYS:
-            problem = f"{pair.strip()!r} is not key=value with a key among {', '.join(_MODEL_KEYS)}"
-        elif key in ("gated_mlp", "causal"):
+            raise ValueError(f"{pair.strip()!r} is not key=value with a key among {', '.join(_MODEL_KEYS)}")
+        if key in ("gated_mlp", "causal"):
             if value.lower() not in ("true", "false", "1", "0"):
-                problem = f"{key} must be true or false, got {value!r}"
+                raise ValueError(f"{key} must be true or false, got {value!r}")
             model[key] = value.lower() in ("true", "1")
-        else:
-            try:
-                model[key] = int(value)
-            except ValueError:
-                problem = f"{key} must be an integer, got {value!r}"
-        if problem:
-            raise ValueError(problem)
+            continue
+        try:
+            model[key] = int(value)
+        except ValueError:
+            raise ValueError(f"{key} must be an integer, got {value!r}") from None
     if "hidden_size" not in model:
         raise ValueError("hidden_size is required (e.g. hidden_size=8192)")
     try:

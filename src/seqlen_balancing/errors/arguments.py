@@ -94,8 +94,7 @@ class BucketAboveCap(PlanError):
 
     def agreed(self, peers: Peers) -> PlanError:
         # The advised cap must also hold the group's costliest sample or group.
-        group = peers.costliest(0)
-        return replace(self, needed=max(self.needed, round_up(group, self.bucket)))
+        return replace(self, needed=max(self.needed, round_up(peers.costliest(0), self.bucket)))
 
 
 @dataclass(frozen=True)
@@ -107,12 +106,11 @@ class StaticPathOption(PlanError):
     given: int | None
 
     def text(self) -> str:
-        name = self.argument
-        what = name if self.given is None else f"{name}={self.given}"
+        what = self.argument if self.given is None else f"{self.argument}={self.given}"
         return (
             f"{what} applies to the dynamic path (use_dynamic_bsz=True) only: the static path "
             "cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to change; "
-            f"drop {name} or set use_dynamic_bsz"
+            f"drop {self.argument} or set use_dynamic_bsz"
         )
 
 
@@ -124,11 +122,10 @@ class SampleLimitBelowGroup(PlanError):
     group: int
 
     def text(self) -> str:
-        limit, group = self.limit, self.group
         return (
-            f"max_samples_per_micro_batch={limit} is below force_group_size={group}: a "
+            f"max_samples_per_micro_batch={self.limit} is below force_group_size={self.group}: a "
             "forced group shares one micro-batch, so none could hold it; raise "
-            f"max_samples_per_micro_batch to at least {group} or lower force_group_size"
+            f"max_samples_per_micro_batch to at least {self.group} or lower force_group_size"
         )
 
 

@@ -100,19 +100,14 @@ def _over_cap(error: OverCap, what: str, unit: str) -> str:
             f"{what} {index} has {length} tokens, which exceeds max_token_len={cap} ({over}); "
             f"raise max_token_len {at_least(error.largest)} ({longest}) or truncate the sequences"
         )
-    if not custom and pad == 1:
-        costs, lower = "", "lower micro_batch_multiple_of"
-    elif custom and pad == 1:
-        costs, lower = f" and costs {error.cost} tokens (the costs given)", "lower the costs"
-    elif custom:
-        costs = (
-            f" and costs {error.cost} tokens (the cost given, rounded up to a multiple of "
-            f"pad_to_multiple_of={pad})"
-        )
-        lower = "lower the costs or the alignment"
-    else:
-        costs = f" and costs {error.cost} tokens aligned to a multiple of pad_to_multiple_of={pad}"
-        lower = "lower the alignment"
+    aligned = f"a multiple of pad_to_multiple_of={pad}"
+    costs, lower = {  # (costs given, aligned): what the cost is, and what lowers it
+        (False, False): ("", "lower micro_batch_multiple_of"),
+        (True, False): (f" and costs {error.cost} tokens (the costs given)", "lower the costs"),
+        (True, True): (f" and costs {error.cost} tokens (the cost given, rounded up to {aligned})",
+                       "lower the costs or the alignment"),
+        (False, True): (f" and costs {error.cost} tokens aligned to {aligned}", "lower the alignment"),
+    }[custom, pad > 1]
     return (
         f"{what} {index} has {length} tokens{costs}, which exceeds max_token_len={cap}"
         f"{error._usable(' tokens since each micro-batch')} ({over}); raise max_token_len "
