@@ -158,21 +158,26 @@ def non_negative_ints(values: Iterable[Any], name: str, what: str = "lengths and
         TypeError: an element is not an integer (floats and bools are refused).
         ValueError: an element is negative; the message gives its index and value.
     """
+    return _non_negative(values, name, what, whole=False)
+
+
+def _non_negative(values: Iterable[Any], name: str, what: str, whole: bool) -> list[int]:
+    """:func:`non_negative_ints` (``whole=False``: integers only) and :func:`whole_numbers`
+    (``whole=True``: whole real numbers too), element by element."""
     out: list[int] = []
     for index, value in enumerate(values):
-        if isinstance(value, int) and not isinstance(value, bool):
-            as_int: int | None = value
-        else:
-            as_int = _integer_or_none(value)
-        if as_int is None:
-            raise TypeError(
-                f"{name}[{index}] must be an integer, got {describe(value)}"
-            )
-        if as_int < 0:
+        number = value if type(value) is int else (_whole_or_none if whole else _integer_or_none)(value)
+        if number is None:
+            wanted = "a whole number" if whole else "an integer"
+            raise TypeError(f"{name}[{index}] must be {wanted}, got {describe(value)}")
+        if isinstance(number, float):
             raise ValueError(
-                f"{name}[{index}] is {as_int}; {what} must be >= 0"
+                f"{name}[{index}] is {number!r}, not a whole number; {what} must be whole "
+                "numbers >= 0 (round or truncate them first)"
             )
-        out.append(as_int)
+        if number < 0:
+            raise ValueError(f"{name}[{index}] is {number}; {what} must be >= 0")
+        out.append(number)
     return out
 
 
@@ -248,17 +253,4 @@ def whole_numbers(values: Any, name: str, what: str = "lengths and workloads") -
         ValueError: ``values`` is not one-dimensional, or an element is negative, not whole
             (``2.5``) or not finite; the message gives its index and value.
     """
-    out: list[int] = []
-    for index, value in enumerate(as_list(values, name)):
-        as_number = value if type(value) is int else _whole_or_none(value)
-        if as_number is None:
-            raise TypeError(f"{name}[{index}] must be a whole number, got {describe(value)}")
-        if isinstance(as_number, float):
-            raise ValueError(
-                f"{name}[{index}] is {as_number!r}, not a whole number; {what} must be whole "
-                "numbers >= 0 (round or truncate them first)"
-            )
-        if as_number < 0:
-            raise ValueError(f"{name}[{index}] is {as_number}; {what} must be >= 0")
-        out.append(as_number)
-    return out
+    return _non_negative(as_list(values, name), name, what, whole=True)

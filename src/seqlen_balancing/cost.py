@@ -246,9 +246,7 @@ def megatron_alignment(tp: int, cp: int = 1, fp8: bool = False) -> tuple[int, in
     if not isinstance(fp8, bool):
         raise TypeError(f"fp8 must be a bool, got {describe(fp8)}")
     align = tp_size * cp_size * 2 if cp_size > 1 else tp_size
-    if fp8:
-        return math.lcm(16, align), align * 128
-    return align, 1
+    return (math.lcm(16, align), align * 128) if fp8 else (align, 1)
 
 
 _MODEL_KEYS = (
@@ -353,11 +351,8 @@ def transformer_workload_coefficients(
     q, kv = heads * width, kv_heads * width
     per_token = 2 * h * q + 4 * h * kv + 2 * q * h + (6 if gated_mlp else 4) * h * mlp * experts
     pair = 4 * q
-    if causal:  # s*(s+1)/2 pairs: 2*q*(s**2 + s)
-        linear, quadratic = layers * (per_token + pair // 2), layers * pair // 2
-    else:
-        linear, quadratic = layers * per_token, layers * pair
-    linear += 2 * h * vocab
+    quadratic = layers * pair // 2 if causal else layers * pair  # causal: s*(s+1)/2 pairs
+    linear = layers * per_token + (quadratic if causal else 0) + 2 * h * vocab
     common = math.gcd(linear, quadratic)
     return linear // common, quadratic // common
 

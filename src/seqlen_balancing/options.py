@@ -449,10 +449,10 @@ OPTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(PlanOptions
 
 def _options_doc() -> str:
     """The options, one line each, for the class docstring (from the metadata)."""
-    lines = ["", "", "    The options, each declared once (docs/options.md has every source):", ""]
-    for name, opt in OPTIONS.items():
-        lines.append(f"    * ``{name}`` (default ``{OPTION_DEFAULTS[name]!r}``): {opt.doc}.")
-    return "\n".join(lines) + "\n"
+    head = "\n\n    The options, each declared once (docs/options.md has every source):\n\n"
+    lines = [f"    * ``{name}`` (default ``{OPTION_DEFAULTS[name]!r}``): {opt.doc}."
+             for name, opt in OPTIONS.items()]
+    return head + "\n".join(lines) + "\n"
 
 
 PlanOptions.__doc__ = (PlanOptions.__doc__ or "").rstrip() + _options_doc()

@@ -1,7 +1,7 @@
 """Error records about a batch: its type, its length source, its entries, its loss weights.
 
-Records about one entry carry its key (a ``str`` field: 4 values, see
-:mod:`seqlen_balancing.errors.record`), so that every rank names the same entry.
+Records about one entry carry its key as text (a nested key as its dotted path), so that
+every rank names the same entry.
 """
 
 from __future__ import annotations

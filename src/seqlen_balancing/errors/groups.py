@@ -3,8 +3,8 @@
 ``group_ids`` keeps groups of any size whole; ``dummy_micro_batches=True`` on a rank with
 no samples needs something to copy (``dummy_template``, or the batch's own columns).
 
-A group is named by its id as ``repr`` shows it (shortened to 36 bytes, carried as text,
-so that every rank names the same group) and by its first sample's index.
+A group is named by its id as ``repr`` shows it (text, so that every rank names the same
+group) and by its first sample's index.
 """
 
 from __future__ import annotations

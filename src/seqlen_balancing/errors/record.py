@@ -17,8 +17,9 @@ __all__ = [
     "PlanError",
 ]
 
-#: The value an error states for a number the agreement could not learn: "out of range"
-#: (the group's costliest sample, when it lies beyond ``2**62`` tokens).
+#: The value an error states for the one number the agreement cannot learn exactly: the
+#: group's costliest sample or group (its ``largest`` slot), when it lies beyond ``2**62``
+#: tokens; the advice then says "beyond 2**62 tokens".
 OUT_OF_RANGE = (1 << 76) - 1
 
 

@@ -43,7 +43,7 @@ def uniform_members(n: int, size: int) -> list[list[int]]:
 
 
 def group_label(group_id: Any) -> str:
-    """How messages name a group: its id's ``repr`` (at most 36 bytes are carried)."""
+    """How messages name a group: its id's ``repr``."""
     return repr(group_id)
 
 
