@@ -649,7 +649,10 @@ def _from_text(kind: Kind, text: str) -> Any:
         keys = tuple(part.strip() for part in text.split(","))
         return keys if all(keys) else None
     if kind is Kind.SHARE:
-        return _share_text(text)
+        try:
+            return _share(float(text))[0]
+        except ValueError:  # not a number
+            return None
     return WorkloadModel.parse(text)
 
 
@@ -737,15 +740,6 @@ def env_values(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- command line
-
-
-def _share_text(text: str) -> float | None:
-    """``text`` as a finite number >= 0, or ``None``."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
 
 
 def _flag_type(kind: Kind, refused: str) -> Callable[[str], Any]:

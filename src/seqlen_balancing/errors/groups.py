@@ -116,10 +116,8 @@ class GroupIdsOverCap(PlanError):
         return replace(self, largest=peers.costliest(self.largest))
 
     def text(self) -> str:
-        rounded = ""
-        if self.bucket > 1:
-            usable = self.cap // self.bucket * self.bucket
-            rounded = f" (usable as {usable}: micro_batch_multiple_of={self.bucket})"
+        usable = self.cap // self.bucket * self.bucket
+        rounded = f" (usable as {usable}: micro_batch_multiple_of={self.bucket})" if self.bucket > 1 else ""
         unit = ("token positions padded (its rows x its widest row)" if self.padded
                 else "tokens (its samples' costs summed)")
         return (

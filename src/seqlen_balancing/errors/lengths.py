@@ -90,11 +90,10 @@ class LengthsNotASequence(PlanError):
     given: str = ""
 
     def text(self) -> str:
-        of_tokens = _WORDS[self.source][2]
         what = f"a value of type {self.given}" if self.given else "something that is not"
         return (
-            f"{self.source} must be a sequence of whole numbers{of_tokens}, one per sample (a list, a "
-            f"tuple, a 1-D tensor or array), got {what}"
+            f"{self.source} must be a sequence of whole numbers{_WORDS[self.source][2]}, one per "
+            f"sample (a list, a tuple, a 1-D tensor or array), got {what}"
         )
 
 

@@ -202,6 +202,7 @@ class CountAboveGroups(PlanError):
     global_needing: int | None = None
 
     def agreed(self, peers: Peers) -> PlanError:
+        # The rank needing the count is named by its global rank too, where it is known.
         if self.rank_needing is None:
             return self
         return replace(self, global_needing=peers.global_rank(self.rank_needing))
