@@ -766,8 +766,7 @@ def add_arguments(parser: Any, groups: Mapping[str, Any] | None = None) -> None:
         target = (groups or {}).get(opt.group, parser)
         default = OPTION_DEFAULTS[name]
         shown = "none" if default is None else str(default).lower() if isinstance(default, bool) else default
-        help_text = f"{opt.doc} (default: {shown})"
-        common: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
+        common: dict[str, Any] = {"dest": name, "default": None, "help": f"{opt.doc} (default: {shown})"}
         if opt.kind is Kind.SWITCH:
             target.add_argument(opt.flag, action=argparse.BooleanOptionalAction, **common)
         elif opt.kind is Kind.CHOICE:

@@ -93,11 +93,11 @@ class OverCap(PlanError):
 def _over_cap(error: OverCap, what: str, unit: str) -> str:
     """The message of a sample or group whose summed cost exceeds the cap."""
     over, longest = error._counted(unit, "longest")
-    index, length, cap = error.index, error.tokens, error.cap
     pad, custom = error.pad_to_multiple_of, error.given_costs
+    head = f"{what} {error.index} has {error.tokens} tokens"
     if pad == 1 and not custom and error.bucket == 1:  # the cost is the tokens
         return (
-            f"{what} {index} has {length} tokens, which exceeds max_token_len={cap} ({over}); "
+            f"{head}, which exceeds max_token_len={error.cap} ({over}); "
             f"raise max_token_len {at_least(error.largest)} ({longest}) or truncate the sequences"
         )
     aligned = f"a multiple of pad_to_multiple_of={pad}"
@@ -109,7 +109,7 @@ def _over_cap(error: OverCap, what: str, unit: str) -> str:
         (False, True): (f" and costs {error.cost} tokens aligned to {aligned}", "lower the alignment"),
     }[custom, pad > 1]
     return (
-        f"{what} {index} has {length} tokens{costs}, which exceeds max_token_len={cap}"
+        f"{head}{costs}, which exceeds max_token_len={error.cap}"
         f"{error._usable(' tokens since each micro-batch')} ({over}); raise max_token_len "
         f"{at_least(round_up(error.largest, error.bucket))} "
         f"({longest}, in aligned tokens), {lower} or truncate the sequences"
@@ -125,8 +125,7 @@ def _padded_over_cap(error: OverCap, what: str, unit: str) -> str:
     rows = error.cost // width
     source = " (the costs given)" if error.given_costs else ""
     aligned = f", each row rounded up to pad_to_multiple_of={pad}" if pad > 1 else ""
-    tokens = error.tokens
-    has = f"has {tokens} tokens" if unit == "sample" else f"has a widest row of {tokens} tokens"
+    has = f"has {error.tokens} tokens" if unit == "sample" else f"has a widest row of {error.tokens} tokens"
     return (
         f"{what} {error.index} {has}{source}; padded=True holds it as {rows} "
         f"row{'s' if rows != 1 else ''} x {width} wide = {error.cost} token positions (a "

@@ -97,9 +97,7 @@ class PlanError:
 
 def rank_words(rank: int, global_rank: int | None) -> str:
     """``rank R`` or ``rank R (global rank G)`` when the global rank is known."""
-    if global_rank is not None:
-        return f"rank {rank} (global rank {global_rank})"
-    return f"rank {rank}"
+    return f"rank {rank}" if global_rank is None else f"rank {rank} (global rank {global_rank})"
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -109,6 +107,4 @@ def round_up(value: int, multiple: int) -> int:
 
 def at_least(value: int) -> str:
     """``to at least N``, or the words for a value beyond what the agreement carries."""
-    if value == OUT_OF_RANGE:
-        return "beyond 2**62 tokens"
-    return f"to at least {value}"
+    return "beyond 2**62 tokens" if value == OUT_OF_RANGE else f"to at least {value}"
