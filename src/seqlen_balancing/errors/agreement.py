@@ -54,12 +54,11 @@ class ModeMismatch(PlanError):
     dynamic_global: int | None = None
 
     def text(self) -> str:
-        static = rank_words(self.static_rank, self.static_global)
-        dynamic = rank_words(self.dynamic_rank, self.dynamic_global)
         return (
-            f"the ranks of the DP group disagree on use_dynamic_bsz: {static} cuts its "
-            f"batch statically (use_dynamic_bsz=False) but {dynamic} dynamically; store "
-            "the same use_dynamic_bsz in every rank's batch"
+            "the ranks of the DP group disagree on use_dynamic_bsz: "
+            f"{rank_words(self.static_rank, self.static_global)} cuts its batch statically "
+            f"(use_dynamic_bsz=False) but {rank_words(self.dynamic_rank, self.dynamic_global)} "
+            "dynamically; store the same use_dynamic_bsz in every rank's batch"
         )
 
 
@@ -76,12 +75,11 @@ class StaticCountMismatch(PlanError):
     global_smallest: int | None = None
 
     def text(self) -> str:
-        most = rank_words(self.rank_largest, self.global_largest)
-        least = rank_words(self.rank_smallest, self.global_smallest)
         return (
-            f"the ranks of the DP group would run different numbers of static micro-batches: "
-            f"{most} has {self.largest} and {least} has {self.smallest}; give every "
-            "rank the same batch size (use_dynamic_bsz=False cuts batch size / "
+            "the ranks of the DP group would run different numbers of static micro-batches: "
+            f"{rank_words(self.rank_largest, self.global_largest)} has {self.largest} and "
+            f"{rank_words(self.rank_smallest, self.global_smallest)} has {self.smallest}; give "
+            "every rank the same batch size (use_dynamic_bsz=False cuts batch size / "
             "(micro_batch_size_per_gpu * force_group_size) micro-batches)"
         )
 
