@@ -8,7 +8,6 @@ not read from the record.
 from __future__ import annotations
 
 from seqlen_balancing.errors import (
-    Argument,
     BelowOne,
     BucketAboveCap,
     CallerDataRaised,
@@ -22,7 +21,6 @@ from seqlen_balancing.errors import (
     LengthNotAnInteger,
     LengthsNotASequence,
     LengthsNotOneDimensional,
-    LengthSource,
     LengthsUnreadable,
     LossWeightKeyMissing,
     LossWeightKeysNotKeys,
@@ -73,13 +71,11 @@ from seqlen_balancing.errors.groups import (
     GroupIdsAndForceGroupSize,
     GroupIdsKeyMissing,
     GroupIdsNotASequence,
-    GroupIdsNotOnePerSample,
     GroupIdsOverCap,
     GroupIdsRaised,
     GroupIdUnhashable,
     GroupOverSampleLimit,
     NoDummyTemplate,
-    PaddedGroupIdsOverCap,
 )
 from seqlen_balancing.errors.prefix import (
     PrefixDiffersInGroup,
@@ -92,41 +88,41 @@ from seqlen_balancing.errors.prefix import (
 #: (record, its text), for every record type, some more than once. The texts are written
 #: out by hand: what a user reads for that error.
 VALUES: list[tuple[PlanError, str]] = [
-    (NotAnInteger(Argument.MAX_TOKEN_LEN),
+    (NotAnInteger("max_token_len"),
         "max_token_len must be a positive integer, got a value that is not an integer"),
-    (NotAnInteger(Argument.MAX_SAMPLES_PER_MICRO_BATCH, detail="1.5 (float)"),
+    (NotAnInteger("max_samples_per_micro_batch", detail="1.5 (float)"),
         "max_samples_per_micro_batch must be a positive integer, got a value that is not an "
         "integer"),
-    (BelowOne(Argument.SP_SIZE, 0),
+    (BelowOne("sp_size", 0),
         "sp_size must be a positive integer (>= 1), got 0"),
-    (BelowOne(Argument.FORCE_GROUP_SIZE, -(2**70)),
+    (BelowOne("force_group_size", -(2**70)),
         "force_group_size must be a positive integer (>= 1), got -1180591620717411303424"),
-    (BelowOne(Argument.MIN_NUM_MICRO_BATCH, -(2**80)),
+    (BelowOne("min_num_micro_batch", -(2**80)),
         "min_num_micro_batch must be a positive integer (>= 1), got -1208925819614629174706176"),
-    (MissingSetting(Argument.MAX_TOKEN_LEN_PER_GPU),
+    (MissingSetting("max_token_len_per_gpu"),
         "the batch has no 'max_token_len_per_gpu' setting; store it in the TensorDict (verl's "
         "prepare_micro_batches reads its settings from the batch)"),
-    (NotASwitch(Argument.PADDED),
+    (NotASwitch("padded"),
         "padded must be a bool (or 0/1), got a value that is not"),
-    (NotASwitch(Argument.USE_DYNAMIC_BSZ),
+    (NotASwitch("use_dynamic_bsz"),
         "use_dynamic_bsz must be a bool (or 0/1), got a value that is not"),
     (BucketAboveCap(4096, 1000, 8192),
         "micro_batch_multiple_of=4096 is larger than max_token_len=1000: every micro-batch is "
         "rounded up to at least one bucket, so none fits; raise max_token_len to at least 8192 "
         "or lower micro_batch_multiple_of"),
-    (StaticPathOption(Argument.PAD_TO_MULTIPLE_OF, 8),
+    (StaticPathOption("pad_to_multiple_of", 8),
         "pad_to_multiple_of=8 applies to the dynamic path (use_dynamic_bsz=True) only: the "
         "static path cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to "
         "change; drop pad_to_multiple_of or set use_dynamic_bsz"),
-    (StaticPathOption(Argument.MICRO_BATCH_MULTIPLE_OF, 0),
+    (StaticPathOption("micro_batch_multiple_of", 0),
         "micro_batch_multiple_of=0 applies to the dynamic path (use_dynamic_bsz=True) only: the"
         " static path cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to "
         "change; drop micro_batch_multiple_of or set use_dynamic_bsz"),
-    (StaticPathOption(Argument.COSTS, None),
+    (StaticPathOption("costs", None),
         "costs applies to the dynamic path (use_dynamic_bsz=True) only: the static path cuts "
         "chunks of micro_batch_size_per_gpu samples and has no cap for it to change; drop costs"
         " or set use_dynamic_bsz"),
-    (StaticPathOption(Argument.PAD_TO_MULTIPLE_OF, 2**76 - 2),
+    (StaticPathOption("pad_to_multiple_of", 2**76 - 2),
         f"pad_to_multiple_of={2**76 - 2} applies to the dynamic path (use_dynamic_bsz=True) only: the static"
         " path cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to change;"
         " drop pad_to_multiple_of or set use_dynamic_bsz"),
@@ -162,24 +158,24 @@ VALUES: list[tuple[PlanError, str]] = [
     (WorkloadsAndModel(),
         "workloads and workload_model are both given: each sets the balance objective; pass one"
         " of them (per-sample workloads, or the model whose workloads to compute)"),
-    (LengthNotAnInteger(LengthSource.COSTS, 7),
+    (LengthNotAnInteger("costs", 7),
         "costs[7] is not an integer; costs are whole numbers of tokens"),
-    (NegativeLength(LengthSource.SEQ_LENS, 2, -3),
+    (NegativeLength("seq_lens", 2, -3),
         "seq_lens[2] is -3; lengths must be >= 0 tokens"),
-    (NegativeLength(LengthSource.WORKLOADS, 2**76 - 2, -(2**76)),
+    (NegativeLength("workloads", 2**76 - 2, -(2**76)),
         f"workloads[{2**76 - 2}] is {-(2**76)}; workloads must be >= 0"),
-    (NotOnePerSample(LengthSource.WORKLOADS, 3, 5),
+    (NotOnePerSample("workloads", 3, 5),
         "workloads has 3 entries but the batch has 5 samples; give one workload per sample"),
-    (LengthsNotASequence(LengthSource.COSTS),
+    (LengthsNotASequence("costs"),
         "costs must be a sequence of whole numbers of tokens, one per sample (a list, a tuple, "
         "a 1-D tensor or array), got something that is not"),
-    (LengthsNotASequence(LengthSource.COSTS, "dict"),
+    (LengthsNotASequence("costs", "dict"),
         "costs must be a sequence of whole numbers of tokens, one per sample (a list, a tuple, "
         "a 1-D tensor or array), got a value of type dict"),
-    (CallerDataRaised(LengthSource.WORKLOADS, "KeyError", detail="KeyError(4)"),
+    (CallerDataRaised("workloads", "KeyError", detail="KeyError(4)"),
         "reading workloads raised KeyError: the workloads given (or what their callable "
         "returned) must be read whole, one number per sample; fix the workloads or the callable"),
-    (LengthsNotOneDimensional(LengthSource.SEQ_LENS),
+    (LengthsNotOneDimensional("seq_lens"),
         "seq_lens must be one-dimensional (one value per sample), got another shape"),
     (NoLengthSource(),
         "the batch has neither an 'attention_mask' nor jagged (nested) 'input_ids', so the "
@@ -371,7 +367,7 @@ VALUES: list[tuple[PlanError, str]] = [
     (GroupIdsNotASequence("dict"),
         "group_ids must be one hashable id per sample (a list, a tuple, a 1-D tensor or array; "
         "with a batch, also the name of one of its entries), got a value of type dict"),
-    (GroupIdsNotOnePerSample(3, 4),
+    (NotOnePerSample("group_ids", 3, 4),
         "group_ids has 3 entries but the batch has 4 samples; give one group id per sample"),
     (GroupIdUnhashable(2, "list"),
         "group_ids[2] is a list, which cannot be hashed; a group id is any hashable value (an "
@@ -391,7 +387,7 @@ VALUES: list[tuple[PlanError, str]] = [
         "summed), which exceeds max_token_len=800; a group runs whole in one micro-batch: raise"
         " max_token_len to at least 1180591620717411303424 (the costliest group of the call, on "
         "every DP rank of the group when they agree), split the group, or pass over_cap='alone'"),
-    (PaddedGroupIdsOverCap("3", 0, 300, 200, 300, 64),
+    (GroupIdsOverCap("3", 0, 300, 200, 300, 64, True),
         "group 3 (group_ids[0], its first sample) costs 300 token positions padded (its rows x "
         "its widest row), which exceeds max_token_len=200 (usable as 192: "
         "micro_batch_multiple_of=64); a group runs whole in one micro-batch: raise max_token_len"
@@ -430,7 +426,7 @@ VALUES: list[tuple[PlanError, str]] = [
         "prefix_lengths='prompt_len' names no entry of the batch; store one prefix length per "
         "sample under that key (a tensor, a NonTensorStack, or a numpy array in a DataProto's "
         "non_tensor_batch) or pass the lengths themselves"),
-    (NotOnePerSample(LengthSource.PREFIX_LENGTHS, 3, 5),
+    (NotOnePerSample("prefix_lengths", 3, 5),
         "prefix_lengths has 3 entries but the batch has 5 samples; give one prefix length per "
         "sample"),
 ]

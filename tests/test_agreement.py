@@ -31,7 +31,6 @@ from seqlen_balancing.agreement import (
 from seqlen_balancing.data import load_champ_lengths
 from seqlen_balancing.errors import (
     CountAboveGroups,
-    LengthSource,
     ModeMismatch,
     NegativeLength,
     OptionMismatch,
@@ -133,7 +132,7 @@ def test_lowest_failing_rank_wins_and_its_error_comes_whole() -> None:
         analyse([1, 2], 4),
         RankAnalysis(over_cap(9, 1, 4, 1, 9)),
         RankAnalysis(over_cap(1 << 45, 1 << 40, 4, 2, (1 << 62) + 1)),
-        RankAnalysis(NegativeLength(LengthSource.SEQ_LENS, 3, -5)),
+        RankAnalysis(NegativeLength("seq_lens", 3, -5)),
     ]
     count, error, rank = verdict(analyses)
     assert (count, rank) == (0, 1)
@@ -141,7 +140,7 @@ def test_lowest_failing_rank_wins_and_its_error_comes_whole() -> None:
     # Without rank 1, rank 2's huge values arrive whole.
     count, error, rank = verdict([analyses[0], analyses[3], analyses[2]], lambda r: 10 + r)
     assert (count, rank) == (0, 1)
-    assert error == replace(NegativeLength(LengthSource.SEQ_LENS, 3, -5), rank=1, global_rank=11)
+    assert error == replace(NegativeLength("seq_lens", 3, -5), rank=1, global_rank=11)
     count, error, rank = verdict([analyses[0], analyses[2]], lambda r: 10 + r)
     assert error == replace(over_cap(1 << 45, 1 << 40, 4, 2, (1 << 62) + 1), rank=1, global_rank=11)
     # the detail stays with the rank that had it: every rank raises the same text
@@ -201,7 +200,7 @@ def test_the_balance_step_setting_is_agreed(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_a_rank_that_states_no_settings_is_not_a_mismatch() -> None:
     # A rank whose options could not be read states none: its own error speaks.
-    broken = RankAnalysis(NegativeLength(LengthSource.SEQ_LENS, 0, -1))
+    broken = RankAnalysis(NegativeLength("seq_lens", 0, -1))
     assert report(broken) == Report(broken.error, None)
     count, error, rank = verdict([analyse([1], 8), broken])
     assert (count, rank) == (0, 1) and isinstance(error, NegativeLength)

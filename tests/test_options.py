@@ -18,7 +18,6 @@ import pytest
 import seqlen_balancing
 from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.errors import (
-    Argument,
     BelowOne,
     LossWeightKeysNotKeys,
     NotAnInteger,
@@ -84,7 +83,7 @@ def test_every_field_is_declared_once_with_its_metadata() -> None:
         option = OPTIONS[f.name]
         assert f.default == default, f.name
         assert (option.env, option.flag, option.batch_key, option.agreed) == (env, flag, key, agreed)
-        assert option.doc and option.verl and option.argument.parameter == f.name
+        assert option.doc and option.verl
         assert option.verl_parameter == (f.name in VERL_PARAMETERS)
     assert PlanOptions() == PlanOptions(**{name: d[0] for name, d in DECLARED.items()})
     doc = PlanOptions.__doc__ or ""
@@ -130,12 +129,12 @@ def test_the_verl_functions_keep_verls_parameters_and_add_options_and_keywords()
 @pytest.mark.parametrize(
     ("values", "error"),
     [
-        ({"force_group_size": 0}, BelowOne(Argument.FORCE_GROUP_SIZE, 0)),
-        ({"force_group_size": None}, NotAnInteger(Argument.FORCE_GROUP_SIZE, detail="None (NoneType)")),
-        ({"num_batches_divided_by": "2"}, NotAnInteger(Argument.NUM_BATCHES_DIVIDED_BY, detail="'2' (str)")),
-        ({"min_num_micro_batch": -1}, BelowOne(Argument.MIN_NUM_MICRO_BATCH, -1)),
-        ({"padded": "yes"}, NotASwitch(Argument.PADDED, detail="'yes' (str)")),
-        ({"same_micro_num_in_dp": 2}, NotASwitch(Argument.SAME_MICRO_NUM_IN_DP, detail="2 (int)")),
+        ({"force_group_size": 0}, BelowOne("force_group_size", 0)),
+        ({"force_group_size": None}, NotAnInteger("force_group_size", detail="None (NoneType)")),
+        ({"num_batches_divided_by": "2"}, NotAnInteger("num_batches_divided_by", detail="'2' (str)")),
+        ({"min_num_micro_batch": -1}, BelowOne("min_num_micro_batch", -1)),
+        ({"padded": "yes"}, NotASwitch("padded", detail="'yes' (str)")),
+        ({"same_micro_num_in_dp": 2}, NotASwitch("same_micro_num_in_dp", detail="2 (int)")),
         ({"over_cap": 1}, OverCapNotAString(detail="1 (int)")),
         ({"over_cap": "alnoe"}, UnknownOverCap(detail="'alnoe'")),
         ({"loss_weight_keys": []}, LossWeightKeysNotKeys(detail="got [] (list)")),
@@ -234,7 +233,7 @@ def test_from_batch_reads_the_batch_keys_only() -> None:
     assert error is None
     assert got == PlanOptions(force_group_size=2, max_samples_per_micro_batch=4, over_cap="alone",
                               padded=True)
-    assert PlanOptions.from_batch({"padded": 3})[1] == NotASwitch(Argument.PADDED, detail="3 (int)")
+    assert PlanOptions.from_batch({"padded": 3})[1] == NotASwitch("padded", detail="3 (int)")
 
 
 # ----------------------------------------------------------------------------- the environment

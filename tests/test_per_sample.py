@@ -14,7 +14,6 @@ from seqlen_balancing.errors import (
     LengthNotAnInteger,
     LengthsNotASequence,
     LengthsNotOneDimensional,
-    LengthSource,
     NegativeLength,
 )
 from seqlen_balancing.planning.per_sample import read_numbers
@@ -26,18 +25,18 @@ from seqlen_balancing.planning.per_sample import read_numbers
      (b"35", "bytes"), (iter([3, 5]), "list_iterator"), (5, "int"), (None, "NoneType")],
 )
 def test_a_mapping_a_set_a_string_or_a_non_sequence_is_refused_by_name(values: Any, shown: str) -> None:
-    error, numbers = read_numbers(values, LengthSource.COSTS)
+    error, numbers = read_numbers(values, "costs")
     assert isinstance(error, LengthsNotASequence) and numbers == []
     assert error.message().startswith("costs must be a sequence of whole numbers of tokens")
     assert error.message().endswith(f"got a value of type {shown}")
 
 
 def test_sequences_and_one_dimensional_arrays_are_read_as_python_ints() -> None:
-    assert read_numbers([3, 0, 5], LengthSource.COSTS) == (None, [3, 0, 5])
-    assert read_numbers((3, 5), LengthSource.WORKLOADS) == (None, [3, 5])
-    error, numbers = read_numbers(np.array([7, 2], dtype=np.int32), LengthSource.COSTS)
+    assert read_numbers([3, 0, 5], "costs") == (None, [3, 0, 5])
+    assert read_numbers((3, 5), "workloads") == (None, [3, 5])
+    error, numbers = read_numbers(np.array([7, 2], dtype=np.int32), "costs")
     assert error is None and numbers == [7, 2] and all(type(n) is int for n in numbers)
-    error, _ = read_numbers(np.array([[1, 2]]), LengthSource.COSTS)
+    error, _ = read_numbers(np.array([[1, 2]]), "costs")
     assert isinstance(error, LengthsNotOneDimensional) and error.detail == "shape (1, 2)"
 
 
@@ -49,7 +48,7 @@ def test_sequences_and_one_dimensional_arrays_are_read_as_python_ints() -> None:
      ([4, "3"], LengthNotAnInteger, "costs[1] is not an integer")],
 )
 def test_each_value_is_checked_and_the_first_bad_one_named(values: Any, record: type, message: str) -> None:
-    error, numbers = read_numbers(values, LengthSource.COSTS)
+    error, numbers = read_numbers(values, "costs")
     assert isinstance(error, record) and numbers == []
     assert error.message().startswith(message)
 
@@ -61,16 +60,16 @@ def test_a_callable_is_called_with_the_lengths_and_its_result_read_in_full() -> 
         calls.append(lengths)
         return (2 * n for n in lengths)  # a generator: read whole because a callable returned it
 
-    assert read_numbers(doubled, LengthSource.WORKLOADS, [3, 4]) == (None, [6, 8])
+    assert read_numbers(doubled, "workloads", [3, 4]) == (None, [6, 8])
     assert calls == [[3, 4]]
     # without lengths a callable is not called: it is not a sequence
-    assert isinstance(read_numbers(doubled, LengthSource.WORKLOADS)[0], LengthsNotASequence)
+    assert isinstance(read_numbers(doubled, "workloads")[0], LengthsNotASequence)
 
 
 def test_whatever_reading_raises_becomes_the_ranks_error_naming_the_option_and_the_type() -> None:
     table = {3: 30}
     error, numbers = read_numbers(lambda lengths: map(table.__getitem__, lengths),
-                                  LengthSource.WORKLOADS, [3, 4])
+                                  "workloads", [3, 4])
     assert isinstance(error, CallerDataRaised) and numbers == []
     assert error.message().startswith("reading workloads raised KeyError: ")
     assert error.detail == "KeyError(4) (KeyError)"
@@ -80,9 +79,9 @@ def test_whatever_reading_raises_becomes_the_ranks_error_naming_the_option_and_t
             raise RuntimeError("storage gone")
 
     # given as costs, an iterable that is no sequence is refused before it is iterated ...
-    assert isinstance(read_numbers(Raising(), LengthSource.COSTS)[0], LengthsNotASequence)
+    assert isinstance(read_numbers(Raising(), "costs")[0], LengthsNotASequence)
     # ... and returned by a callable it is iterated in full, and what it raises is recorded
-    error, _ = read_numbers(lambda lengths: Raising(), LengthSource.COSTS, [1, 2])
+    error, _ = read_numbers(lambda lengths: Raising(), "costs", [1, 2])
     assert isinstance(error, CallerDataRaised)
     assert error.message().startswith("reading costs raised RuntimeError: ")
     assert error.detail == "RuntimeError('storage gone') (RuntimeError)"

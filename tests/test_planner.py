@@ -21,13 +21,11 @@ from seqlen_balancing import (
     roundup_divisible,
 )
 from seqlen_balancing.errors import (
-    Argument,
     BelowOne,
     CountAboveGroups,
     EmptyBatch,
     LengthNotAnInteger,
     LengthsNotASequence,
-    LengthSource,
     NegativeLength,
     NotAnInteger,
 )
@@ -382,19 +380,19 @@ def test_whole_numbers_of_any_int_type_are_lengths() -> None:
 def test_argument_error_returns_the_error_and_zero() -> None:
     # The docstring: (None, the int) for a positive integer, (None, 1) for an allowed None,
     # else (error, 0): NotAnInteger (wrong type) or BelowOne (the value given).
-    assert argument_error(7, Argument.MAX_TOKEN_LEN, False) == (None, 7)
-    assert argument_error(None, Argument.MIN_NUM_MICRO_BATCH, True) == (None, 1)
-    assert argument_error(1.5, Argument.MAX_TOKEN_LEN, False) == (
-        NotAnInteger(Argument.MAX_TOKEN_LEN, detail="1.5 (float)"), 0)
-    assert argument_error(None, Argument.FORCE_GROUP_SIZE, False) == (
-        NotAnInteger(Argument.FORCE_GROUP_SIZE, detail="None (NoneType)"), 0)
-    assert argument_error(-3, Argument.NUM_BATCHES_DIVIDED_BY, True) == (
-        BelowOne(Argument.NUM_BATCHES_DIVIDED_BY, -3), 0)
+    assert argument_error(7, "max_token_len", False) == (None, 7)
+    assert argument_error(None, "min_num_micro_batch", True) == (None, 1)
+    assert argument_error(1.5, "max_token_len", False) == (
+        NotAnInteger("max_token_len", detail="1.5 (float)"), 0)
+    assert argument_error(None, "force_group_size", False) == (
+        NotAnInteger("force_group_size", detail="None (NoneType)"), 0)
+    assert argument_error(-3, "num_batches_divided_by", True) == (
+        BelowOne("num_batches_divided_by", -3), 0)
 
 
 def test_length_errors_are_recorded_exactly() -> None:
     # Every rank raises the record the rank at fault holds, so its fields must be exact.
-    lens = LengthSource.SEQ_LENS
+    lens = "seq_lens"
     assert analyse(["x"], 8).error == LengthNotAnInteger(lens, 0, detail="'x' (str)")
     assert analyse(5, 8).error == LengthsNotASequence(lens, "int")  # type: ignore[arg-type]
     assert analyse({3: 1}, 8).error == LengthsNotASequence(lens, "dict")  # never read as its keys
@@ -409,7 +407,7 @@ def test_cap_and_group_size_cannot_be_none() -> None:
     assert str(caught.value) == (
         "max_token_len must be a positive integer, got a value that is not an integer (None (NoneType))")
     assert PlanOptions.parse({"force_group_size": None})[1] == NotAnInteger(
-        Argument.FORCE_GROUP_SIZE, detail="None (NoneType)")
+        "force_group_size", detail="None (NoneType)")
 
 
 def test_local_count_names_the_rank_when_the_count_exceeds_the_groups() -> None:

@@ -19,6 +19,21 @@ SWITCH_ON = ("1", "true", "yes", "on")
 SWITCH_OFF = ("0", "false", "no", "off", "")
 
 
+def _item(value: Any) -> Any:
+    """The scalar a one-element tensor or array holds (its ``.item()``), or ``None`` where
+    ``value`` has no ``item``, holds another number of elements or cannot be read."""
+    item = getattr(value, "item", None)
+    if item is None:
+        return None
+    numel = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 0)
+    if numel != 1:
+        return None
+    try:
+        return item()
+    except (RuntimeError, NotImplementedError, ValueError):  # e.g. a tensor on the meta device
+        return None
+
+
 def _integer_or_none(value: Any) -> int | None:
     """Return ``value`` as a Python int if it is an integer (not a bool), else ``None``.
 
@@ -30,32 +45,14 @@ def _integer_or_none(value: Any) -> int | None:
     if isinstance(value, numbers.Integral):
         return int(value)
     dtype = getattr(value, "dtype", None)
-    item = getattr(value, "item", None)
-    if dtype is None or item is None:
-        return None
-    numel = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 0)
-    is_integer_dtype = getattr(dtype, "is_floating_point", True) is False and getattr(
+    torch_integer = getattr(dtype, "is_floating_point", True) is False and getattr(
         dtype, "is_complex", True
     ) is False
-    if not is_integer_dtype:
-        is_integer_dtype = str(dtype).startswith(("int", "uint"))
-    if numel != 1 or not is_integer_dtype or str(dtype) in ("torch.bool", "bool"):
+    integer_dtype = torch_integer or str(dtype).startswith(("int", "uint"))
+    if dtype is None or not integer_dtype or str(dtype) in ("torch.bool", "bool"):
         return None
-    try:
-        scalar = item()
-    except (RuntimeError, NotImplementedError, ValueError):  # e.g. a tensor on the meta device
-        return None
+    scalar = _item(value)
     return int(scalar) if isinstance(scalar, numbers.Integral) else None
-
-
-def finite_float(value: int | float) -> float | None:
-    """``value`` as a finite float, or ``None`` where it is infinite, NaN or beyond a float
-    (``10**400``: ``float()`` overflows; no caller may see that ``OverflowError``)."""
-    try:
-        as_float = float(value)
-    except OverflowError:
-        return None
-    return as_float if math.isfinite(as_float) else None
 
 
 def closest_name(word: str, names: Iterable[str], prefix: str = "") -> str | None:
@@ -91,13 +88,8 @@ def as_switch(value: Any) -> bool | None:
     if isinstance(value, bool):
         return value
     if str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
-        numel = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 0)
-        if numel != 1:
-            return None
-        try:
-            return bool(value.item())
-        except (RuntimeError, NotImplementedError, ValueError):  # e.g. the meta device
-            return None
+        scalar = _item(value)
+        return None if scalar is None else bool(scalar)
     as_int = _integer_or_none(value)
     return bool(as_int) if as_int in (0, 1) else None
 
@@ -166,21 +158,26 @@ def non_negative_ints(values: Iterable[Any], name: str, what: str = "lengths and
         TypeError: an element is not an integer (floats and bools are refused).
         ValueError: an element is negative; the message gives its index and value.
     """
+    return _non_negative(values, name, what, whole=False)
+
+
+def _non_negative(values: Iterable[Any], name: str, what: str, whole: bool) -> list[int]:
+    """:func:`non_negative_ints` (``whole=False``: integers only) and :func:`whole_numbers`
+    (``whole=True``: whole real numbers too), element by element."""
     out: list[int] = []
     for index, value in enumerate(values):
-        if isinstance(value, int) and not isinstance(value, bool):
-            as_int: int | None = value
-        else:
-            as_int = _integer_or_none(value)
-        if as_int is None:
-            raise TypeError(
-                f"{name}[{index}] must be an integer, got {describe(value)}"
-            )
-        if as_int < 0:
+        number = value if type(value) is int else (_whole_or_none if whole else _integer_or_none)(value)
+        if number is None:
+            wanted = "a whole number" if whole else "an integer"
+            raise TypeError(f"{name}[{index}] must be {wanted}, got {describe(value)}")
+        if isinstance(number, float):
             raise ValueError(
-                f"{name}[{index}] is {as_int}; {what} must be >= 0"
+                f"{name}[{index}] is {number!r}, not a whole number; {what} must be whole "
+                "numbers >= 0 (round or truncate them first)"
             )
-        out.append(as_int)
+        if number < 0:
+            raise ValueError(f"{name}[{index}] is {number}; {what} must be >= 0")
+        out.append(number)
     return out
 
 
@@ -239,18 +236,11 @@ def _whole_or_none(value: Any) -> int | float | None:
     if isinstance(value, numbers.Real):
         as_float = float(value)
         return int(as_float) if math.isfinite(as_float) and as_float.is_integer() else as_float
-    item = getattr(value, "item", None)
     dtype = str(getattr(value, "dtype", ""))
-    if item is None or "bool" in dtype or "complex" in dtype:
+    if "bool" in dtype or "complex" in dtype:
         return None
-    numel = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", 0)
-    if numel != 1:
-        return None
-    try:
-        scalar = item()
-    except (RuntimeError, NotImplementedError, ValueError):  # e.g. a tensor on the meta device
-        return None
-    return None if isinstance(scalar, (bool, complex)) else _whole_or_none(scalar)
+    scalar = _item(value)
+    return None if scalar is None or isinstance(scalar, (bool, complex)) else _whole_or_none(scalar)
 
 
 def whole_numbers(values: Any, name: str, what: str = "lengths and workloads") -> list[int]:
@@ -263,17 +253,4 @@ def whole_numbers(values: Any, name: str, what: str = "lengths and workloads") -
         ValueError: ``values`` is not one-dimensional, or an element is negative, not whole
             (``2.5``) or not finite; the message gives its index and value.
     """
-    out: list[int] = []
-    for index, value in enumerate(as_list(values, name)):
-        as_number = value if type(value) is int else _whole_or_none(value)
-        if as_number is None:
-            raise TypeError(f"{name}[{index}] must be a whole number, got {describe(value)}")
-        if isinstance(as_number, float):
-            raise ValueError(
-                f"{name}[{index}] is {as_number!r}, not a whole number; {what} must be whole "
-                "numbers >= 0 (round or truncate them first)"
-            )
-        if as_number < 0:
-            raise ValueError(f"{name}[{index}] is {as_number}; {what} must be >= 0")
-        out.append(as_number)
-    return out
+    return _non_negative(as_list(values, name), name, what, whole=True)

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from seqlen_balancing._checks import as_list, describe, non_negative_ints, positive_int
@@ -198,15 +198,15 @@ def sample_costs(
     """
     pad = positive_int(pad_to_multiple_of, "pad_to_multiple_of")
     values = non_negative_ints(as_list(seq_lens, "seq_lens"), "seq_lens", "lengths")
-    if costs is None:
-        return [aligned_length(n, pad) for n in values] if pad > 1 else values
-    given = non_negative_ints(as_list(costs, "costs"), "costs", "costs")
-    if len(given) != len(values):
-        raise ValueError(
-            f"costs has {len(given)} entries but there are {len(values)} samples; give one "
-            "cost per sample"
-        )
-    return [aligned_length(c, pad) for c in given] if pad > 1 else given
+    if costs is not None:
+        given = non_negative_ints(as_list(costs, "costs"), "costs", "costs")
+        if len(given) != len(values):
+            raise ValueError(
+                f"costs has {len(given)} entries but there are {len(values)} samples; give one "
+                "cost per sample"
+            )
+        values = given
+    return [aligned_length(c, pad) for c in values] if pad > 1 else values
 
 
 def megatron_alignment(tp: int, cp: int = 1, fp8: bool = False) -> tuple[int, int]:
@@ -246,9 +246,7 @@ def megatron_alignment(tp: int, cp: int = 1, fp8: bool = False) -> tuple[int, in
     if not isinstance(fp8, bool):
         raise TypeError(f"fp8 must be a bool, got {describe(fp8)}")
     align = tp_size * cp_size * 2 if cp_size > 1 else tp_size
-    if fp8:
-        return math.lcm(16, align), align * 128
-    return align, 1
+    return (math.lcm(16, align), align * 128) if fp8 else (align, 1)
 
 
 _MODEL_KEYS = (
@@ -353,11 +351,8 @@ def transformer_workload_coefficients(
     q, kv = heads * width, kv_heads * width
     per_token = 2 * h * q + 4 * h * kv + 2 * q * h + (6 if gated_mlp else 4) * h * mlp * experts
     pair = 4 * q
-    if causal:  # s*(s+1)/2 pairs: 2*q*(s**2 + s)
-        linear, quadratic = layers * (per_token + pair // 2), layers * pair // 2
-    else:
-        linear, quadratic = layers * per_token, layers * pair
-    linear += 2 * h * vocab
+    quadratic = layers * pair // 2 if causal else layers * pair  # causal: s*(s+1)/2 pairs
+    linear = layers * per_token + (quadratic if causal else 0) + 2 * h * vocab
     common = math.gcd(linear, quadratic)
     return linear // common, quadratic // common
 
@@ -418,20 +413,17 @@ def parse_workload_model(text: str) -> dict[str, Any]:
     model: dict[str, Any] = {}
     for pair in text.split(","):
         key, sep, value = (part.strip() for part in pair.partition("="))
-        problem = ""
         if not sep or key not in _MODEL_KEYS:
-            problem = f"{pair.strip()!r} is not key=value with a key among {', '.join(_MODEL_KEYS)}"
-        elif key in ("gated_mlp", "causal"):
+            raise ValueError(f"{pair.strip()!r} is not key=value with a key among {', '.join(_MODEL_KEYS)}")
+        if key in ("gated_mlp", "causal"):
             if value.lower() not in ("true", "false", "1", "0"):
-                problem = f"{key} must be true or false, got {value!r}"
+                raise ValueError(f"{key} must be true or false, got {value!r}")
             model[key] = value.lower() in ("true", "1")
-        else:
-            try:
-                model[key] = int(value)
-            except ValueError:
-                problem = f"{key} must be an integer, got {value!r}"
-        if problem:
-            raise ValueError(problem)
+            continue
+        try:
+            model[key] = int(value)
+        except ValueError:
+            raise ValueError(f"{key} must be an integer, got {value!r}") from None
     if "hidden_size" not in model:
         raise ValueError("hidden_size is required (e.g. hidden_size=8192)")
     try:
@@ -480,8 +472,7 @@ class WorkloadModel:
 
     def coefficients(self) -> tuple[int, int]:
         """``(a, b)`` of :func:`transformer_workload_coefficients` for this shape."""
-        shape = {f.name: getattr(self, f.name) for f in fields(self)}
-        return transformer_workload_coefficients(**shape)
+        return transformer_workload_coefficients(**asdict(self))
 
     def workloads(self, seq_lens: Sequence[int] | Any) -> list[int]:
         """Each sample's workload ``a*s + b*s**2`` (:func:`transformer_workloads`).

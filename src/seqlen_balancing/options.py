@@ -34,7 +34,7 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, TypedDict
@@ -46,11 +46,9 @@ from seqlen_balancing._checks import (
     as_switch,
     closest_name,
     describe,
-    finite_float,
 )
 from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.errors import (
-    Argument,
     BelowOne,
     LossWeightKeysNotKeys,
     NotAnInteger,
@@ -134,7 +132,6 @@ class Option:
     Attributes:
         kind: the values it takes.
         doc: one line: what it does.
-        argument: the name errors use for it.
         flag: the command-line flag of ``plan``, ``sweep`` and ``epoch``.
         env: the ``SEQLEN_BALANCING_*`` variable a switched verl job sets it with, or
             ``None`` (verl passes it, or the switch never sets it).
@@ -150,7 +147,6 @@ class Option:
 
     kind: Kind
     doc: str
-    argument: Argument
     flag: str
     env: str | None = None
     batch_key: str | None = None
@@ -190,37 +186,37 @@ class PlanOptions:
     """
 
     force_group_size: int = _option(
-        1, kind=Kind.POSITIVE, argument=Argument.FORCE_GROUP_SIZE, flag="--force-group-size",
+        1, kind=Kind.POSITIVE, flag="--force-group-size",
         batch_key="force_group_size", verl_parameter=True, static=True,
         doc="consecutive samples [g*size, (g+1)*size) that must share a micro-batch",
         verl="read from the batch by prepare_micro_batches; no verl 0.9.1 code sets it",
     )
     num_batches_divided_by: int | None = _option(
-        None, kind=Kind.OPTIONAL, argument=Argument.NUM_BATCHES_DIVIDED_BY,
+        None, kind=Kind.OPTIONAL,
         flag="--num-batches-divided-by", verl_parameter=True,
         doc="round the micro-batch count up to a multiple of this",
         verl="Megatron with virtual pipeline stages passes microbatch_group_size_per_vp_stage",
     )
     min_num_micro_batch: int | None = _option(
-        None, kind=Kind.OPTIONAL, argument=Argument.MIN_NUM_MICRO_BATCH,
+        None, kind=Kind.OPTIONAL,
         flag="--min-num-micro-batch", verl_parameter=True,
         doc="at least this many micro-batches",
         verl="no verl 0.9.1 trainer passes a value (Megatron passes None)",
     )
     same_micro_num_in_dp: bool = _option(
-        True, kind=Kind.SWITCH, argument=Argument.SAME_MICRO_NUM_IN_DP,
+        True, kind=Kind.SWITCH,
         flag="--same-micro-num-in-dp", agreed=False, verl_parameter=True, static=True,
         doc="with a DP group, every rank runs the same count (one all_reduce)",
         verl="every engine passes True",
     )
     use_dynamic_bsz_balance: bool = _option(
-        True, kind=Kind.SWITCH, argument=Argument.USE_DYNAMIC_BSZ_BALANCE,
+        True, kind=Kind.SWITCH,
         flag="--dynamic-bsz-balance", verl_parameter=True,
         doc="order micro-batches by workload, the lightest at both ends (verl's order)",
         verl="nobody passes it: the default, True",
     )
     heaviest_first: bool = _option(
-        False, kind=Kind.SWITCH, argument=Argument.HEAVIEST_FIRST, flag="--heaviest-first",
+        False, kind=Kind.SWITCH, flag="--heaviest-first",
         env="SEQLEN_BALANCING_HEAVIEST_FIRST", batch_key="heaviest_first",
         doc="order each rank's micro-batches heaviest first (workload descending, ties by "
         "first index), so an out-of-memory shows at the first; over use_dynamic_bsz_balance",
@@ -228,7 +224,7 @@ class PlanOptions:
         "(use_dynamic_bsz_balance)",
     )
     pad_to_multiple_of: int = _option(
-        1, kind=Kind.POSITIVE, argument=Argument.PAD_TO_MULTIPLE_OF, flag="--pad-to-multiple-of",
+        1, kind=Kind.POSITIVE, flag="--pad-to-multiple-of",
         env="SEQLEN_BALANCING_PAD_TO_MULTIPLE_OF", batch_key="pad_to_multiple_of",
         group="cost", none_is_default=True,
         doc="each sample costs its length (or cost) rounded up to a multiple of this (tokens)",
@@ -236,7 +232,7 @@ class PlanOptions:
         "tp*cp*2); the switch does not read verl's tp/cp, export the matching value",
     )
     micro_batch_multiple_of: int = _option(
-        1, kind=Kind.POSITIVE, argument=Argument.MICRO_BATCH_MULTIPLE_OF,
+        1, kind=Kind.POSITIVE,
         flag="--micro-batch-multiple-of", env="SEQLEN_BALANCING_MICRO_BATCH_MULTIPLE_OF",
         batch_key="micro_batch_multiple_of", group="cost", none_is_default=True,
         doc="a micro-batch's total is rounded up to a multiple of this before it meets the cap",
@@ -244,20 +240,20 @@ class PlanOptions:
         "total (not read from verl's config)",
     )
     padded: bool = _option(
-        False, kind=Kind.SWITCH, argument=Argument.PADDED, flag="--padded", batch_key="padded",
+        False, kind=Kind.SWITCH, flag="--padded", batch_key="padded",
         group="cost",
         doc="for models that run padded tensors: a micro-batch costs rows x its widest row",
         verl="no variable: verl's engines remove padding, and the switch never turns it on",
     )
     max_samples_per_micro_batch: int | None = _option(
-        None, kind=Kind.OPTIONAL, argument=Argument.MAX_SAMPLES_PER_MICRO_BATCH,
+        None, kind=Kind.OPTIONAL,
         flag="--max-samples-per-micro-batch", env="SEQLEN_BALANCING_MAX_SAMPLES_PER_MICRO_BATCH",
         batch_key="max_samples_per_micro_batch", group="cost",
         doc="no micro-batch holds more samples (a forced group counts all its samples)",
         verl=_DYNAMIC_PATH + " (ran in torchrun SFT)",
     )
     over_cap: str = _option(
-        "raise", kind=Kind.CHOICE, argument=Argument.OVER_CAP, flag="--over-cap",
+        "raise", kind=Kind.CHOICE, flag="--over-cap",
         env="SEQLEN_BALANCING_OVER_CAP", batch_key="over_cap",
         doc="'raise' (verl's behaviour) or 'alone': a sample over the cap runs in a "
         "micro-batch of its own",
@@ -265,7 +261,7 @@ class PlanOptions:
         "when prompt+response can exceed the cap; SFT when data.max_length is above it",
     )
     dummy_micro_batches: bool = _option(
-        False, kind=Kind.SWITCH, argument=Argument.DUMMY_MICRO_BATCHES,
+        False, kind=Kind.SWITCH,
         flag="--dummy-micro-batches", env="SEQLEN_BALANCING_DUMMY_MICRO_BATCHES",
         batch_key="dummy_micro_batches",
         doc="a rank with fewer samples than the agreed count runs zero-weight dummies",
@@ -273,14 +269,14 @@ class PlanOptions:
         "in both SFT trainers on FSDP/VeOmni/torchtitan/automodel, nor PPO on those",
     )
     loss_weight_keys: tuple[str, ...] | None = _option(
-        None, kind=Kind.KEYS, argument=Argument.LOSS_WEIGHT_KEYS, flag="--loss-weight-keys",
+        None, kind=Kind.KEYS, flag="--loss-weight-keys",
         env="SEQLEN_BALANCING_LOSS_WEIGHT_KEYS", batch_key="loss_weight_keys",
         doc="the entries a dummy zeroes (None: loss_mask and response_mask, those present)",
         verl="only with dummies (the same places); verl's losses weight by loss_mask or "
         "response_mask, the defaults",
     )
     workload_model: WorkloadModel | None = _option(  # noqa: RUF009 (a field(), frozen value)
-        None, kind=Kind.MODEL, argument=Argument.WORKLOAD_MODEL, flag="--workload-model",
+        None, kind=Kind.MODEL, flag="--workload-model",
         env="SEQLEN_BALANCING_WORKLOAD_MODEL",
         doc="balance on this model's FLOPs instead of verl's 24576*s + s**2 (cap untouched)",
         verl="micro-batch contents and order in every dynamic-path call; with the switch also "
@@ -288,7 +284,7 @@ class PlanOptions:
         "assignment of torchrun sft_trainer only with SEQLEN_BALANCING_BALANCE_STEP",
     )
     equal_rows_per_micro_batch: bool = _option(
-        False, kind=Kind.SWITCH, argument=Argument.EQUAL_ROWS_PER_MICRO_BATCH,
+        False, kind=Kind.SWITCH,
         flag="--equal-rows-per-micro-batch", env="SEQLEN_BALANCING_EQUAL_ROWS_PER_MICRO_BATCH",
         batch_key="equal_rows_per_micro_batch", group="cost",
         doc="every micro-batch (of every DP rank) holds the same rows: short ones are topped "
@@ -298,7 +294,7 @@ class PlanOptions:
     )
 
     micro_batch_fixed_tokens: float = _option(
-        819.2, kind=Kind.SHARE, argument=Argument.MICRO_BATCH_FIXED_TOKENS,
+        819.2, kind=Kind.SHARE,
         flag="--micro-batch-fixed-tokens", env="SEQLEN_BALANCING_MICRO_BATCH_FIXED_TOKENS",
         batch_key="micro_batch_fixed_tokens",
         doc="the fixed cost of one micro-batch in tokens of linear work (T tokens: 24576 x T "
@@ -453,10 +449,10 @@ OPTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(PlanOptions
 
 def _options_doc() -> str:
     """The options, one line each, for the class docstring (from the metadata)."""
-    lines = ["", "", "    The options, each declared once (docs/options.md has every source):", ""]
-    for name, opt in OPTIONS.items():
-        lines.append(f"    * ``{name}`` (default ``{OPTION_DEFAULTS[name]!r}``): {opt.doc}.")
-    return "\n".join(lines) + "\n"
+    head = "\n\n    The options, each declared once (docs/options.md has every source):\n\n"
+    lines = [f"    * ``{name}`` (default ``{OPTION_DEFAULTS[name]!r}``): {opt.doc}."
+             for name, opt in OPTIONS.items()]
+    return head + "\n".join(lines) + "\n"
 
 
 PlanOptions.__doc__ = (PlanOptions.__doc__ or "").rstrip() + _options_doc()
@@ -479,7 +475,7 @@ def _checked(values: Mapping[str, Any]) -> tuple[dict[str, Any], PlanError | Non
     (in declaration order), then the checks across options."""
     out: dict[str, Any] = {}
     for name, opt in OPTIONS.items():
-        value, error = _check(opt, values[name])
+        value, error = _check(name, opt, values[name])
         if error is not None:
             return {}, error
         out[name] = value
@@ -489,7 +485,7 @@ def _checked(values: Mapping[str, Any]) -> tuple[dict[str, Any], PlanError | Non
     return out, None
 
 
-def _check(opt: Option, value: Any) -> tuple[Any, PlanError | None]:
+def _check(name: str, opt: Option, value: Any) -> tuple[Any, PlanError | None]:
     """One option's value normalised (a plain int, bool, str, tuple or model), or its error."""
     kind = opt.kind
     if kind in (Kind.POSITIVE, Kind.OPTIONAL):
@@ -497,14 +493,14 @@ def _check(opt: Option, value: Any) -> tuple[Any, PlanError | None]:
             return (None if kind is Kind.OPTIONAL else 1), None
         as_int = _integer_or_none(value)
         if as_int is None:
-            return None, NotAnInteger(opt.argument, detail=describe(value))
+            return None, NotAnInteger(name, detail=describe(value))
         if as_int < 1:
-            return None, BelowOne(opt.argument, as_int)
+            return None, BelowOne(name, as_int)
         return as_int, None
     if kind is Kind.SWITCH:
         on = as_switch(value)
         if on is None:
-            return None, NotASwitch(opt.argument, detail=describe(value))
+            return None, NotASwitch(name, detail=describe(value))
         return on, None
     if kind is Kind.CHOICE:
         if not isinstance(value, str):
@@ -523,8 +519,11 @@ def _share(value: Any) -> tuple[float | None, PlanError | None]:
     """A finite number >= 0 as a float (``micro_batch_fixed_tokens``), or its error."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None, OverheadNotANumber(detail=describe(value))
-    as_float = finite_float(value)
-    if as_float is None or as_float < 0:
+    try:
+        as_float = float(value)
+    except OverflowError:  # 10**400: beyond a float
+        as_float = math.inf
+    if not math.isfinite(as_float) or as_float < 0:
         return None, OverheadInvalid(detail=describe(value))
     return as_float, None
 
@@ -638,6 +637,25 @@ def step_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {ENV_BALANCE_STEP: value}
 
 
+def _from_text(kind: Kind, text: str) -> Any:
+    """The value ``text`` spells for an option of ``kind`` (not a switch), or ``None``; a
+    model shape it cannot read raises :meth:`WorkloadModel.parse`'s error."""
+    if kind in (Kind.POSITIVE, Kind.OPTIONAL):
+        number = _whole(text)
+        return number if number >= 1 else None
+    if kind is Kind.CHOICE:
+        return text.lower() if text.lower() in OVER_CAP_CHOICES else None
+    if kind is Kind.KEYS:
+        keys = tuple(part.strip() for part in text.split(","))
+        return keys if all(keys) else None
+    if kind is Kind.SHARE:
+        try:
+            return _share(float(text))[0]
+        except ValueError:  # not a number
+            return None
+    return WorkloadModel.parse(text)
+
+
 def _env_value(name: str, opt: Option, text: str) -> Any:
     """One variable's value for its option (``text`` stripped, not empty)."""
     accepted = {
@@ -650,28 +668,14 @@ def _env_value(name: str, opt: Option, text: str) -> Any:
     }
     if opt.kind is Kind.SWITCH:
         return env_switch(name, text)
-    problem = ""
-    if opt.kind in (Kind.POSITIVE, Kind.OPTIONAL):
-        number = _whole(text)
-        if number >= 1:
-            return number
-    elif opt.kind is Kind.CHOICE:
-        if text.lower() in OVER_CAP_CHOICES:
-            return text.lower()
-    elif opt.kind is Kind.KEYS:
-        keys = tuple(part.strip() for part in text.split(","))
-        if all(keys):
-            return keys
-    elif opt.kind is Kind.SHARE:
-        share = _share_text(text)
-        if share is not None:
-            return share
-    else:
-        try:
-            return WorkloadModel.parse(text)
-        except (TypeError, ValueError) as exc:
-            problem = f" ({exc})"
-    raise ValueError(f"{name}={_quoted(text)} is not accepted{problem}: it takes {accepted[opt.kind]}")
+    value, problem = None, ""
+    try:
+        value = _from_text(opt.kind, text)
+    except (TypeError, ValueError) as exc:
+        problem = f" ({exc})"
+    if value is None:
+        raise ValueError(f"{name}={_quoted(text)} is not accepted{problem}: it takes {accepted[opt.kind]}")
+    return value
 
 
 def _whole(text: str) -> int:
@@ -738,41 +742,20 @@ def env_values(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- command line
 
 
-def _positive(text: str) -> int:
-    number = _whole(text)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {_quoted(text)}")
-    return number
+def _flag_type(kind: Kind, refused: str) -> Callable[[str], Any]:
+    """The argparse ``type`` of a flag of ``kind``: its value, or ``refused`` (``{}``: the
+    text quoted) where the text spells none (a model shape: its own error)."""
 
+    def convert(text: str) -> Any:
+        try:
+            value = _from_text(kind, text)
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if value is None:
+            raise argparse.ArgumentTypeError(refused.format(_quoted(text)))
+        return value
 
-def _key_list(text: str) -> tuple[str, ...]:
-    keys = tuple(part.strip() for part in text.split(","))
-    if not all(keys):
-        raise argparse.ArgumentTypeError(f"must be keys separated by commas, got {_quoted(text)}")
-    return keys
-
-
-def _share_text(text: str) -> float | None:
-    """``text`` as a finite number >= 0, or ``None``."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
-
-
-def _share_flag(text: str) -> float:
-    value = _share_text(text)
-    if value is None:
-        raise argparse.ArgumentTypeError(f"{_quoted(text)} is not a finite number >= 0")
-    return value
-
-
-def _model_text(text: str) -> WorkloadModel:
-    try:
-        return WorkloadModel.parse(text)
-    except (TypeError, ValueError) as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return convert
 
 
 def add_arguments(parser: Any, groups: Mapping[str, Any] | None = None) -> None:
@@ -783,15 +766,15 @@ def add_arguments(parser: Any, groups: Mapping[str, Any] | None = None) -> None:
         target = (groups or {}).get(opt.group, parser)
         default = OPTION_DEFAULTS[name]
         shown = "none" if default is None else str(default).lower() if isinstance(default, bool) else default
-        help_text = f"{opt.doc} (default: {shown})"
-        common: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
+        common: dict[str, Any] = {"dest": name, "default": None, "help": f"{opt.doc} (default: {shown})"}
         if opt.kind is Kind.SWITCH:
             target.add_argument(opt.flag, action=argparse.BooleanOptionalAction, **common)
         elif opt.kind is Kind.CHOICE:
             target.add_argument(opt.flag, choices=OVER_CAP_CHOICES, **common)
         else:
-            convert = {Kind.KEYS: _key_list, Kind.MODEL: _model_text,
-                       Kind.SHARE: _share_flag}.get(opt.kind, _positive)
+            refused = {Kind.KEYS: "must be keys separated by commas, got {}",
+                       Kind.SHARE: "{} is not a finite number >= 0"}.get(
+                opt.kind, "must be a positive integer, got {}")
             metavar = {Kind.KEYS: "KEY[,KEY...]", Kind.MODEL: "SHAPE",
                        Kind.SHARE: "TOKENS"}.get(opt.kind, "N")
-            target.add_argument(opt.flag, type=convert, metavar=metavar, **common)
+            target.add_argument(opt.flag, type=_flag_type(opt.kind, refused), metavar=metavar, **common)

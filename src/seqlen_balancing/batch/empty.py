@@ -35,7 +35,6 @@ from seqlen_balancing.errors import (
     DummyTemplateInvalid,
     GroupIdsKeyMissing,
     GroupIdsRaised,
-    LengthSource,
     NoDummyTemplate,
     PlanError,
     PrefixLengthsKeyMissing,
@@ -56,7 +55,7 @@ def _batch_group_ids(batch: Any, group_ids: Any) -> tuple[PlanError | None, Any]
 def _batch_prefix_lengths(batch: Any, prefix_lengths: Any) -> tuple[PlanError | None, Any]:
     """``prefix_lengths`` as the planner reads them, as :func:`_batch_group_ids` reads ids."""
     return _batch_values(batch, prefix_lengths, PrefixLengthsKeyMissing,
-                         lambda raised, detail: CallerDataRaised(LengthSource.PREFIX_LENGTHS, raised,
+                         lambda raised, detail: CallerDataRaised("prefix_lengths", raised,
                                                                  detail=detail))
 
 

@@ -33,7 +33,6 @@ from seqlen_balancing.batch.settings import _batch_options, _per_sample_entry, _
 from seqlen_balancing.batch.trim import Trim, trim_inputs
 from seqlen_balancing.batch.verdict import _batch_problem, _begin, _finish
 from seqlen_balancing.errors import (
-    Argument,
     LengthsUnreadable,
     PlanError,
     StaticNotDivisible,
@@ -503,11 +502,11 @@ def _static_option_error(
         opt = OPTIONS[name]
         if not (opt.static or opt.verl_parameter):
             shown = value if type(value) is int else None  # None: not shown
-            return StaticPathOption(opt.argument, shown)
+            return StaticPathOption(name, shown)
     if costs is not None:
-        return StaticPathOption(Argument.COSTS, None)
+        return StaticPathOption("costs", None)
     if workloads is not None:
-        return StaticPathOption(Argument.WORKLOADS, None)
+        return StaticPathOption("workloads", None)
     if group_ids is not None:
-        return StaticPathOption(Argument.GROUP_IDS, None)
+        return StaticPathOption("group_ids", None)
     return None

@@ -15,7 +15,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 from seqlen_balancing._checks import as_switch
 from seqlen_balancing.batch.kinds import _same_data
 from seqlen_balancing.batch.verdict import _switch_error
-from seqlen_balancing.errors import Argument, MissingSetting, PlanError, PrefixTreeAsked
+from seqlen_balancing.errors import MissingSetting, PlanError, PrefixTreeAsked
 from seqlen_balancing.options import OPTIONS, PlanOptions
 from seqlen_balancing.planning.planner import argument_error
 
@@ -38,13 +38,13 @@ def _setting(data: TensorDict, key: str, default: Any) -> Any:
 
 
 def _int_setting(
-    data: TensorDict, key: str, argument: Argument, default: int | None
+    data: TensorDict, key: str, default: int | None
 ) -> tuple[PlanError | None, int]:
     """A positive-integer setting, or the error to agree on (missing, wrong type, < 1)."""
     value = _setting(data, key, default)
     if value is None:
-        return MissingSetting(argument), 0
-    return argument_error(value, argument, optional=False)
+        return MissingSetting(key), 0
+    return argument_error(value, key, optional=False)
 
 
 def _asks_prefix_tree(data: TensorDict) -> bool:
@@ -72,18 +72,14 @@ def _settings(data: TensorDict) -> tuple[PlanError | None, bool, int | None]:
         return PrefixTreeAsked("use_prefix_tree"), True, 0
     raw_dynamic = _setting(data, "use_dynamic_bsz", True)
     dynamic = as_switch(raw_dynamic)
-    dynamic_error = _switch_error(raw_dynamic, Argument.USE_DYNAMIC_BSZ)
+    dynamic_error = _switch_error(raw_dynamic, "use_dynamic_bsz")
     if dynamic is None:  # an unreadable switch: plan dynamically (the default), agree on it
         dynamic = True
     if dynamic:
-        sp_error, sp_size = _int_setting(data, "sp_size", Argument.SP_SIZE, 1)
-        cap_error, per_gpu = _int_setting(
-            data, "max_token_len_per_gpu", Argument.MAX_TOKEN_LEN_PER_GPU, None
-        )
+        sp_error, sp_size = _int_setting(data, "sp_size", 1)
+        cap_error, per_gpu = _int_setting(data, "max_token_len_per_gpu", None)
         return dynamic_error or sp_error or cap_error, True, per_gpu * sp_size
-    size_error, size = _int_setting(
-        data, "micro_batch_size_per_gpu", Argument.MICRO_BATCH_SIZE_PER_GPU, None
-    )
+    size_error, size = _int_setting(data, "micro_batch_size_per_gpu", None)
     return size_error, False, size
 
 

@@ -12,7 +12,7 @@ from tensordict import TensorDictBase
 
 from seqlen_balancing._checks import as_switch, describe
 from seqlen_balancing.agreement import collective as distributed
-from seqlen_balancing.errors import Argument, NotASwitch, NotATensorDict, PlanError
+from seqlen_balancing.errors import NotASwitch, NotATensorDict, PlanError
 from seqlen_balancing.planning.planner import RankAnalysis, local_count
 
 
@@ -27,7 +27,7 @@ def _begin(dp_group: Any, same_micro_num_in_dp: Any) -> bool:
     return sync
 
 
-def _switch_error(value: Any, argument: Argument) -> PlanError | None:
+def _switch_error(value: Any, argument: str) -> PlanError | None:
     """The error for a switch that is not a bool (or 0/1), else ``None``."""
     if as_switch(value) is None:
         return NotASwitch(argument, detail=describe(value))

@@ -24,7 +24,6 @@ from seqlen_balancing.errors.record import OUT_OF_RANGE, Peers, PlanError
 
 # isort: off
 from seqlen_balancing.errors.arguments import (
-    Argument,
     BelowOne,
     BucketAboveCap,
     MissingSetting,
@@ -98,13 +97,11 @@ from seqlen_balancing.errors.groups import (
     GroupIdsAndForceGroupSize,
     GroupIdsKeyMissing,
     GroupIdsNotASequence,
-    GroupIdsNotOnePerSample,
     GroupIdsOverCap,
     GroupIdsRaised,
     GroupIdUnhashable,
     GroupOverSampleLimit,
     NoDummyTemplate,
-    PaddedGroupIdsOverCap,
 )
 from seqlen_balancing.errors.prefix import (
     PrefixDiffersInGroup,
@@ -118,7 +115,6 @@ from seqlen_balancing.errors.prefix import (
 __all__ = [
     "MAX_DUMMY_MICRO_BATCHES",
     "OUT_OF_RANGE",
-    "Argument",
     "BelowOne",
     "BucketAboveCap",
     "CallerDataRaised",
@@ -133,7 +129,6 @@ __all__ = [
     "GroupIdsAndForceGroupSize",
     "GroupIdsKeyMissing",
     "GroupIdsNotASequence",
-    "GroupIdsNotOnePerSample",
     "GroupIdsOverCap",
     "GroupIdsRaised",
     "GroupOverCap",
@@ -171,7 +166,6 @@ __all__ = [
     "OverCapNotAString",
     "OverheadInvalid",
     "OverheadNotANumber",
-    "PaddedGroupIdsOverCap",
     "PaddedGroupOverCap",
     "PaddedLazyStack",
     "PaddedSampleOverCap",

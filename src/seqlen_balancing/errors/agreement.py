@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqlen_balancing.errors.record import PlanError, rank_words, shown
+from seqlen_balancing.errors.record import PlanError, rank_words
 
 __all__ = ["ModeMismatch", "NotInGroup", "OptionMismatch", "StaticCountMismatch"]
 
@@ -34,10 +34,8 @@ class OptionMismatch(PlanError):
         name = self.name
         high = rank_words(self.rank_high, self.global_high)
         low = rank_words(self.rank_low, self.global_low)
-        if self.given:
-            differ = f"{high} passes {name} and {low} does not"
-        else:
-            differ = f"{high} has {name}={self.high} and {low} has {name}={self.low}"
+        differ = (f"{high} passes {name} and {low} does not" if self.given
+                  else f"{high} has {name}={self.high} and {low} has {name}={self.low}")
         return (
             f"the ranks passed different {name}: {differ}; every rank of the DP group must "
             "plan under the same options and cap, so set them alike on every rank (keywords, "
@@ -56,12 +54,11 @@ class ModeMismatch(PlanError):
     dynamic_global: int | None = None
 
     def text(self) -> str:
-        static = rank_words(self.static_rank, self.static_global)
-        dynamic = rank_words(self.dynamic_rank, self.dynamic_global)
         return (
-            f"the ranks of the DP group disagree on use_dynamic_bsz: {static} cuts its "
-            f"batch statically (use_dynamic_bsz=False) but {dynamic} dynamically; store "
-            "the same use_dynamic_bsz in every rank's batch"
+            "the ranks of the DP group disagree on use_dynamic_bsz: "
+            f"{rank_words(self.static_rank, self.static_global)} cuts its batch statically "
+            f"(use_dynamic_bsz=False) but {rank_words(self.dynamic_rank, self.dynamic_global)} "
+            "dynamically; store the same use_dynamic_bsz in every rank's batch"
         )
 
 
@@ -78,12 +75,11 @@ class StaticCountMismatch(PlanError):
     global_smallest: int | None = None
 
     def text(self) -> str:
-        most = rank_words(self.rank_largest, self.global_largest)
-        least = rank_words(self.rank_smallest, self.global_smallest)
         return (
-            f"the ranks of the DP group would run different numbers of static micro-batches: "
-            f"{most} has {shown(self.largest)} and {least} has {shown(self.smallest)}; give every "
-            "rank the same batch size (use_dynamic_bsz=False cuts batch size / "
+            "the ranks of the DP group would run different numbers of static micro-batches: "
+            f"{rank_words(self.rank_largest, self.global_largest)} has {self.largest} and "
+            f"{rank_words(self.rank_smallest, self.global_smallest)} has {self.smallest}; give "
+            "every rank the same batch size (use_dynamic_bsz=False cuts batch size / "
             "(micro_batch_size_per_gpu * force_group_size) micro-batches)"
         )
 
@@ -98,7 +94,7 @@ class NotInGroup(PlanError):
 
     def text(self) -> str:
         return (
-            f"this process (global rank {shown(self.process)}) is not a member of dp_group (a "
-            f"group of {shown(self.size)} ranks), so it cannot take part in that group's "
+            f"this process (global rank {self.process}) is not a member of dp_group (a "
+            f"group of {self.size} ranks), so it cannot take part in that group's "
             "agreement; pass the DP group this process belongs to, or dp_group=None to plan locally"
         )

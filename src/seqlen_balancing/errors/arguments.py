@@ -1,25 +1,16 @@
 """Error records about the caller's scalar arguments and the batch's settings.
 
-Each record names the :class:`Argument` it is about; the message uses the argument's
-name as the caller spells it (``max_token_len``, ``sp_size``).
+Each record names the argument it is about as the caller spells it (``max_token_len``,
+``sp_size``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from seqlen_balancing.errors.record import (
-    OUT_OF_RANGE,
-    Argument,
-    Peers,
-    PlanError,
-    at_least,
-    round_up,
-    shown,
-)
+from seqlen_balancing.errors.record import Peers, PlanError, at_least, round_up
 
 __all__ = [
-    "Argument",
     "BelowOne",
     "BucketAboveCap",
     "MissingSetting",
@@ -43,35 +34,32 @@ class NotAnInteger(PlanError):
     """A positive-integer argument that is not an integer (a float, a string, ``None``)."""
 
     exception_type = TypeError
-    argument: Argument
+    argument: str
 
     def text(self) -> str:
-        return f"{self.argument.parameter} must be a positive integer, got a value that is not an integer"
+        return f"{self.argument} must be a positive integer, got a value that is not an integer"
 
 
 @dataclass(frozen=True)
 class BelowOne(PlanError):
     """A positive-integer argument that is 0 or negative (``value``, as given)."""
 
-    argument: Argument
+    argument: str
     value: int
 
     def text(self) -> str:
-        name = self.argument.parameter
-        if self.value == OUT_OF_RANGE:
-            return f"{name} must be a positive integer (>= 1), got a negative value out of range"
-        return f"{name} must be a positive integer (>= 1), got {self.value}"
+        return f"{self.argument} must be a positive integer (>= 1), got {self.value}"
 
 
 @dataclass(frozen=True)
 class MissingSetting(PlanError):
     """A setting ``prepare_micro_batches`` reads from the batch is not there."""
 
-    argument: Argument
+    argument: str
 
     def text(self) -> str:
         return (
-            f"the batch has no {self.argument.parameter!r} setting; store it in the TensorDict "
+            f"the batch has no {self.argument!r} setting; store it in the TensorDict "
             "(verl's prepare_micro_batches reads its settings from the batch)"
         )
 
@@ -81,10 +69,10 @@ class NotASwitch(PlanError):
     """A switch (``use_dynamic_bsz``, ``padded``, ...) that is not a bool or 0/1."""
 
     exception_type = TypeError
-    argument: Argument
+    argument: str
 
     def text(self) -> str:
-        return f"{self.argument.parameter} must be a bool (or 0/1), got a value that is not"
+        return f"{self.argument} must be a bool (or 0/1), got a value that is not"
 
 
 @dataclass(frozen=True)
@@ -98,16 +86,15 @@ class BucketAboveCap(PlanError):
 
     def text(self) -> str:
         return (
-            f"micro_batch_multiple_of={shown(self.bucket)} is larger than "
-            f"max_token_len={shown(self.cap)}: every micro-batch is rounded up to at least one "
+            f"micro_batch_multiple_of={self.bucket} is larger than "
+            f"max_token_len={self.cap}: every micro-batch is rounded up to at least one "
             f"bucket, so none fits; raise max_token_len {at_least(max(self.bucket, self.needed))} "
             "or lower micro_batch_multiple_of"
         )
 
     def agreed(self, peers: Peers) -> PlanError:
         # The advised cap must also hold the group's costliest sample or group.
-        group = peers.costliest(0)
-        return replace(self, needed=max(self.needed, round_up(group, self.bucket)))
+        return replace(self, needed=max(self.needed, round_up(peers.costliest(0), self.bucket)))
 
 
 @dataclass(frozen=True)
@@ -115,16 +102,15 @@ class StaticPathOption(PlanError):
     """A cost option given to the static path (``use_dynamic_bsz=False``), which has no
     cap for it to change. ``given``: the value, when it can be shown, else ``None``."""
 
-    argument: Argument
+    argument: str
     given: int | None
 
     def text(self) -> str:
-        name = self.argument.parameter
-        what = name if self.given is None or self.given == OUT_OF_RANGE else f"{name}={self.given}"
+        what = self.argument if self.given is None else f"{self.argument}={self.given}"
         return (
             f"{what} applies to the dynamic path (use_dynamic_bsz=True) only: the static path "
             "cuts chunks of micro_batch_size_per_gpu samples and has no cap for it to change; "
-            f"drop {name} or set use_dynamic_bsz"
+            f"drop {self.argument} or set use_dynamic_bsz"
         )
 
 
@@ -136,11 +122,10 @@ class SampleLimitBelowGroup(PlanError):
     group: int
 
     def text(self) -> str:
-        limit, group = shown(self.limit), shown(self.group)
         return (
-            f"max_samples_per_micro_batch={limit} is below force_group_size={group}: a "
+            f"max_samples_per_micro_batch={self.limit} is below force_group_size={self.group}: a "
             "forced group shares one micro-batch, so none could hold it; raise "
-            f"max_samples_per_micro_batch to at least {group} or lower force_group_size"
+            f"max_samples_per_micro_batch to at least {self.group} or lower force_group_size"
         )
 
 
@@ -150,16 +135,14 @@ class OverCapNotAString(PlanError):
 
     exception_type = TypeError
 
-    def text(self) -> str:
-        return "over_cap must be 'raise' or 'alone', got a value that is not a string"
+    fixed_text = "over_cap must be 'raise' or 'alone', got a value that is not a string"
 
 
 @dataclass(frozen=True)
 class UnknownOverCap(PlanError):
     """``over_cap`` is a string other than ``"raise"`` and ``"alone"``."""
 
-    def text(self) -> str:
-        return "over_cap must be 'raise' or 'alone', got another string"
+    fixed_text = "over_cap must be 'raise' or 'alone', got another string"
 
 
 @dataclass(frozen=True)
@@ -185,23 +168,21 @@ class NotPlanOptions(PlanError):
 
     exception_type = TypeError
 
-    def text(self) -> str:
-        return (
-            "options must be a seqlen_balancing.PlanOptions (or None), got a value that is not; "
-            "build one with PlanOptions(...) or pass the options as keywords"
-        )
+    fixed_text = (
+        "options must be a seqlen_balancing.PlanOptions (or None), got a value that is not; "
+        "build one with PlanOptions(...) or pass the options as keywords"
+    )
 
 
 @dataclass(frozen=True)
 class WorkloadModelInvalid(PlanError):
     """``workload_model`` is not a model shape the workload formula accepts."""
 
-    def text(self) -> str:
-        return (
-            "workload_model must be a seqlen_balancing.cost.WorkloadModel, a mapping of its "
-            "fields or 'key=value,...' text (e.g. 'hidden_size=8192,num_layers=80'), got one "
-            "that is not a valid model shape"
-        )
+    fixed_text = (
+        "workload_model must be a seqlen_balancing.cost.WorkloadModel, a mapping of its "
+        "fields or 'key=value,...' text (e.g. 'hidden_size=8192,num_layers=80'), got one "
+        "that is not a valid model shape"
+    )
 
 
 @dataclass(frozen=True)
@@ -209,11 +190,10 @@ class WorkloadsAndModel(PlanError):
     """Both per-sample ``workloads`` and a ``workload_model`` were given: two balance
     objectives, and a setting is never silently ignored."""
 
-    def text(self) -> str:
-        return (
-            "workloads and workload_model are both given: each sets the balance objective; "
-            "pass one of them (per-sample workloads, or the model whose workloads to compute)"
-        )
+    fixed_text = (
+        "workloads and workload_model are both given: each sets the balance objective; "
+        "pass one of them (per-sample workloads, or the model whose workloads to compute)"
+    )
 
 
 @dataclass(frozen=True)
@@ -222,20 +202,18 @@ class OverheadNotANumber(PlanError):
 
     exception_type = TypeError
 
-    def text(self) -> str:
-        return (
-            "micro_batch_fixed_tokens must be a number >= 0 (the fixed cost of one micro-batch "
-            "in tokens of linear work), got a value that is not a number"
-        )
+    fixed_text = (
+        "micro_batch_fixed_tokens must be a number >= 0 (the fixed cost of one micro-batch "
+        "in tokens of linear work), got a value that is not a number"
+    )
 
 
 @dataclass(frozen=True)
 class OverheadInvalid(PlanError):
     """``micro_batch_fixed_tokens`` is negative, infinite, NaN or beyond a float (``10**400``)."""
 
-    def text(self) -> str:
-        return (
-            "micro_batch_fixed_tokens must be a finite number >= 0 (the fixed cost of one "
-            "micro-batch in tokens of linear work), got a negative, infinite or NaN value, or "
-            "one beyond a float; pass e.g. 819.2"
-        )
+    fixed_text = (
+        "micro_batch_fixed_tokens must be a finite number >= 0 (the fixed cost of one "
+        "micro-batch in tokens of linear work), got a negative, infinite or NaN value, or "
+        "one beyond a float; pass e.g. 819.2"
+    )

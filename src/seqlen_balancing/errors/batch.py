@@ -1,14 +1,14 @@
 """Error records about a batch: its type, its length source, its entries, its loss weights.
 
-Records about one entry carry its key (a ``str`` field: 4 values, see
-:mod:`seqlen_balancing.errors.record`), so that every rank names the same entry.
+Records about one entry carry its key as text (a nested key as its dotted path), so that
+every rank names the same entry.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqlen_balancing.errors.record import PlanError, shown
+from seqlen_balancing.errors.record import PlanError
 
 __all__ = [
     "EntryLayout",
@@ -38,11 +38,10 @@ __all__ = [
 class NoLengthSource(PlanError):
     """Neither ``attention_mask`` nor jagged ``input_ids``: no effective lengths."""
 
-    def text(self) -> str:
-        return (
-            "the batch has neither an 'attention_mask' nor jagged (nested) 'input_ids', so "
-            "the effective sequence lengths cannot be read; add one of them"
-        )
+    fixed_text = (
+        "the batch has neither an 'attention_mask' nor jagged (nested) 'input_ids', so "
+        "the effective sequence lengths cannot be read; add one of them"
+    )
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ class MaskNot2D(PlanError):
     ndim: int
 
     def text(self) -> str:
-        return f"attention_mask must be 2-D (batch, seq_len), got a {shown(self.ndim)}-D tensor"
+        return f"attention_mask must be 2-D (batch, seq_len), got a {self.ndim}-D tensor"
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ class MaskRows(PlanError):
 
     def text(self) -> str:
         return (
-            f"attention_mask has {shown(self.rows)} rows but the batch has {shown(self.samples)} "
+            f"attention_mask has {self.rows} rows but the batch has {self.samples} "
             "samples; they must match"
         )
 
@@ -73,11 +72,10 @@ class MaskRows(PlanError):
 class LengthsUnreadable(PlanError):
     """Reading the lengths (or a setting) raised; the rank at fault chains the cause."""
 
-    def text(self) -> str:
-        return (
-            "the effective lengths could not be read from the batch; pass a TensorDict with "
-            "batch size (n,) and a 2-D attention_mask or jagged input_ids"
-        )
+    fixed_text = (
+        "the effective lengths could not be read from the batch; pass a TensorDict with "
+        "batch size (n,) and a 2-D attention_mask or jagged input_ids"
+    )
 
 
 @dataclass(frozen=True)
@@ -86,11 +84,10 @@ class NotADataProto(PlanError):
 
     exception_type = TypeError
 
-    def text(self) -> str:
-        return (
-            "data must be DataProto-like: .batch (a TensorDict), .non_tensor_batch (dict of "
-            "arrays), .meta_info (dict) and a from_dict classmethod"
-        )
+    fixed_text = (
+        "data must be DataProto-like: .batch (a TensorDict), .non_tensor_batch (dict of "
+        "arrays), .meta_info (dict) and a from_dict classmethod"
+    )
 
 
 @dataclass(frozen=True)
@@ -102,8 +99,8 @@ class NonTensorRows(PlanError):
 
     def text(self) -> str:
         return (
-            f"a non_tensor_batch array has {shown(self.rows)} rows but the batch has "
-            f"{shown(self.samples)} samples; give every non-tensor entry one row per sample"
+            f"a non_tensor_batch array has {self.rows} rows but the batch has "
+            f"{self.samples} samples; give every non-tensor entry one row per sample"
         )
 
 
@@ -113,11 +110,10 @@ class NotATensorDict(PlanError):
 
     exception_type = TypeError
 
-    def text(self) -> str:
-        return (
-            "batch must be a TensorDict with a batch dimension (batch_size (n,)), got an object "
-            "that is not; pass the TensorDict of this rank's samples"
-        )
+    fixed_text = (
+        "batch must be a TensorDict with a batch dimension (batch_size (n,)), got an object "
+        "that is not; pass the TensorDict of this rank's samples"
+    )
 
 
 @dataclass(frozen=True)
@@ -126,11 +122,10 @@ class NonTensorNotArray(PlanError):
 
     exception_type = TypeError
 
-    def text(self) -> str:
-        return (
-            "every non_tensor_batch entry must be a NumPy array with one row per sample (as "
-            "verl's DataProto holds), got one that is not; convert it with numpy.asarray"
-        )
+    fixed_text = (
+        "every non_tensor_batch entry must be a NumPy array with one row per sample (as "
+        "verl's DataProto holds), got one that is not; convert it with numpy.asarray"
+    )
 
 
 @dataclass(frozen=True)
@@ -195,11 +190,10 @@ class MetaInfoNotCopyable(PlanError):
 
     exception_type = TypeError
 
-    def text(self) -> str:
-        return (
-            "meta_info cannot be deep-copied, and every micro-batch gets its own deep copy (as "
-            "verl's prepare_dynamic_batch gives it); drop or replace the entry that cannot be copied"
-        )
+    fixed_text = (
+        "meta_info cannot be deep-copied, and every micro-batch gets its own deep copy (as "
+        "verl's prepare_dynamic_batch gives it); drop or replace the entry that cannot be copied"
+    )
 
 
 @dataclass(frozen=True)
@@ -221,12 +215,11 @@ class ProtoRaggedStack(PlanError):
 class PaddedLazyStack(PlanError):
     """``padded=True`` on a lazy stack cut by rows: no common width to cut to."""
 
-    def text(self) -> str:
-        return (
-            "padded=True cuts every micro-batch to its width, but the batch is a lazy stack "
-            "along dim 0 (its rows may differ in width); stack it into one TensorDict "
-            "(.contiguous()) or plan without padded"
-        )
+    fixed_text = (
+        "padded=True cuts every micro-batch to its width, but the batch is a lazy stack "
+        "along dim 0 (its rows may differ in width); stack it into one TensorDict "
+        "(.contiguous()) or plan without padded"
+    )
 
 
 @dataclass(frozen=True)
@@ -246,12 +239,11 @@ class LossWeightKeyMissing(PlanError):
 class NoLossWeightEntry(PlanError):
     """Dummies asked for, and the batch has no default loss-weight entry."""
 
-    def text(self) -> str:
-        return (
-            "dummy_micro_batches=True needs a loss-weight entry to zero in the dummies, but the "
-            "batch has neither 'loss_mask' nor 'response_mask'; add one, or name the keys with "
-            "loss_weight_keys"
-        )
+    fixed_text = (
+        "dummy_micro_batches=True needs a loss-weight entry to zero in the dummies, but the "
+        "batch has neither 'loss_mask' nor 'response_mask'; add one, or name the keys with "
+        "loss_weight_keys"
+    )
 
 
 @dataclass(frozen=True)
@@ -274,11 +266,10 @@ class LossWeightKeysNotKeys(PlanError):
 
     exception_type = TypeError
 
-    def text(self) -> str:
-        return (
-            "loss_weight_keys must be a key (a string) or a list of keys, got a value that is "
-            "not; e.g. loss_weight_keys=('loss_mask',)"
-        )
+    fixed_text = (
+        "loss_weight_keys must be a key (a string) or a list of keys, got a value that is "
+        "not; e.g. loss_weight_keys=('loss_mask',)"
+    )
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,15 @@
 ``group_ids`` keeps groups of any size whole; ``dummy_micro_batches=True`` on a rank with
 no samples needs something to copy (``dummy_template``, or the batch's own columns).
 
-A group is named by its id as ``repr`` shows it (shortened to 36 bytes, carried as text,
-so that every rank names the same group) and by its first sample's index.
+A group is named by its id as ``repr`` shows it (text, so that every rank names the same
+group) and by its first sample's index.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from seqlen_balancing.errors.record import OUT_OF_RANGE, Peers, PlanError, at_least, round_up, shown
+from seqlen_balancing.errors.record import Peers, PlanError, at_least, round_up
 
 __all__ = [
     "DummyTemplateInvalid",
@@ -19,12 +19,10 @@ __all__ = [
     "GroupIdsAndForceGroupSize",
     "GroupIdsKeyMissing",
     "GroupIdsNotASequence",
-    "GroupIdsNotOnePerSample",
     "GroupIdsOverCap",
     "GroupIdsRaised",
     "GroupOverSampleLimit",
     "NoDummyTemplate",
-    "PaddedGroupIdsOverCap",
 ]
 
 _WHAT = "one hashable id per sample (a list, a tuple, a 1-D tensor or array"
@@ -45,20 +43,6 @@ class GroupIdsNotASequence(PlanError):
 
 
 @dataclass(frozen=True)
-class GroupIdsNotOnePerSample(PlanError):
-    """``group_ids`` has ``entries`` ids for a batch of ``samples``."""
-
-    entries: int
-    samples: int
-
-    def text(self) -> str:
-        return (
-            f"group_ids has {shown(self.entries)} entries but the batch has "
-            f"{shown(self.samples)} samples; give one group id per sample"
-        )
-
-
-@dataclass(frozen=True)
 class GroupIdUnhashable(PlanError):
     """``group_ids[index]`` cannot be hashed (``given``: its type's name)."""
 
@@ -68,7 +52,7 @@ class GroupIdUnhashable(PlanError):
 
     def text(self) -> str:
         return (
-            f"group_ids[{shown(self.index)}] is a {self.given or 'value'}, which cannot be "
+            f"group_ids[{self.index}] is a {self.given or 'value'}, which cannot be "
             "hashed; a group id is any hashable value (an int, a str, a tuple, ...)"
         )
 
@@ -108,15 +92,16 @@ class GroupIdsAndForceGroupSize(PlanError):
 
     def text(self) -> str:
         return (
-            f"group_ids and force_group_size={shown(self.force_group_size)} were both given; "
+            f"group_ids and force_group_size={self.force_group_size} were both given; "
             "force_group_size=g is group_ids=[i // g for i in range(n)]: pass one of them"
         )
 
 
 @dataclass(frozen=True)
-class _NamedOverCap(PlanError):
+class GroupIdsOverCap(PlanError):
     """A group of ``group_ids`` (``group``: its id's repr; ``index``: its first sample)
-    whose ``cost`` exceeds the ``cap`` given; ``largest``: the costliest group (of the DP
+    whose ``cost`` exceeds the ``cap`` given: its samples' costs summed, or under
+    ``padded=True`` its rows x its widest row; ``largest``: the costliest group (of the DP
     group, once agreed); ``bucket``: ``micro_batch_multiple_of``."""
 
     group: str
@@ -125,40 +110,24 @@ class _NamedOverCap(PlanError):
     cap: int
     largest: int
     bucket: int
+    padded: bool = False
 
     def agreed(self, peers: Peers) -> PlanError:
         return replace(self, largest=peers.costliest(self.largest))
 
-    def _over(self, unit: str) -> str:
-        bucket = max(self.bucket, 1)
-        rounded = ""
-        if bucket > 1:
-            usable = shown(self.cap // bucket * bucket) if self.cap != OUT_OF_RANGE else "out of range"
-            rounded = f" (usable as {usable}: micro_batch_multiple_of={shown(bucket)})"
+    def text(self) -> str:
+        usable = self.cap // self.bucket * self.bucket
+        rounded = f" (usable as {usable}: micro_batch_multiple_of={self.bucket})" if self.bucket > 1 else ""
+        unit = ("token positions padded (its rows x its widest row)" if self.padded
+                else "tokens (its samples' costs summed)")
         return (
-            f"group {self.group} (group_ids[{shown(self.index)}], its first sample) costs "
-            f"{shown(self.cost)} {unit}, which exceeds max_token_len={shown(self.cap)}{rounded}; "
+            f"group {self.group} (group_ids[{self.index}], its first sample) costs "
+            f"{self.cost} {unit}, which exceeds max_token_len={self.cap}{rounded}; "
             f"a group runs whole in one micro-batch: raise max_token_len "
-            f"{at_least(round_up(self.largest, bucket))} (the costliest group of the call, on "
+            f"{at_least(round_up(self.largest, self.bucket))} (the costliest group of the call, on "
             "every DP rank of the group when they agree), split the group, or pass "
             "over_cap='alone'"
         )
-
-
-@dataclass(frozen=True)
-class GroupIdsOverCap(_NamedOverCap):
-    """A group of ``group_ids`` whose summed cost exceeds the cap."""
-
-    def text(self) -> str:
-        return self._over("tokens (its samples' costs summed)")
-
-
-@dataclass(frozen=True)
-class PaddedGroupIdsOverCap(_NamedOverCap):
-    """Under ``padded=True``, a group of ``group_ids`` whose rows x widest row exceeds the cap."""
-
-    def text(self) -> str:
-        return self._over("token positions padded (its rows x its widest row)")
 
 
 @dataclass(frozen=True)
@@ -172,10 +141,10 @@ class GroupOverSampleLimit(PlanError):
 
     def text(self) -> str:
         return (
-            f"group {self.group} (group_ids[{shown(self.index)}], its first sample) has "
-            f"{shown(self.samples)} samples, more than max_samples_per_micro_batch="
-            f"{shown(self.limit)}; a group runs whole in one micro-batch: raise "
-            f"max_samples_per_micro_batch to at least {shown(self.samples)}, split the group, "
+            f"group {self.group} (group_ids[{self.index}], its first sample) has "
+            f"{self.samples} samples, more than max_samples_per_micro_batch="
+            f"{self.limit}; a group runs whole in one micro-batch: raise "
+            f"max_samples_per_micro_batch to at least {self.samples}, split the group, "
             "or pass over_cap='alone'"
         )
 
@@ -185,13 +154,12 @@ class NoDummyTemplate(PlanError):
     """A rank with no samples under ``dummy_micro_batches=True`` has nothing to build its
     dummy micro-batches from: no rows, no columns, no ``dummy_template``."""
 
-    def text(self) -> str:
-        return (
-            "the batch has no samples and no columns to build dummy micro-batches from "
-            "(dummy_micro_batches=True); pass dummy_template= (a TensorDict or DataProto "
-            "with at least one row of the batch's keys and dtypes), or a batch of zero rows "
-            "that holds its entries"
-        )
+    fixed_text = (
+        "the batch has no samples and no columns to build dummy micro-batches from "
+        "(dummy_micro_batches=True); pass dummy_template= (a TensorDict or DataProto "
+        "with at least one row of the batch's keys and dtypes), or a batch of zero rows "
+        "that holds its entries"
+    )
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,15 @@
 """Error records about a per-sample list: the lengths, the costs or the workloads.
 
-Each record names the :class:`LengthSource` it is about, and its message speaks of that
-list by its parameter's name (``seq_lens``, ``costs``, ``workloads``).
+Each record names the list it is about (:data:`LengthSource`), and its message speaks of
+that list by its parameter's name (``seq_lens``, ``costs``, ``workloads``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
+from typing import Literal
 
-from seqlen_balancing.errors.record import OUT_OF_RANGE, PlanError, shown
+from seqlen_balancing.errors.record import PlanError
 
 __all__ = [
     "CallerDataRaised",
@@ -22,29 +22,19 @@ __all__ = [
 ]
 
 
-class LengthSource(IntEnum):
-    """Which per-sample list an error is about."""
+#: Which per-sample list an error is about, by its parameter's name: the effective lengths,
+#: the caller's costs, its workloads (the balance objective), the tokens each sample shares
+#: with its group, or the group ids.
+LengthSource = Literal["seq_lens", "costs", "workloads", "prefix_lengths", "group_ids"]
 
-    SEQ_LENS = 0  # the effective lengths
-    COSTS = 1  # the caller's costs
-    WORKLOADS = 2  # the caller's workloads (the balance objective)
-    PREFIX_LENGTHS = 3  # the tokens each sample shares with its group (prefix_lengths)
-
-    @property
-    def words(self) -> tuple[str, str, str, str, str]:
-        """``(parameter, the values, one value, " of tokens", " tokens")``; the last two
-        empty for workloads, which are not in tokens."""
-        name, many, one = _NAMES[self]
-        if self is LengthSource.WORKLOADS:
-            return name, many, one, "", ""
-        return name, many, one, " of tokens", " tokens"
-
-
-_NAMES = {
-    LengthSource.SEQ_LENS: ("seq_lens", "lengths", "length"),
-    LengthSource.COSTS: ("costs", "costs", "cost"),
-    LengthSource.WORKLOADS: ("workloads", "workloads", "workload"),
-    LengthSource.PREFIX_LENGTHS: ("prefix_lengths", "prefix lengths", "prefix length"),
+#: Each list's words: (the values, one value, " of tokens", " tokens"); the last two empty
+#: for the lists that are not in tokens.
+_WORDS = {
+    "seq_lens": ("lengths", "length", " of tokens", " tokens"),
+    "costs": ("costs", "cost", " of tokens", " tokens"),
+    "workloads": ("workloads", "workload", "", ""),
+    "prefix_lengths": ("prefix lengths", "prefix length", " of tokens", " tokens"),
+    "group_ids": ("group ids", "group id", "", ""),
 }
 
 
@@ -57,8 +47,8 @@ class LengthNotAnInteger(PlanError):
     index: int
 
     def text(self) -> str:
-        name, many, _, of_tokens, _ = self.source.words
-        return f"{name}[{shown(self.index)}] is not an integer; {many} are whole numbers{of_tokens}"
+        many, _, of_tokens, _ = _WORDS[self.source]
+        return f"{self.source}[{self.index}] is not an integer; {many} are whole numbers{of_tokens}"
 
 
 @dataclass(frozen=True)
@@ -70,10 +60,8 @@ class NegativeLength(PlanError):
     value: int
 
     def text(self) -> str:
-        name, many, _, _, tokens = self.source.words
-        if self.value == OUT_OF_RANGE:
-            return f"{name}[{shown(self.index)}] is negative and out of range; {many} must be >= 0{tokens}"
-        return f"{name}[{shown(self.index)}] is {self.value}; {many} must be >= 0{tokens}"
+        many, _, _, tokens = _WORDS[self.source]
+        return f"{self.source}[{self.index}] is {self.value}; {many} must be >= 0{tokens}"
 
 
 @dataclass(frozen=True)
@@ -85,10 +73,9 @@ class NotOnePerSample(PlanError):
     samples: int
 
     def text(self) -> str:
-        name, _, one, _, _ = self.source.words
         return (
-            f"{name} has {shown(self.entries)} entries but the batch has {shown(self.samples)} "
-            f"samples; give one {one} per sample"
+            f"{self.source} has {self.entries} entries but the batch has {self.samples} "
+            f"samples; give one {_WORDS[self.source][1]} per sample"
         )
 
 
@@ -103,11 +90,10 @@ class LengthsNotASequence(PlanError):
     given: str = ""
 
     def text(self) -> str:
-        name, _, _, of_tokens, _ = self.source.words
         what = f"a value of type {self.given}" if self.given else "something that is not"
         return (
-            f"{name} must be a sequence of whole numbers{of_tokens}, one per sample (a list, a "
-            f"tuple, a 1-D tensor or array), got {what}"
+            f"{self.source} must be a sequence of whole numbers{_WORDS[self.source][2]}, one per "
+            f"sample (a list, a tuple, a 1-D tensor or array), got {what}"
         )
 
 
@@ -121,7 +107,7 @@ class CallerDataRaised(PlanError):
     raised: str
 
     def text(self) -> str:
-        name = self.source.words[0]
+        name = self.source
         return (
             f"reading {name} raised {self.raised}: the {name} given (or what their callable "
             f"returned) must be read whole, one number per sample; fix the {name} or the callable"
@@ -135,4 +121,4 @@ class LengthsNotOneDimensional(PlanError):
     source: LengthSource
 
     def text(self) -> str:
-        return f"{self.source.words[0]} must be one-dimensional (one value per sample), got another shape"
+        return f"{self.source} must be one-dimensional (one value per sample), got another shape"

@@ -9,15 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from seqlen_balancing.errors.record import (
-    OUT_OF_RANGE,
-    Peers,
-    PlanError,
-    at_least,
-    rank_words,
-    round_up,
-    shown,
-)
+from seqlen_balancing.errors.record import Peers, PlanError, at_least, rank_words, round_up
 
 __all__ = [
     "MAX_DUMMY_MICRO_BATCHES",
@@ -44,8 +36,7 @@ MAX_DUMMY_MICRO_BATCHES = 1 << 16
 class EmptyBatch(PlanError):
     """The batch has no samples."""
 
-    def text(self) -> str:
-        return "the batch has no samples; pass at least one row"
+    fixed_text = "the batch has no samples; pass at least one row"
 
 
 @dataclass(frozen=True)
@@ -57,8 +48,8 @@ class NotDivisible(PlanError):
 
     def text(self) -> str:
         return (
-            f"batch size {shown(self.batch_size)} is not divisible by "
-            f"force_group_size={shown(self.force_group_size)}; every forced group needs all its samples"
+            f"batch size {self.batch_size} is not divisible by "
+            f"force_group_size={self.force_group_size}; every forced group needs all its samples"
         )
 
 
@@ -85,55 +76,42 @@ class OverCap(PlanError):
         return replace(self, largest=peers.costliest(self.largest))
 
     def _counted(self, unit: str, longest: str) -> tuple[str, str]:
-        count = shown(self.over)
-        over = f"{count} {unit}{'s' if count != '1' else ''} over the cap in this batch"
+        over = f"{self.over} {unit}{'s' if self.over != 1 else ''} over the cap in this batch"
         return over, f"the {longest} {unit} of the call, on every DP rank of the group when they agree"
 
     def _usable(self, since: str) -> str:
         """The usable cap under a bucket (``since``: the words before "is rounded up"), or
         "" without one."""
-        bucket = max(self.bucket, 1)
-        if bucket == 1:
+        if self.bucket == 1:
             return ""
-        cap = shown(self.cap // bucket * bucket) if self.cap != OUT_OF_RANGE else "out of range"
         return (
-            f", usable as {cap}{since} is rounded up to a multiple of "
-            f"micro_batch_multiple_of={shown(bucket)}"
+            f", usable as {self.cap // self.bucket * self.bucket}{since} is rounded up to a "
+            f"multiple of micro_batch_multiple_of={self.bucket}"
         )
-
-    def _needed(self) -> int:
-        bucket = max(self.bucket, 1)
-        return self.largest if self.largest == OUT_OF_RANGE else round_up(self.largest, bucket)
 
 
 def _over_cap(error: OverCap, what: str, unit: str) -> str:
     """The message of a sample or group whose summed cost exceeds the cap."""
     over, longest = error._counted(unit, "longest")
-    index, length, cap = shown(error.index), shown(error.tokens), shown(error.cap)
-    pad, custom = max(error.pad_to_multiple_of, 1), error.given_costs
-    if pad == 1 and not custom and max(error.bucket, 1) == 1:  # the cost is the tokens
+    pad, custom = error.pad_to_multiple_of, error.given_costs
+    head = f"{what} {error.index} has {error.tokens} tokens"
+    if pad == 1 and not custom and error.bucket == 1:  # the cost is the tokens
         return (
-            f"{what} {index} has {length} tokens, which exceeds max_token_len={cap} ({over}); "
+            f"{head}, which exceeds max_token_len={error.cap} ({over}); "
             f"raise max_token_len {at_least(error.largest)} ({longest}) or truncate the sequences"
         )
-    cost = shown(error.cost)
-    if not custom and pad == 1:
-        costs, lower = "", "lower micro_batch_multiple_of"
-    elif custom and pad == 1:
-        costs, lower = f" and costs {cost} tokens (the costs given)", "lower the costs"
-    elif custom:
-        costs = (
-            f" and costs {cost} tokens (the cost given, rounded up to a multiple of "
-            f"pad_to_multiple_of={shown(pad)})"
-        )
-        lower = "lower the costs or the alignment"
-    else:
-        costs = f" and costs {cost} tokens aligned to a multiple of pad_to_multiple_of={shown(pad)}"
-        lower = "lower the alignment"
+    aligned = f"a multiple of pad_to_multiple_of={pad}"
+    costs, lower = {  # (costs given, aligned): what the cost is, and what lowers it
+        (False, False): ("", "lower micro_batch_multiple_of"),
+        (True, False): (f" and costs {error.cost} tokens (the costs given)", "lower the costs"),
+        (True, True): (f" and costs {error.cost} tokens (the cost given, rounded up to {aligned})",
+                       "lower the costs or the alignment"),
+        (False, True): (f" and costs {error.cost} tokens aligned to {aligned}", "lower the alignment"),
+    }[custom, pad > 1]
     return (
-        f"{what} {index} has {length} tokens{costs}, which exceeds max_token_len={cap}"
+        f"{head}{costs}, which exceeds max_token_len={error.cap}"
         f"{error._usable(' tokens since each micro-batch')} ({over}); raise max_token_len "
-        f"{at_least(error._needed())} "
+        f"{at_least(round_up(error.largest, error.bucket))} "
         f"({longest}, in aligned tokens), {lower} or truncate the sequences"
     )
 
@@ -142,21 +120,19 @@ def _padded_over_cap(error: OverCap, what: str, unit: str) -> str:
     """The message under ``padded=True``: the row's tokens, the width it is padded to, the
     rows and the footprint (rows x width), the cap and the advice."""
     over, longest = error._counted(unit, "costliest")
-    pad = max(error.pad_to_multiple_of, 1)
-    width = error.tokens if error.tokens == OUT_OF_RANGE else round_up(error.tokens, pad)
-    cost = error.cost
-    rows = "out of range" if OUT_OF_RANGE in (cost, width) or width == 0 else str(cost // width)
+    pad = error.pad_to_multiple_of
+    width = round_up(error.tokens, pad)
+    rows = error.cost // width
     source = " (the costs given)" if error.given_costs else ""
-    aligned = f", each row rounded up to pad_to_multiple_of={shown(pad)}" if pad > 1 else ""
-    tokens = shown(error.tokens)
-    has = f"has {tokens} tokens" if unit == "sample" else f"has a widest row of {tokens} tokens"
+    aligned = f", each row rounded up to pad_to_multiple_of={pad}" if pad > 1 else ""
+    has = f"has {error.tokens} tokens" if unit == "sample" else f"has a widest row of {error.tokens} tokens"
     return (
-        f"{what} {shown(error.index)} {has}{source}; padded=True holds it as {rows} "
-        f"row{'s' if rows != '1' else ''} x {shown(width)} wide = {shown(cost)} token positions (a "
+        f"{what} {error.index} {has}{source}; padded=True holds it as {rows} "
+        f"row{'s' if rows != 1 else ''} x {width} wide = {error.cost} token positions (a "
         f"micro-batch costs rows x its widest row{aligned}), which exceeds "
-        f"max_token_len={shown(error.cap)}{error._usable(' since each footprint')} ({over}); "
+        f"max_token_len={error.cap}{error._usable(' since each footprint')} ({over}); "
         "raise max_token_len "
-        f"{at_least(error._needed())} ({longest}), "
+        f"{at_least(round_up(error.largest, error.bucket))} ({longest}), "
         f"{'lower force_group_size ' if unit == 'group' else ''}or truncate the sequences"
     )
 
@@ -206,8 +182,8 @@ class MinAboveGroups(PlanError):
 
     def text(self) -> str:
         return (
-            f"min_num_micro_batch={shown(self.min_num_micro_batch)} asks for more micro-batches "
-            f"than the {shown(self.groups)} samples/groups available (a micro-batch cannot be "
+            f"min_num_micro_batch={self.min_num_micro_batch} asks for more micro-batches "
+            f"than the {self.groups} samples/groups available (a micro-batch cannot be "
             "empty); lower min_num_micro_batch"
         )
 
@@ -225,22 +201,20 @@ class CountAboveGroups(PlanError):
     global_needing: int | None = None
 
     def agreed(self, peers: Peers) -> PlanError:
-        if self.rank_needing is None or self.rank_needing == OUT_OF_RANGE:
+        # The rank needing the count is named by its global rank too, where it is known.
+        if self.rank_needing is None:
             return self
         return replace(self, global_needing=peers.global_rank(self.rank_needing))
 
     def text(self) -> str:
-        if self.rank_needing is None:
-            needing = f"the cap needs {shown(self.needed)}"
-        else:
-            needing = f"{rank_words(self.rank_needing, self.global_needing)} needs {shown(self.needed)}"
-        rounded = ""
+        who = "the cap" if self.rank_needing is None else rank_words(self.rank_needing, self.global_needing)
+        needing = f"{who} needs {self.needed}"
         if self.count != self.needed:
-            rounded = f", rounded up to {shown(self.count)} for num_batches_divided_by"
+            needing += f", rounded up to {self.count} for num_batches_divided_by"
         return (
             "Cannot satisfy max_token_len while keeping forced groups atomic: "
-            f"{shown(self.count)} micro-batches are needed but only {shown(self.groups)} "
-            f"samples/groups are available and a micro-batch cannot be empty ({needing}{rounded}); "
+            f"{self.count} micro-batches are needed but only {self.groups} "
+            f"samples/groups are available and a micro-batch cannot be empty ({needing}); "
             "raise max_token_len, lower num_batches_divided_by or min_num_micro_batch, or pass more samples"
         )
 
@@ -256,8 +230,8 @@ class TooManyDummies(PlanError):
 
     def text(self) -> str:
         return (
-            f"{shown(self.count)} micro-batches would need {shown(self.dummies)} dummy "
-            f"micro-batches on a rank of {shown(self.groups)} samples/groups, more than the "
+            f"{self.count} micro-batches would need {self.dummies} dummy "
+            f"micro-batches on a rank of {self.groups} samples/groups, more than the "
             f"{MAX_DUMMY_MICRO_BATCHES} allowed; lower min_num_micro_batch or num_batches_divided_by"
         )
 
@@ -273,9 +247,9 @@ class StaticNotDivisible(PlanError):
 
     def text(self) -> str:
         return (
-            f"batch size {shown(self.batch_size)} is not a positive multiple of "
-            f"micro_batch_size_per_gpu * force_group_size = {shown(self.micro_batch_size_per_gpu)} * "
-            f"{shown(self.force_group_size)}; change micro_batch_size_per_gpu or the batch size"
+            f"batch size {self.batch_size} is not a positive multiple of "
+            f"micro_batch_size_per_gpu * force_group_size = {self.micro_batch_size_per_gpu} * "
+            f"{self.force_group_size}; change micro_batch_size_per_gpu or the batch size"
         )
 
 
@@ -292,10 +266,10 @@ class RowsOverCap(PlanError):
 
     def text(self) -> str:
         return (
-            f"equal_rows_per_micro_batch: every micro-batch must hold {shown(self.rows)} rows, "
-            f"but this rank's micro-batches hold at most {shown(self.tolerance)} "
+            f"equal_rows_per_micro_batch: every micro-batch must hold {self.rows} rows, "
+            f"but this rank's micro-batches hold at most {self.tolerance} "
             f"{'row' if self.tolerance == 1 else 'rows'} under "
-            f"max_token_len={shown(self.cap)} once their filler rows (zero-weight rows of one "
+            f"max_token_len={self.cap} once their filler rows (zero-weight rows of one "
             "token) are counted; raise max_token_len, give the ranks batches of similar "
             "sizes, or turn equal_rows_per_micro_batch off"
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqlen_balancing.errors.record import PlanError, shown
+from seqlen_balancing.errors.record import PlanError
 
 __all__ = [
     "PrefixDiffersInGroup",
@@ -38,9 +38,10 @@ class PrefixLengthsWith(PlanError):
 class PrefixLengthsWithoutGroups(PlanError):
     """``prefix_lengths`` given without ``group_ids``: nothing says who shares a prefix."""
 
-    def text(self) -> str:
-        return ("prefix_lengths was given without group_ids: a prefix is shared by the samples "
-                "of one group (the responses of one prompt); pass group_ids (e.g. verl's uid) too")
+    fixed_text = (
+        "prefix_lengths was given without group_ids: a prefix is shared by the samples of one "
+        "group (the responses of one prompt); pass group_ids (e.g. verl's uid) too"
+    )
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,8 @@ class PrefixOverLength(PlanError):
 
     def text(self) -> str:
         return (
-            f"prefix_lengths[{shown(self.index)}] is {shown(self.prefix)} but sample "
-            f"{shown(self.index)} has {shown(self.length)} tokens; a sample's shared prefix is "
+            f"prefix_lengths[{self.index}] is {self.prefix} but sample "
+            f"{self.index} has {self.length} tokens; a sample's shared prefix is "
             "part of it: give at most its length"
         )
 
@@ -72,8 +73,8 @@ class PrefixDiffersInGroup(PlanError):
 
     def text(self) -> str:
         return (
-            f"group {self.group} has prefix_lengths {shown(self.prefix)} (sample "
-            f"{shown(self.index)}) and {shown(self.other_prefix)} (sample {shown(self.other)}); "
+            f"group {self.group} has prefix_lengths {self.prefix} (sample "
+            f"{self.index}) and {self.other_prefix} (sample {self.other}); "
             "the samples of a group share one prefix: give them one prefix length"
         )
 

@@ -9,18 +9,17 @@ the same text, as the rank at fault.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import ClassVar, Protocol
 
 __all__ = [
     "OUT_OF_RANGE",
-    "Argument",
     "Peers",
     "PlanError",
 ]
 
-#: The value an error states for a number the agreement could not learn: "out of range"
-#: (the group's costliest sample, when it lies beyond ``2**62`` tokens).
+#: The value an error states for the one number the agreement cannot learn exactly: the
+#: group's costliest sample or group (its ``largest`` slot), when it lies beyond ``2**62``
+#: tokens; the advice then says "beyond 2**62 tokens".
 OUT_OF_RANGE = (1 << 76) - 1
 
 
@@ -36,49 +35,12 @@ class Peers(Protocol):
         """The global rank of DP group rank ``rank``, or ``None`` when not known."""
 
 
-class Argument(IntEnum):
-    """Which scalar argument (or batch setting) an error is about; its name, lower-cased,
-    is the parameter's."""
-
-    MAX_TOKEN_LEN = 0
-    FORCE_GROUP_SIZE = 1
-    MIN_NUM_MICRO_BATCH = 2
-    NUM_BATCHES_DIVIDED_BY = 3
-    NUM_MICRO_BATCHES = 4
-    MAX_TOKEN_LEN_PER_GPU = 5
-    SP_SIZE = 6
-    USE_DYNAMIC_BSZ = 7
-    MICRO_BATCH_SIZE_PER_GPU = 8
-    SAME_MICRO_NUM_IN_DP = 9
-    USE_DYNAMIC_BSZ_BALANCE = 10
-    PAD_TO_MULTIPLE_OF = 11
-    MICRO_BATCH_MULTIPLE_OF = 12
-    COSTS = 13
-    MAX_SAMPLES_PER_MICRO_BATCH = 14
-    PADDED = 15
-    DUMMY_MICRO_BATCHES = 16
-    OVER_CAP = 17
-    LOSS_WEIGHT_KEYS = 18
-    WORKLOAD_MODEL = 19
-    WORKLOADS = 20
-    OPTIONS = 21
-    GROUP_IDS = 22
-    DUMMY_TEMPLATE = 23
-    MICRO_BATCH_FIXED_TOKENS = 24
-    EQUAL_ROWS_PER_MICRO_BATCH = 25
-    HEAVIEST_FIRST = 26
-
-    @property
-    def parameter(self) -> str:
-        """The name as the caller spells it."""
-        return self.name.lower()
-
-
 @dataclass(frozen=True)
 class PlanError:
     """A reason a rank cannot plan: one record type per kind of error, with named fields.
 
-    Subclasses declare their fields, their :attr:`exception_type` and :meth:`text`.
+    Subclasses declare their fields, their :attr:`exception_type` and :meth:`text` (or
+    :attr:`fixed_text`).
     ``message`` and ``exception`` depend on nothing else, so every rank that holds the same
     record (the agreement sends it to every rank) raises the same exception.
 
@@ -91,6 +53,8 @@ class PlanError:
 
     #: The exception raised for it: ``TypeError`` for a wrong type, else ``ValueError``.
     exception_type: ClassVar[type[Exception]] = ValueError
+    #: The message of a record without fields (the others build theirs in :meth:`text`).
+    fixed_text: ClassVar[str] = ""
 
     #: Extra local detail (e.g. the repr of a wrong-typed value). Not sent in the
     #: agreement, so the collective path leaves it empty on every rank.
@@ -106,8 +70,8 @@ class PlanError:
             object.__setattr__(self, "key", ".".join(str(part) for part in key))
 
     def text(self) -> str:
-        """The message body, from the fields alone."""
-        raise NotImplementedError(type(self).__name__)
+        """The message body, from the fields alone (:attr:`fixed_text` by default)."""
+        return self.fixed_text
 
     def agreed(self, peers: Peers) -> PlanError:
         """This error as every rank of the DP group states it, once the group's facts are
@@ -118,11 +82,8 @@ class PlanError:
     def message(self, rank: int | None = None) -> str:
         """Human-readable message; the DP rank at fault (``rank``, else ``self.rank``) and
         its global rank (``self.global_rank``) are named when known."""
-        text = self.text()
-        if self.detail:
-            text = f"{text} ({self.detail})"
-        if rank is None:
-            rank = self.rank
+        text = f"{self.text()} ({self.detail})" if self.detail else self.text()
+        rank = self.rank if rank is None else rank
         if rank is None:
             return text
         if self.global_rank is None:
@@ -134,25 +95,16 @@ class PlanError:
         return self.exception_type(self.message(rank))
 
 
-def shown(value: int) -> str:
-    """An integer as given, or "out of range" for :data:`OUT_OF_RANGE`."""
-    return "out of range" if value == OUT_OF_RANGE else str(value)
-
-
 def rank_words(rank: int, global_rank: int | None) -> str:
     """``rank R`` or ``rank R (global rank G)`` when the global rank is known."""
-    if global_rank is not None:
-        return f"rank {rank} (global rank {shown(global_rank)})"
-    return f"rank {rank}"
+    return f"rank {rank}" if global_rank is None else f"rank {rank} (global rank {global_rank})"
 
 
 def round_up(value: int, multiple: int) -> int:
-    """``value`` rounded up to ``multiple`` (unchanged for OUT_OF_RANGE or ``multiple <= 1``)."""
-    return value if value == OUT_OF_RANGE or multiple <= 1 else -(-value // multiple) * multiple
+    """``value`` rounded up to ``multiple`` (:data:`OUT_OF_RANGE` unchanged)."""
+    return value if value == OUT_OF_RANGE else -(-value // multiple) * multiple
 
 
 def at_least(value: int) -> str:
     """``to at least N``, or the words for a value beyond what the agreement carries."""
-    if value == OUT_OF_RANGE:
-        return "beyond 2**62 tokens"
-    return f"to at least {value}"
+    return "beyond 2**62 tokens" if value == OUT_OF_RANGE else f"to at least {value}"

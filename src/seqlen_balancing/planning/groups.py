@@ -19,9 +19,9 @@ from typing import Any
 from seqlen_balancing._checks import describe
 from seqlen_balancing.errors import (
     GroupIdsNotASequence,
-    GroupIdsNotOnePerSample,
     GroupIdsRaised,
     GroupIdUnhashable,
+    NotOnePerSample,
     PlanError,
 )
 
@@ -43,7 +43,7 @@ def uniform_members(n: int, size: int) -> list[list[int]]:
 
 
 def group_label(group_id: Any) -> str:
-    """How messages name a group: its id's ``repr`` (at most 36 bytes are carried)."""
+    """How messages name a group: its id's ``repr``."""
     return repr(group_id)
 
 
@@ -95,7 +95,7 @@ def read_group_ids(group_ids: Any, n: int) -> tuple[PlanError | None, list[list[
     if error is not None:
         return error, [], []
     if len(ids) != n:
-        return GroupIdsNotOnePerSample(len(ids), n), [], []
+        return NotOnePerSample("group_ids", len(ids), n), [], []
     index: dict[Any, int] = {}
     members: list[list[int]] = []
     labels: list[str] = []

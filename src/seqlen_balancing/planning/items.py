@@ -18,10 +18,8 @@ from seqlen_balancing.errors import (
     GroupIdsOverCap,
     GroupOverCap,
     GroupOverSampleLimit,
-    LengthSource,
     NotOnePerSample,
     OverCap,
-    PaddedGroupIdsOverCap,
     PaddedGroupOverCap,
     PaddedSampleOverCap,
     PlanError,
@@ -70,9 +68,9 @@ def sample_costs_of(lengths: list[int], pad: int, costs: Any) -> tuple[PlanError
     with the lengths)."""
     if costs is None:
         return None, [aligned_length(n, pad) for n in lengths] if pad > 1 else lengths
-    error, given = read_numbers(costs, LengthSource.COSTS, lengths)
+    error, given = read_numbers(costs, "costs", lengths)
     if error is None and len(given) != len(lengths):
-        error = NotOnePerSample(LengthSource.COSTS, len(given), len(lengths))
+        error = NotOnePerSample("costs", len(given), len(lengths))
     if error is None and pad > 1:
         given = [aligned_length(c, pad) for c in given]
     return error, given
@@ -89,9 +87,9 @@ def workloads_of(
         return None, [(WORKLOAD_LINEAR_COEF + s) * s for s in lengths]
     if model is not None:
         return WorkloadsAndModel(), []
-    error, given = read_numbers(workloads, LengthSource.WORKLOADS, lengths)
+    error, given = read_numbers(workloads, "workloads", lengths)
     if error is None and len(given) != len(lengths):
-        error = NotOnePerSample(LengthSource.WORKLOADS, len(given), len(lengths))
+        error = NotOnePerSample("workloads", len(given), len(lengths))
     return error, given
 
 
@@ -122,8 +120,8 @@ def named_group_error(
         if rule.limit is not None and rule.rows[g] > rule.limit:
             return GroupOverSampleLimit(labels[g], members[g][0], rule.rows[g], rule.limit)
         if rule.sizes[g] > cap.usable:
-            kind = PaddedGroupIdsOverCap if rule.is_padded else GroupIdsOverCap
-            return kind(labels[g], members[g][0], rule.sizes[g], cap.given, largest, cap.bucket)
+            return GroupIdsOverCap(labels[g], members[g][0], rule.sizes[g], cap.given, largest,
+                                   cap.bucket, rule.is_padded)
     return None
 
 

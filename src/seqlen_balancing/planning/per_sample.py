@@ -61,13 +61,13 @@ def read_numbers(
     conversion).
 
     Example:
-        >>> read_numbers((3, 5), LengthSource.COSTS)
+        >>> read_numbers((3, 5), "costs")
         (None, [3, 5])
-        >>> read_numbers({0: 9, 1: 9}, LengthSource.COSTS)[0].message()[-57:]
+        >>> read_numbers({0: 9, 1: 9}, "costs")[0].message()[-57:]
         'a tuple, a 1-D tensor or array), got a value of type dict'
         >>> table = {3: 30}
         >>> error, _ = read_numbers(lambda lens: map(table.__getitem__, lens),
-        ...                         LengthSource.WORKLOADS, [3, 4])
+        ...                         "workloads", [3, 4])
         >>> error.message()[:36], error.detail
         ('reading workloads raised KeyError: t', 'KeyError(4) (KeyError)')
     """

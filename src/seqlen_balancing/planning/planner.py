@@ -64,13 +64,11 @@ from seqlen_balancing.collector import paused_collector
 from seqlen_balancing.cost import micro_batch_capacity
 from seqlen_balancing.errors import (
     MAX_DUMMY_MICRO_BATCHES,
-    Argument,
     BelowOne,
     BucketAboveCap,
     CountAboveGroups,
     EmptyBatch,
     GroupIdsAndForceGroupSize,
-    LengthSource,
     MinAboveGroups,
     NotAnInteger,
     NotDivisible,
@@ -133,7 +131,7 @@ __all__ = [
 logger = logging.getLogger("seqlen_balancing")
 
 
-def argument_error(value: Any, argument: Argument, optional: bool) -> tuple[PlanError | None, int]:
+def argument_error(value: Any, argument: str, optional: bool) -> tuple[PlanError | None, int]:
     """``(None, value as int)`` for a positive integer (or ``None`` when ``optional``: 1),
     else ``(error, 0)`` with the error every rank can agree on."""
     if value is None and optional:
@@ -251,7 +249,7 @@ def _analyse(
     """:func:`analyse` once the request is read: the inputs read and checked, the items
     under one rule, their count; the analysis made once from them."""
     options = request.options
-    length_error, lengths = read_numbers(seq_lens, LengthSource.SEQ_LENS)
+    length_error, lengths = read_numbers(seq_lens, "seq_lens")
     pad = options.pad_to_multiple_of
     cost_error, sizes_of = (length_error, []) if length_error else sample_costs_of(lengths, pad, costs)
     group_error, members, labels = _groups(group_ids, lengths, options, length_error)
@@ -328,7 +326,7 @@ def _empty_rank(cap: Cap, request: Request) -> RankAnalysis:
 def _cap(max_token_len: Any, options: PlanOptions, largest: int) -> tuple[PlanError | None, Cap | None]:
     """``(None, the checked cap)``, or ``(error, None)`` for a bad cap or a bucket above
     it (the options themselves were checked by :class:`~seqlen_balancing.PlanOptions`)."""
-    error, given = argument_error(max_token_len, Argument.MAX_TOKEN_LEN, False)
+    error, given = argument_error(max_token_len, "max_token_len", False)
     if error is not None:
         return error, None
     bucket = options.micro_batch_multiple_of
@@ -717,7 +715,7 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> tuple[int, Ran
     """``num_micro_batches`` checked against the batch, and the analysis to plan it from:
     ``result``, or where the analysis stopped above it, one holding a packing with that
     many micro-batches (:func:`_reach`)."""
-    error, wanted = argument_error(num_micro_batches, Argument.NUM_MICRO_BATCHES, False)
+    error, wanted = argument_error(num_micro_batches, "num_micro_batches", False)
     if error is not None:
         raise error.exception()
     divisor, cap = result.num_batches_divided_by, result.requested_max_token_len

@@ -41,7 +41,6 @@ from typing import Any
 from seqlen_balancing._checks import _integer_or_none
 from seqlen_balancing.cost import micro_batch_capacity
 from seqlen_balancing.errors import (
-    LengthSource,
     NotOnePerSample,
     PlanError,
     PrefixDiffersInGroup,
@@ -133,12 +132,12 @@ def shared_prefix_costs(
     refused = _refused(group_ids, options, costs_given)
     if refused is not None:
         return PrefixParts(refused)
-    error, lengths = read_numbers(seq_lens, LengthSource.SEQ_LENS)
+    error, lengths = read_numbers(seq_lens, "seq_lens")
     if error is not None:
         return PrefixParts(error)
-    error, prefixes = read_numbers(prefix_lengths, LengthSource.PREFIX_LENGTHS)
+    error, prefixes = read_numbers(prefix_lengths, "prefix_lengths")
     if error is None and len(prefixes) != len(lengths):
-        error = NotOnePerSample(LengthSource.PREFIX_LENGTHS, len(prefixes), len(lengths))
+        error = NotOnePerSample("prefix_lengths", len(prefixes), len(lengths))
     if error is not None:
         return PrefixParts(error)
     error, members, labels = read_group_ids(group_ids, len(lengths))
