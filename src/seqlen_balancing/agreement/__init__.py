@@ -6,48 +6,5 @@ moves it through ``torch.distributed`` (imported only by the batch glue). The na
 first are re-exported here.
 """
 
-from seqlen_balancing.agreement.vector import (
-    LAYOUT,
-    VECTOR_SIZE,
-    Layout,
-    RankPlan,
-    Report,
-    Setting,
-    Slot,
-    agree_in_process,
-    analyse_with_prefixes,
-    combine,
-    decode,
-    decode_rows,
-    encode,
-    encode_rows,
-    fingerprint,
-    needs_reports,
-    plan_data_parallel,
-    plan_ranks,
-    report,
-    settings_of,
-)
-
-__all__ = [
-    "LAYOUT",
-    "VECTOR_SIZE",
-    "Layout",
-    "RankPlan",
-    "Report",
-    "Setting",
-    "Slot",
-    "agree_in_process",
-    "analyse_with_prefixes",
-    "combine",
-    "decode",
-    "decode_rows",
-    "encode",
-    "encode_rows",
-    "fingerprint",
-    "needs_reports",
-    "plan_data_parallel",
-    "plan_ranks",
-    "report",
-    "settings_of",
-]
+from seqlen_balancing.agreement.vector import *  # noqa: F403  (the room's pure names)
+from seqlen_balancing.agreement.vector import __all__ as __all__

@@ -1,6 +1,6 @@
 """Error records about a per-sample list: the lengths, the costs or the workloads.
 
-Each record names the list it is about (:data:`LengthSource`), and its message speaks of
+Each record names the list it is about (``LengthSource``), and its message speaks of
 that list by its parameter's name (``seq_lens``, ``costs``, ``workloads``).
 """
 
@@ -22,9 +22,9 @@ __all__ = [
 ]
 
 
-#: Which per-sample list an error is about, by its parameter's name: the effective lengths,
-#: the caller's costs, its workloads (the balance objective), the tokens each sample shares
-#: with its group, or the group ids.
+# Which per-sample list an error is about, by its parameter's name: the effective lengths,
+# the caller's costs, its workloads (the balance objective), the tokens each sample shares
+# with its group, or the group ids.
 LengthSource = Literal["seq_lens", "costs", "workloads", "prefix_lengths", "group_ids"]
 
 #: Each list's words: (the values, one value, " of tokens", " tokens"); the last two empty

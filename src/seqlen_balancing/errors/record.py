@@ -53,7 +53,7 @@ class PlanError:
 
     #: The exception raised for it: ``TypeError`` for a wrong type, else ``ValueError``.
     exception_type: ClassVar[type[Exception]] = ValueError
-    #: The message of a record without fields (the others build theirs in :meth:`text`).
+    #: The message of a record without fields (the others build theirs in ``text()``).
     fixed_text: ClassVar[str] = ""
 
     #: Extra local detail (e.g. the repr of a wrong-typed value). Not sent in the
