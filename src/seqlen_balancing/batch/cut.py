@@ -16,25 +16,27 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from seqlen_balancing.batch.entries import _Entries
-from seqlen_balancing.batch.kinds import _carrier, _lazy_stack, _ragged_dim, _select
+from seqlen_balancing.batch.kinds import _COMPRESSED, _carrier, _lazy_stack, _ragged_dim, _select
 from seqlen_balancing.batch.nested import _jagged, _local_offsets, _rows_of
 from seqlen_balancing.collector import paused_collector
 
 
-def _pick_rows(tensor: torch.Tensor, how: str, rows: list[int], copy: bool = True) -> torch.Tensor:
-    """Rows ``rows`` of a sparse tensor (a copy), in its layout, or of a dense one of a dtype
-    some index kernel lacks (``"rows"``: a copy, or without ``copy`` the static path's
-    chunk of consecutive rows as a view, as its other dense entries are)."""
-    if how == "rows" and not copy and rows:
+def _pick_rows(tensor: torch.Tensor, rows: list[int], copy: bool = True) -> torch.Tensor:
+    """Rows ``rows`` of a dense tensor of any dtype (a copy, bit for bit, or without
+    ``copy`` the static path's chunk of consecutive rows as a view, as its other dense
+    entries are), or of a sparse COO or CSR/CSC one (a copy in its layout; CSR/CSC through
+    COO); other layouts as ``index_select`` takes them."""
+    sparse = tensor.layout == torch.sparse_coo or tensor.layout in _COMPRESSED
+    if not sparse and not copy and rows:
         return tensor.narrow(0, rows[0], len(rows))
     index = torch.tensor(rows, dtype=torch.long, device=tensor.device)
-    if how == "rows":
+    if not sparse:
         return _select(tensor, index)
     carrier = _carrier(tensor.dtype)
     if carrier is not tensor.dtype:  # values of a dtype index_select lacks: their bits carried
-        picked = _pick_rows(_with_values(tensor, _values(tensor).view(carrier)), how, rows)
+        picked = _pick_rows(_with_values(tensor, _values(tensor).view(carrier)), rows)
         return _with_values(picked, _values(picked).view(tensor.dtype))
-    if how == "coo":
+    if tensor.layout == torch.sparse_coo:
         return tensor.index_select(0, index)
     picked = tensor.to_sparse(layout=torch.sparse_coo).index_select(0, index)
     return picked.to_sparse(layout=tensor.layout)
@@ -274,9 +276,7 @@ def _cut(
     """
     entries = entries or _Entries()
     if entries.by_rows:
-        rows = list(cast(LazyStackedTensorDict, batch).tensordicts)
-        parts = [_lazy_stack([rows[i] for i in part]) for part in plan]
-        return [part.clone() if copy else part for part in parts]
+        return cast(list[TensorDict], _stack_parts(batch, plan, copy))
     order = [i for part in plan for i in part]
     apart = entries.apart
     rest = batch.exclude(*(key for key, _, _ in apart)) if apart else batch
@@ -288,23 +288,27 @@ def _cut(
         micro_batches = list(rest.split([len(part) for part in plan], dim=0))
     shared_offsets: dict[tuple[int, torch.device, tuple[int, ...]], torch.Tensor] = {}
     for key, value, how in apart:
+        if how == "nested" and value.layout == torch.jagged:
+            _cut_jagged(micro_batches, key, value, plan, entries.offsets.get(key), identity,
+                        shared_offsets)
+            continue
+        parts: list[Any]
         if how == "stack":
-            stack_rows = list(value.tensordicts)
-            for micro_batch, part in zip(micro_batches, plan, strict=True):
-                picked_stack = _lazy_stack([stack_rows[i] for i in part])
-                micro_batch.set(key, picked_stack.clone() if copy else picked_stack)
-            continue
-        if how != "nested":
-            for micro_batch, part in zip(micro_batches, plan, strict=True):
-                micro_batch.set(key, _pick_rows(value, how, part, copy))
-            continue
-        tensor = value
-        if tensor.layout != torch.jagged:
-            strided_rows = tensor.unbind()
-            for micro_batch, part in zip(micro_batches, plan, strict=True):
-                picked = [strided_rows[i] for i in part]
-                micro_batch.set(key, torch.nested.as_nested_tensor(picked, layout=tensor.layout))
-            continue
-        _cut_jagged(micro_batches, key, tensor, plan, entries.offsets.get(key), identity,
-                    shared_offsets)
+            parts = _stack_parts(value, plan, copy)
+        elif how == "nested":  # strided nested: rebuilt from its rows
+            rows = value.unbind()
+            parts = [torch.nested.as_nested_tensor([rows[i] for i in part], layout=value.layout)
+                     for part in plan]
+        else:
+            parts = [_pick_rows(value, part, copy) for part in plan]
+        for micro_batch, part_value in zip(micro_batches, parts, strict=True):
+            micro_batch.set(key, part_value)
     return micro_batches
+
+
+def _stack_parts(stack: Any, plan: list[list[int]], copy: bool) -> list[TensorDictBase]:
+    """The rows of each list of ``plan`` of a lazy stack along dim 0, as lazy stacks
+    (copies, or without ``copy`` of the input's rows)."""
+    rows = list(cast(LazyStackedTensorDict, stack).tensordicts)
+    parts = [_lazy_stack([rows[i] for i in part]) for part in plan]
+    return [part.clone() if copy else part for part in parts]

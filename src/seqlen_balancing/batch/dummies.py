@@ -30,12 +30,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
-from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.entries import _Entries
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
-from seqlen_balancing.batch.trim import Trim
 from seqlen_balancing.errors import (
     LossWeightKeyMissing,
     LossWeightKeysNotKeys,
@@ -84,32 +81,18 @@ def _rows(batch: TensorDict) -> list[Any]:
     return [batch]
 
 
-def _cut_with_dummies(
-    batch: TensorDict, plan: list[list[int]], entries: _Entries, dummy: list[int],
-    keys: tuple[str, ...], trim: Trim | None = None, pad: int = 1,
-) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
-    """The micro-batches of ``plan``, its empty lists (the dummies) cut as copies of the
-    ``dummy`` rows with ``keys`` zeroed; the index lists to return (a dummy's empty); and
-    the rows each micro-batch holds.
-
-    With ``trim`` (``padded=True`` on a dense batch) every micro-batch, a dummy included,
-    is cut to its own rows' width (a dummy to its copied rows'), and the index lists are
-    :class:`~seqlen_balancing.batch.trim.MicroBatchIndices` that remember the cut.
-    """
-    rows = [part if part else dummy for part in plan]
-    if trim is None or not trim.dims:
-        micro_batches = _cut(batch, rows, entries)
-        returned: list[list[int]] = plan
+def _zero_from(micro_batch: TensorDictBase, key: str, start: int) -> None:
+    """Zero ``key`` in the rows ``start:`` of ``micro_batch`` (a copy: the input is never
+    written): a dummy's whole entry and a lazy stack's rows replaced by zeros (any layout),
+    filler rows in place (dense entries by a slice, nested ones row by row)."""
+    parts = _rows(micro_batch)
+    if parts[0] is not micro_batch or start == 0:
+        for row in parts[start:]:
+            row.set(key, torch.zeros_like(row.get(key)))
+        return
+    value = micro_batch.get(key)
+    if value.is_nested:
+        for row in value.unbind()[start:]:
+            row.zero_()
     else:
-        # The entries cut by width are not gathered whole: each micro-batch takes its columns.
-        micro_batches = _cut(batch.exclude(*trim.dims), rows, entries)
-        returned = list(trim.cut(micro_batches, batch, rows, pad))
-        for indices, part in zip(returned, plan, strict=True):
-            if not part:
-                del indices[:]  # a dummy's list is empty; the columns kept stay
-    for micro_batch, part in zip(micro_batches, plan, strict=True):
-        if not part:
-            for key in keys:
-                for row in _rows(micro_batch):
-                    row.set(key, torch.zeros_like(row.get(key)))
-    return micro_batches, returned, rows
+        value[start:] = 0

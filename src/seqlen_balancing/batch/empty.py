@@ -27,7 +27,7 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.dummies import _loss_weight_keys, _rows
+from seqlen_balancing.batch.dummies import _loss_weight_keys, _zero_from
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
 from seqlen_balancing.batch.kinds import _READ_ERRORS
 from seqlen_balancing.errors import (
@@ -154,8 +154,7 @@ def _empty_cut(
     micro_batches = _cut(source.row, rows, source.entries)
     for micro_batch in micro_batches:
         for key in source.keys:
-            for part in _rows(micro_batch):
-                part.set(key, torch.zeros_like(part.get(key)))
+            _zero_from(micro_batch, key, 0)
     if agreed_rows:
         return micro_batches, list(empty_rank_plan(count, agreed_rows)), rows
     return micro_batches, [[] for _ in range(count)], rows

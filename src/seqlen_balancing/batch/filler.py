@@ -26,47 +26,54 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.dummies import _rows
+from seqlen_balancing.batch.dummies import _rows, _zero_from
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
 from seqlen_balancing.batch.kinds import _ragged_dim
 from seqlen_balancing.batch.nested import _jagged
 from seqlen_balancing.batch.trim import Trim
+from seqlen_balancing.planning.rows import RowIndices
 
 __all__ = ["filler_counts", "real_rows"]
 
 
-def _cut_with_filler(
+def _cut_with_copies(
     batch: TensorDict, plan: list[list[int]], entries: _Entries, keys: tuple[str, ...],
-    trim: Trim | None = None, pad: int = 1,
+    trim: Trim | None = None, pad: int = 1, dummy: Sequence[int] = (),
 ) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
-    """The micro-batches of ``plan`` (:class:`~seqlen_balancing.planning.rows.RowIndices`), each
-    topped up with its filler rows, those rows' ``keys`` zeroed; the index lists to return
-    (the real rows, with the filler count); and the rows each micro-batch holds."""
-    rows = [list(part) + [getattr(part, "filler_row", -1)] * filler_of(part) for part in plan]
+    """The micro-batches of ``plan`` with their zero-weight copies: an empty list (a dummy,
+    :mod:`~seqlen_balancing.batch.dummies`) holds copies of the ``dummy`` rows, a
+    :class:`~seqlen_balancing.planning.rows.RowIndices` its filler rows after its real ones
+    (cut to one token); those rows' ``keys`` zeroed. Returns the micro-batches, the index
+    lists to return (the real rows: a dummy's empty, with the filler count) and the rows
+    each micro-batch holds.
+
+    With ``trim`` (``padded=True`` on a dense batch) every micro-batch, a dummy included,
+    is cut to its own rows' width, and the index lists are
+    :class:`~seqlen_balancing.batch.trim.MicroBatchIndices` that remember the cut.
+    """
+    rows = [list(part) + [getattr(part, "filler_row", -1)] * filler_of(part) or list(dummy) for part in plan]
     if trim is None or not trim.dims:
         micro_batches = _cut(batch, rows, entries)
         returned: list[list[int]] = plan
     else:
+        # The entries cut by width are not gathered whole: each micro-batch takes its columns.
         micro_batches = _cut(batch.exclude(*trim.dims), rows, entries)
-        cut = trim.cut(micro_batches, batch, rows, pad)
-        returned = []
-        for indices, part in zip(cut, plan, strict=True):
+        returned = list(trim.cut(micro_batches, batch, rows, pad))
+        for indices, part in zip(returned, plan, strict=True):
             del indices[len(part):]  # the real rows only; the columns kept stay
-            setattr(indices, "filler", filler_of(part))  # noqa: B010 (MicroBatchIndices has no field)
-            setattr(indices, "filler_row", getattr(part, "filler_row", -1))  # noqa: B010
-            returned.append(indices)
-    for micro_batch, part in zip(micro_batches, plan, strict=True):
-        if filler_of(part):
-            for key in keys:
-                _zero_from(micro_batch, key, len(part))
-            for row in _rows(micro_batch)[len(part):] if _is_stack(micro_batch) else [micro_batch]:
+            if isinstance(part, RowIndices):
+                setattr(indices, "filler", part.filler)  # noqa: B010 (MicroBatchIndices has no field)
+                setattr(indices, "filler_row", part.filler_row)  # noqa: B010
+    for micro_batch, part, held in zip(micro_batches, plan, rows, strict=True):
+        if len(held) == len(part):
+            continue  # real rows only
+        for key in keys:
+            _zero_from(micro_batch, key, len(part))
+        if filler_of(part):  # a lazy stack's filler rows one by one
+            stack = _rows(micro_batch)
+            for row in stack[len(part):] if stack[0] is not micro_batch else [micro_batch]:
                 _one_token(row, 0 if row is not micro_batch else len(part))
     return micro_batches, returned, rows
-
-
-def _is_stack(micro_batch: TensorDictBase) -> bool:
-    parts = _rows(micro_batch)
-    return len(parts) > 1 or parts[0] is not micro_batch
 
 
 def _one_token(batch: TensorDictBase, start: int) -> None:
@@ -139,23 +146,6 @@ def filler_counts(batch_idx_list: Sequence[Sequence[int]]) -> list[int]:
         [1, 0]
     """
     return [filler_of(part) for part in batch_idx_list]
-
-
-def _zero_from(micro_batch: TensorDictBase, key: str, start: int) -> None:
-    """Zero ``key`` in the rows ``start:`` of ``micro_batch`` (a copy: the input is never
-    written): dense entries by a slice, nested ones row by row (views of their values),
-    lazy stacks row by row."""
-    parts = _rows(micro_batch)
-    if len(parts) > 1 or parts[0] is not micro_batch:
-        for row in parts[start:]:
-            row.set(key, torch.zeros_like(row.get(key)))
-        return
-    value = micro_batch.get(key)
-    if value.is_nested:
-        for row in value.unbind()[start:]:
-            row.zero_()
-    else:
-        value[start:] = 0
 
 
 def real_rows(data: Any, batch_idx_list: Sequence[Sequence[int]]) -> Any:

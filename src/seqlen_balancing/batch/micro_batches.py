@@ -17,7 +17,7 @@ from tensordict import NonTensorData, TensorDict
 from seqlen_balancing._checks import describe
 from seqlen_balancing.agreement import analyse_with_prefixes
 from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.dummies import _cut_with_dummies, _loss_weight_keys
+from seqlen_balancing.batch.dummies import _loss_weight_keys
 from seqlen_balancing.batch.empty import (
     _batch_group_ids,
     _batch_prefix_lengths,
@@ -26,7 +26,7 @@ from seqlen_balancing.batch.empty import (
     _EmptySource,
 )
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
-from seqlen_balancing.batch.filler import _cut_with_filler
+from seqlen_balancing.batch.filler import _cut_with_copies
 from seqlen_balancing.batch.kinds import _READ_ERRORS
 from seqlen_balancing.batch.lengths import _read_lengths
 from seqlen_balancing.batch.settings import _batch_options, _per_sample_entry, _settings
@@ -283,14 +283,11 @@ def _rearrange_rows(
     log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
     if read.empty is not None:
         return _empty_cut(read.empty, count, analysis.agreed_rows)
-    if analysis.rows_window:
-        return _cut_with_filler(batch, plan, read.entries, read.keys, read.trim,
-                                analysis.pad_to_multiple_of)
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
-    dummy = analysis.samples_of(analysis.dummy_group) if analysis.n_groups else []
-    micro_batches, returned, rows = _cut_with_dummies(batch, plan, read.entries, dummy, read.keys,
-                                                      read.trim, analysis.pad_to_multiple_of)
-    return micro_batches, returned, rows
+    has_dummy = analysis.n_groups and not analysis.rows_window
+    dummy = analysis.samples_of(analysis.dummy_group) if has_dummy else []
+    return _cut_with_copies(batch, plan, read.entries, read.keys, read.trim, analysis.pad_to_multiple_of,
+                            dummy)
 
 
 def _empty_tolerance(analysis: RankAnalysis, source: _EmptySource, padded: bool) -> int:

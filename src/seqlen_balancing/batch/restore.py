@@ -11,6 +11,7 @@ import torch
 from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from seqlen_balancing._checks import non_negative_ints
+from seqlen_balancing.batch.cut import _pick_rows
 from seqlen_balancing.batch.filler import real_rows
 from seqlen_balancing.batch.kinds import (
     _COMPRESSED,
@@ -24,7 +25,6 @@ from seqlen_balancing.batch.kinds import (
     _per_row,
     _ragged_dim,
     _same_data,
-    _select,
 )
 from seqlen_balancing.batch.nested import _jagged, _SharedOffsets
 from seqlen_balancing.batch.trim import restore_widths
@@ -133,7 +133,7 @@ def restore_dynamic_batch(
     try:
         if tensor.is_nested:
             return _join_rows(tensor.unbind(), order, tensor)
-        return _take(tensor, order)
+        return _pick_rows(tensor, order)
     except (RuntimeError, NotImplementedError) as exc:  # a layout torch cannot index by rows
         raise ValueError(f"data ({_kind(tensor)}) cannot be put back in order by rows: {exc}") from exc
 
@@ -268,7 +268,8 @@ def _restore_tensors(
                 )
     if first.is_nested:
         return _join_rows([row for part in parts for row in part.unbind()], order, first, shared)
-    return _take(_cat(parts), order, first.layout)
+    joined = _pick_rows(_cat(parts), order)  # CSR/CSC parts joined in COO: back in their layout
+    return joined.to_sparse(layout=first.layout) if first.layout in _COMPRESSED else joined
 
 
 def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -276,18 +277,6 @@ def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
     if parts[0].layout in _COMPRESSED:
         return torch.cat([part.to_sparse(layout=torch.sparse_coo) for part in parts])
     return torch.cat(parts)
-
-
-def _take(tensor: torch.Tensor, order: list[int], layout: torch.layout | None = None) -> torch.Tensor:
-    """Rows ``order`` of a dense or sparse tensor, back in ``layout`` (default: its own)."""
-    index = torch.tensor(order, dtype=torch.long, device=tensor.device)
-    layout = layout or tensor.layout
-    if tensor.layout in _COMPRESSED:
-        tensor = tensor.to_sparse(layout=torch.sparse_coo)
-    if tensor.layout != torch.sparse_coo:
-        return _select(tensor, index)
-    picked = tensor.index_select(0, index)
-    return picked.to_sparse(layout=layout) if layout in _COMPRESSED else picked
 
 
 def _restore_tensordicts(
