@@ -31,10 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDictBase
+from tensordict import TensorDictBase
 
 from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _carried, _is_dense, _select
@@ -70,25 +70,11 @@ class MicroBatchIndices(list):  # type: ignore[type-arg]
     spans: dict[Any, tuple[int, int]]
     response: tuple[int, int] | None
 
-    def __init__(
-        self,
-        indices: Sequence[int],
-        start: int,
-        stop: int,
-        width: int,
-        dims: dict[Any, int] | None = None,
-        pad_values: dict[Any, Any] | None = None,
-        uncut: frozenset[Any] = frozenset(),
-        spans: dict[Any, tuple[int, int]] | None = None,
-        response: tuple[int, int] | None = None,
-    ) -> None:
+    def __init__(self, indices: Sequence[int], start: int, stop: int, trim: Trim) -> None:
         super().__init__(indices)
-        self.start, self.stop, self.width = start, stop, width
-        self.dims = dict(dims or {})
-        self.pad_values = dict(pad_values or {})
-        self.uncut = uncut
-        self.spans = dict(spans or {})
-        self.response = response
+        self.start, self.stop = start, stop
+        self.width, self.response, self.uncut = trim.width, trim.response, trim.uncut
+        self.dims, self.pad_values, self.spans = trim.dims, trim.pad_values, trim.spans
 
     def window(self, span: tuple[int, int] | None = None) -> tuple[int, int, int]:
         """``(start, stop, size)``: the columns kept of an entry spanning the mask's
@@ -166,12 +152,9 @@ def _clamped(start: int, stop: int, offset: int, size: int) -> tuple[int, int, i
 def _response_width(batch: TensorDictBase, width: int) -> int | None:
     """The width of verl's response window (``responses``, else ``response_mask``: dense,
     narrower than the mask), or ``None``."""
-    keys = set(batch.keys())
     for name in ("responses", "response_mask"):
-        value = batch.get(name) if name in keys else None
-        if not isinstance(value, torch.Tensor) or not _is_dense(value) or value.dim() < 2:
-            continue
-        if 0 < int(value.shape[1]) < width:
+        value = batch.get(name, None)
+        if _is_dense(value) and value.dim() >= 2 and 0 < int(value.shape[1]) < width:
             return int(value.shape[1])
     return None
 
@@ -190,7 +173,7 @@ def _cut_dims(
     narrow = _response_width(batch, width)
     response = None if narrow is None else (width - narrow, narrow)
     for key, value in batch.items(include_nested=True, leaves_only=True):
-        if not _is_dense(value) or isinstance(value, (NonTensorData, NonTensorStack)):
+        if not _is_dense(value):
             continue
         parent = batch.get(key[:-1]) if isinstance(key, tuple) and len(key) > 1 else batch
         sizes = [int(value.shape[d]) for d in range(len(parent.batch_size), value.dim())]
@@ -223,13 +206,12 @@ def _pad_values(batch: TensorDictBase, trim: Trim) -> dict[Any, Any]:
 
 def cut_to_width(
     micro_batches: list[Any], batch: TensorDictBase, plan: list[list[int]],
-    kept: list[tuple[int, int]], dims: dict[Any, int], spans: dict[Any, tuple[int, int]] | None = None,
+    kept: list[tuple[int, int]], dims: dict[Any, int], spans: dict[Any, tuple[int, int]],
 ) -> None:
     """Set each cut entry of each micro-batch to the input's rows of that micro-batch and
     its kept columns only, those within its span for a narrow entry (``spans``; one
     ``index_select`` of a narrowed view: no full-width copy)."""
     values = {key: batch.get(key) for key in dims}
-    spans = spans or {}
     for micro_batch, part, (lo, hi) in zip(micro_batches, plan, kept, strict=True):
         index: dict[torch.device, torch.Tensor] = {}  # one index per device and micro-batch
         for key, dim in dims.items():
@@ -253,10 +235,20 @@ def _widened(tensor: torch.Tensor, dim: int, window: tuple[int, int, int], fill:
     return out if carried is tensor else out.view(tensor.dtype)
 
 
-def _seq_dim(tensor: torch.Tensor, indices: MicroBatchIndices) -> tuple[int, tuple[int, int, int]] | None:
+def _seq_dim(
+    tensor: torch.Tensor, indices: MicroBatchIndices, key: Any = None
+) -> tuple[int, tuple[int, int, int]] | None:
     """The dimension of an output of the micro-batch's kept width, and the window it goes
-    back into: the mask's first, else the response window's (verl's log-probs)."""
-    if tensor.is_nested or tensor.layout != torch.strided:
+    back into: an entry the cut made (``key``) along the dimension it cut, in its span;
+    an entry the batch did not have (a model output) along its first of that width, in the
+    mask's window, else the response window's (verl's log-probs); ``None`` for the batch's
+    uncut entries and outputs of other widths."""
+    cut = indices.dims.get(key)
+    if cut is not None:
+        start, stop, size = window = indices.window(indices.spans.get(key))
+        fits = stop - start != size and tensor.dim() > cut and int(tensor.shape[cut]) == stop - start
+        return (cut, window) if fits else None
+    if key in indices.uncut or tensor.is_nested or tensor.layout != torch.strided:
         return None
     windows = [indices.window()] + ([indices.window(indices.response)] if indices.response else [])
     for start, stop, size in windows:
@@ -268,49 +260,31 @@ def _seq_dim(tensor: torch.Tensor, indices: MicroBatchIndices) -> tuple[int, tup
     return None
 
 
+def _widen(value: Any, indices: MicroBatchIndices, key: Any = None) -> Any:
+    """``value`` (an output, or entry ``key`` of one) put back at the batch's width where
+    it has a micro-batch's kept width (:func:`_seq_dim`), with the entry's pad value (0
+    for outputs the cut did not make); anything else as it is."""
+    found = _seq_dim(value, indices, key) if isinstance(value, torch.Tensor) else None
+    return value if found is None else _widened(value, *found, indices.pad_values.get(key, 0))
+
+
 def restore_widths(parts: list[Any], lists: Sequence[Sequence[int]]) -> list[Any]:
     """``parts`` (one output per micro-batch) with every output cut to its micro-batch's
     width put back at the batch's width: the kept columns in place, each entry's pad value
-    (0 for outputs the cut did not make) elsewhere. Outputs of other shapes and
-    micro-batches that were not cut are returned as they are."""
+    (0 for outputs the cut did not make) elsewhere; a TensorDict as a new one (the output
+    is not changed), entry by entry. Outputs of other shapes and micro-batches that were
+    not cut are returned as they are."""
     out = []
     for part, indices in zip(parts, lists, strict=True):
-        if not isinstance(indices, MicroBatchIndices):
-            out.append(part)
-            continue
-        if isinstance(part, torch.Tensor):
-            found = _seq_dim(part, indices)
-            out.append(part if found is None else _widened(part, *found, 0))
-            continue
-        if isinstance(part, TensorDictBase):
-            out.append(_widened_tensordict(part, indices))
-            continue
+        if isinstance(indices, MicroBatchIndices) and isinstance(part, TensorDictBase):
+            widened = part.empty(recurse=True)
+            for key, value in part.items(include_nested=True, leaves_only=True):
+                widened.set(key, _widen(value, indices, key))
+            part = widened
+        elif isinstance(indices, MicroBatchIndices):
+            part = _widen(part, indices)
         out.append(part)
     return out
-
-
-def _widened_tensordict(part: TensorDictBase, indices: MicroBatchIndices) -> TensorDictBase:
-    """A new TensorDict (the output is not changed) with every entry of the micro-batch's
-    width widened: the entries the cut made along the dimension it cut, with the pad
-    value they held; entries the batch did not have (model outputs) along their first
-    dimension of that width, with 0; the batch's uncut entries as they are."""
-    widened = part.empty(recurse=True)
-    for key, value in part.items(include_nested=True, leaves_only=True):
-        found = None
-        if isinstance(value, torch.Tensor) and not isinstance(value, (NonTensorData, NonTensorStack)):
-            cut = indices.dims.get(key)
-            if cut is not None:
-                start, stop, size = window = indices.window(indices.spans.get(key))
-                fits = stop - start != size and value.dim() > cut and int(value.shape[cut]) == stop - start
-                found = (cut, window) if fits else None
-            elif key not in indices.uncut:
-                found = _seq_dim(value, indices)
-        if found is None:
-            widened.set(key, value)
-        else:
-            tensor = cast(torch.Tensor, value)
-            widened.set(key, _widened(tensor, *found, indices.pad_values.get(key, 0)))
-    return widened
 
 
 @dataclass
@@ -350,11 +324,7 @@ class Trim:
         remember it."""
         kept = _windows(plan, self.first, self.stop, self.has, self.anchor, self.width, pad)
         cut_to_width(micro_batches, batch, plan, kept, self.dims, self.spans)
-        return [
-            MicroBatchIndices(part, lo, hi, self.width, self.dims, self.pad_values, self.uncut,
-                              self.spans, self.response)
-            for part, (lo, hi) in zip(plan, kept, strict=True)
-        ]
+        return [MicroBatchIndices(part, lo, hi, self) for part, (lo, hi) in zip(plan, kept, strict=True)]
 
 
 def _pad_position(trim: Trim, offset: int, size: int) -> tuple[int, int] | None:
