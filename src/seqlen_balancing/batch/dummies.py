@@ -26,7 +26,6 @@ no default key is an error), so a rank that cannot zero its dummies fails with i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -35,7 +34,6 @@ from tensordict import TensorDict, TensorDictBase
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
 from seqlen_balancing.errors import (
     LossWeightKeyMissing,
-    LossWeightKeysNotKeys,
     LossWeightNotTensor,
     NoLossWeightEntry,
     PlanError,
@@ -47,18 +45,15 @@ __all__ = ["DEFAULT_LOSS_WEIGHT_KEYS"]
 DEFAULT_LOSS_WEIGHT_KEYS = ("loss_mask", "response_mask")
 
 
-def _loss_weight_keys(batch: TensorDict, named: Any) -> tuple[PlanError | None, tuple[str, ...]]:
-    """The keys to zero in the dummies, or the error to agree on (before the agreement)."""
-    if named is None:
-        keys = tuple(key for key in DEFAULT_LOSS_WEIGHT_KEYS if key in batch.keys())
-        if not keys:
-            return NoLossWeightEntry(), ()
-    elif isinstance(named, str):
-        keys = (named,)
-    elif isinstance(named, Sequence) and named and all(isinstance(k, str) for k in named):
-        keys = tuple(named)
-    else:
-        return LossWeightKeysNotKeys(detail=f"got {type(named).__name__}"), ()
+def _loss_weight_keys(
+    batch: TensorDict, named: tuple[str, ...] | None
+) -> tuple[PlanError | None, tuple[str, ...]]:
+    """The keys to zero in the dummies (``named``: the options' ``loss_weight_keys``, which
+    :class:`~seqlen_balancing.PlanOptions` checked), or the error to agree on (before the
+    agreement)."""
+    keys = named or tuple(key for key in DEFAULT_LOSS_WEIGHT_KEYS if key in batch.keys())
+    if not keys:
+        return NoLossWeightEntry(), ()
     for key in keys:
         if key not in batch.keys():
             return LossWeightKeyMissing(key), ()

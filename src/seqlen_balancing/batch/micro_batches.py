@@ -203,24 +203,19 @@ def rearrange_micro_batches(
         "force_group_size": force_group_size,
     }
     given, error = PlanOptions.from_keywords(options, verl, option_keywords)
-    micro_batches, plan, _ = _rearrange_rows(
+    return _rearrange_rows(
         batch, max_token_len, dp_group, given, error, None, costs, workloads, same_micro_num_in_dp,
         group_ids, dummy_template, prefix_lengths,
-    )
-    return micro_batches, plan
+    )[:2]
 
 
 def _agree_asked(given: PlanOptions, error: PlanError | None, same_micro_num_in_dp: Any) -> Any:
     """The ``same_micro_num_in_dp`` that decides whether the call agrees (verl's rule): the
     options' when they could be read, else the call's own value (as given: a value that is
     not a switch counts as true there, and is the error the group agrees on)."""
-    if error is None or _is_verl_default(same_micro_num_in_dp):
+    if error is None or same_micro_num_in_dp is True:  # True: verl's default
         return given.same_micro_num_in_dp
     return same_micro_num_in_dp
-
-
-def _is_verl_default(value: Any) -> bool:
-    return value is True
 
 
 def _rearrange_rows(
@@ -461,19 +456,20 @@ def prepare_micro_batches(
             data if error is None else None, value, dp_group, given, options_error, error, costs,
             workloads, same_micro_num_in_dp, group_ids, dummy_template,
         )[:2]
-    return _static(data, dp_group, given, options_error or error, cause, value,
-                   (costs, workloads, group_ids), same_micro_num_in_dp)
+    per_sample = {Argument.COSTS: costs, Argument.WORKLOADS: workloads, Argument.GROUP_IDS: group_ids}
+    return _static(data, dp_group, given, options_error or error, cause, value, per_sample,
+                   same_micro_num_in_dp)
 
 
 def _static(
     data: TensorDict, dp_group: Any, options: PlanOptions, error: PlanError | None,
-    cause: BaseException | None, size: int, per_sample: tuple[Any, Any, Any],
+    cause: BaseException | None, size: int, per_sample: dict[Argument, Any],
     same_micro_num_in_dp: Any,
 ) -> tuple[list[TensorDict], None]:
     """The static path: chunks of ``micro_batch_size_per_gpu * force_group_size`` samples,
     agreed on (mode and count) with the group like the dynamic path."""
     sync = _begin(dp_group, _agree_asked(options, error, same_micro_num_in_dp))
-    error = error or _static_option_error(options, *per_sample)
+    error = error or _static_option_error(options, per_sample)
     chunk = size * options.force_group_size
     n = int(data.batch_size[0])
     if error is None and (n == 0 or n % chunk):
@@ -489,9 +485,7 @@ def _static(
     return _cut(data, chunks, entries, copy=False), None
 
 
-def _static_option_error(
-    options: PlanOptions, costs: Any, workloads: Any, group_ids: Any = None
-) -> PlanError | None:
+def _static_option_error(options: PlanOptions, per_sample: dict[Argument, Any]) -> PlanError | None:
     """One of the library's own options set on the static path, which has no cap it could
     change: refused, never ignored (verl's parameters are accepted there, as verl accepts
     them; a value at its default changes nothing and is accepted)."""
@@ -500,10 +494,5 @@ def _static_option_error(
         if not (opt.static or opt.verl_parameter):
             shown = value if type(value) is int else None  # None: not shown
             return StaticPathOption(opt.argument, shown)
-    if costs is not None:
-        return StaticPathOption(Argument.COSTS, None)
-    if workloads is not None:
-        return StaticPathOption(Argument.WORKLOADS, None)
-    if group_ids is not None:
-        return StaticPathOption(Argument.GROUP_IDS, None)
-    return None
+    given = [argument for argument, value in per_sample.items() if value is not None]
+    return StaticPathOption(given[0], None) if given else None

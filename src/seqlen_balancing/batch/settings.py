@@ -101,21 +101,18 @@ def _batch_options(
 ) -> tuple[PlanOptions, PlanError | None]:
     """The options of one ``prepare_micro_batches`` call: ``options=`` (else the defaults),
     then the batch's settings (plain entries or NonTensorData, as verl stores them), then
-    verl's parameters not at their default, then the keywords given other than ``None``
-    (``None``: the batch's setting, as before). Later wins; the first problem is returned
-    as the error to agree on (with the options so far)."""
+    verl's parameters not at their default, then ``keywords`` (the caller's, those given
+    other than ``None``). Later wins; the first problem is returned as the error to agree
+    on (with the options so far)."""
     start, error = PlanOptions.from_keywords(options)
     if error is not None:
         return start, error
     present = {key: _setting(data, key, _ABSENT) for key in _OPTION_KEYS}
     settings = {key: value for key, value in present.items() if value is not _ABSENT}
-    if isinstance(settings.get("loss_weight_keys"), list):
-        settings["loss_weight_keys"] = tuple(settings["loss_weight_keys"])
     start, error = PlanOptions.from_batch(settings, start)
     if error is not None:
         return start, error
-    given = {name: value for name, value in keywords.items() if value is not None}
-    return PlanOptions.from_keywords(None, verl_parameters, given, base=start)
+    return PlanOptions.from_keywords(None, verl_parameters, keywords, base=start)
 
 
 def _per_sample_entry(data: TensorDict, key: str, given: Any) -> Any:
