@@ -13,27 +13,26 @@ row's loss-weight entries are zero (``loss_mask`` and ``response_mask`` by defau
 :mod:`seqlen_balancing.batch.dummies`), so a loss summed over weighted tokens gets nothing
 from it, and neither do the gradients. The index lists hold the real rows only and carry
 the filler count, which :func:`~seqlen_balancing.batch.restore.restore_dynamic_batch`
-reads to drop the filler rows' outputs (:func:`real_rows`).
+reads to drop the filler rows' outputs (it restores them as samples after the real ones).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.dummies import _rows, _zero_from
-from seqlen_balancing.batch.entries import _cut_inputs, _Entries
+from seqlen_balancing.batch.entries import _Entries
 from seqlen_balancing.batch.kinds import _ragged_dim
 from seqlen_balancing.batch.nested import _jagged
 from seqlen_balancing.batch.trim import Trim
 from seqlen_balancing.planning.rows import RowIndices
 
-__all__ = ["filler_counts", "real_rows"]
+__all__: list[str] = []
 
 
 def _cut_with_copies(
@@ -135,59 +134,3 @@ def _narrowed(value: torch.Tensor, start: int, lengths: list[int]) -> torch.Tens
 def filler_of(part: Sequence[int]) -> int:
     """The filler rows after the real ones of an index list (0 for a plain list)."""
     return int(getattr(part, "filler", 0) or 0)
-
-
-def filler_counts(batch_idx_list: Sequence[Sequence[int]]) -> list[int]:
-    """The filler rows of each micro-batch, from its index list (0 for plain lists).
-
-    Example:
-        >>> from seqlen_balancing.planning.rows import RowIndices
-        >>> filler_counts([RowIndices([0, 2], filler=1, filler_row=0), [1]])
-        [1, 0]
-    """
-    return [filler_of(part) for part in batch_idx_list]
-
-
-def real_rows(data: Any, batch_idx_list: Sequence[Sequence[int]]) -> Any:
-    """``data`` without the filler rows' outputs: a list of per-micro-batch outputs each cut
-    to its real rows, or concatenated outputs (a tensor or a TensorDict) with the filler
-    rows taken out; ``data`` itself when no list has filler."""
-    counts = filler_counts(batch_idx_list)
-    if not any(counts):
-        return data
-    sizes = [len(part) for part in batch_idx_list]
-    if isinstance(data, (list, tuple)):
-        # outputs beyond the index lists are left for restore's count check to name
-        return [_first_rows(part, sizes[m]) if m < len(sizes) else part for m, part in enumerate(data)]
-    keep: list[int] = []
-    at = 0
-    for size, extra in zip(sizes, counts, strict=True):
-        keep.extend(range(at, at + size))
-        at += size + extra
-    rows = int(data.batch_size[0]) if isinstance(data, TensorDictBase) else int(data.size(0))
-    keep.extend(range(at, rows))  # rows after every micro-batch's (none from this library)
-    return _pick(data, keep)
-
-
-def _first_rows(part: Any, size: int) -> Any:
-    if not isinstance(part, (torch.Tensor, TensorDictBase)):
-        return part
-    return _pick(part, list(range(size)))
-
-
-def _pick(data: Any, rows: list[int]) -> Any:
-    """Rows ``rows`` of a tensor (nested ones row by row, keeping their layout) or a
-    TensorDict."""
-    if isinstance(data, torch.Tensor) and data.is_nested:
-        picked = [data.unbind()[i] for i in rows]
-        return torch.nested.as_nested_tensor(picked, layout=data.layout)
-    if isinstance(data, torch.Tensor) and data.dim() == 0:
-        return data
-    if isinstance(data, TensorDictBase):  # the cut's own gather: jagged entries on any tensordict
-        error, entries, _ = _cut_inputs(data, {})
-        if error is None:  # the cut takes a cover of the rows: the rest as a second part
-            chosen = set(rows)
-            rest = [i for i in range(int(data.batch_size[0])) if i not in chosen]
-            return _cut(data, [rows, rest] if rest else [rows], entries)[0]
-    index = torch.tensor(rows, dtype=torch.long, device=data.device)
-    return data[index]

@@ -12,7 +12,7 @@ from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, Ten
 
 from seqlen_balancing._checks import non_negative_ints
 from seqlen_balancing.batch.cut import _pick_rows
-from seqlen_balancing.batch.filler import real_rows
+from seqlen_balancing.batch.filler import filler_of
 from seqlen_balancing.batch.kinds import (
     _COMPRESSED,
     _READ_ERRORS,
@@ -96,8 +96,6 @@ def restore_dynamic_batch(
         >>> restore_dynamic_batch([torch.tensor([10, 30]), torch.tensor([20])], [[0, 2], [1]]).tolist()
         [10, 20, 30]
     """
-    if isinstance(data, (list, tuple, torch.Tensor, TensorDictBase)):
-        data = real_rows(data, batch_idx_list)  # equal_rows_per_micro_batch's filler rows dropped
     lists, dummies = _real_lists(batch_idx_list)
     if isinstance(data, (list, tuple)):
         parts = list(data)
@@ -106,12 +104,11 @@ def restore_dynamic_batch(
         if dummies and len(parts) == len(lists) + dummies:
             parts = parts[: len(lists)]  # the dummies' outputs
         return _restore_parts(parts, lists)
+    filled = [i for part in _with_filler(lists) for i in part]
     if isinstance(data, TensorDictBase):
-        flat_lists = [[i for part in lists for i in part]]
-        real = len(flat_lists[0])
-        if dummies and len(data.batch_size) > 0 and _rows(data) >= real + dummies:
-            data = data[:real]
-        return _restore_parts([data], flat_lists)
+        if dummies and len(data.batch_size) > 0 and _rows(data) >= len(filled) + dummies:
+            data = data[: len(filled)]
+        return _restore_parts([data], [[i for part in lists for i in part]], [filled])
     if not isinstance(data, torch.Tensor):
         raise TypeError(
             f"data must be a torch.Tensor, a TensorDict or a list of them, got {type(data).__name__}"
@@ -119,9 +116,7 @@ def restore_dynamic_batch(
     tensor = cast(torch.Tensor, data)
     if tensor.dim() == 0:
         raise ValueError("data must have a batch dimension (dim 0), got a 0-d tensor")
-    flat = non_negative_ints(
-        (i for part in batch_idx_list for i in part), "batch_idx_list (flattened)", "indices"
-    )
+    flat = non_negative_ints(filled, "batch_idx_list (flattened)", "indices")
     rows = int(tensor.size(0))
     if len(flat) != rows and not (dummies and rows >= len(flat) + dummies):
         extra = f" and {dummies} dummy micro-batches (at least a row each)" if dummies else ""
@@ -129,7 +124,7 @@ def restore_dynamic_batch(
             f"batch_idx_list holds {len(flat)} indices{extra} but data has {rows} rows; "
             "pass the index lists returned with these micro-batches"
         )
-    order: list[int] = get_reverse_idx(flat)
+    order: list[int] = get_reverse_idx(flat)[: sum(len(part) for part in lists)]  # filler rows last
     try:
         if tensor.is_nested:
             return _join_rows(tensor.unbind(), order, tensor)
@@ -189,9 +184,24 @@ def _real_lists(batch_idx_list: Sequence[Sequence[int]]) -> tuple[list[list[int]
     return lists[:real], len(lists) - real
 
 
-def _restore_parts(parts: list[Any], batch_idx_list: Sequence[Sequence[int]]) -> Any:
-    """:func:`restore_dynamic_batch` for a list of per-micro-batch outputs."""
-    lists = [list(part) for part in batch_idx_list]
+def _with_filler(lists: Sequence[Sequence[int]]) -> list[list[int]]:
+    """The index lists with their filler rows (``equal_rows_per_micro_batch``: the last
+    ``filler`` rows of a micro-batch) as samples after the real ones (``n``, ``n + 1``,
+    ...), so that restoring puts their outputs last, where they are dropped."""
+    n = sum(len(part) for part in lists)
+    out = []
+    for part in lists:
+        out.append([*part, *range(n, n + filler_of(part))])
+        n += filler_of(part)
+    return out
+
+
+def _restore_parts(
+    parts: list[Any], batch_idx_list: Sequence[Sequence[int]], filled: list[list[int]] | None = None
+) -> Any:
+    """:func:`restore_dynamic_batch` for a list of per-micro-batch outputs; ``filled``: the
+    index lists with their filler rows (:func:`_with_filler`, the default)."""
+    lists = filled or _with_filler(batch_idx_list)
     if len(parts) != len(lists):
         raise ValueError(
             f"data holds {len(parts)} micro-batch outputs but batch_idx_list has {len(lists)} "
@@ -222,7 +232,7 @@ def _restore_parts(parts: list[Any], batch_idx_list: Sequence[Sequence[int]]) ->
     flat = non_negative_ints(
         (i for part in lists for i in part), "batch_idx_list (flattened)", "indices"
     )
-    order: list[int] = get_reverse_idx(flat)
+    order: list[int] = get_reverse_idx(flat)[: sum(len(part) for part in batch_idx_list)]
     parts = restore_widths(parts, list(batch_idx_list))  # padded=True's cut, undone
     first = parts[0]
     if isinstance(first, TensorDictBase):
