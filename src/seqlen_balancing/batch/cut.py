@@ -16,7 +16,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from seqlen_balancing.batch.entries import _Entries
-from seqlen_balancing.batch.kinds import _COMPRESSED, _carrier, _lazy_stack, _ragged_dim, _select
+from seqlen_balancing.batch.kinds import _COMPRESSED, _SIGNED, _carrier, _lazy_stack, _ragged_dim, _select
 from seqlen_balancing.batch.nested import _jagged, _local_offsets, _rows_of
 from seqlen_balancing.collector import paused_collector
 
@@ -67,12 +67,10 @@ _CHUNK_BYTES = 8 << 20
 
 def _row_bytes(rest: TensorDictBase) -> int:
     """Bytes of one row of ``rest``'s tensors (0 where nothing is a plain tensor)."""
-    n = max(1, int(rest.batch_size[0]))
-    total = 0
-    for leaf in rest.values(include_nested=True, leaves_only=True):
-        if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided:
-            total += leaf.numel() * leaf.element_size()
-    return total // n
+    leaves = rest.values(include_nested=True, leaves_only=True)
+    total = sum(leaf.numel() * leaf.element_size() for leaf in leaves
+                if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided)
+    return total // max(1, int(rest.batch_size[0]))
 
 
 def _chunks(sizes: list[int], row_bytes: int) -> list[int]:
@@ -157,10 +155,6 @@ def _names(rest: TensorDictBase) -> Sequence[str] | None:
     return cast(Sequence[str], list(names))
 
 
-#: The integer dtype numpy copies a tensor's elements as, where numpy lacks its dtype.
-_SAME_BYTES = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
 def _as_array(tensor: torch.Tensor) -> np.ndarray | None:
     """``tensor``'s memory as a numpy array (no copy), its elements' bits unchanged; ``None``
     where that cannot be (a dtype of no numpy size, a negative or conjugate view)."""
@@ -169,7 +163,7 @@ def _as_array(tensor: torch.Tensor) -> np.ndarray | None:
     try:
         return tensor.numpy()
     except TypeError:  # bfloat16, float8, ...: the same bits as an integer of their size
-        same = _SAME_BYTES.get(tensor.element_size())
+        same = _SIGNED.get(tensor.element_size())
         return None if same is None else tensor.view(same).numpy()
 
 

@@ -255,11 +255,10 @@ def _rearrange_rows(
     empty = error is None and options.dummy_micro_batches and int(batch.batch_size[0]) == 0
     read = _read_batch(batch, options, error, empty, dummy_template)
     error, cause = read.error, read.cause
-    ids: Any = None
-    prefixes: Any = None
-    if error is None and group_ids is not None:
+    ids = prefixes = None  # (read from the batch where they name an entry of it)
+    if error is None:
         error, ids = _batch_group_ids(batch, group_ids)
-    if error is None and prefix_lengths is not None:
+    if error is None:
         error, prefixes = _batch_prefix_lengths(batch, prefix_lengths)
     if error is None:
         extents = None if read.trim is None or costs is not None else (read.trim.left, read.trim.right)
@@ -326,7 +325,6 @@ def _read_batch(batch: Any, options: PlanOptions, error: PlanError | None, empty
         # The peers must hear of it: turn it into a plan error (the cause is chained).
         read.cause, read.error = exc, LengthsUnreadable(detail=describe(exc))
     known: dict[Any, list[int]] = {} if offsets is None else {"input_ids": offsets}
-    read.entries = _Entries(offsets=known)
     if read.error is None:
         # Every entry checked and everything the cut reads read before the agreement: a
         # failure is agreed on, and the cut after it cannot fail.
@@ -449,8 +447,7 @@ def prepare_micro_batches(
             workloads = _per_sample_entry(data, "workloads", workloads) if dynamic else workloads
             group_ids = _per_sample_entry(data, "group_ids", group_ids) if dynamic else group_ids
         except _READ_ERRORS as exc:
-            cause = exc
-            error = LengthsUnreadable(detail=describe(exc))
+            cause, error = exc, LengthsUnreadable(detail=describe(exc))
     if dynamic:
         return _rearrange_rows(
             data if error is None else None, value, dp_group, given, options_error, error, costs,

@@ -127,7 +127,7 @@ def restore_dynamic_batch(
     order: list[int] = get_reverse_idx(flat)[: sum(len(part) for part in lists)]  # filler rows last
     try:
         if tensor.is_nested:
-            return _join_rows(tensor.unbind(), order, tensor)
+            return _join_rows(tensor.unbind(), order, tensor, {})
         return _pick_rows(tensor, order)
     except (RuntimeError, NotImplementedError) as exc:  # a layout torch cannot index by rows
         raise ValueError(f"data ({_kind(tensor)}) cannot be put back in order by rows: {exc}") from exc
@@ -137,7 +137,7 @@ def _join_rows(
     rows: Sequence[torch.Tensor],
     order: list[int],
     like: torch.Tensor,
-    shared: _SharedOffsets | None = None,
+    shared: _SharedOffsets,
 ) -> torch.Tensor:
     """A nested tensor of ``rows`` taken in ``order``, with ``like``'s layout and ragged dim.
 
@@ -152,12 +152,9 @@ def _join_rows(
     sizes = [int(row.shape[ragged_dim - 1]) for row in picked]
     values = torch.cat(picked, dim=ragged_dim - 1)
     key = (values.device, tuple(sizes))
-    offsets = None if shared is None else shared.get(key)
-    if offsets is None:
-        offsets = torch.tensor([0, *itertools.accumulate(sizes)], device=values.device)
-        if shared is not None:
-            shared[key] = offsets
-    return _jagged(values, offsets, ragged_dim, sizes)
+    if key not in shared:
+        shared[key] = torch.tensor([0, *itertools.accumulate(sizes)], device=values.device)
+    return _jagged(values, shared[key], ragged_dim, sizes)
 
 
 def _rows(part: Any) -> int:
@@ -174,8 +171,8 @@ def _real_lists(batch_idx_list: Sequence[Sequence[int]]) -> tuple[list[list[int]
     real = len(lists)
     while real and not lists[real - 1]:
         real -= 1
-    if any(not part for part in lists[:real]):
-        empty = next(m for m, part in enumerate(lists[:real]) if not part)
+    empty = next((m for m, part in enumerate(lists[:real]) if not part), None)
+    if empty is not None:
         raise ValueError(
             f"batch_idx_list[{empty}] is empty but a later index list is not; empty lists mark "
             "dummy micro-batches, which come last: pass the index lists returned with these "
@@ -236,13 +233,12 @@ def _restore_parts(
     parts = restore_widths(parts, list(batch_idx_list))  # padded=True's cut, undone
     first = parts[0]
     if isinstance(first, TensorDictBase):
-        return _restore_tensordicts(parts, order)
-    return _restore_tensors(parts, order)
+        return _restore_tensordicts(parts, order, (), {})
+    return _restore_tensors(parts, order, {})
 
 
 def _restore_tensors(
-    parts: list[torch.Tensor], order: list[int], shared: _SharedOffsets | None = None,
-    key: Any = None,
+    parts: list[torch.Tensor], order: list[int], shared: _SharedOffsets, key: Any = None,
 ) -> torch.Tensor:
     """Rows of ``parts`` (one tensor per micro-batch) joined in ``order``; every mismatch
     torch would raise on is a ``ValueError`` naming the micro-batch (and ``key``)."""
@@ -290,15 +286,13 @@ def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _restore_tensordicts(
-    parts: list[TensorDictBase], order: list[int], prefix: tuple[str, ...] = (),
-    shared: _SharedOffsets | None = None,
+    parts: list[TensorDictBase], order: list[int], prefix: tuple[str, ...], shared: _SharedOffsets,
 ) -> TensorDictBase:
     """The rows of TensorDict outputs joined in ``order``, entry by entry (nested
     TensorDicts keep their batch size); lazy stacks along dim 0 are joined by rows."""
     if all(_is_lazy_stack(part) and int(part.stack_dim) == 0 for part in parts):
         rows = [row for part in parts for row in cast(LazyStackedTensorDict, part).tensordicts]
         return _lazy_stack([rows[i] for i in order])
-    shared = {} if shared is None else shared
     try:
         # A lazy stack along another dim holds dense entries of one shape (as cut).
         parts = [part.contiguous() if _is_lazy_stack(part) else part for part in parts]
