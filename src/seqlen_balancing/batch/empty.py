@@ -29,7 +29,7 @@ from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.dummies import _loss_weight_keys, _zero_from
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
-from seqlen_balancing.batch.kinds import _READ_ERRORS
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_dense
 from seqlen_balancing.errors import (
     CallerDataRaised,
     DummyTemplateInvalid,
@@ -102,10 +102,10 @@ def _one_row(batch: TensorDict) -> TensorDict | None:
         value = batch.get(key)
         if isinstance(value, NonTensorData):
             out[key] = value
-            continue
-        if not isinstance(value, torch.Tensor) or value.is_nested or value.layout != torch.strided:
+        elif _is_dense(value):
+            out[key] = torch.zeros((1, *value.shape[1:]), dtype=value.dtype, device=value.device)
+        else:
             return None
-        out[key] = torch.zeros((1, *value.shape[1:]), dtype=value.dtype, device=value.device)
     mask = out.get("attention_mask")
     if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or mask.shape[1] == 0:
         return None

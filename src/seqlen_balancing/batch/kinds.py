@@ -125,12 +125,10 @@ def _same_data(a: Any, b: Any) -> bool:
     if a is b:
         return True
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-            return False
-        if (a.shape, a.dtype, a.device, a.layout) != (b.shape, b.dtype, b.device, b.layout):
-            return False
-        if a.device.type == "meta":
-            return True  # no data to differ
+        alike = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (
+            (a.shape, a.dtype, a.device, a.layout) == (b.shape, b.dtype, b.device, b.layout))
+        if not alike or a.device.type == "meta":
+            return alike  # on the meta device: no data to differ
         try:
             return bool(torch.equal(a.to_dense(), b.to_dense()))
         except (RuntimeError, NotImplementedError, TypeError):

@@ -61,15 +61,6 @@ class MicroBatchIndices(list):  # type: ignore[type-arg]
             of its kept width (verl's per-token log-probs) are restored into it.
     """
 
-    start: int
-    stop: int
-    width: int
-    dims: dict[Any, int]
-    pad_values: dict[Any, Any]
-    uncut: frozenset[Any]
-    spans: dict[Any, tuple[int, int]]
-    response: tuple[int, int] | None
-
     def __init__(self, indices: Sequence[int], start: int, stop: int, trim: Trim) -> None:
         super().__init__(indices)
         self.start, self.stop = start, stop
@@ -149,13 +140,14 @@ def _clamped(start: int, stop: int, offset: int, size: int) -> tuple[int, int, i
     return lo, max(lo, min(stop - offset, size)), size
 
 
-def _response_width(batch: TensorDictBase, width: int) -> int | None:
-    """The width of verl's response window (``responses``, else ``response_mask``: dense,
-    narrower than the mask), or ``None``."""
+def _response_window(batch: TensorDictBase, width: int) -> tuple[int, int] | None:
+    """verl's response window ``(offset, size)`` in the mask's columns: its last ``size``,
+    the width of ``responses`` (else ``response_mask``: dense, narrower than the mask), or
+    ``None``."""
     for name in ("responses", "response_mask"):
         value = batch.get(name, None)
         if _is_dense(value) and value.dim() >= 2 and 0 < int(value.shape[1]) < width:
-            return int(value.shape[1])
+            return width - int(value.shape[1]), int(value.shape[1])
     return None
 
 
@@ -166,12 +158,11 @@ def _cut_dims(
     each with that dimension, the first after its TensorDict's batch dimensions whose size
     is ``width`` (a dimension that is a batch dimension of a nested TensorDict is never
     cut); then, where the batch has verl's response window (``R`` columns,
-    :func:`_response_width`), every other dense entry with a dimension of size ``R``,
+    :func:`_response_window`), every other dense entry with a dimension of size ``R``,
     spanning the mask's last ``R`` columns, and verl's ``prompts`` (its first columns)."""
     found: dict[Any, int] = {}
     spans: dict[Any, tuple[int, int]] = {}
-    narrow = _response_width(batch, width)
-    response = None if narrow is None else (width - narrow, narrow)
+    response = _response_window(batch, width)
     for key, value in batch.items(include_nested=True, leaves_only=True):
         if not _is_dense(value):
             continue
@@ -352,24 +343,22 @@ def trim_inputs(
     :class:`~seqlen_balancing.errors.LengthsUnreadable` when the mask or a pad value cannot be
     read (the cause is returned for chaining).
     """
-    keys = set(batch.keys())
-    if "attention_mask" not in keys:
+    if "attention_mask" not in batch.keys():
         return None, None, None
     if by_rows:
         return PaddedLazyStack(), None, None
     try:
-        ids = batch.get("input_ids") if "input_ids" in keys else None
+        ids = batch.get("input_ids", None)
         if isinstance(ids, torch.Tensor) and ids.is_nested:
             return None, None, None
         mask = batch.get("attention_mask")
-        if not isinstance(mask, torch.Tensor) or mask.is_nested or mask.layout != torch.strided:
+        if not _is_dense(mask):
             return None, None, None
         first, stop, has = _mask_extents(mask)
-        anchor, left, right = _extents(first, stop, has)
-        trim = Trim(first, stop, has, anchor, left, right, int(mask.shape[1]))
+        trim = Trim(first, stop, has, *_extents(first, stop, has), int(mask.shape[1]))
         trim.dims, trim.spans, trim.response = _cut_dims(batch, trim.width)
-        leaves = batch.keys(include_nested=True, leaves_only=True)
-        trim.uncut = frozenset(key for key in leaves if key not in trim.dims)
+        trim.uncut = frozenset(key for key in batch.keys(include_nested=True, leaves_only=True)
+                               if key not in trim.dims)
         trim.pad_values = _pad_values(batch, trim)
     except _READ_ERRORS as exc:
         return LengthsUnreadable(detail=describe(exc)), None, exc
