@@ -182,8 +182,8 @@ def _host_join(
     O(tokens + rows).
     """
     values = tensor.values()
-    held = getattr(tensor, "lengths")() is None  # noqa: B009 (nested-only API)
-    plain = held and values.device.type == "cpu" and not values.requires_grad
+    holes = getattr(tensor, "lengths")() is not None  # noqa: B009 (nested-only API)
+    plain = not holes and values.device.type == "cpu" and not values.requires_grad
     source = _as_array(values) if plain else None
     if source is None:
         return None
@@ -214,12 +214,10 @@ def _cut_jagged(
     """Sets entry ``key`` of every micro-batch to its rows of the jagged ``tensor``, with
     its layout, ragged dimension, dtype and device (see :func:`_cut`)."""
     ragged_dim = _ragged_dim(tensor)
-    order = [i for part in plan for i in part]
     bounds = [0, *itertools.accumulate(len(part) for part in plan)]
-    parts: list[torch.Tensor] | None = None
-    joined: torch.Tensor | None = None
-    rows_of: Sequence[torch.Tensor] = ()
     packed = ragged_dim == 1 and getattr(tensor, "lengths")() is None  # noqa: B009
+    parts: list[torch.Tensor] = []  # each micro-batch's values
+    joined: torch.Tensor | None = None  # or every micro-batch's, in plan order
     if identity and packed:
         # Rows already in plan order: one copy of the token range, no split and cat.
         offsets = given or getattr(tensor, "offsets")().tolist()  # noqa: B009
@@ -229,19 +227,17 @@ def _cut_jagged(
         parts, sizes = host
     else:
         rows_of, row_sizes = _rows_of(tensor, given)
-        sizes = [row_sizes[i] for i in order]
-        joined = torch.cat([rows_of[i] for i in order]) if ragged_dim == 1 else None
+        sizes = [row_sizes[i] for part in plan for i in part]
+        if ragged_dim == 1:
+            joined = torch.cat([rows_of[i] for part in plan for i in part])
+        else:  # rows of shape (C, length): joined per micro-batch along their ragged dim
+            parts = [torch.cat([rows_of[i] for i in part], dim=ragged_dim - 1) for part in plan]
     new_offsets = [0, *itertools.accumulate(sizes)]
+    if joined is not None:
+        parts = [joined[new_offsets[a] : new_offsets[b]] for a, b in itertools.pairwise(bounds)]
     local = _local_offsets(new_offsets, sizes, bounds, tensor.device, shared)
-    for m, (micro_batch, part) in enumerate(zip(micro_batches, plan, strict=True)):
-        start, stop = bounds[m], bounds[m + 1]
-        if parts is not None:
-            values = parts[m]
-        elif joined is not None:
-            values = joined[new_offsets[start] : new_offsets[stop]]
-        else:
-            values = torch.cat([rows_of[i] for i in part], dim=ragged_dim - 1)
-        micro_batch.set(key, _jagged(values, local[m], ragged_dim, sizes[start:stop]))
+    for m, micro_batch in enumerate(micro_batches):
+        micro_batch.set(key, _jagged(parts[m], local[m], ragged_dim, sizes[bounds[m] : bounds[m + 1]]))
 
 
 @paused_collector

@@ -148,5 +148,4 @@ def _per_row(value: Any) -> list[Any]:
     tolist = getattr(value, "tolist", None)
     if not callable(tolist):
         raise TypeError(f"cannot restore a {type(value).__name__} entry row by row")
-    rows: list[Any] = tolist()
-    return rows
+    return cast(list[Any], tolist())

@@ -109,8 +109,7 @@ def _numpy_view(mask: torch.Tensor) -> np.ndarray | None:
     """The mask's memory as a numpy array (no copy), when it is a plain CPU tensor numpy
     holds as it is; else ``None`` (CUDA, bfloat16, sparse, ...: torch counts those)."""
     plain = mask.device.type == "cpu" and mask.layout == torch.strided and not mask.is_nested
-    plain = plain and not mask.is_neg()
-    if not plain or mask.dtype not in _NUMPY_DTYPES:
+    if not plain or mask.is_neg() or mask.dtype not in _NUMPY_DTYPES:
         return None
     return mask.detach().numpy()
 

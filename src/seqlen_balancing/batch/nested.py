@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -60,10 +60,9 @@ def _jagged(
         )
     store = internals._store_val_in_tensor
     cache = {"min_seqlen": store(low), "max_seqlen": store(high)}
-    tensor: torch.Tensor = internals.NestedTensor(
+    return cast(torch.Tensor, internals.NestedTensor(
         values, offsets, _ragged_idx=ragged_dim, _metadata_cache=cache
-    )
-    return tensor
+    ))
 
 
 def _rows_of(

@@ -71,10 +71,9 @@ def _settings(data: TensorDict) -> tuple[PlanError | None, bool, int | None]:
     if _asks_prefix_tree(data):  # read first, as verl reads it (PR #6689): never ignored
         return PrefixTreeAsked("use_prefix_tree"), True, 0
     raw_dynamic = _setting(data, "use_dynamic_bsz", True)
-    dynamic = as_switch(raw_dynamic)
+    # an unreadable switch plans dynamically (the default), and its error is agreed on
+    dynamic = as_switch(raw_dynamic) is not False
     dynamic_error = _switch_error(raw_dynamic, Argument.USE_DYNAMIC_BSZ)
-    if dynamic is None:  # an unreadable switch: plan dynamically (the default), agree on it
-        dynamic = True
     if dynamic:
         sp_error, sp_size = _int_setting(data, "sp_size", Argument.SP_SIZE, 1)
         cap_error, per_gpu = _int_setting(
