@@ -112,9 +112,8 @@ def _gathered(
 def _all_strided(rest: TensorDictBase) -> bool:
     """True for a plain TensorDict whose every entry is a strided tensor (the dense batch
     of padded rows; nested TensorDicts, non-tensor entries and an empty one: False)."""
-    if type(rest) is not TensorDict or not rest.keys():
-        return False
-    return all(type(value) is torch.Tensor and value.layout == torch.strided for value in rest.values())
+    return type(rest) is TensorDict and bool(rest.keys()) and all(
+        type(value) is torch.Tensor and value.layout == torch.strided for value in rest.values())
 
 
 def _picked(

@@ -59,8 +59,7 @@ def _loss_weight_keys(
             return LossWeightKeyMissing(key), ()
         try:
             # A lazy stack along dim 0 is cut (and zeroed) row by row: its rows may differ.
-            rows = _rows(batch)
-            tensors = all(isinstance(row.get(key), torch.Tensor) for row in rows)
+            tensors = all(isinstance(row.get(key), torch.Tensor) for row in _rows(batch))
         except _READ_ERRORS as exc:
             return LossWeightNotTensor(key, detail=repr(exc)[:80]), ()
         if not tensors:

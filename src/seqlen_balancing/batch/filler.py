@@ -18,7 +18,6 @@ reads to drop the filler rows' outputs (it restores them as samples after the re
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 import torch
@@ -28,7 +27,7 @@ from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.dummies import _rows, _zero_from
 from seqlen_balancing.batch.entries import _Entries
 from seqlen_balancing.batch.kinds import _ragged_dim
-from seqlen_balancing.batch.nested import _jagged
+from seqlen_balancing.batch.nested import _join_rows
 from seqlen_balancing.batch.trim import Trim
 from seqlen_balancing.planning.rows import RowIndices
 
@@ -124,11 +123,7 @@ def _narrowed(value: torch.Tensor, start: int, lengths: list[int]) -> torch.Tens
         return value
     for j in cut:
         rows[j] = rows[j].narrow(dim, 0, 1)
-    if value.layout != torch.jagged:
-        return torch.nested.as_nested_tensor(rows, layout=value.layout)
-    sizes = [int(row.shape[dim]) for row in rows]
-    offsets = torch.tensor([0, *itertools.accumulate(sizes)], dtype=torch.int64, device=value.device)
-    return _jagged(torch.cat(rows, dim=dim), offsets, dim + 1, sizes)
+    return _join_rows(rows, list(range(len(rows))), value, {})
 
 
 def filler_of(part: Sequence[int]) -> int:

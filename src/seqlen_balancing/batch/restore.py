@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -26,15 +25,11 @@ from seqlen_balancing.batch.kinds import (
     _ragged_dim,
     _same_data,
 )
-from seqlen_balancing.batch.nested import _jagged, _SharedOffsets
+from seqlen_balancing.batch.nested import _join_rows, _SharedOffsets
 from seqlen_balancing.batch.trim import restore_widths
 from seqlen_balancing.planning.partition import get_reverse_idx
 
 __all__ = ["restore_dynamic_batch"]
-
-#: Outputs with rows (an empty rank's restore keeps their trailing shape, zero rows).
-_ROWS = (torch.Tensor, TensorDictBase)
-
 
 def restore_dynamic_batch(
     data: torch.Tensor | TensorDict | Sequence[torch.Tensor | TensorDict],
@@ -99,7 +94,9 @@ def restore_dynamic_batch(
     lists, dummies = _real_lists(batch_idx_list)
     if isinstance(data, (list, tuple)):
         parts = list(data)
-        if dummies and not lists and len(parts) == dummies and isinstance(parts[0], _ROWS):
+        if dummies and not lists and len(parts) == dummies and isinstance(
+            parts[0], (torch.Tensor, TensorDictBase)
+        ):
             return parts[0][:0]  # a rank with no samples: no real rows, the outputs' shape
         if dummies and len(parts) == len(lists) + dummies:
             parts = parts[: len(lists)]  # the dummies' outputs
@@ -131,30 +128,6 @@ def restore_dynamic_batch(
         return _pick_rows(tensor, order)
     except (RuntimeError, NotImplementedError) as exc:  # a layout torch cannot index by rows
         raise ValueError(f"data ({_kind(tensor)}) cannot be put back in order by rows: {exc}") from exc
-
-
-def _join_rows(
-    rows: Sequence[torch.Tensor],
-    order: list[int],
-    like: torch.Tensor,
-    shared: _SharedOffsets,
-) -> torch.Tensor:
-    """A nested tensor of ``rows`` taken in ``order``, with ``like``'s layout and ragged dim.
-
-    With ``shared``, jagged tensors whose rows have the same lengths get one offsets tensor,
-    as tensors built together do, so that they can be combined (``input_ids`` and
-    ``position_ids`` of a restored TensorDict).
-    """
-    picked = [rows[i] for i in order]
-    if like.layout != torch.jagged:
-        return torch.nested.as_nested_tensor(picked, layout=like.layout)
-    ragged_dim = _ragged_dim(like)
-    sizes = [int(row.shape[ragged_dim - 1]) for row in picked]
-    values = torch.cat(picked, dim=ragged_dim - 1)
-    key = (values.device, tuple(sizes))
-    if key not in shared:
-        shared[key] = torch.tensor([0, *itertools.accumulate(sizes)], device=values.device)
-    return _jagged(values, shared[key], ragged_dim, sizes)
 
 
 def _rows(part: Any) -> int:
@@ -231,8 +204,7 @@ def _restore_parts(
     )
     order: list[int] = get_reverse_idx(flat)[: sum(len(part) for part in batch_idx_list)]
     parts = restore_widths(parts, list(batch_idx_list))  # padded=True's cut, undone
-    first = parts[0]
-    if isinstance(first, TensorDictBase):
+    if isinstance(parts[0], TensorDictBase):
         return _restore_tensordicts(parts, order, (), {})
     return _restore_tensors(parts, order, {})
 
@@ -311,9 +283,6 @@ def _restore_tensordicts(
     for name in keys:
         key: Any = (*prefix, name) if prefix else name
         values = [entries[name] for entries in found]
-        if all(_is_node(value) for value in values):
-            out.set(name, _restore_tensordicts(values, order, (*prefix, name), shared))
-            continue
         try:
             out.set(name, _restore_entry(key, values, order, shared))
         except (RuntimeError, NotImplementedError) as exc:  # what torch or tensordict refuse
@@ -325,6 +294,8 @@ def _restore_tensordicts(
 
 def _restore_entry(key: Any, values: list[Any], order: list[int], shared: _SharedOffsets) -> Any:
     """One entry of the restored TensorDict, from its value in every micro-batch."""
+    if all(_is_node(value) for value in values):
+        return _restore_tensordicts(values, order, key if isinstance(key, tuple) else (key,), shared)
     if all(isinstance(value, torch.Tensor) for value in values):
         return _restore_tensors(values, order, shared, key)
     if all(isinstance(value, NonTensorData) for value in values) and all(

@@ -182,13 +182,12 @@ def _pad_values(batch: TensorDictBase, trim: Trim) -> dict[Any, Any]:
     """Each cut entry's value at one pad position of the mask within its span (the first
     element there), read to the host (a dtype some index kernel lacks: the bits of the
     signed integer of its size); entries on the meta device or without a pad position get 0."""
-    values: dict[Any, Any] = {}
+    values: dict[Any, Any] = dict.fromkeys(trim.dims, 0)
     for key, dim in trim.dims.items():
         value = batch.get(key)
         offset, size = trim.spans.get(key, (0, trim.width))
         where = _pad_position(trim, offset, size)
         if value.device.type == "meta" or where is None:
-            values[key] = 0
             continue
         picked = _carried(value)[where[0]].select(dim - 1, where[1] - offset)
         values[key] = picked.reshape(-1)[0].item() if picked.numel() else 0
