@@ -281,7 +281,6 @@ def _cut(
             _cut_jagged(micro_batches, key, value, plan, entries.offsets.get(key), identity,
                         shared_offsets)
             continue
-        parts: list[Any]
         if how == "stack":
             parts = _stack_parts(value, plan, copy)
         elif how == "nested":  # strided nested: rebuilt from its rows
@@ -295,7 +294,7 @@ def _cut(
     return micro_batches
 
 
-def _stack_parts(stack: Any, plan: list[list[int]], copy: bool) -> list[TensorDictBase]:
+def _stack_parts(stack: Any, plan: list[list[int]], copy: bool) -> list[Any]:
     """The rows of each list of ``plan`` of a lazy stack along dim 0, as lazy stacks
     (copies, or without ``copy`` of the input's rows)."""
     rows = list(cast(LazyStackedTensorDict, stack).tensordicts)

@@ -194,25 +194,6 @@ def _pad_values(batch: TensorDictBase, trim: Trim) -> dict[Any, Any]:
     return values
 
 
-def cut_to_width(
-    micro_batches: list[Any], batch: TensorDictBase, plan: list[list[int]],
-    kept: list[tuple[int, int]], dims: dict[Any, int], spans: dict[Any, tuple[int, int]],
-) -> None:
-    """Set each cut entry of each micro-batch to the input's rows of that micro-batch and
-    its kept columns only, those within its span for a narrow entry (``spans``; one
-    ``index_select`` of a narrowed view: no full-width copy)."""
-    values = {key: batch.get(key) for key in dims}
-    for micro_batch, part, (lo, hi) in zip(micro_batches, plan, kept, strict=True):
-        index: dict[torch.device, torch.Tensor] = {}  # one index per device and micro-batch
-        for key, dim in dims.items():
-            value = values[key]
-            offset, size = spans.get(key, (0, int(value.shape[dim])))
-            start, stop, _ = _clamped(lo, hi, offset, size)
-            if value.device not in index:
-                index[value.device] = torch.tensor(part, dtype=torch.long, device=value.device)
-            micro_batch.set(key, _select(value.narrow(dim, start, stop - start), index[value.device]))
-
-
 def _widened(tensor: torch.Tensor, dim: int, window: tuple[int, int, int], fill: Any) -> torch.Tensor:
     """``tensor`` put back at its ``size`` columns along ``dim``: its own in the kept
     ``[start, stop)`` of ``window``, ``fill`` elsewhere (bit patterns carried, as cut)."""
@@ -309,11 +290,22 @@ class Trim:
     def cut(
         self, micro_batches: list[Any], batch: TensorDictBase, plan: list[list[int]], pad: int
     ) -> list[MicroBatchIndices]:
-        """Cut every entry of :attr:`dims` of each micro-batch to its window (nothing here
-        raises for a batch :func:`trim_inputs` read) and return the index lists that
-        remember it."""
+        """Set every entry of :attr:`dims` of each micro-batch to the input's rows of that
+        micro-batch and its window's columns only, those within its span for a narrow entry
+        (nothing here raises for a batch :func:`trim_inputs` read), and return the index
+        lists that remember it."""
         kept = _windows(plan, self.first, self.stop, self.has, self.anchor, self.width, pad)
-        cut_to_width(micro_batches, batch, plan, kept, self.dims, self.spans)
+        values = {key: batch.get(key) for key in self.dims}
+        for micro_batch, part, (lo, hi) in zip(micro_batches, plan, kept, strict=True):
+            index: dict[torch.device, torch.Tensor] = {}  # one index per device and micro-batch
+            for key, dim in self.dims.items():
+                value = values[key]
+                offset, size = self.spans.get(key, (0, int(value.shape[dim])))
+                start, stop, _ = _clamped(lo, hi, offset, size)
+                if value.device not in index:
+                    index[value.device] = torch.tensor(part, dtype=torch.long, device=value.device)
+                # an index_select of the kept columns' view: no full-width copy
+                micro_batch.set(key, _select(value.narrow(dim, start, stop - start), index[value.device]))
         return [MicroBatchIndices(part, lo, hi, self) for part, (lo, hi) in zip(plan, kept, strict=True)]
 
 
