@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, NonTensorData, TensorDict, TensorDictBase
 
 from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.kinds import _COMPRESSED, _READ_ERRORS, _carrier, _is_dense, _is_lazy_stack
@@ -35,9 +35,9 @@ class _Entries:
 
 
 def _entry_problem(key: Any, value: Any, entries: _Entries) -> PlanError | None:
-    """Why entry ``key`` cannot be cut by rows, or ``None``; records how to cut it."""
-    if isinstance(value, (NonTensorData, NonTensorStack)):
-        return None  # tensordict indexes them: a scalar is kept, a stack is picked by rows
+    """Why entry ``key`` cannot be cut by rows, or ``None``; records how to cut it.
+    ``NonTensorData`` (a scalar, kept) and ``NonTensorStack`` (picked by rows) are
+    tensordict's to index, as are tensorclasses and other collections."""
     if _is_lazy_stack(value):
         if int(value.stack_dim) == 0:
             entries.apart.append((key, value, "stack"))
@@ -49,7 +49,7 @@ def _entry_problem(key: Any, value: Any, entries: _Entries) -> PlanError | None:
             dense = False
         return None if dense else EntryStack(key)
     if not isinstance(value, torch.Tensor):
-        return None  # a tensorclass or other collection: tensordict indexes it
+        return None
     if _is_dense(value):
         if _carrier(value.dtype) is not value.dtype:  # rows copied as a signed integer's bits
             entries.apart.append((key, value, "rows"))

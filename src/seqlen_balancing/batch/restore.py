@@ -246,15 +246,10 @@ def _restore_tensors(
                 )
     if first.is_nested:
         return _join_rows([row for part in parts for row in part.unbind()], order, first, shared)
-    joined = _pick_rows(_cat(parts), order)  # CSR/CSC parts joined in COO: back in their layout
+    # torch.cat cannot join CSR/CSC parts: joined in COO, then back in their layout
+    coo = [part.to_sparse(layout=torch.sparse_coo) if part.layout in _COMPRESSED else part for part in parts]
+    joined = _pick_rows(torch.cat(coo), order)
     return joined.to_sparse(layout=first.layout) if first.layout in _COMPRESSED else joined
-
-
-def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
-    """``torch.cat`` along dim 0, for sparse CSR/CSC parts too (through COO)."""
-    if parts[0].layout in _COMPRESSED:
-        return torch.cat([part.to_sparse(layout=torch.sparse_coo) for part in parts])
-    return torch.cat(parts)
 
 
 def _restore_tensordicts(
