@@ -23,14 +23,6 @@ def _batch_size(batch: Any) -> int:
     return int(size[0])
 
 
-def _is_packed_jagged(tensor: torch.Tensor) -> bool:
-    return (
-        tensor.layout == torch.jagged
-        and getattr(tensor, "lengths")() is None  # noqa: B009 (nested-only API)
-        and getattr(tensor, "_ragged_idx", 1) == 1
-    )
-
-
 def _ragged_dim(tensor: torch.Tensor) -> int:
     """The nested dimension whose size varies by row (1 for ``(n, j, ...)``; verl's
     multi-modal ``position_ids`` use 2: rows of shape ``(C, length)``)."""

@@ -14,7 +14,7 @@ import torch
 from tensordict import LazyStackedTensorDict, NonTensorData, TensorDict
 
 from seqlen_balancing._checks import describe
-from seqlen_balancing.batch.kinds import _READ_ERRORS, _batch_size, _is_lazy_stack, _is_packed_jagged
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _batch_size, _is_lazy_stack, _ragged_dim
 from seqlen_balancing.batch.nested import _jagged_row_lengths
 from seqlen_balancing.errors import LengthsUnreadable, MaskNot2D, MaskRows, NoLengthSource, PlanError
 from seqlen_balancing.native import Twinned
@@ -55,7 +55,8 @@ def _read_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int], list[
     n = _batch_size(batch)
     ids = _get_entry(batch, "input_ids")
     if isinstance(ids, torch.Tensor) and ids.is_nested:
-        if _is_packed_jagged(ids):
+        # packed jagged rows (no holes) ragged in dim 1: their offsets are the lengths
+        if ids.layout == torch.jagged and _ragged_dim(ids) == 1 and getattr(ids, "lengths")() is None:  # noqa: B009
             offsets: list[int] = getattr(ids, "offsets")().tolist()  # noqa: B009
             return None, [b - a for a, b in itertools.pairwise(offsets)], offsets
         return None, cast(list[int], _jagged_row_lengths(ids).tolist()), None

@@ -278,8 +278,8 @@ def _rearrange_rows(
     if read.empty is not None:
         return _empty_cut(read.empty, count, analysis.agreed_rows)
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
-    has_dummy = analysis.n_groups and not analysis.rows_window
-    dummy = analysis.samples_of(analysis.dummy_group) if has_dummy else []
+    # (An empty list holds the dummy's rows; under equal rows none is empty: filler fills it.)
+    dummy = analysis.samples_of(analysis.dummy_group) if analysis.n_groups else []
     return _cut_with_copies(batch, plan, read.entries, read.keys, read.trim, analysis.pad_to_multiple_of,
                             dummy)
 
@@ -489,7 +489,6 @@ def _static_option_error(options: PlanOptions, per_sample: dict[Argument, Any]) 
     for name, value in options.changed().items():
         opt = OPTIONS[name]
         if not (opt.static or opt.verl_parameter):
-            shown = value if type(value) is int else None  # None: not shown
-            return StaticPathOption(opt.argument, shown)
+            return StaticPathOption(opt.argument, value if type(value) is int else None)  # None: not shown
     given = [argument for argument, value in per_sample.items() if value is not None]
     return StaticPathOption(given[0], None) if given else None

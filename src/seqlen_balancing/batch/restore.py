@@ -277,9 +277,8 @@ def _restore_tensordicts(
     out = TensorDict({}, batch_size=[len(order), *parts[0].batch_size[1:]])
     for name in keys:
         key: Any = (*prefix, name) if prefix else name
-        values = [entries[name] for entries in found]
         try:
-            out.set(name, _restore_entry(key, values, order, shared))
+            out.set(name, _restore_entry(key, [entries[name] for entries in found], order, shared))
         except (RuntimeError, NotImplementedError) as exc:  # what torch or tensordict refuse
             raise ValueError(
                 f"entry {_key_name(key)!r} of the micro-batch outputs cannot be joined back: {exc}"
