@@ -29,7 +29,7 @@ from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.cut import _cut
 from seqlen_balancing.batch.dummies import _loss_weight_keys, _zero_from
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
-from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_dense
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_dense, _unwrapped
 from seqlen_balancing.errors import (
     CallerDataRaised,
     DummyTemplateInvalid,
@@ -66,8 +66,7 @@ def _batch_values(
 ) -> tuple[PlanError | None, Any]:
     """Per-sample values given as themselves, or as the name of the batch's entry holding
     them (read here, before the agreement), or the error to agree on."""
-    if isinstance(values, NonTensorData):
-        values = values.data
+    values = _unwrapped(values)
     if not isinstance(values, str):
         return None, values
     if not isinstance(batch, TensorDictBase) or values not in batch.keys():
@@ -93,7 +92,7 @@ class _EmptySource:
     keys: tuple[str, ...]
 
 
-def _one_row(batch: TensorDict) -> TensorDict | None:
+def _one_row(batch: TensorDictBase) -> TensorDictBase | None:
     """One row built from a zero-row batch's own entries (zeros of each dense entry's
     shape and dtype, one real token in ``attention_mask``), or ``None`` when an entry
     gives nothing to build from (a nested or non-tensor per-sample entry, no columns)."""
@@ -119,20 +118,19 @@ def _empty_inputs(
     """Before the agreement, on a rank with no samples under ``dummy_micro_batches``: the
     row its dummies copy (``template``'s first, else one built from ``batch``), checked,
     or the error to agree on."""
-    if template is not None:
-        if not isinstance(template, TensorDictBase) or len(template.batch_size) == 0:
-            return DummyTemplateInvalid(0), None
-        if int(template.batch_size[0]) == 0:
-            return DummyTemplateInvalid(1), None
+    if template is None:
+        row = _one_row(batch) if isinstance(batch, TensorDictBase) else None
+        if row is None:
+            return NoDummyTemplate(), None
+    elif not isinstance(template, TensorDictBase) or len(template.batch_size) == 0:
+        return DummyTemplateInvalid(0), None
+    elif int(template.batch_size[0]) == 0:
+        return DummyTemplateInvalid(1), None
+    else:
         try:
-            row: TensorDictBase = template[0:1]
+            row = template[0:1]
         except _READ_ERRORS:
             return DummyTemplateInvalid(3), None
-    else:
-        built = _one_row(batch) if isinstance(batch, TensorDictBase) else None
-        if built is None:
-            return NoDummyTemplate(), None
-        row = built
     error, keys = _loss_weight_keys(row, named_keys)
     if error is not None:
         return (DummyTemplateInvalid(2) if template is not None else error), None

@@ -106,6 +106,12 @@ def _kind(tensor: torch.Tensor) -> str:
     return f"a jagged nested tensor ragged in dim {_ragged_dim(tensor)}"
 
 
+def _unwrapped(value: Any) -> Any:
+    """What a ``NonTensorData`` holds (per-sample data or a setting, read as the batch's
+    own entry is); any other value as it is."""
+    return value.data if isinstance(value, NonTensorData) else value
+
+
 def _is_node(value: Any) -> bool:
     """A TensorDict entry holding entries of its own (not non-tensor data)."""
     return isinstance(value, TensorDictBase) and not isinstance(value, (NonTensorData, NonTensorStack))

@@ -11,10 +11,10 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-from tensordict import LazyStackedTensorDict, NonTensorData, TensorDict
+from tensordict import LazyStackedTensorDict, TensorDict
 
 from seqlen_balancing._checks import describe
-from seqlen_balancing.batch.kinds import _READ_ERRORS, _batch_size, _is_lazy_stack, _ragged_dim
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _batch_size, _is_lazy_stack, _ragged_dim, _unwrapped
 from seqlen_balancing.batch.nested import _jagged_row_lengths
 from seqlen_balancing.errors import LengthsUnreadable, MaskNot2D, MaskRows, NoLengthSource, PlanError
 from seqlen_balancing.native import Twinned
@@ -60,9 +60,7 @@ def _read_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int], list[
             offsets: list[int] = getattr(ids, "offsets")().tolist()  # noqa: B009
             return None, [b - a for a, b in itertools.pairwise(offsets)], offsets
         return None, cast(list[int], _jagged_row_lengths(ids).tolist()), None
-    mask = _get_entry(batch, "attention_mask")
-    if isinstance(mask, NonTensorData):
-        mask = mask.data
+    mask = _unwrapped(_get_entry(batch, "attention_mask"))
     if not isinstance(mask, torch.Tensor):
         return NoLengthSource(), [], None
     if mask.is_nested:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from tensordict import NonTensorData, TensorDict
+from tensordict import TensorDict
 
 from seqlen_balancing._checks import describe
 from seqlen_balancing.agreement import analyse_with_prefixes
@@ -27,7 +27,7 @@ from seqlen_balancing.batch.empty import (
 )
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
 from seqlen_balancing.batch.filler import _cut_with_copies
-from seqlen_balancing.batch.kinds import _READ_ERRORS
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _unwrapped
 from seqlen_balancing.batch.lengths import _read_lengths
 from seqlen_balancing.batch.settings import _batch_options, _per_sample_entry, _settings
 from seqlen_balancing.batch.trim import Trim, trim_inputs
@@ -338,11 +338,6 @@ def _read_batch(batch: Any, options: PlanOptions, error: PlanError | None, empty
         # checked on every rank, so that a template that cannot serve shows at once
         read.error, _ = _empty_inputs(None, dummy_template, options.loss_weight_keys)
     return read
-
-
-def _unwrapped(values: Any) -> Any:
-    """Per-sample data given as ``NonTensorData`` read as the batch's own entry is."""
-    return values.data if isinstance(values, NonTensorData) else values
 
 
 def prepare_micro_batches(

@@ -13,7 +13,7 @@ import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 from seqlen_balancing._checks import as_switch
-from seqlen_balancing.batch.kinds import _same_data
+from seqlen_balancing.batch.kinds import _same_data, _unwrapped
 from seqlen_balancing.batch.verdict import _switch_error
 from seqlen_balancing.errors import Argument, MissingSetting, PlanError, PrefixTreeAsked
 from seqlen_balancing.options import OPTIONS, PlanOptions
@@ -30,8 +30,7 @@ def _setting(data: TensorDict, key: str, default: Any) -> Any:
         rows = value.tolist()
         if rows and all(_same_data(row, rows[0]) for row in rows):
             value = NonTensorData(rows[0])
-    if isinstance(value, NonTensorData):
-        value = value.data
+    value = _unwrapped(value)
     if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":
         value = value.item()
     return value
@@ -119,5 +118,4 @@ def _per_sample_entry(data: TensorDict, key: str, given: Any) -> Any:
     ``workloads``: cut with the batch, never turned into a scalar), else ``None``."""
     if given is not None or key not in data.keys():
         return given
-    value = data.get(key)
-    return value.data if isinstance(value, NonTensorData) else value
+    return _unwrapped(data.get(key))
