@@ -261,7 +261,7 @@ def _rearrange_rows(
     if error is None:
         error, prefixes = _batch_prefix_lengths(batch, prefix_lengths)
     if error is None:
-        extents = None if read.trim is None or costs is not None else (read.trim.left, read.trim.right)
+        extents = None if read.trim is None or costs is not None else read.trim.extents
         analysis = analyse_with_prefixes(read.lengths, max_token_len, options, prefixes,
                                          costs=_unwrapped(costs), workloads=_unwrapped(workloads),
                                          padded_extents=extents, group_ids=ids)
@@ -417,6 +417,7 @@ def prepare_micro_batches(
             :func:`rearrange_micro_batches`.
 
     Example:
+        >>> from tensordict import NonTensorData
         >>> td = TensorDict({"attention_mask": torch.ones(4, 3)}, batch_size=[4])
         >>> td["use_dynamic_bsz"] = NonTensorData(False)
         >>> td["micro_batch_size_per_gpu"] = NonTensorData(2)

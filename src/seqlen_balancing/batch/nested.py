@@ -33,8 +33,7 @@ def _jagged_internals() -> Any:
         module = importlib.import_module("torch.nested._internal.nested_tensor")
     except ImportError:  # pragma: no cover (a torch without it takes the public path)
         return None
-    wanted = ("NestedTensor", "_store_val_in_tensor")
-    return module if all(hasattr(module, name) for name in wanted) else None
+    return module if all(hasattr(module, name) for name in ("NestedTensor", "_store_val_in_tensor")) else None
 
 
 _JAGGED_INTERNALS = _jagged_internals()

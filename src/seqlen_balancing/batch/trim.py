@@ -98,8 +98,10 @@ def _mask_extents(mask: torch.Tensor) -> tuple[list[int], list[int], list[bool]]
     return packed[0], packed[1], [bool(x) for x in packed[2]]
 
 
-def _extents(first: list[int], stop: list[int], has: list[bool]) -> tuple[int, list[int], list[int]]:
-    """``(anchor, left, right)``: the anchor column (the largest first real column) and
+def _extents(
+    first: list[int], stop: list[int], has: list[bool]
+) -> tuple[int, tuple[list[int], list[int]]]:
+    """``(anchor, (left, right))``: the anchor column (the largest first real column) and
     each row's span to its left and right of it (0 and 0 for rows without real tokens).
 
     ``right`` is negative for a row that ends before the anchor (a right-padded row beside
@@ -108,7 +110,7 @@ def _extents(first: list[int], stop: list[int], has: list[bool]) -> tuple[int, l
     anchor = max((f for f, h in zip(first, has, strict=True) if h), default=0)
     left = [anchor - f if h else 0 for f, h in zip(first, has, strict=True)]
     right = [s - anchor if h else 0 for s, h in zip(stop, has, strict=True)]
-    return anchor, left, right
+    return anchor, (left, right)
 
 
 def _windows(
@@ -265,7 +267,8 @@ class Trim:
     Attributes:
         first, stop, has: per row, its first and one past its last real column, and
             whether it has a real token.
-        anchor: the shared column; ``left``/``right`` each row's span around it.
+        anchor: the shared column; ``extents`` each row's ``(left, right)`` span around
+            it (the planner's ``padded_extents``).
         width: the mask's width (columns).
         dims: the dense entries to cut, with their sequence dimension.
         pad_values: each one's pad value.
@@ -278,8 +281,7 @@ class Trim:
     stop: list[int]
     has: list[bool]
     anchor: int
-    left: list[int]
-    right: list[int]
+    extents: tuple[list[int], list[int]]
     width: int
     dims: dict[Any, int] = field(default_factory=dict)
     pad_values: dict[Any, Any] = field(default_factory=dict)

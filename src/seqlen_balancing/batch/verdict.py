@@ -36,9 +36,7 @@ def _batch_problem(batch: Any) -> PlanError | None:
     TensorDict with a batch dimension."""
     if isinstance(batch, TensorDictBase) and len(batch.batch_size) > 0:
         return None
-    what = type(batch).__name__
-    if isinstance(batch, TensorDictBase):
-        what += " with batch_size=()"
+    what = type(batch).__name__ + (" with batch_size=()" if isinstance(batch, TensorDictBase) else "")
     return NotATensorDict(detail=f"got {what}")
 
 

@@ -97,10 +97,8 @@ def _workload(lengths: torch.Tensor, seqlen_list: Any, from_numpy: bool) -> Any:
                 f"above {_MAX_WORKLOAD_LENGTH} tokens"
             )
         work = WORKLOAD_LINEAR_COEF * lengths + lengths * lengths
-    if from_numpy:
-        out = work.numpy()
-        return out[()] if out.ndim == 0 else out
-    return work
+    # numpy in, numpy out: a 0-d result as a numpy scalar (``[()]`` of an array is the array)
+    return work.numpy()[()] if from_numpy else work
 
 
 def _check_python_ints(values: Any) -> None:
