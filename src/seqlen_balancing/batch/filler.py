@@ -49,7 +49,8 @@ def _cut_with_copies(
     is cut to its own rows' width, and the index lists are
     :class:`~seqlen_balancing.batch.trim.MicroBatchIndices` that remember the cut.
     """
-    rows = [list(part) + [getattr(part, "filler_row", -1)] * filler_of(part) or list(dummy) for part in plan]
+    rows = [list(part) + [getattr(part, "filler_row", -1)] * filler_of(part) for part in plan]
+    rows = [held or list(dummy) for held in rows]  # an empty list is a dummy: the dummy rows
     if trim is None or not trim.dims:
         micro_batches = _cut(batch, rows, entries)
         returned: list[list[int]] = plan

@@ -31,6 +31,7 @@ from seqlen_balancing.planning.partition import get_reverse_idx
 
 __all__ = ["restore_dynamic_batch"]
 
+
 def restore_dynamic_batch(
     data: torch.Tensor | TensorDict | Sequence[torch.Tensor | TensorDict],
     batch_idx_list: Sequence[Sequence[int]],
