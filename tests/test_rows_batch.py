@@ -195,3 +195,15 @@ def test_a_lazy_stack_of_ragged_rows_is_filled_row_by_row_and_left_untouched() -
     restored = restore_dynamic_batch(micro_batches, plan)
     assert [row["input_ids"].tolist() for row in restored.tensordicts] == [
         row["input_ids"].tolist() for row in batch.tensordicts]
+
+
+def test_restore_counts_each_micro_batchs_filler_rows_as_its_rows() -> None:
+    # Restore puts a filler row back as a sample after the real ones (then drops it): a list
+    # output must hold its real rows and its filler rows, as the cut made it; one without
+    # them is named, as any output whose rows differ from its list's.
+    plan = [RowIndices([2, 0], filler=1, filler_row=0), RowIndices([1], filler=2, filler_row=1)]
+    outputs = [torch.tensor([[20], [0], [-1]]), torch.tensor([[10], [-1], [-1]])]
+    assert restore_dynamic_batch(outputs, plan).tolist() == [[0], [10], [20]]
+    assert restore_dynamic_batch(torch.cat(outputs), plan).tolist() == [[0], [10], [20]]
+    with pytest.raises(ValueError, match=r"micro-batch 1: output has 1 rows but batch_idx_list\[1\] holds 3"):
+        restore_dynamic_batch([outputs[0], outputs[1][:1]], plan)

@@ -16,25 +16,27 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 
 from seqlen_balancing.batch.entries import _Entries
-from seqlen_balancing.batch.kinds import _carrier, _lazy_stack, _ragged_dim, _select
+from seqlen_balancing.batch.kinds import _COMPRESSED, _SIGNED, _carrier, _lazy_stack, _ragged_dim, _select
 from seqlen_balancing.batch.nested import _jagged, _local_offsets, _rows_of
 from seqlen_balancing.collector import paused_collector
 
 
-def _pick_rows(tensor: torch.Tensor, how: str, rows: list[int], copy: bool = True) -> torch.Tensor:
-    """Rows ``rows`` of a sparse tensor (a copy), in its layout, or of a dense one of a dtype
-    some index kernel lacks (``"rows"``: a copy, or without ``copy`` the static path's
-    chunk of consecutive rows as a view, as its other dense entries are)."""
-    if how == "rows" and not copy and rows:
+def _pick_rows(tensor: torch.Tensor, rows: list[int], copy: bool = True) -> torch.Tensor:
+    """Rows ``rows`` of a dense tensor of any dtype (a copy, bit for bit, or without
+    ``copy`` the static path's chunk of consecutive rows as a view, as its other dense
+    entries are), or of a sparse COO or CSR/CSC one (a copy in its layout; CSR/CSC through
+    COO); other layouts as ``index_select`` takes them."""
+    sparse = tensor.layout == torch.sparse_coo or tensor.layout in _COMPRESSED
+    if not sparse and not copy and rows:
         return tensor.narrow(0, rows[0], len(rows))
     index = torch.tensor(rows, dtype=torch.long, device=tensor.device)
-    if how == "rows":
+    if not sparse:
         return _select(tensor, index)
     carrier = _carrier(tensor.dtype)
     if carrier is not tensor.dtype:  # values of a dtype index_select lacks: their bits carried
-        picked = _pick_rows(_with_values(tensor, _values(tensor).view(carrier)), how, rows)
+        picked = _pick_rows(_with_values(tensor, _values(tensor).view(carrier)), rows)
         return _with_values(picked, _values(picked).view(tensor.dtype))
-    if how == "coo":
+    if tensor.layout == torch.sparse_coo:
         return tensor.index_select(0, index)
     picked = tensor.to_sparse(layout=torch.sparse_coo).index_select(0, index)
     return picked.to_sparse(layout=tensor.layout)
@@ -65,12 +67,10 @@ _CHUNK_BYTES = 8 << 20
 
 def _row_bytes(rest: TensorDictBase) -> int:
     """Bytes of one row of ``rest``'s tensors (0 where nothing is a plain tensor)."""
-    n = max(1, int(rest.batch_size[0]))
-    total = 0
-    for leaf in rest.values(include_nested=True, leaves_only=True):
-        if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided:
-            total += leaf.numel() * leaf.element_size()
-    return total // n
+    leaves = rest.values(include_nested=True, leaves_only=True)
+    total = sum(leaf.numel() * leaf.element_size() for leaf in leaves
+                if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided)
+    return total // max(1, int(rest.batch_size[0]))
 
 
 def _chunks(sizes: list[int], row_bytes: int) -> list[int]:
@@ -112,9 +112,8 @@ def _gathered(
 def _all_strided(rest: TensorDictBase) -> bool:
     """True for a plain TensorDict whose every entry is a strided tensor (the dense batch
     of padded rows; nested TensorDicts, non-tensor entries and an empty one: False)."""
-    if type(rest) is not TensorDict or not rest.keys():
-        return False
-    return all(type(value) is torch.Tensor and value.layout == torch.strided for value in rest.values())
+    return type(rest) is TensorDict and bool(rest.keys()) and all(
+        type(value) is torch.Tensor and value.layout == torch.strided for value in rest.values())
 
 
 def _picked(
@@ -155,10 +154,6 @@ def _names(rest: TensorDictBase) -> Sequence[str] | None:
     return cast(Sequence[str], list(names))
 
 
-#: The integer dtype numpy copies a tensor's elements as, where numpy lacks its dtype.
-_SAME_BYTES = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
 def _as_array(tensor: torch.Tensor) -> np.ndarray | None:
     """``tensor``'s memory as a numpy array (no copy), its elements' bits unchanged; ``None``
     where that cannot be (a dtype of no numpy size, a negative or conjugate view)."""
@@ -167,7 +162,7 @@ def _as_array(tensor: torch.Tensor) -> np.ndarray | None:
     try:
         return tensor.numpy()
     except TypeError:  # bfloat16, float8, ...: the same bits as an integer of their size
-        same = _SAME_BYTES.get(tensor.element_size())
+        same = _SIGNED.get(tensor.element_size())
         return None if same is None else tensor.view(same).numpy()
 
 
@@ -186,8 +181,8 @@ def _host_join(
     O(tokens + rows).
     """
     values = tensor.values()
-    held = getattr(tensor, "lengths")() is None  # noqa: B009 (nested-only API)
-    plain = held and values.device.type == "cpu" and not values.requires_grad
+    holes = getattr(tensor, "lengths")() is not None  # noqa: B009 (nested-only API)
+    plain = not holes and values.device.type == "cpu" and not values.requires_grad
     source = _as_array(values) if plain else None
     if source is None:
         return None
@@ -218,12 +213,10 @@ def _cut_jagged(
     """Sets entry ``key`` of every micro-batch to its rows of the jagged ``tensor``, with
     its layout, ragged dimension, dtype and device (see :func:`_cut`)."""
     ragged_dim = _ragged_dim(tensor)
-    order = [i for part in plan for i in part]
     bounds = [0, *itertools.accumulate(len(part) for part in plan)]
-    parts: list[torch.Tensor] | None = None
-    joined: torch.Tensor | None = None
-    rows_of: Sequence[torch.Tensor] = ()
     packed = ragged_dim == 1 and getattr(tensor, "lengths")() is None  # noqa: B009
+    parts: list[torch.Tensor] = []  # each micro-batch's values
+    joined: torch.Tensor | None = None  # or every micro-batch's, in plan order
     if identity and packed:
         # Rows already in plan order: one copy of the token range, no split and cat.
         offsets = given or getattr(tensor, "offsets")().tolist()  # noqa: B009
@@ -233,19 +226,17 @@ def _cut_jagged(
         parts, sizes = host
     else:
         rows_of, row_sizes = _rows_of(tensor, given)
-        sizes = [row_sizes[i] for i in order]
-        joined = torch.cat([rows_of[i] for i in order]) if ragged_dim == 1 else None
+        sizes = [row_sizes[i] for part in plan for i in part]
+        if ragged_dim == 1:
+            joined = torch.cat([rows_of[i] for part in plan for i in part])
+        else:  # rows of shape (C, length): joined per micro-batch along their ragged dim
+            parts = [torch.cat([rows_of[i] for i in part], dim=ragged_dim - 1) for part in plan]
     new_offsets = [0, *itertools.accumulate(sizes)]
+    if joined is not None:
+        parts = [joined[new_offsets[a] : new_offsets[b]] for a, b in itertools.pairwise(bounds)]
     local = _local_offsets(new_offsets, sizes, bounds, tensor.device, shared)
-    for m, (micro_batch, part) in enumerate(zip(micro_batches, plan, strict=True)):
-        start, stop = bounds[m], bounds[m + 1]
-        if parts is not None:
-            values = parts[m]
-        elif joined is not None:
-            values = joined[new_offsets[start] : new_offsets[stop]]
-        else:
-            values = torch.cat([rows_of[i] for i in part], dim=ragged_dim - 1)
-        micro_batch.set(key, _jagged(values, local[m], ragged_dim, sizes[start:stop]))
+    for m, micro_batch in enumerate(micro_batches):
+        micro_batch.set(key, _jagged(parts[m], local[m], ragged_dim, sizes[bounds[m] : bounds[m + 1]]))
 
 
 @paused_collector
@@ -274,9 +265,7 @@ def _cut(
     """
     entries = entries or _Entries()
     if entries.by_rows:
-        rows = list(cast(LazyStackedTensorDict, batch).tensordicts)
-        parts = [_lazy_stack([rows[i] for i in part]) for part in plan]
-        return [part.clone() if copy else part for part in parts]
+        return cast(list[TensorDict], _stack_parts(batch, plan, copy))
     order = [i for part in plan for i in part]
     apart = entries.apart
     rest = batch.exclude(*(key for key, _, _ in apart)) if apart else batch
@@ -288,23 +277,26 @@ def _cut(
         micro_batches = list(rest.split([len(part) for part in plan], dim=0))
     shared_offsets: dict[tuple[int, torch.device, tuple[int, ...]], torch.Tensor] = {}
     for key, value, how in apart:
+        if how == "nested" and value.layout == torch.jagged:
+            _cut_jagged(micro_batches, key, value, plan, entries.offsets.get(key), identity,
+                        shared_offsets)
+            continue
         if how == "stack":
-            stack_rows = list(value.tensordicts)
-            for micro_batch, part in zip(micro_batches, plan, strict=True):
-                picked_stack = _lazy_stack([stack_rows[i] for i in part])
-                micro_batch.set(key, picked_stack.clone() if copy else picked_stack)
-            continue
-        if how != "nested":
-            for micro_batch, part in zip(micro_batches, plan, strict=True):
-                micro_batch.set(key, _pick_rows(value, how, part, copy))
-            continue
-        tensor = value
-        if tensor.layout != torch.jagged:
-            strided_rows = tensor.unbind()
-            for micro_batch, part in zip(micro_batches, plan, strict=True):
-                picked = [strided_rows[i] for i in part]
-                micro_batch.set(key, torch.nested.as_nested_tensor(picked, layout=tensor.layout))
-            continue
-        _cut_jagged(micro_batches, key, tensor, plan, entries.offsets.get(key), identity,
-                    shared_offsets)
+            parts = _stack_parts(value, plan, copy)
+        elif how == "nested":  # strided nested: rebuilt from its rows
+            rows = value.unbind()
+            parts = [torch.nested.as_nested_tensor([rows[i] for i in part], layout=value.layout)
+                     for part in plan]
+        else:
+            parts = [_pick_rows(value, part, copy) for part in plan]
+        for micro_batch, part_value in zip(micro_batches, parts, strict=True):
+            micro_batch.set(key, part_value)
     return micro_batches
+
+
+def _stack_parts(stack: Any, plan: list[list[int]], copy: bool) -> list[Any]:
+    """The rows of each list of ``plan`` of a lazy stack along dim 0, as lazy stacks
+    (copies, or without ``copy`` of the input's rows)."""
+    rows = list(cast(LazyStackedTensorDict, stack).tensordicts)
+    parts = [_lazy_stack([rows[i] for i in part]) for part in plan]
+    return [part.clone() if copy else part for part in parts]

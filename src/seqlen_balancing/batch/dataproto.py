@@ -54,8 +54,7 @@ def _dataproto_parts(data: Any) -> tuple[PlanError | None, dict[Any, Any], Any]:
     n = int(data.batch.batch_size[0])
     given = data.non_tensor_batch
     if not isinstance(given, Mapping):
-        detail = f"non_tensor_batch is a {type(given).__name__}, not a dict"
-        return NotADataProto(detail=detail), {}, None
+        return NotADataProto(detail=f"non_tensor_batch is a {type(given).__name__}, not a dict"), {}, None
     try:
         arrays = dict(given.items())
     except _READ_ERRORS as exc:
@@ -68,8 +67,7 @@ def _dataproto_parts(data: Any) -> tuple[PlanError | None, dict[Any, Any], Any]:
     try:
         meta_info = copy.deepcopy(data.meta_info)
     except Exception as exc:  # any object's __deepcopy__ / __reduce_ex__
-        error = MetaInfoNotCopyable(detail=describe(exc))
-        return error, {}, None
+        return MetaInfoNotCopyable(detail=describe(exc)), {}, None
     return None, arrays, meta_info
 
 

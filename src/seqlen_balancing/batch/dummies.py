@@ -26,19 +26,14 @@ no default key is an error), so a rank that cannot zero its dummies fails with i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
-from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.entries import _Entries
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
-from seqlen_balancing.batch.trim import Trim
 from seqlen_balancing.errors import (
     LossWeightKeyMissing,
-    LossWeightKeysNotKeys,
     LossWeightNotTensor,
     NoLossWeightEntry,
     PlanError,
@@ -50,25 +45,21 @@ __all__ = ["DEFAULT_LOSS_WEIGHT_KEYS"]
 DEFAULT_LOSS_WEIGHT_KEYS = ("loss_mask", "response_mask")
 
 
-def _loss_weight_keys(batch: TensorDict, named: Any) -> tuple[PlanError | None, tuple[str, ...]]:
-    """The keys to zero in the dummies, or the error to agree on (before the agreement)."""
-    if named is None:
-        keys = tuple(key for key in DEFAULT_LOSS_WEIGHT_KEYS if key in batch.keys())
-        if not keys:
-            return NoLossWeightEntry(), ()
-    elif isinstance(named, str):
-        keys = (named,)
-    elif isinstance(named, Sequence) and named and all(isinstance(k, str) for k in named):
-        keys = tuple(named)
-    else:
-        return LossWeightKeysNotKeys(detail=f"got {type(named).__name__}"), ()
+def _loss_weight_keys(
+    batch: TensorDict, named: tuple[str, ...] | None
+) -> tuple[PlanError | None, tuple[str, ...]]:
+    """The keys to zero in the dummies (``named``: the options' ``loss_weight_keys``, which
+    :class:`~seqlen_balancing.PlanOptions` checked), or the error to agree on (before the
+    agreement)."""
+    keys = named or tuple(key for key in DEFAULT_LOSS_WEIGHT_KEYS if key in batch.keys())
+    if not keys:
+        return NoLossWeightEntry(), ()
     for key in keys:
         if key not in batch.keys():
             return LossWeightKeyMissing(key), ()
         try:
             # A lazy stack along dim 0 is cut (and zeroed) row by row: its rows may differ.
-            rows = _rows(batch)
-            tensors = all(isinstance(row.get(key), torch.Tensor) for row in rows)
+            tensors = all(isinstance(row.get(key), torch.Tensor) for row in _rows(batch))
         except _READ_ERRORS as exc:
             return LossWeightNotTensor(key, detail=repr(exc)[:80]), ()
         if not tensors:
@@ -84,32 +75,18 @@ def _rows(batch: TensorDict) -> list[Any]:
     return [batch]
 
 
-def _cut_with_dummies(
-    batch: TensorDict, plan: list[list[int]], entries: _Entries, dummy: list[int],
-    keys: tuple[str, ...], trim: Trim | None = None, pad: int = 1,
-) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
-    """The micro-batches of ``plan``, its empty lists (the dummies) cut as copies of the
-    ``dummy`` rows with ``keys`` zeroed; the index lists to return (a dummy's empty); and
-    the rows each micro-batch holds.
-
-    With ``trim`` (``padded=True`` on a dense batch) every micro-batch, a dummy included,
-    is cut to its own rows' width (a dummy to its copied rows'), and the index lists are
-    :class:`~seqlen_balancing.batch.trim.MicroBatchIndices` that remember the cut.
-    """
-    rows = [part if part else dummy for part in plan]
-    if trim is None or not trim.dims:
-        micro_batches = _cut(batch, rows, entries)
-        returned: list[list[int]] = plan
+def _zero_from(micro_batch: TensorDictBase, key: str, start: int) -> None:
+    """Zero ``key`` in the rows ``start:`` of ``micro_batch`` (a copy: the input is never
+    written): a dummy's whole entry and a lazy stack's rows replaced by zeros (any layout),
+    filler rows in place (dense entries by a slice, nested ones row by row)."""
+    parts = _rows(micro_batch)
+    if parts[0] is not micro_batch or start == 0:
+        for row in parts[start:]:
+            row.set(key, torch.zeros_like(row.get(key)))
+        return
+    value = micro_batch.get(key)
+    if value.is_nested:
+        for row in value.unbind()[start:]:
+            row.zero_()
     else:
-        # The entries cut by width are not gathered whole: each micro-batch takes its columns.
-        micro_batches = _cut(batch.exclude(*trim.dims), rows, entries)
-        returned = list(trim.cut(micro_batches, batch, rows, pad))
-        for indices, part in zip(returned, plan, strict=True):
-            if not part:
-                del indices[:]  # a dummy's list is empty; the columns kept stay
-    for micro_batch, part in zip(micro_batches, plan, strict=True):
-        if not part:
-            for key in keys:
-                for row in _rows(micro_batch):
-                    row.set(key, torch.zeros_like(row.get(key)))
-    return micro_batches, returned, rows
+        value[start:] = 0

@@ -27,9 +27,9 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.dummies import _loss_weight_keys, _rows
+from seqlen_balancing.batch.dummies import _loss_weight_keys, _zero_from
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
-from seqlen_balancing.batch.kinds import _READ_ERRORS
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_dense, _unwrapped
 from seqlen_balancing.errors import (
     CallerDataRaised,
     DummyTemplateInvalid,
@@ -65,8 +65,7 @@ def _batch_values(
 ) -> tuple[PlanError | None, Any]:
     """Per-sample values given as themselves, or as the name of the batch's entry holding
     them (read here, before the agreement), or the error to agree on."""
-    if isinstance(values, NonTensorData):
-        values = values.data
+    values = _unwrapped(values)
     if not isinstance(values, str):
         return None, values
     if not isinstance(batch, TensorDictBase) or values not in batch.keys():
@@ -92,7 +91,7 @@ class _EmptySource:
     keys: tuple[str, ...]
 
 
-def _one_row(batch: TensorDict) -> TensorDict | None:
+def _one_row(batch: TensorDictBase) -> TensorDictBase | None:
     """One row built from a zero-row batch's own entries (zeros of each dense entry's
     shape and dtype, one real token in ``attention_mask``), or ``None`` when an entry
     gives nothing to build from (a nested or non-tensor per-sample entry, no columns)."""
@@ -101,10 +100,10 @@ def _one_row(batch: TensorDict) -> TensorDict | None:
         value = batch.get(key)
         if isinstance(value, NonTensorData):
             out[key] = value
-            continue
-        if not isinstance(value, torch.Tensor) or value.is_nested or value.layout != torch.strided:
+        elif _is_dense(value):
+            out[key] = torch.zeros((1, *value.shape[1:]), dtype=value.dtype, device=value.device)
+        else:
             return None
-        out[key] = torch.zeros((1, *value.shape[1:]), dtype=value.dtype, device=value.device)
     mask = out.get("attention_mask")
     if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or mask.shape[1] == 0:
         return None
@@ -118,20 +117,19 @@ def _empty_inputs(
     """Before the agreement, on a rank with no samples under ``dummy_micro_batches``: the
     row its dummies copy (``template``'s first, else one built from ``batch``), checked,
     or the error to agree on."""
-    if template is not None:
-        if not isinstance(template, TensorDictBase) or len(template.batch_size) == 0:
-            return DummyTemplateInvalid(0), None
-        if int(template.batch_size[0]) == 0:
-            return DummyTemplateInvalid(1), None
+    if template is None:
+        row = _one_row(batch) if isinstance(batch, TensorDictBase) else None
+        if row is None:
+            return NoDummyTemplate(), None
+    elif not isinstance(template, TensorDictBase) or len(template.batch_size) == 0:
+        return DummyTemplateInvalid(0), None
+    elif int(template.batch_size[0]) == 0:
+        return DummyTemplateInvalid(1), None
+    else:
         try:
-            row: TensorDictBase = template[0:1]
+            row = template[0:1]
         except _READ_ERRORS:
             return DummyTemplateInvalid(3), None
-    else:
-        built = _one_row(batch) if isinstance(batch, TensorDictBase) else None
-        if built is None:
-            return NoDummyTemplate(), None
-        row = built
     error, keys = _loss_weight_keys(row, named_keys)
     if error is not None:
         return (DummyTemplateInvalid(2) if template is not None else error), None
@@ -153,8 +151,7 @@ def _empty_cut(
     micro_batches = _cut(source.row, rows, source.entries)
     for micro_batch in micro_batches:
         for key in source.keys:
-            for part in _rows(micro_batch):
-                part.set(key, torch.zeros_like(part.get(key)))
+            _zero_from(micro_batch, key, 0)
     if agreed_rows:
         return micro_batches, list(empty_rank_plan(count, agreed_rows)), rows
     return micro_batches, [[] for _ in range(count)], rows

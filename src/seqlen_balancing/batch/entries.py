@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, NonTensorData, TensorDict, TensorDictBase
 
 from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.kinds import _COMPRESSED, _READ_ERRORS, _carrier, _is_dense, _is_lazy_stack
@@ -26,7 +26,7 @@ class _Entries:
     lazy stack along dim 0, cut by picking its rows (each row a TensorDict). ``apart``: the
     entries tensordict's own indexing cannot cut (nested and sparse tensors, lazy stacks
     along dim 0, dense tensors of a dtype some index kernel lacks), with how to cut each:
-    ``"nested"``, ``"coo"``, ``"compressed"``, ``"stack"``, ``"rows"``.
+    ``"nested"``, ``"stack"``, ``"rows"`` (sparse and dense tensors, picked by rows).
     """
 
     offsets: dict[Any, list[int]] = field(default_factory=dict)
@@ -35,49 +35,36 @@ class _Entries:
 
 
 def _entry_problem(key: Any, value: Any, entries: _Entries) -> PlanError | None:
-    """Why entry ``key`` cannot be cut by rows, or ``None``; records how to cut it."""
-    if isinstance(value, (NonTensorData, NonTensorStack)):
-        return None  # tensordict indexes them: a scalar is kept, a stack is picked by rows
+    """Why entry ``key`` cannot be cut by rows, or ``None``; records how to cut it.
+    ``NonTensorData`` (a scalar, kept) and ``NonTensorStack`` (picked by rows) are
+    tensordict's to index, as are tensorclasses and other collections."""
     if _is_lazy_stack(value):
         if int(value.stack_dim) == 0:
             entries.apart.append((key, value, "stack"))
             return None
         # Cut by tensordict's indexing of every row, which needs its entries dense.
         try:
-            leaves = list(value.items(include_nested=True, leaves_only=True))
+            dense = all(_is_dense(leaf) for leaf in value.values(include_nested=True, leaves_only=True))
         except _READ_ERRORS:
-            leaves = []
             dense = False
-        else:
-            dense = all(_is_dense(leaf) for _, leaf in leaves)
-        if not dense:
-            return EntryStack(key)
-        return None
+        return None if dense else EntryStack(key)
     if not isinstance(value, torch.Tensor):
-        return None  # a tensorclass or other collection: tensordict indexes it
-    if value.layout == torch.sparse_coo or value.layout in _COMPRESSED:
-        if value.device.type == "meta":
-            return EntryOnMeta(key)
-        if value.layout == torch.sparse_coo:
-            entries.apart.append((key, value, "coo"))
-            return None
-        if value.dim() == 2 and value.dense_dim() == 0:
-            entries.apart.append((key, value, "compressed"))
-            return None
-        return EntryLayout(key)
-    if value.layout != torch.strided and not value.is_nested:
-        return EntryLayout(key)
-    if not value.is_nested:
+        return None
+    if _is_dense(value):
         if _carrier(value.dtype) is not value.dtype:  # rows copied as a signed integer's bits
             entries.apart.append((key, value, "rows"))
         return None
+    sparse = value.layout == torch.sparse_coo or value.layout in _COMPRESSED
+    if not (sparse or value.is_nested):
+        return EntryLayout(key)
     if value.device.type == "meta":
         return EntryOnMeta(key)
-    entries.apart.append((key, value, "nested"))
-    if key in entries.offsets or value.layout != torch.jagged:
-        return None
-    if getattr(value, "lengths")() is None:  # noqa: B009 (nested-only API)
-        entries.offsets[key] = getattr(value, "offsets")().tolist()  # noqa: B009
+    if value.layout in _COMPRESSED and (value.dim() != 2 or value.dense_dim() != 0):
+        return EntryLayout(key)
+    entries.apart.append((key, value, "rows" if sparse else "nested"))
+    packed = value.layout == torch.jagged and getattr(value, "lengths")() is None  # noqa: B009
+    if packed and key not in entries.offsets:
+        entries.offsets[key] = getattr(value, "offsets")().tolist()  # noqa: B009 (nested-only API)
     return None
 
 

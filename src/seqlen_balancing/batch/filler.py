@@ -13,60 +13,66 @@ row's loss-weight entries are zero (``loss_mask`` and ``response_mask`` by defau
 :mod:`seqlen_balancing.batch.dummies`), so a loss summed over weighted tokens gets nothing
 from it, and neither do the gradients. The index lists hold the real rows only and carry
 the filler count, which :func:`~seqlen_balancing.batch.restore.restore_dynamic_batch`
-reads to drop the filler rows' outputs (:func:`real_rows`).
+reads to drop the filler rows' outputs (it restores them as samples after the real ones).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.dummies import _rows
-from seqlen_balancing.batch.entries import _cut_inputs, _Entries
+from seqlen_balancing.batch.dummies import _rows, _zero_from
+from seqlen_balancing.batch.entries import _Entries
 from seqlen_balancing.batch.kinds import _ragged_dim
-from seqlen_balancing.batch.nested import _jagged
+from seqlen_balancing.batch.nested import _join_rows
 from seqlen_balancing.batch.trim import Trim
+from seqlen_balancing.planning.rows import RowIndices
 
-__all__ = ["filler_counts", "real_rows"]
+__all__: list[str] = []
 
 
-def _cut_with_filler(
+def _cut_with_copies(
     batch: TensorDict, plan: list[list[int]], entries: _Entries, keys: tuple[str, ...],
-    trim: Trim | None = None, pad: int = 1,
+    trim: Trim | None = None, pad: int = 1, dummy: Sequence[int] = (),
 ) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
-    """The micro-batches of ``plan`` (:class:`~seqlen_balancing.planning.rows.RowIndices`), each
-    topped up with its filler rows, those rows' ``keys`` zeroed; the index lists to return
-    (the real rows, with the filler count); and the rows each micro-batch holds."""
+    """The micro-batches of ``plan`` with their zero-weight copies: an empty list (a dummy,
+    :mod:`~seqlen_balancing.batch.dummies`) holds copies of the ``dummy`` rows, a
+    :class:`~seqlen_balancing.planning.rows.RowIndices` its filler rows after its real ones
+    (cut to one token); those rows' ``keys`` zeroed. Returns the micro-batches, the index
+    lists to return (the real rows: a dummy's empty, with the filler count) and the rows
+    each micro-batch holds.
+
+    With ``trim`` (``padded=True`` on a dense batch) every micro-batch, a dummy included,
+    is cut to its own rows' width, and the index lists are
+    :class:`~seqlen_balancing.batch.trim.MicroBatchIndices` that remember the cut.
+    """
     rows = [list(part) + [getattr(part, "filler_row", -1)] * filler_of(part) for part in plan]
+    rows = [held or list(dummy) for held in rows]  # an empty list is a dummy: the dummy rows
     if trim is None or not trim.dims:
         micro_batches = _cut(batch, rows, entries)
         returned: list[list[int]] = plan
     else:
+        # The entries cut by width are not gathered whole: each micro-batch takes its columns.
         micro_batches = _cut(batch.exclude(*trim.dims), rows, entries)
-        cut = trim.cut(micro_batches, batch, rows, pad)
-        returned = []
-        for indices, part in zip(cut, plan, strict=True):
+        returned = list(trim.cut(micro_batches, batch, rows, pad))
+        for indices, part in zip(returned, plan, strict=True):
             del indices[len(part):]  # the real rows only; the columns kept stay
-            setattr(indices, "filler", filler_of(part))  # noqa: B010 (MicroBatchIndices has no field)
-            setattr(indices, "filler_row", getattr(part, "filler_row", -1))  # noqa: B010
-            returned.append(indices)
-    for micro_batch, part in zip(micro_batches, plan, strict=True):
-        if filler_of(part):
-            for key in keys:
-                _zero_from(micro_batch, key, len(part))
-            for row in _rows(micro_batch)[len(part):] if _is_stack(micro_batch) else [micro_batch]:
+            if isinstance(part, RowIndices):
+                setattr(indices, "filler", part.filler)  # noqa: B010 (MicroBatchIndices has no field)
+                setattr(indices, "filler_row", part.filler_row)  # noqa: B010
+    for micro_batch, part, held in zip(micro_batches, plan, rows, strict=True):
+        if len(held) == len(part):
+            continue  # real rows only
+        for key in keys:
+            _zero_from(micro_batch, key, len(part))
+        if filler_of(part):  # a lazy stack's filler rows one by one
+            stack = _rows(micro_batch)
+            for row in stack[len(part):] if stack[0] is not micro_batch else [micro_batch]:
                 _one_token(row, 0 if row is not micro_batch else len(part))
     return micro_batches, returned, rows
-
-
-def _is_stack(micro_batch: TensorDictBase) -> bool:
-    parts = _rows(micro_batch)
-    return len(parts) > 1 or parts[0] is not micro_batch
 
 
 def _one_token(batch: TensorDictBase, start: int) -> None:
@@ -118,86 +124,9 @@ def _narrowed(value: torch.Tensor, start: int, lengths: list[int]) -> torch.Tens
         return value
     for j in cut:
         rows[j] = rows[j].narrow(dim, 0, 1)
-    if value.layout != torch.jagged:
-        return torch.nested.as_nested_tensor(rows, layout=value.layout)
-    sizes = [int(row.shape[dim]) for row in rows]
-    offsets = torch.tensor([0, *itertools.accumulate(sizes)], dtype=torch.int64, device=value.device)
-    return _jagged(torch.cat(rows, dim=dim), offsets, dim + 1, sizes)
+    return _join_rows(rows, list(range(len(rows))), value, {})
 
 
 def filler_of(part: Sequence[int]) -> int:
     """The filler rows after the real ones of an index list (0 for a plain list)."""
     return int(getattr(part, "filler", 0) or 0)
-
-
-def filler_counts(batch_idx_list: Sequence[Sequence[int]]) -> list[int]:
-    """The filler rows of each micro-batch, from its index list (0 for plain lists).
-
-    Example:
-        >>> from seqlen_balancing.planning.rows import RowIndices
-        >>> filler_counts([RowIndices([0, 2], filler=1, filler_row=0), [1]])
-        [1, 0]
-    """
-    return [filler_of(part) for part in batch_idx_list]
-
-
-def _zero_from(micro_batch: TensorDictBase, key: str, start: int) -> None:
-    """Zero ``key`` in the rows ``start:`` of ``micro_batch`` (a copy: the input is never
-    written): dense entries by a slice, nested ones row by row (views of their values),
-    lazy stacks row by row."""
-    parts = _rows(micro_batch)
-    if len(parts) > 1 or parts[0] is not micro_batch:
-        for row in parts[start:]:
-            row.set(key, torch.zeros_like(row.get(key)))
-        return
-    value = micro_batch.get(key)
-    if value.is_nested:
-        for row in value.unbind()[start:]:
-            row.zero_()
-    else:
-        value[start:] = 0
-
-
-def real_rows(data: Any, batch_idx_list: Sequence[Sequence[int]]) -> Any:
-    """``data`` without the filler rows' outputs: a list of per-micro-batch outputs each cut
-    to its real rows, or concatenated outputs (a tensor or a TensorDict) with the filler
-    rows taken out; ``data`` itself when no list has filler."""
-    counts = filler_counts(batch_idx_list)
-    if not any(counts):
-        return data
-    sizes = [len(part) for part in batch_idx_list]
-    if isinstance(data, (list, tuple)):
-        # outputs beyond the index lists are left for restore's count check to name
-        return [_first_rows(part, sizes[m]) if m < len(sizes) else part for m, part in enumerate(data)]
-    keep: list[int] = []
-    at = 0
-    for size, extra in zip(sizes, counts, strict=True):
-        keep.extend(range(at, at + size))
-        at += size + extra
-    rows = int(data.batch_size[0]) if isinstance(data, TensorDictBase) else int(data.size(0))
-    keep.extend(range(at, rows))  # rows after every micro-batch's (none from this library)
-    return _pick(data, keep)
-
-
-def _first_rows(part: Any, size: int) -> Any:
-    if not isinstance(part, (torch.Tensor, TensorDictBase)):
-        return part
-    return _pick(part, list(range(size)))
-
-
-def _pick(data: Any, rows: list[int]) -> Any:
-    """Rows ``rows`` of a tensor (nested ones row by row, keeping their layout) or a
-    TensorDict."""
-    if isinstance(data, torch.Tensor) and data.is_nested:
-        picked = [data.unbind()[i] for i in rows]
-        return torch.nested.as_nested_tensor(picked, layout=data.layout)
-    if isinstance(data, torch.Tensor) and data.dim() == 0:
-        return data
-    if isinstance(data, TensorDictBase):  # the cut's own gather: jagged entries on any tensordict
-        error, entries, _ = _cut_inputs(data, {})
-        if error is None:  # the cut takes a cover of the rows: the rest as a second part
-            chosen = set(rows)
-            rest = [i for i in range(int(data.batch_size[0])) if i not in chosen]
-            return _cut(data, [rows, rest] if rest else [rows], entries)[0]
-    index = torch.tensor(rows, dtype=torch.long, device=data.device)
-    return data[index]

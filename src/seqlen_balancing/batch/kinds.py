@@ -23,14 +23,6 @@ def _batch_size(batch: Any) -> int:
     return int(size[0])
 
 
-def _is_packed_jagged(tensor: torch.Tensor) -> bool:
-    return (
-        tensor.layout == torch.jagged
-        and getattr(tensor, "lengths")() is None  # noqa: B009 (nested-only API)
-        and getattr(tensor, "_ragged_idx", 1) == 1
-    )
-
-
 def _ragged_dim(tensor: torch.Tensor) -> int:
     """The nested dimension whose size varies by row (1 for ``(n, j, ...)``; verl's
     multi-modal ``position_ids`` use 2: rows of shape ``(C, length)``)."""
@@ -114,6 +106,12 @@ def _kind(tensor: torch.Tensor) -> str:
     return f"a jagged nested tensor ragged in dim {_ragged_dim(tensor)}"
 
 
+def _unwrapped(value: Any) -> Any:
+    """What a ``NonTensorData`` holds (per-sample data or a setting, read as the batch's
+    own entry is); any other value as it is."""
+    return value.data if isinstance(value, NonTensorData) else value
+
+
 def _is_node(value: Any) -> bool:
     """A TensorDict entry holding entries of its own (not non-tensor data)."""
     return isinstance(value, TensorDictBase) and not isinstance(value, (NonTensorData, NonTensorStack))
@@ -125,12 +123,10 @@ def _same_data(a: Any, b: Any) -> bool:
     if a is b:
         return True
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-            return False
-        if (a.shape, a.dtype, a.device, a.layout) != (b.shape, b.dtype, b.device, b.layout):
-            return False
-        if a.device.type == "meta":
-            return True  # no data to differ
+        alike = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (
+            (a.shape, a.dtype, a.device, a.layout) == (b.shape, b.dtype, b.device, b.layout))
+        if not alike or a.device.type == "meta":
+            return alike  # on the meta device: no data to differ
         try:
             return bool(torch.equal(a.to_dense(), b.to_dense()))
         except (RuntimeError, NotImplementedError, TypeError):
@@ -150,5 +146,4 @@ def _per_row(value: Any) -> list[Any]:
     tolist = getattr(value, "tolist", None)
     if not callable(tolist):
         raise TypeError(f"cannot restore a {type(value).__name__} entry row by row")
-    rows: list[Any] = tolist()
-    return rows
+    return cast(list[Any], tolist())

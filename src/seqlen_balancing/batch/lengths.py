@@ -11,10 +11,10 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-from tensordict import LazyStackedTensorDict, NonTensorData, TensorDict
+from tensordict import LazyStackedTensorDict, TensorDict
 
 from seqlen_balancing._checks import describe
-from seqlen_balancing.batch.kinds import _READ_ERRORS, _batch_size, _is_lazy_stack, _is_packed_jagged
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _batch_size, _is_lazy_stack, _ragged_dim, _unwrapped
 from seqlen_balancing.batch.nested import _jagged_row_lengths
 from seqlen_balancing.errors import LengthsUnreadable, MaskNot2D, MaskRows, NoLengthSource, PlanError
 from seqlen_balancing.native import Twinned
@@ -53,36 +53,31 @@ def _read_lengths(batch: TensorDict) -> tuple[PlanError | None, list[int], list[
     """:func:`effective_lengths`, plus the host offsets of packed jagged ``input_ids``
     (read in the same copy, so cutting needs no second one)."""
     n = _batch_size(batch)
-    keys = set(batch.keys())
-    ids = _get_entry(batch, "input_ids") if "input_ids" in keys else None
+    ids = _get_entry(batch, "input_ids")
     if isinstance(ids, torch.Tensor) and ids.is_nested:
-        if _is_packed_jagged(ids):
+        # packed jagged rows (no holes) ragged in dim 1: their offsets are the lengths
+        if ids.layout == torch.jagged and _ragged_dim(ids) == 1 and getattr(ids, "lengths")() is None:  # noqa: B009
             offsets: list[int] = getattr(ids, "offsets")().tolist()  # noqa: B009
             return None, [b - a for a, b in itertools.pairwise(offsets)], offsets
-        lengths = _jagged_row_lengths(ids)
-    elif "attention_mask" in keys:
-        mask = _get_entry(batch, "attention_mask")
-        if isinstance(mask, NonTensorData):
-            mask = mask.data
-        if not isinstance(mask, torch.Tensor):
-            return NoLengthSource(), [], None
-        if mask.is_nested:
-            lengths = torch.stack([(row != 0).sum() for row in mask.unbind()])
-        elif mask.dim() != 2:
-            return MaskNot2D(mask.dim()), [], None
-        else:
-            if mask.shape[0] != n:
-                return MaskRows(mask.shape[0], n), [], None
-            return None, _mask_row_counts(mask), None
-    else:
+        return None, cast(list[int], _jagged_row_lengths(ids).tolist()), None
+    mask = _unwrapped(_get_entry(batch, "attention_mask"))
+    if not isinstance(mask, torch.Tensor):
         return NoLengthSource(), [], None
-    values: list[int] = lengths.tolist()
-    return None, values, None
+    if mask.is_nested:
+        return None, cast(list[int], torch.stack([(row != 0).sum() for row in mask.unbind()]).tolist()), None
+    if mask.dim() != 2:
+        return MaskNot2D(mask.dim()), [], None
+    if mask.shape[0] != n:
+        return MaskRows(mask.shape[0], n), [], None
+    return None, _mask_row_counts(mask), None
 
 
 def _get_entry(batch: TensorDict, key: str) -> Any:
-    """``batch[key]``; from a lazy stack whose rows differ in shape there, a nested tensor
-    of the rows (one row per sample, as the cut picks them)."""
+    """``batch[key]`` (``None`` where the batch has no ``key``); from a lazy stack whose
+    rows differ in shape there, a nested tensor of the rows (one row per sample, as the cut
+    picks them)."""
+    if key not in batch.keys():
+        return None
     try:
         return batch.get(key)
     except RuntimeError:
@@ -113,8 +108,7 @@ def _numpy_view(mask: torch.Tensor) -> np.ndarray | None:
     """The mask's memory as a numpy array (no copy), when it is a plain CPU tensor numpy
     holds as it is; else ``None`` (CUDA, bfloat16, sparse, ...: torch counts those)."""
     plain = mask.device.type == "cpu" and mask.layout == torch.strided and not mask.is_nested
-    plain = plain and not mask.is_neg()
-    if not plain or mask.dtype not in _NUMPY_DTYPES:
+    if not plain or mask.is_neg() or mask.dtype not in _NUMPY_DTYPES:
         return None
     return mask.detach().numpy()
 
@@ -126,8 +120,7 @@ def _row_counts_python(host: np.ndarray) -> list[int]:
     :data:`_ROW_BY_ROW` columns on. O(rows x width)."""
     if host.shape[1] >= _ROW_BY_ROW:
         return [int(np.count_nonzero(row)) for row in host]
-    by_axis: list[int] = np.count_nonzero(host, axis=1).tolist()
-    return by_axis
+    return cast(list[int], np.count_nonzero(host, axis=1).tolist())
 
 
 #: The mask's count, through its compiled twin (``batch/_c_lengths.c``) where one is in
@@ -155,13 +148,11 @@ def _mask_row_counts(mask: torch.Tensor) -> list[int]:
     if host is not None:
         return _row_counts(host)
     if mask.dtype == torch.bool:
-        counts: list[int] = mask.view(torch.uint8).sum(dim=-1, dtype=torch.int64).tolist()
-        return counts
+        return cast(list[int], mask.view(torch.uint8).sum(dim=-1, dtype=torch.int64).tolist())
     if not (mask.dtype.is_floating_point or mask.dtype.is_complex or mask.dtype in _NO_AMINMAX):
         low, high = torch.aminmax(mask)
         bounds = torch.stack([low, high]).to(torch.int64)
         packed: list[int] = torch.cat([mask.sum(dim=-1, dtype=torch.int64), bounds]).tolist()
         if packed[-2] >= 0 and packed[-1] <= 1:
             return packed[:-2]
-    exact: list[int] = (mask != 0).sum(dim=-1).tolist()
-    return exact
+    return cast(list[int], (mask != 0).sum(dim=-1).tolist())

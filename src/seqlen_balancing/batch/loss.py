@@ -19,7 +19,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from seqlen_balancing.agreement.collective import collective_device, membership_error
+from seqlen_balancing.agreement.collective import collective_device
+from seqlen_balancing.batch.verdict import _begin
 
 __all__ = ["StepLossScales", "step_loss_scales"]
 
@@ -99,13 +100,10 @@ def step_loss_scales(
         (6, [3, 3], [0.16666666666666666, 0.16666666666666666])
     """
     local = _local_tokens(micro_batches_or_token_counts, loss_key)
-    if dp_group is None or not (dist.is_available() and dist.is_initialized()):
+    if not _begin(dp_group, True):  # verl's rule; a process outside the group raises here
         if isinstance(local, Exception):
             raise local
         return _scales(_number(math.fsum(local)), local, 1, average_gradients)
-    not_member = membership_error(dp_group)
-    if not_member is not None:
-        raise not_member.exception()
     failed, counts = (local, []) if isinstance(local, Exception) else (None, local)
     vector = torch.tensor([math.fsum(counts), float(failed is not None)], dtype=torch.float64,
                           device=collective_device(dp_group))

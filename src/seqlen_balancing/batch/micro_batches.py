@@ -12,12 +12,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from tensordict import NonTensorData, TensorDict
+from tensordict import TensorDict
 
 from seqlen_balancing._checks import describe
 from seqlen_balancing.agreement import analyse_with_prefixes
 from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.dummies import _cut_with_dummies, _loss_weight_keys
+from seqlen_balancing.batch.dummies import _loss_weight_keys
 from seqlen_balancing.batch.empty import (
     _batch_group_ids,
     _batch_prefix_lengths,
@@ -26,8 +26,8 @@ from seqlen_balancing.batch.empty import (
     _EmptySource,
 )
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
-from seqlen_balancing.batch.filler import _cut_with_filler
-from seqlen_balancing.batch.kinds import _READ_ERRORS
+from seqlen_balancing.batch.filler import _cut_with_copies
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _unwrapped
 from seqlen_balancing.batch.lengths import _read_lengths
 from seqlen_balancing.batch.settings import _batch_options, _per_sample_entry, _settings
 from seqlen_balancing.batch.trim import Trim, trim_inputs
@@ -202,24 +202,19 @@ def rearrange_micro_batches(
         "force_group_size": force_group_size,
     }
     given, error = PlanOptions.from_keywords(options, verl, option_keywords)
-    micro_batches, plan, _ = _rearrange_rows(
+    return _rearrange_rows(
         batch, max_token_len, dp_group, given, error, None, costs, workloads, same_micro_num_in_dp,
         group_ids, dummy_template, prefix_lengths,
-    )
-    return micro_batches, plan
+    )[:2]
 
 
 def _agree_asked(given: PlanOptions, error: PlanError | None, same_micro_num_in_dp: Any) -> Any:
     """The ``same_micro_num_in_dp`` that decides whether the call agrees (verl's rule): the
     options' when they could be read, else the call's own value (as given: a value that is
     not a switch counts as true there, and is the error the group agrees on)."""
-    if error is None or _is_verl_default(same_micro_num_in_dp):
+    if error is None or same_micro_num_in_dp is True:  # True: verl's default
         return given.same_micro_num_in_dp
     return same_micro_num_in_dp
-
-
-def _is_verl_default(value: Any) -> bool:
-    return value is True
 
 
 def _rearrange_rows(
@@ -259,14 +254,13 @@ def _rearrange_rows(
     empty = error is None and options.dummy_micro_batches and int(batch.batch_size[0]) == 0
     read = _read_batch(batch, options, error, empty, dummy_template)
     error, cause = read.error, read.cause
-    ids: Any = None
-    prefixes: Any = None
-    if error is None and group_ids is not None:
+    ids = prefixes = None  # (read from the batch where they name an entry of it)
+    if error is None:
         error, ids = _batch_group_ids(batch, group_ids)
-    if error is None and prefix_lengths is not None:
+    if error is None:
         error, prefixes = _batch_prefix_lengths(batch, prefix_lengths)
     if error is None:
-        extents = None if read.trim is None or costs is not None else (read.trim.left, read.trim.right)
+        extents = None if read.trim is None or costs is not None else read.trim.extents
         analysis = analyse_with_prefixes(read.lengths, max_token_len, options, prefixes,
                                          costs=_unwrapped(costs), workloads=_unwrapped(workloads),
                                          padded_extents=extents, group_ids=ids)
@@ -284,13 +278,11 @@ def _rearrange_rows(
     log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
     if read.empty is not None:
         return _empty_cut(read.empty, count, rows)
-    if analysis.equal_rows is not None:
-        return _cut_with_filler(batch, plan, read.entries, read.keys, read.trim,
-                                analysis.pad_to_multiple_of)
     # Offsets read before the agreement (input_ids' with its lengths): no second host copy.
+    # (An empty list holds the dummy's rows; under equal rows none is empty: filler fills it.)
     dummy = analysis.samples_of(analysis.dummy_group) if analysis.n_groups else []
-    return _cut_with_dummies(batch, plan, read.entries, dummy, read.keys, read.trim,
-                             analysis.pad_to_multiple_of)
+    return _cut_with_copies(batch, plan, read.entries, read.keys, read.trim, analysis.pad_to_multiple_of,
+                            dummy)
 
 
 def _empty_tolerance(analysis: RankAnalysis, source: _EmptySource, padded: bool) -> int:
@@ -334,7 +326,6 @@ def _read_batch(batch: Any, options: PlanOptions, error: PlanError | None, empty
         # The peers must hear of it: turn it into a plan error (the cause is chained).
         read.cause, read.error = exc, LengthsUnreadable(detail=describe(exc))
     known: dict[Any, list[int]] = {} if offsets is None else {"input_ids": offsets}
-    read.entries = _Entries(offsets=known)
     if read.error is None:
         # Every entry checked and everything the cut reads read before the agreement: a
         # failure is agreed on, and the cut after it cannot fail.
@@ -348,11 +339,6 @@ def _read_batch(batch: Any, options: PlanOptions, error: PlanError | None, empty
         # checked on every rank, so that a template that cannot serve shows at once
         read.error, _ = _empty_inputs(None, dummy_template, options.loss_weight_keys)
     return read
-
-
-def _unwrapped(values: Any) -> Any:
-    """Per-sample data given as ``NonTensorData`` read as the batch's own entry is."""
-    return values.data if isinstance(values, NonTensorData) else values
 
 
 def prepare_micro_batches(
@@ -432,6 +418,7 @@ def prepare_micro_batches(
             :func:`rearrange_micro_batches`.
 
     Example:
+        >>> from tensordict import NonTensorData
         >>> td = TensorDict({"attention_mask": torch.ones(4, 3)}, batch_size=[4])
         >>> td["use_dynamic_bsz"] = NonTensorData(False)
         >>> td["micro_batch_size_per_gpu"] = NonTensorData(2)
@@ -457,26 +444,26 @@ def prepare_micro_batches(
             workloads = _per_sample_entry(data, "workloads", workloads) if dynamic else workloads
             group_ids = _per_sample_entry(data, "group_ids", group_ids) if dynamic else group_ids
         except _READ_ERRORS as exc:
-            cause = exc
-            error = LengthsUnreadable(detail=describe(exc))
+            cause, error = exc, LengthsUnreadable(detail=describe(exc))
     if dynamic:
         return _rearrange_rows(
             data if error is None else None, value, dp_group, given, options_error, error, costs,
             workloads, same_micro_num_in_dp, group_ids, dummy_template,
         )[:2]
-    return _static(data, dp_group, given, options_error or error, cause, value,
-                   (costs, workloads, group_ids), same_micro_num_in_dp)
+    per_sample = {"costs": costs, "workloads": workloads, "group_ids": group_ids}
+    return _static(data, dp_group, given, options_error or error, cause, value, per_sample,
+                   same_micro_num_in_dp)
 
 
 def _static(
     data: TensorDict, dp_group: Any, options: PlanOptions, error: PlanError | None,
-    cause: BaseException | None, size: int, per_sample: tuple[Any, Any, Any],
+    cause: BaseException | None, size: int, per_sample: dict[str, Any],
     same_micro_num_in_dp: Any,
 ) -> tuple[list[TensorDict], None]:
     """The static path: chunks of ``micro_batch_size_per_gpu * force_group_size`` samples,
     agreed on (mode and count) with the group like the dynamic path."""
     sync = _begin(dp_group, _agree_asked(options, error, same_micro_num_in_dp))
-    error = error or _static_option_error(options, *per_sample)
+    error = error or _static_option_error(options, per_sample)
     chunk = size * options.force_group_size
     n = int(data.batch_size[0])
     if error is None and (n == 0 or n % chunk):
@@ -492,21 +479,13 @@ def _static(
     return _cut(data, chunks, entries, copy=False), None
 
 
-def _static_option_error(
-    options: PlanOptions, costs: Any, workloads: Any, group_ids: Any = None
-) -> PlanError | None:
+def _static_option_error(options: PlanOptions, per_sample: dict[str, Any]) -> PlanError | None:
     """One of the library's own options set on the static path, which has no cap it could
     change: refused, never ignored (verl's parameters are accepted there, as verl accepts
     them; a value at its default changes nothing and is accepted)."""
     for name, value in options.changed().items():
         opt = OPTIONS[name]
         if not (opt.static or opt.verl_parameter):
-            shown = value if type(value) is int else None  # None: not shown
-            return StaticPathOption(name, shown)
-    if costs is not None:
-        return StaticPathOption("costs", None)
-    if workloads is not None:
-        return StaticPathOption("workloads", None)
-    if group_ids is not None:
-        return StaticPathOption("group_ids", None)
-    return None
+            return StaticPathOption(name, value if type(value) is int else None)  # None: not shown
+    given = [argument for argument, value in per_sample.items() if value is not None]
+    return StaticPathOption(given[0], None) if given else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -23,8 +23,7 @@ def _jagged_row_lengths(tensor: torch.Tensor) -> torch.Tensor:
         holes: torch.Tensor | None = getattr(tensor, "lengths")()  # noqa: B009 (not in stubs)
         if holes is not None:
             return holes
-        offsets: torch.Tensor = getattr(tensor, "offsets")()  # noqa: B009
-        return offsets.diff()
+        return cast(torch.Tensor, getattr(tensor, "offsets")()).diff()  # noqa: B009
     return torch.tensor([row.shape[0] for row in tensor.unbind()], dtype=torch.int64)
 
 
@@ -34,8 +33,7 @@ def _jagged_internals() -> Any:
         module = importlib.import_module("torch.nested._internal.nested_tensor")
     except ImportError:  # pragma: no cover (a torch without it takes the public path)
         return None
-    wanted = ("NestedTensor", "_store_val_in_tensor")
-    return module if all(hasattr(module, name) for name in wanted) else None
+    return module if all(hasattr(module, name) for name in ("NestedTensor", "_store_val_in_tensor")) else None
 
 
 _JAGGED_INTERNALS = _jagged_internals()
@@ -60,10 +58,9 @@ def _jagged(
         )
     store = internals._store_val_in_tensor
     cache = {"min_seqlen": store(low), "max_seqlen": store(high)}
-    tensor: torch.Tensor = internals.NestedTensor(
+    return cast(torch.Tensor, internals.NestedTensor(
         values, offsets, _ragged_idx=ragged_dim, _metadata_cache=cache
-    )
-    return tensor
+    ))
 
 
 def _rows_of(
@@ -108,8 +105,7 @@ def _local_offsets(
     if missing:
         host: list[int] = []
         for m in missing:
-            first = offsets[bounds[m]]
-            host.extend(o - first for o in offsets[bounds[m] : bounds[m + 1] + 1])
+            host.extend(o - offsets[bounds[m]] for o in offsets[bounds[m] : bounds[m + 1] + 1])
         made = torch.tensor(host, dtype=torch.int64).to(device, non_blocking=True)
         pieces = torch.split(made, [bounds[m + 1] - bounds[m] + 1 for m in missing])
         for m, piece in zip(missing, pieces, strict=True):
@@ -119,3 +115,27 @@ def _local_offsets(
 
 #: Offsets already made in one restore, by device and row lengths (see :func:`_join_rows`).
 _SharedOffsets = dict[tuple[torch.device, tuple[int, ...]], torch.Tensor]
+
+
+def _join_rows(
+    rows: Sequence[torch.Tensor],
+    order: list[int],
+    like: torch.Tensor,
+    shared: _SharedOffsets,
+) -> torch.Tensor:
+    """A nested tensor of ``rows`` taken in ``order``, with ``like``'s layout and ragged dim.
+
+    With ``shared``, jagged tensors whose rows have the same lengths get one offsets tensor,
+    as tensors built together do, so that they can be combined (``input_ids`` and
+    ``position_ids`` of a restored TensorDict).
+    """
+    picked = [rows[i] for i in order]
+    if like.layout != torch.jagged:
+        return torch.nested.as_nested_tensor(picked, layout=like.layout)
+    ragged_dim = _ragged_dim(like)
+    sizes = [int(row.shape[ragged_dim - 1]) for row in picked]
+    values = torch.cat(picked, dim=ragged_dim - 1)
+    key = (values.device, tuple(sizes))
+    if key not in shared:
+        shared[key] = torch.tensor([0, *itertools.accumulate(sizes)], device=values.device)
+    return _jagged(values, shared[key], ragged_dim, sizes)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -11,7 +10,8 @@ import torch
 from tensordict import LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from seqlen_balancing._checks import non_negative_ints
-from seqlen_balancing.batch.filler import real_rows
+from seqlen_balancing.batch.cut import _pick_rows
+from seqlen_balancing.batch.filler import filler_of
 from seqlen_balancing.batch.kinds import (
     _COMPRESSED,
     _READ_ERRORS,
@@ -24,16 +24,12 @@ from seqlen_balancing.batch.kinds import (
     _per_row,
     _ragged_dim,
     _same_data,
-    _select,
 )
-from seqlen_balancing.batch.nested import _jagged, _SharedOffsets
+from seqlen_balancing.batch.nested import _join_rows, _SharedOffsets
 from seqlen_balancing.batch.trim import restore_widths
 from seqlen_balancing.planning.partition import get_reverse_idx
 
 __all__ = ["restore_dynamic_batch"]
-
-#: Outputs with rows (an empty rank's restore keeps their trailing shape, zero rows).
-_ROWS = (torch.Tensor, TensorDictBase)
 
 
 def restore_dynamic_batch(
@@ -96,22 +92,21 @@ def restore_dynamic_batch(
         >>> restore_dynamic_batch([torch.tensor([10, 30]), torch.tensor([20])], [[0, 2], [1]]).tolist()
         [10, 20, 30]
     """
-    if isinstance(data, (list, tuple, torch.Tensor, TensorDictBase)):
-        data = real_rows(data, batch_idx_list)  # equal_rows_per_micro_batch's filler rows dropped
     lists, dummies = _real_lists(batch_idx_list)
     if isinstance(data, (list, tuple)):
         parts = list(data)
-        if dummies and not lists and len(parts) == dummies and isinstance(parts[0], _ROWS):
+        if dummies and not lists and len(parts) == dummies and isinstance(
+            parts[0], (torch.Tensor, TensorDictBase)
+        ):
             return parts[0][:0]  # a rank with no samples: no real rows, the outputs' shape
         if dummies and len(parts) == len(lists) + dummies:
             parts = parts[: len(lists)]  # the dummies' outputs
         return _restore_parts(parts, lists)
+    filled = [i for part in _with_filler(lists) for i in part]
     if isinstance(data, TensorDictBase):
-        flat_lists = [[i for part in lists for i in part]]
-        real = len(flat_lists[0])
-        if dummies and len(data.batch_size) > 0 and _rows(data) >= real + dummies:
-            data = data[:real]
-        return _restore_parts([data], flat_lists)
+        if dummies and len(data.batch_size) > 0 and _rows(data) >= len(filled) + dummies:
+            data = data[: len(filled)]
+        return _restore_parts([data], [[i for part in lists for i in part]], [filled])
     if not isinstance(data, torch.Tensor):
         raise TypeError(
             f"data must be a torch.Tensor, a TensorDict or a list of them, got {type(data).__name__}"
@@ -119,9 +114,7 @@ def restore_dynamic_batch(
     tensor = cast(torch.Tensor, data)
     if tensor.dim() == 0:
         raise ValueError("data must have a batch dimension (dim 0), got a 0-d tensor")
-    flat = non_negative_ints(
-        (i for part in batch_idx_list for i in part), "batch_idx_list (flattened)", "indices"
-    )
+    flat = non_negative_ints(filled, "batch_idx_list (flattened)", "indices")
     rows = int(tensor.size(0))
     if len(flat) != rows and not (dummies and rows >= len(flat) + dummies):
         extra = f" and {dummies} dummy micro-batches (at least a row each)" if dummies else ""
@@ -129,40 +122,13 @@ def restore_dynamic_batch(
             f"batch_idx_list holds {len(flat)} indices{extra} but data has {rows} rows; "
             "pass the index lists returned with these micro-batches"
         )
-    order: list[int] = get_reverse_idx(flat)
+    order: list[int] = get_reverse_idx(flat)[: sum(len(part) for part in lists)]  # filler rows last
     try:
         if tensor.is_nested:
-            return _join_rows(tensor.unbind(), order, tensor)
-        return _take(tensor, order)
+            return _join_rows(tensor.unbind(), order, tensor, {})
+        return _pick_rows(tensor, order)
     except (RuntimeError, NotImplementedError) as exc:  # a layout torch cannot index by rows
         raise ValueError(f"data ({_kind(tensor)}) cannot be put back in order by rows: {exc}") from exc
-
-
-def _join_rows(
-    rows: Sequence[torch.Tensor],
-    order: list[int],
-    like: torch.Tensor,
-    shared: _SharedOffsets | None = None,
-) -> torch.Tensor:
-    """A nested tensor of ``rows`` taken in ``order``, with ``like``'s layout and ragged dim.
-
-    With ``shared``, jagged tensors whose rows have the same lengths get one offsets tensor,
-    as tensors built together do, so that they can be combined (``input_ids`` and
-    ``position_ids`` of a restored TensorDict).
-    """
-    picked = [rows[i] for i in order]
-    if like.layout != torch.jagged:
-        return torch.nested.as_nested_tensor(picked, layout=like.layout)
-    ragged_dim = _ragged_dim(like)
-    sizes = [int(row.shape[ragged_dim - 1]) for row in picked]
-    values = torch.cat(picked, dim=ragged_dim - 1)
-    key = (values.device, tuple(sizes))
-    offsets = None if shared is None else shared.get(key)
-    if offsets is None:
-        offsets = torch.tensor([0, *itertools.accumulate(sizes)], device=values.device)
-        if shared is not None:
-            shared[key] = offsets
-    return _jagged(values, offsets, ragged_dim, sizes)
 
 
 def _rows(part: Any) -> int:
@@ -179,8 +145,8 @@ def _real_lists(batch_idx_list: Sequence[Sequence[int]]) -> tuple[list[list[int]
     real = len(lists)
     while real and not lists[real - 1]:
         real -= 1
-    if any(not part for part in lists[:real]):
-        empty = next(m for m, part in enumerate(lists[:real]) if not part)
+    empty = next((m for m, part in enumerate(lists[:real]) if not part), None)
+    if empty is not None:
         raise ValueError(
             f"batch_idx_list[{empty}] is empty but a later index list is not; empty lists mark "
             "dummy micro-batches, which come last: pass the index lists returned with these "
@@ -189,9 +155,24 @@ def _real_lists(batch_idx_list: Sequence[Sequence[int]]) -> tuple[list[list[int]
     return lists[:real], len(lists) - real
 
 
-def _restore_parts(parts: list[Any], batch_idx_list: Sequence[Sequence[int]]) -> Any:
-    """:func:`restore_dynamic_batch` for a list of per-micro-batch outputs."""
-    lists = [list(part) for part in batch_idx_list]
+def _with_filler(lists: Sequence[Sequence[int]]) -> list[list[int]]:
+    """The index lists with their filler rows (``equal_rows_per_micro_batch``: the last
+    ``filler`` rows of a micro-batch) as samples after the real ones (``n``, ``n + 1``,
+    ...), so that restoring puts their outputs last, where they are dropped."""
+    n = sum(len(part) for part in lists)
+    out = []
+    for part in lists:
+        out.append([*part, *range(n, n + filler_of(part))])
+        n += filler_of(part)
+    return out
+
+
+def _restore_parts(
+    parts: list[Any], batch_idx_list: Sequence[Sequence[int]], filled: list[list[int]] | None = None
+) -> Any:
+    """:func:`restore_dynamic_batch` for a list of per-micro-batch outputs; ``filled``: the
+    index lists with their filler rows (:func:`_with_filler`, the default)."""
+    lists = filled or _with_filler(batch_idx_list)
     if len(parts) != len(lists):
         raise ValueError(
             f"data holds {len(parts)} micro-batch outputs but batch_idx_list has {len(lists)} "
@@ -222,17 +203,15 @@ def _restore_parts(parts: list[Any], batch_idx_list: Sequence[Sequence[int]]) ->
     flat = non_negative_ints(
         (i for part in lists for i in part), "batch_idx_list (flattened)", "indices"
     )
-    order: list[int] = get_reverse_idx(flat)
+    order: list[int] = get_reverse_idx(flat)[: sum(len(part) for part in batch_idx_list)]
     parts = restore_widths(parts, list(batch_idx_list))  # padded=True's cut, undone
-    first = parts[0]
-    if isinstance(first, TensorDictBase):
-        return _restore_tensordicts(parts, order)
-    return _restore_tensors(parts, order)
+    if isinstance(parts[0], TensorDictBase):
+        return _restore_tensordicts(parts, order, (), {})
+    return _restore_tensors(parts, order, {})
 
 
 def _restore_tensors(
-    parts: list[torch.Tensor], order: list[int], shared: _SharedOffsets | None = None,
-    key: Any = None,
+    parts: list[torch.Tensor], order: list[int], shared: _SharedOffsets, key: Any = None,
 ) -> torch.Tensor:
     """Rows of ``parts`` (one tensor per micro-batch) joined in ``order``; every mismatch
     torch would raise on is a ``ValueError`` naming the micro-batch (and ``key``)."""
@@ -268,38 +247,20 @@ def _restore_tensors(
                 )
     if first.is_nested:
         return _join_rows([row for part in parts for row in part.unbind()], order, first, shared)
-    return _take(_cat(parts), order, first.layout)
-
-
-def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
-    """``torch.cat`` along dim 0, for sparse CSR/CSC parts too (through COO)."""
-    if parts[0].layout in _COMPRESSED:
-        return torch.cat([part.to_sparse(layout=torch.sparse_coo) for part in parts])
-    return torch.cat(parts)
-
-
-def _take(tensor: torch.Tensor, order: list[int], layout: torch.layout | None = None) -> torch.Tensor:
-    """Rows ``order`` of a dense or sparse tensor, back in ``layout`` (default: its own)."""
-    index = torch.tensor(order, dtype=torch.long, device=tensor.device)
-    layout = layout or tensor.layout
-    if tensor.layout in _COMPRESSED:
-        tensor = tensor.to_sparse(layout=torch.sparse_coo)
-    if tensor.layout != torch.sparse_coo:
-        return _select(tensor, index)
-    picked = tensor.index_select(0, index)
-    return picked.to_sparse(layout=layout) if layout in _COMPRESSED else picked
+    # torch.cat cannot join CSR/CSC parts: joined in COO, then back in their layout
+    coo = [part.to_sparse(layout=torch.sparse_coo) if part.layout in _COMPRESSED else part for part in parts]
+    joined = _pick_rows(torch.cat(coo), order)
+    return joined.to_sparse(layout=first.layout) if first.layout in _COMPRESSED else joined
 
 
 def _restore_tensordicts(
-    parts: list[TensorDictBase], order: list[int], prefix: tuple[str, ...] = (),
-    shared: _SharedOffsets | None = None,
+    parts: list[TensorDictBase], order: list[int], prefix: tuple[str, ...], shared: _SharedOffsets,
 ) -> TensorDictBase:
     """The rows of TensorDict outputs joined in ``order``, entry by entry (nested
     TensorDicts keep their batch size); lazy stacks along dim 0 are joined by rows."""
     if all(_is_lazy_stack(part) and int(part.stack_dim) == 0 for part in parts):
         rows = [row for part in parts for row in cast(LazyStackedTensorDict, part).tensordicts]
         return _lazy_stack([rows[i] for i in order])
-    shared = {} if shared is None else shared
     try:
         # A lazy stack along another dim holds dense entries of one shape (as cut).
         parts = [part.contiguous() if _is_lazy_stack(part) else part for part in parts]
@@ -317,12 +278,8 @@ def _restore_tensordicts(
     out = TensorDict({}, batch_size=[len(order), *parts[0].batch_size[1:]])
     for name in keys:
         key: Any = (*prefix, name) if prefix else name
-        values = [entries[name] for entries in found]
-        if all(_is_node(value) for value in values):
-            out.set(name, _restore_tensordicts(values, order, (*prefix, name), shared))
-            continue
         try:
-            out.set(name, _restore_entry(key, values, order, shared))
+            out.set(name, _restore_entry(key, [entries[name] for entries in found], order, shared))
         except (RuntimeError, NotImplementedError) as exc:  # what torch or tensordict refuse
             raise ValueError(
                 f"entry {_key_name(key)!r} of the micro-batch outputs cannot be joined back: {exc}"
@@ -332,6 +289,8 @@ def _restore_tensordicts(
 
 def _restore_entry(key: Any, values: list[Any], order: list[int], shared: _SharedOffsets) -> Any:
     """One entry of the restored TensorDict, from its value in every micro-batch."""
+    if all(_is_node(value) for value in values):
+        return _restore_tensordicts(values, order, key if isinstance(key, tuple) else (key,), shared)
     if all(isinstance(value, torch.Tensor) for value in values):
         return _restore_tensors(values, order, shared, key)
     if all(isinstance(value, NonTensorData) for value in values) and all(

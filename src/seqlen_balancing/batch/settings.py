@@ -13,7 +13,7 @@ import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 from seqlen_balancing._checks import as_switch
-from seqlen_balancing.batch.kinds import _same_data
+from seqlen_balancing.batch.kinds import _same_data, _unwrapped
 from seqlen_balancing.batch.verdict import _switch_error
 from seqlen_balancing.errors import MissingSetting, PlanError, PrefixTreeAsked
 from seqlen_balancing.options import OPTIONS, PlanOptions
@@ -30,8 +30,7 @@ def _setting(data: TensorDict, key: str, default: Any) -> Any:
         rows = value.tolist()
         if rows and all(_same_data(row, rows[0]) for row in rows):
             value = NonTensorData(rows[0])
-    if isinstance(value, NonTensorData):
-        value = value.data
+    value = _unwrapped(value)
     if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":
         value = value.item()
     return value
@@ -71,10 +70,9 @@ def _settings(data: TensorDict) -> tuple[PlanError | None, bool, int | None]:
     if _asks_prefix_tree(data):  # read first, as verl reads it (PR #6689): never ignored
         return PrefixTreeAsked("use_prefix_tree"), True, 0
     raw_dynamic = _setting(data, "use_dynamic_bsz", True)
-    dynamic = as_switch(raw_dynamic)
+    # an unreadable switch plans dynamically (the default), and its error is agreed on
+    dynamic = as_switch(raw_dynamic) is not False
     dynamic_error = _switch_error(raw_dynamic, "use_dynamic_bsz")
-    if dynamic is None:  # an unreadable switch: plan dynamically (the default), agree on it
-        dynamic = True
     if dynamic:
         sp_error, sp_size = _int_setting(data, "sp_size", 1)
         cap_error, per_gpu = _int_setting(data, "max_token_len_per_gpu", None)
@@ -97,21 +95,18 @@ def _batch_options(
 ) -> tuple[PlanOptions, PlanError | None]:
     """The options of one ``prepare_micro_batches`` call: ``options=`` (else the defaults),
     then the batch's settings (plain entries or NonTensorData, as verl stores them), then
-    verl's parameters not at their default, then the keywords given other than ``None``
-    (``None``: the batch's setting, as before). Later wins; the first problem is returned
-    as the error to agree on (with the options so far)."""
+    verl's parameters not at their default, then ``keywords`` (the caller's, those given
+    other than ``None``). Later wins; the first problem is returned as the error to agree
+    on (with the options so far)."""
     start, error = PlanOptions.from_keywords(options)
     if error is not None:
         return start, error
     present = {key: _setting(data, key, _ABSENT) for key in _OPTION_KEYS}
     settings = {key: value for key, value in present.items() if value is not _ABSENT}
-    if isinstance(settings.get("loss_weight_keys"), list):
-        settings["loss_weight_keys"] = tuple(settings["loss_weight_keys"])
     start, error = PlanOptions.from_batch(settings, start)
     if error is not None:
         return start, error
-    given = {name: value for name, value in keywords.items() if value is not None}
-    return PlanOptions.from_keywords(None, verl_parameters, given, base=start)
+    return PlanOptions.from_keywords(None, verl_parameters, keywords, base=start)
 
 
 def _per_sample_entry(data: TensorDict, key: str, given: Any) -> Any:
@@ -119,5 +114,4 @@ def _per_sample_entry(data: TensorDict, key: str, given: Any) -> Any:
     ``workloads``: cut with the batch, never turned into a scalar), else ``None``."""
     if given is not None or key not in data.keys():
         return given
-    value = data.get(key)
-    return value.data if isinstance(value, NonTensorData) else value
+    return _unwrapped(data.get(key))

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDictBase
+from tensordict import TensorDictBase
 
 from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _carried, _is_dense, _select
@@ -61,34 +61,11 @@ class MicroBatchIndices(list):  # type: ignore[type-arg]
             of its kept width (verl's per-token log-probs) are restored into it.
     """
 
-    start: int
-    stop: int
-    width: int
-    dims: dict[Any, int]
-    pad_values: dict[Any, Any]
-    uncut: frozenset[Any]
-    spans: dict[Any, tuple[int, int]]
-    response: tuple[int, int] | None
-
-    def __init__(
-        self,
-        indices: Sequence[int],
-        start: int,
-        stop: int,
-        width: int,
-        dims: dict[Any, int] | None = None,
-        pad_values: dict[Any, Any] | None = None,
-        uncut: frozenset[Any] = frozenset(),
-        spans: dict[Any, tuple[int, int]] | None = None,
-        response: tuple[int, int] | None = None,
-    ) -> None:
+    def __init__(self, indices: Sequence[int], start: int, stop: int, trim: Trim) -> None:
         super().__init__(indices)
-        self.start, self.stop, self.width = start, stop, width
-        self.dims = dict(dims or {})
-        self.pad_values = dict(pad_values or {})
-        self.uncut = uncut
-        self.spans = dict(spans or {})
-        self.response = response
+        self.start, self.stop = start, stop
+        self.width, self.response, self.uncut = trim.width, trim.response, trim.uncut
+        self.dims, self.pad_values, self.spans = trim.dims, trim.pad_values, trim.spans
 
     def window(self, span: tuple[int, int] | None = None) -> tuple[int, int, int]:
         """``(start, stop, size)``: the columns kept of an entry spanning the mask's
@@ -121,8 +98,10 @@ def _mask_extents(mask: torch.Tensor) -> tuple[list[int], list[int], list[bool]]
     return packed[0], packed[1], [bool(x) for x in packed[2]]
 
 
-def _extents(first: list[int], stop: list[int], has: list[bool]) -> tuple[int, list[int], list[int]]:
-    """``(anchor, left, right)``: the anchor column (the largest first real column) and
+def _extents(
+    first: list[int], stop: list[int], has: list[bool]
+) -> tuple[int, tuple[list[int], list[int]]]:
+    """``(anchor, (left, right))``: the anchor column (the largest first real column) and
     each row's span to its left and right of it (0 and 0 for rows without real tokens).
 
     ``right`` is negative for a row that ends before the anchor (a right-padded row beside
@@ -131,7 +110,7 @@ def _extents(first: list[int], stop: list[int], has: list[bool]) -> tuple[int, l
     anchor = max((f for f, h in zip(first, has, strict=True) if h), default=0)
     left = [anchor - f if h else 0 for f, h in zip(first, has, strict=True)]
     right = [s - anchor if h else 0 for s, h in zip(stop, has, strict=True)]
-    return anchor, left, right
+    return anchor, (left, right)
 
 
 def _windows(
@@ -163,16 +142,14 @@ def _clamped(start: int, stop: int, offset: int, size: int) -> tuple[int, int, i
     return lo, max(lo, min(stop - offset, size)), size
 
 
-def _response_width(batch: TensorDictBase, width: int) -> int | None:
-    """The width of verl's response window (``responses``, else ``response_mask``: dense,
-    narrower than the mask), or ``None``."""
-    keys = set(batch.keys())
+def _response_window(batch: TensorDictBase, width: int) -> tuple[int, int] | None:
+    """verl's response window ``(offset, size)`` in the mask's columns: its last ``size``,
+    the width of ``responses`` (else ``response_mask``: dense, narrower than the mask), or
+    ``None``."""
     for name in ("responses", "response_mask"):
-        value = batch.get(name) if name in keys else None
-        if not isinstance(value, torch.Tensor) or not _is_dense(value) or value.dim() < 2:
-            continue
-        if 0 < int(value.shape[1]) < width:
-            return int(value.shape[1])
+        value = batch.get(name, None)
+        if _is_dense(value) and value.dim() >= 2 and 0 < int(value.shape[1]) < width:
+            return width - int(value.shape[1]), int(value.shape[1])
     return None
 
 
@@ -183,14 +160,13 @@ def _cut_dims(
     each with that dimension, the first after its TensorDict's batch dimensions whose size
     is ``width`` (a dimension that is a batch dimension of a nested TensorDict is never
     cut); then, where the batch has verl's response window (``R`` columns,
-    :func:`_response_width`), every other dense entry with a dimension of size ``R``,
+    :func:`_response_window`), every other dense entry with a dimension of size ``R``,
     spanning the mask's last ``R`` columns, and verl's ``prompts`` (its first columns)."""
     found: dict[Any, int] = {}
     spans: dict[Any, tuple[int, int]] = {}
-    narrow = _response_width(batch, width)
-    response = None if narrow is None else (width - narrow, narrow)
+    response = _response_window(batch, width)
     for key, value in batch.items(include_nested=True, leaves_only=True):
-        if not _is_dense(value) or isinstance(value, (NonTensorData, NonTensorStack)):
+        if not _is_dense(value):
             continue
         parent = batch.get(key[:-1]) if isinstance(key, tuple) and len(key) > 1 else batch
         sizes = [int(value.shape[d]) for d in range(len(parent.batch_size), value.dim())]
@@ -208,37 +184,16 @@ def _pad_values(batch: TensorDictBase, trim: Trim) -> dict[Any, Any]:
     """Each cut entry's value at one pad position of the mask within its span (the first
     element there), read to the host (a dtype some index kernel lacks: the bits of the
     signed integer of its size); entries on the meta device or without a pad position get 0."""
-    values: dict[Any, Any] = {}
+    values: dict[Any, Any] = dict.fromkeys(trim.dims, 0)
     for key, dim in trim.dims.items():
         value = batch.get(key)
         offset, size = trim.spans.get(key, (0, trim.width))
         where = _pad_position(trim, offset, size)
         if value.device.type == "meta" or where is None:
-            values[key] = 0
             continue
         picked = _carried(value)[where[0]].select(dim - 1, where[1] - offset)
         values[key] = picked.reshape(-1)[0].item() if picked.numel() else 0
     return values
-
-
-def cut_to_width(
-    micro_batches: list[Any], batch: TensorDictBase, plan: list[list[int]],
-    kept: list[tuple[int, int]], dims: dict[Any, int], spans: dict[Any, tuple[int, int]] | None = None,
-) -> None:
-    """Set each cut entry of each micro-batch to the input's rows of that micro-batch and
-    its kept columns only, those within its span for a narrow entry (``spans``; one
-    ``index_select`` of a narrowed view: no full-width copy)."""
-    values = {key: batch.get(key) for key in dims}
-    spans = spans or {}
-    for micro_batch, part, (lo, hi) in zip(micro_batches, plan, kept, strict=True):
-        index: dict[torch.device, torch.Tensor] = {}  # one index per device and micro-batch
-        for key, dim in dims.items():
-            value = values[key]
-            offset, size = spans.get(key, (0, int(value.shape[dim])))
-            start, stop, _ = _clamped(lo, hi, offset, size)
-            if value.device not in index:
-                index[value.device] = torch.tensor(part, dtype=torch.long, device=value.device)
-            micro_batch.set(key, _select(value.narrow(dim, start, stop - start), index[value.device]))
 
 
 def _widened(tensor: torch.Tensor, dim: int, window: tuple[int, int, int], fill: Any) -> torch.Tensor:
@@ -253,10 +208,20 @@ def _widened(tensor: torch.Tensor, dim: int, window: tuple[int, int, int], fill:
     return out if carried is tensor else out.view(tensor.dtype)
 
 
-def _seq_dim(tensor: torch.Tensor, indices: MicroBatchIndices) -> tuple[int, tuple[int, int, int]] | None:
+def _seq_dim(
+    tensor: torch.Tensor, indices: MicroBatchIndices, key: Any = None
+) -> tuple[int, tuple[int, int, int]] | None:
     """The dimension of an output of the micro-batch's kept width, and the window it goes
-    back into: the mask's first, else the response window's (verl's log-probs)."""
-    if tensor.is_nested or tensor.layout != torch.strided:
+    back into: an entry the cut made (``key``) along the dimension it cut, in its span;
+    an entry the batch did not have (a model output) along its first of that width, in the
+    mask's window, else the response window's (verl's log-probs); ``None`` for the batch's
+    uncut entries and outputs of other widths."""
+    cut = indices.dims.get(key)
+    if cut is not None:
+        start, stop, size = window = indices.window(indices.spans.get(key))
+        fits = stop - start != size and tensor.dim() > cut and int(tensor.shape[cut]) == stop - start
+        return (cut, window) if fits else None
+    if key in indices.uncut or tensor.is_nested or tensor.layout != torch.strided:
         return None
     windows = [indices.window()] + ([indices.window(indices.response)] if indices.response else [])
     for start, stop, size in windows:
@@ -268,49 +233,31 @@ def _seq_dim(tensor: torch.Tensor, indices: MicroBatchIndices) -> tuple[int, tup
     return None
 
 
+def _widen(value: Any, indices: MicroBatchIndices, key: Any = None) -> Any:
+    """``value`` (an output, or entry ``key`` of one) put back at the batch's width where
+    it has a micro-batch's kept width (:func:`_seq_dim`), with the entry's pad value (0
+    for outputs the cut did not make); anything else as it is."""
+    found = _seq_dim(value, indices, key) if isinstance(value, torch.Tensor) else None
+    return value if found is None else _widened(value, *found, indices.pad_values.get(key, 0))
+
+
 def restore_widths(parts: list[Any], lists: Sequence[Sequence[int]]) -> list[Any]:
     """``parts`` (one output per micro-batch) with every output cut to its micro-batch's
     width put back at the batch's width: the kept columns in place, each entry's pad value
-    (0 for outputs the cut did not make) elsewhere. Outputs of other shapes and
-    micro-batches that were not cut are returned as they are."""
+    (0 for outputs the cut did not make) elsewhere; a TensorDict as a new one (the output
+    is not changed), entry by entry. Outputs of other shapes and micro-batches that were
+    not cut are returned as they are."""
     out = []
     for part, indices in zip(parts, lists, strict=True):
-        if not isinstance(indices, MicroBatchIndices):
-            out.append(part)
-            continue
-        if isinstance(part, torch.Tensor):
-            found = _seq_dim(part, indices)
-            out.append(part if found is None else _widened(part, *found, 0))
-            continue
-        if isinstance(part, TensorDictBase):
-            out.append(_widened_tensordict(part, indices))
-            continue
+        if isinstance(indices, MicroBatchIndices) and isinstance(part, TensorDictBase):
+            widened = part.empty(recurse=True)
+            for key, value in part.items(include_nested=True, leaves_only=True):
+                widened.set(key, _widen(value, indices, key))
+            part = widened
+        elif isinstance(indices, MicroBatchIndices):
+            part = _widen(part, indices)
         out.append(part)
     return out
-
-
-def _widened_tensordict(part: TensorDictBase, indices: MicroBatchIndices) -> TensorDictBase:
-    """A new TensorDict (the output is not changed) with every entry of the micro-batch's
-    width widened: the entries the cut made along the dimension it cut, with the pad
-    value they held; entries the batch did not have (model outputs) along their first
-    dimension of that width, with 0; the batch's uncut entries as they are."""
-    widened = part.empty(recurse=True)
-    for key, value in part.items(include_nested=True, leaves_only=True):
-        found = None
-        if isinstance(value, torch.Tensor) and not isinstance(value, (NonTensorData, NonTensorStack)):
-            cut = indices.dims.get(key)
-            if cut is not None:
-                start, stop, size = window = indices.window(indices.spans.get(key))
-                fits = stop - start != size and value.dim() > cut and int(value.shape[cut]) == stop - start
-                found = (cut, window) if fits else None
-            elif key not in indices.uncut:
-                found = _seq_dim(value, indices)
-        if found is None:
-            widened.set(key, value)
-        else:
-            tensor = cast(torch.Tensor, value)
-            widened.set(key, _widened(tensor, *found, indices.pad_values.get(key, 0)))
-    return widened
 
 
 @dataclass
@@ -320,7 +267,8 @@ class Trim:
     Attributes:
         first, stop, has: per row, its first and one past its last real column, and
             whether it has a real token.
-        anchor: the shared column; ``left``/``right`` each row's span around it.
+        anchor: the shared column; ``extents`` each row's ``(left, right)`` span around
+            it (the planner's ``padded_extents``).
         width: the mask's width (columns).
         dims: the dense entries to cut, with their sequence dimension.
         pad_values: each one's pad value.
@@ -333,8 +281,7 @@ class Trim:
     stop: list[int]
     has: list[bool]
     anchor: int
-    left: list[int]
-    right: list[int]
+    extents: tuple[list[int], list[int]]
     width: int
     dims: dict[Any, int] = field(default_factory=dict)
     pad_values: dict[Any, Any] = field(default_factory=dict)
@@ -345,16 +292,23 @@ class Trim:
     def cut(
         self, micro_batches: list[Any], batch: TensorDictBase, plan: list[list[int]], pad: int
     ) -> list[MicroBatchIndices]:
-        """Cut every entry of :attr:`dims` of each micro-batch to its window (nothing here
-        raises for a batch :func:`trim_inputs` read) and return the index lists that
-        remember it."""
+        """Set every entry of :attr:`dims` of each micro-batch to the input's rows of that
+        micro-batch and its window's columns only, those within its span for a narrow entry
+        (nothing here raises for a batch :func:`trim_inputs` read), and return the index
+        lists that remember it."""
         kept = _windows(plan, self.first, self.stop, self.has, self.anchor, self.width, pad)
-        cut_to_width(micro_batches, batch, plan, kept, self.dims, self.spans)
-        return [
-            MicroBatchIndices(part, lo, hi, self.width, self.dims, self.pad_values, self.uncut,
-                              self.spans, self.response)
-            for part, (lo, hi) in zip(plan, kept, strict=True)
-        ]
+        values = {key: batch.get(key) for key in self.dims}
+        for micro_batch, part, (lo, hi) in zip(micro_batches, plan, kept, strict=True):
+            index: dict[torch.device, torch.Tensor] = {}  # one index per device and micro-batch
+            for key, dim in self.dims.items():
+                value = values[key]
+                offset, size = self.spans.get(key, (0, int(value.shape[dim])))
+                start, stop, _ = _clamped(lo, hi, offset, size)
+                if value.device not in index:
+                    index[value.device] = torch.tensor(part, dtype=torch.long, device=value.device)
+                # an index_select of the kept columns' view: no full-width copy
+                micro_batch.set(key, _select(value.narrow(dim, start, stop - start), index[value.device]))
+        return [MicroBatchIndices(part, lo, hi, self) for part, (lo, hi) in zip(plan, kept, strict=True)]
 
 
 def _pad_position(trim: Trim, offset: int, size: int) -> tuple[int, int] | None:
@@ -382,24 +336,22 @@ def trim_inputs(
     :class:`~seqlen_balancing.errors.LengthsUnreadable` when the mask or a pad value cannot be
     read (the cause is returned for chaining).
     """
-    keys = set(batch.keys())
-    if "attention_mask" not in keys:
+    if "attention_mask" not in batch.keys():
         return None, None, None
     if by_rows:
         return PaddedLazyStack(), None, None
     try:
-        ids = batch.get("input_ids") if "input_ids" in keys else None
+        ids = batch.get("input_ids", None)
         if isinstance(ids, torch.Tensor) and ids.is_nested:
             return None, None, None
         mask = batch.get("attention_mask")
-        if not isinstance(mask, torch.Tensor) or mask.is_nested or mask.layout != torch.strided:
+        if not _is_dense(mask):
             return None, None, None
         first, stop, has = _mask_extents(mask)
-        anchor, left, right = _extents(first, stop, has)
-        trim = Trim(first, stop, has, anchor, left, right, int(mask.shape[1]))
+        trim = Trim(first, stop, has, *_extents(first, stop, has), int(mask.shape[1]))
         trim.dims, trim.spans, trim.response = _cut_dims(batch, trim.width)
-        leaves = batch.keys(include_nested=True, leaves_only=True)
-        trim.uncut = frozenset(key for key in leaves if key not in trim.dims)
+        trim.uncut = frozenset(key for key in batch.keys(include_nested=True, leaves_only=True)
+                               if key not in trim.dims)
         trim.pad_values = _pad_values(batch, trim)
     except _READ_ERRORS as exc:
         return LengthsUnreadable(detail=describe(exc)), None, exc

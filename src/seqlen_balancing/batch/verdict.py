@@ -20,18 +20,15 @@ def _begin(dp_group: Any, same_micro_num_in_dp: Any) -> bool:
     """Whether this call agrees with ``dp_group`` (verl 0.9.1's rule); a process outside
     the group raises at once, since it was never part of that group's collective."""
     sync = distributed.sync_enabled(dp_group, same_micro_num_in_dp)
-    if sync:
-        error = distributed.membership_error(dp_group)
-        if error is not None:
-            raise error.exception()
+    error = distributed.membership_error(dp_group) if sync else None
+    if error is not None:
+        raise error.exception()
     return sync
 
 
 def _switch_error(value: Any, argument: str) -> PlanError | None:
     """The error for a switch that is not a bool (or 0/1), else ``None``."""
-    if as_switch(value) is None:
-        return NotASwitch(argument, detail=describe(value))
-    return None
+    return NotASwitch(argument, detail=describe(value)) if as_switch(value) is None else None
 
 
 def _batch_problem(batch: Any) -> PlanError | None:
@@ -39,9 +36,7 @@ def _batch_problem(batch: Any) -> PlanError | None:
     TensorDict with a batch dimension."""
     if isinstance(batch, TensorDictBase) and len(batch.batch_size) > 0:
         return None
-    what = type(batch).__name__
-    if isinstance(batch, TensorDictBase):
-        what += " with batch_size=()"
+    what = type(batch).__name__ + (" with batch_size=()" if isinstance(batch, TensorDictBase) else "")
     return NotATensorDict(detail=f"got {what}")
 
 

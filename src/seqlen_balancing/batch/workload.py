@@ -77,8 +77,9 @@ def _workload(lengths: torch.Tensor, seqlen_list: Any, from_numpy: bool) -> Any:
         given_float = lengths.dtype.is_floating_point and (
             isinstance(seqlen_list, torch.Tensor) or from_numpy
         )
-        dtype = lengths.dtype if given_float else torch.int64  # an empty list holds no floats
-        work = torch.zeros(lengths.shape, dtype=dtype, device=lengths.device)
+        # an empty list holds no floats
+        work = torch.zeros(lengths.shape, dtype=lengths.dtype if given_float else torch.int64,
+                           device=lengths.device)
     elif lengths.dtype.is_floating_point:
         _check_whole(lengths)
         work = WORKLOAD_LINEAR_COEF * lengths + lengths**2  # verl's expression, in verl's dtype
@@ -96,10 +97,8 @@ def _workload(lengths: torch.Tensor, seqlen_list: Any, from_numpy: bool) -> Any:
                 f"above {_MAX_WORKLOAD_LENGTH} tokens"
             )
         work = WORKLOAD_LINEAR_COEF * lengths + lengths * lengths
-    if from_numpy:
-        out = work.numpy()
-        return out[()] if out.ndim == 0 else out
-    return work
+    # numpy in, numpy out: a 0-d result as a numpy scalar (``[()]`` of an array is the array)
+    return work.numpy()[()] if from_numpy else work
 
 
 def _check_python_ints(values: Any) -> None:
