@@ -59,3 +59,29 @@ def test_a_dataproto_array_names_the_prefixes() -> None:
     assert sorted(plan) == [[0, 1, 2, 3]] and len(parts) == 1
     parts, plan = prepare_dynamic_batch(data, 14, group_ids="uid", prefix_lengths="prompt_len")
     assert sorted(plan) == [[0, 1, 2], [3]]  # 'a' costs 14, 'b' 3: two under a cap of 14
+
+
+def _engine_batch(**settings: Any) -> TensorDict:
+    from tensordict import NonTensorData
+
+    batch = _batch()
+    batch["max_token_len_per_gpu"] = NonTensorData(17)
+    for key, value in settings.items():
+        batch[key] = NonTensorData(value)
+    return batch
+
+
+def test_prepare_micro_batches_takes_the_prefixes_as_the_engine_path_does() -> None:
+    from seqlen_balancing import prepare_micro_batches
+
+    # 'a': its prompt of 6 once, 3 + 2 + 3 beyond it: 14; 'b' 3: 17 fits one micro-batch
+    _, plan = prepare_micro_batches(_engine_batch(), group_ids="uid", prefix_lengths="prefix")
+    assert plan is not None and sorted(plan) == [[0, 1, 2, 3]]
+    # the batch names them as it names group_ids: a NonTensorData holding the entry's name
+    _, plan = prepare_micro_batches(_engine_batch(group_ids="uid", prefix_lengths="prefix"))
+    assert plan is not None and sorted(plan) == [[0, 1, 2, 3]]
+    with pytest.raises(ValueError, match=r"group 'a' .* costs 26 tokens"):  # counted flat
+        prepare_micro_batches(_engine_batch(group_ids="uid"))
+    static = _engine_batch(use_dynamic_bsz=False, micro_batch_size_per_gpu=2)
+    with pytest.raises(ValueError, match="prefix_lengths applies to the dynamic path"):
+        prepare_micro_batches(static, prefix_lengths="prefix")

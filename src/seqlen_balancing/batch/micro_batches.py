@@ -354,6 +354,7 @@ def prepare_micro_batches(
     workloads: Sequence[int] | torch.Tensor | Callable[[list[int]], Iterable[int]] | None = None,
     group_ids: str | Sequence[Hashable] | torch.Tensor | None = None,
     dummy_template: TensorDict | None = None,
+    prefix_lengths: str | Sequence[int] | torch.Tensor | None = None,
     **option_keywords: Unpack[GroupOptionKeywords],
 ) -> tuple[list[TensorDict], list[list[int]] | None]:
     """verl's ``prepare_micro_batches``: settings are read from the TensorDict itself.
@@ -399,6 +400,10 @@ def prepare_micro_batches(
             :func:`rearrange_micro_batches`. ``group_ids=None``: the batch's ``group_ids``
             entry (per-sample ids, or a ``NonTensorData`` naming the entry that holds
             them), else none.
+        prefix_lengths: keyword-only, dynamic path: as in :func:`rearrange_micro_batches`
+            (each sample's tokens shared with its group, counted once per micro-batch).
+            ``None``: the batch's ``prefix_lengths`` entry (per sample, or a ``NonTensorData``
+            naming the entry that holds them), else none. Refused on the static path.
         **option_keywords: keyword-only, as in :func:`rearrange_micro_batches`, and
             ``force_group_size`` (:class:`~seqlen_balancing.options.GroupOptionKeywords`);
             one given as ``None``: the batch's setting, else the default.
@@ -443,14 +448,17 @@ def prepare_micro_batches(
             costs = _per_sample_entry(data, "costs", costs) if dynamic else costs
             workloads = _per_sample_entry(data, "workloads", workloads) if dynamic else workloads
             group_ids = _per_sample_entry(data, "group_ids", group_ids) if dynamic else group_ids
+            prefix_lengths = _per_sample_entry(data, "prefix_lengths", prefix_lengths) if dynamic \
+                else prefix_lengths
         except _READ_ERRORS as exc:
             cause, error = exc, LengthsUnreadable(detail=describe(exc))
     if dynamic:
         return _rearrange_rows(
             data if error is None else None, value, dp_group, given, options_error, error, costs,
-            workloads, same_micro_num_in_dp, group_ids, dummy_template,
+            workloads, same_micro_num_in_dp, group_ids, dummy_template, prefix_lengths,
         )[:2]
-    per_sample = {"costs": costs, "workloads": workloads, "group_ids": group_ids}
+    per_sample = {"costs": costs, "workloads": workloads, "group_ids": group_ids,
+                  "prefix_lengths": prefix_lengths}
     return _static(data, dp_group, given, options_error or error, cause, value, per_sample,
                    same_micro_num_in_dp)
 
