@@ -33,18 +33,11 @@ PLOT_HINT = "pip install 'seqlen-balancing[plot]'"
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors become a one-line :class:`CliError` (exit 2), and
-    whose namespace holds ``options``, the plan's
-    :class:`~seqlen_balancing.PlanOptions` (:func:`~seqlen_balancing.cli.results.options_of`)."""
+    """An ArgumentParser whose usage errors become a one-line :class:`CliError` (exit 2)."""
 
     def error(self, message: str) -> NoReturn:
         raise CliError(f"{message} (see '{self.prog} --help')", 2)
 
-    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
-        parsed = super().parse_args(args, namespace)
-        if getattr(parsed, "command", None) is not None:
-            parsed.options = options_of(parsed)
-        return parsed
 
 
 def _positive_int(text: str) -> int:
@@ -468,7 +461,7 @@ def check_combinations(args: argparse.Namespace) -> None:
             f"{'--cp' if args.cp is not None else '--fp8'} derives Megatron's alignment with "
             "--tp; pass --tp N too (1 without tensor parallelism)"
         )
-    args.options = options_of(args)  # again: a caller may have changed a flag's value
+    args.options = options_of(args)
     if args.options.over_cap == "alone" and getattr(args, "truncate", False):
         raise CliError(
             "--over-cap alone runs over-cap samples whole and --truncate clips them to the cap; "

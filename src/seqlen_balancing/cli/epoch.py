@@ -12,22 +12,19 @@ the worst step, then one summary row per cap: a cap is chosen by the whole run's
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from seqlen_balancing.agreement import plan_ranks
 from seqlen_balancing.cli import modeled
-from seqlen_balancing.cli._text import PROG, CliError, plural
+from seqlen_balancing.cli._text import PROG, CliError, Progress, plural, table
 from seqlen_balancing.cli.inputs import Loaded
 from seqlen_balancing.cli.modeled import Modeled
 from seqlen_balancing.cli.results import options_json
-from seqlen_balancing.cli.step import group_ids_of, scale_lengths
+from seqlen_balancing.cli.step import plan_dp, scale_lengths, verl_result
 from seqlen_balancing.cli.trainers import RULES, EpochStep, epoch_steps, steps_per_epoch
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planning.verl_rule import VerlSearchLimit, verl_counts
 
 __all__ = ["CapReplay", "Replay", "replay", "run_epoch"]
 
@@ -58,10 +55,7 @@ class CapReplay:
     def worst(self, values: list[int | None]) -> tuple[int, int] | None:
         """``(count, step)`` of the step with the most micro-batches (the first such)."""
         known = [(v, s) for s, v in enumerate(values, start=1) if v is not None]
-        if not known:
-            return None
-        top = max(v for v, _ in known)
-        return top, next(s for v, s in known if v == top)
+        return max(known, key=lambda found: found[0], default=None)  # max keeps the first
 
     @property
     def verl_total(self) -> int | None:
@@ -79,51 +73,6 @@ class Replay:
     steps: list[EpochStep]
     steps_per_epoch: int
     caps: list[CapReplay]
-
-
-class _Progress:
-    """tqdm on stderr when installed, else a plain stderr line at each tenth of the work."""
-
-    def __init__(self, total: int, show: bool) -> None:
-        self.total, self.done, self.shown = total, 0, -1
-        self.bar: Any = None
-        self.show = show and total > 0
-        if not self.show:
-            return
-        try:
-            tqdm: Any = importlib.import_module("tqdm")
-        except ImportError:
-            return
-        self.bar = tqdm.tqdm(total=total, unit="step", file=sys.stderr, dynamic_ncols=True,
-                             desc=f"{PROG} epoch")
-
-    def update(self, steps: int = 1) -> None:
-        self.done += steps
-        if not self.show:
-            return
-        if self.bar is not None:
-            self.bar.update(steps)
-            return
-        tenth = self.done * 10 // self.total
-        if tenth > self.shown:
-            self.shown = tenth
-            print(f"{PROG} epoch: {self.done}/{self.total} step plans ({tenth * 10}%)",
-                  file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _plan_step(per_rank: list[list[int]], cap: int, options: PlanOptions,
-               group_sizes: tuple[int, ...] | None = None) -> list[list[list[int]]]:
-    """Each rank's micro-batches (indices into its rows) for one step, planned by the
-    library's own DP planning (:func:`~seqlen_balancing.agreement.plan_ranks`), or its
-    error raised. ``group_sizes`` (``--group-sizes``): each rank's rows, as dealt to it, in
-    consecutive groups of these sizes, cycled (:func:`~seqlen_balancing.cli.step.group_ids_of`),
-    each group whole in one micro-batch."""
-    ids = None if not group_sizes else [group_ids_of(len(rows), group_sizes) for rows in per_rank]
-    return [r.plan for r in plan_ranks(per_rank, cap, options, group_ids=ids)]
 
 
 def _model(result: CapReplay, step: EpochStep, lengths: list[int], plans: list[list[list[int]]],
@@ -152,7 +101,8 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
                              args.options.workload_model))
     caps = [CapReplay(c, c * args.sp_size) for c in args.max_token_len]
     total = len(steps) * len(caps)
-    progress = _Progress(total, args.progress or (sys.stderr.isatty() and total >= LONG_REPLAY))
+    progress = Progress(total, args.progress or (sys.stderr.isatty() and total >= LONG_REPLAY), "step",
+                        f"{PROG} epoch", f"{PROG} epoch: {{done}}/{{total}} step plans ({{percent}}%)")
     try:
         for result in caps:
             for step in steps:
@@ -161,7 +111,7 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
                     continue
                 per_rank = [[lengths[i] for i in rows] for rows in step.ranks]
                 try:
-                    plans = _plan_step(per_rank, result.cap, args.options, args.group_sizes)
+                    plans = [r.plan for r in plan_dp(per_rank, result.cap, args)]
                 except (ValueError, TypeError) as exc:
                     result.error = f"step {step.step} (epoch {step.epoch + 1}): {exc}"
                     continue
@@ -170,36 +120,15 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
                 result.counts.append(max(len(rank) for rank in tokens))
                 result.tokens.append(tokens)
                 if args.compare_verl:
-                    _verl_step(result, per_rank, args)
+                    verl = verl_result(per_rank, result.cap, args)
+                    result.verl.append(None if verl.counts is None else max(verl.counts))
+                    result.verl_notes.append(f">{verl.above}" if verl.above is not None else verl.error or "")
+                    result.verl_ranks.append(verl.counts)
                 _model(result, step, lengths, plans, args.options, whole_step=not args.group_sizes)
     finally:
         progress.close()
     per_epoch = steps_per_epoch(len(lengths), args.dp_size, args.global_batch_size, args.trainer)
     return Replay(loaded, lengths, steps, per_epoch, caps)
-
-
-def _verl_step(result: CapReplay, per_rank: list[list[int]], args: argparse.Namespace) -> None:
-    options = args.options
-    try:
-        found = verl_counts(
-            per_rank, result.cap, same_micro_num_in_dp=options.same_micro_num_in_dp,
-            num_batches_divided_by=options.num_batches_divided_by,
-            min_num_micro_batch=options.min_num_micro_batch,
-            force_group_size=options.force_group_size, max_tries=args.verl_max_tries,
-        )
-    except VerlSearchLimit as exc:
-        result.verl.append(None)
-        result.verl_notes.append(f">{exc.last_tried}")
-        result.verl_ranks.append(None)
-        return
-    except ValueError as exc:
-        result.verl.append(None)
-        result.verl_notes.append(str(exc))
-        result.verl_ranks.append(None)
-        return
-    result.verl.append(max(found.counts))
-    result.verl_notes.append("")
-    result.verl_ranks.append(list(found.counts))
 
 
 # ----------------------------------------------------------------------------- report
@@ -256,13 +185,6 @@ def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines)
-
-
 def _saved(ours: int, verl: int | None) -> tuple[str, str]:
     if verl is None:
         return "n/a", "n/a"
@@ -293,7 +215,7 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
             row.append(str(whole.count) if whole.count is not None else "fails" if whole.error else "n/a")
             rows.append(row)
         if rows:
-            print(_table(headers, rows))
+            print(table(headers, rows))
         if result.error is not None:
             print(f"cannot run: {result.error}")
             continue
@@ -328,7 +250,7 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
             row += [str(verl_total) if verl_total is not None else "n/a",
                     _worst_text(result.worst(result.verl)), *_saved(total, verl_total)]
         rows.append(row)
-    print(_table(headers, rows))
+    print(table(headers, rows))
 
 
 def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
@@ -344,6 +266,7 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
                 {"step": replay_.steps[i].step, "epoch": replay_.steps[i].epoch + 1, "micro_batches": c,
                  "micro_batch_tokens": result.tokens[i]}
                 | ({"verl_micro_batches": result.verl[i]} if args.compare_verl else {})
+                | {"global_micro_batches": result.modeled[i][2].count}
                 for i, c in enumerate(result.counts)
             ],
             "total_micro_batches": sum(result.counts) if result.complete else None,
@@ -351,8 +274,6 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
             "step_time": modeled.to_json(run_totals(result), modeled.fixed_tokens_of(args.options))
             if result.complete else None,
         }
-        for entry, steps in zip(item["steps"], result.modeled, strict=True):
-            entry["global_micro_batches"] = steps[2].count
         if args.compare_verl:
             item["verl_total_micro_batches"] = result.verl_total if result.complete else None
             item["verl_worst_step"] = _worst_json(result.worst(result.verl))

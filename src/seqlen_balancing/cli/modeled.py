@@ -23,7 +23,7 @@ move with the cap (:func:`sweep_times`).
 * ``library``: the same dealing, each rank planned by the library (the report's plans).
 * ``global``: :func:`~seqlen_balancing.plan_global_batch` on the step's rows in the
   sampler's order, choosing the ranks itself (what ``SEQLEN_BALANCING_BALANCE_STEP=1``
-  runs), under every option it takes (:func:`global_keywords`: ``--equal-rows-per-micro-batch``
+  runs), under every option it takes (``--equal-rows-per-micro-batch``
   included); the header names those it has no parameter for (:func:`not_applied_lines`:
   ``--over-cap``, ``--dummy-micro-batches``, ``--no-same-micro-num-in-dp``).
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from seqlen_balancing.global_batch.lockstep import lock_step_time, micro_batch_fixed_cost, step_time_floor
-from seqlen_balancing.global_batch.step import DEFAULT_MICRO_BATCH_FIXED_TOKENS, plan_global_batch
+from seqlen_balancing.global_batch.step import plan_global_batch
 from seqlen_balancing.options import OPTIONS, PlanOptions
 from seqlen_balancing.planning.balance import order_micro_batches
 from seqlen_balancing.planning.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp, workload
@@ -47,11 +47,11 @@ __all__ = [
     "Modeled",
     "fastest",
     "fixed_tokens_of",
-    "global_keywords",
     "model_step",
     "not_applied",
     "not_applied_lines",
     "verl_plans",
+    "workloads",
 ]
 
 #: The three kinds of plan, and how the reports name them.
@@ -106,11 +106,11 @@ class Modeled:
 def fixed_tokens_of(options: PlanOptions) -> float:
     """The fixed cost of one micro-batch in tokens of linear work: the options'
     ``micro_batch_fixed_tokens`` where they have one, else the library's default."""
-    value = getattr(options, "micro_batch_fixed_tokens", None)
-    return DEFAULT_MICRO_BATCH_FIXED_TOKENS if value is None else float(value)
+    return float(options.micro_batch_fixed_tokens)
 
 
-def _workloads(lengths: Sequence[int], options: PlanOptions) -> list[int]:
+def workloads(lengths: Sequence[int], options: PlanOptions) -> list[int]:
+    """Each sample's balance workload: the ``--workload-model``'s FLOPs, else verl's."""
     model = options.workload_model
     return list(model.workloads(list(lengths))) if model is not None else [workload(s) for s in lengths]
 
@@ -127,7 +127,7 @@ def verl_plans(lengths: Sequence[int], dealt: Sequence[Sequence[int]], counts: S
     """
     out: Plans = []
     for rows, count in zip(dealt, counts, strict=True):
-        loads = _workloads([lengths[i] for i in rows], options)
+        loads = workloads([lengths[i] for i in rows], options)
         parts = [sorted(p) for p in karmarkar_karp(loads, count, equal_size=False)]
         ordered = order_micro_batches(parts, loads, options.use_dynamic_bsz_balance)
         out.append([[rows[i] for i in mb] for mb in ordered])
@@ -164,13 +164,6 @@ _NO_COUNT = ("loss_weight_keys",)
 _GLOBAL_REFUSED = ("dummy_micro_batches", "same_micro_num_in_dp")
 
 
-def global_keywords(options: PlanOptions) -> dict[str, Any]:
-    """:func:`~seqlen_balancing.plan_global_batch`'s keywords under ``options``: the options
-    themselves but those it refuses (:func:`not_applied` names them), a ``--workload-model``
-    included (its linear coefficient prices the fixed cost)."""
-    return {"options": replace(options, dummy_micro_batches=False, same_micro_num_in_dp=True)}
-
-
 def not_applied(options: PlanOptions, kind: str) -> list[str]:
     """The options given (``options.changed()``) that a kind of plan does not take, as
     flags: ``"global"``, :func:`~seqlen_balancing.plan_global_batch`'s refusals; ``"verl"``,
@@ -200,9 +193,11 @@ def not_applied_lines(options: PlanOptions, kinds: Sequence[str]) -> list[str]:
 def _global(lengths: Sequence[int], dp: int, cap: int, options: PlanOptions, fixed: float,
             loads: list[int], unit: float) -> Modeled:
     """:func:`~seqlen_balancing.plan_global_batch` on the step under every option it takes
-    (:func:`global_keywords`), in the lock-step model as the other kinds are."""
+    but those it refuses (:func:`not_applied` names them), in the lock-step model as the other
+    kinds are."""
+    taken = replace(options, dummy_micro_batches=False, same_micro_num_in_dp=True)
     try:
-        _, micro = plan_global_batch(list(lengths), dp, cap, **global_keywords(options))
+        _, micro = plan_global_batch(list(lengths), dp, cap, options=taken)
     except (TypeError, ValueError) as error:
         return Modeled("global", None, None, None, unit, error=str(error))
     # with equal rows the filler rows are left out, as the lock-step search leaves them
@@ -238,7 +233,7 @@ def model_step(
     fixed = micro_batch_fixed_cost(fixed_tokens_of(options), options)
     unit = float(WORKLOAD_LINEAR_COEF * cap)
     token = micro_batch_fixed_cost(1.0, options)
-    loads = _workloads(lengths, options)
+    loads = workloads(lengths, options)
     if verl_counts is not None and options.force_group_size == 1:
         verl = _timed("verl", verl_plans(lengths, dealt, verl_counts, options), loads, dp, fixed, unit)
     else:
@@ -249,11 +244,6 @@ def model_step(
     return [replace(m, token=token) for m in (verl, library_time, whole)]
 
 
-def _reference(rows: Sequence[Modeled]) -> Modeled | None:
-    """What ``vs`` compares with: verl's row where it was modeled, else the library's."""
-    return next((m for m in rows if m.step_time is not None and m.kind in ("verl", "library")), None)
-
-
 def lines(rows: Sequence[Modeled], cap: int, fixed_tokens: float, runs: str = "step") -> list[str]:
     """The report's lines: a header and one row per kind of plan that was modeled.
 
@@ -261,7 +251,8 @@ def lines(rows: Sequence[Modeled], cap: int, fixed_tokens: float, runs: str = "s
     """
     if not rows:
         return []
-    reference = _reference(rows)
+    # what ``vs`` compares with: verl's row where it was modeled, else the library's
+    reference = next((m for m in rows if m.step_time is not None and m.kind in ("verl", "library")), None)
     against = "verl" if reference is not None and reference.kind == "verl" else "library"
     table = [["plans", "count/rank", "step time", "x floor", f"vs {against}"]]
     for m in rows:

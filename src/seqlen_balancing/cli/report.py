@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from seqlen_balancing.cli import modeled
-from seqlen_balancing.cli._text import pct, plural
+from seqlen_balancing.cli._text import pct, plural, table
 from seqlen_balancing.cli.results import options_json
 from seqlen_balancing.cli.trainers import SYNTHETIC_ROW_TOKENS, always_balances, batch_multiple
 
 if TYPE_CHECKING:
-    from seqlen_balancing.cli.results import RankResult, Step, StepResult
+    from seqlen_balancing.cli.results import RankResult, Step, StepResult, VerlResult
 
 __all__ = [
     "PLAN_COLUMNS",
@@ -68,11 +68,13 @@ def _saving(ours: int, verl: int | None) -> str:
     return f"{verl - ours} ({pct((verl - ours) / verl) if verl else '0.0%'})"
 
 
-def _verl_rank(r: RankResult, result: StepResult) -> str:
+def _verl_text(result: StepResult, rank: int | None = None) -> str:
+    """verl's count on ``rank``, or its range over the ranks; '>K' or 'fails' where it has none."""
     verl = result.verl
     if verl is None or verl.counts is None:
         return f">{verl.above}" if verl is not None and verl.above is not None else "fails"
-    return str(verl.counts[r.rank])
+    counts = verl.counts if rank is None else [verl.counts[rank]]
+    return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
 
 
 # Plan rows carry the rank and the step result (for verl's counts).
@@ -152,7 +154,7 @@ PLAN_COLUMNS: list[Column[PlanRow]] = [
         "--compare-verl: micro-batches verl 0.9.1's rule uses on the same rank (Karmarkar-"
         "Karp from ceil(total / cap) upwards until every micro-batch fits, same DP "
         "agreement); '>K': the search stopped (--verl-max-tries); 'fails': verl raises",
-        lambda x, a: _verl_rank(x[0], x[1]),
+        lambda x, a: _verl_text(x[1], x[0].rank),
         _verl_on,
     ),
     Column(
@@ -171,14 +173,6 @@ def _count_text(result: StepResult) -> str:
     if agreed is not None:
         return str(agreed)
     return f"{min(result.counts)}-{max(result.counts)}"
-
-
-def _verl_count_text(result: StepResult) -> str:
-    verl = result.verl
-    if verl is None or verl.counts is None:
-        return f">{verl.above}" if verl is not None and verl.above is not None else "fails"
-    low, high = min(verl.counts), max(verl.counts)
-    return str(low) if low == high else f"{low}-{high}"
 
 
 SWEEP_COLUMNS: list[Column[StepResult]] = [
@@ -246,7 +240,7 @@ SWEEP_COLUMNS: list[Column[StepResult]] = [
     Column(
         "verl count/rank",
         "--compare-verl: verl 0.9.1's micro-batches per rank on the same step",
-        lambda r, a: _verl_count_text(r),
+        lambda r, a: _verl_text(r),
         _verl_on,
     ),
     Column(
@@ -361,18 +355,6 @@ def columns_help(command: str) -> str:
         )
     lines.append("exit codes: 0 planned; 1 the step cannot be planned under the cap; 2 bad usage or input")
     return "\n".join(lines)
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
-    return "\n".join(lines)
-
-
-def _render(columns: Sequence[Column[Row]], rows: Sequence[Row], args: argparse.Namespace) -> str:
-    shown = [c for c in columns if c.shown(args)]
-    return _table([c.header for c in shown], [[c.cell(row, args) for c in shown] for row in rows])
 
 
 def _cap_text(args: argparse.Namespace, cap: int | None) -> str:
@@ -506,7 +488,9 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
         print(line)
     if result.truncated:
         print(f"{plural(result.truncated, 'drawn sample')} longer than {cap} tokens truncated to the cap")
-    print(_render(PLAN_COLUMNS, [(r, result) for r in result.ranks], args))
+    shown = [c for c in PLAN_COLUMNS if c.shown(args)]
+    rows = [[c.cell((r, result), args) for c in shown] for r in result.ranks]
+    print(table([c.header for c in shown], rows))
     agreed = result.agreed_count
     if not args.options.same_micro_num_in_dp:
         counts = f"no agreement (per-rank counts {_count_text(result)})"
@@ -526,7 +510,7 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
     if any(r.rows for r in result.ranks):
         print(_filler_line(result))
     if result.verl is not None:
-        print(_verl_summary(result))
+        print(_verl_summary(result.verl, result.total_micro_batches))
     for line in modeled.lines(result.modeled, cap, modeled.fixed_tokens_of(args.options)):
         print(line)
 
@@ -561,16 +545,12 @@ def _proven_text(result: StepResult) -> str:
     return "proven optimal" if gap == 0 else f"{plural(gap, 'micro-batch')} above it"
 
 
-def _verl_summary(result: StepResult) -> str:
-    verl = result.verl
-    if verl is None:
-        return ""
+def _verl_summary(verl: VerlResult, ours: int) -> str:
     if verl.counts is None:
         if verl.above is not None:
             return f"verl 0.9.1's rule: count above {verl.above} (search stopped; raise --verl-max-tries)"
         return f"verl 0.9.1's rule fails on this step: {verl.error}"
     total = sum(verl.counts)
-    ours = result.total_micro_batches
     low, high = min(verl.counts), max(verl.counts)
     per_rank = plural(low, "micro-batch") if low == high else f"{low}-{high} micro-batches"
     return (
@@ -597,7 +577,7 @@ def print_sweep(
             notes.append(f"max_token_len {r[0] // args.sp_size}: {r[1]}")
         else:
             rows.append([c.cell(r, args) for c in shown])
-    print(_table([c.header for c in shown], rows))
+    print(table([c.header for c in shown], rows))
     for line in _fastest_lines(args, args.sweep_rows):
         print(line)
     if smallest is not None:
@@ -648,21 +628,14 @@ def settings(step: Step, args: argparse.Namespace) -> dict[str, Any]:
         "dynamic_bsz_balance": args.options.use_dynamic_bsz_balance,
         "over_cap": args.options.over_cap,
         "workload_model": options_json(args.options)["workload_model"],
-        **_alignment_json(args),
-        "options": options_json(args.options),
-    }
-
-
-def _alignment_json(args: argparse.Namespace) -> dict[str, Any]:
-    pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
-    return {
-        "pad_to_multiple_of": pad,
-        "micro_batch_multiple_of": bucket,
+        "pad_to_multiple_of": args.options.pad_to_multiple_of,
+        "micro_batch_multiple_of": args.options.micro_batch_multiple_of,
         "tp": args.tp,
         "cp": args.cp,
         "fp8": bool(args.fp8),
         "padded": _padded_on(args),
         "max_samples_per_micro_batch": args.options.max_samples_per_micro_batch,
+        "options": options_json(args.options),
     }
 
 

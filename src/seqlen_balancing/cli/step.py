@@ -35,18 +35,14 @@ import math
 import random
 import time
 from collections.abc import Sequence
+from itertools import groupby
 
-from seqlen_balancing.agreement import plan_ranks
+from seqlen_balancing.agreement import RankPlan, plan_ranks
 from seqlen_balancing.cli._text import CliError, plural
 from seqlen_balancing.cli.inputs import Loaded
-from seqlen_balancing.cli.modeled import model_step
+from seqlen_balancing.cli.modeled import model_step, workloads
 from seqlen_balancing.cli.results import RankResult, Step, StepResult, VerlResult, alignment
-from seqlen_balancing.cli.trainers import (  # balance_order: kept importable here
-    SYNTHETIC_ROW_TOKENS,
-    balance_order,
-    deal,
-    synthetic_rows,
-)
+from seqlen_balancing.cli.trainers import SYNTHETIC_ROW_TOKENS, deal, synthetic_rows
 from seqlen_balancing.cost import (
     aligned_length,
     micro_batch_capacity,
@@ -55,12 +51,10 @@ from seqlen_balancing.cost import (
 )
 from seqlen_balancing.planning.balance import spread
 from seqlen_balancing.planning.bounds import l2_lower_bound
-from seqlen_balancing.planning.partition import workload
-from seqlen_balancing.planning.planner import RankAnalysis
 from seqlen_balancing.planning.rows import filler_cost
 from seqlen_balancing.planning.verl_rule import VerlSearchLimit, verl_counts
 
-__all__ = ["balance_order", "make_step", "plan_step", "smallest_cap"]
+__all__ = ["make_step", "plan_dp", "plan_step", "smallest_cap", "verl_result"]
 
 
 def scale_lengths(lengths: Sequence[int], scale: float) -> list[int]:
@@ -76,11 +70,6 @@ def scale_lengths(lengths: Sequence[int], scale: float) -> list[int]:
 MAX_DRAWN_ROWS = 10_000_000  # a drawn step's rows (dp_size x batch_size): bounded memory
 
 
-def _divisors(n: int, limit: int = 6) -> list[int]:
-    small = [d for d in range(2, min(n, 4096) + 1) if n % d == 0]
-    return small[:limit]
-
-
 def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
     """The rows of the step (see the module docstring).
 
@@ -92,13 +81,9 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
     n, dp = len(lengths), args.dp_size
     minis = tuple(getattr(args, "mini_batch_size", None) or ())
     if args.lengths is not None and args.batch_size is None:
-        extra = synthetic_rows(n, dp, args.trainer, minis)
-        if extra:  # verl's V1 trainer pads the batch to a multiple of lcm(dp, mini-batch sizes)
-            padded = lengths + [SYNTHETIC_ROW_TOKENS] * extra
-            return Step(loaded.source, padded, list(range(n + extra)), "whole_file", dp,
-                        (n + extra) // dp, loaded.counted, synthetic=extra)
-        if n % dp:
-            divisors = _divisors(n)
+        # verl's V1 trainer pads the batch to a multiple of lcm(dp, mini-batch sizes)
+        if n % dp and not synthetic_rows(n, dp, args.trainer, minis):
+            divisors = [d for d in range(2, min(n, 4096) + 1) if n % d == 0][:6]
             hint = (
                 f"a --dp-size that divides {n} ({', '.join(map(str, divisors))})"
                 if divisors
@@ -110,7 +95,8 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
                 f"(verl's dispatch gives every rank an equal contiguous chunk): {drop}"
                 f"use {hint}, or pass --batch-size"
             )
-        return Step(loaded.source, lengths, list(range(n)), "whole_file", dp, n // dp, loaded.counted)
+        whole = Step(loaded.source, lengths, list(range(n)), "whole_file", dp, n // dp, loaded.counted)
+        return _padded(whole, args.trainer, minis)
     batch = args.batch_size or 256
     needed = dp * batch
     if needed > MAX_DRAWN_ROWS:
@@ -119,23 +105,21 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
             f"at most {MAX_DRAWN_ROWS:,}: lower --dp-size or --batch-size"
         )
     rng = random.Random(args.seed)
-    if n >= needed:
-        if args.in_order:
-            drawn = Step(loaded.source, lengths, list(range(needed)), "in_order", dp, batch, loaded.counted)
-        else:
-            drawn = Step(loaded.source, lengths, rng.sample(range(n), needed), "without_replacement", dp,
-                         batch, loaded.counted)
-        return _padded(drawn, args.trainer, minis)
-    if args.lengths is None and not args.in_order:
-        positions = rng.choices(range(n), k=needed)
-        return _padded(Step(loaded.source, lengths, positions, "with_replacement", dp, batch), args.trainer,
-                       minis)
-    how = "taken in input order" if args.in_order else "drawn without replacement"
-    raise CliError(
-        f"{loaded.name} holds {n} lengths but --dp-size {dp} x --batch-size "
-        f"{batch} needs {needed} ({how}); pass at least "
-        f"{needed} lengths or lower --dp-size/--batch-size"
-    )
+    if n >= needed and args.in_order:
+        positions, sampling = list(range(needed)), "in_order"
+    elif n >= needed:
+        positions, sampling = rng.sample(range(n), needed), "without_replacement"
+    elif args.lengths is None and not args.in_order:
+        positions, sampling = rng.choices(range(n), k=needed), "with_replacement"
+    else:
+        how = "taken in input order" if args.in_order else "drawn without replacement"
+        raise CliError(
+            f"{loaded.name} holds {n} lengths but --dp-size {dp} x --batch-size "
+            f"{batch} needs {needed} ({how}); pass at least "
+            f"{needed} lengths or lower --dp-size/--batch-size"
+        )
+    return _padded(Step(loaded.source, lengths, positions, sampling, dp, batch, loaded.counted), args.trainer,
+                   minis)
 
 
 def _padded(step: Step, trainer: str, minis: tuple[int, ...]) -> Step:
@@ -194,13 +178,10 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
     if sizes:
         drawn = [step.lengths[p] for p in step.positions]
         per_rank = _dealt(step, args, drawn)[1]
-        groups: list[list[int]] = []
-        for lens in per_rank:
-            ids = group_ids_of(len(lens), sizes)  # consecutive: a group starts where its id does
-            for i, (length, g) in enumerate(zip(lens, ids, strict=True)):
-                if i == 0 or ids[i - 1] != g:
-                    groups.append([])
-                groups[-1].append(aligned_length(length, pad))
+        groups = [[aligned_length(length, pad) for length, _ in rows]  # a group's rows are consecutive
+                  for lens in per_rank
+                  for _, rows in groupby(zip(lens, group_ids_of(len(lens), sizes), strict=True),
+                                         key=lambda row: row[1])]
     else:
         costs = [aligned_length(step.lengths[p], pad) for p in step.positions]
         size = args.options.force_group_size
@@ -230,15 +211,14 @@ def _dealt(
                                                 for r in range(step.dp_size)], dealt
 
 
-def _plan_ranks(
-    per_rank: list[list[int]], cap: int, args: argparse.Namespace
-) -> tuple[list[RankAnalysis], list[list[list[int]]]]:
-    """The library's own DP planning (:func:`~seqlen_balancing.agreement.plan_ranks`, as
-    :func:`~seqlen_balancing.plan_data_parallel`), keeping each rank's analysis."""
+def plan_dp(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -> list[RankPlan]:
+    """Every rank planned by the library's own DP planning
+    (:func:`~seqlen_balancing.agreement.plan_ranks`, as :func:`~seqlen_balancing.plan_data_parallel`)
+    under ``args.options``; ``--group-sizes``: each rank's rows, as dealt to it, in consecutive
+    groups of these sizes, cycled (:func:`group_ids_of`), each whole in one micro-batch."""
     sizes = getattr(args, "group_sizes", None)
     ids = None if not sizes else [group_ids_of(len(lens), sizes) for lens in per_rank]
-    ranks = plan_ranks(per_rank, cap, args.options, group_ids=ids)
-    return [r.analysis for r in ranks], [r.plan for r in ranks]
+    return plan_ranks(per_rank, cap, args.options, group_ids=ids)
 
 
 def group_ids_of(n: int, sizes: tuple[int, ...]) -> list[int]:
@@ -257,15 +237,9 @@ def group_ids_of(n: int, sizes: tuple[int, ...]) -> list[int]:
     return ids
 
 
-def _workloads(lengths: list[int], args: argparse.Namespace) -> list[int]:
-    """Each sample's balance workload: the ``--workload-model``'s FLOPs, else verl's."""
-    model = args.options.workload_model
-    if model is None:
-        return [workload(s) for s in lengths]
-    return list(model.workloads(lengths))
-
-
-def _verl(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -> VerlResult:
+def verl_result(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -> VerlResult:
+    """verl 0.9.1's counts on the ranks' rows (:func:`~seqlen_balancing.planning.verl_rule.verl_counts`),
+    or where its search stopped, or its error."""
     try:
         found = verl_counts(
             per_rank,
@@ -306,16 +280,17 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     batch = step.batch_size
     start = time.perf_counter()
     try:
-        analyses, plans = _plan_ranks(per_rank, cap, args)
+        planned = plan_dp(per_rank, cap, args)
     except (ValueError, TypeError) as exc:
         raise CliError(f"{exc}", 1) from None
+    analyses, plans = [r.analysis for r in planned], [r.plan for r in planned]
     seconds = time.perf_counter() - start
     ranks: list[RankResult] = []
     for rank, (lens, analysis, plan) in enumerate(zip(per_rank, analyses, plans, strict=True)):
         mine = positions[rank * batch : (rank + 1) * batch]
         costs = analysis.sample_costs
         mb_tokens = [sum(lens[i] for i in mb) for mb in plan]
-        loads = _workloads(lens, args)
+        loads = workloads(lens, args.options)
         # what the GPU holds: the real rows and (equal rows) the filler rows, one token each
         # (padded: as wide as the row they are built from)
         rows_held = [list(mb) + [getattr(mb, "filler_row", 0)] * getattr(mb, "filler", 0) for mb in plan]
@@ -353,7 +328,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
                 filler=[getattr(mb, "filler", 0) for mb in plan],
             )
         )
-    verl = _verl(per_rank, cap, args) if args.compare_verl else None
+    verl = verl_result(per_rank, cap, args) if args.compare_verl else None
     modeled = []
     if getattr(args, "command", None) in ("plan", "sweep") and not getattr(args, "group_sizes", None):
         library = [[[dealt[r][i] for i in mb] for mb in plan] for r, plan in enumerate(plans)]
