@@ -201,8 +201,7 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
     verl_on = args.compare_verl
     print("\n".join(header(replay_, args)))
     for result in replay_.caps:
-        print()
-        print(f"max_token_len {result.max_token_len}: micro-batches per rank at each step")
+        print(f"\nmax_token_len {result.max_token_len}: micro-batches per rank at each step")
         headers = ["step", "epoch", "library"] + (["verl"] if verl_on else []) + ["global"]
         rows = []
         for index, count in enumerate(result.counts):
@@ -223,18 +222,17 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
         line = f"total over the run, per rank: library {total}"
         if verl_on:
             saved, percent = _saved(total, result.verl_total)
-            verl_total = result.verl_total
-            line += f", verl {verl_total if verl_total is not None else 'n/a'} (saved {saved}, {percent})"
+            verl_total = "n/a" if result.verl_total is None else result.verl_total
+            line += f", verl {verl_total} (saved {saved}, {percent})"
         print(line + f"; x {args.dp_size} ranks: {total * args.dp_size} micro-batches")
         worst = f"worst step: library {_worst_text(result.worst(list(result.counts)))}"
         if verl_on:
             worst += f", verl {_worst_text(result.worst(result.verl))}"
         print(worst)
-        fixed_tokens = modeled.fixed_tokens_of(args.options)
-        for line in modeled.lines(run_totals(result), result.cap, fixed_tokens, "run"):
+        fixed = modeled.fixed_tokens_of(args.options)
+        for line in modeled.lines(run_totals(result), result.cap, fixed, "run"):
             print(line)
-    print()
-    print(f"summary over {plural(len(replay_.steps), 'step')} (micro-batches per rank)")
+    print(f"\nsummary over {plural(len(replay_.steps), 'step')} (micro-batches per rank)")
     headers = ["max_token_len", "library total", "worst step"]
     if verl_on:
         headers += ["verl total", "verl worst step", "saved", "saved %"]

@@ -92,15 +92,6 @@ class Modeled:
         """The step time in tokens of linear work (comparable across caps)."""
         return None if self.step_time is None else self.step_time / self.token
 
-    @property
-    def in_units(self) -> float | None:
-        return None if self.step_time is None else self.step_time / self.unit
-
-    @property
-    def over_floor(self) -> float | None:
-        if self.step_time is None or not self.floor:
-            return None
-        return self.step_time / self.floor
 
 
 def fixed_tokens_of(options: PlanOptions) -> float:
@@ -262,8 +253,8 @@ def lines(rows: Sequence[Modeled], cap: int, fixed_tokens: float, runs: str = "s
             continue
         vs = "" if reference is None or m is reference or not reference.step_time else (
             f"{100 * (m.step_time / reference.step_time - 1):+.1f}%")
-        table.append([KINDS[m.kind], str(m.count), f"{m.in_units:.2f}",
-                      f"{m.over_floor:.4f}", vs])
+        table.append([KINDS[m.kind], str(m.count), f"{m.step_time / m.unit:.2f}",
+                      f"{m.step_time / (m.floor or 0.0):.4f}", vs])
     widths = [max(len(r[i]) for r in table) for i in range(5)]
     text = [r[0].ljust(widths[0]) + "".join("  " + c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))
             for r in table]

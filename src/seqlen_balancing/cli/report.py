@@ -73,8 +73,7 @@ def _verl_text(result: StepResult, rank: int | None = None) -> str:
     verl = result.verl
     if verl is None or verl.counts is None:
         return f">{verl.above}" if verl is not None and verl.above is not None else "fails"
-    counts = verl.counts if rank is None else [verl.counts[rank]]
-    return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
+    return _range_text(verl.counts if rank is None else [verl.counts[rank]])
 
 
 # Plan rows carry the rank and the step result (for verl's counts).
@@ -168,11 +167,9 @@ PLAN_COLUMNS: list[Column[PlanRow]] = [
 ]
 
 
-def _count_text(result: StepResult) -> str:
-    agreed = result.agreed_count
-    if agreed is not None:
-        return str(agreed)
-    return f"{min(result.counts)}-{max(result.counts)}"
+def _range_text(counts: list[int]) -> str:
+    """``"3"`` when every count is 3, else ``"low-high"``."""
+    return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
 
 
 SWEEP_COLUMNS: list[Column[StepResult]] = [
@@ -188,7 +185,7 @@ SWEEP_COLUMNS: list[Column[StepResult]] = [
     Column(
         "count/rank",
         "this library's micro-batches per rank (a range when the ranks differ)",
-        lambda r, a: _count_text(r),
+        lambda r, a: _range_text(r.counts),
     ),
     Column("total mbs", "micro-batches on all ranks together", lambda r, a: str(r.total_micro_batches)),
     Column(
@@ -493,11 +490,11 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
     print(table([c.header for c in shown], rows))
     agreed = result.agreed_count
     if not args.options.same_micro_num_in_dp:
-        counts = f"no agreement (per-rank counts {_count_text(result)})"
+        counts = f"no agreement (per-rank counts {_range_text(result.counts)})"
     elif agreed is not None:
         counts = f"agreed count {plural(agreed, 'micro-batch')} per rank"
     else:
-        counts = f"no agreed count (per-rank counts {_count_text(result)})"
+        counts = f"no agreed count (per-rank counts {_range_text(result.counts)})"
     print(
         f"{counts}; total {plural(result.total_micro_batches, 'micro-batch')} "
         f"(L2 bound {result.l2_lower_bound_total}, lower bound {result.lower_bound_total}: "

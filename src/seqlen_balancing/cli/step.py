@@ -41,7 +41,7 @@ from seqlen_balancing.agreement import RankPlan, plan_ranks
 from seqlen_balancing.cli._text import CliError, plural
 from seqlen_balancing.cli.inputs import Loaded
 from seqlen_balancing.cli.modeled import model_step, workloads
-from seqlen_balancing.cli.results import RankResult, Step, StepResult, VerlResult, alignment
+from seqlen_balancing.cli.results import RankResult, Step, StepResult, VerlResult
 from seqlen_balancing.cli.trainers import SYNTHETIC_ROW_TOKENS, deal, synthetic_rows
 from seqlen_balancing.cost import (
     aligned_length,
@@ -49,6 +49,7 @@ from seqlen_balancing.cost import (
     micro_batch_cost,
     padded_micro_batch_cost,
 )
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planning.balance import spread
 from seqlen_balancing.planning.bounds import l2_lower_bound
 from seqlen_balancing.planning.rows import filler_cost
@@ -173,7 +174,8 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
 
     Complexity: O(rows) (with ``--group-sizes``, plus the deal).
     """
-    pad, bucket = alignment(args)
+    options: PlanOptions = args.options
+    pad, bucket = options.pad_to_multiple_of, options.micro_batch_multiple_of
     sizes = getattr(args, "group_sizes", None)
     if sizes:
         drawn = [step.lengths[p] for p in step.positions]
@@ -184,9 +186,9 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
                                          key=lambda row: row[1])]
     else:
         costs = [aligned_length(step.lengths[p], pad) for p in step.positions]
-        size = args.options.force_group_size
+        size = options.force_group_size
         groups = [costs[g : g + size] for g in range(0, len(costs), size)]
-    if args.options.padded:  # a group alone: its rows x its widest row
+    if options.padded:  # a group alone: its rows x its widest row
         largest = max((len(g) * max(g) for g in groups if g), default=0)
     else:
         largest = max((sum(g) for g in groups), default=0)
@@ -265,7 +267,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
             cannot plan the step (its message, naming the rank at fault).
     """
     drawn = [step.lengths[p] for p in step.positions]
-    pad, bucket = alignment(args)
+    pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
     usable = micro_batch_capacity(cap, bucket)
     if (not args.truncate and args.options.over_cap == "raise") or usable == 0:
         error = _over_cap_error(drawn, cap, pad, bucket)
@@ -283,10 +285,10 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         planned = plan_dp(per_rank, cap, args)
     except (ValueError, TypeError) as exc:
         raise CliError(f"{exc}", 1) from None
-    analyses, plans = [r.analysis for r in planned], [r.plan for r in planned]
     seconds = time.perf_counter() - start
     ranks: list[RankResult] = []
-    for rank, (lens, analysis, plan) in enumerate(zip(per_rank, analyses, plans, strict=True)):
+    for rank, (lens, planned_rank) in enumerate(zip(per_rank, planned, strict=True)):
+        analysis, plan = planned_rank.analysis, planned_rank.plan
         mine = positions[rank * batch : (rank + 1) * batch]
         costs = analysis.sample_costs
         mb_tokens = [sum(lens[i] for i in mb) for mb in plan]
@@ -331,7 +333,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     verl = verl_result(per_rank, cap, args) if args.compare_verl else None
     modeled = []
     if getattr(args, "command", None) in ("plan", "sweep") and not getattr(args, "group_sizes", None):
-        library = [[[dealt[r][i] for i in mb] for mb in plan] for r, plan in enumerate(plans)]
+        library = [[[dealt[r][i] for i in mb] for mb in ranked.plan] for r, ranked in enumerate(planned)]
         modeled = model_step(pre_deal, dealt, library, cap, args.options,
                              None if verl is None else verl.counts)
     return StepResult(
@@ -339,10 +341,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         ranks,
         truncated,
         seconds,
+        args.options,
         verl,
-        num_batches_divided_by=args.options.num_batches_divided_by or 1,
-        agreed=args.options.same_micro_num_in_dp,
-        pad_to_multiple_of=pad,
-        micro_batch_multiple_of=bucket,
         modeled=modeled,
     )
