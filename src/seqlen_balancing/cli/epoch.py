@@ -21,7 +21,7 @@ from seqlen_balancing.cli import modeled
 from seqlen_balancing.cli._text import PROG, CliError, Progress, plural, table
 from seqlen_balancing.cli.inputs import Loaded
 from seqlen_balancing.cli.modeled import Modeled
-from seqlen_balancing.cli.results import options_json
+from seqlen_balancing.cli.results import VerlResult, options_json
 from seqlen_balancing.cli.step import plan_dp, scale_lengths, verl_result
 from seqlen_balancing.cli.trainers import RULES, EpochStep, epoch_steps, steps_per_epoch
 from seqlen_balancing.options import PlanOptions
@@ -43,8 +43,7 @@ class CapReplay:
     # each step's micro-batches' tokens per rank, in run order (dummies: 0)
     tokens: list[list[list[int]]] = field(default_factory=list)
     verl: list[int | None] = field(default_factory=list)  # verl's (None: it fails or gives up)
-    verl_notes: list[str] = field(default_factory=list)  # why, for each None
-    verl_ranks: list[list[int] | None] = field(default_factory=list)  # verl's count on each rank
+    verl_found: list[VerlResult] = field(default_factory=list)  # each step's on every rank, or why none
     modeled: list[list[Modeled]] = field(default_factory=list)  # each step: verl, library, global
     error: str | None = None  # the step the library cannot plan (the run would stop there)
 
@@ -83,7 +82,7 @@ def _model(result: CapReplay, step: EpochStep, lengths: list[int], plans: list[l
     where = {row: j for j, row in enumerate(step.rows)}
     dealt = [[where[row] for row in rows] for rows in step.ranks]
     library = [[[mine[i] for i in mb] for mb in plan] for mine, plan in zip(dealt, plans, strict=True)]
-    verl = result.verl_ranks[-1] if result.verl_ranks else None
+    verl = result.verl_found[-1].counts if result.verl_found else None
     result.modeled.append(modeled.model_step([lengths[row] for row in step.rows], dealt, library,
                                              result.cap, options, verl, whole_step=whole_step))
 
@@ -122,8 +121,7 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
                 if args.compare_verl:
                     verl = verl_result(per_rank, result.cap, args)
                     result.verl.append(None if verl.counts is None else max(verl.counts))
-                    result.verl_notes.append(f">{verl.above}" if verl.above is not None else verl.error or "")
-                    result.verl_ranks.append(verl.counts)
+                    result.verl_found.append(verl)
                 _model(result, step, lengths, plans, args.options, whole_step=not args.group_sizes)
     finally:
         progress.close()
@@ -208,8 +206,9 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
             step = replay_.steps[index]
             row = [str(step.step), str(step.epoch + 1), str(count)]
             if verl_on:
-                value = result.verl[index]
-                row.append(str(value) if value is not None else result.verl_notes[index] or "n/a")
+                found = result.verl_found[index]
+                row.append(str(max(found.counts)) if found.counts is not None else
+                           f">{found.above}" if found.above is not None else found.error or "n/a")
             whole = result.modeled[index][2]
             row.append(str(whole.count) if whole.count is not None else "fails" if whole.error else "n/a")
             rows.append(row)
@@ -222,8 +221,8 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
         line = f"total over the run, per rank: library {total}"
         if verl_on:
             saved, percent = _saved(total, result.verl_total)
-            verl_total = "n/a" if result.verl_total is None else result.verl_total
-            line += f", verl {verl_total} (saved {saved}, {percent})"
+            shown = "n/a" if result.verl_total is None else result.verl_total
+            line += f", verl {shown} (saved {saved}, {percent})"
         print(line + f"; x {args.dp_size} ranks: {total * args.dp_size} micro-batches")
         worst = f"worst step: library {_worst_text(result.worst(list(result.counts)))}"
         if verl_on:

@@ -273,9 +273,8 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         error = _over_cap_error(drawn, cap, pad, bucket)
         if error is not None:
             raise error
-    clip = usable // pad * pad  # the longest length whose aligned cost fits
-    if not args.truncate:  # --over-cap alone: the samples run whole
-        clip = max(drawn, default=0)
+    # the longest length whose aligned cost fits; without --truncate (--over-cap alone) all run whole
+    clip = usable // pad * pad if args.truncate else max(drawn, default=0)
     truncated = sum(n > clip for n in drawn)
     pre_deal = [min(n, clip) for n in drawn]
     positions, per_rank, dealt = _dealt(step, args, pre_deal)

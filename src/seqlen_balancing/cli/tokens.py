@@ -222,12 +222,10 @@ def count_dataset(args: argparse.Namespace, source: Source) -> tuple[list[int], 
                         raise CliError(
                             f"{where}: cannot render or encode: {short(reason, 120, False)}"
                         ) from None
-            lengths.extend(counts)
+            lengths.extend(n + args.response_tokens for n in counts)  # --prompt-field's only
             bar.update(len(batch))
     finally:
         bar.close()
-    if kind == "prompt":
-        lengths = [n + args.response_tokens for n in lengths]
     what = {"messages": "chat template", "text": "text", "prompt": "prompt, generation prompt"}[kind]
     how = f"tokens counted with {args.tokenizer} ({what}, field {field!r})"
     if args.response_tokens:

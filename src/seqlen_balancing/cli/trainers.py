@@ -176,16 +176,6 @@ def balance_order(
     """
     n = len(lengths)
     per_row = model.workloads(list(lengths)) if model is not None else [workload(s) for s in lengths]
-    if group == 1:
-        loads = per_row
-        parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
-        order: list[int] = []
-        for part in parts:
-            if ends:
-                part = sorted(part, key=lambda i: (loads[i], i))
-                part = part[::2] + part[1::2][::-1]
-            order += part
-        return order
     groups = n // group
     if n % group or groups % dp_size:
         raise CliError(
@@ -194,8 +184,13 @@ def balance_order(
             "pass a --batch-size that is a multiple of the group size, or --no-balance-batch"
         )
     loads = [sum(per_row[g * group : (g + 1) * group]) for g in range(groups)]
-    parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
-    return [g * group + j for part in parts for g in part for j in range(group)]
+    order: list[int] = []
+    for part in get_seqlen_balanced_partitions(loads, dp_size, equal_size=True):
+        if ends and group == 1:  # verl sorts single rows, lightest at both ends; groups stay as dealt
+            part = sorted(part, key=lambda i: (loads[i], i))
+            part = part[::2] + part[1::2][::-1]
+        order += [g * group + j for g in part for j in range(group)]
+    return order
 
 
 def deal(
