@@ -232,9 +232,8 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
         for line in modeled.lines(run_totals(result), result.cap, fixed, "run"):
             print(line)
     print(f"\nsummary over {plural(len(replay_.steps), 'step')} (micro-batches per rank)")
-    headers = ["max_token_len", "library total", "worst step"]
-    if verl_on:
-        headers += ["verl total", "verl worst step", "saved", "saved %"]
+    headers = ["max_token_len", "library total", "worst step"] + (
+        ["verl total", "verl worst step", "saved", "saved %"] if verl_on else [])
     rows = []
     for result in replay_.caps:
         if result.error is not None:
@@ -270,10 +269,8 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
             "worst_step": _worst_json(result.worst(list(result.counts))),
             "step_time": modeled.to_json(run_totals(result), modeled.fixed_tokens_of(args.options))
             if result.complete else None,
-        }
-        if args.compare_verl:
-            item["verl_total_micro_batches"] = result.verl_total if result.complete else None
-            item["verl_worst_step"] = _worst_json(result.worst(result.verl))
+        } | ({"verl_total_micro_batches": result.verl_total if result.complete else None,
+              "verl_worst_step": _worst_json(result.worst(result.verl))} if args.compare_verl else {})
         caps.append(item)
     return {
         "command": "epoch",

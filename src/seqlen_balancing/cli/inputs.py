@@ -141,10 +141,9 @@ def read_source(path: str, max_mb: int = DEFAULT_MAX_INPUT_MB) -> Source:
 def check_length(value: Any, where: str) -> int:
     """``value`` as a length, or a CliError naming ``where`` and what is wrong."""
     if isinstance(value, str):
-        parsed = int_text(value)
-        if parsed is None:
+        number = int_text(value)
+        if number is None:
             raise CliError(f"{where}: {short(value.strip())} is not an integer length (up to 18 digits)")
-        number = parsed
     elif isinstance(value, int) and not isinstance(value, bool):
         number = value
     else:

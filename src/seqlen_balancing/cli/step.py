@@ -153,11 +153,8 @@ def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliErr
     fits = f"max_token_len={cap}"
     if bucket > 1:
         fits += f" (usable as {usable} with micro-batches rounded up to {bucket})"
-    if pad > 1:
-        cost = aligned_length(largest, pad)
-        what = f"(the largest has {largest} tokens, {cost} aligned to {pad})"
-    else:
-        cost, what = largest, f"(the largest has {largest} tokens)"
+    cost = aligned_length(largest, pad)
+    what = f"(the largest has {largest} tokens" + (f", {cost} aligned to {pad})" if pad > 1 else ")")
     return CliError(
         f"{len(over)} of the {plural(len(drawn), 'drawn sample')} exceed{'s' if len(over) == 1 else ''} "
         f"{fits} {what}; raise --max-token-len to at least {aligned_length(cost, bucket)} or pass "

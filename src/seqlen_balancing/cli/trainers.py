@@ -325,21 +325,19 @@ def epoch_steps(
     n = len(lengths)
     check_epoch(n, dp_size, global_batch_size, trainer)
     per_epoch = steps_per_epoch(n, dp_size, global_batch_size, trainer)
-    number = 0
     for epoch in range(epochs):
         if trainer == "sft_trainer":
             per_rank = global_batch_size // dp_size
             mine = [sampler_indices(n, dp_size, r, seed, epoch) for r in range(dp_size)]
             for s in range(per_epoch):
-                number += 1
                 ranks = [m[s * per_rank : (s + 1) * per_rank] for m in mine]
                 # DistributedSampler's order of the step: rank r holds positions r, r + dp, ...
                 rows = [ranks[j % dp_size][j // dp_size] for j in range(per_rank * dp_size)]
-                yield EpochStep(epoch, number, ranks, rows)
+                yield EpochStep(epoch, epoch * per_epoch + s + 1, ranks, rows)
             continue
         order = sampler_indices(n, 1, 0, seed, epoch)
         for s in range(per_epoch):
             rows = order[s * global_batch_size : (s + 1) * global_batch_size]
             dealt = deal([lengths[i] for i in rows], dp_size, trainer, balance, model=model)
-            number += 1
-            yield EpochStep(epoch, number, [[rows[p] for p in part] for part in dealt], rows)
+            yield EpochStep(epoch, epoch * per_epoch + s + 1, [[rows[p] for p in part] for part in dealt],
+                            rows)
