@@ -47,10 +47,6 @@ class CapReplay:
     modeled: list[list[Modeled]] = field(default_factory=list)  # each step: verl, library, global
     error: str | None = None  # the step the library cannot plan (the run would stop there)
 
-    @property
-    def complete(self) -> bool:
-        return self.error is None
-
     def worst(self, values: list[int | None]) -> tuple[int, int] | None:
         """``(count, step)`` of the step with the most micro-batches (the first such)."""
         known = [(v, s) for s, v in enumerate(values, start=1) if v is not None]
@@ -265,11 +261,11 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
                 | {"global_micro_batches": result.modeled[i][2].count}
                 for i, c in enumerate(result.counts)
             ],
-            "total_micro_batches": sum(result.counts) if result.complete else None,
+            "total_micro_batches": sum(result.counts) if result.error is None else None,
             "worst_step": _worst_json(result.worst(list(result.counts))),
             "step_time": modeled.to_json(run_totals(result), modeled.fixed_tokens_of(args.options))
-            if result.complete else None,
-        } | ({"verl_total_micro_batches": result.verl_total if result.complete else None,
+            if result.error is None else None,
+        } | ({"verl_total_micro_batches": result.verl_total if result.error is None else None,
               "verl_worst_step": _worst_json(result.worst(result.verl))} if args.compare_verl else {})
         caps.append(item)
     return {
@@ -324,7 +320,7 @@ def run_epoch(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report_json(result, args)) + "\n")  # one object, one line
     else:
         print_report(result, args)
-    if not any(c.complete for c in result.caps):
+    if not any(c.error is None for c in result.caps):
         errors = "; ".join(f"max_token_len {c.max_token_len}: {c.error}" for c in result.caps)
         raise CliError(f"no cap can run the whole replay ({errors})", 1)
     return 0

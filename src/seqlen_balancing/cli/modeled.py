@@ -266,8 +266,7 @@ def lines(rows: Sequence[Modeled], cap: int, fixed_tokens: float, runs: str = "s
 
 def to_json(rows: Sequence[Modeled], fixed_tokens: float) -> dict[str, Any]:
     """``{"micro_batch_fixed_tokens", "unit", "token", kind: {count, step_time, floor, error}}``."""
-    out: dict[str, Any] = {"micro_batch_fixed_tokens": fixed_tokens,
-                           "unit": rows[0].unit if rows else None, "token": rows[0].token if rows else None}
-    for m in rows:
-        out[m.kind] = {"count": m.count, "step_time": m.step_time, "floor": m.floor, "error": m.error}
-    return out
+    return {"micro_batch_fixed_tokens": fixed_tokens,
+            "unit": rows[0].unit if rows else None, "token": rows[0].token if rows else None,
+            **{m.kind: {"count": m.count, "step_time": m.step_time, "floor": m.floor, "error": m.error}
+               for m in rows}}

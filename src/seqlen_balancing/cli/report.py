@@ -481,13 +481,13 @@ def step_text(dp_size: int, args: argparse.Namespace) -> str:
 def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None:
     """The ``plan`` report: header, one row per rank, summary (and verl's, if asked)."""
     cap = result.max_token_len
-    for line in describe(step, args, cap):
-        print(line)
+    lines = describe(step, args, cap)
     if result.truncated:
-        print(f"{plural(result.truncated, 'drawn sample')} longer than {cap} tokens truncated to the cap")
+        lines.append(f"{plural(result.truncated, 'drawn sample')} longer than {cap} tokens truncated to the "
+                     "cap")
     shown = [c for c in PLAN_COLUMNS if c.shown(args)]
     rows = [[c.cell((r, result), args) for c in shown] for r in result.ranks]
-    print(table([c.header for c in shown], rows))
+    lines.append(table([c.header for c in shown], rows))
     agreed = result.agreed_count
     if not args.options.same_micro_num_in_dp:
         counts = f"no agreement (per-rank counts {_range_text(result.counts)})"
@@ -495,34 +495,30 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
         counts = f"agreed count {plural(agreed, 'micro-batch')} per rank"
     else:
         counts = f"no agreed count (per-rank counts {_range_text(result.counts)})"
-    print(
+    lines.append(
         f"{counts}; total {plural(result.total_micro_batches, 'micro-batch')} "
         f"(L2 bound {result.l2_lower_bound_total}, lower bound {result.lower_bound_total}: "
         f"{_proven_text(result)}); mean fill {pct(result.mean_fill)}; "
         f"largest micro-batch {result.largest} tokens"
         + (f" (costliest {result.largest_cost} aligned tokens)" if _aligned_on(args) else "")
     )
-    for line in _over_cap_lines(result):
-        print(line)
+    lines += _over_cap_lines(result)
     if any(r.rows for r in result.ranks):
-        print(_filler_line(result))
+        lines.append(_filler_line(result))
     if result.verl is not None:
-        print(_verl_summary(result.verl, result.total_micro_batches))
-    for line in modeled.lines(result.modeled, cap, modeled.fixed_tokens_of(args.options)):
-        print(line)
+        lines.append(_verl_summary(result.verl, result.total_micro_batches))
+    lines += modeled.lines(result.modeled, cap, modeled.fixed_tokens_of(args.options))
+    print("\n".join(lines))
 
 
 def _over_cap_lines(result: StepResult) -> list[str]:
     """``--over-cap alone``: one line per rank holding samples over the cap."""
-    lines = []
-    for r in result.ranks:
-        if r.over_cap_alone:
-            listed = ", ".join(f"sample {p} ({c} tokens)" for p, c in r.over_cap_alone)
-            lines.append(
-                f"rank {r.rank}: {plural(len(r.over_cap_alone), 'sample')} over the cap of "
-                f"{result.max_token_len} run alone (--over-cap alone; may run out of memory): {listed}"
-            )
-    return lines
+    return [
+        f"rank {r.rank}: {plural(len(r.over_cap_alone), 'sample')} over the cap of "
+        f"{result.max_token_len} run alone (--over-cap alone; may run out of memory): "
+        + ", ".join(f"sample {p} ({c} tokens)" for p, c in r.over_cap_alone)
+        for r in result.ranks if r.over_cap_alone
+    ]
 
 
 def _filler_line(result: StepResult) -> str:
@@ -562,8 +558,7 @@ def print_sweep(
 ) -> None:
     """The ``sweep`` report: header, one row per cap (infeasible ones included, marked), the
     smallest cap that can be planned at all, notes for infeasible caps."""
-    for line in describe(step, args, None):
-        print(line)
+    lines = describe(step, args, None)
     args = argparse.Namespace(**vars(args), sweep_rows=_sweep_rows(outcomes, args.sp_size))
     shown = [c for c in SWEEP_COLUMNS if c.shown(args)]
     rows, notes = [], []
@@ -574,13 +569,10 @@ def print_sweep(
             notes.append(f"max_token_len {r[0] // args.sp_size}: {r[1]}")
         else:
             rows.append([c.cell(r, args) for c in shown])
-    print(table([c.header for c in shown], rows))
-    for line in _fastest_lines(args, args.sweep_rows):
-        print(line)
+    lines += [table([c.header for c in shown], rows), *_fastest_lines(args, args.sweep_rows)]
     if smallest is not None:
-        print(_smallest_text(args, smallest))
-    for note in notes:
-        print(note)
+        lines.append(_smallest_text(args, smallest))
+    print("\n".join(lines + notes))
 
 
 def _smallest_text(args: argparse.Namespace, smallest: int) -> str:
