@@ -190,59 +190,48 @@ def _worst_text(found: tuple[int, int] | None) -> str:
     return "n/a" if found is None else f"{found[0]} (step {found[1]})"
 
 
+def _verl_cell(found: VerlResult) -> str:
+    """verl's count at a step (the most on any rank), or '>K' (its search stopped), or its error."""
+    if found.counts is not None:
+        return str(max(found.counts))
+    return f">{found.above}" if found.above is not None else found.error or "n/a"
+
+
 def print_report(replay_: Replay, args: argparse.Namespace) -> None:
     """The text report: header, each cap's steps and totals, then the summary."""
     verl_on = args.compare_verl
-    print("\n".join(header(replay_, args)))
+    lines, summary = header(replay_, args), []
     for result in replay_.caps:
-        print(f"\nmax_token_len {result.max_token_len}: micro-batches per rank at each step")
+        lines.append(f"\nmax_token_len {result.max_token_len}: micro-batches per rank at each step")
         headers = ["step", "epoch", "library"] + (["verl"] if verl_on else []) + ["global"]
-        rows = []
-        for index, count in enumerate(result.counts):
-            step = replay_.steps[index]
-            row = [str(step.step), str(step.epoch + 1), str(count)]
-            if verl_on:
-                found = result.verl_found[index]
-                row.append(str(max(found.counts)) if found.counts is not None else
-                           f">{found.above}" if found.above is not None else found.error or "n/a")
-            whole = result.modeled[index][2]
-            row.append(str(whole.count) if whole.count is not None else "fails" if whole.error else "n/a")
-            rows.append(row)
-        if rows:
-            print(table(headers, rows))
+        rows = [[str(replay_.steps[i].step), str(replay_.steps[i].epoch + 1), str(count)]
+                + ([_verl_cell(result.verl_found[i])] if verl_on else [])
+                + [str(whole.count) if whole.count is not None else "fails" if whole.error else "n/a"]
+                for i, (count, (_, _, whole)) in enumerate(zip(result.counts, result.modeled, strict=True))]
+        lines += [table(headers, rows)] if rows else []
         if result.error is not None:
-            print(f"cannot run: {result.error}")
+            lines.append(f"cannot run: {result.error}")
+            summary.append([str(result.max_token_len), "cannot run", "-"] + (["-"] * 4 if verl_on else []))
             continue
-        total = sum(result.counts)
-        line = f"total over the run, per rank: library {total}"
-        if verl_on:
-            saved, percent = _saved(total, result.verl_total)
-            shown = "n/a" if result.verl_total is None else result.verl_total
-            line += f", verl {shown} (saved {saved}, {percent})"
-        print(line + f"; x {args.dp_size} ranks: {total * args.dp_size} micro-batches")
-        worst = f"worst step: library {_worst_text(result.worst(list(result.counts)))}"
-        if verl_on:
-            worst += f", verl {_worst_text(result.worst(result.verl))}"
-        print(worst)
-        fixed = modeled.fixed_tokens_of(args.options)
-        for line in modeled.lines(run_totals(result), result.cap, fixed, "run"):
-            print(line)
-    print(f"\nsummary over {plural(len(replay_.steps), 'step')} (micro-batches per rank)")
+        total, verl_total = sum(result.counts), result.verl_total
+        worst = _worst_text(result.worst(list(result.counts)))
+        verl_worst = _worst_text(result.worst(result.verl))
+        saved = _saved(total, verl_total)
+        verl_shown = "n/a" if verl_total is None else str(verl_total)
+        lines += [
+            f"total over the run, per rank: library {total}"
+            + (f", verl {verl_shown} (saved {saved[0]}, {saved[1]})" if verl_on else "")
+            + f"; x {args.dp_size} ranks: {total * args.dp_size} micro-batches",
+            f"worst step: library {worst}" + (f", verl {verl_worst}" if verl_on else ""),
+            *modeled.lines(run_totals(result), result.cap, modeled.fixed_tokens_of(args.options), "run"),
+        ]
+        summary.append([str(result.max_token_len), str(total), worst]
+                       + ([verl_shown, verl_worst, *saved] if verl_on else []))
     headers = ["max_token_len", "library total", "worst step"] + (
         ["verl total", "verl worst step", "saved", "saved %"] if verl_on else [])
-    rows = []
-    for result in replay_.caps:
-        if result.error is not None:
-            rows.append([str(result.max_token_len), "cannot run", "-"] + (["-"] * 4 if verl_on else []))
-            continue
-        total = sum(result.counts)
-        row = [str(result.max_token_len), str(total), _worst_text(result.worst(list(result.counts)))]
-        if verl_on:
-            verl_total = result.verl_total
-            row += [str(verl_total) if verl_total is not None else "n/a",
-                    _worst_text(result.worst(result.verl)), *_saved(total, verl_total)]
-        rows.append(row)
-    print(table(headers, rows))
+    lines += [f"\nsummary over {plural(len(replay_.steps), 'step')} (micro-batches per rank)",
+              table(headers, summary)]
+    print("\n".join(lines))
 
 
 def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
