@@ -21,6 +21,13 @@ class CliError(Exception):
         self.code = code
 
 
+def refuse(rules: list[tuple[Any, str]]) -> None:
+    """Raise (CliError, exit 2) the message of the first rule whose condition holds."""
+    for refused, message in rules:
+        if refused:
+            raise CliError(message)
+
+
 def missing_extra(what: str, module: str, extra: str) -> CliError:
     """The one-line error (exit 2) for an optional dependency that is not installed."""
     return CliError(f"{what} needs {module}, which is not installed: pip install 'seqlen-balancing[{extra}]'")

@@ -6,7 +6,7 @@ import argparse
 import math
 from typing import Any, NoReturn
 
-from seqlen_balancing.cli._text import PROG, CliError, int_text, short
+from seqlen_balancing.cli._text import PROG, CliError, int_text, refuse, short
 from seqlen_balancing.cli.inputs import DEFAULT_MAX_INPUT_MB
 from seqlen_balancing.cli.report import columns_help
 from seqlen_balancing.cli.results import options_of
@@ -430,13 +430,6 @@ output: per cap, each step's micro-batches per rank (library, verl), then the to
 """
 
 
-def _refuse(rules: list[tuple[Any, str]]) -> None:
-    """Raise (CliError, exit 2) the message of the first rule whose condition holds."""
-    for refused, message in rules:
-        if refused:
-            raise CliError(message)
-
-
 def check_combinations(args: argparse.Namespace) -> None:
     """Options that only make sense together (CliError, exit 2, naming what to add); sets
     ``args.options``, the plan's :class:`~seqlen_balancing.PlanOptions` (the option
@@ -450,7 +443,7 @@ def check_combinations(args: argparse.Namespace) -> None:
             if getattr(args, name) is not None:
                 raise CliError(f"--{name.replace('_', '-')} applies to --lengths FILE; pass --lengths too")
     given = " and ".join(flags)  # the field to count (several: the first rule refuses them)
-    _refuse([
+    refuse([
         (len(token_fields) > 1, f"{given} exclude each other; pass one"),
         (args.tokenizer is not None and not token_fields,
          "--tokenizer needs the field to count: --messages-field, --text-field or --prompt-field"),
@@ -467,7 +460,7 @@ def check_combinations(args: argparse.Namespace) -> None:
     args.options = options_of(args)
     trainer = getattr(args, "trainer", DEFAULT_TRAINER)
     sizes, force = getattr(args, "group_sizes", None), args.options.force_group_size
-    _refuse([
+    refuse([
         (args.options.over_cap == "alone" and getattr(args, "truncate", False),
          "--over-cap alone runs over-cap samples whole and --truncate clips them to the cap; pass one"),
         (args.tp is not None and args.pad_to_multiple_of is not None,

@@ -365,11 +365,9 @@ def _cap_text(args: argparse.Namespace, cap: int | None) -> str:
 
 def _alignment_text(args: argparse.Namespace) -> str:
     pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
-    if args.tp is not None:
-        fp8 = ", fp8" if args.fp8 else ""
-        source = f" (verl's Megatron THD rule for tp {args.tp}, cp {args.cp or 1}{fp8})"
-    else:
-        source = ""
+    fp8 = ", fp8" if args.fp8 else ""
+    megatron = f"tp {args.tp}, cp {args.cp or 1}{fp8}"
+    source = "" if args.tp is None else f" (verl's Megatron THD rule for {megatron})"
     parts = []
     if pad > 1 or source:
         parts.append(f"each sample costs its length rounded up to a multiple of {pad} tokens{source}")
@@ -387,9 +385,7 @@ def _alignment_text(args: argparse.Namespace) -> str:
         parts.append("a micro-batch costs its rows x its widest row, cut to that width (--padded)")
     if args.options.max_samples_per_micro_batch:
         parts.append(f"at most {args.options.max_samples_per_micro_batch} samples per micro-batch")
-    if not parts:
-        parts.append("each sample costs its length (no alignment)")
-    return "cap on what the GPU holds: " + "; ".join(parts)
+    return "cap on what the GPU holds: " + ("; ".join(parts) or "each sample costs its length (no alignment)")
 
 
 def _other_options(args: argparse.Namespace) -> dict[str, str]:

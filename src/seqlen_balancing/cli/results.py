@@ -173,14 +173,12 @@ def options_of(args: argparse.Namespace) -> PlanOptions:
 
 def options_json(options: PlanOptions) -> dict[str, object]:
     """Every option as the JSON reports hold it (a model as its shape, keys as a list)."""
-    from dataclasses import asdict
+    from dataclasses import fields
 
-    out: dict[str, object] = {}
-    for name, value in asdict(options).items():
-        held = getattr(options, name)
+    def value(held: object) -> object:
         if isinstance(held, tuple):
-            value = list(held)
-        elif held is not None and hasattr(held, "shape") and callable(held.shape):
-            value = held.shape()
-        out[name] = value
-    return out
+            return list(held)
+        shape = getattr(held, "shape", None)
+        return shape() if callable(shape) else held
+
+    return {f.name: value(getattr(options, f.name)) for f in fields(options)}

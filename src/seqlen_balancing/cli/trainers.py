@@ -45,7 +45,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from seqlen_balancing.cli._text import CliError
+from seqlen_balancing.cli._text import CliError, refuse
 from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.planning.partition import get_seqlen_balanced_partitions, workload
 
@@ -250,11 +250,8 @@ def sampler_indices(n: int, replicas: int, rank: int, seed: int, epoch: int) -> 
             "epoch replays torch's DistributedSampler shuffle and needs torch (pip install "
             "torch); plan and sweep do not"
         ) from None
-    generator = torch.Generator()
-    generator.manual_seed(seed + epoch)
-    order = torch.randperm(n, generator=generator).tolist()
-    total = n // replicas * replicas
-    return [int(i) for i in order[rank:total:replicas]]
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+    return [int(i) for i in order[rank : n // replicas * replicas : replicas]]
 
 
 @dataclass(frozen=True)
@@ -276,21 +273,17 @@ def steps_per_epoch(n: int, dp_size: int, global_batch_size: int, trainer: str) 
 
 def check_epoch(n: int, dp_size: int, global_batch_size: int, trainer: str) -> None:
     """Refuse a replay the trainer could not run (CliError, exit 2, saying why)."""
-    if trainer == "sft_trainer_ray" and global_batch_size % dp_size:
-        raise CliError(
-            f"--global-batch-size {global_batch_size} is not a multiple of --dp-size {dp_size}: "
-            "sft_trainer_ray balances each step into equal parts (verl asserts it); pass a multiple"
-        )
-    if global_batch_size < dp_size:
-        raise CliError(
-            f"--global-batch-size {global_batch_size} is below --dp-size {dp_size}: every rank "
-            "needs at least one row per step"
-        )
-    if steps_per_epoch(n, dp_size, global_batch_size, trainer) == 0:
-        raise CliError(
-            f"{n} rows make no full step of --global-batch-size {global_batch_size} on --dp-size "
-            f"{dp_size} (the trainer drops a short last step); lower --global-batch-size"
-        )
+    refuse([
+        (trainer == "sft_trainer_ray" and global_batch_size % dp_size,
+         f"--global-batch-size {global_batch_size} is not a multiple of --dp-size {dp_size}: "
+         "sft_trainer_ray balances each step into equal parts (verl asserts it); pass a multiple"),
+        (global_batch_size < dp_size,
+         f"--global-batch-size {global_batch_size} is below --dp-size {dp_size}: every rank "
+         "needs at least one row per step"),
+        (global_batch_size >= dp_size and steps_per_epoch(n, dp_size, global_batch_size, trainer) == 0,
+         f"{n} rows make no full step of --global-batch-size {global_batch_size} on --dp-size "
+         f"{dp_size} (the trainer drops a short last step); lower --global-batch-size"),
+    ])
 
 
 def epoch_steps(
