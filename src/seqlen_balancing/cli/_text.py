@@ -33,6 +33,11 @@ def missing_extra(what: str, module: str, extra: str) -> CliError:
     return CliError(f"{what} needs {module}, which is not installed: pip install 'seqlen-balancing[{extra}]'")
 
 
+def reason_of(exc: BaseException) -> str:
+    """Why an operation failed: an OS error's ``strerror`` where it has one, else its text."""
+    return getattr(exc, "strerror", None) or str(exc)
+
+
 def short(text: str, limit: int = 40, quote: bool = True) -> str:
     """``text`` (quoted by ``repr`` unless ``quote`` is False), cut for one-line messages."""
     cut = text if len(text) <= limit else text[: limit - 3] + "..."

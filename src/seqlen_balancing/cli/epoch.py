@@ -121,8 +121,8 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
                 _model(result, step, lengths, plans, args.options, whole_step=not args.group_sizes)
     finally:
         progress.close()
-    per_epoch = steps_per_epoch(len(lengths), args.dp_size, args.global_batch_size, args.trainer)
-    return Replay(loaded, lengths, steps, per_epoch, caps)
+    return Replay(loaded, lengths, steps,
+                  steps_per_epoch(len(lengths), args.dp_size, args.global_batch_size, args.trainer), caps)
 
 
 # ----------------------------------------------------------------------------- report
@@ -150,9 +150,8 @@ def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
         f"({per_rank} per rank on {plural(args.dp_size, 'DP rank')}); sampler seed {args.seed}; "
         f"{dropped} rows left out per epoch (drop_last)"
     )
-    balance = ""
-    if args.trainer == "sft_trainer_ray" and not args.balance_batch:
-        balance = " (--no-balance-batch: not balanced, equal contiguous chunks)"
+    balance = (" (--no-balance-batch: not balanced, equal contiguous chunks)"
+               if args.trainer == "sft_trainer_ray" and not args.balance_batch else "")
     lines = [first, f"trainer modelled: {RULES[args.trainer]}{balance}"]
     if replay_.loaded.counted:
         lines.append(replay_.loaded.counted)
@@ -236,7 +235,6 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
 
 def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
     """The ``epoch --json`` object (keys stable)."""
-    pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
     caps = []
     for result in replay_.caps:
         item: dict[str, Any] = {
@@ -276,8 +274,8 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
         "steps": len(replay_.steps),
         "rows_left_out_per_epoch": len(replay_.lengths) - _rows_used(replay_, args),
         "sp_size": args.sp_size,
-        "pad_to_multiple_of": pad,
-        "micro_batch_multiple_of": bucket,
+        "pad_to_multiple_of": args.options.pad_to_multiple_of,
+        "micro_batch_multiple_of": args.options.micro_batch_multiple_of,
         "options": options_json(args.options),
         "caps": caps,
     }

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from seqlen_balancing.cli._text import CliError, int_text, missing_extra, short
+from seqlen_balancing.cli._text import CliError, int_text, missing_extra, reason_of, short
 
 __all__ = ["DEFAULT_MAX_INPUT_MB", "Loaded", "Source", "parse_lengths", "read_source", "save_lengths"]
 
@@ -133,8 +133,7 @@ def read_source(path: str, max_mb: int = DEFAULT_MAX_INPUT_MB) -> Source:
         with open(path, "rb") as handle:
             data = _read_bounded(handle, path, max_mb)
     except OSError as exc:
-        reason = exc.strerror if exc.strerror else str(exc)
-        raise CliError(f"cannot read lengths file {path!r}: {reason}") from None
+        raise CliError(f"cannot read lengths file {path!r}: {reason_of(exc)}") from None
     return Source(path, path, data)
 
 
@@ -238,8 +237,7 @@ def parquet_records(source: Source, field: str, rows_per_batch: int = ROWS_PER_B
     try:
         handle = parquet.ParquetFile(arrow.BufferReader(source.data))
     except (OSError, ValueError, TypeError) as exc:  # pyarrow's errors derive from these
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise CliError(f"cannot read Parquet file {path!r}: {short(reason, 120, False)}") from None
+        raise CliError(f"cannot read Parquet file {path!r}: {short(reason_of(exc), 120, False)}") from None
     names = list(handle.schema_arrow.names)
     if field not in names:
         raise CliError(f"{path}: no column {field!r} (columns: {short(', '.join(names), 80, False)})")
@@ -273,4 +271,4 @@ def save_lengths(path: str, lengths: list[int]) -> None:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write("".join(f"{n}\n" for n in lengths))
     except OSError as exc:
-        raise CliError(f"cannot write --save-lengths file {path!r}: {exc.strerror or exc}") from None
+        raise CliError(f"cannot write --save-lengths file {path!r}: {reason_of(exc)}") from None

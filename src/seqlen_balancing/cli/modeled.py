@@ -159,10 +159,8 @@ def not_applied(options: PlanOptions, kind: str) -> list[str]:
     """The options given (``options.changed()``) that a kind of plan does not take, as
     flags: ``"global"``, :func:`~seqlen_balancing.plan_global_batch`'s refusals; ``"verl"``,
     verl 0.9.1's own rule (its parameters only)."""
-    if kind == "global":
-        taken = {name for name in OPTIONS if name not in _GLOBAL_REFUSED}
-    else:
-        taken = {name for name, opt in OPTIONS.items() if opt.verl_parameter}
+    taken = {name for name, opt in OPTIONS.items()
+             if (name not in _GLOBAL_REFUSED if kind == "global" else opt.verl_parameter)}
     return [f"--no-{OPTIONS[name].flag[2:]}" if value is False else OPTIONS[name].flag
             for name, value in options.changed().items() if name not in taken and name not in _NO_COUNT]
 
@@ -173,12 +171,8 @@ def not_applied_lines(options: PlanOptions, kinds: Sequence[str]) -> list[str]:
         "global": "the global planner (plan_global_batch refuses them)",
         "verl": "verl's count (verl 0.9.1's own rule has none of the library's options)",
     }
-    lines = []
-    for kind in kinds:
-        flags = not_applied(options, kind)
-        if flags:
-            lines.append(f"options not applied to {why[kind]}: {', '.join(flags)}")
-    return lines
+    return [f"options not applied to {why[kind]}: {', '.join(flags)}"
+            for kind in kinds if (flags := not_applied(options, kind))]
 
 
 def _global(lengths: Sequence[int], dp: int, cap: int, options: PlanOptions, fixed: float,

@@ -359,8 +359,7 @@ def _cap_text(args: argparse.Namespace, cap: int | None) -> str:
         return f"max_token_len {cap}" if cap is not None else "max_token_len as in each row"
     if cap is None:
         return f"cap per micro-batch = max_token_len x sp_size {args.sp_size}"
-    per_gpu = cap // args.sp_size
-    return f"max_token_len {per_gpu} x sp_size {args.sp_size} = cap {cap} tokens per micro-batch"
+    return f"max_token_len {cap // args.sp_size} x sp_size {args.sp_size} = cap {cap} tokens per micro-batch"
 
 
 def _alignment_text(args: argparse.Namespace) -> str:
@@ -406,11 +405,10 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
         "whole_file": f"all {plural(n, 'row')} once, in file order",
     }[step.sampling]
     scale = f", lengths x {args.scale:g}" if args.scale != 1.0 else ""
-    first = (
+    lines = [
         f"{plural(step.dp_size, 'DP rank')} x {plural(step.batch_size, 'sample')} from {source} "
         f"({plural(n, 'length')}; {how}{scale}); {_cap_text(args, cap)}"
-    )
-    lines = [first]
+    ]
     if step.counted:
         lines.append(step.counted)
     if _aligned_on(args) or _padded_on(args) or args.options.max_samples_per_micro_batch:

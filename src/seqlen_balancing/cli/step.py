@@ -204,9 +204,8 @@ def _dealt(
     balance = args.balance_batch and step.batch_size % group == 0
     dealt = deal(clipped, step.dp_size, args.trainer, balance, group, args.options.workload_model)
     order = [p for part in dealt for p in part]
-    batch = step.batch_size
     lengths = [clipped[i] for i in order]
-    return [step.positions[i] for i in order], [lengths[r * batch : (r + 1) * batch]
+    return [step.positions[i] for i in order], [lengths[r * step.batch_size : (r + 1) * step.batch_size]
                                                 for r in range(step.dp_size)], dealt
 
 
@@ -275,7 +274,6 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     truncated = sum(n > clip for n in drawn)
     pre_deal = [min(n, clip) for n in drawn]
     positions, per_rank, dealt = _dealt(step, args, pre_deal)
-    batch = step.batch_size
     start = time.perf_counter()
     try:
         planned = plan_dp(per_rank, cap, args)
@@ -285,7 +283,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     ranks: list[RankResult] = []
     for rank, (lens, planned_rank) in enumerate(zip(per_rank, planned, strict=True)):
         analysis, plan = planned_rank.analysis, planned_rank.plan
-        mine = positions[rank * batch : (rank + 1) * batch]
+        mine = positions[rank * step.batch_size : (rank + 1) * step.batch_size]
         costs = analysis.sample_costs
         mb_tokens = [sum(lens[i] for i in mb) for mb in plan]
         loads = workloads(lens, args.options)

@@ -49,8 +49,7 @@ def load_tokenizer(path: str) -> Any:
         CliError: (exit 2) transformers is missing (naming the ``tokenize`` extra), or the
             path is not a loadable tokenizer.
     """
-    os.environ["HF_HUB_OFFLINE"] = "1"  # read before huggingface_hub is first imported
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")  # read at huggingface_hub's import
     try:
         transformers: Any = importlib.import_module("transformers")
     except ImportError:
@@ -93,9 +92,8 @@ def _template_beside(tokenizer: Any, file: Path) -> None:
     if isinstance(template, list):  # named templates: the default one
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
         template = named.get("default", next(iter(named.values()), None))
-    jinja = file.parent / "chat_template.jinja"
-    if not isinstance(template, str) and jinja.is_file():
-        template = jinja.read_text(encoding="utf-8")
+    if not isinstance(template, str) and (file.parent / "chat_template.jinja").is_file():
+        template = (file.parent / "chat_template.jinja").read_text(encoding="utf-8")
     if isinstance(template, str):
         tokenizer.chat_template = template
 
