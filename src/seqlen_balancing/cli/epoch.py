@@ -140,19 +140,18 @@ def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
     """The header lines: the data, the run's shape, the trainer modelled, the planning."""
     n = len(replay_.lengths)
     source = "bundled CHAMP lengths" if replay_.loaded.source == "champ" else replay_.loaded.name
-    dropped = n - _rows_used(replay_, args)
     per_rank = args.global_batch_size // args.dp_size
     scale = f", lengths x {args.scale:g}" if args.scale != 1.0 else ""
+    balance = (" (--no-balance-batch: not balanced, equal contiguous chunks)"
+               if args.trainer == "sft_trainer_ray" and not args.balance_batch else "")
     # sft_trainer's loaders take global_batch_size // dp rows each: a remainder is never fed
-    first = (
+    lines = [
         f"{plural(n, 'row')} from {source}{scale}; {plural(args.epochs, 'epoch')} x "
         f"{plural(replay_.steps_per_epoch, 'step')} of {per_rank * args.dp_size} rows "
         f"({per_rank} per rank on {plural(args.dp_size, 'DP rank')}); sampler seed {args.seed}; "
-        f"{dropped} rows left out per epoch (drop_last)"
-    )
-    balance = (" (--no-balance-batch: not balanced, equal contiguous chunks)"
-               if args.trainer == "sft_trainer_ray" and not args.balance_batch else "")
-    lines = [first, f"trainer modelled: {RULES[args.trainer]}{balance}"]
+        f"{n - _rows_used(replay_, args)} rows left out per epoch (drop_last)",
+        f"trainer modelled: {RULES[args.trainer]}{balance}",
+    ]
     if replay_.loaded.counted:
         lines.append(replay_.loaded.counted)
     pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of

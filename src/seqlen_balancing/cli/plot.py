@@ -90,8 +90,8 @@ def _save(fig: Any, path: str) -> None:
 def save_plan_plot(figure_class: Callable[..., Any], result: StepResult, path: str) -> None:
     """Bars of tokens per micro-batch (aligned tokens with an alignment option), rank by
     rank, with the cap as a horizontal line."""
-    n_bars = result.total_micro_batches + len(result.ranks)
-    fig = figure_class(figsize=(min(max(7.0, 0.12 * n_bars), 30.0), 4.5), layout="constrained")
+    bars = result.total_micro_batches + len(result.ranks)  # and a gap after each rank
+    fig = figure_class(figsize=(min(max(7.0, 0.12 * bars), 30.0), 4.5), layout="constrained")
     ax = fig.subplots()
     x, centres = 0, []
     for r in result.ranks:

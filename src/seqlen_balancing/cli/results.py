@@ -108,8 +108,7 @@ class StepResult:
     @property
     def mean_fill(self) -> float:
         total = self.total_micro_batches
-        tokens = sum(r.tokens for r in self.ranks)
-        return tokens / (total * self.max_token_len) if total else 0.0
+        return sum(r.tokens for r in self.ranks) / (total * self.max_token_len) if total else 0.0
 
     @property
     def largest(self) -> int:

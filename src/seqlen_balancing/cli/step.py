@@ -35,6 +35,7 @@ import math
 import random
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import groupby
 
 from seqlen_balancing.agreement import RankPlan, plan_ranks
@@ -128,13 +129,10 @@ def _padded(step: Step, trainer: str, minis: tuple[int, ...]) -> Step:
     ``dp_size x batch_size`` rows are not a multiple of the mini-batch sizes (rows of
     :data:`~seqlen_balancing.cli.trainers.SYNTHETIC_ROW_TOKENS` tokens, after the input's)."""
     extra = synthetic_rows(len(step.positions), step.dp_size, trainer, minis)
-    if not extra:
-        return step
     n = len(step.lengths)
-    rows = len(step.positions) + extra
-    return Step(step.source, step.lengths + [SYNTHETIC_ROW_TOKENS] * extra,
-                step.positions + list(range(n, n + extra)), step.sampling, step.dp_size,
-                rows // step.dp_size, step.counted, synthetic=extra)
+    return replace(step, lengths=step.lengths + [SYNTHETIC_ROW_TOKENS] * extra,
+                   positions=step.positions + list(range(n, n + extra)),
+                   batch_size=(len(step.positions) + extra) // step.dp_size, synthetic=extra)
 
 
 def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliError | None:
@@ -175,8 +173,7 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
     pad, bucket = options.pad_to_multiple_of, options.micro_batch_multiple_of
     sizes = getattr(args, "group_sizes", None)
     if sizes:
-        drawn = [step.lengths[p] for p in step.positions]
-        per_rank = _dealt(step, args, drawn)[1]
+        per_rank = _dealt(step, args, [step.lengths[p] for p in step.positions])[1]
         groups = [[aligned_length(length, pad) for length, _ in rows]  # a group's rows are consecutive
                   for lens in per_rank
                   for _, rows in groupby(zip(lens, group_ids_of(len(lens), sizes), strict=True),

@@ -227,8 +227,9 @@ def deal(
     n = len(lengths)
     if trainer == "sft_trainer":
         return [list(range(rank, n, dp_size)) for rank in range(dp_size)]
-    ends = not always_balances(trainer)
-    order = balance_order(lengths, dp_size, group, model, ends) if balance and dp_size > 1 else list(range(n))
+    # verl's V1 trainer leaves each part in row order, the others lightest at both ends
+    order = (balance_order(lengths, dp_size, group, model, not always_balances(trainer))
+             if balance and dp_size > 1 else list(range(n)))
     size = n // dp_size
     return [order[rank * size : (rank + 1) * size] for rank in range(dp_size)]
 
