@@ -78,9 +78,10 @@ def _model(result: CapReplay, step: EpochStep, lengths: list[int], plans: list[l
     where = {row: j for j, row in enumerate(step.rows)}
     dealt = [[where[row] for row in rows] for rows in step.ranks]
     library = [[[mine[i] for i in mb] for mb in plan] for mine, plan in zip(dealt, plans, strict=True)]
-    verl = result.verl_found[-1].counts if result.verl_found else None
-    result.modeled.append(modeled.model_step([lengths[row] for row in step.rows], dealt, library,
-                                             result.cap, options, verl, whole_step=whole_step))
+    result.modeled.append(modeled.model_step(
+        [lengths[row] for row in step.rows], dealt, library, result.cap, options,
+        result.verl_found[-1].counts if result.verl_found else None,  # this step's, when compared
+        whole_step=whole_step))
 
 
 def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:

@@ -252,10 +252,9 @@ def lines(rows: Sequence[Modeled], cap: int, fixed_tokens: float, runs: str = "s
     widths = [max(len(r[i]) for r in table) for i in range(5)]
     text = [r[0].ljust(widths[0]) + "".join("  " + c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))
             for r in table]
-    head = (f"lock-step model of the {runs} (micro_batch_fixed_tokens {fixed_tokens:g}; step time in units "
+    return [f"lock-step model of the {runs} (micro_batch_fixed_tokens {fixed_tokens:g}; step time in units "
             f"of 24576 x {cap}, a full micro-batch's linear term; x floor: over total workload / ranks "
-            "+ count x fixed cost)")
-    return [head, *(t.rstrip() for t in text)]
+            "+ count x fixed cost)", *(t.rstrip() for t in text)]
 
 
 def to_json(rows: Sequence[Modeled], fixed_tokens: float) -> dict[str, Any]:

@@ -63,9 +63,7 @@ def _padded_on(args: argparse.Namespace) -> bool:
 
 
 def _saving(ours: int, verl: int | None) -> str:
-    if verl is None:
-        return "-"
-    return f"{verl - ours} ({pct((verl - ours) / verl) if verl else '0.0%'})"
+    return "-" if verl is None else f"{verl - ours} ({pct((verl - ours) / verl) if verl else '0.0%'})"
 
 
 def _verl_text(result: StepResult, rank: int | None = None) -> str:
@@ -320,9 +318,8 @@ def _limit_cell(result: StepResult, args: argparse.Namespace) -> str:
 def _fastest_lines(args: argparse.Namespace, rows: list[tuple[int, list[modeled.Modeled]]]) -> list[str]:
     """The sweep's answer: the fastest cap under each kind of plan modeled (and at or below
     ``--max-token-len-limit``)."""
-    limits = [None] + ([args.max_token_len_limit] if args.max_token_len_limit is not None else [])
     lines = []
-    for limit in limits:
+    for limit in [None] + ([args.max_token_len_limit] if args.max_token_len_limit is not None else []):
         found = [(kind, modeled.fastest(rows, kind, limit)) for kind in ("library", "global", "verl")
                  if modeled.fastest(rows, kind) is not None]  # the kinds modeled at some cap
         named = ", ".join(f"{_KIND_WORDS[kind]} {'none' if cap is None else cap}" for kind, cap in found)

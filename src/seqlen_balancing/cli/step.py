@@ -148,9 +148,8 @@ def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliErr
     if not over:
         return None
     largest = max(over)
-    fits = f"max_token_len={cap}"
-    if bucket > 1:
-        fits += f" (usable as {usable} with micro-batches rounded up to {bucket})"
+    fits = f"max_token_len={cap}" + (
+        f" (usable as {usable} with micro-batches rounded up to {bucket})" if bucket > 1 else "")
     cost = aligned_length(largest, pad)
     what = f"(the largest has {largest} tokens" + (f", {cost} aligned to {pad})" if pad > 1 else ")")
     return CliError(
@@ -182,10 +181,8 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
         costs = [aligned_length(step.lengths[p], pad) for p in step.positions]
         size = options.force_group_size
         groups = [costs[g : g + size] for g in range(0, len(costs), size)]
-    if options.padded:  # a group alone: its rows x its widest row
-        largest = max((len(g) * max(g) for g in groups if g), default=0)
-    else:
-        largest = max((sum(g) for g in groups), default=0)
+    # a group alone: its costs summed (padded: its rows x its widest row)
+    largest = max((len(g) * max(g) if options.padded else sum(g) for g in groups if g), default=0)
     needed = max(aligned_length(largest, bucket), bucket, 1)
     return -(-needed // int(args.sp_size))
 

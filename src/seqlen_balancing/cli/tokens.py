@@ -99,8 +99,7 @@ def _template_beside(tokenizer: Any, file: Path) -> None:
 
 
 def _kind(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {short(text, 40, False)}"
+    return f"{type(value).__name__} {short(repr(value), 40, False)}"
 
 
 def _encoder(tokenizer: Any) -> Callable[[list[str], bool], list[int]]:
@@ -159,12 +158,8 @@ def _checked(kind: str, where: str, value: Any) -> Any:
         if not isinstance(value, str):
             raise CliError(f"{where}: expected text, got {_kind(value)}")
         return value
-    ok = (
-        isinstance(value, list)
-        and value
-        and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)
-    )
-    if not ok:
+    if not (isinstance(value, list) and value
+            and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)):
         raise CliError(
             f"{where}: expected a non-empty list of chat messages with a 'role', got {_kind(value)}"
         )
