@@ -248,7 +248,7 @@ def lines(rows: Sequence[Modeled], cap: int, fixed_tokens: float, runs: str = "s
         vs = "" if reference is None or m is reference or not reference.step_time else (
             f"{100 * (m.step_time / reference.step_time - 1):+.1f}%")
         table.append([KINDS[m.kind], str(m.count), f"{m.step_time / m.unit:.2f}",
-                      f"{m.step_time / (m.floor or 0.0):.4f}", vs])
+                      f"{m.step_time / m.floor:.4f}" if m.floor else "-", vs])  # floor 0: nothing to run
     widths = [max(len(r[i]) for r in table) for i in range(5)]
     text = [r[0].ljust(widths[0]) + "".join("  " + c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))
             for r in table]
