@@ -295,21 +295,16 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         tokens = sum(lens)
         ranks.append(
             RankResult(
-                rank=rank,
-                analysis=analysis,
-                samples=len(lens),
-                tokens=tokens,
+                rank=rank, analysis=analysis, samples=len(lens), tokens=tokens,
                 # an over-cap sample (--over-cap alone) is a micro-batch of its own
                 l2_lower_bound=sum(c > usable for c in costs)
                 + l2_lower_bound([c for c in costs if c <= usable], usable),
                 micro_batches=[[mine[i] for i in mb] for mb in plan],
-                micro_batch_tokens=mb_tokens,
-                largest=max(mb_tokens, default=0),
+                micro_batch_tokens=mb_tokens, largest=max(mb_tokens, default=0),
                 fill=tokens / (len(plan) * cap) if plan else 0.0,
                 workload_spread=spread([sum(loads[i] for i in mb) for mb in plan]),
                 aligned_tokens=held,
-                micro_batch_costs=mb_costs,
-                largest_cost=max(mb_costs, default=0),
+                micro_batch_costs=mb_costs, largest_cost=max(mb_costs, default=0),
                 over_cap_alone=[
                     (mine[analysis.samples_of(g)[0]], analysis.group_sizes[g])
                     for g in analysis.over_cap_groups
