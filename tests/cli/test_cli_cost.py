@@ -184,12 +184,13 @@ class _Recorder:
 
 def test_sweep_plot_keeps_infeasible_caps_marked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from seqlen_balancing.cli import plot
-    from seqlen_balancing.cli.arguments import build_parser
+    from seqlen_balancing.cli.arguments import build_parser, check_combinations
     from seqlen_balancing.cli.load import load_lengths
     from seqlen_balancing.cli.step import make_step, plan_step
 
     path = lengths_file(tmp_path, [1000, 20, 30, 40])
     args = build_parser().parse_args(["sweep", "--lengths", path, "--dp-size", "2"])
+    check_combinations(args)
     step = make_step(args, load_lengths(args))
     outcomes: list[Any] = [(500, "too small"), plan_step(step, 1024, args), (800, "too small")]
     calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []

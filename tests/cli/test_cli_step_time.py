@@ -131,3 +131,18 @@ def test_epoch_reports_the_global_count_per_step_and_the_run_totals(
     assert totals["global"]["count"] == sum(step["global_micro_batches"] for step in steps)
     assert "verl" not in totals  # not asked for (--compare-verl)
     assert totals["global"]["floor"] <= totals["global"]["step_time"]
+
+
+def test_a_step_of_empty_rows_with_no_fixed_cost_has_no_floor_to_compare(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every row 0 tokens and micro_batch_fixed_tokens 0: the step's workload and its floor are
+    # both 0, so "x floor" has nothing to divide by: it reads '-' (it used to be a traceback).
+    code, out, err = run(capsys, "plan", "--lengths", lengths_file(tmp_path, [0, 0, 0, 0]), "--dp-size", "2",
+                         "--micro-batch-fixed-tokens", "0")
+    assert code == 0 and err == ""
+    rows = [line.split("  ") for line in out.splitlines() if line.startswith(("the trainer", "the global"))]
+    assert len(rows) == 2
+    for row in rows:
+        cells = [c.strip() for c in row if c.strip()]
+        assert cells[1:] == ["1", "0.00", "-"]  # count/rank 1, step time 0, no floor ratio

@@ -6,7 +6,7 @@ import argparse
 import math
 from typing import Any, NoReturn
 
-from seqlen_balancing.cli._text import PROG, CliError, int_text, short
+from seqlen_balancing.cli._text import PROG, CliError, int_text, refuse, short
 from seqlen_balancing.cli.inputs import DEFAULT_MAX_INPUT_MB
 from seqlen_balancing.cli.report import columns_help
 from seqlen_balancing.cli.results import options_of
@@ -33,18 +33,11 @@ PLOT_HINT = "pip install 'seqlen-balancing[plot]'"
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors become a one-line :class:`CliError` (exit 2), and
-    whose namespace holds ``options``, the plan's
-    :class:`~seqlen_balancing.PlanOptions` (:func:`~seqlen_balancing.cli.results.options_of`)."""
+    """An ArgumentParser whose usage errors become a one-line :class:`CliError` (exit 2)."""
 
     def error(self, message: str) -> NoReturn:
         raise CliError(f"{message} (see '{self.prog} --help')", 2)
 
-    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
-        parsed = super().parse_args(args, namespace)
-        if getattr(parsed, "command", None) is not None:
-            parsed.options = options_of(parsed)
-        return parsed
 
 
 def _positive_int(text: str) -> int:
@@ -449,57 +442,43 @@ def check_combinations(args: argparse.Namespace) -> None:
         for name in ("field", "tokenizer", *token_fields, "save_lengths"):
             if getattr(args, name) is not None:
                 raise CliError(f"--{name.replace('_', '-')} applies to --lengths FILE; pass --lengths too")
-    if len(token_fields) > 1:
-        raise CliError(f"{' and '.join(flags)} exclude each other; pass one")
-    if args.tokenizer is not None and not token_fields:
-        raise CliError(
-            "--tokenizer needs the field to count: --messages-field, --text-field or --prompt-field"
-        )
-    if token_fields and args.tokenizer is None:
-        raise CliError(
-            f"{flags[0]} counts tokens; pass --tokenizer PATH too (or --field for a column of counts)"
-        )
-    if token_fields and args.field is not None:
-        raise CliError(f"--field (a column of counts) and {flags[0]} (text to count) exclude each other")
-    if args.response_tokens and "prompt_field" not in token_fields:
-        raise CliError("--response-tokens adds to prompt lengths; pass --prompt-field NAME too")
-    if args.tp is None and (args.cp is not None or args.fp8):
-        raise CliError(
-            f"{'--cp' if args.cp is not None else '--fp8'} derives Megatron's alignment with "
-            "--tp; pass --tp N too (1 without tensor parallelism)"
-        )
-    args.options = options_of(args)  # again: a caller may have changed a flag's value
-    if args.options.over_cap == "alone" and getattr(args, "truncate", False):
-        raise CliError(
-            "--over-cap alone runs over-cap samples whole and --truncate clips them to the cap; "
-            "pass one"
-        )
-    if args.tp is not None and args.pad_to_multiple_of is not None:
-        raise CliError(
-            "--pad-to-multiple-of and --tp/--cp/--fp8 both set the per-sequence alignment; pass one"
-        )
+    given = " and ".join(flags)  # the field to count (several: the first rule refuses them)
+    refuse([
+        (len(token_fields) > 1, f"{given} exclude each other; pass one"),
+        (args.tokenizer is not None and not token_fields,
+         "--tokenizer needs the field to count: --messages-field, --text-field or --prompt-field"),
+        (token_fields and args.tokenizer is None,
+         f"{given} counts tokens; pass --tokenizer PATH too (or --field for a column of counts)"),
+        (token_fields and args.field is not None,
+         f"--field (a column of counts) and {given} (text to count) exclude each other"),
+        (args.response_tokens and "prompt_field" not in token_fields,
+         "--response-tokens adds to prompt lengths; pass --prompt-field NAME too"),
+        (args.tp is None and (args.cp is not None or args.fp8),
+         f"{'--cp' if args.cp is not None else '--fp8'} derives Megatron's alignment with "
+         "--tp; pass --tp N too (1 without tensor parallelism)"),
+    ])
+    args.options = options_of(args)
     trainer = getattr(args, "trainer", DEFAULT_TRAINER)
-    if getattr(args, "group_sizes", None) and args.options.force_group_size > 1:
-        raise CliError(
-            "--group-sizes and --force-group-size both form the groups (force_group_size=g is "
-            "groups of g rows); pass one"
-        )
-    if getattr(args, "group_sizes", None) and getattr(args, "compare_verl", False):
-        raise CliError(
-            "--group-sizes: verl 0.9.1 has no groups of different sizes (only force_group_size), "
-            "so its count cannot be compared; drop --compare-verl or --group-sizes"
-        )
-    if getattr(args, "mini_batch_size", None) and not always_balances(trainer):
-        raise CliError(
-            f"--mini-batch-size: only verl 0.9.1's V1 trainer pads a step to its mini-batch sizes; "
-            f"{trainer} does not; drop it, or pass --trainer main_ppo"
-        )
-    if trainer == "sft_trainer" and args.options.force_group_size > 1:
-        raise CliError(
-            f"--force-group-size {args.options.force_group_size}: verl 0.9.1's sft_trainer deals every "
-            "dp-th row to a rank, so consecutive rows never stay together; drop it, or pass "
-            "--trainer main_ppo"
-        )
+    sizes, force = getattr(args, "group_sizes", None), args.options.force_group_size
+    refuse([
+        (args.options.over_cap == "alone" and getattr(args, "truncate", False),
+         "--over-cap alone runs over-cap samples whole and --truncate clips them to the cap; pass one"),
+        (args.tp is not None and args.pad_to_multiple_of is not None,
+         "--pad-to-multiple-of and --tp/--cp/--fp8 both set the per-sequence alignment; pass one"),
+        (sizes and force > 1,
+         "--group-sizes and --force-group-size both form the groups (force_group_size=g is "
+         "groups of g rows); pass one"),
+        (sizes and getattr(args, "compare_verl", False),
+         "--group-sizes: verl 0.9.1 has no groups of different sizes (only force_group_size), "
+         "so its count cannot be compared; drop --compare-verl or --group-sizes"),
+        (getattr(args, "mini_batch_size", None) and not always_balances(trainer),
+         f"--mini-batch-size: only verl 0.9.1's V1 trainer pads a step to its mini-batch sizes; "
+         f"{trainer} does not; drop it, or pass --trainer main_ppo"),
+        (trainer == "sft_trainer" and force > 1,
+         f"--force-group-size {force}: verl 0.9.1's sft_trainer deals every "
+         "dp-th row to a rank, so consecutive rows never stay together; drop it, or pass "
+         "--trainer main_ppo"),
+    ])
     # verl 0.9.1's V1 trainer (main_ppo's default) balances every step: the flag is noted, not followed
     args.balance_batch_ignored = always_balances(trainer) and getattr(args, "balance_batch", None) is False
     if args.balance_batch_ignored:

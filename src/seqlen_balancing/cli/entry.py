@@ -26,52 +26,46 @@ def _plot_checked(args: argparse.Namespace) -> Any:
     return figure_class
 
 
-def _run_plan(args: argparse.Namespace) -> int:
+def _planned(step: Any, cap: int, args: argparse.Namespace) -> Any:
+    """``sweep``: the step planned at ``cap`` (per GPU), or ``(cap x sp, message)`` where it
+    cannot be: an infeasible cap is a row, not the end."""
+    from seqlen_balancing.cli.step import plan_step
+
+    try:
+        return plan_step(step, cap * args.sp_size, args)
+    except CliError as exc:
+        if exc.code != 1:
+            raise
+        return (cap * args.sp_size, str(exc))
+
+
+def _run_steps(args: argparse.Namespace) -> int:
+    """``plan`` (one cap, in detail) or ``sweep`` (a row per cap): report, then plot."""
     from seqlen_balancing.cli import plot, report
     from seqlen_balancing.cli.load import load_lengths
-    from seqlen_balancing.cli.step import make_step, plan_step
-
-    figure_class = _plot_checked(args)
-    step = make_step(args, load_lengths(args))
-    result = plan_step(step, args.max_token_len * args.sp_size, args)
-    if args.json:
-        report.emit_json(report.plan_json(step, args, result))
-    else:
-        report.print_plan(step, args, result)
-    if figure_class is not None:
-        plot.save_plan_plot(figure_class, result, args.plot)
-        print(f"{PROG}: plot written to {args.plot}", file=sys.stderr)
-    return 0
-
-
-def _run_sweep(args: argparse.Namespace) -> int:
-    from seqlen_balancing.cli import plot, report
-    from seqlen_balancing.cli.load import load_lengths
-    from seqlen_balancing.cli.results import StepResult
     from seqlen_balancing.cli.step import make_step, plan_step, smallest_cap
 
     figure_class = _plot_checked(args)
     step = make_step(args, load_lengths(args))
-    smallest = smallest_cap(step, args)
-    outcomes: list[StepResult | tuple[int, str]] = []
-    for cap in args.max_token_len:
-        try:
-            outcomes.append(plan_step(step, cap * args.sp_size, args))
-        except CliError as exc:
-            if exc.code != 1:
-                raise
-            outcomes.append((cap * args.sp_size, str(exc)))  # an infeasible cap is a row, not the end
-    planned = [o for o in outcomes if not isinstance(o, tuple)]
-    if args.json:
-        report.emit_json(report.sweep_json(step, args, outcomes, smallest))
+    if args.command == "plan":
+        found: Any = plan_step(step, args.max_token_len * args.sp_size, args)
+        extra: tuple[Any, ...] = ()
+        shown: tuple[Any, ...] = (report.plan_json, report.print_plan, plot.save_plan_plot)
     else:
-        report.print_sweep(step, args, outcomes, smallest)
+        extra = (smallest_cap(step, args),)
+        found = [_planned(step, cap, args) for cap in args.max_token_len]
+        shown = (report.sweep_json, report.print_sweep, plot.save_sweep_plot)
+    to_json, to_text, to_plot = shown
+    if args.json:
+        report.emit_json(to_json(step, args, found, *extra))
+    else:
+        to_text(step, args, found, *extra)
     if figure_class is not None:
-        plot.save_sweep_plot(figure_class, outcomes, args.plot)
+        to_plot(figure_class, found, args.plot)
         print(f"{PROG}: plot written to {args.plot}", file=sys.stderr)
-    if not planned:  # the table (every row infeasible) is printed; the exit code says so
+    if extra and all(isinstance(o, tuple) for o in found):  # every row infeasible: the table is printed
         print(f"{PROG}: error: no cap of the sweep can be planned (smallest that can: "
-              f"max_token_len {smallest})", file=sys.stderr)
+              f"max_token_len {extra[0]})", file=sys.stderr)
         return 1
     return 0
 
@@ -83,13 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             raise CliError(f"choose a command, plan, sweep or epoch (see '{PROG} --help')")
         check_combinations(args)
-        if args.command == "plan":
-            return _run_plan(args)
         if args.command == "epoch":
             from seqlen_balancing.cli.epoch import run_epoch
 
             return run_epoch(args)
-        return _run_sweep(args)
+        return _run_steps(args)
     except CliError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return exc.code

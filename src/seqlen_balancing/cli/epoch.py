@@ -12,22 +12,19 @@ the worst step, then one summary row per cap: a cap is chosen by the whole run's
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from seqlen_balancing.agreement import plan_ranks
 from seqlen_balancing.cli import modeled
-from seqlen_balancing.cli._text import PROG, CliError, plural
+from seqlen_balancing.cli._text import PROG, CliError, Progress, plural, table
 from seqlen_balancing.cli.inputs import Loaded
 from seqlen_balancing.cli.modeled import Modeled
-from seqlen_balancing.cli.results import options_json
-from seqlen_balancing.cli.step import group_ids_of, scale_lengths
+from seqlen_balancing.cli.results import VerlResult, options_json
+from seqlen_balancing.cli.step import plan_dp, scale_lengths, verl_result
 from seqlen_balancing.cli.trainers import RULES, EpochStep, epoch_steps, steps_per_epoch
 from seqlen_balancing.options import PlanOptions
-from seqlen_balancing.planning.verl_rule import VerlSearchLimit, verl_counts
 
 __all__ = ["CapReplay", "Replay", "replay", "run_epoch"]
 
@@ -46,22 +43,14 @@ class CapReplay:
     # each step's micro-batches' tokens per rank, in run order (dummies: 0)
     tokens: list[list[list[int]]] = field(default_factory=list)
     verl: list[int | None] = field(default_factory=list)  # verl's (None: it fails or gives up)
-    verl_notes: list[str] = field(default_factory=list)  # why, for each None
-    verl_ranks: list[list[int] | None] = field(default_factory=list)  # verl's count on each rank
+    verl_found: list[VerlResult] = field(default_factory=list)  # each step's on every rank, or why none
     modeled: list[list[Modeled]] = field(default_factory=list)  # each step: verl, library, global
     error: str | None = None  # the step the library cannot plan (the run would stop there)
-
-    @property
-    def complete(self) -> bool:
-        return self.error is None
 
     def worst(self, values: list[int | None]) -> tuple[int, int] | None:
         """``(count, step)`` of the step with the most micro-batches (the first such)."""
         known = [(v, s) for s, v in enumerate(values, start=1) if v is not None]
-        if not known:
-            return None
-        top = max(v for v, _ in known)
-        return top, next(s for v, s in known if v == top)
+        return max(known, key=lambda found: found[0], default=None)  # max keeps the first
 
     @property
     def verl_total(self) -> int | None:
@@ -81,51 +70,6 @@ class Replay:
     caps: list[CapReplay]
 
 
-class _Progress:
-    """tqdm on stderr when installed, else a plain stderr line at each tenth of the work."""
-
-    def __init__(self, total: int, show: bool) -> None:
-        self.total, self.done, self.shown = total, 0, -1
-        self.bar: Any = None
-        self.show = show and total > 0
-        if not self.show:
-            return
-        try:
-            tqdm: Any = importlib.import_module("tqdm")
-        except ImportError:
-            return
-        self.bar = tqdm.tqdm(total=total, unit="step", file=sys.stderr, dynamic_ncols=True,
-                             desc=f"{PROG} epoch")
-
-    def update(self, steps: int = 1) -> None:
-        self.done += steps
-        if not self.show:
-            return
-        if self.bar is not None:
-            self.bar.update(steps)
-            return
-        tenth = self.done * 10 // self.total
-        if tenth > self.shown:
-            self.shown = tenth
-            print(f"{PROG} epoch: {self.done}/{self.total} step plans ({tenth * 10}%)",
-                  file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _plan_step(per_rank: list[list[int]], cap: int, options: PlanOptions,
-               group_sizes: tuple[int, ...] | None = None) -> list[list[list[int]]]:
-    """Each rank's micro-batches (indices into its rows) for one step, planned by the
-    library's own DP planning (:func:`~seqlen_balancing.agreement.plan_ranks`), or its
-    error raised. ``group_sizes`` (``--group-sizes``): each rank's rows, as dealt to it, in
-    consecutive groups of these sizes, cycled (:func:`~seqlen_balancing.cli.step.group_ids_of`),
-    each group whole in one micro-batch."""
-    ids = None if not group_sizes else [group_ids_of(len(rows), group_sizes) for rows in per_rank]
-    return [r.plan for r in plan_ranks(per_rank, cap, options, group_ids=ids)]
-
-
 def _model(result: CapReplay, step: EpochStep, lengths: list[int], plans: list[list[list[int]]],
            options: PlanOptions, whole_step: bool = True) -> None:
     """The step in the lock-step model, three ways (:func:`~seqlen_balancing.cli.modeled.model_step`),
@@ -134,9 +78,10 @@ def _model(result: CapReplay, step: EpochStep, lengths: list[int], plans: list[l
     where = {row: j for j, row in enumerate(step.rows)}
     dealt = [[where[row] for row in rows] for rows in step.ranks]
     library = [[[mine[i] for i in mb] for mb in plan] for mine, plan in zip(dealt, plans, strict=True)]
-    verl = result.verl_ranks[-1] if result.verl_ranks else None
-    result.modeled.append(modeled.model_step([lengths[row] for row in step.rows], dealt, library,
-                                             result.cap, options, verl, whole_step=whole_step))
+    result.modeled.append(modeled.model_step(
+        [lengths[row] for row in step.rows], dealt, library, result.cap, options,
+        result.verl_found[-1].counts if result.verl_found else None,  # this step's, when compared
+        whole_step=whole_step))
 
 
 def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
@@ -152,7 +97,8 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
                              args.options.workload_model))
     caps = [CapReplay(c, c * args.sp_size) for c in args.max_token_len]
     total = len(steps) * len(caps)
-    progress = _Progress(total, args.progress or (sys.stderr.isatty() and total >= LONG_REPLAY))
+    progress = Progress(total, args.progress or (sys.stderr.isatty() and total >= LONG_REPLAY), "step",
+                        f"{PROG} epoch", f"{PROG} epoch: {{done}}/{{total}} step plans ({{percent}}%)")
     try:
         for result in caps:
             for step in steps:
@@ -161,7 +107,7 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
                     continue
                 per_rank = [[lengths[i] for i in rows] for rows in step.ranks]
                 try:
-                    plans = _plan_step(per_rank, result.cap, args.options, args.group_sizes)
+                    plans = [r.plan for r in plan_dp(per_rank, result.cap, args)]
                 except (ValueError, TypeError) as exc:
                     result.error = f"step {step.step} (epoch {step.epoch + 1}): {exc}"
                     continue
@@ -170,36 +116,14 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
                 result.counts.append(max(len(rank) for rank in tokens))
                 result.tokens.append(tokens)
                 if args.compare_verl:
-                    _verl_step(result, per_rank, args)
+                    verl = verl_result(per_rank, result.cap, args)
+                    result.verl.append(None if verl.counts is None else max(verl.counts))
+                    result.verl_found.append(verl)
                 _model(result, step, lengths, plans, args.options, whole_step=not args.group_sizes)
     finally:
         progress.close()
-    per_epoch = steps_per_epoch(len(lengths), args.dp_size, args.global_batch_size, args.trainer)
-    return Replay(loaded, lengths, steps, per_epoch, caps)
-
-
-def _verl_step(result: CapReplay, per_rank: list[list[int]], args: argparse.Namespace) -> None:
-    options = args.options
-    try:
-        found = verl_counts(
-            per_rank, result.cap, same_micro_num_in_dp=options.same_micro_num_in_dp,
-            num_batches_divided_by=options.num_batches_divided_by,
-            min_num_micro_batch=options.min_num_micro_batch,
-            force_group_size=options.force_group_size, max_tries=args.verl_max_tries,
-        )
-    except VerlSearchLimit as exc:
-        result.verl.append(None)
-        result.verl_notes.append(f">{exc.last_tried}")
-        result.verl_ranks.append(None)
-        return
-    except ValueError as exc:
-        result.verl.append(None)
-        result.verl_notes.append(str(exc))
-        result.verl_ranks.append(None)
-        return
-    result.verl.append(max(found.counts))
-    result.verl_notes.append("")
-    result.verl_ranks.append(list(found.counts))
+    return Replay(loaded, lengths, steps,
+                  steps_per_epoch(len(lengths), args.dp_size, args.global_batch_size, args.trainer), caps)
 
 
 # ----------------------------------------------------------------------------- report
@@ -217,20 +141,18 @@ def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
     """The header lines: the data, the run's shape, the trainer modelled, the planning."""
     n = len(replay_.lengths)
     source = "bundled CHAMP lengths" if replay_.loaded.source == "champ" else replay_.loaded.name
-    dropped = n - _rows_used(replay_, args)
     per_rank = args.global_batch_size // args.dp_size
     scale = f", lengths x {args.scale:g}" if args.scale != 1.0 else ""
+    balance = (" (--no-balance-batch: not balanced, equal contiguous chunks)"
+               if args.trainer == "sft_trainer_ray" and not args.balance_batch else "")
     # sft_trainer's loaders take global_batch_size // dp rows each: a remainder is never fed
-    first = (
+    lines = [
         f"{plural(n, 'row')} from {source}{scale}; {plural(args.epochs, 'epoch')} x "
         f"{plural(replay_.steps_per_epoch, 'step')} of {per_rank * args.dp_size} rows "
         f"({per_rank} per rank on {plural(args.dp_size, 'DP rank')}); sampler seed {args.seed}; "
-        f"{dropped} rows left out per epoch (drop_last)"
-    )
-    balance = ""
-    if args.trainer == "sft_trainer_ray" and not args.balance_batch:
-        balance = " (--no-balance-batch: not balanced, equal contiguous chunks)"
-    lines = [first, f"trainer modelled: {RULES[args.trainer]}{balance}"]
+        f"{n - _rows_used(replay_, args)} rows left out per epoch (drop_last)",
+        f"trainer modelled: {RULES[args.trainer]}{balance}",
+    ]
     if replay_.loaded.counted:
         lines.append(replay_.loaded.counted)
     pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
@@ -256,13 +178,6 @@ def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines)
-
-
 def _saved(ours: int, verl: int | None) -> tuple[str, str]:
     if verl is None:
         return "n/a", "n/a"
@@ -274,66 +189,52 @@ def _worst_text(found: tuple[int, int] | None) -> str:
     return "n/a" if found is None else f"{found[0]} (step {found[1]})"
 
 
+def _verl_cell(found: VerlResult) -> str:
+    """verl's count at a step (the most on any rank), or '>K' (its search stopped), or its error."""
+    if found.counts is not None:
+        return str(max(found.counts))
+    return f">{found.above}" if found.above is not None else found.error or "n/a"
+
+
 def print_report(replay_: Replay, args: argparse.Namespace) -> None:
     """The text report: header, each cap's steps and totals, then the summary."""
     verl_on = args.compare_verl
-    print("\n".join(header(replay_, args)))
+    lines, summary = header(replay_, args), []
     for result in replay_.caps:
-        print()
-        print(f"max_token_len {result.max_token_len}: micro-batches per rank at each step")
+        lines.append(f"\nmax_token_len {result.max_token_len}: micro-batches per rank at each step")
         headers = ["step", "epoch", "library"] + (["verl"] if verl_on else []) + ["global"]
-        rows = []
-        for index, count in enumerate(result.counts):
-            step = replay_.steps[index]
-            row = [str(step.step), str(step.epoch + 1), str(count)]
-            if verl_on:
-                value = result.verl[index]
-                row.append(str(value) if value is not None else result.verl_notes[index] or "n/a")
-            whole = result.modeled[index][2]
-            row.append(str(whole.count) if whole.count is not None else "fails" if whole.error else "n/a")
-            rows.append(row)
-        if rows:
-            print(_table(headers, rows))
+        rows = [[str(replay_.steps[i].step), str(replay_.steps[i].epoch + 1), str(count)]
+                + ([_verl_cell(result.verl_found[i])] if verl_on else [])
+                + [str(whole.count) if whole.count is not None else "fails" if whole.error else "n/a"]
+                for i, (count, (_, _, whole)) in enumerate(zip(result.counts, result.modeled, strict=True))]
+        lines += [table(headers, rows)] if rows else []
         if result.error is not None:
-            print(f"cannot run: {result.error}")
+            lines.append(f"cannot run: {result.error}")
+            summary.append([str(result.max_token_len), "cannot run", "-"] + (["-"] * 4 if verl_on else []))
             continue
-        total = sum(result.counts)
-        line = f"total over the run, per rank: library {total}"
-        if verl_on:
-            saved, percent = _saved(total, result.verl_total)
-            verl_total = result.verl_total
-            line += f", verl {verl_total if verl_total is not None else 'n/a'} (saved {saved}, {percent})"
-        print(line + f"; x {args.dp_size} ranks: {total * args.dp_size} micro-batches")
-        worst = f"worst step: library {_worst_text(result.worst(list(result.counts)))}"
-        if verl_on:
-            worst += f", verl {_worst_text(result.worst(result.verl))}"
-        print(worst)
-        fixed_tokens = modeled.fixed_tokens_of(args.options)
-        for line in modeled.lines(run_totals(result), result.cap, fixed_tokens, "run"):
-            print(line)
-    print()
-    print(f"summary over {plural(len(replay_.steps), 'step')} (micro-batches per rank)")
-    headers = ["max_token_len", "library total", "worst step"]
-    if verl_on:
-        headers += ["verl total", "verl worst step", "saved", "saved %"]
-    rows = []
-    for result in replay_.caps:
-        if result.error is not None:
-            rows.append([str(result.max_token_len), "cannot run", "-"] + (["-"] * 4 if verl_on else []))
-            continue
-        total = sum(result.counts)
-        row = [str(result.max_token_len), str(total), _worst_text(result.worst(list(result.counts)))]
-        if verl_on:
-            verl_total = result.verl_total
-            row += [str(verl_total) if verl_total is not None else "n/a",
-                    _worst_text(result.worst(result.verl)), *_saved(total, verl_total)]
-        rows.append(row)
-    print(_table(headers, rows))
+        total, verl_total = sum(result.counts), result.verl_total
+        worst = _worst_text(result.worst(list(result.counts)))
+        verl_worst = _worst_text(result.worst(result.verl))
+        saved = _saved(total, verl_total)
+        verl_shown = "n/a" if verl_total is None else str(verl_total)
+        lines += [
+            f"total over the run, per rank: library {total}"
+            + (f", verl {verl_shown} (saved {saved[0]}, {saved[1]})" if verl_on else "")
+            + f"; x {args.dp_size} ranks: {total * args.dp_size} micro-batches",
+            f"worst step: library {worst}" + (f", verl {verl_worst}" if verl_on else ""),
+            *modeled.lines(run_totals(result), result.cap, modeled.fixed_tokens_of(args.options), "run"),
+        ]
+        summary.append([str(result.max_token_len), str(total), worst]
+                       + ([verl_shown, verl_worst, *saved] if verl_on else []))
+    headers = ["max_token_len", "library total", "worst step"] + (
+        ["verl total", "verl worst step", "saved", "saved %"] if verl_on else [])
+    lines += [f"\nsummary over {plural(len(replay_.steps), 'step')} (micro-batches per rank)",
+              table(headers, summary)]
+    print("\n".join(lines))
 
 
 def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
     """The ``epoch --json`` object (keys stable)."""
-    pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
     caps = []
     for result in replay_.caps:
         item: dict[str, Any] = {
@@ -344,18 +245,15 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
                 {"step": replay_.steps[i].step, "epoch": replay_.steps[i].epoch + 1, "micro_batches": c,
                  "micro_batch_tokens": result.tokens[i]}
                 | ({"verl_micro_batches": result.verl[i]} if args.compare_verl else {})
+                | {"global_micro_batches": result.modeled[i][2].count}
                 for i, c in enumerate(result.counts)
             ],
-            "total_micro_batches": sum(result.counts) if result.complete else None,
+            "total_micro_batches": sum(result.counts) if result.error is None else None,
             "worst_step": _worst_json(result.worst(list(result.counts))),
             "step_time": modeled.to_json(run_totals(result), modeled.fixed_tokens_of(args.options))
-            if result.complete else None,
-        }
-        for entry, steps in zip(item["steps"], result.modeled, strict=True):
-            entry["global_micro_batches"] = steps[2].count
-        if args.compare_verl:
-            item["verl_total_micro_batches"] = result.verl_total if result.complete else None
-            item["verl_worst_step"] = _worst_json(result.worst(result.verl))
+            if result.error is None else None,
+        } | ({"verl_total_micro_batches": result.verl_total if result.error is None else None,
+              "verl_worst_step": _worst_json(result.worst(result.verl))} if args.compare_verl else {})
         caps.append(item)
     return {
         "command": "epoch",
@@ -376,8 +274,8 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
         "steps": len(replay_.steps),
         "rows_left_out_per_epoch": len(replay_.lengths) - _rows_used(replay_, args),
         "sp_size": args.sp_size,
-        "pad_to_multiple_of": pad,
-        "micro_batch_multiple_of": bucket,
+        "pad_to_multiple_of": args.options.pad_to_multiple_of,
+        "micro_batch_multiple_of": args.options.micro_batch_multiple_of,
         "options": options_json(args.options),
         "caps": caps,
     }
@@ -409,7 +307,7 @@ def run_epoch(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report_json(result, args)) + "\n")  # one object, one line
     else:
         print_report(result, args)
-    if not any(c.complete for c in result.caps):
+    if not any(c.error is None for c in result.caps):
         errors = "; ".join(f"max_token_len {c.max_token_len}: {c.error}" for c in result.caps)
         raise CliError(f"no cap can run the whole replay ({errors})", 1)
     return 0

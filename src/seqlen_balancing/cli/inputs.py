@@ -24,6 +24,7 @@ the file, the row (``line N`` for text and JSON Lines, 1-based; ``row N`` for Pa
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import os
 import stat
@@ -32,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from seqlen_balancing.cli._text import CliError, int_text, missing_extra, short
+from seqlen_balancing.cli._text import CliError, int_text, missing_extra, reason_of, short
 
 __all__ = ["DEFAULT_MAX_INPUT_MB", "Loaded", "Source", "parse_lengths", "read_source", "save_lengths"]
 
@@ -110,16 +111,6 @@ def _read_bounded(handle: Any, name: str, max_mb: int) -> bytes:
     raise _too_large(name, max_mb, "holds")
 
 
-class _TextBytes:
-    """A text stream (stdin replaced by a ``StringIO``) read as UTF-8 bytes."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-
-    def read(self, size: int) -> bytes:
-        return str(self.stream.read(size)).encode("utf-8")
-
-
 def read_source(path: str, max_mb: int = DEFAULT_MAX_INPUT_MB) -> Source:
     """Open ``path`` (``-``: stdin) once and read it once, whole, within the input bound.
 
@@ -132,9 +123,9 @@ def read_source(path: str, max_mb: int = DEFAULT_MAX_INPUT_MB) -> Source:
             while it is read (the same, with the bytes read).
     """
     if path == "-":
-        stream = getattr(sys.stdin, "buffer", None)
-        try:
-            data = _read_bounded(stream if stream is not None else _TextBytes(sys.stdin), "<stdin>", max_mb)
+        try:  # a text stream without bytes (stdin replaced by a StringIO) as UTF-8
+            stream = getattr(sys.stdin, "buffer", None) or io.BytesIO(sys.stdin.read().encode("utf-8"))
+            data = _read_bounded(stream, "<stdin>", max_mb)
         except (OSError, UnicodeDecodeError) as exc:
             raise CliError(f"cannot read stdin: {exc}") from None
         return Source(path, "<stdin>", data)
@@ -142,18 +133,16 @@ def read_source(path: str, max_mb: int = DEFAULT_MAX_INPUT_MB) -> Source:
         with open(path, "rb") as handle:
             data = _read_bounded(handle, path, max_mb)
     except OSError as exc:
-        reason = exc.strerror if exc.strerror else str(exc)
-        raise CliError(f"cannot read lengths file {path!r}: {reason}") from None
+        raise CliError(f"cannot read lengths file {path!r}: {reason_of(exc)}") from None
     return Source(path, path, data)
 
 
 def check_length(value: Any, where: str) -> int:
     """``value`` as a length, or a CliError naming ``where`` and what is wrong."""
     if isinstance(value, str):
-        parsed = int_text(value)
-        if parsed is None:
+        number = int_text(value)
+        if number is None:
             raise CliError(f"{where}: {short(value.strip())} is not an integer length (up to 18 digits)")
-        number = parsed
     elif isinstance(value, int) and not isinstance(value, bool):
         number = value
     else:
@@ -173,18 +162,23 @@ def _field_of(item: Any, field: str, where: str) -> Any:
     return item[field]
 
 
+def _json_list(text: str, source: str, what: str) -> list[Any]:
+    """The JSON list ``text`` holds (``what``: the message's name of it)."""
+    try:
+        items = json.loads(text)
+    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+        raise CliError(f"{source}: not valid JSON ({short(str(exc), 80)})") from None
+    if not isinstance(items, list):
+        raise CliError(f"{source}: expected {what}")
+    return items
+
+
 def _json_records(text: str, source: str, field: str) -> list[tuple[str, Any]]:
     """``(where, item[field])`` for a JSON list of objects or JSON Lines."""
     text = text.removeprefix("\ufeff")
     out: list[tuple[str, Any]] = []
     if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
-            raise CliError(f"{source}: not valid JSON ({short(str(exc), 80)})") from None
-        if not isinstance(items, list):
-            raise CliError(f"{source}: expected a JSON list")
-        for index, item in enumerate(items):
+        for index, item in enumerate(_json_list(text, source, "a JSON list")):
             where = f"{source}, list index {index}, field {field!r}"
             out.append((where, _field_of(item, field, where)))
         return out
@@ -213,12 +207,7 @@ def parse_lengths(text: str, source: str, field: str | None = None) -> list[int]
     if field is not None:
         lengths = [check_length(value, where) for where, value in _json_records(text, source, field)]
     elif stripped.startswith("["):
-        try:
-            items = json.loads(text)
-        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
-            raise CliError(f"{source}: not valid JSON ({short(str(exc), 80)})") from None
-        if not isinstance(items, list):
-            raise CliError(f"{source}: expected a JSON list of lengths")
+        items = _json_list(text, source, "a JSON list of lengths")
         lengths = [check_length(item, f"{source}, list index {i}") for i, item in enumerate(items)]
     elif stripped.startswith("{"):
         raise CliError(f"{source} looks like JSON Lines; pass --field NAME (the length key)")
@@ -248,8 +237,7 @@ def parquet_records(source: Source, field: str, rows_per_batch: int = ROWS_PER_B
     try:
         handle = parquet.ParquetFile(arrow.BufferReader(source.data))
     except (OSError, ValueError, TypeError) as exc:  # pyarrow's errors derive from these
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise CliError(f"cannot read Parquet file {path!r}: {short(reason, 120, False)}") from None
+        raise CliError(f"cannot read Parquet file {path!r}: {short(reason_of(exc), 120, False)}") from None
     names = list(handle.schema_arrow.names)
     if field not in names:
         raise CliError(f"{path}: no column {field!r} (columns: {short(', '.join(names), 80, False)})")
@@ -274,12 +262,7 @@ def records(source: Source, field: str) -> tuple[int, Records]:
     if source.parquet:
         return parquet_records(source, field)
     rows = _json_records(source.text(), source.name, field)
-
-    def batches() -> Records:
-        for start in range(0, len(rows), ROWS_PER_BATCH):
-            yield rows[start : start + ROWS_PER_BATCH]
-
-    return len(rows), batches()
+    return len(rows), iter([rows[at : at + ROWS_PER_BATCH] for at in range(0, len(rows), ROWS_PER_BATCH)])
 
 
 def save_lengths(path: str, lengths: list[int]) -> None:
@@ -288,4 +271,4 @@ def save_lengths(path: str, lengths: list[int]) -> None:
         with open(path, "w", encoding="utf-8") as handle:
             handle.write("".join(f"{n}\n" for n in lengths))
     except OSError as exc:
-        raise CliError(f"cannot write --save-lengths file {path!r}: {exc.strerror or exc}") from None
+        raise CliError(f"cannot write --save-lengths file {path!r}: {reason_of(exc)}") from None

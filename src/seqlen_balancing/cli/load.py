@@ -42,9 +42,9 @@ def load_lengths(args: argparse.Namespace) -> Loaded:
                 f"{source.name} is Parquet: pass --field NAME (a column of token counts), or "
                 "--tokenizer with --messages-field, --text-field or --prompt-field"
             )
-        _, batches = parquet_records(source, args.field)
-        lengths = [check_length(v, where) for batch in batches for where, v in batch]
-        loaded = Loaded(lengths, path, source.name)
+        batches = parquet_records(source, args.field)[1]
+        loaded = Loaded([check_length(v, where) for batch in batches for where, v in batch], path,
+                        source.name)
     else:
         loaded = Loaded(parse_lengths(source.text(), source.name, args.field), path, source.name)
     if not loaded.lengths:

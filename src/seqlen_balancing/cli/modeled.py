@@ -23,7 +23,7 @@ move with the cap (:func:`sweep_times`).
 * ``library``: the same dealing, each rank planned by the library (the report's plans).
 * ``global``: :func:`~seqlen_balancing.plan_global_batch` on the step's rows in the
   sampler's order, choosing the ranks itself (what ``SEQLEN_BALANCING_BALANCE_STEP=1``
-  runs), under every option it takes (:func:`global_keywords`: ``--equal-rows-per-micro-batch``
+  runs), under every option it takes (``--equal-rows-per-micro-batch``
   included); the header names those it has no parameter for (:func:`not_applied_lines`:
   ``--over-cap``, ``--dummy-micro-batches``, ``--no-same-micro-num-in-dp``).
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from seqlen_balancing.global_batch.lockstep import lock_step_time, micro_batch_fixed_cost, step_time_floor
-from seqlen_balancing.global_batch.step import DEFAULT_MICRO_BATCH_FIXED_TOKENS, plan_global_batch
+from seqlen_balancing.global_batch.step import plan_global_batch
 from seqlen_balancing.options import OPTIONS, PlanOptions
 from seqlen_balancing.planning.balance import order_micro_batches
 from seqlen_balancing.planning.partition import WORKLOAD_LINEAR_COEF, karmarkar_karp, workload
@@ -47,11 +47,11 @@ __all__ = [
     "Modeled",
     "fastest",
     "fixed_tokens_of",
-    "global_keywords",
     "model_step",
     "not_applied",
     "not_applied_lines",
     "verl_plans",
+    "workloads",
 ]
 
 #: The three kinds of plan, and how the reports name them.
@@ -92,25 +92,16 @@ class Modeled:
         """The step time in tokens of linear work (comparable across caps)."""
         return None if self.step_time is None else self.step_time / self.token
 
-    @property
-    def in_units(self) -> float | None:
-        return None if self.step_time is None else self.step_time / self.unit
-
-    @property
-    def over_floor(self) -> float | None:
-        if self.step_time is None or not self.floor:
-            return None
-        return self.step_time / self.floor
 
 
 def fixed_tokens_of(options: PlanOptions) -> float:
     """The fixed cost of one micro-batch in tokens of linear work: the options'
     ``micro_batch_fixed_tokens`` where they have one, else the library's default."""
-    value = getattr(options, "micro_batch_fixed_tokens", None)
-    return DEFAULT_MICRO_BATCH_FIXED_TOKENS if value is None else float(value)
+    return float(options.micro_batch_fixed_tokens)
 
 
-def _workloads(lengths: Sequence[int], options: PlanOptions) -> list[int]:
+def workloads(lengths: Sequence[int], options: PlanOptions) -> list[int]:
+    """Each sample's balance workload: the ``--workload-model``'s FLOPs, else verl's."""
     model = options.workload_model
     return list(model.workloads(list(lengths))) if model is not None else [workload(s) for s in lengths]
 
@@ -127,7 +118,7 @@ def verl_plans(lengths: Sequence[int], dealt: Sequence[Sequence[int]], counts: S
     """
     out: Plans = []
     for rows, count in zip(dealt, counts, strict=True):
-        loads = _workloads([lengths[i] for i in rows], options)
+        loads = workloads([lengths[i] for i in rows], options)
         parts = [sorted(p) for p in karmarkar_karp(loads, count, equal_size=False)]
         ordered = order_micro_batches(parts, loads, options.use_dynamic_bsz_balance)
         out.append([[rows[i] for i in mb] for mb in ordered])
@@ -164,21 +155,12 @@ _NO_COUNT = ("loss_weight_keys",)
 _GLOBAL_REFUSED = ("dummy_micro_batches", "same_micro_num_in_dp")
 
 
-def global_keywords(options: PlanOptions) -> dict[str, Any]:
-    """:func:`~seqlen_balancing.plan_global_batch`'s keywords under ``options``: the options
-    themselves but those it refuses (:func:`not_applied` names them), a ``--workload-model``
-    included (its linear coefficient prices the fixed cost)."""
-    return {"options": replace(options, dummy_micro_batches=False, same_micro_num_in_dp=True)}
-
-
 def not_applied(options: PlanOptions, kind: str) -> list[str]:
     """The options given (``options.changed()``) that a kind of plan does not take, as
     flags: ``"global"``, :func:`~seqlen_balancing.plan_global_batch`'s refusals; ``"verl"``,
     verl 0.9.1's own rule (its parameters only)."""
-    if kind == "global":
-        taken = {name for name in OPTIONS if name not in _GLOBAL_REFUSED}
-    else:
-        taken = {name for name, opt in OPTIONS.items() if opt.verl_parameter}
+    taken = {name for name, opt in OPTIONS.items()
+             if (name not in _GLOBAL_REFUSED if kind == "global" else opt.verl_parameter)}
     return [f"--no-{OPTIONS[name].flag[2:]}" if value is False else OPTIONS[name].flag
             for name, value in options.changed().items() if name not in taken and name not in _NO_COUNT]
 
@@ -189,20 +171,18 @@ def not_applied_lines(options: PlanOptions, kinds: Sequence[str]) -> list[str]:
         "global": "the global planner (plan_global_batch refuses them)",
         "verl": "verl's count (verl 0.9.1's own rule has none of the library's options)",
     }
-    lines = []
-    for kind in kinds:
-        flags = not_applied(options, kind)
-        if flags:
-            lines.append(f"options not applied to {why[kind]}: {', '.join(flags)}")
-    return lines
+    return [f"options not applied to {why[kind]}: {', '.join(flags)}"
+            for kind in kinds if (flags := not_applied(options, kind))]
 
 
 def _global(lengths: Sequence[int], dp: int, cap: int, options: PlanOptions, fixed: float,
             loads: list[int], unit: float) -> Modeled:
     """:func:`~seqlen_balancing.plan_global_batch` on the step under every option it takes
-    (:func:`global_keywords`), in the lock-step model as the other kinds are."""
+    but those it refuses (:func:`not_applied` names them), in the lock-step model as the other
+    kinds are."""
+    taken = replace(options, dummy_micro_batches=False, same_micro_num_in_dp=True)
     try:
-        _, micro = plan_global_batch(list(lengths), dp, cap, **global_keywords(options))
+        _, micro = plan_global_batch(list(lengths), dp, cap, options=taken)
     except (TypeError, ValueError) as error:
         return Modeled("global", None, None, None, unit, error=str(error))
     # with equal rows the filler rows are left out, as the lock-step search leaves them
@@ -238,7 +218,7 @@ def model_step(
     fixed = micro_batch_fixed_cost(fixed_tokens_of(options), options)
     unit = float(WORKLOAD_LINEAR_COEF * cap)
     token = micro_batch_fixed_cost(1.0, options)
-    loads = _workloads(lengths, options)
+    loads = workloads(lengths, options)
     if verl_counts is not None and options.force_group_size == 1:
         verl = _timed("verl", verl_plans(lengths, dealt, verl_counts, options), loads, dp, fixed, unit)
     else:
@@ -249,11 +229,6 @@ def model_step(
     return [replace(m, token=token) for m in (verl, library_time, whole)]
 
 
-def _reference(rows: Sequence[Modeled]) -> Modeled | None:
-    """What ``vs`` compares with: verl's row where it was modeled, else the library's."""
-    return next((m for m in rows if m.step_time is not None and m.kind in ("verl", "library")), None)
-
-
 def lines(rows: Sequence[Modeled], cap: int, fixed_tokens: float, runs: str = "step") -> list[str]:
     """The report's lines: a header and one row per kind of plan that was modeled.
 
@@ -261,7 +236,8 @@ def lines(rows: Sequence[Modeled], cap: int, fixed_tokens: float, runs: str = "s
     """
     if not rows:
         return []
-    reference = _reference(rows)
+    # what ``vs`` compares with: verl's row where it was modeled, else the library's
+    reference = next((m for m in rows if m.step_time is not None and m.kind in ("verl", "library")), None)
     against = "verl" if reference is not None and reference.kind == "verl" else "library"
     table = [["plans", "count/rank", "step time", "x floor", f"vs {against}"]]
     for m in rows:
@@ -271,21 +247,19 @@ def lines(rows: Sequence[Modeled], cap: int, fixed_tokens: float, runs: str = "s
             continue
         vs = "" if reference is None or m is reference or not reference.step_time else (
             f"{100 * (m.step_time / reference.step_time - 1):+.1f}%")
-        table.append([KINDS[m.kind], str(m.count), f"{m.in_units:.2f}",
-                      f"{m.over_floor:.4f}", vs])
+        table.append([KINDS[m.kind], str(m.count), f"{m.step_time / m.unit:.2f}",
+                      f"{m.step_time / m.floor:.4f}" if m.floor else "-", vs])  # floor 0: nothing to run
     widths = [max(len(r[i]) for r in table) for i in range(5)]
     text = [r[0].ljust(widths[0]) + "".join("  " + c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))
             for r in table]
-    head = (f"lock-step model of the {runs} (micro_batch_fixed_tokens {fixed_tokens:g}; step time in units "
+    return [f"lock-step model of the {runs} (micro_batch_fixed_tokens {fixed_tokens:g}; step time in units "
             f"of 24576 x {cap}, a full micro-batch's linear term; x floor: over total workload / ranks "
-            "+ count x fixed cost)")
-    return [head, *(t.rstrip() for t in text)]
+            "+ count x fixed cost)", *(t.rstrip() for t in text)]
 
 
 def to_json(rows: Sequence[Modeled], fixed_tokens: float) -> dict[str, Any]:
     """``{"micro_batch_fixed_tokens", "unit", "token", kind: {count, step_time, floor, error}}``."""
-    out: dict[str, Any] = {"micro_batch_fixed_tokens": fixed_tokens,
-                           "unit": rows[0].unit if rows else None, "token": rows[0].token if rows else None}
-    for m in rows:
-        out[m.kind] = {"count": m.count, "step_time": m.step_time, "floor": m.floor, "error": m.error}
-    return out
+    return {"micro_batch_fixed_tokens": fixed_tokens,
+            "unit": rows[0].unit if rows else None, "token": rows[0].token if rows else None,
+            **{m.kind: {"count": m.count, "step_time": m.step_time, "floor": m.floor, "error": m.error}
+               for m in rows}}

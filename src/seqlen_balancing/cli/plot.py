@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seqlen_balancing.cli._text import CliError, missing_extra, pct
+from seqlen_balancing.cli._text import CliError, missing_extra, pct, reason_of
 
 if TYPE_CHECKING:
     from seqlen_balancing.cli.results import StepResult
@@ -57,7 +57,7 @@ def check_plot_path(path: str) -> None:
             with open(where, "ab"):
                 pass
         except OSError as exc:
-            reason = exc.strerror or str(exc)
+            reason = reason_of(exc)
         else:
             if not existed:
                 where.unlink()
@@ -84,23 +84,21 @@ def _save(fig: Any, path: str) -> None:
     try:
         fig.savefig(path)
     except (OSError, ValueError) as exc:  # ValueError: an unknown image format
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise CliError(f"cannot write plot {path!r}: {reason}") from None
+        raise CliError(f"cannot write plot {path!r}: {reason_of(exc)}") from None
 
 
 def save_plan_plot(figure_class: Callable[..., Any], result: StepResult, path: str) -> None:
     """Bars of tokens per micro-batch (aligned tokens with an alignment option), rank by
     rank, with the cap as a horizontal line."""
-    n_bars = result.total_micro_batches + len(result.ranks)
-    fig = figure_class(figsize=(min(max(7.0, 0.12 * n_bars), 30.0), 4.5), layout="constrained")
+    bars = result.total_micro_batches + len(result.ranks)  # and a gap after each rank
+    fig = figure_class(figsize=(min(max(7.0, 0.12 * bars), 30.0), 4.5), layout="constrained")
     ax = fig.subplots()
-    colours = ["tab:blue", "tab:orange"]
     x, centres = 0, []
     for r in result.ranks:
         # With alignment, what each micro-batch holds on the GPU: the figure the cap bounds.
         heights = r.micro_batch_costs if result.aligned else r.micro_batch_tokens
         xs = list(range(x, x + len(heights)))
-        ax.bar(xs, heights, width=0.85, color=colours[r.rank % 2])
+        ax.bar(xs, heights, width=0.85, color=("tab:blue", "tab:orange")[r.rank % 2])
         centres.append((xs[0] + xs[-1]) / 2 if xs else x)
         x += len(xs) + 1
     cap = result.max_token_len

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from seqlen_balancing.cli import modeled
-from seqlen_balancing.cli._text import pct, plural
+from seqlen_balancing.cli._text import pct, plural, table
 from seqlen_balancing.cli.results import options_json
 from seqlen_balancing.cli.trainers import SYNTHETIC_ROW_TOKENS, always_balances, batch_multiple
 
 if TYPE_CHECKING:
-    from seqlen_balancing.cli.results import RankResult, Step, StepResult
+    from seqlen_balancing.cli.results import RankResult, Step, StepResult, VerlResult
 
 __all__ = [
     "PLAN_COLUMNS",
@@ -63,16 +63,15 @@ def _padded_on(args: argparse.Namespace) -> bool:
 
 
 def _saving(ours: int, verl: int | None) -> str:
-    if verl is None:
-        return "-"
-    return f"{verl - ours} ({pct((verl - ours) / verl) if verl else '0.0%'})"
+    return "-" if verl is None else f"{verl - ours} ({pct((verl - ours) / verl) if verl else '0.0%'})"
 
 
-def _verl_rank(r: RankResult, result: StepResult) -> str:
+def _verl_text(result: StepResult, rank: int | None = None) -> str:
+    """verl's count on ``rank``, or its range over the ranks; '>K' or 'fails' where it has none."""
     verl = result.verl
     if verl is None or verl.counts is None:
         return f">{verl.above}" if verl is not None and verl.above is not None else "fails"
-    return str(verl.counts[r.rank])
+    return _range_text(verl.counts if rank is None else [verl.counts[rank]])
 
 
 # Plan rows carry the rank and the step result (for verl's counts).
@@ -152,7 +151,7 @@ PLAN_COLUMNS: list[Column[PlanRow]] = [
         "--compare-verl: micro-batches verl 0.9.1's rule uses on the same rank (Karmarkar-"
         "Karp from ceil(total / cap) upwards until every micro-batch fits, same DP "
         "agreement); '>K': the search stopped (--verl-max-tries); 'fails': verl raises",
-        lambda x, a: _verl_rank(x[0], x[1]),
+        lambda x, a: _verl_text(x[1], x[0].rank),
         _verl_on,
     ),
     Column(
@@ -166,19 +165,9 @@ PLAN_COLUMNS: list[Column[PlanRow]] = [
 ]
 
 
-def _count_text(result: StepResult) -> str:
-    agreed = result.agreed_count
-    if agreed is not None:
-        return str(agreed)
-    return f"{min(result.counts)}-{max(result.counts)}"
-
-
-def _verl_count_text(result: StepResult) -> str:
-    verl = result.verl
-    if verl is None or verl.counts is None:
-        return f">{verl.above}" if verl is not None and verl.above is not None else "fails"
-    low, high = min(verl.counts), max(verl.counts)
-    return str(low) if low == high else f"{low}-{high}"
+def _range_text(counts: list[int]) -> str:
+    """``"3"`` when every count is 3, else ``"low-high"``."""
+    return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
 
 
 SWEEP_COLUMNS: list[Column[StepResult]] = [
@@ -194,7 +183,7 @@ SWEEP_COLUMNS: list[Column[StepResult]] = [
     Column(
         "count/rank",
         "this library's micro-batches per rank (a range when the ranks differ)",
-        lambda r, a: _count_text(r),
+        lambda r, a: _range_text(r.counts),
     ),
     Column("total mbs", "micro-batches on all ranks together", lambda r, a: str(r.total_micro_batches)),
     Column(
@@ -246,7 +235,7 @@ SWEEP_COLUMNS: list[Column[StepResult]] = [
     Column(
         "verl count/rank",
         "--compare-verl: verl 0.9.1's micro-batches per rank on the same step",
-        lambda r, a: _verl_count_text(r),
+        lambda r, a: _verl_text(r),
         _verl_on,
     ),
     Column(
@@ -329,9 +318,8 @@ def _limit_cell(result: StepResult, args: argparse.Namespace) -> str:
 def _fastest_lines(args: argparse.Namespace, rows: list[tuple[int, list[modeled.Modeled]]]) -> list[str]:
     """The sweep's answer: the fastest cap under each kind of plan modeled (and at or below
     ``--max-token-len-limit``)."""
-    limits = [None] + ([args.max_token_len_limit] if args.max_token_len_limit is not None else [])
     lines = []
-    for limit in limits:
+    for limit in [None] + ([args.max_token_len_limit] if args.max_token_len_limit is not None else []):
         found = [(kind, modeled.fastest(rows, kind, limit)) for kind in ("library", "global", "verl")
                  if modeled.fastest(rows, kind) is not None]  # the kinds modeled at some cap
         named = ", ".join(f"{_KIND_WORDS[kind]} {'none' if cap is None else cap}" for kind, cap in found)
@@ -363,34 +351,19 @@ def columns_help(command: str) -> str:
     return "\n".join(lines)
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
-    return "\n".join(lines)
-
-
-def _render(columns: Sequence[Column[Row]], rows: Sequence[Row], args: argparse.Namespace) -> str:
-    shown = [c for c in columns if c.shown(args)]
-    return _table([c.header for c in shown], [[c.cell(row, args) for c in shown] for row in rows])
-
-
 def _cap_text(args: argparse.Namespace, cap: int | None) -> str:
     if args.sp_size == 1:
         return f"max_token_len {cap}" if cap is not None else "max_token_len as in each row"
     if cap is None:
         return f"cap per micro-batch = max_token_len x sp_size {args.sp_size}"
-    per_gpu = cap // args.sp_size
-    return f"max_token_len {per_gpu} x sp_size {args.sp_size} = cap {cap} tokens per micro-batch"
+    return f"max_token_len {cap // args.sp_size} x sp_size {args.sp_size} = cap {cap} tokens per micro-batch"
 
 
 def _alignment_text(args: argparse.Namespace) -> str:
     pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
-    if args.tp is not None:
-        fp8 = ", fp8" if args.fp8 else ""
-        source = f" (verl's Megatron THD rule for tp {args.tp}, cp {args.cp or 1}{fp8})"
-    else:
-        source = ""
+    fp8 = ", fp8" if args.fp8 else ""
+    megatron = f"tp {args.tp}, cp {args.cp or 1}{fp8}"
+    source = "" if args.tp is None else f" (verl's Megatron THD rule for {megatron})"
     parts = []
     if pad > 1 or source:
         parts.append(f"each sample costs its length rounded up to a multiple of {pad} tokens{source}")
@@ -408,9 +381,7 @@ def _alignment_text(args: argparse.Namespace) -> str:
         parts.append("a micro-batch costs its rows x its widest row, cut to that width (--padded)")
     if args.options.max_samples_per_micro_batch:
         parts.append(f"at most {args.options.max_samples_per_micro_batch} samples per micro-batch")
-    if not parts:
-        parts.append("each sample costs its length (no alignment)")
-    return "cap on what the GPU holds: " + "; ".join(parts)
+    return "cap on what the GPU holds: " + ("; ".join(parts) or "each sample costs its length (no alignment)")
 
 
 def _other_options(args: argparse.Namespace) -> dict[str, str]:
@@ -431,11 +402,10 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
         "whole_file": f"all {plural(n, 'row')} once, in file order",
     }[step.sampling]
     scale = f", lengths x {args.scale:g}" if args.scale != 1.0 else ""
-    first = (
+    lines = [
         f"{plural(step.dp_size, 'DP rank')} x {plural(step.batch_size, 'sample')} from {source} "
         f"({plural(n, 'length')}; {how}{scale}); {_cap_text(args, cap)}"
-    )
-    lines = [first]
+    ]
     if step.counted:
         lines.append(step.counted)
     if _aligned_on(args) or _padded_on(args) or args.options.max_samples_per_micro_batch:
@@ -502,46 +472,44 @@ def step_text(dp_size: int, args: argparse.Namespace) -> str:
 def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None:
     """The ``plan`` report: header, one row per rank, summary (and verl's, if asked)."""
     cap = result.max_token_len
-    for line in describe(step, args, cap):
-        print(line)
+    lines = describe(step, args, cap)
     if result.truncated:
-        print(f"{plural(result.truncated, 'drawn sample')} longer than {cap} tokens truncated to the cap")
-    print(_render(PLAN_COLUMNS, [(r, result) for r in result.ranks], args))
+        lines.append(f"{plural(result.truncated, 'drawn sample')} longer than {cap} tokens truncated to the "
+                     "cap")
+    shown = [c for c in PLAN_COLUMNS if c.shown(args)]
+    rows = [[c.cell((r, result), args) for c in shown] for r in result.ranks]
+    lines.append(table([c.header for c in shown], rows))
     agreed = result.agreed_count
     if not args.options.same_micro_num_in_dp:
-        counts = f"no agreement (per-rank counts {_count_text(result)})"
+        counts = f"no agreement (per-rank counts {_range_text(result.counts)})"
     elif agreed is not None:
         counts = f"agreed count {plural(agreed, 'micro-batch')} per rank"
     else:
-        counts = f"no agreed count (per-rank counts {_count_text(result)})"
-    print(
+        counts = f"no agreed count (per-rank counts {_range_text(result.counts)})"
+    lines.append(
         f"{counts}; total {plural(result.total_micro_batches, 'micro-batch')} "
         f"(L2 bound {result.l2_lower_bound_total}, lower bound {result.lower_bound_total}: "
         f"{_proven_text(result)}); mean fill {pct(result.mean_fill)}; "
         f"largest micro-batch {result.largest} tokens"
         + (f" (costliest {result.largest_cost} aligned tokens)" if _aligned_on(args) else "")
     )
-    for line in _over_cap_lines(result):
-        print(line)
+    lines += _over_cap_lines(result)
     if any(r.rows for r in result.ranks):
-        print(_filler_line(result))
+        lines.append(_filler_line(result))
     if result.verl is not None:
-        print(_verl_summary(result))
-    for line in modeled.lines(result.modeled, cap, modeled.fixed_tokens_of(args.options)):
-        print(line)
+        lines.append(_verl_summary(result.verl, result.total_micro_batches))
+    lines += modeled.lines(result.modeled, cap, modeled.fixed_tokens_of(args.options))
+    print("\n".join(lines))
 
 
 def _over_cap_lines(result: StepResult) -> list[str]:
     """``--over-cap alone``: one line per rank holding samples over the cap."""
-    lines = []
-    for r in result.ranks:
-        if r.over_cap_alone:
-            listed = ", ".join(f"sample {p} ({c} tokens)" for p, c in r.over_cap_alone)
-            lines.append(
-                f"rank {r.rank}: {plural(len(r.over_cap_alone), 'sample')} over the cap of "
-                f"{result.max_token_len} run alone (--over-cap alone; may run out of memory): {listed}"
-            )
-    return lines
+    return [
+        f"rank {r.rank}: {plural(len(r.over_cap_alone), 'sample')} over the cap of "
+        f"{result.max_token_len} run alone (--over-cap alone; may run out of memory): "
+        + ", ".join(f"sample {p} ({c} tokens)" for p, c in r.over_cap_alone)
+        for r in result.ranks if r.over_cap_alone
+    ]
 
 
 def _filler_line(result: StepResult) -> str:
@@ -561,16 +529,12 @@ def _proven_text(result: StepResult) -> str:
     return "proven optimal" if gap == 0 else f"{plural(gap, 'micro-batch')} above it"
 
 
-def _verl_summary(result: StepResult) -> str:
-    verl = result.verl
-    if verl is None:
-        return ""
+def _verl_summary(verl: VerlResult, ours: int) -> str:
     if verl.counts is None:
         if verl.above is not None:
             return f"verl 0.9.1's rule: count above {verl.above} (search stopped; raise --verl-max-tries)"
         return f"verl 0.9.1's rule fails on this step: {verl.error}"
     total = sum(verl.counts)
-    ours = result.total_micro_batches
     low, high = min(verl.counts), max(verl.counts)
     per_rank = plural(low, "micro-batch") if low == high else f"{low}-{high} micro-batches"
     return (
@@ -585,8 +549,7 @@ def print_sweep(
 ) -> None:
     """The ``sweep`` report: header, one row per cap (infeasible ones included, marked), the
     smallest cap that can be planned at all, notes for infeasible caps."""
-    for line in describe(step, args, None):
-        print(line)
+    lines = describe(step, args, None)
     args = argparse.Namespace(**vars(args), sweep_rows=_sweep_rows(outcomes, args.sp_size))
     shown = [c for c in SWEEP_COLUMNS if c.shown(args)]
     rows, notes = [], []
@@ -597,13 +560,10 @@ def print_sweep(
             notes.append(f"max_token_len {r[0] // args.sp_size}: {r[1]}")
         else:
             rows.append([c.cell(r, args) for c in shown])
-    print(_table([c.header for c in shown], rows))
-    for line in _fastest_lines(args, args.sweep_rows):
-        print(line)
+    lines += [table([c.header for c in shown], rows), *_fastest_lines(args, args.sweep_rows)]
     if smallest is not None:
-        print(_smallest_text(args, smallest))
-    for note in notes:
-        print(note)
+        lines.append(_smallest_text(args, smallest))
+    print("\n".join(lines + notes))
 
 
 def _smallest_text(args: argparse.Namespace, smallest: int) -> str:
@@ -648,21 +608,14 @@ def settings(step: Step, args: argparse.Namespace) -> dict[str, Any]:
         "dynamic_bsz_balance": args.options.use_dynamic_bsz_balance,
         "over_cap": args.options.over_cap,
         "workload_model": options_json(args.options)["workload_model"],
-        **_alignment_json(args),
-        "options": options_json(args.options),
-    }
-
-
-def _alignment_json(args: argparse.Namespace) -> dict[str, Any]:
-    pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
-    return {
-        "pad_to_multiple_of": pad,
-        "micro_batch_multiple_of": bucket,
+        "pad_to_multiple_of": args.options.pad_to_multiple_of,
+        "micro_batch_multiple_of": args.options.micro_batch_multiple_of,
         "tp": args.tp,
         "cp": args.cp,
         "fp8": bool(args.fp8),
         "padded": _padded_on(args),
         "max_samples_per_micro_batch": args.options.max_samples_per_micro_batch,
+        "options": options_json(args.options),
     }
 
 

@@ -1,8 +1,8 @@
 """The results of simulating a step: its rows, every rank's plan, and verl's counts.
 
 Plain data shared by the simulation (:mod:`.step`), the reports (:mod:`.report`) and the
-charts (:mod:`.plot`), with :func:`alignment`, what the alignment options ask for, so that
-none of those modules needs another's (no torch, no planning here).
+charts (:mod:`.plot`), with :func:`options_of`, the plan's options the flags ask for, so
+that none of those modules needs another's (no torch, no planning here).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the planner is not needed to hold a result (nor for --help)
     from seqlen_balancing.options import PlanOptions
     from seqlen_balancing.planning.planner import RankAnalysis
 
-__all__ = ["RankResult", "Step", "StepResult", "VerlResult", "alignment", "options_json", "options_of"]
+__all__ = ["RankResult", "Step", "StepResult", "VerlResult", "options_json", "options_of"]
 
 
 @dataclass(frozen=True)
@@ -79,17 +79,14 @@ class StepResult:
     ranks: list[RankResult]
     truncated: int
     seconds: float
+    options: PlanOptions  # the plan's (the alignment, the divisor, the agreement)
     verl: VerlResult | None = None
-    num_batches_divided_by: int = 1  # the count is a multiple of this
-    agreed: bool = True  # same_micro_num_in_dp: every rank runs the largest count
-    pad_to_multiple_of: int = 1  # per-sequence alignment (tokens)
-    micro_batch_multiple_of: int = 1  # per-micro-batch rounding (tokens)
     modeled: list[Modeled] = field(default_factory=list)  # plan: the lock-step model, three ways
 
     @property
     def aligned(self) -> bool:
         """True when the cost of a sample or a micro-batch can differ from its tokens."""
-        return self.pad_to_multiple_of > 1 or self.micro_batch_multiple_of > 1
+        return self.options.pad_to_multiple_of > 1 or self.options.micro_batch_multiple_of > 1
 
     @property
     def largest_cost(self) -> int:
@@ -111,8 +108,7 @@ class StepResult:
     @property
     def mean_fill(self) -> float:
         total = self.total_micro_batches
-        tokens = sum(r.tokens for r in self.ranks)
-        return tokens / (total * self.max_token_len) if total else 0.0
+        return sum(r.tokens for r in self.ranks) / (total * self.max_token_len) if total else 0.0
 
     @property
     def largest(self) -> int:
@@ -133,9 +129,9 @@ class StepResult:
         """No plan of this step has fewer micro-batches in all (the same rules: agreement,
         ``num_batches_divided_by``): each rank's ``RankAnalysis.lower_bound`` rounded up to
         the divisor; under agreement every rank runs the largest."""
-        bounds = [-(-r.analysis.lower_bound // self.num_batches_divided_by) * self.num_batches_divided_by
-                  for r in self.ranks]
-        if self.agreed:
+        divisor = self.options.num_batches_divided_by or 1
+        bounds = [-(-r.analysis.lower_bound // divisor) * divisor for r in self.ranks]
+        if self.options.same_micro_num_in_dp:
             return max(bounds, default=0) * len(bounds)
         return sum(bounds)
 
@@ -149,32 +145,24 @@ class StepResult:
         return sum(self.verl.counts) if self.verl is not None and self.verl.counts else None
 
 
-def alignment(args: argparse.Namespace) -> tuple[int, int]:
-    """``(pad_to_multiple_of, micro_batch_multiple_of)`` the options ask for: Megatron's from
-    ``--tp``/``--cp``/``--fp8`` (:func:`~seqlen_balancing.cost.megatron_alignment`), with
-    ``--micro-batch-multiple-of`` combined by least common multiple."""
+def options_of(args: argparse.Namespace) -> PlanOptions:
+    """The plan's options: every option flag given
+    (:meth:`~seqlen_balancing.PlanOptions.from_args`), the alignment Megatron's from
+    ``--tp``/``--cp``/``--fp8`` (:func:`~seqlen_balancing.cost.megatron_alignment`) where
+    given, with ``--micro-batch-multiple-of`` combined by least common multiple.
+
+    Raises:
+        CliError: (exit 2) options that contradict each other, naming them.
+    """
+    from seqlen_balancing.cli._text import CliError
     from seqlen_balancing.cost import megatron_alignment
+    from seqlen_balancing.options import PlanOptions
 
     pad = args.pad_to_multiple_of or 1
     bucket = args.micro_batch_multiple_of or 1
     if getattr(args, "tp", None) is not None:
         pad, total = megatron_alignment(args.tp, args.cp or 1, bool(args.fp8))
         bucket = math.lcm(bucket, total)
-    return pad, bucket
-
-
-def options_of(args: argparse.Namespace) -> PlanOptions:
-    """The plan's options: every option flag given
-    (:meth:`~seqlen_balancing.PlanOptions.from_args`), the alignment as
-    :func:`alignment` derives it.
-
-    Raises:
-        CliError: (exit 2) options that contradict each other, naming them.
-    """
-    from seqlen_balancing.cli._text import CliError
-    from seqlen_balancing.options import PlanOptions
-
-    pad, bucket = alignment(args)
     try:
         options = PlanOptions.from_args(args)
         return replace(options, pad_to_multiple_of=pad, micro_batch_multiple_of=bucket)
@@ -184,14 +172,12 @@ def options_of(args: argparse.Namespace) -> PlanOptions:
 
 def options_json(options: PlanOptions) -> dict[str, object]:
     """Every option as the JSON reports hold it (a model as its shape, keys as a list)."""
-    from dataclasses import asdict
+    from dataclasses import fields
 
-    out: dict[str, object] = {}
-    for name, value in asdict(options).items():
-        held = getattr(options, name)
+    def value(held: object) -> object:
         if isinstance(held, tuple):
-            value = list(held)
-        elif held is not None and hasattr(held, "shape") and callable(held.shape):
-            value = held.shape()
-        out[name] = value
-    return out
+            return list(held)
+        shape = getattr(held, "shape", None)
+        return shape() if callable(shape) else held
+
+    return {f.name: value(getattr(options, f.name)) for f in fields(options)}

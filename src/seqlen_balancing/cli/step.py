@@ -35,32 +35,28 @@ import math
 import random
 import time
 from collections.abc import Sequence
+from dataclasses import replace
+from itertools import groupby
 
-from seqlen_balancing.agreement import plan_ranks
+from seqlen_balancing.agreement import RankPlan, plan_ranks
 from seqlen_balancing.cli._text import CliError, plural
 from seqlen_balancing.cli.inputs import Loaded
-from seqlen_balancing.cli.modeled import model_step
-from seqlen_balancing.cli.results import RankResult, Step, StepResult, VerlResult, alignment
-from seqlen_balancing.cli.trainers import (  # balance_order: kept importable here
-    SYNTHETIC_ROW_TOKENS,
-    balance_order,
-    deal,
-    synthetic_rows,
-)
+from seqlen_balancing.cli.modeled import model_step, workloads
+from seqlen_balancing.cli.results import RankResult, Step, StepResult, VerlResult
+from seqlen_balancing.cli.trainers import SYNTHETIC_ROW_TOKENS, deal, synthetic_rows
 from seqlen_balancing.cost import (
     aligned_length,
     micro_batch_capacity,
     micro_batch_cost,
     padded_micro_batch_cost,
 )
+from seqlen_balancing.options import PlanOptions
 from seqlen_balancing.planning.balance import spread
 from seqlen_balancing.planning.bounds import l2_lower_bound
-from seqlen_balancing.planning.partition import workload
-from seqlen_balancing.planning.planner import RankAnalysis
 from seqlen_balancing.planning.rows import filler_cost
 from seqlen_balancing.planning.verl_rule import VerlSearchLimit, verl_counts
 
-__all__ = ["balance_order", "make_step", "plan_step", "smallest_cap"]
+__all__ = ["make_step", "plan_dp", "plan_step", "smallest_cap", "verl_result"]
 
 
 def scale_lengths(lengths: Sequence[int], scale: float) -> list[int]:
@@ -76,11 +72,6 @@ def scale_lengths(lengths: Sequence[int], scale: float) -> list[int]:
 MAX_DRAWN_ROWS = 10_000_000  # a drawn step's rows (dp_size x batch_size): bounded memory
 
 
-def _divisors(n: int, limit: int = 6) -> list[int]:
-    small = [d for d in range(2, min(n, 4096) + 1) if n % d == 0]
-    return small[:limit]
-
-
 def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
     """The rows of the step (see the module docstring).
 
@@ -92,13 +83,9 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
     n, dp = len(lengths), args.dp_size
     minis = tuple(getattr(args, "mini_batch_size", None) or ())
     if args.lengths is not None and args.batch_size is None:
-        extra = synthetic_rows(n, dp, args.trainer, minis)
-        if extra:  # verl's V1 trainer pads the batch to a multiple of lcm(dp, mini-batch sizes)
-            padded = lengths + [SYNTHETIC_ROW_TOKENS] * extra
-            return Step(loaded.source, padded, list(range(n + extra)), "whole_file", dp,
-                        (n + extra) // dp, loaded.counted, synthetic=extra)
-        if n % dp:
-            divisors = _divisors(n)
+        # verl's V1 trainer pads the batch to a multiple of lcm(dp, mini-batch sizes)
+        if n % dp and not synthetic_rows(n, dp, args.trainer, minis):
+            divisors = [d for d in range(2, min(n, 4096) + 1) if n % d == 0][:6]
             hint = (
                 f"a --dp-size that divides {n} ({', '.join(map(str, divisors))})"
                 if divisors
@@ -110,7 +97,8 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
                 f"(verl's dispatch gives every rank an equal contiguous chunk): {drop}"
                 f"use {hint}, or pass --batch-size"
             )
-        return Step(loaded.source, lengths, list(range(n)), "whole_file", dp, n // dp, loaded.counted)
+        whole = Step(loaded.source, lengths, list(range(n)), "whole_file", dp, n // dp, loaded.counted)
+        return _padded(whole, args.trainer, minis)
     batch = args.batch_size or 256
     needed = dp * batch
     if needed > MAX_DRAWN_ROWS:
@@ -119,23 +107,21 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
             f"at most {MAX_DRAWN_ROWS:,}: lower --dp-size or --batch-size"
         )
     rng = random.Random(args.seed)
-    if n >= needed:
-        if args.in_order:
-            drawn = Step(loaded.source, lengths, list(range(needed)), "in_order", dp, batch, loaded.counted)
-        else:
-            drawn = Step(loaded.source, lengths, rng.sample(range(n), needed), "without_replacement", dp,
-                         batch, loaded.counted)
-        return _padded(drawn, args.trainer, minis)
-    if args.lengths is None and not args.in_order:
-        positions = rng.choices(range(n), k=needed)
-        return _padded(Step(loaded.source, lengths, positions, "with_replacement", dp, batch), args.trainer,
-                       minis)
-    how = "taken in input order" if args.in_order else "drawn without replacement"
-    raise CliError(
-        f"{loaded.name} holds {n} lengths but --dp-size {dp} x --batch-size "
-        f"{batch} needs {needed} ({how}); pass at least "
-        f"{needed} lengths or lower --dp-size/--batch-size"
-    )
+    if n >= needed and args.in_order:
+        positions, sampling = list(range(needed)), "in_order"
+    elif n >= needed:
+        positions, sampling = rng.sample(range(n), needed), "without_replacement"
+    elif args.lengths is None and not args.in_order:
+        positions, sampling = rng.choices(range(n), k=needed), "with_replacement"
+    else:
+        how = "taken in input order" if args.in_order else "drawn without replacement"
+        raise CliError(
+            f"{loaded.name} holds {n} lengths but --dp-size {dp} x --batch-size "
+            f"{batch} needs {needed} ({how}); pass at least "
+            f"{needed} lengths or lower --dp-size/--batch-size"
+        )
+    return _padded(Step(loaded.source, lengths, positions, sampling, dp, batch, loaded.counted), args.trainer,
+                   minis)
 
 
 def _padded(step: Step, trainer: str, minis: tuple[int, ...]) -> Step:
@@ -143,13 +129,10 @@ def _padded(step: Step, trainer: str, minis: tuple[int, ...]) -> Step:
     ``dp_size x batch_size`` rows are not a multiple of the mini-batch sizes (rows of
     :data:`~seqlen_balancing.cli.trainers.SYNTHETIC_ROW_TOKENS` tokens, after the input's)."""
     extra = synthetic_rows(len(step.positions), step.dp_size, trainer, minis)
-    if not extra:
-        return step
     n = len(step.lengths)
-    rows = len(step.positions) + extra
-    return Step(step.source, step.lengths + [SYNTHETIC_ROW_TOKENS] * extra,
-                step.positions + list(range(n, n + extra)), step.sampling, step.dp_size,
-                rows // step.dp_size, step.counted, synthetic=extra)
+    return replace(step, lengths=step.lengths + [SYNTHETIC_ROW_TOKENS] * extra,
+                   positions=step.positions + list(range(n, n + extra)),
+                   batch_size=(len(step.positions) + extra) // step.dp_size, synthetic=extra)
 
 
 def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliError | None:
@@ -165,14 +148,10 @@ def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliErr
     if not over:
         return None
     largest = max(over)
-    fits = f"max_token_len={cap}"
-    if bucket > 1:
-        fits += f" (usable as {usable} with micro-batches rounded up to {bucket})"
-    if pad > 1:
-        cost = aligned_length(largest, pad)
-        what = f"(the largest has {largest} tokens, {cost} aligned to {pad})"
-    else:
-        cost, what = largest, f"(the largest has {largest} tokens)"
+    fits = f"max_token_len={cap}" + (
+        f" (usable as {usable} with micro-batches rounded up to {bucket})" if bucket > 1 else "")
+    cost = aligned_length(largest, pad)
+    what = f"(the largest has {largest} tokens" + (f", {cost} aligned to {pad})" if pad > 1 else ")")
     return CliError(
         f"{len(over)} of the {plural(len(drawn), 'drawn sample')} exceed{'s' if len(over) == 1 else ''} "
         f"{fits} {what}; raise --max-token-len to at least {aligned_length(cost, bucket)} or pass "
@@ -189,26 +168,21 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
 
     Complexity: O(rows) (with ``--group-sizes``, plus the deal).
     """
-    pad, bucket = alignment(args)
+    options: PlanOptions = args.options
+    pad, bucket = options.pad_to_multiple_of, options.micro_batch_multiple_of
     sizes = getattr(args, "group_sizes", None)
     if sizes:
-        drawn = [step.lengths[p] for p in step.positions]
-        per_rank = _dealt(step, args, drawn)[1]
-        groups: list[list[int]] = []
-        for lens in per_rank:
-            ids = group_ids_of(len(lens), sizes)  # consecutive: a group starts where its id does
-            for i, (length, g) in enumerate(zip(lens, ids, strict=True)):
-                if i == 0 or ids[i - 1] != g:
-                    groups.append([])
-                groups[-1].append(aligned_length(length, pad))
+        per_rank = _dealt(step, args, [step.lengths[p] for p in step.positions])[1]
+        groups = [[aligned_length(length, pad) for length, _ in rows]  # a group's rows are consecutive
+                  for lens in per_rank
+                  for _, rows in groupby(zip(lens, group_ids_of(len(lens), sizes), strict=True),
+                                         key=lambda row: row[1])]
     else:
         costs = [aligned_length(step.lengths[p], pad) for p in step.positions]
-        size = args.options.force_group_size
+        size = options.force_group_size
         groups = [costs[g : g + size] for g in range(0, len(costs), size)]
-    if args.options.padded:  # a group alone: its rows x its widest row
-        largest = max((len(g) * max(g) for g in groups if g), default=0)
-    else:
-        largest = max((sum(g) for g in groups), default=0)
+    # a group alone: its costs summed (padded: its rows x its widest row)
+    largest = max((len(g) * max(g) if options.padded else sum(g) for g in groups if g), default=0)
     needed = max(aligned_length(largest, bucket), bucket, 1)
     return -(-needed // int(args.sp_size))
 
@@ -224,21 +198,19 @@ def _dealt(
     balance = args.balance_batch and step.batch_size % group == 0
     dealt = deal(clipped, step.dp_size, args.trainer, balance, group, args.options.workload_model)
     order = [p for part in dealt for p in part]
-    batch = step.batch_size
     lengths = [clipped[i] for i in order]
-    return [step.positions[i] for i in order], [lengths[r * batch : (r + 1) * batch]
+    return [step.positions[i] for i in order], [lengths[r * step.batch_size : (r + 1) * step.batch_size]
                                                 for r in range(step.dp_size)], dealt
 
 
-def _plan_ranks(
-    per_rank: list[list[int]], cap: int, args: argparse.Namespace
-) -> tuple[list[RankAnalysis], list[list[list[int]]]]:
-    """The library's own DP planning (:func:`~seqlen_balancing.agreement.plan_ranks`, as
-    :func:`~seqlen_balancing.plan_data_parallel`), keeping each rank's analysis."""
+def plan_dp(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -> list[RankPlan]:
+    """Every rank planned by the library's own DP planning
+    (:func:`~seqlen_balancing.agreement.plan_ranks`, as :func:`~seqlen_balancing.plan_data_parallel`)
+    under ``args.options``; ``--group-sizes``: each rank's rows, as dealt to it, in consecutive
+    groups of these sizes, cycled (:func:`group_ids_of`), each whole in one micro-batch."""
     sizes = getattr(args, "group_sizes", None)
     ids = None if not sizes else [group_ids_of(len(lens), sizes) for lens in per_rank]
-    ranks = plan_ranks(per_rank, cap, args.options, group_ids=ids)
-    return [r.analysis for r in ranks], [r.plan for r in ranks]
+    return plan_ranks(per_rank, cap, args.options, group_ids=ids)
 
 
 def group_ids_of(n: int, sizes: tuple[int, ...]) -> list[int]:
@@ -257,15 +229,9 @@ def group_ids_of(n: int, sizes: tuple[int, ...]) -> list[int]:
     return ids
 
 
-def _workloads(lengths: list[int], args: argparse.Namespace) -> list[int]:
-    """Each sample's balance workload: the ``--workload-model``'s FLOPs, else verl's."""
-    model = args.options.workload_model
-    if model is None:
-        return [workload(s) for s in lengths]
-    return list(model.workloads(lengths))
-
-
-def _verl(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -> VerlResult:
+def verl_result(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -> VerlResult:
+    """verl 0.9.1's counts on the ranks' rows (:func:`~seqlen_balancing.planning.verl_rule.verl_counts`),
+    or where its search stopped, or its error."""
     try:
         found = verl_counts(
             per_rank,
@@ -291,31 +257,30 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
             cannot plan the step (its message, naming the rank at fault).
     """
     drawn = [step.lengths[p] for p in step.positions]
-    pad, bucket = alignment(args)
+    pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
     usable = micro_batch_capacity(cap, bucket)
     if (not args.truncate and args.options.over_cap == "raise") or usable == 0:
         error = _over_cap_error(drawn, cap, pad, bucket)
         if error is not None:
             raise error
-    clip = usable // pad * pad  # the longest length whose aligned cost fits
-    if not args.truncate:  # --over-cap alone: the samples run whole
-        clip = max(drawn, default=0)
+    # the longest length whose aligned cost fits; without --truncate (--over-cap alone) all run whole
+    clip = usable // pad * pad if args.truncate else max(drawn, default=0)
     truncated = sum(n > clip for n in drawn)
     pre_deal = [min(n, clip) for n in drawn]
     positions, per_rank, dealt = _dealt(step, args, pre_deal)
-    batch = step.batch_size
     start = time.perf_counter()
     try:
-        analyses, plans = _plan_ranks(per_rank, cap, args)
+        planned = plan_dp(per_rank, cap, args)
     except (ValueError, TypeError) as exc:
         raise CliError(f"{exc}", 1) from None
     seconds = time.perf_counter() - start
     ranks: list[RankResult] = []
-    for rank, (lens, analysis, plan) in enumerate(zip(per_rank, analyses, plans, strict=True)):
-        mine = positions[rank * batch : (rank + 1) * batch]
+    for rank, (lens, planned_rank) in enumerate(zip(per_rank, planned, strict=True)):
+        analysis, plan = planned_rank.analysis, planned_rank.plan
+        mine = positions[rank * step.batch_size : (rank + 1) * step.batch_size]
         costs = analysis.sample_costs
         mb_tokens = [sum(lens[i] for i in mb) for mb in plan]
-        loads = _workloads(lens, args)
+        loads = workloads(lens, args.options)
         # what the GPU holds: the real rows and (equal rows) the filler rows, one token each
         # (padded: as wide as the row they are built from)
         rows_held = [list(mb) + [getattr(mb, "filler_row", 0)] * getattr(mb, "filler", 0) for mb in plan]
@@ -330,21 +295,16 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         tokens = sum(lens)
         ranks.append(
             RankResult(
-                rank=rank,
-                analysis=analysis,
-                samples=len(lens),
-                tokens=tokens,
+                rank=rank, analysis=analysis, samples=len(lens), tokens=tokens,
                 # an over-cap sample (--over-cap alone) is a micro-batch of its own
                 l2_lower_bound=sum(c > usable for c in costs)
                 + l2_lower_bound([c for c in costs if c <= usable], usable),
                 micro_batches=[[mine[i] for i in mb] for mb in plan],
-                micro_batch_tokens=mb_tokens,
-                largest=max(mb_tokens, default=0),
+                micro_batch_tokens=mb_tokens, largest=max(mb_tokens, default=0),
                 fill=tokens / (len(plan) * cap) if plan else 0.0,
                 workload_spread=spread([sum(loads[i] for i in mb) for mb in plan]),
                 aligned_tokens=held,
-                micro_batch_costs=mb_costs,
-                largest_cost=max(mb_costs, default=0),
+                micro_batch_costs=mb_costs, largest_cost=max(mb_costs, default=0),
                 over_cap_alone=[
                     (mine[analysis.samples_of(g)[0]], analysis.group_sizes[g])
                     for g in analysis.over_cap_groups
@@ -353,10 +313,10 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
                 filler=[getattr(mb, "filler", 0) for mb in plan],
             )
         )
-    verl = _verl(per_rank, cap, args) if args.compare_verl else None
+    verl = verl_result(per_rank, cap, args) if args.compare_verl else None
     modeled = []
     if getattr(args, "command", None) in ("plan", "sweep") and not getattr(args, "group_sizes", None):
-        library = [[[dealt[r][i] for i in mb] for mb in plan] for r, plan in enumerate(plans)]
+        library = [[[dealt[r][i] for i in mb] for mb in ranked.plan] for r, ranked in enumerate(planned)]
         modeled = model_step(pre_deal, dealt, library, cap, args.options,
                              None if verl is None else verl.counts)
     return StepResult(
@@ -364,10 +324,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
         ranks,
         truncated,
         seconds,
+        args.options,
         verl,
-        num_batches_divided_by=args.options.num_batches_divided_by or 1,
-        agreed=args.options.same_micro_num_in_dp,
-        pad_to_multiple_of=pad,
-        micro_batch_multiple_of=bucket,
         modeled=modeled,
     )

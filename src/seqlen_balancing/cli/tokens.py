@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seqlen_balancing.cli._text import CliError, missing_extra, short
+from seqlen_balancing.cli._text import CliError, Progress, missing_extra, short
 
 if TYPE_CHECKING:
     from seqlen_balancing.cli.inputs import Source
@@ -49,8 +49,7 @@ def load_tokenizer(path: str) -> Any:
         CliError: (exit 2) transformers is missing (naming the ``tokenize`` extra), or the
             path is not a loadable tokenizer.
     """
-    os.environ["HF_HUB_OFFLINE"] = "1"  # read before huggingface_hub is first imported
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")  # read at huggingface_hub's import
     try:
         transformers: Any = importlib.import_module("transformers")
     except ImportError:
@@ -93,40 +92,14 @@ def _template_beside(tokenizer: Any, file: Path) -> None:
     if isinstance(template, list):  # named templates: the default one
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
         template = named.get("default", next(iter(named.values()), None))
-    jinja = file.parent / "chat_template.jinja"
-    if not isinstance(template, str) and jinja.is_file():
-        template = jinja.read_text(encoding="utf-8")
+    if not isinstance(template, str) and (file.parent / "chat_template.jinja").is_file():
+        template = (file.parent / "chat_template.jinja").read_text(encoding="utf-8")
     if isinstance(template, str):
         tokenizer.chat_template = template
 
 
-def _progress(total: int, show: bool) -> Any:
-    """A tqdm bar on stderr, or None when not shown (or tqdm is missing and not asked for)."""
-    if not show:
-        return None
-    try:
-        tqdm: Any = importlib.import_module("tqdm")
-    except ImportError:
-        return None
-    return tqdm.tqdm(total=total, unit="rows", file=sys.stderr, dynamic_ncols=True)
-
-
-def _messages(value: Any, where: str) -> list[dict[str, Any]]:
-    ok = (
-        isinstance(value, list)
-        and value
-        and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)
-    )
-    if not ok:
-        raise CliError(
-            f"{where}: expected a non-empty list of chat messages with a 'role', got {_kind(value)}"
-        )
-    return list(value)
-
-
 def _kind(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {short(text, 40, False)}"
+    return f"{type(value).__name__} {short(repr(value), 40, False)}"
 
 
 def _encoder(tokenizer: Any) -> Callable[[list[str], bool], list[int]]:
@@ -151,42 +124,33 @@ def _encoder(tokenizer: Any) -> Callable[[list[str], bool], list[int]]:
 
 
 def _counter(tokenizer: Any, kind: str) -> Callable[[list[Any]], list[int]]:
-    """A function from a batch of field values to token counts."""
+    """A function from a batch of field values (checked by :func:`_checked`) to token counts:
+    a string encoded as text, with the tokenizer's special tokens; a conversation rendered
+    with the chat template (with the generation prompt for ``--prompt-field``), then encoded
+    without them. A ``--prompt-field`` batch may mix the two: each kind is counted apart."""
     encode = _encoder(tokenizer)
 
-    def text_counts(texts: list[str]) -> list[int]:
-        return encode(texts, True)
-
-    def chat_counts(conversations: list[list[dict[str, Any]]], generation: bool) -> list[int]:
-        if getattr(tokenizer, "chat_template", None) is None:
-            raise CliError(
-                "the tokenizer has no chat template (tokenizer_config.json or chat_template.jinja) "
-                "to render chat messages; use --text-field for plain text"
-            )
-        rendered = tokenizer.apply_chat_template(
-            conversations, tokenize=False, add_generation_prompt=generation
-        )
-        return encode(rendered, False)
-
-    if kind == "text":
-        return text_counts
-    if kind == "messages":
-        return lambda values: chat_counts(values, False)
-
-    def prompt_counts(values: list[Any]) -> list[int]:
-        # A batch may mix strings (plain text) and conversations: count each kind apart.
+    def counts(values: list[Any]) -> list[int]:
         out = [0] * len(values)
         chats = [i for i, v in enumerate(values) if not isinstance(v, str)]
         texts = [i for i, v in enumerate(values) if isinstance(v, str)]
-        for group, counts in (
-            (chats, chat_counts([values[i] for i in chats], True) if chats else []),
-            (texts, text_counts([values[i] for i in texts]) if texts else []),
-        ):
-            for i, n in zip(group, counts, strict=True):
+        if chats:
+            if getattr(tokenizer, "chat_template", None) is None:
+                raise CliError(
+                    "the tokenizer has no chat template (tokenizer_config.json or chat_template.jinja) "
+                    "to render chat messages; use --text-field for plain text"
+                )
+            rendered = tokenizer.apply_chat_template(
+                [values[i] for i in chats], tokenize=False, add_generation_prompt=kind == "prompt"
+            )
+            for i, n in zip(chats, encode(rendered, False), strict=True):
+                out[i] = n
+        if texts:
+            for i, n in zip(texts, encode([values[i] for i in texts], True), strict=True):
                 out[i] = n
         return out
 
-    return prompt_counts
+    return counts
 
 
 def _checked(kind: str, where: str, value: Any) -> Any:
@@ -194,7 +158,12 @@ def _checked(kind: str, where: str, value: Any) -> Any:
         if not isinstance(value, str):
             raise CliError(f"{where}: expected text, got {_kind(value)}")
         return value
-    return _messages(value, where)
+    if not (isinstance(value, list) and value
+            and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)):
+        raise CliError(
+            f"{where}: expected a non-empty list of chat messages with a 'role', got {_kind(value)}"
+        )
+    return list(value)
 
 
 def count_dataset(args: argparse.Namespace, source: Source) -> tuple[list[int], str]:
@@ -227,7 +196,7 @@ def count_dataset(args: argparse.Namespace, source: Source) -> tuple[list[int], 
         )
     total, batches = records(source, field)
     count = _counter(tokenizer, kind)
-    bar = _progress(total, args.progress or sys.stderr.isatty())
+    bar = Progress(total, args.progress or sys.stderr.isatty(), "rows")
     lengths: list[int] = []
     try:
         for batch in batches:
@@ -246,14 +215,10 @@ def count_dataset(args: argparse.Namespace, source: Source) -> tuple[list[int], 
                         raise CliError(
                             f"{where}: cannot render or encode: {short(reason, 120, False)}"
                         ) from None
-            lengths.extend(counts)
-            if bar is not None:
-                bar.update(len(batch))
+            lengths.extend(n + args.response_tokens for n in counts)  # --prompt-field's only
+            bar.update(len(batch))
     finally:
-        if bar is not None:
-            bar.close()
-    if kind == "prompt":
-        lengths = [n + args.response_tokens for n in lengths]
+        bar.close()
     what = {"messages": "chat template", "text": "text", "prompt": "prompt, generation prompt"}[kind]
     how = f"tokens counted with {args.tokenizer} ({what}, field {field!r})"
     if args.response_tokens:

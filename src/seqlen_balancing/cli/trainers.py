@@ -45,7 +45,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from seqlen_balancing.cli._text import CliError
+from seqlen_balancing.cli._text import CliError, refuse
 from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.planning.partition import get_seqlen_balanced_partitions, workload
 
@@ -176,16 +176,6 @@ def balance_order(
     """
     n = len(lengths)
     per_row = model.workloads(list(lengths)) if model is not None else [workload(s) for s in lengths]
-    if group == 1:
-        loads = per_row
-        parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
-        order: list[int] = []
-        for part in parts:
-            if ends:
-                part = sorted(part, key=lambda i: (loads[i], i))
-                part = part[::2] + part[1::2][::-1]
-            order += part
-        return order
     groups = n // group
     if n % group or groups % dp_size:
         raise CliError(
@@ -194,8 +184,13 @@ def balance_order(
             "pass a --batch-size that is a multiple of the group size, or --no-balance-batch"
         )
     loads = [sum(per_row[g * group : (g + 1) * group]) for g in range(groups)]
-    parts = get_seqlen_balanced_partitions(loads, dp_size, equal_size=True)
-    return [g * group + j for part in parts for g in part for j in range(group)]
+    order: list[int] = []
+    for part in get_seqlen_balanced_partitions(loads, dp_size, equal_size=True):
+        if ends and group == 1:  # verl sorts single rows, lightest at both ends; groups stay as dealt
+            part = sorted(part, key=lambda i: (loads[i], i))
+            part = part[::2] + part[1::2][::-1]
+        order += [g * group + j for g in part for j in range(group)]
+    return order
 
 
 def deal(
@@ -232,8 +227,9 @@ def deal(
     n = len(lengths)
     if trainer == "sft_trainer":
         return [list(range(rank, n, dp_size)) for rank in range(dp_size)]
-    ends = not always_balances(trainer)
-    order = balance_order(lengths, dp_size, group, model, ends) if balance and dp_size > 1 else list(range(n))
+    # verl's V1 trainer leaves each part in row order, the others lightest at both ends
+    order = (balance_order(lengths, dp_size, group, model, not always_balances(trainer))
+             if balance and dp_size > 1 else list(range(n)))
     size = n // dp_size
     return [order[rank * size : (rank + 1) * size] for rank in range(dp_size)]
 
@@ -255,11 +251,8 @@ def sampler_indices(n: int, replicas: int, rank: int, seed: int, epoch: int) -> 
             "epoch replays torch's DistributedSampler shuffle and needs torch (pip install "
             "torch); plan and sweep do not"
         ) from None
-    generator = torch.Generator()
-    generator.manual_seed(seed + epoch)
-    order = torch.randperm(n, generator=generator).tolist()
-    total = n // replicas * replicas
-    return [int(i) for i in order[rank:total:replicas]]
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+    return [int(i) for i in order[rank : n // replicas * replicas : replicas]]
 
 
 @dataclass(frozen=True)
@@ -281,21 +274,17 @@ def steps_per_epoch(n: int, dp_size: int, global_batch_size: int, trainer: str) 
 
 def check_epoch(n: int, dp_size: int, global_batch_size: int, trainer: str) -> None:
     """Refuse a replay the trainer could not run (CliError, exit 2, saying why)."""
-    if trainer == "sft_trainer_ray" and global_batch_size % dp_size:
-        raise CliError(
-            f"--global-batch-size {global_batch_size} is not a multiple of --dp-size {dp_size}: "
-            "sft_trainer_ray balances each step into equal parts (verl asserts it); pass a multiple"
-        )
-    if global_batch_size < dp_size:
-        raise CliError(
-            f"--global-batch-size {global_batch_size} is below --dp-size {dp_size}: every rank "
-            "needs at least one row per step"
-        )
-    if steps_per_epoch(n, dp_size, global_batch_size, trainer) == 0:
-        raise CliError(
-            f"{n} rows make no full step of --global-batch-size {global_batch_size} on --dp-size "
-            f"{dp_size} (the trainer drops a short last step); lower --global-batch-size"
-        )
+    refuse([
+        (trainer == "sft_trainer_ray" and global_batch_size % dp_size,
+         f"--global-batch-size {global_batch_size} is not a multiple of --dp-size {dp_size}: "
+         "sft_trainer_ray balances each step into equal parts (verl asserts it); pass a multiple"),
+        (global_batch_size < dp_size,
+         f"--global-batch-size {global_batch_size} is below --dp-size {dp_size}: every rank "
+         "needs at least one row per step"),
+        (global_batch_size >= dp_size and steps_per_epoch(n, dp_size, global_batch_size, trainer) == 0,
+         f"{n} rows make no full step of --global-batch-size {global_batch_size} on --dp-size "
+         f"{dp_size} (the trainer drops a short last step); lower --global-batch-size"),
+    ])
 
 
 def epoch_steps(
@@ -330,21 +319,19 @@ def epoch_steps(
     n = len(lengths)
     check_epoch(n, dp_size, global_batch_size, trainer)
     per_epoch = steps_per_epoch(n, dp_size, global_batch_size, trainer)
-    number = 0
     for epoch in range(epochs):
         if trainer == "sft_trainer":
             per_rank = global_batch_size // dp_size
             mine = [sampler_indices(n, dp_size, r, seed, epoch) for r in range(dp_size)]
             for s in range(per_epoch):
-                number += 1
                 ranks = [m[s * per_rank : (s + 1) * per_rank] for m in mine]
                 # DistributedSampler's order of the step: rank r holds positions r, r + dp, ...
                 rows = [ranks[j % dp_size][j // dp_size] for j in range(per_rank * dp_size)]
-                yield EpochStep(epoch, number, ranks, rows)
+                yield EpochStep(epoch, epoch * per_epoch + s + 1, ranks, rows)
             continue
         order = sampler_indices(n, 1, 0, seed, epoch)
         for s in range(per_epoch):
             rows = order[s * global_batch_size : (s + 1) * global_batch_size]
             dealt = deal([lengths[i] for i in rows], dp_size, trainer, balance, model=model)
-            number += 1
-            yield EpochStep(epoch, number, [[rows[p] for p in part] for part in dealt], rows)
+            yield EpochStep(epoch, epoch * per_epoch + s + 1, [[rows[p] for p in part] for part in dealt],
+                            rows)
