@@ -110,12 +110,12 @@ def test_the_verl_functions_keep_verls_parameters_and_add_options_and_keywords()
         assert [p.name for p in params[: len(verl_names)]] == verl_names, name
         extra = params[len(verl_names):]
         kind = inspect.Parameter
-        # prefix_lengths (issue 47) on the two entry points that take per-sample data by key
-        shared = [("prefix_lengths", kind.KEYWORD_ONLY)] if name != "prepare_micro_batches" else []
+        # prefix_lengths (issue 47) on the three entry points that take per-sample data by key
         assert [(p.name, p.kind) for p in extra] == [
             ("options", kind.KEYWORD_ONLY), ("costs", kind.KEYWORD_ONLY),
             ("workloads", kind.KEYWORD_ONLY), ("group_ids", kind.KEYWORD_ONLY),
-            ("dummy_template", kind.KEYWORD_ONLY), *shared, ("option_keywords", kind.VAR_KEYWORD)], name
+            ("dummy_template", kind.KEYWORD_ONLY), ("prefix_lengths", kind.KEYWORD_ONLY),
+            ("option_keywords", kind.VAR_KEYWORD)], name
     for function in (seqlen_balancing.plan_micro_batches, seqlen_balancing.plan_data_parallel):
         kinds = {p.name: p.kind for p in inspect.signature(function).parameters.values()}
         assert kinds["options"] is inspect.Parameter.KEYWORD_ONLY
