@@ -9,7 +9,7 @@ the planner's verl candidate (:mod:`seqlen_balancing.planning.search`), call it.
 
 Where the package was built with a C compiler, :func:`_differencing` runs the compiled twin
 of :func:`_differencing_python` (``_c_differencing.c``: the same choices, the same
-partitions, 9-20x faster) on ints from 0 below ``2**62`` (:mod:`seqlen_balancing.native`).
+partitions, 40-140x faster) on ints from 0 below ``2**62`` (:mod:`seqlen_balancing.native`).
 """
 
 from __future__ import annotations
