@@ -370,24 +370,3 @@ def test_bimodal_batch_count_is_proven_optimal() -> None:
     result = analyse(sizes, cap)
     assert result.min_count == needed and result.proven_optimal
     assert_packing(result._packing, sizes, cap)
-
-
-def test_prefix_sums_read_on_demand_are_the_running_sums(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Above _LISTED items the bounds read prefix sums from block sums (bounds._Prefix): every
-    # read, block edges included, is the running sum, and the bounds come out the same.
-    from seqlen_balancing.planning import bounds
-
-    rng = random.Random(5)
-    ordered = sorted(rng.randint(0, 9000) for _ in range(3 * bounds._BLOCK + 17))
-    running = [0]
-    for size in ordered:
-        running.append(running[-1] + size)
-    lazy = bounds._Prefix(ordered)
-    assert len(lazy) == len(running)
-    assert [lazy[i] for i in range(len(running))] == running
-    with pytest.raises(IndexError):
-        lazy[len(running)]
-    sizes = [rng.randint(1, 16384) for _ in range(5000)]
-    listed = [best_lower_bound(sizes, 16384, upto=name) for name in BOUND_NAMES]
-    monkeypatch.setattr(bounds, "_LISTED", 0)
-    assert [best_lower_bound(sizes, 16384, upto=name) for name in BOUND_NAMES] == listed

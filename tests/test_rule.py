@@ -9,7 +9,6 @@ import random
 import pytest
 
 from oracles import partitions
-from seqlen_balancing.planning import rule as rule_module
 from seqlen_balancing.planning.rule import (
     SAMPLE_LIMIT,
     SORTED_RULE,
@@ -220,13 +219,9 @@ def test_a_filled_padded_rule_pays_every_micro_batch_at_its_filled_rows() -> Non
     assert sorted_bound(Rule.padded([0] * 3, [4, 6, 3], 15, filled=2)) == 1
 
 
-@pytest.mark.parametrize("read_in_order", [1 << 16, 0])
-def test_by_workload_is_lpts_order_spelled_out(read_in_order: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_by_workload_is_lpts_order_spelled_out() -> None:
     # LPT takes items by (-workload, -cost, index); Rule.by_workload makes that order from the
-    # rule's order by cost, checking along the order up to _READ_IN_ORDER items, above it on
-    # the distinct sizes where the workload is a function of the size (verl's), along the
-    # order otherwise (0: every batch takes the second way)
-    monkeypatch.setattr(rule_module, "_READ_IN_ORDER", read_in_order)
+    # rule's order by cost, sorting again only where the workloads do not fall along it
     rng = random.Random(3)
     for _ in range(2000):
         n = rng.randint(0, 12)

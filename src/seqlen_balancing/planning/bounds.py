@@ -97,41 +97,9 @@ def _in_range(ordered: list[int], cap: int) -> list[int]:
     return ordered
 
 
-class _Prefix:
-    """``prefix[i] = sum(ordered[:i])`` for ``i`` in ``0..len(ordered)``, read on demand:
-    sums of blocks of ``_BLOCK`` items are made once (C-level sums of slices), each read adds
-    at most one block's rest. The bounds read a few thousand of the n + 1 values (their
-    thresholds and bisections), so a list of all of them (n Python ints, 0.3-0.5 s at 10^6
-    items) is mostly never read."""
-
-    __slots__ = ("blocks", "ordered")
-
-    def __init__(self, ordered: list[int]) -> None:
-        self.ordered = ordered
-        sums = (sum(ordered[at : at + _BLOCK]) for at in range(0, len(ordered), _BLOCK))
-        self.blocks = list(accumulate(sums, initial=0))
-
-    def __len__(self) -> int:
-        return len(self.ordered) + 1
-
-    def __getitem__(self, i: int) -> int:
-        if not 0 <= i <= len(self.ordered):
-            raise IndexError(i)
-        block = i // _BLOCK
-        return self.blocks[block] + sum(self.ordered[block * _BLOCK : i])
-
-
-#: Items per block of :class:`_Prefix`.
-_BLOCK = 256
-
-
-#: Up to this many items the prefix sums are a plain list (each read a C-level index: the
-#: threshold bisections read it thousands of times); above, a :class:`_Prefix`.
-_LISTED = 1 << 16
-
-
-def _prefix(ordered: list[int]) -> list[int] | _Prefix:
-    return _Prefix(ordered) if len(ordered) > _LISTED else list(accumulate(ordered, initial=0))
+def _prefix(ordered: list[int]) -> list[int]:
+    """``prefix[i] = sum(ordered[:i])`` for ``i`` in ``0..len(ordered)``."""
+    return list(accumulate(ordered, initial=0))
 
 
 #: Dual feasible functions u_k of Fekete and Schepers are tried for k = 1.._MAX_DFF_K.
@@ -151,7 +119,7 @@ def _thresholds(ordered: list[int], stop: int) -> list[int]:
     return sorted({distinct[t * last // (_MAX_THRESHOLDS - 1)] for t in range(_MAX_THRESHOLDS)})
 
 
-def _l2_sorted(ordered: list[int], prefix: list[int] | _Prefix, cap: int) -> int:
+def _l2_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
     """L2 on ascending sizes with prefix sums (see :func:`l2_lower_bound`)."""
     n = len(ordered)
     half = bisect_right(ordered, cap // 2)  # items [0, half) have 2*s <= cap
@@ -168,7 +136,7 @@ def _l2_sorted(ordered: list[int], prefix: list[int] | _Prefix, cap: int) -> int
     return best
 
 
-def _cardinality_sorted(ordered: list[int], prefix: list[int] | _Prefix, cap: int) -> int:
+def _cardinality_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
     """``ceil(n / p)``, ``p`` the most items any bin can hold (the smallest ones that fit)."""
     if not ordered or not ordered[-1]:
         return 0  # no tokens: no bin needed (as L2 says)
@@ -176,7 +144,7 @@ def _cardinality_sorted(ordered: list[int], prefix: list[int] | _Prefix, cap: in
     return -(-len(ordered) // per_bin)
 
 
-def _matching_sorted(ordered: list[int], prefix: list[int] | _Prefix, cap: int) -> int:
+def _matching_sorted(ordered: list[int], prefix: list[int], cap: int) -> int:
     """Large-item matching bound on ascending sizes with prefix sums.
 
     Items above ``cap/3`` ("large", set L) fit at most two to a bin, so the bins holding

@@ -9,14 +9,12 @@ the planner's verl candidate (:mod:`seqlen_balancing.planning.search`), call it.
 
 Where the package was built with a C compiler, :func:`_differencing` runs the compiled twin
 of :func:`_differencing_python` (``_c_differencing.c``: the same choices, the same
-partitions, 9-20x faster) on ints from 0 below ``2**62`` (:mod:`seqlen_balancing.native`).
+partitions, 40-140x faster) on ints from 0 below ``2**62`` (:mod:`seqlen_balancing.native`).
 """
 
 from __future__ import annotations
 
 import heapq
-import math
-from bisect import insort
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -69,20 +67,12 @@ def _merge_states(first: list[int], second: list[int], lists: list[list[int]], l
     each state meet a real part; the others meet an empty one and are kept as they are.
     With a token field, a union above ``cap`` tokens raises :class:`_OverCap`.
     """
-    k, n, token_bits, cap = layout.k, layout.n, layout.token_bits, layout.cap
-    overlap = len(first) + len(second) - k
-    small, large = (first, second) if len(first) <= len(second) else (second, first)
-    if overlap <= 0:
-        if len(small) <= 8:
-            # The large state is not used again: grow it in place, O(log k) per part.
-            for part in small:
-                insort(large, part)
-            return large
-        merged = first + second
-    else:
+    n, token_bits = layout.n, layout.token_bits
+    overlap = len(first) + len(second) - layout.k
+    merged = []
+    if overlap > 0:
         tokens, nodes, kept = layout.masks
         node_mask = nodes >> token_bits
-        merged = []
         for a, b in zip(first[:overlap], second[overlap - 1 :: -1], strict=True):
             # a leads: the union keeps its first item and node, and its list (an item has
             # none) takes b's items, so a join costs b's items only
@@ -99,21 +89,10 @@ def _merge_states(first: list[int], second: list[int], lists: list[list[int]], l
                 merged.append(union - (a & nodes) + ((n + len(lists) - 1) << token_bits))
             if other >= n:
                 items.clear()  # b's list is used up: each item is held once
-        if token_bits and max(part & tokens for part in merged) > cap:
+        if token_bits and max(part & tokens for part in merged) > layout.cap:
             raise _OverCap
-        if len(small) <= 8:
-            # A few parts joined into a long state (a state of k parts meeting a new item,
-            # most merges): drop its joined parts and insert the few new ones in place,
-            # O(k) moves in C instead of a copy and a sort per merge.
-            rest = small[overlap:]
-            del large[:overlap]
-            for part in rest:
-                insort(large, part)
-            for part in merged:
-                insort(large, part)
-            return large
-        merged += first[overlap:]
-        merged += second[overlap:]
+    merged += first[max(overlap, 0) :]
+    merged += second[max(overlap, 0) :]
     merged.sort()
     return merged
 
@@ -169,29 +148,21 @@ def _differencing_python(
         for i, (value, tokens) in enumerate(zip(values, given, strict=True))
     ]
     # A state is a list of parts sorted ascending. Parts that hold no item are left out
-    # (implicit empties, the smallest parts), so growing a state by a few items costs
-    # O(log k), not O(k). Nodes below n are items; the others are unions, whose items
-    # are ``lists[node - n]`` in merge order.
+    # (implicit empties, the smallest parts). Nodes below n are items; the others are
+    # unions, whose items are ``lists[node - n]`` in merge order.
     lists: list[list[int]] = []
     total = sum(values)
     rounded = None if float_bits is None else _rounding(float_bits)
     if float_bits is not None:  # a rounded sum exceeds the exact one by < 2**-bits per addition
         total <<= (n >> (float_bits - 1)) + 2
     merging = _Layout(k, n, bits, token_bits, cap, total, rounded, values)
-    heap: list[tuple[float, list[int]]] = []
-    singles: list[int] = []
     if equal_size:
         ascending = sorted(range(n), key=lambda i: (values[i], i))
-        for start in range(0, n, k):
-            p = sorted(leaves[i] for i in ascending[start : start + k])
-            heap.append((merging.key(p), p))
-        heapq.heapify(heap)
+        states = [sorted(leaves[i] for i in ascending[start : start + k]) for start in range(0, n, k)]
     else:
-        # the states of one item merge in falling order of their parts (their keys rise):
-        # they wait in that order, out of the heap
-        singles = sorted(leaves, reverse=True)
+        states = [[leaf] for leaf in leaves]
     try:
-        final = _merge_all(singles, heap, merging, lists)
+        final = _merge_all([(merging.key(state), state) for state in states], merging, lists)
     except _OverCap:
         return None
     node_mask = (1 << bits) - 1
@@ -254,111 +225,16 @@ class _Layout(NamedTuple):
         return (union & low) | total << self.sum_shift
 
 
-def _merge_all(
-    singles: list[int], heap: list[tuple[float, list[int]]], layout: _Layout,
-    lists: list[list[int]],
-) -> list[int]:
-    """The one state left after merging the states two at a time, the smallest keys
-    first (:class:`_Layout`): the states of one item, whose parts ``singles`` lists in
-    their pop order (falling), and the states of ``heap``, keyed.
-
-    The items wait in their list, not in the heap, and the state just merged is held
-    out of the heap: most merges join it with the next item, so that costs no push or
-    pop; where two others come first, it goes into the heap. An item meeting a state of
-    fewer than ``k`` parts becomes a part of its own here, in place; a run of items into
-    the full held state is :func:`_run`'s; the other merges are :func:`_merge_states`'.
-    """
-    pop, push = heapq.heappop, heapq.heappush
-    k, sum_shift, width = layout.k, layout.sum_shift, layout.width
-    limit = (1 << width) - 1
-    none = math.inf  # the key of no state
-    # the items' keys, in their order, and none after the last
-    if k == 1:  # a state of one item fills every part: a spread of 0
-        waiting: list[float] = [limit - part for part in singles]
-    else:
-        waiting = [(-(part >> sum_shift) << width) + limit - part for part in singles]
-    waiting.append(none)
-    j, m = 0, len(singles)
-    # the next item's key, and the state merged last (the first: the smallest key of all)
-    ahead = waiting[j]
-    key: float
-    other_key: float
-    if heap and heap[0][0] < ahead:
-        key, state = pop(heap)
-    else:
-        key, state, j = ahead, [singles[j]], j + 1
-    while j < m or heap:
-        if len(state) == k and key < waiting[j] < (heap[0][0] if heap else none):
-            j, key = _run(state, singles, waiting, j, heap[0][0] if heap else none, lists, layout)
-            continue
-        # other: the smaller of the next item and the heap's top
-        ahead = waiting[j]
-        if heap and heap[0][0] < ahead:
-            other_key, other = pop(heap)
-        else:
-            other_key, other, j = ahead, [singles[j]], j + 1
-        if key < other_key:
-            first, second = state, other
-        else:
-            # second: the held state, unless the next item or the heap's top comes first
-            first, second = other, state
-            ahead = waiting[j]
-            top = heap[0][0] if heap else none
-            if ahead < key and ahead < top:
-                second, j = [singles[j]], j + 1
-            elif top < key:
-                second = pop(heap)[1]
-            if second is not state:
-                push(heap, (key, state))  # two others merge first; this one waits
-        size = len(first) + len(second)
-        if size <= k and (len(first) == 1 or len(second) == 1):
-            state = second if len(first) == 1 else first  # a new part of its own
-            insort(state, (first if len(first) == 1 else second)[0])
-        else:
-            state = _merge_states(first, second, lists, layout)
-        if layout.rounded is not None:
-            key = layout.key(state)
-            continue
-        low = state[0] >> sum_shift if len(state) == k else 0  # layout.key, inlined
-        key = (low - (state[-1] >> sum_shift) << width) + limit - state[-1]
-    return state
-
-
-def _run(
-    state: list[int], singles: list[int], waiting: list[float], j: int, bound: float,
-    lists: list[list[int]], layout: _Layout,
-) -> tuple[int, int]:
-    """:func:`_merge_all`'s commonest stretch: items ``singles[j:]`` into the full held
-    ``state``, each into its smallest part (the held state merges first, the item second:
-    the part leads), while the held state keeps the smallest key and the next item the
-    second smallest (below ``bound``, the heap's top). ``(next j, the state's key)``."""
-    n, token_bits, cap = layout.n, layout.token_bits, layout.cap
-    sum_shift, width = layout.sum_shift, layout.width
-    limit = (1 << width) - 1
-    tokens, nodes, kept = layout.masks
-    node_mask = (1 << layout.bits) - 1
-    while True:
-        a, b = state[0], singles[j]
-        j += 1
-        node = a >> token_bits & node_mask  # (as _merge_states joins, b one item)
-        if node >= n:
-            lists[node - n].append(b >> token_bits & node_mask)
-            joined = a + (b & kept)
-        else:
-            lists.append([node, b >> token_bits & node_mask])
-            joined = a - (a & nodes) + (b & kept) + ((n + len(lists) - 1) << token_bits)
-        if token_bits and joined & tokens > cap:
-            raise _OverCap
-        if layout.rounded is not None:  # b is one item: its value is its sum
-            joined = layout.folded(joined, a, [b >> token_bits & node_mask])
-        del state[0]
-        insort(state, joined)
-        if layout.rounded is not None:
-            key = layout.key(state)
-        else:  # (layout.key, inlined: the state is full here, and this is the hot loop)
-            key = ((state[0] >> sum_shift) - (state[-1] >> sum_shift) << width) + limit - state[-1]
-        if not key < waiting[j] < bound:
-            return j, key
+def _merge_all(heap: list[tuple[int, list[int]]], layout: _Layout, lists: list[list[int]]) -> list[int]:
+    """The one state left after merging the keyed states two at a time, the smallest
+    keys first (:class:`_Layout`), the smaller key's state leading
+    (:func:`_merge_states`)."""
+    heapq.heapify(heap)
+    while len(heap) > 1:
+        first, second = heapq.heappop(heap)[1], heapq.heappop(heap)[1]
+        state = _merge_states(first, second, lists, layout)
+        heapq.heappush(heap, (layout.key(state), state))
+    return heap[0][1]
 
 
 #: :func:`_differencing_python`'s partitions, from its compiled twin where it is in use and

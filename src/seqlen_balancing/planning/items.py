@@ -105,8 +105,7 @@ def over_cap_error(
         return None
     over = [i for i, cost in enumerate(costs) if cost > cap.usable]
     first = over[0]
-    largest = max(costs[i] for i in over)
-    return kind(tokens[first], firsts[first], cap.given, len(over), largest, costs[first], cap.bucket,
+    return kind(tokens[first], firsts[first], cap.given, len(over), max(costs), costs[first], cap.bucket,
                 *made)
 
 

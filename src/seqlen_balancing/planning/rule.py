@@ -213,24 +213,14 @@ class Rule:
         sizes = self.sizes
         return sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)  # stable: index
 
-    @cached_property
-    def _orders(self) -> dict[int, tuple[Sequence[int], list[int], bool]]:
-        return {}
-
     def by_workload(self, workloads: Sequence[int]) -> tuple[list[int], bool]:
         """The items by ``(-workload, -cost alone, index)`` (LPT's order) and whether it
         differs from :attr:`by_size` (False where the workloads fall along it, as verl's
-        of the lengths do). Made once per workload list (LPT runs at many counts on the
-        same one); callers change neither the list nor the order."""
-        known = self._orders.get(id(workloads))
-        if known is not None and known[0] is workloads:
-            return known[1], known[2]
+        of the lengths do: O(n) then). Callers change neither the list nor the order."""
         order = self.by_size
-        resorted = not _falls_along_sizes(self.sizes, workloads, order)
-        if resorted:
-            order = sorted(order, key=workloads.__getitem__, reverse=True)
-        self._orders[id(workloads)] = (workloads, order, resorted)
-        return order, resorted
+        if falls([workloads[g] for g in order]):
+            return order, False
+        return sorted(order, key=workloads.__getitem__, reverse=True), True
 
     def decreasing(self) -> list[int]:
         """The items in the order decreasing packings take them: largest first (padded:
@@ -238,30 +228,6 @@ class Rule:
         if self.is_padded:
             return widest_first(self)
         return list(self.by_size)
-
-
-#: Up to this many items, :func:`_falls_along_sizes` reads the workloads along the order
-#: (512 items: 16 us against 72 us for the check by distinct sizes; 65,536: 3.6 against 5.8 ms).
-_READ_IN_ORDER = 1 << 16
-
-
-def _falls_along_sizes(sizes: list[int], workloads: Sequence[int], order: list[int]) -> bool:
-    """True when ``workloads`` never grow along ``order`` (the items by decreasing size,
-    ties by index). Up to :data:`_READ_IN_ORDER` items, read along the order. Above it,
-    where the workload is a function of the size (verl's of the lengths), that is a check
-    on the distinct sizes, made in index order (C-level maps over the lists as they lie in
-    memory); otherwise along the order itself (a read of every item in that order: cache
-    misses at a million items). The answer is the same either way."""
-    if len(workloads) != len(sizes):
-        raise ValueError(f"{len(workloads)} workloads for {len(sizes)} items")
-    if len(order) <= _READ_IN_ORDER:
-        return falls(list(map(workloads.__getitem__, order)))  # in cache: 1.5-4x faster
-    of_size = dict(zip(sizes, workloads, strict=True))
-    if all(map(operator.eq, workloads, map(of_size.__getitem__, sizes))):
-        falling = [of_size[size] for size in sorted(of_size, reverse=True)]
-    else:
-        falling = [workloads[g] for g in order]
-    return falls(falling)
 
 
 def falls(values: Sequence[int]) -> bool:

@@ -120,13 +120,7 @@ class _Search:
         wanted = 1 if self.floor is None else self.floor
         # At or below the floor, no bound can change the count: L2 alone is enough.
         enough = len(self.packing) if wanted < len(self.packing) else 0
-        rule = self.rule
-        if enough and rule.plain and rule.cap and -(-sum(rule.sizes) // rule.cap) >= enough:
-            # ceil(total / cap) meets the packing: L2, between the two, is that count too
-            # (the same bound and name rule_bound gives, without its sort)
-            self.prove(enough, BOUND_NAMES[0])
-            return
-        bound, name = rule_bound(rule, enough, upto)
+        bound, name = rule_bound(self.rule, enough, upto)
         if wanted > bound:
             bound, name = wanted, ("one" if self.floor is None else "min_num_micro_batch")
         self.prove(bound, name)
