@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from seqlen_balancing._checks import as_switch
-from seqlen_balancing.agreement.vector import decode, decode_rows, encode, encode_rows, needs_reports, report
+from seqlen_balancing.agreement.vector import report, verdict
 from seqlen_balancing.errors import NotInGroup, PlanError
 from seqlen_balancing.planning.planner import RankAnalysis
 
@@ -191,18 +191,10 @@ def agree(
     def global_rank(group_rank: int) -> int:
         return int(dist.get_global_rank(group, group_rank)) if group is not None else group_rank
 
-    reduced = _all_reduce_max(encode(analysis, rank, static_count), group)
-    reports: list[Any] | None = None
-    if needs_reports(reduced):  # some rank failed or the settings differ: every rank gathers
-        reports = [None] * dist.get_world_size(group)
+    def gather() -> list[Any]:  # some rank failed or the settings differ: every rank gathers
+        reports: list[Any] = [None] * dist.get_world_size(group)
         dist.all_gather_object(reports, report(analysis, static_count), group=group)
-    count, error, at_fault = decode(reduced, analysis.num_batches_divided_by, reports, global_rank)
-    options = analysis.options
-    if error is not None or static_count is not None or options is None:
-        return count, error, at_fault, 0
-    if not options.equal_rows_per_micro_batch:
-        return count, None, None, 0
-    # agreed: every rank makes this collective, each finding its rows at the agreed count
-    rows_reduced = _all_reduce_max(encode_rows(analysis, count, rank), group)
-    rows, error, at_fault = decode_rows(rows_reduced, analysis.requested_max_token_len, global_rank)
-    return (0, error, at_fault, 0) if error is not None else (count, None, None, rows)
+        return reports
+
+    return verdict(analysis, lambda encoder: _all_reduce_max(encoder(analysis, rank), group), gather,
+                   global_rank, static_count)

@@ -57,13 +57,11 @@ from seqlen_balancing.options import OPTIONS, PlanOptionKeywords, PlanOptions, U
 from seqlen_balancing.planning.planner import (
     RankAnalysis,
     agreed_count,
-    analyse,
+    analyse_with_prefixes,
     build_plan,
-    failed_analysis,
     local_count,
     log_over_cap,
 )
-from seqlen_balancing.planning.prefix import shared_prefix_costs
 from seqlen_balancing.planning.rows import rows_at
 
 __all__ = [
@@ -202,6 +200,7 @@ def settings_of(analysis: RankAnalysis) -> tuple[Setting, ...] | None:
     could not be read (its error speaks).
 
     Example:
+        >>> from seqlen_balancing.planning.planner import analyse
         >>> [s.shown for s in settings_of(analyse([5, 6], 8))][:3]
         ['1', '1', '1']
     """
@@ -449,6 +448,36 @@ def decode_rows(
     return 0, RowsOverCap(rows, -neg_tolerance, max_token_len, rank=rank_tight, global_rank=where), rank_tight
 
 
+def verdict(
+    analysis: RankAnalysis,
+    reduce: Callable[[Callable[[RankAnalysis, int], list[int]]], list[int]],
+    gather: Callable[[], Sequence[Report]],
+    global_rank: Callable[[int], int] | None = None,
+    static_count: int | None = None,
+) -> tuple[int, PlanError | None, int | None, int]:
+    """The whole agreement as this rank sees it, over whatever moves the vectors: ``reduce``
+    takes an encoder of ``(analysis, rank)`` and returns the MAX of every rank's vector,
+    ``gather`` every rank's :class:`Report` (called only when :func:`needs_reports`). The
+    vector first; under ``equal_rows_per_micro_batch`` (dynamic path, agreed), the rows
+    (:func:`encode_rows`) in one more ``reduce``.
+
+    Returns:
+        ``(count, None, None, rows)`` or ``(0, error, rank at fault or None, 0)``; ``rows``
+        0 without equal rows.
+    """
+    reduced = reduce(lambda a, rank: encode(a, rank, static_count))
+    reports = gather() if needs_reports(reduced) else None
+    count, error, at_fault = decode(reduced, analysis.num_batches_divided_by, reports, global_rank)
+    options = analysis.options
+    if error is not None or static_count is not None or options is None \
+            or not options.equal_rows_per_micro_batch:
+        return count, error, at_fault, 0
+    # agreed: every rank makes this collective, each finding its rows at the agreed count
+    rows_reduced = reduce(lambda a, rank: encode_rows(a, count, rank))
+    rows, error, at_fault = decode_rows(rows_reduced, analysis.requested_max_token_len, global_rank)
+    return (0, error, at_fault, 0) if error is not None else (count, None, None, rows)
+
+
 def agree_in_process(analyses: Sequence[RankAnalysis]) -> tuple[int, int]:
     """The agreement of :func:`plan_ranks`, every rank in this process: the count, and the
     rows every micro-batch holds under ``equal_rows_per_micro_batch`` (0: off).
@@ -456,20 +485,12 @@ def agree_in_process(analyses: Sequence[RankAnalysis]) -> tuple[int, int]:
     Raises:
         TypeError, ValueError: the error every rank of a real group would raise.
     """
-    reduced = combine([encode(a, rank) for rank, a in enumerate(analyses)])
-    reports = [report(a) for a in analyses] if needs_reports(reduced) else None
-    count, error, _ = decode(reduced, analyses[0].num_batches_divided_by, reports)
-    if error is not None:
-        raise error.exception()
-    options = analyses[0].options
-    if options is None or not options.equal_rows_per_micro_batch:
-        return count, 0
-    rows_reduced = combine([encode_rows(a, count, rank) for rank, a in enumerate(analyses)])
-    rows, error, _ = decode_rows(rows_reduced, analyses[0].requested_max_token_len)
+    count, error, _, rows = verdict(
+        analyses[0], lambda encoder: combine([encoder(a, rank) for rank, a in enumerate(analyses)]),
+        lambda: [report(a) for a in analyses])
     if error is not None:
         raise error.exception()
     return count, rows
-
 
 
 @dataclass(frozen=True)
@@ -478,33 +499,6 @@ class RankPlan:
 
     analysis: RankAnalysis
     plan: list[list[int]]
-
-
-def analyse_with_prefixes(
-    seq_lens: Sequence[Any], max_token_len: Any, options: PlanOptions, prefix_lengths: Any, *,
-    costs: Any = None, workloads: Any = None, padded_extents: Any = None, group_ids: Any = None,
-) -> RankAnalysis:
-    """``analyse`` for a rank that may share prompts:
-    ``prefix_lengths`` (``None``: ``analyse`` itself) turned first into the costs and part
-    ids that plan each group's shared prefix once
-    (:func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`), a refusal into this rank's
-    error; the record says what the caller gave (``custom_prefixes``; ``custom_costs`` only
-    for the caller's own costs), so that the DP group checks that every rank gave the same."""
-    if prefix_lengths is None:
-        return analyse(seq_lens, max_token_len, options, costs=costs, workloads=workloads,
-                       padded_extents=padded_extents, group_ids=group_ids)
-    parts = shared_prefix_costs(seq_lens, group_ids, prefix_lengths, max_token_len, options,
-                                costs_given=costs is not None)
-    if parts.error is not None:
-        result = failed_analysis(parts.error, max_token_len, options, costs is not None,
-                                 workloads is not None, group_ids is not None)
-    else:
-        result = analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
-                         group_ids=parts.group_ids)
-    if result.request is None:
-        return result
-    # what the caller gave: its own costs, and prefixes
-    return replace(result, request=replace(result.request, costs=costs is not None, prefixes=True))
 
 
 def plan_ranks(

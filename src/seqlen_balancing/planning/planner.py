@@ -115,6 +115,7 @@ __all__ = [
     "RankAnalysis",
     "agreed_count",
     "analyse",
+    "analyse_with_prefixes",
     "balanced_bins",
     "build_plan",
     "failed_analysis",
@@ -225,6 +226,34 @@ def failed_analysis(
     request = None if options is None else _request(max_token_len, options, costs_given,
                                                     workloads_given, groups_given)
     return RankAnalysis(error, request=request)
+
+
+def analyse_with_prefixes(
+    seq_lens: Sequence[Any], max_token_len: Any, options: PlanOptions, prefix_lengths: Any, *,
+    costs: Any = None, workloads: Any = None, padded_extents: Any = None, group_ids: Any = None,
+) -> RankAnalysis:
+    """``analyse`` for a rank that may share prompts:
+    ``prefix_lengths`` (``None``: ``analyse`` itself) turned first into the costs and part
+    ids that plan each group's shared prefix once
+    (:func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`), a refusal into this rank's
+    error (raised by :func:`local_count` on a rank planning alone); the record says what the
+    caller gave (``custom_prefixes``; ``custom_costs`` only for the caller's own costs), so
+    that the DP group checks that every rank gave the same."""
+    if prefix_lengths is None:
+        return analyse(seq_lens, max_token_len, options, costs=costs, workloads=workloads,
+                       padded_extents=padded_extents, group_ids=group_ids)
+    parts = shared_prefix_costs(seq_lens, group_ids, prefix_lengths, max_token_len, options,
+                                costs_given=costs is not None)
+    if parts.error is not None:
+        result = failed_analysis(parts.error, max_token_len, options, costs is not None,
+                                 workloads is not None, group_ids is not None)
+    else:
+        result = analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
+                         group_ids=parts.group_ids)
+    if result.request is None:
+        return result
+    # what the caller gave: its own costs, and prefixes
+    return replace(result, request=replace(result.request, costs=costs is not None, prefixes=True))
 
 
 def _request(
@@ -646,11 +675,8 @@ def plan_micro_batches(
     given, error = PlanOptions.from_keywords(options, None, option_keywords)
     if error is not None:
         raise error.exception()
-    if prefix_lengths is not None:  # each group's prompt counted once: costs and parts
-        costs, group_ids = shared_prefix_costs(seq_lens, group_ids, prefix_lengths, max_token_len,
-                                               given, costs_given=costs is not None).arguments()
-    result = analyse(seq_lens, max_token_len, given, costs=costs, workloads=workloads,
-                     group_ids=group_ids)
+    result = analyse_with_prefixes(seq_lens, max_token_len, given, prefix_lengths, costs=costs,
+                                   workloads=workloads, group_ids=group_ids)
     count = local_count(result)
     if num_micro_batches is not None:
         count, result = _exact_count(result, num_micro_batches)

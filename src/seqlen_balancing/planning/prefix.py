@@ -77,13 +77,6 @@ class PrefixParts:
     costs: list[int] = field(default_factory=list)
     group_ids: list[PartId] = field(default_factory=list)
 
-    def arguments(self) -> tuple[list[int], list[PartId]]:
-        """``(costs, group_ids)`` to plan with, or the error raised (a call without a DP
-        group, which has no peers to agree with first)."""
-        if self.error is not None:
-            raise self.error.exception()
-        return self.costs, self.group_ids
-
 
 def shared_prefix_costs(
     seq_lens: Sequence[Any],
