@@ -204,9 +204,10 @@ def settings_of(analysis: RankAnalysis) -> tuple[Setting, ...] | None:
         >>> [s.shown for s in settings_of(analyse([5, 6], 8))][:3]
         ['1', '1', '1']
     """
-    options = analysis.options
-    if options is None:
+    request = analysis.request
+    if request is None:
         return None
+    options = request.options
     settings = []
     for name, opt in OPTIONS.items():
         if opt.agreed:
@@ -216,8 +217,8 @@ def settings_of(analysis: RankAnalysis) -> tuple[Setting, ...] | None:
             settings.append(_setting(name, value))
     cap = analysis.requested_max_token_len
     settings.append(_setting("max_token_len", cap) if cap else Setting("max_token_len", None, ""))
-    given = {"costs": analysis.custom_costs, "workloads": analysis.custom_workloads,
-             "group_ids": analysis.custom_groups, "prefix_lengths": analysis.custom_prefixes}
+    given = {"costs": request.costs, "workloads": request.workloads, "group_ids": request.groups,
+             "prefix_lengths": request.prefixes}
     settings += [_setting(name, value, given=True) for name, value in given.items()]
     settings += [_setting(name, value) for name, value in step_settings().items()]
     return tuple(settings)

@@ -76,7 +76,6 @@ class RankAnalysis:
             from.
         requested_max_token_len: the ``max_token_len`` given (0 when invalid).
         pad_to_multiple_of: per-sequence alignment in tokens (1: none).
-        micro_batch_multiple_of: per-micro-batch rounding in tokens (1: none).
         custom_costs: True when the caller gave ``costs``.
         sample_costs: cost of each sample in tokens (empty on error); padded: its width.
         padded, max_samples_per_micro_batch: as given (see :mod:`seqlen_balancing.planning.rule`).
@@ -84,7 +83,6 @@ class RankAnalysis:
             (:class:`~seqlen_balancing.planning.rule.Rule`; ``None`` on error); every algorithm of
             the plan takes it. ``group_sizes`` is its ``sizes``: padded, each group's
             footprint alone.
-        custom_workloads: True when the caller gave ``workloads`` (the balance objective).
         over_cap_groups: with ``over_cap="alone"``, the groups (samples when
             ``force_group_size`` is 1) whose cost is over the cap: each runs alone, in the
             only micro-batches allowed over it. ``min_count`` and ``lower_bound`` count them
@@ -106,19 +104,16 @@ class RankAnalysis:
         request: what this rank was asked (:class:`Request`; ``None`` when the options
             could not be read: the rank's error says why); the DP group checks that every
             rank has the same (:mod:`seqlen_balancing.agreement`). ``options``,
-            ``requested_max_token_len``, ``custom_costs``, ``custom_workloads``,
-            ``custom_groups`` and the options' values named here (``force_group_size``,
-            ``num_batches_divided_by``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
-            ``padded``, ``max_samples_per_micro_batch``, ``dummy_micro_batches``,
-            ``min_num_micro_batch``) are read from it (their defaults without it).
+            ``requested_max_token_len``, ``custom_costs``, ``custom_groups`` and the
+            options' values named here (``force_group_size``, ``num_batches_divided_by``,
+            ``pad_to_multiple_of``, ``padded``, ``max_samples_per_micro_batch``,
+            ``dummy_micro_batches``, ``min_num_micro_batch``) are read from it (their
+            defaults without it); the request's ``workloads`` and ``prefixes`` too.
         members: the samples of each group, ascending, groups in the order of their first
             sample (``group_ids``' groups, or ``force_group_size``'s consecutive ones), or
             ``None`` when every sample is its own group.
         group_labels: with ``members``, each group's name in messages (its id's repr).
         custom_groups: True when the caller gave ``group_ids`` (agreed by the DP group).
-        custom_prefixes: True when the caller gave ``prefix_lengths`` (agreed by the DP
-            group; the costs and groups are then those of
-            :func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`).
     """
 
     error: PlanError | None
@@ -158,16 +153,8 @@ class RankAnalysis:
         return self.request is not None and self.request.costs
 
     @property
-    def custom_workloads(self) -> bool:
-        return self.request is not None and self.request.workloads
-
-    @property
     def custom_groups(self) -> bool:
         return self.request is not None and self.request.groups
-
-    @property
-    def custom_prefixes(self) -> bool:
-        return self.request is not None and self.request.prefixes
 
     @property
     def force_group_size(self) -> int:
@@ -180,10 +167,6 @@ class RankAnalysis:
     @property
     def pad_to_multiple_of(self) -> int:
         return 1 if self.options is None else self.options.pad_to_multiple_of
-
-    @property
-    def micro_batch_multiple_of(self) -> int:
-        return 1 if self.options is None else self.options.micro_batch_multiple_of
 
     @property
     def padded(self) -> bool:

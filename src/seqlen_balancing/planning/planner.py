@@ -237,7 +237,7 @@ def analyse_with_prefixes(
     ids that plan each group's shared prefix once
     (:func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`), a refusal into this rank's
     error (raised by :func:`local_count` on a rank planning alone); the record says what the
-    caller gave (``custom_prefixes``; ``custom_costs`` only for the caller's own costs), so
+    caller gave (``request.prefixes``; ``request.costs`` only for the caller's own costs), so
     that the DP group checks that every rank gave the same."""
     if prefix_lengths is None:
         return analyse(seq_lens, max_token_len, options, costs=costs, workloads=workloads,
@@ -458,10 +458,8 @@ def balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
     """The groups of each of ``count`` best-balanced micro-batches (unordered), verl's
     Karmarkar-Karp partition at ``count`` among the candidates where it fits."""
     if result._rest is not None:  # over-cap groups alone, the others balanced around them
-        over, index = result.over_cap_groups, result._rest_index
-        left = count - len(over)
-        rest = balanced_bins(result._rest, left) if left else []
-        return [[g] for g in over] + [[index[j] for j in b] for b in rest]
+        left = count - len(result.over_cap_groups)
+        return _around_over(result, balanced_bins(result._rest, left) if left else [])
     if count == result.n_groups:
         return [[g] for g in range(count)]
     if result.rule is None:
@@ -470,6 +468,12 @@ def balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
     # so the plan is never less balanced than verl's (its candidate wins ties).
     verl = _fitting_kk(result.rule, result.group_workloads, count)
     return balanced(result.rule, result.group_workloads, result._packing, count, verl)
+
+
+def _around_over(result: RankAnalysis, rest: list[list[int]]) -> list[list[int]]:
+    """Each over-cap group alone, then ``rest``'s bins (over the rest's groups) renumbered."""
+    index = result._rest_index
+    return [[g] for g in result.over_cap_groups] + [[index[j] for j in b] for b in rest]
 
 
 @paused_collector
@@ -537,16 +541,11 @@ def build_plan(
         )
     real = min(count, result.n_groups)
     bins = balanced_bins(result, real)
-    members = result.members
-    if members is None:
-        micro_batches = [sorted(b) for b in bins]
-        loads = result.group_workloads
-    else:
-        micro_batches = [sorted(s for g in b for s in members[g]) for b in bins]
-        # a group's workload at its first sample: a micro-batch weighs its groups' sum
-        loads = [0] * result.n_samples
-        for g, m in enumerate(members):
-            loads[m[0]] = result.group_workloads[g]
+    micro_batches = [sorted(s for g in b for s in result.samples_of(g)) for b in bins]
+    # a group's workload at its first sample: a micro-batch weighs its groups' sum
+    loads = [0] * result.n_samples
+    for g, workload in enumerate(result.group_workloads):
+        loads[result.samples_of(g)[0]] = workload
     # asked for (an out-of-memory shows at the first), or lined up with the DP group's ranks
     if (result.options is not None and result.options.heaviest_first) or (
         agreed and not use_dynamic_bsz_balance
@@ -789,9 +788,8 @@ def _reach(result: RankAnalysis, count: int) -> RankAnalysis | None:
         rest = _reach(result._rest, count - over) if count > over else None
         if rest is None:
             return None
-        index = result._rest_index
-        packing = [[g] for g in result.over_cap_groups] + [[index[j] for j in b] for b in rest._packing]
-        return replace(result, _rest=rest, min_count=over + rest.min_count, _packing=packing)
+        return replace(result, _rest=rest, min_count=over + rest.min_count,
+                       _packing=_around_over(result, rest._packing))
     rule = result.rule
     if rule is None:
         return None

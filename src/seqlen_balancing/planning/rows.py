@@ -108,13 +108,6 @@ class RowIndices(list):  # type: ignore[type-arg]
         return f"RowIndices({list(self)!r}, filler={self.filler}, filler_row={self.filler_row})"
 
 
-def filler_sample(result: RankAnalysis) -> int:
-    """The sample a filler row is built from (its first token): the cheapest (then the
-    lowest index)."""
-    costs = result.sample_costs
-    return min(range(len(costs)), key=lambda i: (costs[i], i))
-
-
 def filler_cost(result: RankAnalysis) -> int:
     """What one summed-cost filler row costs: a 1-token row, aligned to
     ``pad_to_multiple_of`` (no more than the cheapest sample: a 0-token sample gives a
@@ -153,11 +146,10 @@ def rows_rule(result: RankAnalysis, rows: int) -> Rule | None:
     """
     core = _core(result)
     rule = core.rule
-    if rule is None or rows > _limit(result, rule):
+    if rule is None or rows > _limit(result):
         return None  # every micro-batch, filler rows included, keeps to the sample limit
-    limit = rows
     if rule.is_padded:
-        out = Rule.padded(rule.left or [], rule.right or [], rule.cap, rule.rows, rule.pad, limit, rows)
+        out = Rule.padded(rule.left or [], rule.right or [], rule.cap, rule.rows, rule.pad, rows, rows)
     else:
         cost = filler_cost(result)
         if rows * cost > rule.cap:
@@ -166,7 +158,7 @@ def rows_rule(result: RankAnalysis, rows: int) -> Rule | None:
         room = rule.cap - rows * cost
         if room == 0 and not any(sizes):
             room = 1  # the same rule (every size 0), and the bounds need a positive cap
-        out = Rule.sums(sizes, room, rule.rows, limit)
+        out = Rule.sums(sizes, room, rule.rows, rows)
     return out if all(out.fits_alone(i) for i in range(out.n)) else None
 
 
@@ -180,12 +172,8 @@ def empty_rank_tolerance(result: RankAnalysis, row_cost: int) -> int:
         >>> empty_rank_tolerance(analyse([], 100), 7), empty_rank_tolerance(analyse([], 100), 0)
         (14, 1099511627776)
     """
-    rule = result.rule
-    cap = rule.cap if rule is not None else result.max_token_len
     aligned = aligned_length(row_cost, result.pad_to_multiple_of) if row_cost else 0
-    most = cap // aligned if aligned else UNBOUNDED_ROWS
-    limit = rule.limit if rule is not None else None
-    return min(most, limit) if limit is not None else most
+    return min(result.max_token_len // aligned if aligned else UNBOUNDED_ROWS, _limit(result))
 
 
 def empty_rank_plan(count: int, rows: int) -> list[RowIndices]:
@@ -352,22 +340,14 @@ def most_rows(result: RankAnalysis) -> int:
     rule = _core(result).rule
     if rule is None or not rule.n:
         return UNBOUNDED_ROWS
-    most = _limit(result, rule)
-    if rule.is_padded:
-        spans = zip(rule.left or [], rule.right or [], strict=True)
-        widths = [aligned_length(a + b, rule.pad) for a, b in spans]
-        return min([most, *(rule.cap // w for w in widths if w > 0)])
-    cost = filler_cost(result)
-    if cost == 0:
-        return most
-    return max(0, min([most, *(k + (rule.cap - size) // cost for size, k in zip(rule.sizes, rule.rows,
-                                                                                  strict=True))]))
+    return _tolerance(result, [[i] for i in range(rule.n)])  # every item alone
 
 
-def _limit(result: RankAnalysis, rule: Rule) -> int:
+def _limit(result: RankAnalysis) -> int:
     """The most rows the sample limit lets any micro-batch hold (the option's, whatever the
     core's rule keeps), or :data:`UNBOUNDED_ROWS`."""
-    limits = [n for n in (rule.limit, result.max_samples_per_micro_batch) if n is not None]
+    rule = _core(result).rule
+    limits = [n for n in (rule.limit if rule else None, result.max_samples_per_micro_batch) if n is not None]
     return min(limits, default=UNBOUNDED_ROWS)
 
 
@@ -384,7 +364,7 @@ def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
     rule = core.rule
     if rule is None:
         return 0
-    most = _limit(result, rule)
+    most = _limit(result)
     cap = rule.cap
     if rule.is_padded:
         widths = [rule.width(items) for items in packing if items]
@@ -434,7 +414,7 @@ def filled_plan(result: RankAnalysis, plan: list[list[int]], rows: int) -> list[
     core = _core(result)
     padded = core.rule is not None and core.rule.is_padded
     costs = result.sample_costs
-    cheapest = filler_sample(result)
+    cheapest = min(range(len(costs)), key=lambda i: (costs[i], i))  # what a filler row copies
     out = []
     for part in plan:
         row = min(part, key=lambda i: (costs[i], i)) if padded and part else cheapest
