@@ -134,18 +134,14 @@ def collective_device(group: Any = None) -> torch.device:
         True
     """
     types = _device_types(group)
-    if types is not None:
-        if "cpu" in types:
-            return torch.device("cpu")
+    if types is None:  # a backend torch knows nothing about: the accelerator's, if any
+        accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+        types = [] if accelerator is None else [accelerator.type]
+    if "cpu" not in types:
         for device_type in types:
             device = _current_device(device_type)
             if device is not None:
                 return device
-        return torch.device("cpu")
-    if torch.accelerator.is_available():
-        accelerator = torch.accelerator.current_accelerator()
-        if accelerator is not None:
-            return torch.device(accelerator.type, torch.accelerator.current_device_index())
     return torch.device("cpu")
 
 

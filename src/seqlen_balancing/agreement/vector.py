@@ -390,21 +390,18 @@ def decode(
         judged = _judge(reports, peers)
         if judged is not None:
             return at_fault(*judged)
-    mode, rank_most = _split(reduced[_MODE])
-    neg_mode, rank_least = _split(reduced[_NEG_MODE])
+    (mode, rank_most), (neg_mode, rank_least) = _split(reduced[_MODE]), _split(reduced[_NEG_MODE])
     if mode != -neg_mode:
-        mixed = ModeMismatch(rank_most, rank_least, peers.global_rank(rank_most),
-                             peers.global_rank(rank_least))
-        return at_fault(mixed, None)
+        return 0, ModeMismatch(rank_most, rank_least, peers.global_rank(rank_most),
+                               peers.global_rank(rank_least)), None
     if mode == _STATIC_MODE:
         (largest, rank_largest), (neg, rank_smallest) = _split(reduced[_STATIC]), _split(reduced[_NEG_STATIC])
         if largest != -neg:
-            differ = StaticCountMismatch(rank_largest, largest, rank_smallest, -neg,
-                                         peers.global_rank(rank_largest), peers.global_rank(rank_smallest))
-            return at_fault(differ, None)
+            return 0, StaticCountMismatch(rank_largest, largest, rank_smallest, -neg,
+                                          peers.global_rank(rank_largest),
+                                          peers.global_rank(rank_smallest)), None
         return largest, None, None
-    needed, rank_needing = _split(reduced[_COUNT])
-    neg_groups, rank_fewest = _split(reduced[_GROUPS])
+    (needed, rank_needing), (neg_groups, rank_fewest) = _split(reduced[_COUNT]), _split(reduced[_GROUPS])
     count, error = agreed_count(needed, -neg_groups, num_batches_divided_by, rank_needing)
     if error is not None:
         return at_fault(error.agreed(peers), rank_fewest)

@@ -200,11 +200,9 @@ class RankAnalysis:
 
     def group_of(self) -> list[int]:
         """Each sample's group. O(n)."""
-        if self.members is None:
-            return list(range(self.n_samples))
         owner = [0] * self.n_samples
-        for g, samples in enumerate(self.members):
-            for i in samples:
+        for g in range(self.n_groups):
+            for i in self.samples_of(g):
                 owner[i] = g
         return owner
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seqlen_balancing._checks import _integer_or_none
-from seqlen_balancing.cost import micro_batch_capacity
+from seqlen_balancing.cost import aligned_length, micro_batch_capacity
 from seqlen_balancing.errors import (
     NotOnePerSample,
     PlanError,
@@ -143,8 +143,8 @@ def shared_prefix_costs(
     out_costs, out_ids = [0] * len(lengths), [PartId(0, 0, "")] * len(lengths)
     for g, samples in enumerate(members):
         prefix = prefixes[samples[0]]
-        head = [_up(lengths[i], pad) for i in samples]
-        tail = [_up(lengths[i] - prefix, pad) for i in samples]
+        head = [aligned_length(lengths[i], pad) for i in samples]
+        tail = [aligned_length(lengths[i] - prefix, pad) for i in samples]
         parts = _split(head, tail, cap, limit)
         for k, part in enumerate(parts):
             label = labels[g] if len(parts) == 1 else f"{labels[g]} (part {k + 1} of {len(parts)})"
@@ -187,8 +187,7 @@ def _usable_cap(max_token_len: Any, options: PlanOptions) -> int | None:
     cap = _integer_or_none(max_token_len)
     if cap is None or cap < 1 or options.over_cap == "alone":
         return None
-    usable = micro_batch_capacity(cap, options.micro_batch_multiple_of)
-    return usable or None
+    return micro_batch_capacity(cap, options.micro_batch_multiple_of) or None
 
 
 def _split(head: list[int], tail: list[int], cap: int | None, limit: int | None) -> list[list[int]]:
@@ -212,7 +211,3 @@ def _split(head: list[int], tail: list[int], cap: int | None, limit: int | None)
             parts.append([j])
             loads.append(head[j])
     return sorted(parts, key=min)  # numbered by their first sample
-
-
-def _up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple

@@ -411,13 +411,11 @@ def filled_plan(result: RankAnalysis, plan: list[list[int]], rows: int) -> list[
     """Each micro-batch of ``plan`` (sample indices; dummies empty) as a
     :class:`RowIndices` topped up to ``rows`` rows: summed costs copy the rank's cheapest
     sample, padded the micro-batch's narrowest row (a dummy: the rank's narrowest)."""
-    core = _core(result)
-    padded = core.rule is not None and core.rule.is_padded
+    rule = _core(result).rule
     costs = result.sample_costs
-    cheapest = min(range(len(costs)), key=lambda i: (costs[i], i))  # what a filler row copies
-    out = []
-    for part in plan:
-        row = min(part, key=lambda i: (costs[i], i)) if padded and part else cheapest
-        extra = rows - len(part)
-        out.append(RowIndices(part, extra, row if extra else -1))
-    return out
+
+    def copied(part: list[int]) -> int:  # the cheapest row of the part (padded) or of the rank
+        return min(part if rule is not None and rule.is_padded and part else range(len(costs)),
+                   key=lambda i: (costs[i], i))
+
+    return [RowIndices(part, rows - len(part), copied(part) if rows > len(part) else -1) for part in plan]
