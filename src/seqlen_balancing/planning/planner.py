@@ -232,33 +232,28 @@ def analyse_with_prefixes(
     seq_lens: Sequence[Any], max_token_len: Any, options: PlanOptions, prefix_lengths: Any, *,
     costs: Any = None, workloads: Any = None, padded_extents: Any = None, group_ids: Any = None,
 ) -> RankAnalysis:
-    """``analyse`` for a rank that may share prompts:
-    ``prefix_lengths`` (``None``: ``analyse`` itself) turned first into the costs and part
-    ids that plan each group's shared prefix once
+    """``analyse`` for a rank that may share prompts: ``prefix_lengths`` (``None``: ``analyse``
+    itself) first turned into the costs and part ids that plan each group's shared prefix once
     (:func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`), a refusal into this rank's
-    error (raised by :func:`local_count` on a rank planning alone); the record says what the
-    caller gave (``request.prefixes``; ``request.costs`` only for the caller's own costs), so
-    that the DP group checks that every rank gave the same."""
+    error (:func:`local_count` raises it on a rank planning alone); the request records what the
+    caller gave (prefixes; costs only its own), so the DP group checks every rank gave the same."""
     if prefix_lengths is None:
         return analyse(seq_lens, max_token_len, options, costs=costs, workloads=workloads,
                        padded_extents=padded_extents, group_ids=group_ids)
     parts = shared_prefix_costs(seq_lens, group_ids, prefix_lengths, max_token_len, options,
                                 costs_given=costs is not None)
+    # what the caller gave (its own costs, and prefixes), whatever the analysis planned with
+    request = replace(_request(max_token_len, options, costs is not None, workloads is not None,
+                               group_ids is not None), prefixes=True)
     if parts.error is not None:
-        result = failed_analysis(parts.error, max_token_len, options, costs is not None,
-                                 workloads is not None, group_ids is not None)
-    else:
-        result = analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
-                         group_ids=parts.group_ids)
-    if result.request is None:
-        return result
-    # what the caller gave: its own costs, and prefixes
-    return replace(result, request=replace(result.request, costs=costs is not None, prefixes=True))
+        return RankAnalysis(parts.error, request=request)
+    result = analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
+                     group_ids=parts.group_ids)
+    return replace(result, request=request)
 
 
 def _request(
-    max_token_len: Any, options: PlanOptions, costs_given: bool, workloads_given: bool,
-    groups_given: bool,
+    max_token_len: Any, options: PlanOptions, costs_given: bool, workloads_given: bool, groups_given: bool,
 ) -> Request:
     """What the rank was asked, kept error or not: the DP group checks that every rank
     was asked for the same (:mod:`seqlen_balancing.agreement`)."""
@@ -453,7 +448,6 @@ def local_count(result: RankAnalysis, rank: int | None = None) -> int:
     return count
 
 
-
 def balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
     """The groups of each of ``count`` best-balanced micro-batches (unordered), verl's
     Karmarkar-Karp partition at ``count`` among the candidates where it fits."""
@@ -547,9 +541,8 @@ def build_plan(
     for g, workload in enumerate(result.group_workloads):
         loads[result.samples_of(g)[0]] = workload
     # asked for (an out-of-memory shows at the first), or lined up with the DP group's ranks
-    if (result.options is not None and result.options.heaviest_first) or (
-        agreed and not use_dynamic_bsz_balance
-    ):
+    asked = result.options is not None and result.options.heaviest_first
+    if asked or (agreed and not use_dynamic_bsz_balance):
         ordered = heaviest_first(micro_batches, loads)
     else:
         ordered = order_micro_batches(micro_batches, loads, use_dynamic_bsz_balance)
