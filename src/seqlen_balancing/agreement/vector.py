@@ -277,8 +277,8 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
     mode = _DYNAMIC_MODE if static_count is None else _STATIC_MODE
     vector[_MODE], vector[_NEG_MODE] = mode << _RANK_BITS | tag, -mode << _RANK_BITS | tag
     if static_count is not None:
-        vector[_STATIC] = static_count << _RANK_BITS | tag
-        vector[_NEG_STATIC] = -static_count << _RANK_BITS | tag
+        vector[_STATIC], vector[_NEG_STATIC] = (static_count << _RANK_BITS | tag,
+                                                -static_count << _RANK_BITS | tag)
         return vector
     vector[_COUNT] = analysis.needed_count << _RANK_BITS | tag
     groups = _DUMMY_GROUPS if analysis.dummy_micro_batches else _GROUPS
@@ -294,7 +294,7 @@ def combine(vectors: Sequence[Sequence[int]]) -> list[int]:
 def needs_reports(reduced: Sequence[int]) -> bool:
     """Whether the ranks must exchange :class:`Report` s: some rank failed, or two ranks'
     settings differ (the same answer on every rank)."""
-    stated = reduced[_NEG_PRINT] != _IDLE
+    stated = reduced[_NEG_PRINT] != _IDLE  # idle: no rank could state its settings
     return bool(reduced[_FAILED]) or (stated and reduced[_PRINT] != -reduced[_NEG_PRINT])
 
 
@@ -630,6 +630,6 @@ def plan_data_parallel(
     given, error = PlanOptions.from_keywords(options, None, option_keywords)
     if error is not None:
         raise error.exception()
-    ranks = plan_ranks(seq_lens_per_rank, max_token_len, given, costs=costs, workloads=workloads,
-                       group_ids=group_ids, prefix_lengths=prefix_lengths)
-    return [rank.plan for rank in ranks]
+    return [rank.plan for rank in plan_ranks(seq_lens_per_rank, max_token_len, given, costs=costs,
+                                             workloads=workloads, group_ids=group_ids,
+                                             prefix_lengths=prefix_lengths)]

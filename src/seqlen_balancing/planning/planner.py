@@ -357,8 +357,7 @@ def _cap(max_token_len: Any, options: PlanOptions, largest: int) -> tuple[PlanEr
     usable = micro_batch_capacity(given, bucket)
     if usable == 0:
         # The advised cap holds a bucket and the costliest group, rounded up to the bucket.
-        needed = max(bucket, -(-largest // bucket) * bucket)
-        return BucketAboveCap(bucket, given, needed), None
+        return BucketAboveCap(bucket, given, max(bucket, -(-largest // bucket) * bucket)), None
     return None, Cap(given, usable, bucket)
 
 
@@ -534,8 +533,7 @@ def build_plan(
             f"count must be in {result.min_count}..{result.n_groups} for this batch, got {count}"
         )
     real = min(count, result.n_groups)
-    bins = balanced_bins(result, real)
-    micro_batches = [sorted(s for g in b for s in result.samples_of(g)) for b in bins]
+    micro_batches = [sorted(s for g in b for s in result.samples_of(g)) for b in balanced_bins(result, real)]
     # a group's workload at its first sample: a micro-batch weighs its groups' sum
     loads = [0] * result.n_samples
     for g, workload in enumerate(result.group_workloads):

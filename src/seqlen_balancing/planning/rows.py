@@ -144,8 +144,7 @@ def rows_rule(result: RankAnalysis, rows: int) -> Rule | None:
         >>> rule.sizes, rule.cap, rule.limit  # a filler row: 1 token
         ([9, 3, 5], 18, 2)
     """
-    core = _core(result)
-    rule = core.rule
+    rule = _core(result).rule
     if rule is None or rows > _limit(result):
         return None  # every micro-batch, filler rows included, keeps to the sample limit
     if rule.is_padded:
@@ -295,9 +294,8 @@ def rows_at(result: RankAnalysis, count: int) -> RowsAt:
         raise ValueError("rows_at needs an analysis made with equal_rows_per_micro_batch=True")
     real = min(count, len(result.over_cap_groups) + _core(result).n_groups)  # the rest are dummies
     low = _low(result, real)
-    better = None
-    if real > own.count and low < own.rows:
-        better = _rows_at(result, real, low, min(low + _span(result), own.rows) - 1)
+    better = None if real <= own.count or low >= own.rows else _rows_at(
+        result, real, low, min(low + _span(result), own.rows) - 1)
     if better is None:  # the plans of the own count, split: the same rows fit
         return replace(own, count=max(count, own.count))
     mine = _extended(result, real, better)
@@ -360,26 +358,21 @@ def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
     """The most rows every micro-batch of ``packing`` (items of the core, real costs) and
     a dummy micro-batch can be topped up to under the cap (:data:`UNBOUNDED_ROWS` when a
     filler row costs nothing and no limit is set)."""
-    core = _core(result)
-    rule = core.rule
+    rule = _core(result).rule
     if rule is None:
         return 0
     most = _limit(result)
-    cap = rule.cap
     if rule.is_padded:
         widths = [rule.width(items) for items in packing if items]
-        if result.dummy_micro_batches:
-            spans = [aligned_length(w, rule.pad) for w in result.sample_costs]
-            widths.append(min(spans, default=0))
-        return min([most, *(cap // w for w in widths if w > 0)])
+        if result.dummy_micro_batches:  # a dummy copies the narrowest row
+            widths.append(min((aligned_length(w, rule.pad) for w in result.sample_costs), default=0))
+        return min([most, *(rule.cap // w for w in widths if w > 0)])
     cost = filler_cost(result)
     if cost == 0:
         return most
-    for items in packing:
-        used = sum(rule.sizes[i] for i in items)
-        held = sum(rule.rows[i] for i in items)
-        most = min(most, held + (cap - used) // cost)
-    return max(0, min(most, cap // cost))
+    for items in packing:  # its rows, and as many filler rows as its room under the cap takes
+        most = min(most, sum(rule.rows[i] for i in items) + (rule.cap - rule.cost(items)) // cost)
+    return max(0, min(most, rule.cap // cost))
 
 
 def rows_view(result: RankAnalysis, at: RowsAt, rows: int) -> RankAnalysis:
