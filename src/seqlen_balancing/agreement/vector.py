@@ -442,7 +442,7 @@ def decode_rows(
     neg_tolerance, rank_tight = _split(reduced[1])
     if rows <= -neg_tolerance:
         return rows, None, None
-    where = None if global_rank is None else global_rank(rank_tight)
+    where = None if global_rank is None else global_rank(rank_tight)  # the tightest rank, by both names
     return 0, RowsOverCap(rows, -neg_tolerance, max_token_len, rank=rank_tight, global_rank=where), rank_tight
 
 

@@ -73,6 +73,7 @@ from seqlen_balancing.errors import (
     NotAnInteger,
     NotDivisible,
     PlanError,
+    RowsOverCap,
     TooManyDummies,
 )
 from seqlen_balancing.options import OVER_CAP_CHOICES, PlanOptionKeywords, PlanOptions, Unpack
@@ -96,7 +97,6 @@ from seqlen_balancing.planning.rows import (
     empty_rank_plan,
     filled_plan,
     rows_at,
-    rows_error,
     rows_view,
     search_rows,
 )
@@ -299,7 +299,7 @@ def _analyse(
     rule = built.rule
     error = built.error or _floor_error(rule.n, options)
     count = _count(rule, built.workloads, options) if error is None else _NO_COUNT
-    dummies = error is None and options.dummy_micro_batches
+    dummies = error is None and options.dummy_micro_batches  # the group a dummy copies
     dummy = dummy_group(rule, lengths, options.force_group_size, members or None) if dummies else 0
     aside = count.rest
     rest = None if aside is None else RankAnalysis(
@@ -313,7 +313,8 @@ def _analyse(
         [] if aside is None else aside.index, request, members or None, labels)
     if error is None and options.equal_rows_per_micro_batch:  # the count its rows need
         own = search_rows(result)
-        over = rows_error(result, own.rows, own.tolerance) if own.tolerance < own.rows else None
+        tight = own.tolerance < own.rows
+        over = RowsOverCap(own.rows, own.tolerance, request.max_token_len) if tight else None
         return replace(result, error=over, min_count=own.count, equal_rows=own)
     return result
 
@@ -417,8 +418,7 @@ def agreed_count(
     """
     count = roundup_divisible(needed, num_batches_divided_by)
     if count > n_groups and not dummies:
-        needing = None if rank_needing < 0 else rank_needing
-        return 0, CountAboveGroups(count, n_groups, needed, needing)
+        return 0, CountAboveGroups(count, n_groups, needed, None if rank_needing < 0 else rank_needing)
     if count - n_groups > MAX_DUMMY_MICRO_BATCHES:
         return 0, TooManyDummies(count - n_groups, n_groups, count)
     return count, None

@@ -137,15 +137,13 @@ def shared_prefix_costs(
     error = error or _prefix_error(lengths, prefixes, members, labels)
     if error is not None:
         return PrefixParts(error)
-    pad = options.pad_to_multiple_of
-    cap = _usable_cap(max_token_len, options)
-    limit = options.max_samples_per_micro_batch
+    pad, cap = options.pad_to_multiple_of, _usable_cap(max_token_len, options)
     out_costs, out_ids = [0] * len(lengths), [PartId(0, 0, "")] * len(lengths)
     for g, samples in enumerate(members):
         prefix = prefixes[samples[0]]
         head = [aligned_length(lengths[i], pad) for i in samples]
         tail = [aligned_length(lengths[i] - prefix, pad) for i in samples]
-        parts = _split(head, tail, cap, limit)
+        parts = _split(head, tail, cap, options.max_samples_per_micro_batch)
         for k, part in enumerate(parts):
             label = labels[g] if len(parts) == 1 else f"{labels[g]} (part {k + 1} of {len(parts)})"
             for position, j in enumerate(part):

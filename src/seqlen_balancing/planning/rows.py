@@ -122,9 +122,7 @@ def filler_cost(result: RankAnalysis) -> int:
         (1, 8)
     """
     cheapest = min(result.sample_costs, default=0)
-    if result.custom_costs:
-        return cheapest
-    return min(cheapest, aligned_length(1, result.pad_to_multiple_of))
+    return cheapest if result.custom_costs else min(cheapest, aligned_length(1, result.pad_to_multiple_of))
 
 
 def _core(result: RankAnalysis) -> RankAnalysis:
@@ -264,8 +262,8 @@ def search_rows(result: RankAnalysis) -> RowsAt:
     # The count this rank plans alone (rounded up to num_batches_divided_by): its rows there;
     # no fewer than its rows need at the most rows a micro-batch can take.
     most = most_rows(result)
-    fewest = over + -(-sum(rows) // max(most, 1))
-    count = roundup_divisible(max(result.min_count, _floor(result) or 1, fewest), step)
+    count = roundup_divisible(
+        max(result.min_count, _floor(result) or 1, over + -(-sum(rows) // max(most, 1))), step)
     found, tries = None, 0
     while rows and found is None and count - over <= core.n_groups and tries < _SEARCH_BUDGET * span:
         low = _low(result, count)
@@ -349,11 +347,6 @@ def _limit(result: RankAnalysis) -> int:
     return min(limits, default=UNBOUNDED_ROWS)
 
 
-def rows_error(result: RankAnalysis, rows: int, tolerance: int) -> RowsOverCap:
-    """The error of a rank whose tolerance is below ``rows``."""
-    return RowsOverCap(rows, tolerance, result.requested_max_token_len)
-
-
 def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
     """The most rows every micro-batch of ``packing`` (items of the core, real costs) and
     a dummy micro-batch can be topped up to under the cap (:data:`UNBOUNDED_ROWS` when a
@@ -384,13 +377,14 @@ def rows_view(result: RankAnalysis, at: RowsAt, rows: int) -> RankAnalysis:
     Raises:
         ValueError: ``rows`` outside ``at.rows..at.tolerance`` (the agreement rules it out).
     """
+    over = RowsOverCap(rows, at.tolerance, result.requested_max_token_len)
     if not at.rows <= rows <= at.tolerance:
-        raise rows_error(result, rows, at.tolerance).exception()
+        raise over.exception()
     start, sub = at.plan_for(rows)
     if rows != start:
         rule = rows_rule(result, rows)
         if rule is None:
-            raise rows_error(result, rows, at.tolerance).exception()
+            raise over.exception()
         sub = _sub(_core(result), rule, sub._packing)
     if result._rest is None:
         return replace(result, rule=sub.rule, group_sizes=sub.group_sizes,
