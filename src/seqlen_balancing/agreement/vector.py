@@ -281,7 +281,7 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
                                                 -static_count << _RANK_BITS | tag)
         return vector
     vector[_COUNT] = analysis.needed_count << _RANK_BITS | tag
-    groups = _DUMMY_GROUPS if analysis.dummy_micro_batches else _GROUPS
+    groups = _DUMMY_GROUPS if analysis.given.dummy_micro_batches else _GROUPS
     vector[groups] = -analysis.n_groups << _RANK_BITS | tag
     return vector
 
@@ -466,9 +466,7 @@ def verdict(
     reduced = reduce(lambda a, rank: encode(a, rank, static_count))
     reports = gather() if needs_reports(reduced) else None
     count, error, at_fault = decode(reduced, analysis.num_batches_divided_by, reports, global_rank)
-    options = analysis.options
-    if error is not None or static_count is not None or options is None \
-            or not options.equal_rows_per_micro_batch:
+    if error is not None or static_count is not None or not analysis.given.equal_rows_per_micro_batch:
         return count, error, at_fault, 0
     # agreed: every rank makes this collective, each finding its rows at the agreed count
     rows_reduced = reduce(lambda a, rank: encode_rows(a, count, rank))

@@ -441,7 +441,7 @@ def local_count(result: RankAnalysis, rank: int | None = None) -> int:
     if result.error is not None:
         raise result.error.exception(rank)
     count, error = agreed_count(result.needed_count, result.n_groups,
-                                result.num_batches_divided_by, dummies=result.dummy_micro_batches)
+                                result.num_batches_divided_by, dummies=result.given.dummy_micro_batches)
     if error is not None:
         raise error.exception(rank)
     return count
@@ -525,9 +525,9 @@ def build_plan(
         wanted = rows or at.rows
         plan = build_plan(rows_view(result, at, wanted), count, use_dynamic_bsz_balance, agreed=agreed)
         return list(filled_plan(result, plan, wanted))
-    if rows and not result.n_samples and result.dummy_micro_batches:
+    if rows and not result.n_samples and result.given.dummy_micro_batches:
         return list(empty_rank_plan(count, rows))  # the group's rows, as dummies
-    top = count if result.dummy_micro_batches else result.n_groups
+    top = count if result.given.dummy_micro_batches else result.n_groups
     if not result.min_count <= count <= top:
         raise ValueError(
             f"count must be in {result.min_count}..{result.n_groups} for this batch, got {count}"
@@ -539,8 +539,7 @@ def build_plan(
     for g, workload in enumerate(result.group_workloads):
         loads[result.samples_of(g)[0]] = workload
     # asked for (an out-of-memory shows at the first), or lined up with the DP group's ranks
-    asked = result.options is not None and result.options.heaviest_first
-    if asked or (agreed and not use_dynamic_bsz_balance):
+    if result.given.heaviest_first or (agreed and not use_dynamic_bsz_balance):
         ordered = heaviest_first(micro_batches, loads)
     else:
         ordered = order_micro_batches(micro_batches, loads, use_dynamic_bsz_balance)
@@ -696,7 +695,7 @@ def over_cap_messages(result: RankAnalysis, rank: int | None = None) -> list[str
     """
     prefix = "" if rank is None else f"rank {rank} of the DP group: "
     members, labels = result.members, result.group_labels
-    unit = "token positions padded (rows x its widest row)" if result.padded else "tokens"
+    unit = "token positions padded (rows x its widest row)" if result.given.padded else "tokens"
 
     def what(g: int) -> str:
         if members is None:
@@ -705,7 +704,7 @@ def over_cap_messages(result: RankAnalysis, rank: int | None = None) -> list[str
             return f"group {labels[g]} (first sample {members[g][0]})"
         return f"the forced group starting at sample {members[g][0]}"
 
-    limit = result.max_samples_per_micro_batch
+    limit = result.given.max_samples_per_micro_batch
 
     def over(g: int) -> str:
         if result.group_sizes[g] <= result.max_token_len and limit is not None:
@@ -742,7 +741,7 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> tuple[int, Ran
             "num_batches_divided_by"
         )
     count, error = agreed_count(wanted, result.n_groups, divisor,
-                                dummies=result.dummy_micro_batches)
+                                dummies=result.given.dummy_micro_batches)
     if error is not None:
         raise error.exception()
     if result.equal_rows is not None and wanted < result.equal_rows.count:

@@ -213,7 +213,7 @@ def _rows_at(
 
 def _floor(result: RankAnalysis) -> int | None:
     """``min_num_micro_batch`` within the rank's groups (``None``: none)."""
-    floor = result.options.min_num_micro_batch if result.options is not None else None
+    floor = result.given.min_num_micro_batch
     return None if floor is None else min(floor, result.n_groups)
 
 
@@ -342,8 +342,8 @@ def most_rows(result: RankAnalysis) -> int:
 def _limit(result: RankAnalysis) -> int:
     """The most rows the sample limit lets any micro-batch hold (the option's, whatever the
     core's rule keeps), or :data:`UNBOUNDED_ROWS`."""
-    rule = _core(result).rule
-    limits = [n for n in (rule.limit if rule else None, result.max_samples_per_micro_batch) if n is not None]
+    rule, option = _core(result).rule, result.given.max_samples_per_micro_batch
+    limits = [n for n in (rule.limit if rule else None, option) if n is not None]
     return min(limits, default=UNBOUNDED_ROWS)
 
 
@@ -357,7 +357,7 @@ def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
     most = _limit(result)
     if rule.is_padded:
         widths = [rule.width(items) for items in packing if items]
-        if result.dummy_micro_batches:  # a dummy copies the narrowest row
+        if result.given.dummy_micro_batches:  # a dummy copies the narrowest row
             widths.append(min((aligned_length(w, rule.pad) for w in result.sample_costs), default=0))
         return min([most, *(rule.cap // w for w in widths if w > 0)])
     cost = filler_cost(result)
