@@ -149,8 +149,7 @@ def _all_reduce_max(values: list[int], group: Any) -> list[int]:
     """One ``all_reduce(MAX)`` of ``values`` as int64, on the group backend's device."""
     tensor = torch.tensor(values, dtype=torch.int64, device=collective_device(group))
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
-    reduced: list[int] = tensor.tolist()
-    return reduced
+    return [int(value) for value in tensor.tolist()]
 
 
 def agree(

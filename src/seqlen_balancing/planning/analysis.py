@@ -223,5 +223,4 @@ class RowsAt:
     def plan_for(self, rows: int) -> tuple[int, RankAnalysis]:
         """``(from_rows, sub)`` of a plan that takes ``rows`` rows (``rows`` within
         ``rows..tolerance``)."""
-        start, _, sub = next(p for p in self.plans if p[0] <= rows <= p[1])
-        return start, sub
+        return next((start, sub) for start, upto, sub in self.plans if start <= rows <= upto)

@@ -217,14 +217,6 @@ def _floor(result: RankAnalysis) -> int | None:
     return None if floor is None else min(floor, result.n_groups)
 
 
-def _alone(result: RankAnalysis, least: int) -> tuple[int, RankAnalysis]:
-    """Every core item alone, at the most rows one holds (at least ``least``)."""
-    core = _core(result)
-    wanted = max(max(core.rule.rows if core.rule else [], default=0), least, 1)
-    rule = rows_rule(result, wanted)
-    return wanted, _sub(core, rule or core.rule, [[g] for g in range(core.n_groups)])  # type: ignore[arg-type]
-
-
 def _low(result: RankAnalysis, count: int) -> int:
     """The fewest rows a plan of ``count`` micro-batches can hold: the balanced
     ``ceil(rows / count)``, and no fewer than any item's (over-cap ones included)."""
@@ -270,9 +262,11 @@ def search_rows(result: RankAnalysis) -> RowsAt:
         found = _rows_at(result, count, low, min(low + span - 1, most))
         tries += span
         count = count if found else count + step
-    if found is None:
+    if found is None:  # every core item alone, at the most rows one holds
         count = max(count, over + core.n_groups) if rows else max(count, over)
-        found = _alone(result, _low(result, count))
+        alone = max(max(rows, default=0), _low(result, count), 1)
+        found = alone, _sub(core, rows_rule(result, alone) or core.rule,  # type: ignore[arg-type]
+                            [[g] for g in range(core.n_groups)])
     return _extended(result, count, found)
 
 
