@@ -405,11 +405,11 @@ def decode(
     count, error = agreed_count(needed, -neg_groups, num_batches_divided_by, rank_needing)
     if error is not None:
         return at_fault(error.agreed(peers), rank_fewest)
-    if reduced[_DUMMY_GROUPS] != _IDLE:
-        neg_dummy_groups, rank_shortest = _split(reduced[_DUMMY_GROUPS])
-        _, error = agreed_count(count, -neg_dummy_groups, 1, dummies=True)
-        if error is not None:
-            return at_fault(error, rank_shortest)
+    # idle (no rank serves dummies): 2**42 groups, never short
+    neg_dummy_groups, rank_shortest = _split(reduced[_DUMMY_GROUPS])
+    _, error = agreed_count(count, -neg_dummy_groups, 1, dummies=True)
+    if error is not None:
+        return at_fault(error, rank_shortest)
     return count, None, None
 
 
@@ -436,10 +436,8 @@ def decode_rows(
     """``(rows, None, None)``: the rows every micro-batch of the group holds (the most any
     rank needs), or ``(0, error, rank)`` when they exceed what some rank's micro-batches
     take under ``max_token_len`` (that rank named)."""
-    rows = _split(reduced[0])[0] if reduced[0] else 0
-    if reduced[1] == _IDLE:
-        return rows, None, None
-    neg_tolerance, rank_tight = _split(reduced[1])
+    # idle slots read as 0 rows and a tolerance of 2**42, above any rows
+    (rows, _), (neg_tolerance, rank_tight) = _split(reduced[0]), _split(reduced[1])
     if rows <= -neg_tolerance:
         return rows, None, None
     where = None if global_rank is None else global_rank(rank_tight)  # the tightest rank, by both names

@@ -694,14 +694,14 @@ def over_cap_messages(result: RankAnalysis, rank: int | None = None) -> list[str
         'rank 1 of the DP group: sample 0 costs 5000 tokens,'
     """
     prefix = "" if rank is None else f"rank {rank} of the DP group: "
-    members, labels = result.members, result.group_labels
+    members = result.members
     unit = "token positions padded (rows x its widest row)" if result.given.padded else "tokens"
 
     def what(g: int) -> str:
         if members is None:
             return f"sample {g}"
         if result.custom_groups:
-            return f"group {labels[g]} (first sample {members[g][0]})"
+            return f"group {result.group_labels[g]} (first sample {members[g][0]})"
         return f"the forced group starting at sample {members[g][0]}"
 
     limit = result.given.max_samples_per_micro_batch

@@ -191,8 +191,7 @@ def _rows_at(
     """The fewest rows in ``low..high`` at which the core packs into ``count`` micro-batches
     (over-cap ones included), and its analysis, or ``None``."""
     core, over = _core(result), len(result.over_cap_groups)
-    bins = count - over
-    floor = _floor(result)
+    bins, floor = count - over, _floor(result)
     for wanted in range(low, high + 1):
         rule = rows_rule(result, wanted)
         if rule is None or bins < 1:
@@ -302,9 +301,8 @@ def _extended(result: RankAnalysis, count: int, found: tuple[int, RankAnalysis])
     that a rank whose fewest rows' plan is tight can still take the rows a peer needs."""
     tolerance = _tolerance(result, found[1]._packing)
     plans = [(found[0], tolerance, found[1])]
-    core = _core(result)
     for _ in range(_STRETCH):
-        if tolerance >= UNBOUNDED_ROWS or core.rule is None:
+        if tolerance >= UNBOUNDED_ROWS:
             break
         more = _rows_at(result, count, tolerance + 1, tolerance + 1)
         if more is None:
