@@ -42,6 +42,7 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from itertools import accumulate
 from typing import Any
 
 from seqlen_balancing.cost import WorkloadModel
@@ -114,15 +115,14 @@ class Layout:
 
     def __init__(self, *slots: Slot) -> None:
         self.slots = slots
-        self._starts: dict[str, int] = {}
-        at = 0
-        for slot in slots:
-            if slot.name in self._starts or slot.width < 1:
+        names = [slot.name for slot in slots]
+        for i, slot in enumerate(slots):
+            if slot.name in names[:i] or slot.width < 1:
                 raise ValueError(f"slot {slot.name!r}: names are unique and widths at least 1")
-            self._starts[slot.name] = at
-            at += slot.width
+        starts = list(accumulate((slot.width for slot in slots), initial=0))
+        self._starts = dict(zip(names, starts, strict=False))  # the last start is the end
         #: Number of int64 values in the vector.
-        self.size = at
+        self.size = starts[-1]
 
     def start(self, name: str) -> int:
         """Index of the first value of slot ``name``."""
@@ -207,11 +207,10 @@ def settings_of(analysis: RankAnalysis) -> tuple[Setting, ...] | None:
     request = analysis.request
     if request is None:
         return None
-    options = request.options
     settings = []
     for name, opt in OPTIONS.items():
         if opt.agreed:
-            value = getattr(options, name)
+            value = getattr(request.options, name)
             if value is None and name in ("min_num_micro_batch", "num_batches_divided_by"):
                 value = 1  # None plans as 1
             settings.append(_setting(name, value))

@@ -313,8 +313,8 @@ def _analyse(
         [] if aside is None else aside.index, request, members or None, labels)
     if error is None and options.equal_rows_per_micro_batch:  # the count its rows need
         own = search_rows(result)
-        tight = own.tolerance < own.rows
-        over = RowsOverCap(own.rows, own.tolerance, request.max_token_len) if tight else None
+        over = None if own.tolerance >= own.rows else RowsOverCap(own.rows, own.tolerance,
+                                                                  request.max_token_len)
         return replace(result, error=over, min_count=own.count, equal_rows=own)
     return result
 

@@ -152,9 +152,8 @@ def rows_rule(result: RankAnalysis, rows: int) -> Rule | None:
         if rows * cost > rule.cap:
             return None
         sizes = [size - k * cost for size, k in zip(rule.sizes, rule.rows, strict=True)]
-        room = rule.cap - rows * cost
-        if room == 0 and not any(sizes):
-            room = 1  # the same rule (every size 0), and the bounds need a positive cap
+        # no room left with every size 0: the same rule, and the bounds need a positive cap
+        room = max(rule.cap - rows * cost, 0 if any(sizes) else 1)
         out = Rule.sums(sizes, room, rule.rows, rows)
     return out if all(out.fits_alone(i) for i in range(out.n)) else None
 
