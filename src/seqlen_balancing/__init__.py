@@ -45,9 +45,10 @@ if TYPE_CHECKING:
     from seqlen_balancing.global_batch.sampler import BalancedDistributedSampler
 
 # The TensorDict functions and the sampler load torch (and tensordict: seconds); the
-# planning core and the command line do not need them, so they are imported on first use.
-_FROM_BATCH = frozenset(
-    {
+# planning core and the command line do not need them, so they are imported on first use
+# (each name: the module it comes from).
+_LAZY = dict.fromkeys(
+    (
         "calculate_workload",
         "effective_lengths",
         "prepare_dynamic_batch",
@@ -55,24 +56,20 @@ _FROM_BATCH = frozenset(
         "rearrange_micro_batches",
         "restore_dynamic_batch",
         "step_loss_scales",
-    }
-)
-
-
-_FROM_SAMPLER = frozenset({"BalancedDistributedSampler"})
+    ),
+    "seqlen_balancing.batch",
+) | {"BalancedDistributedSampler": "seqlen_balancing.global_batch.sampler"}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _FROM_BATCH or name in _FROM_SAMPLER:
-        room = "seqlen_balancing.batch" if name in _FROM_BATCH else "seqlen_balancing.global_batch.sampler"
-        value = getattr(importlib.import_module(room), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'seqlen_balancing' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'seqlen_balancing' has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(_LAZY[name]), name)
+    return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _FROM_BATCH | _FROM_SAMPLER)
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __version__ = "0.1.0"

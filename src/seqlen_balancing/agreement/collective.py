@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from seqlen_balancing._checks import as_switch
-from seqlen_balancing.agreement.vector import decode, decode_rows, encode, encode_rows, needs_reports, report
+from seqlen_balancing.agreement.vector import report, verdict
 from seqlen_balancing.errors import NotInGroup, PlanError
 from seqlen_balancing.planning.planner import RankAnalysis
 
@@ -134,18 +134,14 @@ def collective_device(group: Any = None) -> torch.device:
         True
     """
     types = _device_types(group)
-    if types is not None:
-        if "cpu" in types:
-            return torch.device("cpu")
+    if types is None:  # a backend torch knows nothing about: the accelerator's, if any
+        accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+        types = [] if accelerator is None else [accelerator.type]
+    if "cpu" not in types:
         for device_type in types:
             device = _current_device(device_type)
             if device is not None:
                 return device
-        return torch.device("cpu")
-    if torch.accelerator.is_available():
-        accelerator = torch.accelerator.current_accelerator()
-        if accelerator is not None:
-            return torch.device(accelerator.type, torch.accelerator.current_device_index())
     return torch.device("cpu")
 
 
@@ -153,8 +149,7 @@ def _all_reduce_max(values: list[int], group: Any) -> list[int]:
     """One ``all_reduce(MAX)`` of ``values`` as int64, on the group backend's device."""
     tensor = torch.tensor(values, dtype=torch.int64, device=collective_device(group))
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
-    reduced: list[int] = tensor.tolist()
-    return reduced
+    return [int(value) for value in tensor.tolist()]
 
 
 def agree(
@@ -191,18 +186,10 @@ def agree(
     def global_rank(group_rank: int) -> int:
         return int(dist.get_global_rank(group, group_rank)) if group is not None else group_rank
 
-    reduced = _all_reduce_max(encode(analysis, rank, static_count), group)
-    reports: list[Any] | None = None
-    if needs_reports(reduced):  # some rank failed or the settings differ: every rank gathers
-        reports = [None] * dist.get_world_size(group)
+    def gather() -> list[Any]:  # some rank failed or the settings differ: every rank gathers
+        reports: list[Any] = [None] * dist.get_world_size(group)
         dist.all_gather_object(reports, report(analysis, static_count), group=group)
-    count, error, at_fault = decode(reduced, analysis.num_batches_divided_by, reports, global_rank)
-    options = analysis.options
-    if error is not None or static_count is not None or options is None:
-        return count, error, at_fault, 0
-    if not options.equal_rows_per_micro_batch:
-        return count, None, None, 0
-    # agreed: every rank makes this collective, each finding its rows at the agreed count
-    rows_reduced = _all_reduce_max(encode_rows(analysis, count, rank), group)
-    rows, error, at_fault = decode_rows(rows_reduced, analysis.requested_max_token_len, global_rank)
-    return (0, error, at_fault, 0) if error is not None else (count, None, None, rows)
+        return reports
+
+    return verdict(analysis, lambda encoder: _all_reduce_max(encoder(analysis, rank), group), gather,
+                   global_rank, static_count)

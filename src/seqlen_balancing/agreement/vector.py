@@ -42,6 +42,7 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from itertools import accumulate
 from typing import Any
 
 from seqlen_balancing.cost import WorkloadModel
@@ -57,13 +58,11 @@ from seqlen_balancing.options import OPTIONS, PlanOptionKeywords, PlanOptions, U
 from seqlen_balancing.planning.planner import (
     RankAnalysis,
     agreed_count,
-    analyse,
+    analyse_with_prefixes,
     build_plan,
-    failed_analysis,
     local_count,
     log_over_cap,
 )
-from seqlen_balancing.planning.prefix import shared_prefix_costs
 from seqlen_balancing.planning.rows import rows_at
 
 __all__ = [
@@ -116,15 +115,14 @@ class Layout:
 
     def __init__(self, *slots: Slot) -> None:
         self.slots = slots
-        self._starts: dict[str, int] = {}
-        at = 0
-        for slot in slots:
-            if slot.name in self._starts or slot.width < 1:
+        names = [slot.name for slot in slots]
+        for i, slot in enumerate(slots):
+            if slot.name in names[:i] or slot.width < 1:
                 raise ValueError(f"slot {slot.name!r}: names are unique and widths at least 1")
-            self._starts[slot.name] = at
-            at += slot.width
+        starts = list(accumulate((slot.width for slot in slots), initial=0))
+        self._starts = dict(zip(names, starts, strict=False))  # the last start is the end
         #: Number of int64 values in the vector.
-        self.size = at
+        self.size = starts[-1]
 
     def start(self, name: str) -> int:
         """Index of the first value of slot ``name``."""
@@ -202,23 +200,24 @@ def settings_of(analysis: RankAnalysis) -> tuple[Setting, ...] | None:
     could not be read (its error speaks).
 
     Example:
+        >>> from seqlen_balancing.planning.planner import analyse
         >>> [s.shown for s in settings_of(analyse([5, 6], 8))][:3]
         ['1', '1', '1']
     """
-    options = analysis.options
-    if options is None:
+    request = analysis.request
+    if request is None:
         return None
     settings = []
     for name, opt in OPTIONS.items():
         if opt.agreed:
-            value = getattr(options, name)
+            value = getattr(request.options, name)
             if value is None and name in ("min_num_micro_batch", "num_batches_divided_by"):
                 value = 1  # None plans as 1
             settings.append(_setting(name, value))
     cap = analysis.requested_max_token_len
     settings.append(_setting("max_token_len", cap) if cap else Setting("max_token_len", None, ""))
-    given = {"costs": analysis.custom_costs, "workloads": analysis.custom_workloads,
-             "group_ids": analysis.custom_groups, "prefix_lengths": analysis.custom_prefixes}
+    given = {"costs": request.costs, "workloads": request.workloads, "group_ids": request.groups,
+             "prefix_lengths": request.prefixes}
     settings += [_setting(name, value, given=True) for name, value in given.items()]
     settings += [_setting(name, value) for name, value in step_settings().items()]
     return tuple(settings)
@@ -277,11 +276,11 @@ def encode(analysis: RankAnalysis, rank: int, static_count: int | None = None) -
     mode = _DYNAMIC_MODE if static_count is None else _STATIC_MODE
     vector[_MODE], vector[_NEG_MODE] = mode << _RANK_BITS | tag, -mode << _RANK_BITS | tag
     if static_count is not None:
-        vector[_STATIC] = static_count << _RANK_BITS | tag
-        vector[_NEG_STATIC] = -static_count << _RANK_BITS | tag
+        vector[_STATIC], vector[_NEG_STATIC] = (static_count << _RANK_BITS | tag,
+                                                -static_count << _RANK_BITS | tag)
         return vector
     vector[_COUNT] = analysis.needed_count << _RANK_BITS | tag
-    groups = _DUMMY_GROUPS if analysis.dummy_micro_batches else _GROUPS
+    groups = _DUMMY_GROUPS if analysis.given.dummy_micro_batches else _GROUPS
     vector[groups] = -analysis.n_groups << _RANK_BITS | tag
     return vector
 
@@ -294,7 +293,7 @@ def combine(vectors: Sequence[Sequence[int]]) -> list[int]:
 def needs_reports(reduced: Sequence[int]) -> bool:
     """Whether the ranks must exchange :class:`Report` s: some rank failed, or two ranks'
     settings differ (the same answer on every rank)."""
-    stated = reduced[_NEG_PRINT] != _IDLE
+    stated = reduced[_NEG_PRINT] != _IDLE  # idle: no rank could state its settings
     return bool(reduced[_FAILED]) or (stated and reduced[_PRINT] != -reduced[_NEG_PRINT])
 
 
@@ -390,29 +389,26 @@ def decode(
         judged = _judge(reports, peers)
         if judged is not None:
             return at_fault(*judged)
-    mode, rank_most = _split(reduced[_MODE])
-    neg_mode, rank_least = _split(reduced[_NEG_MODE])
+    (mode, rank_most), (neg_mode, rank_least) = _split(reduced[_MODE]), _split(reduced[_NEG_MODE])
     if mode != -neg_mode:
-        mixed = ModeMismatch(rank_most, rank_least, peers.global_rank(rank_most),
-                             peers.global_rank(rank_least))
-        return at_fault(mixed, None)
+        return 0, ModeMismatch(rank_most, rank_least, peers.global_rank(rank_most),
+                               peers.global_rank(rank_least)), None
     if mode == _STATIC_MODE:
         (largest, rank_largest), (neg, rank_smallest) = _split(reduced[_STATIC]), _split(reduced[_NEG_STATIC])
         if largest != -neg:
-            differ = StaticCountMismatch(rank_largest, largest, rank_smallest, -neg,
-                                         peers.global_rank(rank_largest), peers.global_rank(rank_smallest))
-            return at_fault(differ, None)
+            return 0, StaticCountMismatch(rank_largest, largest, rank_smallest, -neg,
+                                          peers.global_rank(rank_largest),
+                                          peers.global_rank(rank_smallest)), None
         return largest, None, None
-    needed, rank_needing = _split(reduced[_COUNT])
-    neg_groups, rank_fewest = _split(reduced[_GROUPS])
+    (needed, rank_needing), (neg_groups, rank_fewest) = _split(reduced[_COUNT]), _split(reduced[_GROUPS])
     count, error = agreed_count(needed, -neg_groups, num_batches_divided_by, rank_needing)
     if error is not None:
         return at_fault(error.agreed(peers), rank_fewest)
-    if reduced[_DUMMY_GROUPS] != _IDLE:
-        neg_dummy_groups, rank_shortest = _split(reduced[_DUMMY_GROUPS])
-        _, error = agreed_count(count, -neg_dummy_groups, 1, dummies=True)
-        if error is not None:
-            return at_fault(error, rank_shortest)
+    # idle (no rank serves dummies): 2**42 groups, never short
+    neg_dummy_groups, rank_shortest = _split(reduced[_DUMMY_GROUPS])
+    _, error = agreed_count(count, -neg_dummy_groups, 1, dummies=True)
+    if error is not None:
+        return at_fault(error, rank_shortest)
     return count, None, None
 
 
@@ -439,14 +435,40 @@ def decode_rows(
     """``(rows, None, None)``: the rows every micro-batch of the group holds (the most any
     rank needs), or ``(0, error, rank)`` when they exceed what some rank's micro-batches
     take under ``max_token_len`` (that rank named)."""
-    rows = _split(reduced[0])[0] if reduced[0] else 0
-    if reduced[1] == _IDLE:
-        return rows, None, None
-    neg_tolerance, rank_tight = _split(reduced[1])
+    # idle slots read as 0 rows and a tolerance of 2**42, above any rows
+    (rows, _), (neg_tolerance, rank_tight) = _split(reduced[0]), _split(reduced[1])
     if rows <= -neg_tolerance:
         return rows, None, None
-    where = None if global_rank is None else global_rank(rank_tight)
+    where = None if global_rank is None else global_rank(rank_tight)  # the tightest rank, by both names
     return 0, RowsOverCap(rows, -neg_tolerance, max_token_len, rank=rank_tight, global_rank=where), rank_tight
+
+
+def verdict(
+    analysis: RankAnalysis,
+    reduce: Callable[[Callable[[RankAnalysis, int], list[int]]], list[int]],
+    gather: Callable[[], Sequence[Report]],
+    global_rank: Callable[[int], int] | None = None,
+    static_count: int | None = None,
+) -> tuple[int, PlanError | None, int | None, int]:
+    """The whole agreement as this rank sees it, over whatever moves the vectors: ``reduce``
+    takes an encoder of ``(analysis, rank)`` and returns the MAX of every rank's vector,
+    ``gather`` every rank's :class:`Report` (called only when :func:`needs_reports`). The
+    vector first; under ``equal_rows_per_micro_batch`` (dynamic path, agreed), the rows
+    (:func:`encode_rows`) in one more ``reduce``.
+
+    Returns:
+        ``(count, None, None, rows)`` or ``(0, error, rank at fault or None, 0)``; ``rows``
+        0 without equal rows.
+    """
+    reduced = reduce(lambda a, rank: encode(a, rank, static_count))
+    reports = gather() if needs_reports(reduced) else None
+    count, error, at_fault = decode(reduced, analysis.num_batches_divided_by, reports, global_rank)
+    if error is not None or static_count is not None or not analysis.given.equal_rows_per_micro_batch:
+        return count, error, at_fault, 0
+    # agreed: every rank makes this collective, each finding its rows at the agreed count
+    rows_reduced = reduce(lambda a, rank: encode_rows(a, count, rank))
+    rows, error, at_fault = decode_rows(rows_reduced, analysis.requested_max_token_len, global_rank)
+    return (0, error, at_fault, 0) if error is not None else (count, None, None, rows)
 
 
 def agree_in_process(analyses: Sequence[RankAnalysis]) -> tuple[int, int]:
@@ -456,20 +478,12 @@ def agree_in_process(analyses: Sequence[RankAnalysis]) -> tuple[int, int]:
     Raises:
         TypeError, ValueError: the error every rank of a real group would raise.
     """
-    reduced = combine([encode(a, rank) for rank, a in enumerate(analyses)])
-    reports = [report(a) for a in analyses] if needs_reports(reduced) else None
-    count, error, _ = decode(reduced, analyses[0].num_batches_divided_by, reports)
-    if error is not None:
-        raise error.exception()
-    options = analyses[0].options
-    if options is None or not options.equal_rows_per_micro_batch:
-        return count, 0
-    rows_reduced = combine([encode_rows(a, count, rank) for rank, a in enumerate(analyses)])
-    rows, error, _ = decode_rows(rows_reduced, analyses[0].requested_max_token_len)
+    count, error, _, rows = verdict(
+        analyses[0], lambda encoder: combine([encoder(a, rank) for rank, a in enumerate(analyses)]),
+        lambda: [report(a) for a in analyses])
     if error is not None:
         raise error.exception()
     return count, rows
-
 
 
 @dataclass(frozen=True)
@@ -478,33 +492,6 @@ class RankPlan:
 
     analysis: RankAnalysis
     plan: list[list[int]]
-
-
-def analyse_with_prefixes(
-    seq_lens: Sequence[Any], max_token_len: Any, options: PlanOptions, prefix_lengths: Any, *,
-    costs: Any = None, workloads: Any = None, padded_extents: Any = None, group_ids: Any = None,
-) -> RankAnalysis:
-    """``analyse`` for a rank that may share prompts:
-    ``prefix_lengths`` (``None``: ``analyse`` itself) turned first into the costs and part
-    ids that plan each group's shared prefix once
-    (:func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`), a refusal into this rank's
-    error; the record says what the caller gave (``custom_prefixes``; ``custom_costs`` only
-    for the caller's own costs), so that the DP group checks that every rank gave the same."""
-    if prefix_lengths is None:
-        return analyse(seq_lens, max_token_len, options, costs=costs, workloads=workloads,
-                       padded_extents=padded_extents, group_ids=group_ids)
-    parts = shared_prefix_costs(seq_lens, group_ids, prefix_lengths, max_token_len, options,
-                                costs_given=costs is not None)
-    if parts.error is not None:
-        result = failed_analysis(parts.error, max_token_len, options, costs is not None,
-                                 workloads is not None, group_ids is not None)
-    else:
-        result = analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
-                         group_ids=parts.group_ids)
-    if result.request is None:
-        return result
-    # what the caller gave: its own costs, and prefixes
-    return replace(result, request=replace(result.request, costs=costs is not None, prefixes=True))
 
 
 def plan_ranks(
@@ -638,6 +625,6 @@ def plan_data_parallel(
     given, error = PlanOptions.from_keywords(options, None, option_keywords)
     if error is not None:
         raise error.exception()
-    ranks = plan_ranks(seq_lens_per_rank, max_token_len, given, costs=costs, workloads=workloads,
-                       group_ids=group_ids, prefix_lengths=prefix_lengths)
-    return [rank.plan for rank in ranks]
+    return [rank.plan for rank in plan_ranks(seq_lens_per_rank, max_token_len, given, costs=costs,
+                                             workloads=workloads, group_ids=group_ids,
+                                             prefix_lengths=prefix_lengths)]

@@ -17,12 +17,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from seqlen_balancing.errors import PlanError
+from seqlen_balancing.options import PlanOptions
 
 if TYPE_CHECKING:
-    from seqlen_balancing.options import PlanOptions
     from seqlen_balancing.planning.rule import Rule
 
 __all__ = ["RankAnalysis", "Request"]
+
+#: What an analysis whose options could not be read plans under: verl's behaviour.
+_DEFAULTS = PlanOptions()
 
 
 @dataclass(frozen=True)
@@ -76,25 +79,19 @@ class RankAnalysis:
             from.
         requested_max_token_len: the ``max_token_len`` given (0 when invalid).
         pad_to_multiple_of: per-sequence alignment in tokens (1: none).
-        micro_batch_multiple_of: per-micro-batch rounding in tokens (1: none).
         custom_costs: True when the caller gave ``costs``.
         sample_costs: cost of each sample in tokens (empty on error); padded: its width.
-        padded, max_samples_per_micro_batch: as given (see :mod:`seqlen_balancing.planning.rule`).
         rule: when a micro-batch of groups fits and what it costs, under all of those
             (:class:`~seqlen_balancing.planning.rule.Rule`; ``None`` on error); every algorithm of
             the plan takes it. ``group_sizes`` is its ``sizes``: padded, each group's
             footprint alone.
-        custom_workloads: True when the caller gave ``workloads`` (the balance objective).
         over_cap_groups: with ``over_cap="alone"``, the groups (samples when
             ``force_group_size`` is 1) whose cost is over the cap: each runs alone, in the
             only micro-batches allowed over it. ``min_count`` and ``lower_bound`` count them
             (one micro-batch each, in every plan).
-        dummy_micro_batches: True when a count above ``n_groups`` is served with dummy
-            micro-batches (empty index lists, at the end of the plan) instead of an error.
         dummy_group: with ``dummy_micro_batches``, the group a dummy copies: the cheapest
             under the rule alone (a group that fits before one that does not, then the
             fewest effective tokens, then the lowest index).
-        min_num_micro_batch: the ``min_num_micro_batch`` given (0 when ``None``).
         equal_rows: with ``equal_rows_per_micro_batch``, the rows of this rank's own count
             (:class:`~seqlen_balancing.planning.analysis.RowsAt`: the rows every micro-batch of its
             own plan holds, real and filler, their tolerance under the cap and the plans);
@@ -106,19 +103,14 @@ class RankAnalysis:
         request: what this rank was asked (:class:`Request`; ``None`` when the options
             could not be read: the rank's error says why); the DP group checks that every
             rank has the same (:mod:`seqlen_balancing.agreement`). ``options``,
-            ``requested_max_token_len``, ``custom_costs``, ``custom_workloads``,
-            ``custom_groups`` and the options' values named here (``force_group_size``,
-            ``num_batches_divided_by``, ``pad_to_multiple_of``, ``micro_batch_multiple_of``,
-            ``padded``, ``max_samples_per_micro_batch``, ``dummy_micro_batches``,
-            ``min_num_micro_batch``) are read from it (their defaults without it).
+            ``requested_max_token_len``, ``custom_costs``, ``custom_groups``,
+            ``force_group_size``, ``num_batches_divided_by`` and ``pad_to_multiple_of`` are
+            read from it, every other option through ``given`` (the defaults without it).
         members: the samples of each group, ascending, groups in the order of their first
             sample (``group_ids``' groups, or ``force_group_size``'s consecutive ones), or
             ``None`` when every sample is its own group.
         group_labels: with ``members``, each group's name in messages (its id's repr).
         custom_groups: True when the caller gave ``group_ids`` (agreed by the DP group).
-        custom_prefixes: True when the caller gave ``prefix_lengths`` (agreed by the DP
-            group; the costs and groups are then those of
-            :func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`).
     """
 
     error: PlanError | None
@@ -158,48 +150,25 @@ class RankAnalysis:
         return self.request is not None and self.request.costs
 
     @property
-    def custom_workloads(self) -> bool:
-        return self.request is not None and self.request.workloads
-
-    @property
     def custom_groups(self) -> bool:
         return self.request is not None and self.request.groups
 
     @property
-    def custom_prefixes(self) -> bool:
-        return self.request is not None and self.request.prefixes
+    def given(self) -> PlanOptions:
+        """The options planned under: ``options``, or the defaults where they could not be read."""
+        return _DEFAULTS if self.options is None else self.options
 
     @property
     def force_group_size(self) -> int:
-        return 1 if self.options is None else self.options.force_group_size
+        return self.given.force_group_size
 
     @property
     def num_batches_divided_by(self) -> int:
-        return 1 if self.options is None else self.options.num_batches_divided_by or 1
+        return self.given.num_batches_divided_by or 1
 
     @property
     def pad_to_multiple_of(self) -> int:
-        return 1 if self.options is None else self.options.pad_to_multiple_of
-
-    @property
-    def micro_batch_multiple_of(self) -> int:
-        return 1 if self.options is None else self.options.micro_batch_multiple_of
-
-    @property
-    def padded(self) -> bool:
-        return self.options is not None and self.options.padded
-
-    @property
-    def max_samples_per_micro_batch(self) -> int | None:
-        return None if self.options is None else self.options.max_samples_per_micro_batch
-
-    @property
-    def dummy_micro_batches(self) -> bool:
-        return self.options is not None and self.options.dummy_micro_batches
-
-    @property
-    def min_num_micro_batch(self) -> int:
-        return 0 if self.options is None else self.options.min_num_micro_batch or 0
+        return self.given.pad_to_multiple_of
 
     def micro_batch_cost(self, groups: Sequence[int]) -> int:
         """A micro-batch's cost in tokens (padded: rows x width), before rounding."""
@@ -209,7 +178,7 @@ class RankAnalysis:
     def needed_count(self) -> int:
         """Micro-batches this rank asks the DP group for: ``min_count``, or
         ``min_num_micro_batch`` where dummies may serve a floor above ``n_groups``."""
-        return max(self.min_count, self.min_num_micro_batch)
+        return max(self.min_count, self.given.min_num_micro_batch or 0)
 
     def samples_of(self, g: int) -> list[int]:
         """The sample indices of group ``g``, ascending."""
@@ -217,11 +186,9 @@ class RankAnalysis:
 
     def group_of(self) -> list[int]:
         """Each sample's group. O(n)."""
-        if self.members is None:
-            return list(range(self.n_samples))
         owner = [0] * self.n_samples
-        for g, samples in enumerate(self.members):
-            for i in samples:
+        for g in range(self.n_groups):
+            for i in self.samples_of(g):
                 owner[i] = g
         return owner
 
@@ -256,5 +223,4 @@ class RowsAt:
     def plan_for(self, rows: int) -> tuple[int, RankAnalysis]:
         """``(from_rows, sub)`` of a plan that takes ``rows`` rows (``rows`` within
         ``rows..tolerance``)."""
-        start, _, sub = next(p for p in self.plans if p[0] <= rows <= p[1])
-        return start, sub
+        return next((start, sub) for start, upto, sub in self.plans if start <= rows <= upto)

@@ -73,6 +73,7 @@ from seqlen_balancing.errors import (
     NotAnInteger,
     NotDivisible,
     PlanError,
+    RowsOverCap,
     TooManyDummies,
 )
 from seqlen_balancing.options import OVER_CAP_CHOICES, PlanOptionKeywords, PlanOptions, Unpack
@@ -96,7 +97,6 @@ from seqlen_balancing.planning.rows import (
     empty_rank_plan,
     filled_plan,
     rows_at,
-    rows_error,
     rows_view,
     search_rows,
 )
@@ -115,6 +115,7 @@ __all__ = [
     "RankAnalysis",
     "agreed_count",
     "analyse",
+    "analyse_with_prefixes",
     "balanced_bins",
     "build_plan",
     "failed_analysis",
@@ -227,9 +228,32 @@ def failed_analysis(
     return RankAnalysis(error, request=request)
 
 
+def analyse_with_prefixes(
+    seq_lens: Sequence[Any], max_token_len: Any, options: PlanOptions, prefix_lengths: Any, *,
+    costs: Any = None, workloads: Any = None, padded_extents: Any = None, group_ids: Any = None,
+) -> RankAnalysis:
+    """``analyse`` for a rank that may share prompts: ``prefix_lengths`` (``None``: ``analyse``
+    itself) first turned into the costs and part ids that plan each group's shared prefix once
+    (:func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`), a refusal into this rank's
+    error (:func:`local_count` raises it on a rank planning alone); the request records what the
+    caller gave (prefixes; costs only its own), so the DP group checks every rank gave the same."""
+    if prefix_lengths is None:
+        return analyse(seq_lens, max_token_len, options, costs=costs, workloads=workloads,
+                       padded_extents=padded_extents, group_ids=group_ids)
+    parts = shared_prefix_costs(seq_lens, group_ids, prefix_lengths, max_token_len, options,
+                                costs_given=costs is not None)
+    # what the caller gave (its own costs, and prefixes), whatever the analysis planned with
+    request = replace(_request(max_token_len, options, costs is not None, workloads is not None,
+                               group_ids is not None), prefixes=True)
+    if parts.error is not None:
+        return RankAnalysis(parts.error, request=request)
+    result = analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
+                     group_ids=parts.group_ids)
+    return replace(result, request=request)
+
+
 def _request(
-    max_token_len: Any, options: PlanOptions, costs_given: bool, workloads_given: bool,
-    groups_given: bool,
+    max_token_len: Any, options: PlanOptions, costs_given: bool, workloads_given: bool, groups_given: bool,
 ) -> Request:
     """What the rank was asked, kept error or not: the DP group checks that every rank
     was asked for the same (:mod:`seqlen_balancing.agreement`)."""
@@ -275,7 +299,7 @@ def _analyse(
     rule = built.rule
     error = built.error or _floor_error(rule.n, options)
     count = _count(rule, built.workloads, options) if error is None else _NO_COUNT
-    dummies = error is None and options.dummy_micro_batches
+    dummies = error is None and options.dummy_micro_batches  # the group a dummy copies
     dummy = dummy_group(rule, lengths, options.force_group_size, members or None) if dummies else 0
     aside = count.rest
     rest = None if aside is None else RankAnalysis(
@@ -289,7 +313,8 @@ def _analyse(
         [] if aside is None else aside.index, request, members or None, labels)
     if error is None and options.equal_rows_per_micro_batch:  # the count its rows need
         own = search_rows(result)
-        over = rows_error(result, own.rows, own.tolerance) if own.tolerance < own.rows else None
+        over = None if own.tolerance >= own.rows else RowsOverCap(own.rows, own.tolerance,
+                                                                  request.max_token_len)
         return replace(result, error=over, min_count=own.count, equal_rows=own)
     return result
 
@@ -333,8 +358,7 @@ def _cap(max_token_len: Any, options: PlanOptions, largest: int) -> tuple[PlanEr
     usable = micro_batch_capacity(given, bucket)
     if usable == 0:
         # The advised cap holds a bucket and the costliest group, rounded up to the bucket.
-        needed = max(bucket, -(-largest // bucket) * bucket)
-        return BucketAboveCap(bucket, given, needed), None
+        return BucketAboveCap(bucket, given, max(bucket, -(-largest // bucket) * bucket)), None
     return None, Cap(given, usable, bucket)
 
 
@@ -394,8 +418,7 @@ def agreed_count(
     """
     count = roundup_divisible(needed, num_batches_divided_by)
     if count > n_groups and not dummies:
-        needing = None if rank_needing < 0 else rank_needing
-        return 0, CountAboveGroups(count, n_groups, needed, needing)
+        return 0, CountAboveGroups(count, n_groups, needed, None if rank_needing < 0 else rank_needing)
     if count - n_groups > MAX_DUMMY_MICRO_BATCHES:
         return 0, TooManyDummies(count - n_groups, n_groups, count)
     return count, None
@@ -418,21 +441,18 @@ def local_count(result: RankAnalysis, rank: int | None = None) -> int:
     if result.error is not None:
         raise result.error.exception(rank)
     count, error = agreed_count(result.needed_count, result.n_groups,
-                                result.num_batches_divided_by, dummies=result.dummy_micro_batches)
+                                result.num_batches_divided_by, dummies=result.given.dummy_micro_batches)
     if error is not None:
         raise error.exception(rank)
     return count
-
 
 
 def balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
     """The groups of each of ``count`` best-balanced micro-batches (unordered), verl's
     Karmarkar-Karp partition at ``count`` among the candidates where it fits."""
     if result._rest is not None:  # over-cap groups alone, the others balanced around them
-        over, index = result.over_cap_groups, result._rest_index
-        left = count - len(over)
-        rest = balanced_bins(result._rest, left) if left else []
-        return [[g] for g in over] + [[index[j] for j in b] for b in rest]
+        left = count - len(result.over_cap_groups)
+        return _around_over(result, balanced_bins(result._rest, left) if left else [])
     if count == result.n_groups:
         return [[g] for g in range(count)]
     if result.rule is None:
@@ -441,6 +461,12 @@ def balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
     # so the plan is never less balanced than verl's (its candidate wins ties).
     verl = _fitting_kk(result.rule, result.group_workloads, count)
     return balanced(result.rule, result.group_workloads, result._packing, count, verl)
+
+
+def _around_over(result: RankAnalysis, rest: list[list[int]]) -> list[list[int]]:
+    """Each over-cap group alone, then ``rest``'s bins (over the rest's groups) renumbered."""
+    index = result._rest_index
+    return [[g] for g in result.over_cap_groups] + [[index[j] for j in b] for b in rest]
 
 
 @paused_collector
@@ -499,29 +525,21 @@ def build_plan(
         wanted = rows or at.rows
         plan = build_plan(rows_view(result, at, wanted), count, use_dynamic_bsz_balance, agreed=agreed)
         return list(filled_plan(result, plan, wanted))
-    if rows and not result.n_samples and result.dummy_micro_batches:
+    if rows and not result.n_samples and result.given.dummy_micro_batches:
         return list(empty_rank_plan(count, rows))  # the group's rows, as dummies
-    top = count if result.dummy_micro_batches else result.n_groups
+    top = count if result.given.dummy_micro_batches else result.n_groups
     if not result.min_count <= count <= top:
         raise ValueError(
             f"count must be in {result.min_count}..{result.n_groups} for this batch, got {count}"
         )
     real = min(count, result.n_groups)
-    bins = balanced_bins(result, real)
-    members = result.members
-    if members is None:
-        micro_batches = [sorted(b) for b in bins]
-        loads = result.group_workloads
-    else:
-        micro_batches = [sorted(s for g in b for s in members[g]) for b in bins]
-        # a group's workload at its first sample: a micro-batch weighs its groups' sum
-        loads = [0] * result.n_samples
-        for g, m in enumerate(members):
-            loads[m[0]] = result.group_workloads[g]
+    micro_batches = [sorted(s for g in b for s in result.samples_of(g)) for b in balanced_bins(result, real)]
+    # a group's workload at its first sample: a micro-batch weighs its groups' sum
+    loads = [0] * result.n_samples
+    for g, workload in enumerate(result.group_workloads):
+        loads[result.samples_of(g)[0]] = workload
     # asked for (an out-of-memory shows at the first), or lined up with the DP group's ranks
-    if (result.options is not None and result.options.heaviest_first) or (
-        agreed and not use_dynamic_bsz_balance
-    ):
+    if result.given.heaviest_first or (agreed and not use_dynamic_bsz_balance):
         ordered = heaviest_first(micro_batches, loads)
     else:
         ordered = order_micro_batches(micro_batches, loads, use_dynamic_bsz_balance)
@@ -646,11 +664,8 @@ def plan_micro_batches(
     given, error = PlanOptions.from_keywords(options, None, option_keywords)
     if error is not None:
         raise error.exception()
-    if prefix_lengths is not None:  # each group's prompt counted once: costs and parts
-        costs, group_ids = shared_prefix_costs(seq_lens, group_ids, prefix_lengths, max_token_len,
-                                               given, costs_given=costs is not None).arguments()
-    result = analyse(seq_lens, max_token_len, given, costs=costs, workloads=workloads,
-                     group_ids=group_ids)
+    result = analyse_with_prefixes(seq_lens, max_token_len, given, prefix_lengths, costs=costs,
+                                   workloads=workloads, group_ids=group_ids)
     count = local_count(result)
     if num_micro_batches is not None:
         count, result = _exact_count(result, num_micro_batches)
@@ -679,17 +694,17 @@ def over_cap_messages(result: RankAnalysis, rank: int | None = None) -> list[str
         'rank 1 of the DP group: sample 0 costs 5000 tokens,'
     """
     prefix = "" if rank is None else f"rank {rank} of the DP group: "
-    members, labels = result.members, result.group_labels
-    unit = "token positions padded (rows x its widest row)" if result.padded else "tokens"
+    members = result.members
+    unit = "token positions padded (rows x its widest row)" if result.given.padded else "tokens"
 
     def what(g: int) -> str:
         if members is None:
             return f"sample {g}"
         if result.custom_groups:
-            return f"group {labels[g]} (first sample {members[g][0]})"
+            return f"group {result.group_labels[g]} (first sample {members[g][0]})"
         return f"the forced group starting at sample {members[g][0]}"
 
-    limit = result.max_samples_per_micro_batch
+    limit = result.given.max_samples_per_micro_batch
 
     def over(g: int) -> str:
         if result.group_sizes[g] <= result.max_token_len and limit is not None:
@@ -726,7 +741,7 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> tuple[int, Ran
             "num_batches_divided_by"
         )
     count, error = agreed_count(wanted, result.n_groups, divisor,
-                                dummies=result.dummy_micro_batches)
+                                dummies=result.given.dummy_micro_batches)
     if error is not None:
         raise error.exception()
     if result.equal_rows is not None and wanted < result.equal_rows.count:
@@ -763,9 +778,8 @@ def _reach(result: RankAnalysis, count: int) -> RankAnalysis | None:
         rest = _reach(result._rest, count - over) if count > over else None
         if rest is None:
             return None
-        index = result._rest_index
-        packing = [[g] for g in result.over_cap_groups] + [[index[j] for j in b] for b in rest._packing]
-        return replace(result, _rest=rest, min_count=over + rest.min_count, _packing=packing)
+        return replace(result, _rest=rest, min_count=over + rest.min_count,
+                       _packing=_around_over(result, rest._packing))
     rule = result.rule
     if rule is None:
         return None

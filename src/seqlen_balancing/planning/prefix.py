@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seqlen_balancing._checks import _integer_or_none
-from seqlen_balancing.cost import micro_batch_capacity
+from seqlen_balancing.cost import aligned_length, micro_batch_capacity
 from seqlen_balancing.errors import (
     NotOnePerSample,
     PlanError,
@@ -76,13 +76,6 @@ class PrefixParts:
     error: PlanError | None
     costs: list[int] = field(default_factory=list)
     group_ids: list[PartId] = field(default_factory=list)
-
-    def arguments(self) -> tuple[list[int], list[PartId]]:
-        """``(costs, group_ids)`` to plan with, or the error raised (a call without a DP
-        group, which has no peers to agree with first)."""
-        if self.error is not None:
-            raise self.error.exception()
-        return self.costs, self.group_ids
 
 
 def shared_prefix_costs(
@@ -144,15 +137,13 @@ def shared_prefix_costs(
     error = error or _prefix_error(lengths, prefixes, members, labels)
     if error is not None:
         return PrefixParts(error)
-    pad = options.pad_to_multiple_of
-    cap = _usable_cap(max_token_len, options)
-    limit = options.max_samples_per_micro_batch
+    pad, cap = options.pad_to_multiple_of, _usable_cap(max_token_len, options)
     out_costs, out_ids = [0] * len(lengths), [PartId(0, 0, "")] * len(lengths)
     for g, samples in enumerate(members):
         prefix = prefixes[samples[0]]
-        head = [_up(lengths[i], pad) for i in samples]
-        tail = [_up(lengths[i] - prefix, pad) for i in samples]
-        parts = _split(head, tail, cap, limit)
+        head = [aligned_length(lengths[i], pad) for i in samples]
+        tail = [aligned_length(lengths[i] - prefix, pad) for i in samples]
+        parts = _split(head, tail, cap, options.max_samples_per_micro_batch)
         for k, part in enumerate(parts):
             label = labels[g] if len(parts) == 1 else f"{labels[g]} (part {k + 1} of {len(parts)})"
             for position, j in enumerate(part):
@@ -194,8 +185,7 @@ def _usable_cap(max_token_len: Any, options: PlanOptions) -> int | None:
     cap = _integer_or_none(max_token_len)
     if cap is None or cap < 1 or options.over_cap == "alone":
         return None
-    usable = micro_batch_capacity(cap, options.micro_batch_multiple_of)
-    return usable or None
+    return micro_batch_capacity(cap, options.micro_batch_multiple_of) or None
 
 
 def _split(head: list[int], tail: list[int], cap: int | None, limit: int | None) -> list[list[int]]:
@@ -219,7 +209,3 @@ def _split(head: list[int], tail: list[int], cap: int | None, limit: int | None)
             parts.append([j])
             loads.append(head[j])
     return sorted(parts, key=min)  # numbered by their first sample
-
-
-def _up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple

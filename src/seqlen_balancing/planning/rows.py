@@ -108,13 +108,6 @@ class RowIndices(list):  # type: ignore[type-arg]
         return f"RowIndices({list(self)!r}, filler={self.filler}, filler_row={self.filler_row})"
 
 
-def filler_sample(result: RankAnalysis) -> int:
-    """The sample a filler row is built from (its first token): the cheapest (then the
-    lowest index)."""
-    costs = result.sample_costs
-    return min(range(len(costs)), key=lambda i: (costs[i], i))
-
-
 def filler_cost(result: RankAnalysis) -> int:
     """What one summed-cost filler row costs: a 1-token row, aligned to
     ``pad_to_multiple_of`` (no more than the cheapest sample: a 0-token sample gives a
@@ -129,9 +122,7 @@ def filler_cost(result: RankAnalysis) -> int:
         (1, 8)
     """
     cheapest = min(result.sample_costs, default=0)
-    if result.custom_costs:
-        return cheapest
-    return min(cheapest, aligned_length(1, result.pad_to_multiple_of))
+    return cheapest if result.custom_costs else min(cheapest, aligned_length(1, result.pad_to_multiple_of))
 
 
 def _core(result: RankAnalysis) -> RankAnalysis:
@@ -151,22 +142,19 @@ def rows_rule(result: RankAnalysis, rows: int) -> Rule | None:
         >>> rule.sizes, rule.cap, rule.limit  # a filler row: 1 token
         ([9, 3, 5], 18, 2)
     """
-    core = _core(result)
-    rule = core.rule
-    if rule is None or rows > _limit(result, rule):
+    rule = _core(result).rule
+    if rule is None or rows > _limit(result):
         return None  # every micro-batch, filler rows included, keeps to the sample limit
-    limit = rows
     if rule.is_padded:
-        out = Rule.padded(rule.left or [], rule.right or [], rule.cap, rule.rows, rule.pad, limit, rows)
+        out = Rule.padded(rule.left or [], rule.right or [], rule.cap, rule.rows, rule.pad, rows, rows)
     else:
         cost = filler_cost(result)
         if rows * cost > rule.cap:
             return None
         sizes = [size - k * cost for size, k in zip(rule.sizes, rule.rows, strict=True)]
-        room = rule.cap - rows * cost
-        if room == 0 and not any(sizes):
-            room = 1  # the same rule (every size 0), and the bounds need a positive cap
-        out = Rule.sums(sizes, room, rule.rows, limit)
+        # no room left with every size 0: the same rule, and the bounds need a positive cap
+        room = max(rule.cap - rows * cost, 0 if any(sizes) else 1)
+        out = Rule.sums(sizes, room, rule.rows, rows)
     return out if all(out.fits_alone(i) for i in range(out.n)) else None
 
 
@@ -180,12 +168,8 @@ def empty_rank_tolerance(result: RankAnalysis, row_cost: int) -> int:
         >>> empty_rank_tolerance(analyse([], 100), 7), empty_rank_tolerance(analyse([], 100), 0)
         (14, 1099511627776)
     """
-    rule = result.rule
-    cap = rule.cap if rule is not None else result.max_token_len
     aligned = aligned_length(row_cost, result.pad_to_multiple_of) if row_cost else 0
-    most = cap // aligned if aligned else UNBOUNDED_ROWS
-    limit = rule.limit if rule is not None else None
-    return min(most, limit) if limit is not None else most
+    return min(result.max_token_len // aligned if aligned else UNBOUNDED_ROWS, _limit(result))
 
 
 def empty_rank_plan(count: int, rows: int) -> list[RowIndices]:
@@ -206,8 +190,7 @@ def _rows_at(
     """The fewest rows in ``low..high`` at which the core packs into ``count`` micro-batches
     (over-cap ones included), and its analysis, or ``None``."""
     core, over = _core(result), len(result.over_cap_groups)
-    bins = count - over
-    floor = _floor(result)
+    bins, floor = count - over, _floor(result)
     for wanted in range(low, high + 1):
         rule = rows_rule(result, wanted)
         if rule is None or bins < 1:
@@ -228,16 +211,8 @@ def _rows_at(
 
 def _floor(result: RankAnalysis) -> int | None:
     """``min_num_micro_batch`` within the rank's groups (``None``: none)."""
-    floor = result.options.min_num_micro_batch if result.options is not None else None
+    floor = result.given.min_num_micro_batch
     return None if floor is None else min(floor, result.n_groups)
-
-
-def _alone(result: RankAnalysis, least: int) -> tuple[int, RankAnalysis]:
-    """Every core item alone, at the most rows one holds (at least ``least``)."""
-    core = _core(result)
-    wanted = max(max(core.rule.rows if core.rule else [], default=0), least, 1)
-    rule = rows_rule(result, wanted)
-    return wanted, _sub(core, rule or core.rule, [[g] for g in range(core.n_groups)])  # type: ignore[arg-type]
 
 
 def _low(result: RankAnalysis, count: int) -> int:
@@ -277,17 +252,19 @@ def search_rows(result: RankAnalysis) -> RowsAt:
     # The count this rank plans alone (rounded up to num_batches_divided_by): its rows there;
     # no fewer than its rows need at the most rows a micro-batch can take.
     most = most_rows(result)
-    fewest = over + -(-sum(rows) // max(most, 1))
-    count = roundup_divisible(max(result.min_count, _floor(result) or 1, fewest), step)
+    count = roundup_divisible(
+        max(result.min_count, _floor(result) or 1, over + -(-sum(rows) // max(most, 1))), step)
     found, tries = None, 0
     while rows and found is None and count - over <= core.n_groups and tries < _SEARCH_BUDGET * span:
         low = _low(result, count)
         found = _rows_at(result, count, low, min(low + span - 1, most))
         tries += span
         count = count if found else count + step
-    if found is None:
+    if found is None:  # every core item alone, at the most rows one holds
         count = max(count, over + core.n_groups) if rows else max(count, over)
-        found = _alone(result, _low(result, count))
+        alone = max(max(rows, default=0), _low(result, count), 1)
+        found = alone, _sub(core, rows_rule(result, alone) or core.rule,  # type: ignore[arg-type]
+                            [[g] for g in range(core.n_groups)])
     return _extended(result, count, found)
 
 
@@ -307,9 +284,8 @@ def rows_at(result: RankAnalysis, count: int) -> RowsAt:
         raise ValueError("rows_at needs an analysis made with equal_rows_per_micro_batch=True")
     real = min(count, len(result.over_cap_groups) + _core(result).n_groups)  # the rest are dummies
     low = _low(result, real)
-    better = None
-    if real > own.count and low < own.rows:
-        better = _rows_at(result, real, low, min(low + _span(result), own.rows) - 1)
+    better = None if real <= own.count or low >= own.rows else _rows_at(
+        result, real, low, min(low + _span(result), own.rows) - 1)
     if better is None:  # the plans of the own count, split: the same rows fit
         return replace(own, count=max(count, own.count))
     mine = _extended(result, real, better)
@@ -324,9 +300,8 @@ def _extended(result: RankAnalysis, count: int, found: tuple[int, RankAnalysis])
     that a rank whose fewest rows' plan is tight can still take the rows a peer needs."""
     tolerance = _tolerance(result, found[1]._packing)
     plans = [(found[0], tolerance, found[1])]
-    core = _core(result)
     for _ in range(_STRETCH):
-        if tolerance >= UNBOUNDED_ROWS or core.rule is None:
+        if tolerance >= UNBOUNDED_ROWS:
             break
         more = _rows_at(result, count, tolerance + 1, tolerance + 1)
         if more is None:
@@ -352,54 +327,36 @@ def most_rows(result: RankAnalysis) -> int:
     rule = _core(result).rule
     if rule is None or not rule.n:
         return UNBOUNDED_ROWS
-    most = _limit(result, rule)
-    if rule.is_padded:
-        spans = zip(rule.left or [], rule.right or [], strict=True)
-        widths = [aligned_length(a + b, rule.pad) for a, b in spans]
-        return min([most, *(rule.cap // w for w in widths if w > 0)])
-    cost = filler_cost(result)
-    if cost == 0:
-        return most
-    return max(0, min([most, *(k + (rule.cap - size) // cost for size, k in zip(rule.sizes, rule.rows,
-                                                                                  strict=True))]))
+    return _tolerance(result, [[i] for i in range(rule.n)])  # every item alone
 
 
-def _limit(result: RankAnalysis, rule: Rule) -> int:
+def _limit(result: RankAnalysis) -> int:
     """The most rows the sample limit lets any micro-batch hold (the option's, whatever the
     core's rule keeps), or :data:`UNBOUNDED_ROWS`."""
-    limits = [n for n in (rule.limit, result.max_samples_per_micro_batch) if n is not None]
+    rule, option = _core(result).rule, result.given.max_samples_per_micro_batch
+    limits = [n for n in (rule.limit if rule else None, option) if n is not None]
     return min(limits, default=UNBOUNDED_ROWS)
-
-
-def rows_error(result: RankAnalysis, rows: int, tolerance: int) -> RowsOverCap:
-    """The error of a rank whose tolerance is below ``rows``."""
-    return RowsOverCap(rows, tolerance, result.requested_max_token_len)
 
 
 def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
     """The most rows every micro-batch of ``packing`` (items of the core, real costs) and
     a dummy micro-batch can be topped up to under the cap (:data:`UNBOUNDED_ROWS` when a
     filler row costs nothing and no limit is set)."""
-    core = _core(result)
-    rule = core.rule
+    rule = _core(result).rule
     if rule is None:
         return 0
-    most = _limit(result, rule)
-    cap = rule.cap
+    most = _limit(result)
     if rule.is_padded:
         widths = [rule.width(items) for items in packing if items]
-        if result.dummy_micro_batches:
-            spans = [aligned_length(w, rule.pad) for w in result.sample_costs]
-            widths.append(min(spans, default=0))
-        return min([most, *(cap // w for w in widths if w > 0)])
+        if result.given.dummy_micro_batches:  # a dummy copies the narrowest row
+            widths.append(min((aligned_length(w, rule.pad) for w in result.sample_costs), default=0))
+        return min([most, *(rule.cap // w for w in widths if w > 0)])
     cost = filler_cost(result)
     if cost == 0:
         return most
-    for items in packing:
-        used = sum(rule.sizes[i] for i in items)
-        held = sum(rule.rows[i] for i in items)
-        most = min(most, held + (cap - used) // cost)
-    return max(0, min(most, cap // cost))
+    for items in packing:  # its rows, and as many filler rows as its room under the cap takes
+        most = min(most, sum(rule.rows[i] for i in items) + (rule.cap - rule.cost(items)) // cost)
+    return max(0, min(most, rule.cap // cost))
 
 
 def rows_view(result: RankAnalysis, at: RowsAt, rows: int) -> RankAnalysis:
@@ -411,13 +368,14 @@ def rows_view(result: RankAnalysis, at: RowsAt, rows: int) -> RankAnalysis:
     Raises:
         ValueError: ``rows`` outside ``at.rows..at.tolerance`` (the agreement rules it out).
     """
+    over = RowsOverCap(rows, at.tolerance, result.requested_max_token_len)
     if not at.rows <= rows <= at.tolerance:
-        raise rows_error(result, rows, at.tolerance).exception()
+        raise over.exception()
     start, sub = at.plan_for(rows)
     if rows != start:
         rule = rows_rule(result, rows)
         if rule is None:
-            raise rows_error(result, rows, at.tolerance).exception()
+            raise over.exception()
         sub = _sub(_core(result), rule, sub._packing)
     if result._rest is None:
         return replace(result, rule=sub.rule, group_sizes=sub.group_sizes,
@@ -431,13 +389,11 @@ def filled_plan(result: RankAnalysis, plan: list[list[int]], rows: int) -> list[
     """Each micro-batch of ``plan`` (sample indices; dummies empty) as a
     :class:`RowIndices` topped up to ``rows`` rows: summed costs copy the rank's cheapest
     sample, padded the micro-batch's narrowest row (a dummy: the rank's narrowest)."""
-    core = _core(result)
-    padded = core.rule is not None and core.rule.is_padded
+    rule = _core(result).rule
     costs = result.sample_costs
-    cheapest = filler_sample(result)
-    out = []
-    for part in plan:
-        row = min(part, key=lambda i: (costs[i], i)) if padded and part else cheapest
-        extra = rows - len(part)
-        out.append(RowIndices(part, extra, row if extra else -1))
-    return out
+
+    def copied(part: list[int]) -> int:  # the cheapest row of the part (padded) or of the rank
+        return min(part if rule is not None and rule.is_padded and part else range(len(costs)),
+                   key=lambda i: (costs[i], i))
+
+    return [RowIndices(part, rows - len(part), copied(part) if rows > len(part) else -1) for part in plan]
