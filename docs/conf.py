@@ -72,6 +72,8 @@ nitpick_ignore = [
     ("py:class", "torch.distributed.ProcessGroup"),
     # the parser's namespace (PlanOptions.from_args) and the planner's per-rank record
     ("py:class", "argparse.Namespace"),
+    # the cut's internal record of a padded micro-batch's columns (MicroBatchIndices takes it)
+    ("py:class", "seqlen_balancing.batch.trim.Trim"),
     ("py:class", "seqlen_balancing.planning.analysis.RankAnalysis"),
 ]
 # The standard library's and torch's types in signatures (no intersphinx: offline build)

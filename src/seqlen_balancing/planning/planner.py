@@ -235,7 +235,7 @@ def analyse_with_prefixes(
     """``analyse`` for a rank that may share prompts: ``prefix_lengths`` (``None``: ``analyse``
     itself) first turned into the costs and part ids that plan each group's shared prefix once
     (:func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`), a refusal into this rank's
-    error (:func:`local_count` raises it on a rank planning alone); the request records what the
+    error (``local_count`` raises it on a rank planning alone); the request records what the
     caller gave (prefixes; costs only its own), so the DP group checks every rank gave the same."""
     if prefix_lengths is None:
         return analyse(seq_lens, max_token_len, options, costs=costs, workloads=workloads,
