@@ -27,8 +27,8 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
 from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.dummies import _loss_weight_keys, _zero_from
 from seqlen_balancing.batch.entries import _cut_inputs, _Entries
+from seqlen_balancing.batch.filler import _loss_weight_keys, _zero_from
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_dense, _unwrapped
 from seqlen_balancing.errors import (
     CallerDataRaised,

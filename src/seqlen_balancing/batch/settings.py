@@ -12,10 +12,9 @@ from typing import Any
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDict
 
-from seqlen_balancing._checks import as_switch
+from seqlen_balancing._checks import as_switch, describe
 from seqlen_balancing.batch.kinds import _same_data, _unwrapped
-from seqlen_balancing.batch.verdict import _switch_error
-from seqlen_balancing.errors import MissingSetting, PlanError, PrefixTreeAsked
+from seqlen_balancing.errors import MissingSetting, NotASwitch, PlanError, PrefixTreeAsked
 from seqlen_balancing.options import OPTIONS, PlanOptions
 from seqlen_balancing.planning.planner import argument_error
 
@@ -34,6 +33,11 @@ def _setting(data: TensorDict, key: str, default: Any) -> Any:
     if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":
         value = value.item()
     return value
+
+
+def _switch_error(value: Any, argument: str) -> PlanError | None:
+    """The error for a switch that is not a bool (or 0/1), else ``None``."""
+    return NotASwitch(argument, detail=describe(value)) if as_switch(value) is None else None
 
 
 def _int_setting(
