@@ -23,6 +23,16 @@ sends) while the gradients stay those of the real samples:
 The keys are checked before the agreement (named keys present and tensors; a batch with
 no default key is an error), so a rank that cannot zero its dummies fails with its peers.
 
+A rank with no samples under ``dummy_micro_batches=True`` still runs the agreed count of
+micro-batches, every one a dummy (zero loss weights, an empty index list). A dummy needs a
+row to copy: the first row of ``dummy_template`` (a TensorDict, or a DataProto on
+``prepare_dynamic_batch``, with the batch's keys and dtypes), else one row built from the
+batch's own entries when it has zero rows but known columns (dense entries of shape
+``(0, ...)``: zeros of shape ``(1, ...)``, with one real token in ``attention_mask``'s first
+column, the 1-token placeholder slime places); with nothing to build from, the rank's
+agreed error is :class:`~seqlen_balancing.errors.NoDummyTemplate`. All of it is checked
+before the agreement, so the cut after it cannot fail.
+
 Filler rows (``equal_rows_per_micro_batch``): cut after the agreement, dropped on restore.
 
 Every micro-batch holds the plan's rows ``R``: its real rows, then
@@ -44,23 +54,26 @@ outputs (it restores them as samples after the real ones).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import NonTensorData, TensorDict, TensorDictBase
 
 from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.entries import _Entries
-from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack, _ragged_dim
+from seqlen_balancing.batch.entries import _cut_inputs, _Entries
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_dense, _is_lazy_stack, _ragged_dim
 from seqlen_balancing.batch.nested import _join_rows
 from seqlen_balancing.batch.trim import Trim
 from seqlen_balancing.errors import (
+    DummyTemplateInvalid,
     LossWeightKeyMissing,
     LossWeightNotTensor,
+    NoDummyTemplate,
     NoLossWeightEntry,
     PlanError,
 )
-from seqlen_balancing.planning.rows import RowIndices
+from seqlen_balancing.planning.rows import RowIndices, empty_rank_plan
 
 __all__ = ["DEFAULT_LOSS_WEIGHT_KEYS"]
 
@@ -212,3 +225,79 @@ def _narrowed(value: torch.Tensor, start: int, lengths: list[int]) -> torch.Tens
 def filler_of(part: Sequence[int]) -> int:
     """The filler rows after the real ones of an index list (0 for a plain list)."""
     return int(getattr(part, "filler", 0) or 0)
+
+
+@dataclass
+class _EmptySource:
+    """The one row an empty rank's dummies copy, its entries checked, and its loss-weight
+    keys (:func:`_empty_inputs`)."""
+
+    row: TensorDictBase
+    entries: _Entries
+    keys: tuple[str, ...]
+
+
+def _one_row(batch: TensorDictBase) -> TensorDictBase | None:
+    """One row built from a zero-row batch's own entries (zeros of each dense entry's
+    shape and dtype, one real token in ``attention_mask``), or ``None`` when an entry
+    gives nothing to build from (a nested or non-tensor per-sample entry, no columns)."""
+    out: dict[Any, Any] = {}
+    for key in batch.keys():
+        value = batch.get(key)
+        if isinstance(value, NonTensorData):
+            out[key] = value
+        elif _is_dense(value):
+            out[key] = torch.zeros((1, *value.shape[1:]), dtype=value.dtype, device=value.device)
+        else:
+            return None
+    mask = out.get("attention_mask")
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or mask.shape[1] == 0:
+        return None
+    mask[0, 0] = 1
+    return TensorDict(out, batch_size=[1], device=batch.device)
+
+
+def _empty_inputs(
+    batch: Any, template: Any, named_keys: Any
+) -> tuple[PlanError | None, _EmptySource | None]:
+    """Before the agreement, on a rank with no samples under ``dummy_micro_batches``: the
+    row its dummies copy (``template``'s first, else one built from ``batch``), checked,
+    or the error to agree on."""
+    if template is None:
+        row = _one_row(batch) if isinstance(batch, TensorDictBase) else None
+        if row is None:
+            return NoDummyTemplate(), None
+    elif not isinstance(template, TensorDictBase) or len(template.batch_size) == 0:
+        return DummyTemplateInvalid(0), None
+    elif int(template.batch_size[0]) == 0:
+        return DummyTemplateInvalid(1), None
+    else:
+        try:
+            row = template[0:1]
+        except _READ_ERRORS:
+            return DummyTemplateInvalid(3), None
+    error, keys = _loss_weight_keys(row, named_keys)
+    if error is not None:
+        return (DummyTemplateInvalid(2) if template is not None else error), None
+    error, entries, _ = _cut_inputs(row, {})
+    if error is not None:
+        return DummyTemplateInvalid(3), None
+    return None, _EmptySource(row, entries, keys)
+
+
+def _empty_cut(
+    source: _EmptySource, count: int, agreed_rows: int = 0
+) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
+    """The ``count`` dummies of an empty rank: copies of ``source.row`` with its loss
+    weights zero (``agreed_rows`` copies each under ``equal_rows_per_micro_batch``, else
+    one); their index lists (empty; under equal rows
+    :class:`~seqlen_balancing.planning.rows.RowIndices` with ``agreed_rows`` filler rows, so that
+    ``restore_dynamic_batch`` drops them) and the rows they copy (row 0 of the source)."""
+    rows = [[0] * max(1, agreed_rows) for _ in range(count)]
+    micro_batches = _cut(source.row, rows, source.entries)
+    for micro_batch in micro_batches:
+        for key in source.keys:
+            _zero_from(micro_batch, key, 0)
+    if agreed_rows:
+        return micro_batches, list(empty_rank_plan(count, agreed_rows)), rows
+    return micro_batches, [[] for _ in range(count)], rows

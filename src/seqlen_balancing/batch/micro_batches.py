@@ -20,18 +20,23 @@ from seqlen_balancing._checks import describe
 from seqlen_balancing.agreement import analyse_with_prefixes
 from seqlen_balancing.agreement import collective as distributed
 from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.empty import (
-    _batch_group_ids,
-    _batch_prefix_lengths,
+from seqlen_balancing.batch.entries import _cut_inputs, _Entries
+from seqlen_balancing.batch.filler import (
+    _cut_with_copies,
     _empty_cut,
     _empty_inputs,
     _EmptySource,
+    _loss_weight_keys,
 )
-from seqlen_balancing.batch.entries import _cut_inputs, _Entries
-from seqlen_balancing.batch.filler import _cut_with_copies, _loss_weight_keys
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _unwrapped
 from seqlen_balancing.batch.lengths import _read_lengths
-from seqlen_balancing.batch.settings import _batch_options, _per_sample_entry, _settings
+from seqlen_balancing.batch.settings import (
+    _batch_group_ids,
+    _batch_options,
+    _batch_prefix_lengths,
+    _per_sample_entry,
+    _settings,
+)
 from seqlen_balancing.batch.trim import Trim, trim_inputs
 from seqlen_balancing.errors import (
     LengthsUnreadable,
@@ -292,7 +297,7 @@ def _rearrange_rows(
     (:func:`~seqlen_balancing.batch.trim.trim_inputs`), with ``dummy_micro_batches`` the
     loss-weight keys are checked there too, and ``group_ids`` (ids, or the name of the
     batch's entry holding them) and, on a rank with no samples, the row its dummies copy
-    (``dummy_template``'s or the batch's own: :mod:`~seqlen_balancing.batch.empty`);
+    (``dummy_template``'s or the batch's own: :mod:`~seqlen_balancing.batch.filler`);
     ``prefix_lengths`` are read like ``group_ids`` and turned into costs and parts before
     :func:`~seqlen_balancing.planning.planner.analyse` (:func:`~seqlen_balancing.agreement.
     analyse_with_prefixes`).
