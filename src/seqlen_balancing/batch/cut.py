@@ -73,16 +73,16 @@ def _row_bytes(rest: TensorDictBase) -> int:
     return total // max(1, int(rest.batch_size[0]))
 
 
-def _chunks(sizes: list[int], row_bytes: int) -> list[int]:
-    """How many consecutive micro-batches each gather takes: as many as fit in
+def _chunks(sizes: list[int], row_bytes: int) -> list[range]:
+    """The runs of consecutive micro-batches each gather takes: as many as fit in
     :data:`_CHUNK_BYTES` (at least one). O(number of micro-batches)."""
-    taken, rows, counts = 0, 0, []
-    for size in sizes:
-        if taken and (rows + size) * row_bytes > _CHUNK_BYTES:
-            counts.append(taken)
-            taken, rows = 0, 0
-        taken, rows = taken + 1, rows + size
-    return [*counts, taken] if taken else counts
+    runs, start, rows = [], 0, 0
+    for m, size in enumerate(sizes):
+        if m > start and (rows + size) * row_bytes > _CHUNK_BYTES:
+            runs.append(range(start, m))
+            start, rows = m, 0
+        rows += size
+    return [*runs, range(start, len(sizes))] if sizes else runs
 
 
 def _gathered(
@@ -99,13 +99,11 @@ def _gathered(
     # array -> tensor without a per-item dispatch (torch.tensor: ~25 against ~7 us at 512)
     index = torch.frombuffer(array.array("q", order), dtype=torch.long) if order else torch.zeros(0).long()
     micro_batches: list[TensorDictBase] = []
-    start, row = 0, 0
+    bounds = [0, *itertools.accumulate(sizes)]
     strided = _all_strided(rest)
-    for count in _chunks(sizes, _row_bytes(rest)):
-        taken = sizes[start : start + count]
-        rows = sum(taken)
-        micro_batches.extend(_picked(rest, index[row : row + rows], taken, strided))
-        start, row = start + count, row + rows
+    for run in _chunks(sizes, _row_bytes(rest)):
+        rows = index[bounds[run.start] : bounds[run.stop]]
+        micro_batches.extend(_picked(rest, rows, sizes[run.start : run.stop], strided))
     return micro_batches
 
 
@@ -193,15 +191,13 @@ def _host_join(
     tokens = [sum(sizes[a:b]) for a, b in itertools.pairwise(bounds)]
     per_token = values[:1].numel() * values.element_size() if len(values) else 0
     parts: list[torch.Tensor] = []
-    start = 0
-    for count in _chunks(tokens, per_token):
-        taken = tokens[start : start + count]
+    for run in _chunks(tokens, per_token):
+        taken = tokens[run.start : run.stop]
         joined = torch.empty((sum(taken), *values.shape[1:]), dtype=values.dtype)
-        picked = rows[bounds[start] : bounds[start + count]]
+        picked = rows[bounds[run.start] : bounds[run.stop]]
         if picked:  # (empty micro-batches stay empty: numpy joins no empty list)
             np.concatenate(picked, axis=0, out=_as_array(joined))
-        parts.extend(torch.split(joined, taken) if count > 1 else (joined,))
-        start += count
+        parts.extend(torch.split(joined, taken) if len(run) > 1 else (joined,))
     return parts, sizes
 
 

@@ -493,25 +493,22 @@ def prepare_micro_batches(
     keywords = {name: value for name, value in option_keywords.items() if value is not None}
     given, options_error = PlanOptions.from_keywords(options, verl, keywords)
     dynamic, value = True, 0
+    per_sample = {"costs": costs, "workloads": workloads, "group_ids": group_ids,
+                  "prefix_lengths": prefix_lengths}
     if error is None:
         try:
             error, dynamic, setting = _settings(data)
             value = setting or 0
             given, options_error = _batch_options(data, options, verl, keywords)
-            costs = _per_sample_entry(data, "costs", costs) if dynamic else costs
-            workloads = _per_sample_entry(data, "workloads", workloads) if dynamic else workloads
-            group_ids = _per_sample_entry(data, "group_ids", group_ids) if dynamic else group_ids
-            prefix_lengths = _per_sample_entry(data, "prefix_lengths", prefix_lengths) if dynamic \
-                else prefix_lengths
+            if dynamic:  # each one not given: the batch's entry of its name
+                per_sample = {key: _per_sample_entry(data, key, entry) for key, entry in per_sample.items()}
         except _READ_ERRORS as exc:
             cause, error = exc, LengthsUnreadable(detail=describe(exc))
     if dynamic:
         return _rearrange_rows(
-            data if error is None else None, value, dp_group, given, options_error, error, costs,
-            workloads, same_micro_num_in_dp, group_ids, dummy_template, prefix_lengths,
+            data if error is None else None, value, dp_group, given, options_error, error,
+            same_micro_num_in_dp=same_micro_num_in_dp, dummy_template=dummy_template, **per_sample,
         )[:2]
-    per_sample = {"costs": costs, "workloads": workloads, "group_ids": group_ids,
-                  "prefix_lengths": prefix_lengths}
     return _static(data, dp_group, given, options_error or error, cause, value, per_sample,
                    same_micro_num_in_dp)
 
