@@ -8,8 +8,8 @@ indexes the batch. One module per job:
 * :mod:`~seqlen_balancing.batch.kinds`: what kind of entry a value is;
 * :mod:`~seqlen_balancing.batch.nested`: jagged nested tensors (row lengths, building, offsets);
 * :mod:`~seqlen_balancing.batch.lengths`: effective lengths (:func:`effective_lengths`);
-* :mod:`~seqlen_balancing.batch.entries`: checking every entry before the agreement;
-* :mod:`~seqlen_balancing.batch.cut`: cutting a checked batch into micro-batches;
+* :mod:`~seqlen_balancing.batch.cut`: checking every entry before the agreement, and cutting
+  the checked batch into micro-batches;
 * :mod:`~seqlen_balancing.batch.filler`: the zero-weight copies (dummy micro-batches, filler rows);
 * :mod:`~seqlen_balancing.batch.settings`: ``prepare_micro_batches``' settings from the batch;
 * :mod:`~seqlen_balancing.batch.micro_batches`: :func:`rearrange_micro_batches`,
@@ -25,7 +25,7 @@ every public call here runs in three steps, and only the first may find a proble
 
 1. **Check** (before the one ``all_reduce``): the arguments, the batch's type and batch
    dimension, its length source (mask or jagged ``input_ids``), every entry's kind, layout
-   and device (:mod:`~seqlen_balancing.batch.entries`: dense, nested, sparse COO and 2-D
+   and device (:mod:`~seqlen_balancing.batch.cut`: dense, nested, sparse COO and 2-D
    CSR/CSC tensors, lazy stacks, non-tensor data; anything else is refused naming its key),
    the host offsets the cut will need, and a DataProto's parts (``non_tensor_batch`` a dict
    of arrays with one row per sample, ``meta_info`` deep-copied once). Whatever fails

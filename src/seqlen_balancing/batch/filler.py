@@ -60,8 +60,7 @@ from typing import Any
 import torch
 from tensordict import NonTensorData, TensorDict, TensorDictBase
 
-from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.entries import _cut_inputs, _Entries
+from seqlen_balancing.batch.cut import _cut, _cut_inputs, _Entries
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_dense, _is_lazy_stack, _ragged_dim
 from seqlen_balancing.batch.nested import _join_rows
 from seqlen_balancing.batch.trim import Trim

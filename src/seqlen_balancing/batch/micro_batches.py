@@ -19,8 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 from seqlen_balancing._checks import describe
 from seqlen_balancing.agreement import analyse_with_prefixes
 from seqlen_balancing.agreement import collective as distributed
-from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.entries import _cut_inputs, _Entries
+from seqlen_balancing.batch.cut import _cut, _cut_inputs, _Entries
 from seqlen_balancing.batch.filler import (
     _cut_with_copies,
     _empty_cut,
