@@ -163,7 +163,9 @@ def test_chunks_take_what_fits() -> None:
     for _ in range(300):
         sizes = [rng.randint(1, 9) for _ in range(rng.randint(1, 12))]
         row_bytes = rng.choice([1, 100, 1 << 20, 3 << 20])
-        counts = cut._chunks(sizes, row_bytes)
+        runs = cut._chunks(sizes, row_bytes)
+        assert [m for run in runs for m in run] == list(range(len(sizes)))  # consecutive runs
+        counts = [len(run) for run in runs]
         assert sum(counts) == len(sizes) and all(c >= 1 for c in counts)
         start = 0
         for c, count in enumerate(counts):

@@ -138,7 +138,7 @@ def test_imports_are_read_at_any_depth_and_relative() -> None:
     # cli/entry.py imports its subcommands inside functions; those edges must be seen
     assert f"{PACKAGE}.cli.step" in GRAPH[f"{PACKAGE}.cli.entry"]
     assert f"{PACKAGE}.batch.micro_batches" in GRAPH[f"{PACKAGE}.batch"]
-    assert f"{PACKAGE}.agreement.collective" in GRAPH[f"{PACKAGE}.batch.verdict"]
+    assert f"{PACKAGE}.agreement.collective" in GRAPH[f"{PACKAGE}.batch.micro_batches"]
 
 
 def test_no_import_cycle_in_src() -> None:

@@ -8,13 +8,12 @@ indexes the batch. One module per job:
 * :mod:`~seqlen_balancing.batch.kinds`: what kind of entry a value is;
 * :mod:`~seqlen_balancing.batch.nested`: jagged nested tensors (row lengths, building, offsets);
 * :mod:`~seqlen_balancing.batch.lengths`: effective lengths (:func:`effective_lengths`);
-* :mod:`~seqlen_balancing.batch.entries`: checking every entry before the agreement;
-* :mod:`~seqlen_balancing.batch.verdict`: whether to agree, and the agreed count or error;
-* :mod:`~seqlen_balancing.batch.cut`: cutting a checked batch into micro-batches;
-* :mod:`~seqlen_balancing.batch.dummies`: dummy micro-batches (``dummy_micro_batches``);
+* :mod:`~seqlen_balancing.batch.cut`: checking every entry before the agreement, and cutting
+  the checked batch into micro-batches;
+* :mod:`~seqlen_balancing.batch.filler`: the zero-weight copies (dummy micro-batches, filler rows);
 * :mod:`~seqlen_balancing.batch.settings`: ``prepare_micro_batches``' settings from the batch;
 * :mod:`~seqlen_balancing.batch.micro_batches`: :func:`rearrange_micro_batches`,
-  :func:`prepare_micro_batches`;
+  :func:`prepare_micro_batches`, and the verdict (whether to agree, the agreed count or error);
 * :mod:`~seqlen_balancing.batch.trim`: padded micro-batches cut to their width, and back;
 * :mod:`~seqlen_balancing.batch.restore`: :func:`restore_dynamic_batch`;
 * :mod:`~seqlen_balancing.batch.dataproto`: :func:`prepare_dynamic_batch`;
@@ -26,16 +25,16 @@ every public call here runs in three steps, and only the first may find a proble
 
 1. **Check** (before the one ``all_reduce``): the arguments, the batch's type and batch
    dimension, its length source (mask or jagged ``input_ids``), every entry's kind, layout
-   and device (:mod:`~seqlen_balancing.batch.entries`: dense, nested, sparse COO and 2-D
+   and device (:mod:`~seqlen_balancing.batch.cut`: dense, nested, sparse COO and 2-D
    CSR/CSC tensors, lazy stacks, non-tensor data; anything else is refused naming its key),
    the host offsets the cut will need, and a DataProto's parts (``non_tensor_batch`` a dict
    of arrays with one row per sample, ``meta_info`` deep-copied once). Whatever fails
    becomes an error record (:mod:`seqlen_balancing.errors`: named fields, an entry's key
    among them, that the agreement carries as integers), so that it travels through the
    agreement.
-2. **Agree** (:mod:`~seqlen_balancing.batch.verdict`): one ``all_reduce`` of the error codes
-   and counts; every rank of the group raises the same ``ValueError``/``TypeError``, or none
-   does.
+2. **Agree** (:mod:`~seqlen_balancing.batch.micro_batches`' ``_finish``): one ``all_reduce``
+   of the error codes and counts; every rank of the group raises the same
+   ``ValueError``/``TypeError``, or none does.
 3. **Cut** (after the agreement, :mod:`~seqlen_balancing.batch.cut`): only what step 1 read
    and let through is used, and every entry kind step 1 lets through has its cutting there,
    so nothing raises for a batch that passed: a rank never fails alone while its peers

@@ -1,7 +1,11 @@
-"""Cutting a checked batch into micro-batches by the plan's row indices.
+"""Checking every entry of a batch before the agreement, and cutting it by the plan's rows.
 
-Cutting a checked batch into micro-batches by the plan's row indices (dense, nested,
-sparse and lazy-stack entries); nothing here raises for a batch that passed the checks.
+Every entry of the batch is checked before the agreement (:func:`_cut_inputs`: its kind,
+layout and device, and what the cut will need, host offsets and entries cut apart; a
+problem becomes a :class:`~seqlen_balancing.errors.PlanError` that travels through the
+agreement), so that nothing fails after it; the checked batch is then cut into micro-batches by the plan's row
+indices (dense, nested, sparse and lazy-stack entries, :func:`_cut`): nothing here raises
+for a batch that passed the checks.
 """
 
 from __future__ import annotations
@@ -9,16 +13,136 @@ from __future__ import annotations
 import array
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 import torch
-from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, NonTensorData, TensorDict, TensorDictBase
 
-from seqlen_balancing.batch.entries import _Entries
-from seqlen_balancing.batch.kinds import _COMPRESSED, _SIGNED, _carrier, _lazy_stack, _ragged_dim, _select
+from seqlen_balancing._checks import describe
+from seqlen_balancing.batch.kinds import (
+    _COMPRESSED,
+    _READ_ERRORS,
+    _SIGNED,
+    _carrier,
+    _is_dense,
+    _is_lazy_stack,
+    _lazy_stack,
+    _ragged_dim,
+    _select,
+)
 from seqlen_balancing.batch.nested import _jagged, _local_offsets, _rows_of
 from seqlen_balancing.collector import paused_collector
+from seqlen_balancing.errors import EntryLayout, EntryOnMeta, EntryStack, EntryUnreadable, PlanError
+
+
+@dataclass
+class _Entries:
+    """What the cut needs to know about a batch, read before the agreement.
+
+    ``offsets``: host offsets of packed jagged entries, by key. ``by_rows``: the batch is a
+    lazy stack along dim 0, cut by picking its rows (each row a TensorDict). ``apart``: the
+    entries tensordict's own indexing cannot cut (nested and sparse tensors, lazy stacks
+    along dim 0, dense tensors of a dtype some index kernel lacks), with how to cut each:
+    ``"nested"``, ``"stack"``, ``"rows"`` (sparse and dense tensors, picked by rows).
+    """
+
+    offsets: dict[Any, list[int]] = field(default_factory=dict)
+    by_rows: bool = False
+    apart: list[tuple[Any, Any, str]] = field(default_factory=list)
+
+
+def _entry_problem(key: Any, value: Any, entries: _Entries) -> PlanError | None:
+    """Why entry ``key`` cannot be cut by rows, or ``None``; records how to cut it.
+    ``NonTensorData`` (a scalar, kept) and ``NonTensorStack`` (picked by rows) are
+    tensordict's to index, as are tensorclasses and other collections."""
+    if _is_lazy_stack(value):
+        if int(value.stack_dim) == 0:
+            entries.apart.append((key, value, "stack"))
+            return None
+        # Cut by tensordict's indexing of every row, which needs its entries dense.
+        try:
+            dense = all(_is_dense(leaf) for leaf in value.values(include_nested=True, leaves_only=True))
+        except _READ_ERRORS:
+            dense = False
+        return None if dense else EntryStack(key)
+    if not isinstance(value, torch.Tensor):
+        return None
+    if _is_dense(value):
+        if _carrier(value.dtype) is not value.dtype:  # rows copied as a signed integer's bits
+            entries.apart.append((key, value, "rows"))
+        return None
+    sparse = value.layout == torch.sparse_coo or value.layout in _COMPRESSED
+    if not (sparse or value.is_nested):
+        return EntryLayout(key)
+    if value.device.type == "meta":
+        return EntryOnMeta(key)
+    if value.layout in _COMPRESSED and (value.dim() != 2 or value.dense_dim() != 0):
+        return EntryLayout(key)
+    entries.apart.append((key, value, "rows" if sparse else "nested"))
+    packed = value.layout == torch.jagged and getattr(value, "lengths")() is None  # noqa: B009
+    if packed and key not in entries.offsets:
+        entries.offsets[key] = getattr(value, "offsets")().tolist()  # noqa: B009 (nested-only API)
+    return None
+
+
+def _node_problem(
+    node: TensorDictBase, prefix: tuple[str, ...], entries: _Entries
+) -> tuple[PlanError | None, BaseException | None]:
+    """:func:`_entry_problem` of every entry under ``node`` (keys nested under ``prefix``),
+    with the exception that reading an entry raised
+    (:class:`~seqlen_balancing.errors.EntryUnreadable`, its key)."""
+    for name in list(node.keys()):
+        key: Any = (*prefix, name) if prefix else name
+        try:
+            value = node.get(name)
+            if isinstance(value, TensorDictBase) and not isinstance(
+                value, (LazyStackedTensorDict, NonTensorData)
+            ):
+                error, cause = _node_problem(value, (*prefix, name), entries)
+            else:
+                error, cause = _entry_problem(key, value, entries), None
+        except _READ_ERRORS as exc:
+            return EntryUnreadable(key, detail=describe(exc)), exc
+        if error is not None:
+            return error, cause
+    return None, None
+
+
+def _cut_inputs(
+    batch: TensorDict, known: dict[Any, list[int]]
+) -> tuple[PlanError | None, _Entries, BaseException | None]:
+    """Check every entry of ``batch`` before any rank commits to a plan (DESIGN: fail
+    before the collective), and read what :func:`_cut` reads from the host.
+
+    Every entry is one of the kinds the cut handles, or the error names its key:
+
+    * dense tensors (any device, the meta device included, any strides, zero-size dims),
+      ``NonTensorData`` (kept whole), ``NonTensorStack`` and other tensor collections:
+      gathered by tensordict; a dense tensor of any dtype some index kernel lacks
+      (uint16/32/64, float8, the sub-byte and bits dtypes) is picked apart, its rows
+      copied as the signed integer of its element size (:func:`~seqlen_balancing.batch.kinds._select`);
+    * nested tensors (strided or jagged, any ragged dimension, with or without holes):
+      rebuilt from their rows; on the meta device they hold no rows
+      (:class:`~seqlen_balancing.errors.EntryOnMeta`),
+      and a packed jagged one has its offsets read here (one host copy per key, kept for
+      the cut, ``known`` entries reused; a failure is :class:`~seqlen_balancing.errors.EntryUnreadable`);
+    * sparse COO tensors (picked with ``index_select``) and 2-D CSR/CSC tensors (picked
+      through COO); other sparse layouts are :class:`~seqlen_balancing.errors.EntryLayout` (TypeError);
+    * lazy stacks along dim 0 (the batch itself or a nested entry): cut by picking rows,
+      so their rows may differ in shape; a lazy stack along another dimension must hold
+      dense entries of one shape, else :class:`~seqlen_balancing.errors.EntryStack` (TypeError).
+
+    Returns ``(error, entries, cause)``; the error names the entry's key, so that it can be
+    agreed on like any other batch problem.
+    """
+    entries = _Entries(offsets=dict(known))
+    if _is_lazy_stack(batch) and int(batch.stack_dim) == 0:
+        entries.by_rows = True  # each row is cloned whole: no entry is indexed
+        return None, entries, None
+    error, cause = _node_problem(batch, (), entries)
+    return error, entries, cause
 
 
 def _pick_rows(tensor: torch.Tensor, rows: list[int], copy: bool = True) -> torch.Tensor:
@@ -73,16 +197,16 @@ def _row_bytes(rest: TensorDictBase) -> int:
     return total // max(1, int(rest.batch_size[0]))
 
 
-def _chunks(sizes: list[int], row_bytes: int) -> list[int]:
-    """How many consecutive micro-batches each gather takes: as many as fit in
+def _chunks(sizes: list[int], row_bytes: int) -> list[range]:
+    """The runs of consecutive micro-batches each gather takes: as many as fit in
     :data:`_CHUNK_BYTES` (at least one). O(number of micro-batches)."""
-    taken, rows, counts = 0, 0, []
-    for size in sizes:
-        if taken and (rows + size) * row_bytes > _CHUNK_BYTES:
-            counts.append(taken)
-            taken, rows = 0, 0
-        taken, rows = taken + 1, rows + size
-    return [*counts, taken] if taken else counts
+    runs, start, rows = [], 0, 0
+    for m, size in enumerate(sizes):
+        if m > start and (rows + size) * row_bytes > _CHUNK_BYTES:
+            runs.append(range(start, m))
+            start, rows = m, 0
+        rows += size
+    return [*runs, range(start, len(sizes))] if sizes else runs
 
 
 def _gathered(
@@ -99,13 +223,11 @@ def _gathered(
     # array -> tensor without a per-item dispatch (torch.tensor: ~25 against ~7 us at 512)
     index = torch.frombuffer(array.array("q", order), dtype=torch.long) if order else torch.zeros(0).long()
     micro_batches: list[TensorDictBase] = []
-    start, row = 0, 0
+    bounds = [0, *itertools.accumulate(sizes)]
     strided = _all_strided(rest)
-    for count in _chunks(sizes, _row_bytes(rest)):
-        taken = sizes[start : start + count]
-        rows = sum(taken)
-        micro_batches.extend(_picked(rest, index[row : row + rows], taken, strided))
-        start, row = start + count, row + rows
+    for run in _chunks(sizes, _row_bytes(rest)):
+        rows = index[bounds[run.start] : bounds[run.stop]]
+        micro_batches.extend(_picked(rest, rows, sizes[run.start : run.stop], strided))
     return micro_batches
 
 
@@ -193,15 +315,13 @@ def _host_join(
     tokens = [sum(sizes[a:b]) for a, b in itertools.pairwise(bounds)]
     per_token = values[:1].numel() * values.element_size() if len(values) else 0
     parts: list[torch.Tensor] = []
-    start = 0
-    for count in _chunks(tokens, per_token):
-        taken = tokens[start : start + count]
+    for run in _chunks(tokens, per_token):
+        taken = tokens[run.start : run.stop]
         joined = torch.empty((sum(taken), *values.shape[1:]), dtype=values.dtype)
-        picked = rows[bounds[start] : bounds[start + count]]
+        picked = rows[bounds[run.start] : bounds[run.stop]]
         if picked:  # (empty micro-batches stay empty: numpy joins no empty list)
             np.concatenate(picked, axis=0, out=_as_array(joined))
-        parts.extend(torch.split(joined, taken) if count > 1 else (joined,))
-        start += count
+        parts.extend(torch.split(joined, taken) if len(run) > 1 else (joined,))
     return parts, sizes
 
 

@@ -15,8 +15,7 @@ import torch
 
 from seqlen_balancing._checks import describe
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_lazy_stack
-from seqlen_balancing.batch.micro_batches import _rearrange_rows
-from seqlen_balancing.batch.verdict import _batch_problem
+from seqlen_balancing.batch.micro_batches import _batch_problem, _rearrange_rows
 from seqlen_balancing.errors import (
     DummyTemplateInvalid,
     MetaInfoNotCopyable,

@@ -1,4 +1,39 @@
-"""Filler rows (``equal_rows_per_micro_batch``): cut after the agreement, dropped on restore.
+"""Zero-weight copies: dummy micro-batches and filler rows, their loss-weight keys checked first.
+
+With ``dummy_micro_batches=True`` a rank whose samples (or forced groups) are fewer than the
+agreed count runs the missing micro-batches as dummies, so that every rank makes the same
+number of forward/backward passes (and so the same collectives: gradient syncs, pipeline
+sends) while the gradients stay those of the real samples:
+
+* a dummy is a copy of the rank's cheapest real row under the plan's rule (its cheapest
+  forced group, with ``force_group_size > 1``; the fewest effective tokens on a tie), the
+  cheapest pass the model can make on data it accepts; with ``padded=True`` it is cut to
+  its own width, as every micro-batch is;
+* every loss-weight entry of the dummy is zero (``torch.zeros_like``): by default those of
+  ``loss_mask`` and ``response_mask`` the batch holds (verl's loss weights), else the keys
+  the caller names (``loss_weight_keys``). A loss summed over weighted tokens, or divided
+  by a token count taken from the real batch (verl's ``batch_num_tokens``), then gets
+  nothing from a dummy, and neither do the gradients;
+* dummies come last and their index list is empty (``[]``): concatenating the outputs of
+  every micro-batch in order puts the dummies' rows after every real row, so verl's own
+  restore (``torch.cat``, then ``get_reverse_idx`` of the flattened lists, which only holds
+  real rows) gives back exactly the real rows, and
+  :func:`~seqlen_balancing.batch.restore.restore_dynamic_batch` drops them.
+
+The keys are checked before the agreement (named keys present and tensors; a batch with
+no default key is an error), so a rank that cannot zero its dummies fails with its peers.
+
+A rank with no samples under ``dummy_micro_batches=True`` still runs the agreed count of
+micro-batches, every one a dummy (zero loss weights, an empty index list). A dummy needs a
+row to copy: the first row of ``dummy_template`` (a TensorDict, or a DataProto on
+``prepare_dynamic_batch``, with the batch's keys and dtypes), else one row built from the
+batch's own entries when it has zero rows but known columns (dense entries of shape
+``(0, ...)``: zeros of shape ``(1, ...)``, with one real token in ``attention_mask``'s first
+column, the 1-token placeholder slime places); with nothing to build from, the rank's
+agreed error is :class:`~seqlen_balancing.errors.NoDummyTemplate`. All of it is checked
+before the agreement, so the cut after it cannot fail.
+
+Filler rows (``equal_rows_per_micro_batch``): cut after the agreement, dropped on restore.
 
 Every micro-batch holds the plan's rows ``R``: its real rows, then
 :attr:`~seqlen_balancing.planning.rows.RowIndices.filler` rows of one token, each the first token of
@@ -9,29 +44,88 @@ along the ragged dimension, else ``attention_mask`` cut to its first real token 
 row keeps its width, which the cost counts anyway). So a filler row costs what the plan
 counted for it (:func:`~seqlen_balancing.planning.rows.filler_cost`). Each filler
 row's loss-weight entries are zero (``loss_mask`` and ``response_mask`` by default, or
-``loss_weight_keys``; checked before the agreement as for dummies,
-:mod:`seqlen_balancing.batch.dummies`), so a loss summed over weighted tokens gets nothing
-from it, and neither do the gradients. The index lists hold the real rows only and carry
-the filler count, which :func:`~seqlen_balancing.batch.restore.restore_dynamic_batch`
-reads to drop the filler rows' outputs (it restores them as samples after the real ones).
+``loss_weight_keys``; checked before the agreement as for dummies), so a loss summed over
+weighted tokens gets nothing from it, and neither do the gradients. The index lists hold
+the real rows only and carry the filler count, which
+:func:`~seqlen_balancing.batch.restore.restore_dynamic_batch` reads to drop the filler rows'
+outputs (it restores them as samples after the real ones).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import NonTensorData, TensorDict, TensorDictBase
 
-from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.dummies import _rows, _zero_from
-from seqlen_balancing.batch.entries import _Entries
-from seqlen_balancing.batch.kinds import _ragged_dim
+from seqlen_balancing.batch.cut import _cut, _cut_inputs, _Entries
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _is_dense, _is_lazy_stack, _ragged_dim
 from seqlen_balancing.batch.nested import _join_rows
 from seqlen_balancing.batch.trim import Trim
-from seqlen_balancing.planning.rows import RowIndices
+from seqlen_balancing.errors import (
+    DummyTemplateInvalid,
+    LossWeightKeyMissing,
+    LossWeightNotTensor,
+    NoDummyTemplate,
+    NoLossWeightEntry,
+    PlanError,
+)
+from seqlen_balancing.planning.rows import RowIndices, empty_rank_plan
 
-__all__: list[str] = []
+__all__ = ["DEFAULT_LOSS_WEIGHT_KEYS"]
+
+#: The loss-weight entries a dummy zeroes by default: verl's, those the batch holds.
+DEFAULT_LOSS_WEIGHT_KEYS = ("loss_mask", "response_mask")
+
+
+def _loss_weight_keys(
+    batch: TensorDict, named: tuple[str, ...] | None
+) -> tuple[PlanError | None, tuple[str, ...]]:
+    """The keys to zero in the dummies (``named``: the options' ``loss_weight_keys``, which
+    :class:`~seqlen_balancing.PlanOptions` checked), or the error to agree on (before the
+    agreement)."""
+    keys = named or tuple(key for key in DEFAULT_LOSS_WEIGHT_KEYS if key in batch.keys())
+    if not keys:
+        return NoLossWeightEntry(), ()
+    for key in keys:
+        if key not in batch.keys():
+            return LossWeightKeyMissing(key), ()
+        try:
+            # A lazy stack along dim 0 is cut (and zeroed) row by row: its rows may differ.
+            tensors = all(isinstance(row.get(key), torch.Tensor) for row in _rows(batch))
+        except _READ_ERRORS as exc:
+            return LossWeightNotTensor(key, detail=repr(exc)[:80]), ()
+        if not tensors:
+            return LossWeightNotTensor(key), ()
+    return None, keys
+
+
+def _rows(batch: TensorDict) -> list[Any]:
+    """The TensorDicts a loss weight is read from and zeroed in: a lazy stack along dim 0
+    row by row, any other batch whole."""
+    if _is_lazy_stack(batch) and int(getattr(batch, "stack_dim", 0)) == 0:
+        return list(getattr(batch, "tensordicts"))  # noqa: B009 (lazy-stack-only API)
+    return [batch]
+
+
+def _zero_from(micro_batch: TensorDictBase, key: str, start: int) -> None:
+    """Zero ``key`` in the rows ``start:`` of ``micro_batch`` (a copy: the input is never
+    written): a dummy's whole entry and a lazy stack's rows replaced by zeros (any layout),
+    filler rows in place (dense entries by a slice, nested ones row by row)."""
+    parts = _rows(micro_batch)
+    if parts[0] is not micro_batch or start == 0:
+        for row in parts[start:]:
+            row.set(key, torch.zeros_like(row.get(key)))
+        return
+    value = micro_batch.get(key)
+    if value.is_nested:
+        for row in value.unbind()[start:]:
+            row.zero_()
+    else:
+        value[start:] = 0
+
 
 
 def _cut_with_copies(
@@ -39,7 +133,7 @@ def _cut_with_copies(
     trim: Trim | None = None, pad: int = 1, dummy: Sequence[int] = (),
 ) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
     """The micro-batches of ``plan`` with their zero-weight copies: an empty list (a dummy,
-    :mod:`~seqlen_balancing.batch.dummies`) holds copies of the ``dummy`` rows, a
+    above) holds copies of the ``dummy`` rows, a
     :class:`~seqlen_balancing.planning.rows.RowIndices` its filler rows after its real ones
     (cut to one token); those rows' ``keys`` zeroed. Returns the micro-batches, the index
     lists to return (the real rows: a dummy's empty, with the filler count) and the rows
@@ -130,3 +224,79 @@ def _narrowed(value: torch.Tensor, start: int, lengths: list[int]) -> torch.Tens
 def filler_of(part: Sequence[int]) -> int:
     """The filler rows after the real ones of an index list (0 for a plain list)."""
     return int(getattr(part, "filler", 0) or 0)
+
+
+@dataclass
+class _EmptySource:
+    """The one row an empty rank's dummies copy, its entries checked, and its loss-weight
+    keys (:func:`_empty_inputs`)."""
+
+    row: TensorDictBase
+    entries: _Entries
+    keys: tuple[str, ...]
+
+
+def _one_row(batch: TensorDictBase) -> TensorDictBase | None:
+    """One row built from a zero-row batch's own entries (zeros of each dense entry's
+    shape and dtype, one real token in ``attention_mask``), or ``None`` when an entry
+    gives nothing to build from (a nested or non-tensor per-sample entry, no columns)."""
+    out: dict[Any, Any] = {}
+    for key in batch.keys():
+        value = batch.get(key)
+        if isinstance(value, NonTensorData):
+            out[key] = value
+        elif _is_dense(value):
+            out[key] = torch.zeros((1, *value.shape[1:]), dtype=value.dtype, device=value.device)
+        else:
+            return None
+    mask = out.get("attention_mask")
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or mask.shape[1] == 0:
+        return None
+    mask[0, 0] = 1
+    return TensorDict(out, batch_size=[1], device=batch.device)
+
+
+def _empty_inputs(
+    batch: Any, template: Any, named_keys: Any
+) -> tuple[PlanError | None, _EmptySource | None]:
+    """Before the agreement, on a rank with no samples under ``dummy_micro_batches``: the
+    row its dummies copy (``template``'s first, else one built from ``batch``), checked,
+    or the error to agree on."""
+    if template is None:
+        row = _one_row(batch) if isinstance(batch, TensorDictBase) else None
+        if row is None:
+            return NoDummyTemplate(), None
+    elif not isinstance(template, TensorDictBase) or len(template.batch_size) == 0:
+        return DummyTemplateInvalid(0), None
+    elif int(template.batch_size[0]) == 0:
+        return DummyTemplateInvalid(1), None
+    else:
+        try:
+            row = template[0:1]
+        except _READ_ERRORS:
+            return DummyTemplateInvalid(3), None
+    error, keys = _loss_weight_keys(row, named_keys)
+    if error is not None:
+        return (DummyTemplateInvalid(2) if template is not None else error), None
+    error, entries, _ = _cut_inputs(row, {})
+    if error is not None:
+        return DummyTemplateInvalid(3), None
+    return None, _EmptySource(row, entries, keys)
+
+
+def _empty_cut(
+    source: _EmptySource, count: int, agreed_rows: int = 0
+) -> tuple[list[TensorDict], list[list[int]], list[list[int]]]:
+    """The ``count`` dummies of an empty rank: copies of ``source.row`` with its loss
+    weights zero (``agreed_rows`` copies each under ``equal_rows_per_micro_batch``, else
+    one); their index lists (empty; under equal rows
+    :class:`~seqlen_balancing.planning.rows.RowIndices` with ``agreed_rows`` filler rows, so that
+    ``restore_dynamic_batch`` drops them) and the rows they copy (row 0 of the source)."""
+    rows = [[0] * max(1, agreed_rows) for _ in range(count)]
+    micro_batches = _cut(source.row, rows, source.entries)
+    for micro_batch in micro_batches:
+        for key in source.keys:
+            _zero_from(micro_batch, key, 0)
+    if agreed_rows:
+        return micro_batches, list(empty_rank_plan(count, agreed_rows)), rows
+    return micro_batches, [[] for _ in range(count)], rows

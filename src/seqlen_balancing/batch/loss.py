@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from seqlen_balancing.agreement.collective import collective_device
-from seqlen_balancing.batch.verdict import _begin
+from seqlen_balancing.batch.micro_batches import _begin
 
 __all__ = ["StepLossScales", "step_loss_scales"]
 

@@ -1,7 +1,9 @@
 """The verl-named micro-batch entry points: rearrange_micro_batches, prepare_micro_batches.
 
 The verl-named micro-batch entry points: :func:`rearrange_micro_batches` and
-:func:`prepare_micro_batches` (check, agree, cut).
+:func:`prepare_micro_batches` (check, agree, cut), and the verdict of one call: whether it
+agrees with its DP group (:func:`_begin`), the batch's type checked, and the agreed count
+(one ``all_reduce``) or the error every rank raises (:func:`_finish`).
 """
 
 from __future__ import annotations
@@ -12,34 +14,44 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
 from seqlen_balancing._checks import describe
 from seqlen_balancing.agreement import analyse_with_prefixes
-from seqlen_balancing.batch.cut import _cut
-from seqlen_balancing.batch.dummies import _loss_weight_keys
-from seqlen_balancing.batch.empty import (
-    _batch_group_ids,
-    _batch_prefix_lengths,
+from seqlen_balancing.agreement import collective as distributed
+from seqlen_balancing.batch.cut import _cut, _cut_inputs, _Entries
+from seqlen_balancing.batch.filler import (
+    _cut_with_copies,
     _empty_cut,
     _empty_inputs,
     _EmptySource,
+    _loss_weight_keys,
 )
-from seqlen_balancing.batch.entries import _cut_inputs, _Entries
-from seqlen_balancing.batch.filler import _cut_with_copies
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _unwrapped
 from seqlen_balancing.batch.lengths import _read_lengths
-from seqlen_balancing.batch.settings import _batch_options, _per_sample_entry, _settings
+from seqlen_balancing.batch.settings import (
+    _batch_group_ids,
+    _batch_options,
+    _batch_prefix_lengths,
+    _per_sample_entry,
+    _settings,
+)
 from seqlen_balancing.batch.trim import Trim, trim_inputs
-from seqlen_balancing.batch.verdict import _batch_problem, _begin, _finish
 from seqlen_balancing.errors import (
     LengthsUnreadable,
+    NotATensorDict,
     PlanError,
     StaticNotDivisible,
     StaticPathOption,
 )
 from seqlen_balancing.options import OPTIONS, GroupOptionKeywords, OptionKeywords, PlanOptions, Unpack
-from seqlen_balancing.planning.planner import RankAnalysis, build_plan, failed_analysis, log_over_cap
+from seqlen_balancing.planning.planner import (
+    RankAnalysis,
+    build_plan,
+    failed_analysis,
+    local_count,
+    log_over_cap,
+)
 from seqlen_balancing.planning.rows import empty_rank_tolerance
 
 __all__ = ["prepare_micro_batches", "rearrange_micro_batches"]
@@ -208,6 +220,46 @@ def rearrange_micro_batches(
     )[:2]
 
 
+def _begin(dp_group: Any, same_micro_num_in_dp: Any) -> bool:
+    """Whether this call agrees with ``dp_group`` (verl 0.9.1's rule); a process outside
+    the group raises at once, since it was never part of that group's collective."""
+    sync = distributed.sync_enabled(dp_group, same_micro_num_in_dp)
+    error = distributed.membership_error(dp_group) if sync else None
+    if error is not None:
+        raise error.exception()
+    return sync
+
+
+def _batch_problem(batch: Any) -> PlanError | None:
+    """A :class:`~seqlen_balancing.errors.NotATensorDict` error unless ``batch`` is a
+    TensorDict with a batch dimension."""
+    if isinstance(batch, TensorDictBase) and len(batch.batch_size) > 0:
+        return None
+    what = type(batch).__name__ + (" with batch_size=()" if isinstance(batch, TensorDictBase) else "")
+    return NotATensorDict(detail=f"got {what}")
+
+
+def _finish(
+    analysis: RankAnalysis,
+    sync: bool,
+    dp_group: Any,
+    cause: BaseException | None = None,
+    static_count: int | None = None,
+) -> tuple[int, int]:
+    """The count to plan and the agreed equal rows (0: none, or the rank's own): agreed with
+    the group (one all_reduce; a second for equal rows), or this rank's own. Every error is
+    raised here, identically on every rank of the group under agreement."""
+    if sync:
+        # Every rank reaches this call, with or without an error of its own.
+        count, error, _, rows = distributed.agree(analysis, dp_group, static_count)
+        if error is not None:
+            raise error.exception() from cause
+        return count, rows
+    if analysis.error is not None:
+        raise analysis.error.exception() from cause
+    return (static_count if static_count is not None else local_count(analysis)), 0
+
+
 def _agree_asked(given: PlanOptions, error: PlanError | None, same_micro_num_in_dp: Any) -> Any:
     """The ``same_micro_num_in_dp`` that decides whether the call agrees (verl's rule): the
     options' when they could be read, else the call's own value (as given: a value that is
@@ -244,7 +296,7 @@ def _rearrange_rows(
     (:func:`~seqlen_balancing.batch.trim.trim_inputs`), with ``dummy_micro_batches`` the
     loss-weight keys are checked there too, and ``group_ids`` (ids, or the name of the
     batch's entry holding them) and, on a rank with no samples, the row its dummies copy
-    (``dummy_template``'s or the batch's own: :mod:`~seqlen_balancing.batch.empty`);
+    (``dummy_template``'s or the batch's own: :mod:`~seqlen_balancing.batch.filler`);
     ``prefix_lengths`` are read like ``group_ids`` and turned into costs and parts before
     :func:`~seqlen_balancing.planning.planner.analyse` (:func:`~seqlen_balancing.agreement.
     analyse_with_prefixes`).
@@ -440,25 +492,22 @@ def prepare_micro_batches(
     keywords = {name: value for name, value in option_keywords.items() if value is not None}
     given, options_error = PlanOptions.from_keywords(options, verl, keywords)
     dynamic, value = True, 0
+    per_sample = {"costs": costs, "workloads": workloads, "group_ids": group_ids,
+                  "prefix_lengths": prefix_lengths}
     if error is None:
         try:
             error, dynamic, setting = _settings(data)
             value = setting or 0
             given, options_error = _batch_options(data, options, verl, keywords)
-            costs = _per_sample_entry(data, "costs", costs) if dynamic else costs
-            workloads = _per_sample_entry(data, "workloads", workloads) if dynamic else workloads
-            group_ids = _per_sample_entry(data, "group_ids", group_ids) if dynamic else group_ids
-            prefix_lengths = _per_sample_entry(data, "prefix_lengths", prefix_lengths) if dynamic \
-                else prefix_lengths
+            if dynamic:  # each one not given: the batch's entry of its name
+                per_sample = {key: _per_sample_entry(data, key, entry) for key, entry in per_sample.items()}
         except _READ_ERRORS as exc:
             cause, error = exc, LengthsUnreadable(detail=describe(exc))
     if dynamic:
         return _rearrange_rows(
-            data if error is None else None, value, dp_group, given, options_error, error, costs,
-            workloads, same_micro_num_in_dp, group_ids, dummy_template, prefix_lengths,
+            data if error is None else None, value, dp_group, given, options_error, error,
+            same_micro_num_in_dp=same_micro_num_in_dp, dummy_template=dummy_template, **per_sample,
         )[:2]
-    per_sample = {"costs": costs, "workloads": workloads, "group_ids": group_ids,
-                  "prefix_lengths": prefix_lengths}
     return _static(data, dp_group, given, options_error or error, cause, value, per_sample,
                    same_micro_num_in_dp)
 

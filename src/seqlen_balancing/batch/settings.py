@@ -1,21 +1,34 @@
-"""Reading ``prepare_micro_batches``' settings from the TensorDict, as verl stores them.
+"""Reading ``prepare_micro_batches``' settings, and per-sample data named by key, from a batch.
 
 Reading :func:`~seqlen_balancing.batch.micro_batches.prepare_micro_batches`' settings from the
 TensorDict, as verl stores them (plain entries or ``NonTensorData``).
+
+``group_ids`` on the TensorDict and DataProto paths is either the ids themselves (a list, a
+1-D tensor or array) or the name of the batch's entry that holds them (verl keeps a
+``uid`` per sample); :func:`_batch_group_ids` reads that entry before the agreement, and
+:func:`_batch_prefix_lengths` reads ``prefix_lengths`` the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDict
+from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
-from seqlen_balancing._checks import as_switch
-from seqlen_balancing.batch.kinds import _same_data, _unwrapped
-from seqlen_balancing.batch.verdict import _switch_error
-from seqlen_balancing.errors import MissingSetting, PlanError, PrefixTreeAsked
+from seqlen_balancing._checks import as_switch, describe
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _same_data, _unwrapped
+from seqlen_balancing.errors import (
+    CallerDataRaised,
+    GroupIdsKeyMissing,
+    GroupIdsRaised,
+    MissingSetting,
+    NotASwitch,
+    PlanError,
+    PrefixLengthsKeyMissing,
+    PrefixTreeAsked,
+)
 from seqlen_balancing.options import OPTIONS, PlanOptions
 from seqlen_balancing.planning.planner import argument_error
 
@@ -34,6 +47,11 @@ def _setting(data: TensorDict, key: str, default: Any) -> Any:
     if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":
         value = value.item()
     return value
+
+
+def _switch_error(value: Any, argument: str) -> PlanError | None:
+    """The error for a switch that is not a bool (or 0/1), else ``None``."""
+    return NotASwitch(argument, detail=describe(value)) if as_switch(value) is None else None
 
 
 def _int_setting(
@@ -115,3 +133,40 @@ def _per_sample_entry(data: TensorDict, key: str, given: Any) -> Any:
     if given is not None or key not in data.keys():
         return given
     return _unwrapped(data.get(key))
+
+
+def _batch_group_ids(batch: Any, group_ids: Any) -> tuple[PlanError | None, Any]:
+    """``group_ids`` as the planner reads it: the batch's entry of that name when it is a
+    string (a tensor, a ``NonTensorStack`` or a list per sample), else as given; or the
+    error to agree on (no such entry, or reading it raised)."""
+    return _batch_values(batch, group_ids, GroupIdsKeyMissing,
+                         lambda raised, detail: GroupIdsRaised(raised, detail=detail))
+
+
+def _batch_prefix_lengths(batch: Any, prefix_lengths: Any) -> tuple[PlanError | None, Any]:
+    """``prefix_lengths`` as the planner reads them, as :func:`_batch_group_ids` reads ids."""
+    return _batch_values(batch, prefix_lengths, PrefixLengthsKeyMissing,
+                         lambda raised, detail: CallerDataRaised("prefix_lengths", raised,
+                                                                 detail=detail))
+
+
+def _batch_values(
+    batch: Any, values: Any, missing: Callable[[str], PlanError],
+    raised: Callable[[str, str], PlanError],
+) -> tuple[PlanError | None, Any]:
+    """Per-sample values given as themselves, or as the name of the batch's entry holding
+    them (read here, before the agreement), or the error to agree on."""
+    values = _unwrapped(values)
+    if not isinstance(values, str):
+        return None, values
+    if not isinstance(batch, TensorDictBase) or values not in batch.keys():
+        return missing(values), None
+    try:
+        value = batch.get(values)
+        if isinstance(value, NonTensorData):
+            value = value.data
+        elif isinstance(value, NonTensorStack):
+            value = value.tolist()
+    except _READ_ERRORS as exc:
+        return raised(type(exc).__name__, describe(exc)[:120]), None
+    return None, value

@@ -5,7 +5,7 @@ Pipeline parallelism takes one micro-batch size for every micro-batch of a step
 different numbers of rows. With the option on, every micro-batch of a plan holds the
 same number of rows ``R``: the real rows, then ``R - real`` **filler rows**, zero-weight
 rows of one token, built from a real row's first token (loss weights zero, as dummy
-micro-batches' are, :mod:`seqlen_balancing.batch.dummies`). Filler rows reach the GPU, so
+micro-batches' are, :mod:`seqlen_balancing.batch.filler`). Filler rows reach the GPU, so
 the cap counts them, at what the rule allows them to cost and no more:
 
 * **summed costs**: a filler row costs one token ``c`` (aligned to ``pad_to_multiple_of``;
