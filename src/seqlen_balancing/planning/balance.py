@@ -329,10 +329,9 @@ def heaviest_first(micro_batches: list[list[int]], workloads: Sequence[int]) -> 
         >>> heaviest_first([[0], [1], [2, 3]], [5, 9, 2, 2])
         [[1], [0], [2, 3]]
     """
-    def key(mb: list[int]) -> tuple[int, int]:
-        return -sum(map(workloads.__getitem__, mb)), mb[0] if mb else len(workloads)
-
-    return sorted(micro_batches, key=key)
+    return sorted(
+        micro_batches, key=lambda mb: (-sum(map(workloads.__getitem__, mb)), mb[0] if mb else len(workloads))
+    )
 
 
 def spread(values: Sequence[int]) -> float:
