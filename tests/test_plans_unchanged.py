@@ -368,9 +368,9 @@ def test_both_best_fits_are_the_spelled_out_one(monkeypatch: pytest.MonkeyPatch)
     # and buckets the rooms under a bitmap above: both are the reference, bin for bin
     for _, lens, cap in BATCHES[::3]:
         expected = reference_best_fit(lens, cap)
-        assert packing._best_fit_sums(lens, cap) == expected
+        assert packing.best_fit(Rule.sums(lens, cap)) == expected
         monkeypatch.setattr(packing, "_SORTED_BINS", -1)  # the bitmap on every batch
-        assert packing._best_fit_sums(lens, cap) == expected
+        assert packing.best_fit(Rule.sums(lens, cap)) == expected
         monkeypatch.undo()
 
 

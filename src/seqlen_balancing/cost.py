@@ -350,8 +350,7 @@ def transformer_workload_coefficients(
             raise TypeError(f"{name} must be a bool, got {describe(flag)}")
     q, kv = heads * width, kv_heads * width
     per_token = 2 * h * q + 4 * h * kv + 2 * q * h + (6 if gated_mlp else 4) * h * mlp * experts
-    pair = 4 * q
-    quadratic = layers * pair // 2 if causal else layers * pair  # causal: s*(s+1)/2 pairs
+    quadratic = layers * 4 * q // 2 if causal else layers * 4 * q  # causal: s*(s+1)/2 pairs
     linear = layers * per_token + (quadratic if causal else 0) + 2 * h * vocab
     common = math.gcd(linear, quadratic)
     return linear // common, quadratic // common

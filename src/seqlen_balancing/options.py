@@ -430,10 +430,8 @@ class PlanOptions:
             >>> PlanOptions().describe()
             "none (verl's behaviour)"
         """
-        changed = self.changed()
-        if not changed:
-            return "none (verl's behaviour)"
-        return ", ".join(f"{name}={_text(value)}" for name, value in changed.items())
+        shown = ", ".join(f"{name}={_text(value)}" for name, value in self.changed().items())
+        return shown or "none (verl's behaviour)"
 
 
 #: Each option's declaration, by name, in field order.
@@ -508,11 +506,7 @@ def _check(name: str, opt: Option, value: Any) -> tuple[Any, PlanError | None]:
         if value not in OVER_CAP_CHOICES:
             return None, UnknownOverCap(detail=repr(value)[:60])
         return value, None
-    if kind is Kind.KEYS:
-        return _keys(value)
-    if kind is Kind.SHARE:
-        return _share(value)
-    return _model(value)
+    return {Kind.KEYS: _keys, Kind.SHARE: _share, Kind.MODEL: _model}[kind](value)
 
 
 def _share(value: Any) -> tuple[float | None, PlanError | None]:

@@ -92,9 +92,8 @@ class NotInGroup(PlanError):
     process: int
     size: int
 
-    def text(self) -> str:
-        return (
-            f"this process (global rank {self.process}) is not a member of dp_group (a "
-            f"group of {self.size} ranks), so it cannot take part in that group's "
-            "agreement; pass the DP group this process belongs to, or dp_group=None to plan locally"
-        )
+    fixed_text = (
+        "this process (global rank {process}) is not a member of dp_group (a "
+        "group of {size} ranks), so it cannot take part in that group's "
+        "agreement; pass the DP group this process belongs to, or dp_group=None to plan locally"
+    )

@@ -36,8 +36,7 @@ class NotAnInteger(PlanError):
     exception_type = TypeError
     argument: str
 
-    def text(self) -> str:
-        return f"{self.argument} must be a positive integer, got a value that is not an integer"
+    fixed_text = "{argument} must be a positive integer, got a value that is not an integer"
 
 
 @dataclass(frozen=True)
@@ -47,8 +46,7 @@ class BelowOne(PlanError):
     argument: str
     value: int
 
-    def text(self) -> str:
-        return f"{self.argument} must be a positive integer (>= 1), got {self.value}"
+    fixed_text = "{argument} must be a positive integer (>= 1), got {value}"
 
 
 @dataclass(frozen=True)
@@ -57,11 +55,10 @@ class MissingSetting(PlanError):
 
     argument: str
 
-    def text(self) -> str:
-        return (
-            f"the batch has no {self.argument!r} setting; store it in the TensorDict "
-            "(verl's prepare_micro_batches reads its settings from the batch)"
-        )
+    fixed_text = (
+        "the batch has no {argument!r} setting; store it in the TensorDict "
+        "(verl's prepare_micro_batches reads its settings from the batch)"
+    )
 
 
 @dataclass(frozen=True)
@@ -71,8 +68,7 @@ class NotASwitch(PlanError):
     exception_type = TypeError
     argument: str
 
-    def text(self) -> str:
-        return f"{self.argument} must be a bool (or 0/1), got a value that is not"
+    fixed_text = "{argument} must be a bool (or 0/1), got a value that is not"
 
 
 @dataclass(frozen=True)
@@ -121,12 +117,11 @@ class SampleLimitBelowGroup(PlanError):
     limit: int
     group: int
 
-    def text(self) -> str:
-        return (
-            f"max_samples_per_micro_batch={self.limit} is below force_group_size={self.group}: a "
-            "forced group shares one micro-batch, so none could hold it; raise "
-            f"max_samples_per_micro_batch to at least {self.group} or lower force_group_size"
-        )
+    fixed_text = (
+        "max_samples_per_micro_batch={limit} is below force_group_size={group}: a "
+        "forced group shares one micro-batch, so none could hold it; raise "
+        "max_samples_per_micro_batch to at least {group} or lower force_group_size"
+    )
 
 
 @dataclass(frozen=True)

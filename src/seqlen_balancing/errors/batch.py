@@ -50,8 +50,7 @@ class MaskNot2D(PlanError):
 
     ndim: int
 
-    def text(self) -> str:
-        return f"attention_mask must be 2-D (batch, seq_len), got a {self.ndim}-D tensor"
+    fixed_text = "attention_mask must be 2-D (batch, seq_len), got a {ndim}-D tensor"
 
 
 @dataclass(frozen=True)
@@ -61,11 +60,10 @@ class MaskRows(PlanError):
     rows: int
     samples: int
 
-    def text(self) -> str:
-        return (
-            f"attention_mask has {self.rows} rows but the batch has {self.samples} "
-            "samples; they must match"
-        )
+    fixed_text = (
+        "attention_mask has {rows} rows but the batch has {samples} "
+        "samples; they must match"
+    )
 
 
 @dataclass(frozen=True)
@@ -97,11 +95,10 @@ class NonTensorRows(PlanError):
     rows: int
     samples: int
 
-    def text(self) -> str:
-        return (
-            f"a non_tensor_batch array has {self.rows} rows but the batch has "
-            f"{self.samples} samples; give every non-tensor entry one row per sample"
-        )
+    fixed_text = (
+        "a non_tensor_batch array has {rows} rows but the batch has "
+        "{samples} samples; give every non-tensor entry one row per sample"
+    )
 
 
 @dataclass(frozen=True)
@@ -134,11 +131,10 @@ class EntryOnMeta(PlanError):
 
     key: str
 
-    def text(self) -> str:
-        return (
-            f"entry '{self.key}' is on the meta device, which holds no data, so its "
-            "rows cannot be cut into micro-batches; move it to a real device or drop it"
-        )
+    fixed_text = (
+        "entry '{key}' is on the meta device, which holds no data, so its "
+        "rows cannot be cut into micro-batches; move it to a real device or drop it"
+    )
 
 
 @dataclass(frozen=True)
@@ -147,11 +143,10 @@ class EntryUnreadable(PlanError):
 
     key: str
 
-    def text(self) -> str:
-        return (
-            f"entry '{self.key}' could not be read to cut it into micro-batches (its "
-            "row offsets); pass a readable nested tensor or drop the entry"
-        )
+    fixed_text = (
+        "entry '{key}' could not be read to cut it into micro-batches (its "
+        "row offsets); pass a readable nested tensor or drop the entry"
+    )
 
 
 @dataclass(frozen=True)
@@ -161,12 +156,11 @@ class EntryLayout(PlanError):
     exception_type = TypeError
     key: str
 
-    def text(self) -> str:
-        return (
-            f"entry '{self.key}' has a tensor layout whose rows cannot be picked for "
-            "micro-batches (block-sparse BSR/BSC, CSR/CSC with batch or dense dimensions, "
-            "mkldnn); store it dense, as sparse COO (.to_sparse_coo()) or as a 2-D CSR/CSC tensor"
-        )
+    fixed_text = (
+        "entry '{key}' has a tensor layout whose rows cannot be picked for "
+        "micro-batches (block-sparse BSR/BSC, CSR/CSC with batch or dense dimensions, "
+        "mkldnn); store it dense, as sparse COO (.to_sparse_coo()) or as a 2-D CSR/CSC tensor"
+    )
 
 
 @dataclass(frozen=True)
@@ -176,12 +170,11 @@ class EntryStack(PlanError):
     exception_type = TypeError
     key: str
 
-    def text(self) -> str:
-        return (
-            f"entry '{self.key}' is a lazy stack along a dimension other than the batch "
-            "dimension whose entries differ in shape (or are not dense tensors), so it cannot be "
-            "cut by rows; stack its rows along dim 0, or make its entries dense or nested tensors"
-        )
+    fixed_text = (
+        "entry '{key}' is a lazy stack along a dimension other than the batch "
+        "dimension whose entries differ in shape (or are not dense tensors), so it cannot be "
+        "cut by rows; stack its rows along dim 0, or make its entries dense or nested tensors"
+    )
 
 
 @dataclass(frozen=True)
@@ -203,12 +196,11 @@ class ProtoRaggedStack(PlanError):
     exception_type = TypeError
     key: str
 
-    def text(self) -> str:
-        return (
-            f"entry '{self.key}' of data.batch is a lazy stack whose rows differ in "
-            "shape, and from_dict takes one tensor per key; store it as a nested tensor "
-            "(torch.nested.as_nested_tensor(rows, layout=torch.jagged)) or pad it"
-        )
+    fixed_text = (
+        "entry '{key}' of data.batch is a lazy stack whose rows differ in "
+        "shape, and from_dict takes one tensor per key; store it as a nested tensor "
+        "(torch.nested.as_nested_tensor(rows, layout=torch.jagged)) or pad it"
+    )
 
 
 @dataclass(frozen=True)
@@ -228,11 +220,10 @@ class LossWeightKeyMissing(PlanError):
 
     key: str
 
-    def text(self) -> str:
-        return (
-            f"loss-weight key '{self.key}' named for the dummy micro-batches is not in "
-            "the batch; name keys the batch holds (loss_weight_keys) or add the entry"
-        )
+    fixed_text = (
+        "loss-weight key '{key}' named for the dummy micro-batches is not in "
+        "the batch; name keys the batch holds (loss_weight_keys) or add the entry"
+    )
 
 
 @dataclass(frozen=True)
@@ -253,11 +244,10 @@ class LossWeightNotTensor(PlanError):
     exception_type = TypeError
     key: str
 
-    def text(self) -> str:
-        return (
-            f"loss-weight entry '{self.key}' is not a tensor, so the dummy "
-            "micro-batches cannot zero it; name tensor entries in loss_weight_keys"
-        )
+    fixed_text = (
+        "loss-weight entry '{key}' is not a tensor, so the dummy "
+        "micro-batches cannot zero it; name tensor entries in loss_weight_keys"
+    )
 
 
 @dataclass(frozen=True)
@@ -279,9 +269,8 @@ class PrefixTreeAsked(PlanError):
 
     key: str
 
-    def text(self) -> str:
-        return (
-            f"the batch sets '{self.key}', which asks for verl's prefix-tree micro-batches; "
-            f"seqlen_balancing does not build them: switch {self.key} off, or unset "
-            "SEQLEN_BALANCING_VERL so that verl plans this batch itself"
-        )
+    fixed_text = (
+        "the batch sets '{key}', which asks for verl's prefix-tree micro-batches; "
+        "seqlen_balancing does not build them: switch {key} off, or unset "
+        "SEQLEN_BALANCING_VERL so that verl plans this batch itself"
+    )

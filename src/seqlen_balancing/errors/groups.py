@@ -63,11 +63,10 @@ class GroupIdsRaised(PlanError):
 
     raised: str
 
-    def text(self) -> str:
-        return (
-            f"reading group_ids raised {self.raised}: group_ids must be read whole, one "
-            "hashable id per sample; fix the group_ids"
-        )
+    fixed_text = (
+        "reading group_ids raised {raised}: group_ids must be read whole, one "
+        "hashable id per sample; fix the group_ids"
+    )
 
 
 @dataclass(frozen=True)
@@ -76,12 +75,11 @@ class GroupIdsKeyMissing(PlanError):
 
     key: str
 
-    def text(self) -> str:
-        return (
-            f"group_ids={self.key!r} names no entry of the batch; store one id per sample "
-            "under that key (a tensor, a NonTensorStack, or a numpy array in a DataProto's "
-            "non_tensor_batch) or pass the ids themselves"
-        )
+    fixed_text = (
+        "group_ids={key!r} names no entry of the batch; store one id per sample "
+        "under that key (a tensor, a NonTensorStack, or a numpy array in a DataProto's "
+        "non_tensor_batch) or pass the ids themselves"
+    )
 
 
 @dataclass(frozen=True)
@@ -90,11 +88,10 @@ class GroupIdsAndForceGroupSize(PlanError):
 
     force_group_size: int
 
-    def text(self) -> str:
-        return (
-            f"group_ids and force_group_size={self.force_group_size} were both given; "
-            "force_group_size=g is group_ids=[i // g for i in range(n)]: pass one of them"
-        )
+    fixed_text = (
+        "group_ids and force_group_size={force_group_size} were both given; "
+        "force_group_size=g is group_ids=[i // g for i in range(n)]: pass one of them"
+    )
 
 
 @dataclass(frozen=True)
@@ -139,14 +136,13 @@ class GroupOverSampleLimit(PlanError):
     samples: int
     limit: int
 
-    def text(self) -> str:
-        return (
-            f"group {self.group} (group_ids[{self.index}], its first sample) has "
-            f"{self.samples} samples, more than max_samples_per_micro_batch="
-            f"{self.limit}; a group runs whole in one micro-batch: raise "
-            f"max_samples_per_micro_batch to at least {self.samples}, split the group, "
-            "or pass over_cap='alone'"
-        )
+    fixed_text = (
+        "group {group} (group_ids[{index}], its first sample) has "
+        "{samples} samples, more than max_samples_per_micro_batch="
+        "{limit}; a group runs whole in one micro-batch: raise "
+        "max_samples_per_micro_batch to at least {samples}, split the group, "
+        "or pass over_cap='alone'"
+    )
 
 
 @dataclass(frozen=True)

@@ -120,5 +120,4 @@ class LengthsNotOneDimensional(PlanError):
 
     source: LengthSource
 
-    def text(self) -> str:
-        return f"{self.source} must be one-dimensional (one value per sample), got another shape"
+    fixed_text = "{source} must be one-dimensional (one value per sample), got another shape"

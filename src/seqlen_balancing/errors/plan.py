@@ -46,11 +46,10 @@ class NotDivisible(PlanError):
     batch_size: int
     force_group_size: int
 
-    def text(self) -> str:
-        return (
-            f"batch size {self.batch_size} is not divisible by "
-            f"force_group_size={self.force_group_size}; every forced group needs all its samples"
-        )
+    fixed_text = (
+        "batch size {batch_size} is not divisible by "
+        "force_group_size={force_group_size}; every forced group needs all its samples"
+    )
 
 
 @dataclass(frozen=True)
@@ -180,12 +179,11 @@ class MinAboveGroups(PlanError):
     min_num_micro_batch: int
     groups: int
 
-    def text(self) -> str:
-        return (
-            f"min_num_micro_batch={self.min_num_micro_batch} asks for more micro-batches "
-            f"than the {self.groups} samples/groups available (a micro-batch cannot be "
-            "empty); lower min_num_micro_batch"
-        )
+    fixed_text = (
+        "min_num_micro_batch={min_num_micro_batch} asks for more micro-batches "
+        "than the {groups} samples/groups available (a micro-batch cannot be "
+        "empty); lower min_num_micro_batch"
+    )
 
 
 @dataclass(frozen=True)
@@ -245,12 +243,11 @@ class StaticNotDivisible(PlanError):
     micro_batch_size_per_gpu: int
     force_group_size: int
 
-    def text(self) -> str:
-        return (
-            f"batch size {self.batch_size} is not a positive multiple of "
-            f"micro_batch_size_per_gpu * force_group_size = {self.micro_batch_size_per_gpu} * "
-            f"{self.force_group_size}; change micro_batch_size_per_gpu or the batch size"
-        )
+    fixed_text = (
+        "batch size {batch_size} is not a positive multiple of "
+        "micro_batch_size_per_gpu * force_group_size = {micro_batch_size_per_gpu} * "
+        "{force_group_size}; change micro_batch_size_per_gpu or the batch size"
+    )
 
 
 @dataclass(frozen=True)

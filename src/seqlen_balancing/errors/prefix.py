@@ -52,12 +52,11 @@ class PrefixOverLength(PlanError):
     prefix: int
     length: int
 
-    def text(self) -> str:
-        return (
-            f"prefix_lengths[{self.index}] is {self.prefix} but sample "
-            f"{self.index} has {self.length} tokens; a sample's shared prefix is "
-            "part of it: give at most its length"
-        )
+    fixed_text = (
+        "prefix_lengths[{index}] is {prefix} but sample "
+        "{index} has {length} tokens; a sample's shared prefix is "
+        "part of it: give at most its length"
+    )
 
 
 @dataclass(frozen=True)
@@ -71,12 +70,11 @@ class PrefixDiffersInGroup(PlanError):
     other: int
     other_prefix: int
 
-    def text(self) -> str:
-        return (
-            f"group {self.group} has prefix_lengths {self.prefix} (sample "
-            f"{self.index}) and {self.other_prefix} (sample {self.other}); "
-            "the samples of a group share one prefix: give them one prefix length"
-        )
+    fixed_text = (
+        "group {group} has prefix_lengths {prefix} (sample "
+        "{index}) and {other_prefix} (sample {other}); "
+        "the samples of a group share one prefix: give them one prefix length"
+    )
 
 
 @dataclass(frozen=True)
@@ -85,9 +83,8 @@ class PrefixLengthsKeyMissing(PlanError):
 
     key: str
 
-    def text(self) -> str:
-        return (
-            f"prefix_lengths={self.key!r} names no entry of the batch; store one prefix length "
-            "per sample under that key (a tensor, a NonTensorStack, or a numpy array in a "
-            "DataProto's non_tensor_batch) or pass the lengths themselves"
-        )
+    fixed_text = (
+        "prefix_lengths={key!r} names no entry of the batch; store one prefix length "
+        "per sample under that key (a tensor, a NonTensorStack, or a numpy array in a "
+        "DataProto's non_tensor_batch) or pass the lengths themselves"
+    )

@@ -39,8 +39,8 @@ class Peers(Protocol):
 class PlanError:
     """A reason a rank cannot plan: one record type per kind of error, with named fields.
 
-    Subclasses declare their fields, their :attr:`exception_type` and :meth:`text` (or
-    :attr:`fixed_text`).
+    Subclasses declare their fields, their :attr:`exception_type` and :attr:`fixed_text`
+    (a template of their fields) or, where the words depend on the values, :meth:`text`.
     ``message`` and ``exception`` depend on nothing else, so every rank that holds the same
     record (the agreement sends it to every rank) raises the same exception.
 
@@ -53,7 +53,8 @@ class PlanError:
 
     #: The exception raised for it: ``TypeError`` for a wrong type, else ``ValueError``.
     exception_type: ClassVar[type[Exception]] = ValueError
-    #: The message of a record without fields (the others build theirs in ``text()``).
+    #: The message, each ``{field}`` (or ``{field!r}``) replaced by that field's value as an
+    #: f-string shows it; records whose words depend on the values build theirs in ``text()``.
     fixed_text: ClassVar[str] = ""
 
     #: Extra local detail (e.g. the repr of a wrong-typed value). Not sent in the
@@ -70,8 +71,8 @@ class PlanError:
             object.__setattr__(self, "key", ".".join(str(part) for part in key))
 
     def text(self) -> str:
-        """The message body, from the fields alone (:attr:`fixed_text` by default)."""
-        return self.fixed_text
+        """The message body, from the fields alone (:attr:`fixed_text` filled by default)."""
+        return self.fixed_text.format_map(vars(self))
 
     def agreed(self, peers: Peers) -> PlanError:
         """This error as every rank of the DP group states it, once the group's facts are

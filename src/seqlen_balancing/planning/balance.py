@@ -217,9 +217,7 @@ def sorted_slices(
             best, high = bins, mid - 1
         else:
             low = mid + 1
-    if best is None:
-        return None
-    return split(rule, best, count)
+    return None if best is None else split(rule, best, count)
 
 
 def balanced(
@@ -262,8 +260,6 @@ def balanced(
     sliced = sorted_slices(rule, workloads, count) if rule.is_padded else None
     if sliced is not None:
         candidates.append(rebalance(rule, sliced, workloads))
-    if len(candidates) == 1:
-        return candidates[0]
     return min(candidates, key=lambda bins: workload_gap(bins, workloads))
 
 
@@ -307,14 +303,8 @@ def order_micro_batches(
     """
     if not use_dynamic_bsz_balance:
         return sorted(micro_batches, key=lambda mb: mb[0] if mb else -1)
-    group = force_group_size
-
-    def key(mb: list[int]) -> tuple[int, int]:
-        if group == 1:
-            load = sum(map(workloads.__getitem__, mb))
-        else:
-            load = sum(workloads[i // group] for i in mb[::group])
-        return load, mb[0] if mb else 0
+    def key(mb: list[int]) -> tuple[int, int]:  # a forced group's workload once, at its first sample
+        return sum(workloads[i // force_group_size] for i in mb[::force_group_size]), mb[0] if mb else 0
 
     by_load = sorted(micro_batches, key=key, reverse=True)
     return by_load[::2][::-1] + by_load[1::2]
@@ -339,10 +329,9 @@ def heaviest_first(micro_batches: list[list[int]], workloads: Sequence[int]) -> 
         >>> heaviest_first([[0], [1], [2, 3]], [5, 9, 2, 2])
         [[1], [0], [2, 3]]
     """
-    def key(mb: list[int]) -> tuple[int, int]:
-        return -sum(map(workloads.__getitem__, mb)), mb[0] if mb else len(workloads)
-
-    return sorted(micro_batches, key=key)
+    return sorted(
+        micro_batches, key=lambda mb: (-sum(map(workloads.__getitem__, mb)), mb[0] if mb else len(workloads))
+    )
 
 
 def spread(values: Sequence[int]) -> float:

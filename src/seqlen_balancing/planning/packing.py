@@ -143,7 +143,7 @@ def best_fit(rule: Rule, order: Sequence[int] | None = None) -> list[list[int]]:
     return bins
 
 
-def _best_fit_sums(sizes: list[int], cap: int, order: list[int] | None = None) -> list[list[int]]:
+def _best_fit_sums(sizes: list[int], cap: int, order: list[int]) -> list[list[int]]:
     """:func:`best_fit` for summed costs without a limit, in decreasing order.
 
     The bins that can take more are bucketed by their room (a stack per room, the newest
@@ -152,11 +152,8 @@ def _best_fit_sums(sizes: list[int], cap: int, order: list[int] | None = None) -
     not a move of O(bins) pointers; caps above ``_BITMAP_CAP``, and batches of at most
     ``_SORTED_BINS`` bins' worth of tokens, keep the sorted list (the same bins).
     """
-    if order is None:  # by decreasing size, ties by index (Rule.by_size)
-        order = sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True)
-    if cap > _BITMAP_CAP or sum(sizes) <= _SORTED_BINS * cap:
-        return _best_fit_sorted(sizes, cap, order)  # few bins: the list's moves cost less
-    return _best_fit_rooms(sizes, cap, order)
+    few = cap > _BITMAP_CAP or sum(sizes) <= _SORTED_BINS * cap  # the list's moves cost less
+    return (_best_fit_sorted if few else _best_fit_rooms)(sizes, cap, order)
 
 
 def _best_fit_rooms_python(sizes: list[int], cap: int, order: list[int]) -> list[list[int]]:

@@ -157,8 +157,7 @@ class _FixedCount:
         while self.free and self.work < budget:
             keys, codes = self._free_sums()
             moved = False
-            loads = self.loads
-            for b in sorted(range(len(self.bins)), key=loads.__getitem__):  # stable: ties by bin
+            for b in sorted(range(len(self.bins)), key=self.loads.__getitem__):  # stable: ties by bin
                 gain, out_code, in_code = self._best_move(b, keys, codes)
                 if not gain:
                     continue
