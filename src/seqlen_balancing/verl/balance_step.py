@@ -56,12 +56,12 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from seqlen_balancing.options import ENV_BALANCE_STEP, PlanOptions, env_switch
 from seqlen_balancing.planning.partition import log_seqlen_unbalance
+from seqlen_balancing.verl.hook import put_back
 
 __all__ = [
     "disable",
@@ -99,19 +99,11 @@ _BUILDING: contextvars.ContextVar[Any] = contextvars.ContextVar("seqlen_balancin
                                                                  default=None)
 
 
-@dataclass
-class _Record:
-    holder: Any
-    name: str
-    original: Any
-    replacement: Any
-
-
 class _State:
     def __init__(self) -> None:
         self.on = False
         self.options = PlanOptions()
-        self.records: list[_Record] = []
+        self.records: list[tuple[Any, str, Any, Any]] = []  # (holder, name, original, replacement)
         self.announced: set[str] = set()
         self.job_config: Any = None  # the config verl's entry point gave auto_set_device
 
@@ -214,9 +206,9 @@ def ppo_settings(config: Any) -> tuple[int, int] | None:
     if not _get(actor, "use_dynamic_bsz", False):
         return None
     cap = _positive(_get(actor, "ppo_max_token_len_per_gpu"), "actor.ppo_max_token_len_per_gpu")
-    sp = _get(actor, "ulysses_sequence_parallel_size", None) or _get(
-        actor, "fsdp_config.ulysses_sequence_parallel_size", 1)
-    sp = _positive(sp, "actor.ulysses_sequence_parallel_size")
+    sp = _positive(_get(actor, "ulysses_sequence_parallel_size", None)
+                   or _get(actor, "fsdp_config.ulysses_sequence_parallel_size", 1),
+                   "actor.ulysses_sequence_parallel_size")
     mini = _positive(_get(actor, "ppo_mini_batch_size"), "actor.ppo_mini_batch_size")
     n = _positive(_get(config, "actor_rollout_ref.rollout.n", 1), "rollout.n")
     return cap * sp, mini * n
@@ -278,16 +270,14 @@ def ppo_order(
     from seqlen_balancing.global_batch.step import plan_step
 
     n = len(seq_lens)
-    size = n
-    if mini_batch_size and n % mini_batch_size == 0 and mini_batch_size % dp_size == 0:
-        size = mini_batch_size
+    fits = mini_batch_size and n % mini_batch_size == 0 and mini_batch_size % dp_size == 0
+    size = mini_batch_size if mini_batch_size and fits else n
     workloads = rule.pop("workloads", None)
     parts: list[list[int]] = [[] for _ in range(dp_size)]
     for start in range(0, n, size):
-        extra: dict[str, Any] = {}
-        if workloads is not None:
-            extra["workloads"] = list(workloads[start : start + size])
-        plan = plan_step(list(seq_lens[start : start + size]), dp_size, max_token_len, **rule, **extra)
+        if workloads is not None:  # each mini-batch its own
+            rule["workloads"] = list(workloads[start : start + size])
+        plan = plan_step(list(seq_lens[start : start + size]), dp_size, max_token_len, **rule)
         for r, samples in enumerate(plan.rank_samples):
             parts[r] += [start + i for i in samples]
     return [i for part in parts for i in part], parts
@@ -357,8 +347,7 @@ def _dispatch_dp_size(trainer: Any) -> int:
     group = trainer.actor_rollout_wg
     ranks = group._dispatch_info.get("actor")
     if ranks is None:
-        ranks = group._query_dispatch_info("actor")
-        group._dispatch_info["actor"] = ranks
+        ranks = group._dispatch_info["actor"] = group._query_dispatch_info("actor")
     return int(max(ranks)) + 1
 
 
@@ -493,8 +482,8 @@ def _patch(module: ModuleType, name_as: str | None = None) -> None:
         else:
             holder, name = module, target
         original = None if holder is None else vars(holder).get(name)
-        if any((r.holder is holder and r.name == name) or r.replacement is original
-                   for r in _STATE.records):
+        if any((was is holder and named == name) or replaced is original
+               for was, named, _, replaced in _STATE.records):
             continue  # already done, or bound from a module already patched
         if original is None:
             if name_as is None:  # another verl release: that place keeps verl's own code
@@ -503,7 +492,7 @@ def _patch(module: ModuleType, name_as: str | None = None) -> None:
             continue
         replacement = sft_sampler if target == "DistributedSampler" else _WRAPPERS[target](original)
         setattr(holder, name, replacement)
-        _STATE.records.append(_Record(holder, name, original, replacement))
+        _STATE.records.append((holder, name, original, replacement))
 
 
 def _patch_main() -> None:
@@ -561,12 +550,7 @@ def _say_not_here() -> None:
 
 def disable() -> int:
     """Give verl its own sampler binding and methods back; returns how many were restored."""
-    restored = 0
-    for record in reversed(_STATE.records):
-        current = vars(record.holder).get(record.name)
-        if current is record.replacement:
-            setattr(record.holder, record.name, record.original)
-            restored += 1
+    restored = sum(put_back(*record) for record in reversed(_STATE.records))
     _STATE.records.clear()
     _STATE.announced.clear()
     _STATE.job_config = None

@@ -11,7 +11,8 @@ whatever the callback left in ``verl.workers.engine.utils``, from its first line
 The same idea as ``wrapt.register_post_import_hook`` (and ddtrace's and OpenTelemetry's
 patching), written here so that the package keeps no dependency beyond torch and
 tensordict. Only modules whose names start with one of the given prefixes are touched;
-every other import goes on as if the finder were not there. Standard library only.
+every other import goes on as if the finder were not there. :func:`put_back` undoes one
+replacement the callback made, for the switch and the balance step alike. Standard library only.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["PostImportFinder"]
+__all__ = ["PostImportFinder", "put_back"]
 
 
 class _CallbackLoader(importlib.abc.Loader):
@@ -114,3 +115,12 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
         """Take the finder out of :data:`sys.meta_path` (no-op if it is not there)."""
         while self in sys.meta_path:
             sys.meta_path.remove(self)
+
+
+def put_back(holder: Any, name: str, original: Any, replacement: Any) -> bool:
+    """Give ``holder.name`` (a module's or a class's own attribute) ``original`` back where it
+    still holds ``replacement``; False where it is gone or someone else changed it since."""
+    if holder is None or vars(holder).get(name) is not replacement:
+        return False
+    setattr(holder, name, original)
+    return True

@@ -39,7 +39,7 @@ from typing import Any
 from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.options import ENV_SWITCH, PlanOptions, env_values
 from seqlen_balancing.verl import balance_step, signatures
-from seqlen_balancing.verl.hook import PostImportFinder
+from seqlen_balancing.verl.hook import PostImportFinder, put_back
 
 __all__ = [
     "SUPPORTED_VERL",
@@ -255,55 +255,38 @@ def _check(ours: dict[str, Callable[..., Any]], module_names: Iterable[str]) -> 
             _verl_root().joinpath(*module_name.split(".")[1:]).with_suffix(".py")
         if isinstance(where, ModuleType) or where.is_file():
             for name in VERL_FUNCTIONS[module_name]:
-                _raise_on_mismatch(module_name, name, _verl_parameters(where, name), ours[name])
+                mine = signatures.from_function(ours[name])
+                theirs, problem = _misfit(where, name, mine)
+                if problem:
+                    raise RuntimeError(
+                        f"seqlen_balancing.verl cannot switch verl {_verl_version()}: {module_name}.{name}"
+                        f"{theirs} does not fit seqlen_balancing.{name}{signatures.render(mine)} "
+                        f"({problem}); nothing was replaced. Supported verl releases: "
+                        f"{', '.join(SUPPORTED_VERL)}; install one of them, or unset "
+                        "SEQLEN_BALANCING_VERL to run on verl's own functions in every process."
+                    )
 
 
-#: Why a signature could not be read: (what the message shows for verl's, the problem).
-_Unreadable = tuple[str, str]
-
-
-def _verl_parameters(where: ModuleType | Path, name: str) -> list[signatures.Parameter] | _Unreadable | None:
-    """verl's parameters of ``name``: from its loaded module (verl's own function where it
-    is already switched), or from the module's source file; ``None`` when it is missing or
-    not callable, the reason when they cannot be read (a builtin or compiled function, a
-    source that cannot be parsed)."""
+def _misfit(where: ModuleType | Path, name: str, mine: list[signatures.Parameter]) -> tuple[str, str]:
+    """verl's signature of ``name`` as the refusal shows it, and why it does not fit ``mine``
+    (empty: it fits). Read from its loaded module (verl's own function where it is already
+    switched) or from the module's source file; missing or not callable, or unreadable (a
+    builtin or compiled function, a source that cannot be parsed), it does not fit."""
     if isinstance(where, Path):
         try:
-            return signatures.from_source(where, name)
+            params = signatures.from_source(where, name)
         except (OSError, SyntaxError, ValueError) as error:
             return "(source unreadable)", f"its source {where} cannot be read: {error}"
-    value = getattr(where, name, None)
-    function = _STATE.back.get(id(value), value)
-    if not callable(function):
-        return None
-    try:
-        return signatures.from_function(function)
-    except (ValueError, TypeError) as error:
-        return "(signature unreadable)", f"its signature cannot be read: {error}"
-
-
-def _raise_on_mismatch(
-    module_name: str,
-    name: str,
-    params: list[signatures.Parameter] | _Unreadable | None,
-    ours: Callable[..., Any],
-) -> None:
-    mine = signatures.from_function(ours)
-    if params is None:
-        problem = "verl does not define it as a function"
-        theirs = "(missing)"
-    elif isinstance(params, tuple):
-        theirs, problem = params
     else:
-        problem = signatures.prefix_problem(params, mine) or ""
-        theirs = signatures.render(params)
-    if problem:
-        raise RuntimeError(
-            f"seqlen_balancing.verl cannot switch verl {_verl_version()}: {module_name}.{name}{theirs} "
-            f"does not fit seqlen_balancing.{name}{signatures.render(mine)} ({problem}); nothing was "
-            f"replaced. Supported verl releases: {', '.join(SUPPORTED_VERL)}; install one of them, "
-            "or unset SEQLEN_BALANCING_VERL to run on verl's own functions in every process."
-        )
+        value = getattr(where, name, None)
+        function = _STATE.back.get(id(value), value)
+        try:
+            params = signatures.from_function(function) if callable(function) else None
+        except (ValueError, TypeError) as error:
+            return "(signature unreadable)", f"its signature cannot be read: {error}"
+    if params is None:
+        return "(missing)", "verl does not define it as a function"
+    return signatures.render(params), signatures.prefix_problem(params, mine) or ""
 
 
 def _bind(module: ModuleType, name: str, original: Callable[..., Any], on_import: bool) -> None:
@@ -493,12 +476,8 @@ def revert() -> list[tuple[str, str]]:
         balance_step.disable()
         for module in _loaded_verl_modules():  # bindings made after the last record, if any
             _rebind(module)
-        restored = []
-        for key, record in sorted(_STATE.records.items(), reverse=True):
-            holder = sys.modules.get(record.module)
-            if holder is not None and getattr(holder, record.name, None) is record.replacement:
-                setattr(holder, record.name, record.original)
-                restored.append(key)
+        restored = [key for key, r in sorted(_STATE.records.items(), reverse=True)
+                    if put_back(sys.modules.get(r.module), r.name, r.original, r.replacement)]
         _STATE.records.clear()
         _STATE.forward.clear()
         _STATE.back.clear()
