@@ -31,13 +31,12 @@ __all__ = ["PostImportFinder", "put_back"]
 class _CallbackLoader(importlib.abc.Loader):
     """Executes a module with the loader it would have had, then runs the callback."""
 
-    def __init__(self, loader: Any, callback: Callable[[ModuleType], None]) -> None:
+    def __init__(self, loader: importlib.abc.Loader, callback: Callable[[ModuleType], None]) -> None:
         self._loader = loader
         self._callback = callback
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        result: ModuleType | None = self._loader.create_module(spec)
-        return result
+        return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         # Give the module its own loader back first: code that reads __loader__ or
@@ -78,9 +77,6 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
         self._callback = callback
         self._busy = threading.local()
 
-    def _matches(self, fullname: str) -> bool:
-        return any(fullname == p or fullname.startswith(p + ".") for p in self._prefixes)
-
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
@@ -88,17 +84,14 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
 
         Complexity: one pass over :data:`sys.meta_path` for matching names; O(1) otherwise.
         """
-        if not self._matches(fullname) or getattr(self._busy, "active", False):
+        ours = any(fullname == p or fullname.startswith(p + ".") for p in self._prefixes)
+        if not ours or getattr(self._busy, "active", False):
             return None
         self._busy.active = True  # a finder behind us that imports must not come back here
         try:
-            spec = None
-            for finder in list(sys.meta_path):
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
+            spec = next((found for finder in list(sys.meta_path)
+                         if finder is not self and hasattr(finder, "find_spec")
+                         and (found := finder.find_spec(fullname, path, target)) is not None), None)
         finally:
             self._busy.active = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
