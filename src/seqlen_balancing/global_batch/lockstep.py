@@ -175,11 +175,10 @@ class Grid:
     def fits(self, r: int, k: int, add: Sequence[int], remove: Sequence[int] = ()) -> bool:
         """Whether cell ``(r, k)`` with ``add`` in and ``remove`` out still fits the rule."""
         cell = self.cells[r][k]
-        if self.limit is not None:
-            rows = self.rows
-            held = sum(rows[g] for g in cell) + sum(rows[g] for g in add) - sum(rows[g] for g in remove)
-            if held > self.limit:
-                return False
+        rows = self.rows
+        if self.limit is not None and \
+                sum(rows[g] for g in [*cell, *add]) - sum(rows[g] for g in remove) > self.limit:
+            return False
         if self.padded is None:
             change = sum(self.sizes[g] for g in add) - sum(self.sizes[g] for g in remove)
             return self.tokens[r][k] + change <= self.cap
@@ -193,9 +192,8 @@ class Grid:
             self.load[q][j] += sign * self.workloads[g]
             self.rank_load[q] += sign * self.workloads[g]
             self.tokens[q][j] += sign * self.sizes[g]
-        self.refresh(k)
-        if k2 != k:
-            self.refresh(k2)
+        for layer in dict.fromkeys((k, k2)):
+            self.refresh(layer)
 
     def step_time(self) -> int:
         return sum(tops[0][0] for tops in self.tops)

@@ -163,9 +163,8 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         them: shuffled (seed + epoch), padded by its own head or cut to ``total_size``."""
         n = len(self.lengths)
         if self.shuffle:
-            generator = torch.Generator()
-            generator.manual_seed(self.seed + self.epoch)
-            order: list[int] = torch.randperm(n, generator=generator).tolist()
+            seeded = torch.Generator().manual_seed(self.seed + self.epoch)
+            order: list[int] = torch.randperm(n, generator=seeded).tolist()
         else:
             order = list(range(n))
         if self.drop_last:
@@ -284,8 +283,9 @@ def _integers(values: Any, n: int, name: str) -> list[int]:
 
 def _shape(value: Any) -> tuple[int, ...] | None:
     """The shape of a row's value: ``()`` for a number, an array's or tensor's own, nested
-    sequences' read along their first elements; ``None`` for what holds no tokens (a
-    mapping, a string, bytes, an object without a length)."""
+    sequences' read along their first elements (strings in a sequence are its tokens), an
+    other sized value's ``(len,)``; ``None`` for what holds no tokens (a mapping, a string,
+    bytes, an object without a length)."""
     if isinstance(value, numbers.Number):
         return ()
     if isinstance(value, Mapping | str | bytes):
@@ -296,12 +296,9 @@ def _shape(value: Any) -> tuple[int, ...] | None:
             return tuple(int(d) for d in shape)
         except (TypeError, ValueError, RuntimeError):  # a jagged tensor has no plain shape
             return None
-    if isinstance(value, Sequence):
-        if not value:
-            return (0,)
+    if isinstance(value, Sequence) and value and not isinstance(value[0], str | bytes):
         inner = _shape(value[0])
-        return (len(value),) if inner is None and isinstance(value[0], str | bytes) else \
-            None if inner is None else (len(value), *inner)
+        return None if inner is None else (len(value), *inner)
     return (len(value),) if isinstance(value, Sized) else None
 
 
@@ -347,11 +344,9 @@ def _read_lengths(dataset: Any, lengths: Lengths, n: int) -> list[int]:
             column = dataset[lengths]
         except (KeyError, TypeError, IndexError, ValueError):
             column = None
-        if column is not None and not isinstance(column, Mapping) and len(column) == n:
-            values = column
-        else:
-            values = [_row_value(dataset, i, lengths) for i in range(n)]
-        return _integers([_row_length(v, i, f"column {lengths!r}") for i, v in enumerate(values)],
+        if column is None or isinstance(column, Mapping) or len(column) != n:  # read row by row
+            column = [_row_value(dataset, i, lengths) for i in range(n)]
+        return _integers([_row_length(v, i, f"column {lengths!r}") for i, v in enumerate(column)],
                          n, f"column {lengths!r}")
     if callable(lengths):
         return _integers([_row_length(lengths(i), i, "lengths(i)") for i in range(n)], n, "lengths")
