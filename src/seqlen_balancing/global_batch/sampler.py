@@ -210,8 +210,7 @@ class BalancedDistributedSampler(DistributedSampler[int]):
 
     def _indices(self, start: int) -> Iterator[int]:
         order = self._global_order()
-        first = start // self.batch_size
-        skip = start - first * self.batch_size
+        first, skip = divmod(start, self.batch_size)
         for step in range(first, self.steps):
             for index in self._rank_rows(step, order)[skip:]:
                 self.yielded += 1
@@ -262,8 +261,7 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         if epoch is None:
             raise ValueError(f"state_dict's 'epoch' must be an integer, got {describe(state_dict['epoch'])}")
         self.epoch = epoch
-        self._resume_at = yielded
-        self.yielded = yielded
+        self._resume_at = self.yielded = yielded
 
 
 def _integers(values: Any, n: int, name: str) -> list[int]:

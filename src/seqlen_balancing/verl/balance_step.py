@@ -78,9 +78,6 @@ __all__ = [
 
 logger = logging.getLogger("seqlen_balancing.verl")
 
-#: The variable that lets a row over the cap be planned (in a micro-batch of its own).
-ENV_OVER_CAP = "SEQLEN_BALANCING_OVER_CAP"
-
 #: The verl modules this acts on, and what it replaces in each (holder.attribute).
 TARGETS = {
     "verl.utils.device": ("auto_set_device",),
@@ -419,7 +416,7 @@ def sft_sampler(
             **_rule(_STATE.options))
     except (TypeError, ValueError) as error:
         # what lets a row over the cap be planned (the refusal names the row)
-        hint = f"; {ENV_OVER_CAP}=alone plans such a row in a micro-batch of its own" \
+        hint = "; SEQLEN_BALANCING_OVER_CAP=alone plans such a row in a micro-batch of its own" \
             if "exceeds max_token_len" in str(error) and _STATE.options.over_cap != "alone" else ""
         logger.warning("seqlen-balancing: verl.trainer.sft_trainer keeps DistributedSampler: %s%s",
                        error, hint)
@@ -475,12 +472,8 @@ def _patch(module: ModuleType, name_as: str | None = None) -> None:
     """Replace the targets of ``module`` (its own name's, or ``name_as``'s: verl's entry
     point run as ``__main__``) that are still verl's."""
     for target in TARGETS.get(name_as or module.__name__, ()):
-        holder: Any
-        if "." in target:
-            cls_name, name = target.split(".")
-            holder = vars(module).get(cls_name)
-        else:
-            holder, name = module, target
+        *owner, name = target.split(".")  # a module's own name, or its class's
+        holder = vars(module).get(owner[0]) if owner else module
         original = None if holder is None else vars(holder).get(name)
         if any((was is holder and named == name) or replaced is original
                for was, named, _, replaced in _STATE.records):

@@ -99,9 +99,9 @@ class _State:
         self.lock = threading.RLock()
         self.finder: PostImportFinder | None = None
         self.records: dict[tuple[str, str], Replacement] = {}
+        # each keeps alive the function whose id keys the other: an equal id is the same object
         self.forward: dict[int, Callable[..., Any]] = {}  # id(verl's function) -> ours
         self.back: dict[int, Callable[..., Any]] = {}  # id(ours) -> verl's function
-        self.keep: list[Callable[..., Any]] = []  # keeps the ids above alive and unique
         self.ours: dict[str, Callable[..., Any]] = {}
         self.options = PlanOptions()  # the options of the environment, in force while switched
 
@@ -217,8 +217,7 @@ def _dynamic(data: Any) -> bool:
 
 
 def _verl_version() -> str:
-    verl = sys.modules.get("verl")
-    version = getattr(verl, "__version__", None)
+    version = getattr(sys.modules.get("verl"), "__version__", None)
     if isinstance(version, str):
         return version
     try:
@@ -229,8 +228,7 @@ def _verl_version() -> str:
 
 def _verl_root() -> Path:
     """verl's package folder, found without importing verl (it may be importing us)."""
-    verl = sys.modules.get("verl")
-    paths = list(getattr(verl, "__path__", []) or [])
+    paths = list(getattr(sys.modules.get("verl"), "__path__", []) or [])
     if not paths:
         spec = importlib.util.find_spec("verl")
         if spec is None or not spec.submodule_search_locations:
@@ -307,14 +305,12 @@ def _replace_definitions(module: ModuleType) -> None:
         ours = _STATE.ours[name]
         _STATE.forward[id(current)] = ours
         _STATE.back[id(ours)] = current
-        _STATE.keep += [current, ours]
         _bind(module, name, current, on_import=False)
 
 
 def _rebind(module: ModuleType) -> None:
     """Give every binding of one of verl's replaced functions in ``module`` the library's."""
     for name, value in list(vars(module).items()):
-        # ids of objects kept alive in _STATE.keep: an equal id is the same object
         if id(value) in _STATE.forward:
             _bind(module, name, value, on_import=False)
         elif id(value) in _STATE.back:
@@ -424,9 +420,8 @@ def apply() -> list[tuple[str, str]]:
                 "replaced"
             ) from None
         _STATE.ours = ours
-        for module_name in VERL_FUNCTIONS:
-            module = sys.modules.get(module_name)
-            if module is not None:
+        for module in _loaded_verl_modules():  # where verl defines them first
+            if module.__name__ in VERL_FUNCTIONS:
                 _replace_definitions(module)
         for module in _loaded_verl_modules():
             _rebind(module)
@@ -481,7 +476,6 @@ def revert() -> list[tuple[str, str]]:
         _STATE.records.clear()
         _STATE.forward.clear()
         _STATE.back.clear()
-        _STATE.keep.clear()
         logger.info("seqlen-balancing switched off in process %d: %d bindings restored", os.getpid(),
                     len(restored))
         return sorted(restored)
