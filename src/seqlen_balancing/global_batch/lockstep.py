@@ -238,20 +238,22 @@ def _even_layers(layers: list[list[tuple[int, int]]]) -> list[list[int]]:
     counts spread most are merged, the largest of one with the smallest of the other,
     until one remains. Returns, per rank, its micro-batch ids. O(K dp log dp + K log K).
     """
-    heap: list[tuple[int, int, list[tuple[int, list[int]]]]] = []
-    for k, layer in enumerate(layers):
-        parts = sorted(((n, [b]) for n, b in layer), key=lambda p: (-p[0], p[1]))
-        heap.append((parts[-1][0] - parts[0][0], k, parts))
+    heap = [_spread(k, [(n, [b]) for n, b in layer]) for k, layer in enumerate(layers)]
     heapq.heapify(heap)
-    serial = len(heap)
+    serial = itertools.count(len(heap))
     while len(heap) > 1:
         _, _, first = heapq.heappop(heap)
         _, _, second = heapq.heappop(heap)
         merged = [(a[0] + b[0], a[1] + b[1]) for a, b in zip(first, reversed(second), strict=True)]
-        merged.sort(key=lambda p: (-p[0], p[1]))
-        heapq.heappush(heap, (merged[-1][0] - merged[0][0], serial, merged))
-        serial += 1
+        heapq.heappush(heap, _spread(next(serial), merged))
     return [ids for _, ids in heap[0][2]]
+
+
+def _spread(key: int, parts: list[tuple[int, list[int]]]) -> tuple[int, int, list[tuple[int, list[int]]]]:
+    """A heap entry of :func:`_even_layers`: the parts' spread of counts (their largest
+    minus their smallest), ``key``, and the parts by count, largest first."""
+    parts = sorted(parts, key=lambda p: (-p[0], p[1]))
+    return parts[-1][0] - parts[0][0], key, parts
 
 
 def _deal(result: RankAnalysis, dp: int, count: int) -> Grid:
@@ -447,10 +449,8 @@ def _lock_step_search(grid: Grid, rounds: int) -> None:
             grid.move(g, (r, k), (other_rank, layer))
             if other >= 0:
                 grid.move(other, (other_rank, layer), (r, k))
-        elif not _lower_layer(grid, k, least):
-            stuck += 1
-            continue
-        stuck = 0
+        # a move (or the layer lowered) frees every stuck layer
+        stuck = 0 if found is not None or _lower_layer(grid, k, least) else stuck + 1
 
 
 def _shed(grid: Grid, r: int, k: int) -> list[tuple[int, int, int, int]]:
@@ -512,9 +512,9 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
     limit = None if rule is None or rule.limit is None or not rule.rows else rule.limit // max(rule.rows)
     loads = result.group_workloads
     if "parts" not in memo:
-        parts = karmarkar_karp(loads, dp, equal_size=True)
         # even the parts' workloads (the cost comes next, per count)
-        memo["parts"] = _level_parts(parts, loads, sum(loads) * (_TOLERANCE + 1) // (_TOLERANCE * dp))
+        memo["parts"] = _level_parts(karmarkar_karp(loads, dp, equal_size=True), loads,
+                                     sum(loads) * (_TOLERANCE + 1) // (_TOLERANCE * dp))
     parts = _level_parts([list(p) for p in memo["parts"]], result.group_sizes, count * result.max_token_len)
     analyses = []
     for part in map(sorted, parts):
@@ -530,12 +530,11 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
         if alone.error is not None or alone.min_count > count:
             return None  # before any part is cut: the next count reuses these analyses
         analyses.append((part, alone))
-    cells = [
+    return Grid(result, [
         sorted(([part[i] for i in mb] for mb in build_plan(alone, count, False)),
                key=lambda b: (sum(loads[g] for g in b), b[0]))
         for part, alone in analyses
-    ]
-    return Grid(result, cells)
+    ])
 
 
 def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[list[int]]:

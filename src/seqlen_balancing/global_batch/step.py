@@ -213,13 +213,13 @@ def _whole_step(
         TypeError, ValueError: the analysis' error (a sample over the cap, ...).
     """
     whole = functools.cache(functools.partial(_analysed, seq_lens, max_token_len, rule, data))
-    group = rule.force_group_size
     n = len(seq_lens) if isinstance(seq_lens, Sized) else None
     if rule.padded or rule.max_samples_per_micro_batch is not None or not n or \
             data.get("group_ids") is not None or rule.over_cap == "alone":  # over-cap groups: once
         full = whole()
         return full, full.lower_bound, whole
-    quick = _analysed(seq_lens, max_token_len, replace(rule, min_num_micro_batch=max(1, n // group)), data)
+    quick = _analysed(seq_lens, max_token_len,
+                      replace(rule, min_num_micro_batch=max(1, n // rule.force_group_size)), data)
     lower = max(1, best_lower_bound(quick.group_sizes, quick.max_token_len)[0])
     return quick, lower, whole
 
@@ -251,8 +251,8 @@ def _equal_rows(
                         workloads=pick(workloads, samples), group_ids=pick(group_ids, samples))
                 for samples in rank_samples]
     count, rows = agree_in_process(analyses)
-    balance = options.use_dynamic_bsz_balance
-    return [[_global(part, samples) for part in build_plan(result, count, balance, rows)]
+    return [[_global(part, samples)
+             for part in build_plan(result, count, options.use_dynamic_bsz_balance, rows)]
             for samples, result in zip(rank_samples, analyses, strict=True)]
 
 

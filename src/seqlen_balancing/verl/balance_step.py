@@ -363,14 +363,13 @@ def row_tokens(row: Any) -> int:
         >>> row_tokens({"input_ids": [5, 6, 7]})
         3
     """
-    mask = row.get("attention_mask") if isinstance(row, Mapping) else None
-    if mask is not None:
-        return int(mask.sum())
-    ids = row.get("input_ids") if isinstance(row, Mapping) else None
-    if ids is None:
+    fields = row if isinstance(row, Mapping) else {}
+    if fields.get("attention_mask") is not None:
+        return int(fields["attention_mask"].sum())
+    if fields.get("input_ids") is None:
         raise TypeError(f"an SFT dataset row needs input_ids or attention_mask to be measured, got "
                         f"{type(row).__name__}")
-    return len(ids)
+    return len(fields["input_ids"])
 
 
 def sft_sampler(
@@ -397,8 +396,7 @@ def sft_sampler(
              "drop_last": drop_last}
     trainer = _BUILDING.get()
     if trainer is not None:  # the module imported as such: its trainer is known
-        train = id(dataset) == id(getattr(trainer, "train_dataset", None))
-        config = trainer.config
+        train, config = id(dataset) == id(getattr(trainer, "train_dataset", None)), trainer.config
     else:  # run as ``-m`` (``__main__``): the job's config, and verl's train sampler shuffles
         train, config = bool(shuffle), _STATE.job_config
     if not train or config is None:

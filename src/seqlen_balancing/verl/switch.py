@@ -153,8 +153,7 @@ def _library_functions() -> dict[str, Callable[..., Any]]:
     on."""
     import seqlen_balancing  # torch and tensordict load here (verl has loaded them already)
 
-    names = [name for group in VERL_FUNCTIONS.values() for name in group]
-    ours = {name: getattr(seqlen_balancing, name) for name in names}
+    ours = {name: getattr(seqlen_balancing, name) for group in VERL_FUNCTIONS.values() for name in group}
     options = options_from_env()
     if options:
         for name in _WITH_OPTIONS:
@@ -175,8 +174,7 @@ def _with_options(function: Callable[..., Any], options: dict[str, Any]) -> Call
     @functools.wraps(function)
     def with_options(*args: Any, **kwargs: Any) -> Any:
         if function.__name__ != "prepare_micro_batches" or _dynamic(args[0] if args else kwargs.get("data")):
-            for key, value in options.items():
-                kwargs.setdefault(key, value)
+            kwargs = {**options, **kwargs}  # the call's own keywords win
         return function(*args, **kwargs)
 
     return with_options
