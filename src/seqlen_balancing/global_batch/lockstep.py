@@ -393,6 +393,13 @@ def _targets(grid: Grid, r: int, k: int) -> list[tuple[int, int]]:
     return list(dict.fromkeys(found))
 
 
+def _by_workload(grid: Grid, r: int, k: int) -> tuple[list[int], list[int]]:
+    """Cell ``(r, k)``'s groups by workload (then index), and their workloads: where a
+    group of another cell finds the one to swap with (:func:`bisect.bisect_left`)."""
+    others = sorted(grid.cells[r][k], key=lambda g: (grid.workloads[g], g))
+    return others, [grid.workloads[g] for g in others]
+
+
 def _lower_heaviest(grid: Grid, k: int, least: int = 0) -> tuple[int, int, int, int, int] | None:
     """The best exchange that lowers layer ``k``'s heaviest cell ``(r, k)`` by more than
     ``least``: ``(gain, group, rank, layer, other group or -1)``: the group moves to the
@@ -402,8 +409,7 @@ def _lower_heaviest(grid: Grid, k: int, least: int = 0) -> tuple[int, int, int, 
     cell, load = grid.cells[r][k], grid.load[r][k]
     best: tuple[int, int, int, int, int] | None = None
     for s, k2 in _targets(grid, r, k):
-        others = sorted(grid.cells[s][k2], key=lambda g: (grid.workloads[g], g))
-        loads = [grid.workloads[g] for g in others]
+        others, loads = _by_workload(grid, s, k2)
         # the shift that would level best: half the gap within a layer, else the headroom
         aim = (load - grid.load[s][k]) // 2 if k2 == k else min(
             load - grid.top(k, (r,)), grid.top(k2) - grid.load[s][k2])
@@ -461,8 +467,7 @@ def _shed(grid: Grid, r: int, k: int) -> list[tuple[int, int, int, int]]:
     cell, load = grid.cells[r][k], grid.load[r][k]
     found: list[tuple[int, int, int, int]] = []
     for room, k2 in grid.rooms(r, _HEADROOM_LAYERS, k):
-        others = sorted(grid.cells[r][k2], key=lambda g: (grid.workloads[g], g))
-        loads = [grid.workloads[g] for g in others]
+        others, loads = _by_workload(grid, r, k2)
         for g in cell:
             w = grid.workloads[g]
             if w <= room and len(cell) > 1 and grid.fits(r, k2, (g,)):

@@ -235,9 +235,6 @@ class BalancedDistributedSampler(DistributedSampler[int]):
                     self.num_samples % self.batch_size, error)
             return self.global_batch(step, order)[self.rank :: self.num_replicas]
 
-    def __len__(self) -> int:
-        return self.num_samples
-
     # -- resume ------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, int]:

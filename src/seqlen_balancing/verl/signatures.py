@@ -96,10 +96,9 @@ def render(params: list[Parameter]) -> str:
 def _describe(param: Parameter) -> str:
     text = render([param]).strip("()*/, ")
     kind = param[1]
-    if kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.VAR_POSITIONAL,
-                inspect.Parameter.VAR_KEYWORD):
-        return text
-    return f"{text} ({kind.description})"
+    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.VAR_POSITIONAL,
+             inspect.Parameter.VAR_KEYWORD)
+    return text if kind in plain else f"{text} ({kind.description})"
 
 
 def _same_default(a: Any, b: Any) -> bool:

@@ -193,10 +193,8 @@ def _model_calculate_workload(function: Callable[..., Any], model: WorkloadModel
         values = torch.tensor(model.workloads(lengths), dtype=torch.int64)
         if isinstance(checked, torch.Tensor):  # verl's dtype (float for float input), device
             return values.reshape(checked.shape).to(device=checked.device, dtype=checked.dtype)
-        import numpy
-
-        shaped = numpy.asarray(checked)
-        out = values.numpy().reshape(shaped.shape).astype(shaped.dtype)
+        # a NumPy array or scalar: its shape and dtype
+        out = values.numpy().reshape(checked.shape).astype(checked.dtype)
         return out[()] if out.ndim == 0 else out
 
     return calculate_workload
