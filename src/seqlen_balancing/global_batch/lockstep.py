@@ -167,10 +167,7 @@ class Grid:
 
     def top(self, k: int, skip: tuple[int, ...] = ()) -> int:
         """The heaviest load of layer ``k`` outside the ranks ``skip`` (at most two)."""
-        for load, neg in self.tops[k]:
-            if -neg not in skip:
-                return load
-        return 0
+        return next((load for load, neg in self.tops[k] if -neg not in skip), 0)
 
     def fits(self, r: int, k: int, add: Sequence[int], remove: Sequence[int] = ()) -> bool:
         """Whether cell ``(r, k)`` with ``add`` in and ``remove`` out still fits the rule."""

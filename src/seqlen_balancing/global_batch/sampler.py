@@ -162,11 +162,8 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         """All ranks' rows of this epoch in ``DistributedSampler``'s order before it deals
         them: shuffled (seed + epoch), padded by its own head or cut to ``total_size``."""
         n = len(self.lengths)
-        if self.shuffle:
-            seeded = torch.Generator().manual_seed(self.seed + self.epoch)
-            order: list[int] = torch.randperm(n, generator=seeded).tolist()
-        else:
-            order = list(range(n))
+        seeded = torch.Generator().manual_seed(self.seed + self.epoch)
+        order: list[int] = torch.randperm(n, generator=seeded).tolist() if self.shuffle else list(range(n))
         if self.drop_last:
             return order[: self.total_size]
         missing = self.total_size - n

@@ -22,7 +22,6 @@ root loads anyway); the library's torch functions are loaded by :func:`apply`.
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.metadata
 import importlib.util
 import logging
@@ -293,7 +292,8 @@ def _bind(module: ModuleType, name: str, original: Callable[..., Any], on_import
 
 
 def _replace_definitions(module: ModuleType) -> None:
-    """Put the library's functions where verl defines them (``module`` is one of those)."""
+    """Pair verl's functions where it defines them (``module`` is one of those) with the
+    library's: :func:`_rebind` of the module, which follows, puts ours there."""
     for name in VERL_FUNCTIONS[module.__name__]:
         current = getattr(module, name)
         if id(current) in _STATE.back:
@@ -301,7 +301,6 @@ def _replace_definitions(module: ModuleType) -> None:
         ours = _STATE.ours[name]
         _STATE.forward[id(current)] = ours
         _STATE.back[id(ours)] = current
-        _bind(module, name, current, on_import=False)
 
 
 def _rebind(module: ModuleType) -> None:
