@@ -67,8 +67,7 @@ def micro_batch_fixed_cost(fixed_tokens: float, options: PlanOptions | None = No
         2457600.0
     """
     model = None if options is None else options.workload_model
-    linear = WORKLOAD_LINEAR_COEF if model is None else model.coefficients()[0]
-    return fixed_tokens * linear
+    return fixed_tokens * (WORKLOAD_LINEAR_COEF if model is None else model.coefficients()[0])
 
 
 def lock_step_time(
@@ -261,11 +260,9 @@ def _deal(result: RankAnalysis, dp: int, count: int) -> Grid:
     order = sorted(range(len(bins)), key=lambda b: (loads[b], bins[b][0]))
     layers = [[(len(bins[b]), b) for b in order[k * dp : (k + 1) * dp]] for k in range(count)]
     layer_of = {b: k for k, layer in enumerate(layers) for _, b in layer}
-    cells: list[list[list[int]]] = [[[] for _ in range(count)] for _ in range(dp)]
-    for r, ids in enumerate(_even_layers(layers)):
-        for b in ids:
-            cells[r][layer_of[b]] = list(bins[b])
-    return Grid(result, cells)
+    # each rank holds one micro-batch of every layer: by layer, they are its cells
+    return Grid(result, [[list(bins[b]) for b in sorted(ids, key=layer_of.__getitem__)]
+                         for ids in _even_layers(layers)])
 
 
 def _gain(grid: Grid, source: tuple[int, int], target: tuple[int, int], d: int) -> int:
@@ -412,9 +409,8 @@ def _lower_heaviest(grid: Grid, k: int, least: int = 0) -> tuple[int, int, int, 
             load - grid.top(k, (r,)), grid.top(k2) - grid.load[s][k2])
         for g in cell:
             w = grid.workloads[g]
-            options: list[tuple[int, int]] = []  # (shift, other group)
-            if s == r and len(cell) > 1 and grid.fits(r, k2, (g,)):
-                options.append((w, -1))
+            # (shift, other group): the move (to the same rank) is checked with the swaps below
+            options: list[tuple[int, int]] = [(w, -1)] if s == r and len(cell) > 1 else []
             at = bisect.bisect_left(loads, w - aim)
             options += [(w - loads[j], others[j]) for j in (at - 1, at)
                         if 0 <= j < len(others) and loads[j] < w]

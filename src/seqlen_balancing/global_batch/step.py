@@ -174,8 +174,8 @@ def _count_range(
     if sizes:
         group = sizes.pop()
     if equal and n_groups % dp:
-        kind = "groups" if result.custom_groups else "forced groups"
-        what = "samples" if group == 1 else f"{kind} of {group} samples"
+        what = "samples" if group == 1 else \
+            f"{'groups' if result.custom_groups else 'forced groups'} of {group} samples"
         raise ValueError(
             f"equal_size=True needs the step's {n_groups} {what} to split equally over "
             f"dp_size={dp} ranks; pass a multiple of {dp * group} samples (verl's dispatch cuts "
@@ -220,8 +220,7 @@ def _whole_step(
         return full, full.lower_bound, whole
     quick = _analysed(seq_lens, max_token_len,
                       replace(rule, min_num_micro_batch=max(1, n // rule.force_group_size)), data)
-    lower = max(1, best_lower_bound(quick.group_sizes, quick.max_token_len)[0])
-    return quick, lower, whole
+    return quick, max(1, best_lower_bound(quick.group_sizes, quick.max_token_len)[0]), whole
 
 
 def _analysed(
@@ -294,8 +293,8 @@ def plan_step(
     rule = replace(given, num_batches_divided_by=None, min_num_micro_batch=None,
                    use_dynamic_bsz_balance=True, equal_rows_per_micro_batch=False,
                    heaviest_first=False)
-    data = {"costs": costs, "workloads": workloads, "group_ids": group_ids}
-    result, lower, whole = _whole_step(seq_lens, max_token_len, rule, data)
+    result, lower, whole = _whole_step(seq_lens, max_token_len, rule,
+                                       {"costs": costs, "workloads": workloads, "group_ids": group_ids})
     first, most = _count_range(result, lower, dp, equal, floor, divisor)
     per_rank = result.n_groups // dp if equal else None
     fixed = micro_batch_fixed_cost(given.micro_batch_fixed_tokens, given)

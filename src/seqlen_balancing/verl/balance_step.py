@@ -56,6 +56,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -96,13 +97,14 @@ _BUILDING: contextvars.ContextVar[Any] = contextvars.ContextVar("seqlen_balancin
                                                                  default=None)
 
 
+@dataclass
 class _State:
-    def __init__(self) -> None:
-        self.on = False
-        self.options = PlanOptions()
-        self.records: list[tuple[Any, str, Any, Any]] = []  # (holder, name, original, replacement)
-        self.announced: set[str] = set()
-        self.job_config: Any = None  # the config verl's entry point gave auto_set_device
+    on: bool = False
+    options: PlanOptions = field(default_factory=PlanOptions)
+    # (holder, name, original, replacement) of each replacement made
+    records: list[tuple[Any, str, Any, Any]] = field(default_factory=list)
+    announced: set[str] = field(default_factory=set)
+    job_config: Any = None  # the config verl's entry point gave auto_set_device
 
 
 _STATE = _State()

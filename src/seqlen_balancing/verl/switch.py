@@ -30,7 +30,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -91,18 +91,19 @@ class Replacement:
     on_import: bool = False
 
 
+@dataclass
 class _State:
     """The switch of this process (one per process; guarded by ``lock``)."""
 
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.finder: PostImportFinder | None = None
-        self.records: dict[tuple[str, str], Replacement] = {}
-        # each keeps alive the function whose id keys the other: an equal id is the same object
-        self.forward: dict[int, Callable[..., Any]] = {}  # id(verl's function) -> ours
-        self.back: dict[int, Callable[..., Any]] = {}  # id(ours) -> verl's function
-        self.ours: dict[str, Callable[..., Any]] = {}
-        self.options = PlanOptions()  # the options of the environment, in force while switched
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    finder: PostImportFinder | None = None
+    records: dict[tuple[str, str], Replacement] = field(default_factory=dict)
+    # each keeps alive the function whose id keys the other: an equal id is the same object
+    forward: dict[int, Callable[..., Any]] = field(default_factory=dict)  # id(verl's function) -> ours
+    back: dict[int, Callable[..., Any]] = field(default_factory=dict)  # id(ours) -> verl's function
+    ours: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    # the options of the environment, in force while switched
+    options: PlanOptions = field(default_factory=PlanOptions)
 
 
 _STATE = _State()
