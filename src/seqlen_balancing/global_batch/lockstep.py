@@ -321,8 +321,8 @@ def _exchange_between(
     def smallest(cell: list[int]) -> list[int]:
         return sorted(cell, key=lambda g: (size[g], g))[:_PAIR_GROUPS]
 
-    pool = smallest(grid.cells[a][k])
-    gives = sorted((sum(size[g] for g in c), c) for c in itertools.combinations(pool, t + 1))
+    gives = sorted((sum(size[g] for g in c), c)
+                   for c in itertools.combinations(smallest(grid.cells[a][k]), t + 1))
     sums = [total for total, _ in gives]
     room_a, room_b = grid.cap - grid.tokens[a][k], grid.cap - grid.tokens[b][k2]
     found = []

@@ -269,8 +269,8 @@ def ppo_order(
     from seqlen_balancing.global_batch.step import plan_step
 
     n = len(seq_lens)
-    fits = mini_batch_size and n % mini_batch_size == 0 and mini_batch_size % dp_size == 0
-    size = mini_batch_size if mini_batch_size and fits else n
+    size = mini_batch_size if mini_batch_size and n % mini_batch_size == 0 and \
+        mini_batch_size % dp_size == 0 else n
     workloads = rule.pop("workloads", None)
     parts: list[list[int]] = [[] for _ in range(dp_size)]
     for start in range(0, n, size):
@@ -415,11 +415,11 @@ def sft_sampler(
             batch_size=settings["batch_size"], max_token_len=settings["max_token_len"],
             **_rule(_STATE.options))
     except (TypeError, ValueError) as error:
-        # what lets a row over the cap be planned (the refusal names the row)
-        hint = "; SEQLEN_BALANCING_OVER_CAP=alone plans such a row in a micro-batch of its own" \
-            if "exceeds max_token_len" in str(error) and _STATE.options.over_cap != "alone" else ""
-        logger.warning("seqlen-balancing: verl.trainer.sft_trainer keeps DistributedSampler: %s%s",
-                       error, hint)
+        logger.warning("seqlen-balancing: verl.trainer.sft_trainer keeps DistributedSampler: %s%s", error,
+                       # what lets a row over the cap be planned (the refusal names the row)
+                       "; SEQLEN_BALANCING_OVER_CAP=alone plans such a row in a micro-batch of its own"
+                       if "exceeds max_token_len" in str(error) and _STATE.options.over_cap != "alone"
+                       else "")
         return DistributedSampler(dataset, **plain)
     logger.info("seqlen-balancing: verl.trainer.sft_trainer's train sampler is BalancedDistributedSampler "
                 "in process %d (rank %d of %d, %d rows, batch_size %d per rank, max_token_len %d, "
@@ -543,9 +543,7 @@ def _say_not_here() -> None:
 
 def disable() -> int:
     """Give verl its own sampler binding and methods back; returns how many were restored."""
+    global _STATE
     restored = sum(put_back(*record) for record in reversed(_STATE.records))
-    _STATE.records.clear()
-    _STATE.announced.clear()
-    _STATE.job_config = None
-    _STATE.on = False
+    _STATE = _State(options=_STATE.options)  # off: nothing recorded, announced or configured
     return restored

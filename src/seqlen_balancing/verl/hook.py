@@ -84,8 +84,8 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
 
         Complexity: one pass over :data:`sys.meta_path` for matching names; O(1) otherwise.
         """
-        ours = any(fullname == p or fullname.startswith(p + ".") for p in self._prefixes)
-        if not ours or getattr(self._busy, "active", False):
+        if getattr(self._busy, "active", False) or \
+                not any(fullname == p or fullname.startswith(p + ".") for p in self._prefixes):
             return None
         self._busy.active = True  # a finder behind us that imports must not come back here
         try:

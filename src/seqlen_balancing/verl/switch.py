@@ -155,9 +155,7 @@ def _library_functions() -> dict[str, Callable[..., Any]]:
 
     ours = {name: getattr(seqlen_balancing, name) for group in VERL_FUNCTIONS.values() for name in group}
     options = options_from_env()
-    if options:
-        for name in _WITH_OPTIONS:
-            ours[name] = _with_options(ours[name], options)
+    ours.update({name: _with_options(ours[name], options) for name in _WITH_OPTIONS if options})
     if "workload_model" in options:
         ours["calculate_workload"] = _model_calculate_workload(
             ours["calculate_workload"], options["workload_model"])
@@ -292,16 +290,21 @@ def _bind(module: ModuleType, name: str, original: Callable[..., Any], on_import
     )
 
 
-def _replace_definitions(module: ModuleType) -> None:
-    """Pair verl's functions where it defines them (``module`` is one of those) with the
-    library's: :func:`_rebind` of the module, which follows, puts ours there."""
-    for name in VERL_FUNCTIONS[module.__name__]:
-        current = getattr(module, name)
-        if id(current) in _STATE.back:
-            continue  # already ours
-        ours = _STATE.ours[name]
-        _STATE.forward[id(current)] = ours
-        _STATE.back[id(ours)] = current
+def _switch_loaded() -> None:
+    """Pair verl's functions where it defines them (the loaded modules of
+    :data:`VERL_FUNCTIONS`) with the library's, then give every binding of one of them in a
+    loaded verl module ours (:func:`_rebind`; import cycles may have bound verl's already)."""
+    loaded = _loaded_verl_modules()
+    for module in loaded:
+        for name in VERL_FUNCTIONS.get(module.__name__, ()):
+            current = getattr(module, name)
+            if id(current) in _STATE.back:
+                continue  # already ours
+            ours = _STATE.ours[name]
+            _STATE.forward[id(current)] = ours
+            _STATE.back[id(ours)] = current
+    for module in loaded:
+        _rebind(module)
 
 
 def _rebind(module: ModuleType) -> None:
@@ -331,9 +334,7 @@ def _on_import(module: ModuleType) -> None:
             except RuntimeError:  # the import fails; say so where verl's logs are read
                 logger.exception("seqlen-balancing could not switch %s on import", module.__name__)
                 raise
-            _replace_definitions(module)
-            for other in _loaded_verl_modules():  # import cycles may have bound verl's already
-                _rebind(other)
+            _switch_loaded()
             logger.info(
                 "seqlen-balancing switched %s on import in process %d: %s",
                 module.__name__, os.getpid(), ", ".join(VERL_FUNCTIONS[module.__name__]),
@@ -416,11 +417,7 @@ def apply() -> list[tuple[str, str]]:
                 "replaced"
             ) from None
         _STATE.ours = ours
-        for module in _loaded_verl_modules():  # where verl defines them first
-            if module.__name__ in VERL_FUNCTIONS:
-                _replace_definitions(module)
-        for module in _loaded_verl_modules():
-            _rebind(module)
+        _switch_loaded()
         if step:
             balance_step.enable(_STATE.options)
         _STATE.finder = PostImportFinder(("verl",), _on_import)
