@@ -189,9 +189,9 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         its sample indices mapped to dataset rows: ``rank_samples[r]`` is what rank ``r``
         yields for the step, ``rank_micro_batches[r]`` its micro-batches."""
         rows = self.global_batch(step, order)
-        costs = None if self.costs is None else [self.costs[i] for i in rows]
         plan = plan_step([self.lengths[i] for i in rows], self.num_replicas, self.max_token_len,
-                         options=self.options, costs=costs)
+                         options=self.options,
+                         costs=None if self.costs is None else [self.costs[i] for i in rows])
         return StepPlan(
             rank_samples=[[rows[i] for i in part] for part in plan.rank_samples],
             rank_micro_batches=[[[rows[i] for i in mb] for mb in mbs] for mbs in plan.rank_micro_batches],

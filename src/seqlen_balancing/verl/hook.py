@@ -94,9 +94,9 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
                          and (found := finder.find_spec(fullname, path, target)) is not None), None)
         finally:
             self._busy.active = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec  # namespace packages and old-style loaders: imported untouched
-        spec.loader = _CallbackLoader(spec.loader, self._callback)
+        # namespace packages and old-style loaders are imported untouched
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _CallbackLoader(spec.loader, self._callback)
         return spec
 
     def install(self) -> None:
