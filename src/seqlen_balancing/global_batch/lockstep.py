@@ -67,8 +67,7 @@ def micro_batch_fixed_cost(fixed_tokens: float, options: PlanOptions | None = No
         2457600.0
     """
     model = None if options is None else options.workload_model
-    linear = WORKLOAD_LINEAR_COEF if model is None else model.coefficients()[0]
-    return fixed_tokens * linear
+    return fixed_tokens * (WORKLOAD_LINEAR_COEF if model is None else model.coefficients()[0])
 
 
 def lock_step_time(
@@ -167,19 +166,15 @@ class Grid:
 
     def top(self, k: int, skip: tuple[int, ...] = ()) -> int:
         """The heaviest load of layer ``k`` outside the ranks ``skip`` (at most two)."""
-        for load, neg in self.tops[k]:
-            if -neg not in skip:
-                return load
-        return 0
+        return next((load for load, neg in self.tops[k] if -neg not in skip), 0)
 
     def fits(self, r: int, k: int, add: Sequence[int], remove: Sequence[int] = ()) -> bool:
         """Whether cell ``(r, k)`` with ``add`` in and ``remove`` out still fits the rule."""
         cell = self.cells[r][k]
-        if self.limit is not None:
-            rows = self.rows
-            held = sum(rows[g] for g in cell) + sum(rows[g] for g in add) - sum(rows[g] for g in remove)
-            if held > self.limit:
-                return False
+        rows = self.rows
+        if self.limit is not None and \
+                sum(rows[g] for g in [*cell, *add]) - sum(rows[g] for g in remove) > self.limit:
+            return False
         if self.padded is None:
             change = sum(self.sizes[g] for g in add) - sum(self.sizes[g] for g in remove)
             return self.tokens[r][k] + change <= self.cap
@@ -193,9 +188,8 @@ class Grid:
             self.load[q][j] += sign * self.workloads[g]
             self.rank_load[q] += sign * self.workloads[g]
             self.tokens[q][j] += sign * self.sizes[g]
-        self.refresh(k)
-        if k2 != k:
-            self.refresh(k2)
+        for layer in dict.fromkeys((k, k2)):
+            self.refresh(layer)
 
     def step_time(self) -> int:
         return sum(tops[0][0] for tops in self.tops)
@@ -240,20 +234,22 @@ def _even_layers(layers: list[list[tuple[int, int]]]) -> list[list[int]]:
     counts spread most are merged, the largest of one with the smallest of the other,
     until one remains. Returns, per rank, its micro-batch ids. O(K dp log dp + K log K).
     """
-    heap: list[tuple[int, int, list[tuple[int, list[int]]]]] = []
-    for k, layer in enumerate(layers):
-        parts = sorted(((n, [b]) for n, b in layer), key=lambda p: (-p[0], p[1]))
-        heap.append((parts[-1][0] - parts[0][0], k, parts))
+    heap = [_spread(k, [(n, [b]) for n, b in layer]) for k, layer in enumerate(layers)]
     heapq.heapify(heap)
-    serial = len(heap)
+    serial = itertools.count(len(heap))
     while len(heap) > 1:
         _, _, first = heapq.heappop(heap)
         _, _, second = heapq.heappop(heap)
         merged = [(a[0] + b[0], a[1] + b[1]) for a, b in zip(first, reversed(second), strict=True)]
-        merged.sort(key=lambda p: (-p[0], p[1]))
-        heapq.heappush(heap, (merged[-1][0] - merged[0][0], serial, merged))
-        serial += 1
+        heapq.heappush(heap, _spread(next(serial), merged))
     return [ids for _, ids in heap[0][2]]
+
+
+def _spread(key: int, parts: list[tuple[int, list[int]]]) -> tuple[int, int, list[tuple[int, list[int]]]]:
+    """A heap entry of :func:`_even_layers`: the parts' spread of counts (their largest
+    minus their smallest), ``key``, and the parts by count, largest first."""
+    parts = sorted(parts, key=lambda p: (-p[0], p[1]))
+    return parts[-1][0] - parts[0][0], key, parts
 
 
 def _deal(result: RankAnalysis, dp: int, count: int) -> Grid:
@@ -264,11 +260,9 @@ def _deal(result: RankAnalysis, dp: int, count: int) -> Grid:
     order = sorted(range(len(bins)), key=lambda b: (loads[b], bins[b][0]))
     layers = [[(len(bins[b]), b) for b in order[k * dp : (k + 1) * dp]] for k in range(count)]
     layer_of = {b: k for k, layer in enumerate(layers) for _, b in layer}
-    cells: list[list[list[int]]] = [[[] for _ in range(count)] for _ in range(dp)]
-    for r, ids in enumerate(_even_layers(layers)):
-        for b in ids:
-            cells[r][layer_of[b]] = list(bins[b])
-    return Grid(result, cells)
+    # each rank holds one micro-batch of every layer: by layer, they are its cells
+    return Grid(result, [[list(bins[b]) for b in sorted(ids, key=layer_of.__getitem__)]
+                         for ids in _even_layers(layers)])
 
 
 def _gain(grid: Grid, source: tuple[int, int], target: tuple[int, int], d: int) -> int:
@@ -327,8 +321,8 @@ def _exchange_between(
     def smallest(cell: list[int]) -> list[int]:
         return sorted(cell, key=lambda g: (size[g], g))[:_PAIR_GROUPS]
 
-    pool = smallest(grid.cells[a][k])
-    gives = sorted((sum(size[g] for g in c), c) for c in itertools.combinations(pool, t + 1))
+    gives = sorted((sum(size[g] for g in c), c)
+                   for c in itertools.combinations(smallest(grid.cells[a][k]), t + 1))
     sums = [total for total, _ in gives]
     room_a, room_b = grid.cap - grid.tokens[a][k], grid.cap - grid.tokens[b][k2]
     found = []
@@ -393,6 +387,13 @@ def _targets(grid: Grid, r: int, k: int) -> list[tuple[int, int]]:
     return list(dict.fromkeys(found))
 
 
+def _by_workload(grid: Grid, r: int, k: int) -> tuple[list[int], list[int]]:
+    """Cell ``(r, k)``'s groups by workload (then index), and their workloads: where a
+    group of another cell finds the one to swap with (:func:`bisect.bisect_left`)."""
+    others = sorted(grid.cells[r][k], key=lambda g: (grid.workloads[g], g))
+    return others, [grid.workloads[g] for g in others]
+
+
 def _lower_heaviest(grid: Grid, k: int, least: int = 0) -> tuple[int, int, int, int, int] | None:
     """The best exchange that lowers layer ``k``'s heaviest cell ``(r, k)`` by more than
     ``least``: ``(gain, group, rank, layer, other group or -1)``: the group moves to the
@@ -402,16 +403,14 @@ def _lower_heaviest(grid: Grid, k: int, least: int = 0) -> tuple[int, int, int, 
     cell, load = grid.cells[r][k], grid.load[r][k]
     best: tuple[int, int, int, int, int] | None = None
     for s, k2 in _targets(grid, r, k):
-        others = sorted(grid.cells[s][k2], key=lambda g: (grid.workloads[g], g))
-        loads = [grid.workloads[g] for g in others]
+        others, loads = _by_workload(grid, s, k2)
         # the shift that would level best: half the gap within a layer, else the headroom
         aim = (load - grid.load[s][k]) // 2 if k2 == k else min(
             load - grid.top(k, (r,)), grid.top(k2) - grid.load[s][k2])
         for g in cell:
             w = grid.workloads[g]
-            options: list[tuple[int, int]] = []  # (shift, other group)
-            if s == r and len(cell) > 1 and grid.fits(r, k2, (g,)):
-                options.append((w, -1))
+            # (shift, other group): the move (to the same rank) is checked with the swaps below
+            options: list[tuple[int, int]] = [(w, -1)] if s == r and len(cell) > 1 else []
             at = bisect.bisect_left(loads, w - aim)
             options += [(w - loads[j], others[j]) for j in (at - 1, at)
                         if 0 <= j < len(others) and loads[j] < w]
@@ -449,10 +448,8 @@ def _lock_step_search(grid: Grid, rounds: int) -> None:
             grid.move(g, (r, k), (other_rank, layer))
             if other >= 0:
                 grid.move(other, (other_rank, layer), (r, k))
-        elif not _lower_layer(grid, k, least):
-            stuck += 1
-            continue
-        stuck = 0
+        # a move (or the layer lowered) frees every stuck layer
+        stuck = 0 if found is not None or _lower_layer(grid, k, least) else stuck + 1
 
 
 def _shed(grid: Grid, r: int, k: int) -> list[tuple[int, int, int, int]]:
@@ -463,8 +460,7 @@ def _shed(grid: Grid, r: int, k: int) -> list[tuple[int, int, int, int]]:
     cell, load = grid.cells[r][k], grid.load[r][k]
     found: list[tuple[int, int, int, int]] = []
     for room, k2 in grid.rooms(r, _HEADROOM_LAYERS, k):
-        others = sorted(grid.cells[r][k2], key=lambda g: (grid.workloads[g], g))
-        loads = [grid.workloads[g] for g in others]
+        others, loads = _by_workload(grid, r, k2)
         for g in cell:
             w = grid.workloads[g]
             if w <= room and len(cell) > 1 and grid.fits(r, k2, (g,)):
@@ -514,9 +510,9 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
     limit = None if rule is None or rule.limit is None or not rule.rows else rule.limit // max(rule.rows)
     loads = result.group_workloads
     if "parts" not in memo:
-        parts = karmarkar_karp(loads, dp, equal_size=True)
         # even the parts' workloads (the cost comes next, per count)
-        memo["parts"] = _level_parts(parts, loads, sum(loads) * (_TOLERANCE + 1) // (_TOLERANCE * dp))
+        memo["parts"] = _level_parts(karmarkar_karp(loads, dp, equal_size=True), loads,
+                                     sum(loads) * (_TOLERANCE + 1) // (_TOLERANCE * dp))
     parts = _level_parts([list(p) for p in memo["parts"]], result.group_sizes, count * result.max_token_len)
     analyses = []
     for part in map(sorted, parts):
@@ -532,12 +528,11 @@ def _rank_first(result: RankAnalysis, dp: int, count: int, memo: dict[Any, Any])
         if alone.error is not None or alone.min_count > count:
             return None  # before any part is cut: the next count reuses these analyses
         analyses.append((part, alone))
-    cells = [
+    return Grid(result, [
         sorted(([part[i] for i in mb] for mb in build_plan(alone, count, False)),
                key=lambda b: (sum(loads[g] for g in b), b[0]))
         for part, alone in analyses
-    ]
-    return Grid(result, cells)
+    ])
 
 
 def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[list[int]]:

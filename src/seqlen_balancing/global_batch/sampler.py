@@ -162,12 +162,8 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         """All ranks' rows of this epoch in ``DistributedSampler``'s order before it deals
         them: shuffled (seed + epoch), padded by its own head or cut to ``total_size``."""
         n = len(self.lengths)
-        if self.shuffle:
-            generator = torch.Generator()
-            generator.manual_seed(self.seed + self.epoch)
-            order: list[int] = torch.randperm(n, generator=generator).tolist()
-        else:
-            order = list(range(n))
+        seeded = torch.Generator().manual_seed(self.seed + self.epoch)
+        order: list[int] = torch.randperm(n, generator=seeded).tolist() if self.shuffle else list(range(n))
         if self.drop_last:
             return order[: self.total_size]
         missing = self.total_size - n
@@ -193,9 +189,9 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         its sample indices mapped to dataset rows: ``rank_samples[r]`` is what rank ``r``
         yields for the step, ``rank_micro_batches[r]`` its micro-batches."""
         rows = self.global_batch(step, order)
-        costs = None if self.costs is None else [self.costs[i] for i in rows]
         plan = plan_step([self.lengths[i] for i in rows], self.num_replicas, self.max_token_len,
-                         options=self.options, costs=costs)
+                         options=self.options,
+                         costs=None if self.costs is None else [self.costs[i] for i in rows])
         return StepPlan(
             rank_samples=[[rows[i] for i in part] for part in plan.rank_samples],
             rank_micro_batches=[[[rows[i] for i in mb] for mb in mbs] for mbs in plan.rank_micro_batches],
@@ -211,8 +207,7 @@ class BalancedDistributedSampler(DistributedSampler[int]):
 
     def _indices(self, start: int) -> Iterator[int]:
         order = self._global_order()
-        first = start // self.batch_size
-        skip = start - first * self.batch_size
+        first, skip = divmod(start, self.batch_size)
         for step in range(first, self.steps):
             for index in self._rank_rows(step, order)[skip:]:
                 self.yielded += 1
@@ -237,9 +232,6 @@ class BalancedDistributedSampler(DistributedSampler[int]):
                     self.num_samples % self.batch_size, error)
             return self.global_batch(step, order)[self.rank :: self.num_replicas]
 
-    def __len__(self) -> int:
-        return self.num_samples
-
     # -- resume ------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, int]:
@@ -263,8 +255,7 @@ class BalancedDistributedSampler(DistributedSampler[int]):
         if epoch is None:
             raise ValueError(f"state_dict's 'epoch' must be an integer, got {describe(state_dict['epoch'])}")
         self.epoch = epoch
-        self._resume_at = yielded
-        self.yielded = yielded
+        self._resume_at = self.yielded = yielded
 
 
 def _integers(values: Any, n: int, name: str) -> list[int]:
@@ -284,8 +275,9 @@ def _integers(values: Any, n: int, name: str) -> list[int]:
 
 def _shape(value: Any) -> tuple[int, ...] | None:
     """The shape of a row's value: ``()`` for a number, an array's or tensor's own, nested
-    sequences' read along their first elements; ``None`` for what holds no tokens (a
-    mapping, a string, bytes, an object without a length)."""
+    sequences' read along their first elements (strings in a sequence are its tokens), an
+    other sized value's ``(len,)``; ``None`` for what holds no tokens (a mapping, a string,
+    bytes, an object without a length)."""
     if isinstance(value, numbers.Number):
         return ()
     if isinstance(value, Mapping | str | bytes):
@@ -296,12 +288,9 @@ def _shape(value: Any) -> tuple[int, ...] | None:
             return tuple(int(d) for d in shape)
         except (TypeError, ValueError, RuntimeError):  # a jagged tensor has no plain shape
             return None
-    if isinstance(value, Sequence):
-        if not value:
-            return (0,)
+    if isinstance(value, Sequence) and value and not isinstance(value[0], str | bytes):
         inner = _shape(value[0])
-        return (len(value),) if inner is None and isinstance(value[0], str | bytes) else \
-            None if inner is None else (len(value), *inner)
+        return None if inner is None else (len(value), *inner)
     return (len(value),) if isinstance(value, Sized) else None
 
 
@@ -347,11 +336,9 @@ def _read_lengths(dataset: Any, lengths: Lengths, n: int) -> list[int]:
             column = dataset[lengths]
         except (KeyError, TypeError, IndexError, ValueError):
             column = None
-        if column is not None and not isinstance(column, Mapping) and len(column) == n:
-            values = column
-        else:
-            values = [_row_value(dataset, i, lengths) for i in range(n)]
-        return _integers([_row_length(v, i, f"column {lengths!r}") for i, v in enumerate(values)],
+        if column is None or isinstance(column, Mapping) or len(column) != n:  # read row by row
+            column = [_row_value(dataset, i, lengths) for i in range(n)]
+        return _integers([_row_length(v, i, f"column {lengths!r}") for i, v in enumerate(column)],
                          n, f"column {lengths!r}")
     if callable(lengths):
         return _integers([_row_length(lengths(i), i, "lengths(i)") for i in range(n)], n, "lengths")

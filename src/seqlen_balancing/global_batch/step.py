@@ -174,8 +174,8 @@ def _count_range(
     if sizes:
         group = sizes.pop()
     if equal and n_groups % dp:
-        kind = "groups" if result.custom_groups else "forced groups"
-        what = "samples" if group == 1 else f"{kind} of {group} samples"
+        what = "samples" if group == 1 else \
+            f"{'groups' if result.custom_groups else 'forced groups'} of {group} samples"
         raise ValueError(
             f"equal_size=True needs the step's {n_groups} {what} to split equally over "
             f"dp_size={dp} ranks; pass a multiple of {dp * group} samples (verl's dispatch cuts "
@@ -213,15 +213,14 @@ def _whole_step(
         TypeError, ValueError: the analysis' error (a sample over the cap, ...).
     """
     whole = functools.cache(functools.partial(_analysed, seq_lens, max_token_len, rule, data))
-    group = rule.force_group_size
     n = len(seq_lens) if isinstance(seq_lens, Sized) else None
     if rule.padded or rule.max_samples_per_micro_batch is not None or not n or \
             data.get("group_ids") is not None or rule.over_cap == "alone":  # over-cap groups: once
         full = whole()
         return full, full.lower_bound, whole
-    quick = _analysed(seq_lens, max_token_len, replace(rule, min_num_micro_batch=max(1, n // group)), data)
-    lower = max(1, best_lower_bound(quick.group_sizes, quick.max_token_len)[0])
-    return quick, lower, whole
+    quick = _analysed(seq_lens, max_token_len,
+                      replace(rule, min_num_micro_batch=max(1, n // rule.force_group_size)), data)
+    return quick, max(1, best_lower_bound(quick.group_sizes, quick.max_token_len)[0]), whole
 
 
 def _analysed(
@@ -251,8 +250,8 @@ def _equal_rows(
                         workloads=pick(workloads, samples), group_ids=pick(group_ids, samples))
                 for samples in rank_samples]
     count, rows = agree_in_process(analyses)
-    balance = options.use_dynamic_bsz_balance
-    return [[_global(part, samples) for part in build_plan(result, count, balance, rows)]
+    return [[_global(part, samples)
+             for part in build_plan(result, count, options.use_dynamic_bsz_balance, rows)]
             for samples, result in zip(rank_samples, analyses, strict=True)]
 
 
@@ -294,8 +293,8 @@ def plan_step(
     rule = replace(given, num_batches_divided_by=None, min_num_micro_batch=None,
                    use_dynamic_bsz_balance=True, equal_rows_per_micro_batch=False,
                    heaviest_first=False)
-    data = {"costs": costs, "workloads": workloads, "group_ids": group_ids}
-    result, lower, whole = _whole_step(seq_lens, max_token_len, rule, data)
+    result, lower, whole = _whole_step(seq_lens, max_token_len, rule,
+                                       {"costs": costs, "workloads": workloads, "group_ids": group_ids})
     first, most = _count_range(result, lower, dp, equal, floor, divisor)
     per_rank = result.n_groups // dp if equal else None
     fixed = micro_batch_fixed_cost(given.micro_batch_fixed_tokens, given)

@@ -56,12 +56,13 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 from seqlen_balancing.options import ENV_BALANCE_STEP, PlanOptions, env_switch
 from seqlen_balancing.planning.partition import log_seqlen_unbalance
+from seqlen_balancing.verl.hook import put_back
 
 __all__ = [
     "disable",
@@ -77,9 +78,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("seqlen_balancing.verl")
-
-#: The variable that lets a row over the cap be planned (in a micro-batch of its own).
-ENV_OVER_CAP = "SEQLEN_BALANCING_OVER_CAP"
 
 #: The verl modules this acts on, and what it replaces in each (holder.attribute).
 TARGETS = {
@@ -100,20 +98,13 @@ _BUILDING: contextvars.ContextVar[Any] = contextvars.ContextVar("seqlen_balancin
 
 
 @dataclass
-class _Record:
-    holder: Any
-    name: str
-    original: Any
-    replacement: Any
-
-
 class _State:
-    def __init__(self) -> None:
-        self.on = False
-        self.options = PlanOptions()
-        self.records: list[_Record] = []
-        self.announced: set[str] = set()
-        self.job_config: Any = None  # the config verl's entry point gave auto_set_device
+    on: bool = False
+    options: PlanOptions = field(default_factory=PlanOptions)
+    # (holder, name, original, replacement) of each replacement made
+    records: list[tuple[Any, str, Any, Any]] = field(default_factory=list)
+    announced: set[str] = field(default_factory=set)
+    job_config: Any = None  # the config verl's entry point gave auto_set_device
 
 
 _STATE = _State()
@@ -214,9 +205,9 @@ def ppo_settings(config: Any) -> tuple[int, int] | None:
     if not _get(actor, "use_dynamic_bsz", False):
         return None
     cap = _positive(_get(actor, "ppo_max_token_len_per_gpu"), "actor.ppo_max_token_len_per_gpu")
-    sp = _get(actor, "ulysses_sequence_parallel_size", None) or _get(
-        actor, "fsdp_config.ulysses_sequence_parallel_size", 1)
-    sp = _positive(sp, "actor.ulysses_sequence_parallel_size")
+    sp = _positive(_get(actor, "ulysses_sequence_parallel_size", None)
+                   or _get(actor, "fsdp_config.ulysses_sequence_parallel_size", 1),
+                   "actor.ulysses_sequence_parallel_size")
     mini = _positive(_get(actor, "ppo_mini_batch_size"), "actor.ppo_mini_batch_size")
     n = _positive(_get(config, "actor_rollout_ref.rollout.n", 1), "rollout.n")
     return cap * sp, mini * n
@@ -278,16 +269,14 @@ def ppo_order(
     from seqlen_balancing.global_batch.step import plan_step
 
     n = len(seq_lens)
-    size = n
-    if mini_batch_size and n % mini_batch_size == 0 and mini_batch_size % dp_size == 0:
-        size = mini_batch_size
+    size = mini_batch_size if mini_batch_size and n % mini_batch_size == 0 and \
+        mini_batch_size % dp_size == 0 else n
     workloads = rule.pop("workloads", None)
     parts: list[list[int]] = [[] for _ in range(dp_size)]
     for start in range(0, n, size):
-        extra: dict[str, Any] = {}
-        if workloads is not None:
-            extra["workloads"] = list(workloads[start : start + size])
-        plan = plan_step(list(seq_lens[start : start + size]), dp_size, max_token_len, **rule, **extra)
+        if workloads is not None:  # each mini-batch its own
+            rule["workloads"] = list(workloads[start : start + size])
+        plan = plan_step(list(seq_lens[start : start + size]), dp_size, max_token_len, **rule)
         for r, samples in enumerate(plan.rank_samples):
             parts[r] += [start + i for i in samples]
     return [i for part in parts for i in part], parts
@@ -357,8 +346,7 @@ def _dispatch_dp_size(trainer: Any) -> int:
     group = trainer.actor_rollout_wg
     ranks = group._dispatch_info.get("actor")
     if ranks is None:
-        ranks = group._query_dispatch_info("actor")
-        group._dispatch_info["actor"] = ranks
+        ranks = group._dispatch_info["actor"] = group._query_dispatch_info("actor")
     return int(max(ranks)) + 1
 
 
@@ -377,14 +365,13 @@ def row_tokens(row: Any) -> int:
         >>> row_tokens({"input_ids": [5, 6, 7]})
         3
     """
-    mask = row.get("attention_mask") if isinstance(row, Mapping) else None
-    if mask is not None:
-        return int(mask.sum())
-    ids = row.get("input_ids") if isinstance(row, Mapping) else None
-    if ids is None:
+    fields = row if isinstance(row, Mapping) else {}
+    if fields.get("attention_mask") is not None:
+        return int(fields["attention_mask"].sum())
+    if fields.get("input_ids") is None:
         raise TypeError(f"an SFT dataset row needs input_ids or attention_mask to be measured, got "
                         f"{type(row).__name__}")
-    return len(ids)
+    return len(fields["input_ids"])
 
 
 def sft_sampler(
@@ -411,8 +398,7 @@ def sft_sampler(
              "drop_last": drop_last}
     trainer = _BUILDING.get()
     if trainer is not None:  # the module imported as such: its trainer is known
-        train = id(dataset) == id(getattr(trainer, "train_dataset", None))
-        config = trainer.config
+        train, config = id(dataset) == id(getattr(trainer, "train_dataset", None)), trainer.config
     else:  # run as ``-m`` (``__main__``): the job's config, and verl's train sampler shuffles
         train, config = bool(shuffle), _STATE.job_config
     if not train or config is None:
@@ -429,11 +415,11 @@ def sft_sampler(
             batch_size=settings["batch_size"], max_token_len=settings["max_token_len"],
             **_rule(_STATE.options))
     except (TypeError, ValueError) as error:
-        # what lets a row over the cap be planned (the refusal names the row)
-        hint = f"; {ENV_OVER_CAP}=alone plans such a row in a micro-batch of its own" \
-            if "exceeds max_token_len" in str(error) and _STATE.options.over_cap != "alone" else ""
-        logger.warning("seqlen-balancing: verl.trainer.sft_trainer keeps DistributedSampler: %s%s",
-                       error, hint)
+        logger.warning("seqlen-balancing: verl.trainer.sft_trainer keeps DistributedSampler: %s%s", error,
+                       # what lets a row over the cap be planned (the refusal names the row)
+                       "; SEQLEN_BALANCING_OVER_CAP=alone plans such a row in a micro-batch of its own"
+                       if "exceeds max_token_len" in str(error) and _STATE.options.over_cap != "alone"
+                       else "")
         return DistributedSampler(dataset, **plain)
     logger.info("seqlen-balancing: verl.trainer.sft_trainer's train sampler is BalancedDistributedSampler "
                 "in process %d (rank %d of %d, %d rows, batch_size %d per rank, max_token_len %d, "
@@ -486,15 +472,11 @@ def _patch(module: ModuleType, name_as: str | None = None) -> None:
     """Replace the targets of ``module`` (its own name's, or ``name_as``'s: verl's entry
     point run as ``__main__``) that are still verl's."""
     for target in TARGETS.get(name_as or module.__name__, ()):
-        holder: Any
-        if "." in target:
-            cls_name, name = target.split(".")
-            holder = vars(module).get(cls_name)
-        else:
-            holder, name = module, target
+        *owner, name = target.split(".")  # a module's own name, or its class's
+        holder = vars(module).get(owner[0]) if owner else module
         original = None if holder is None else vars(holder).get(name)
-        if any((r.holder is holder and r.name == name) or r.replacement is original
-                   for r in _STATE.records):
+        if any((was is holder and named == name) or replaced is original
+               for was, named, _, replaced in _STATE.records):
             continue  # already done, or bound from a module already patched
         if original is None:
             if name_as is None:  # another verl release: that place keeps verl's own code
@@ -503,7 +485,7 @@ def _patch(module: ModuleType, name_as: str | None = None) -> None:
             continue
         replacement = sft_sampler if target == "DistributedSampler" else _WRAPPERS[target](original)
         setattr(holder, name, replacement)
-        _STATE.records.append(_Record(holder, name, original, replacement))
+        _STATE.records.append((holder, name, original, replacement))
 
 
 def _patch_main() -> None:
@@ -561,14 +543,7 @@ def _say_not_here() -> None:
 
 def disable() -> int:
     """Give verl its own sampler binding and methods back; returns how many were restored."""
-    restored = 0
-    for record in reversed(_STATE.records):
-        current = vars(record.holder).get(record.name)
-        if current is record.replacement:
-            setattr(record.holder, record.name, record.original)
-            restored += 1
-    _STATE.records.clear()
-    _STATE.announced.clear()
-    _STATE.job_config = None
-    _STATE.on = False
+    global _STATE
+    restored = sum(put_back(*record) for record in reversed(_STATE.records))
+    _STATE = _State(options=_STATE.options)  # off: nothing recorded, announced or configured
     return restored

@@ -11,7 +11,8 @@ whatever the callback left in ``verl.workers.engine.utils``, from its first line
 The same idea as ``wrapt.register_post_import_hook`` (and ddtrace's and OpenTelemetry's
 patching), written here so that the package keeps no dependency beyond torch and
 tensordict. Only modules whose names start with one of the given prefixes are touched;
-every other import goes on as if the finder were not there. Standard library only.
+every other import goes on as if the finder were not there. :func:`put_back` undoes one
+replacement the callback made, for the switch and the balance step alike. Standard library only.
 """
 
 from __future__ import annotations
@@ -24,19 +25,18 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["PostImportFinder"]
+__all__ = ["PostImportFinder", "put_back"]
 
 
 class _CallbackLoader(importlib.abc.Loader):
     """Executes a module with the loader it would have had, then runs the callback."""
 
-    def __init__(self, loader: Any, callback: Callable[[ModuleType], None]) -> None:
+    def __init__(self, loader: importlib.abc.Loader, callback: Callable[[ModuleType], None]) -> None:
         self._loader = loader
         self._callback = callback
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        result: ModuleType | None = self._loader.create_module(spec)
-        return result
+        return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         # Give the module its own loader back first: code that reads __loader__ or
@@ -77,9 +77,6 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
         self._callback = callback
         self._busy = threading.local()
 
-    def _matches(self, fullname: str) -> bool:
-        return any(fullname == p or fullname.startswith(p + ".") for p in self._prefixes)
-
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
@@ -87,22 +84,19 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
 
         Complexity: one pass over :data:`sys.meta_path` for matching names; O(1) otherwise.
         """
-        if not self._matches(fullname) or getattr(self._busy, "active", False):
+        if getattr(self._busy, "active", False) or \
+                not any(fullname == p or fullname.startswith(p + ".") for p in self._prefixes):
             return None
         self._busy.active = True  # a finder behind us that imports must not come back here
         try:
-            spec = None
-            for finder in list(sys.meta_path):
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
+            spec = next((found for finder in list(sys.meta_path)
+                         if finder is not self and hasattr(finder, "find_spec")
+                         and (found := finder.find_spec(fullname, path, target)) is not None), None)
         finally:
             self._busy.active = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec  # namespace packages and old-style loaders: imported untouched
-        spec.loader = _CallbackLoader(spec.loader, self._callback)
+        # namespace packages and old-style loaders are imported untouched
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _CallbackLoader(spec.loader, self._callback)
         return spec
 
     def install(self) -> None:
@@ -114,3 +108,12 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
         """Take the finder out of :data:`sys.meta_path` (no-op if it is not there)."""
         while self in sys.meta_path:
             sys.meta_path.remove(self)
+
+
+def put_back(holder: Any, name: str, original: Any, replacement: Any) -> bool:
+    """Give ``holder.name`` (a module's or a class's own attribute) ``original`` back where it
+    still holds ``replacement``; False where it is gone or someone else changed it since."""
+    if holder is None or vars(holder).get(name) is not replacement:
+        return False
+    setattr(holder, name, original)
+    return True

@@ -67,29 +67,22 @@ def from_source(path: Path, name: str) -> list[Parameter] | None:
         OSError: the file cannot be read. SyntaxError: it is not Python.
     """
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    found = [
-        node for node in tree.body
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name
-    ]
+    found = [node for node in tree.body
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name]
     if not found:
         return None
-    args = found[-1].args
-    positional: list[tuple[ast.arg, inspect._ParameterKind]]
-    positional = [(a, inspect.Parameter.POSITIONAL_ONLY) for a in args.posonlyargs]
-    positional += [(a, inspect.Parameter.POSITIONAL_OR_KEYWORD) for a in args.args]
-    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults))
-    defaults += list(args.defaults)
-    params: list[Parameter] = [
-        (arg.arg, kind, _default(default)) for (arg, kind), default in zip(positional, defaults, strict=True)
-    ]
-    if args.vararg is not None:
-        params.append((args.vararg.arg, inspect.Parameter.VAR_POSITIONAL, _EMPTY))
-    params += [
-        (arg.arg, inspect.Parameter.KEYWORD_ONLY, _default(default))
-        for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True)
-    ]
-    if args.kwarg is not None:
-        params.append((args.kwarg.arg, inspect.Parameter.VAR_KEYWORD, _EMPTY))
+    args, kinds = found[-1].args, inspect.Parameter
+    positional: list[tuple[ast.arg, inspect._ParameterKind]] = [
+        (a, kinds.POSITIONAL_ONLY) for a in args.posonlyargs]
+    positional += [(a, kinds.POSITIONAL_OR_KEYWORD) for a in args.args]
+    # the defaults belong to the last positional parameters
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    params: list[Parameter] = [(a.arg, kind, _default(d))
+                               for (a, kind), d in zip(positional, defaults, strict=True)]
+    params += [(a.arg, kinds.VAR_POSITIONAL, _EMPTY) for a in [args.vararg] if a is not None]
+    params += [(a.arg, kinds.KEYWORD_ONLY, _default(d))
+               for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+    params += [(a.arg, kinds.VAR_KEYWORD, _EMPTY) for a in [args.kwarg] if a is not None]
     return params
 
 
@@ -103,10 +96,9 @@ def render(params: list[Parameter]) -> str:
 def _describe(param: Parameter) -> str:
     text = render([param]).strip("()*/, ")
     kind = param[1]
-    if kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.VAR_POSITIONAL,
-                inspect.Parameter.VAR_KEYWORD):
-        return text
-    return f"{text} ({kind.description})"
+    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.VAR_POSITIONAL,
+             inspect.Parameter.VAR_KEYWORD)
+    return text if kind in plain else f"{text} ({kind.description})"
 
 
 def _same_default(a: Any, b: Any) -> bool:

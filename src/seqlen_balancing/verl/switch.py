@@ -22,7 +22,6 @@ root loads anyway); the library's torch functions are loaded by :func:`apply`.
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.metadata
 import importlib.util
 import logging
@@ -31,7 +30,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 from seqlen_balancing.cost import WorkloadModel
 from seqlen_balancing.options import ENV_SWITCH, PlanOptions, env_values
 from seqlen_balancing.verl import balance_step, signatures
-from seqlen_balancing.verl.hook import PostImportFinder
+from seqlen_balancing.verl.hook import PostImportFinder, put_back
 
 __all__ = [
     "SUPPORTED_VERL",
@@ -92,18 +91,19 @@ class Replacement:
     on_import: bool = False
 
 
+@dataclass
 class _State:
     """The switch of this process (one per process; guarded by ``lock``)."""
 
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.finder: PostImportFinder | None = None
-        self.records: dict[tuple[str, str], Replacement] = {}
-        self.forward: dict[int, Callable[..., Any]] = {}  # id(verl's function) -> ours
-        self.back: dict[int, Callable[..., Any]] = {}  # id(ours) -> verl's function
-        self.keep: list[Callable[..., Any]] = []  # keeps the ids above alive and unique
-        self.ours: dict[str, Callable[..., Any]] = {}
-        self.options = PlanOptions()  # the options of the environment, in force while switched
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    finder: PostImportFinder | None = None
+    records: dict[tuple[str, str], Replacement] = field(default_factory=dict)
+    # each keeps alive the function whose id keys the other: an equal id is the same object
+    forward: dict[int, Callable[..., Any]] = field(default_factory=dict)  # id(verl's function) -> ours
+    back: dict[int, Callable[..., Any]] = field(default_factory=dict)  # id(ours) -> verl's function
+    ours: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    # the options of the environment, in force while switched
+    options: PlanOptions = field(default_factory=PlanOptions)
 
 
 _STATE = _State()
@@ -153,12 +153,9 @@ def _library_functions() -> dict[str, Callable[..., Any]]:
     on."""
     import seqlen_balancing  # torch and tensordict load here (verl has loaded them already)
 
-    names = [name for group in VERL_FUNCTIONS.values() for name in group]
-    ours = {name: getattr(seqlen_balancing, name) for name in names}
+    ours = {name: getattr(seqlen_balancing, name) for group in VERL_FUNCTIONS.values() for name in group}
     options = options_from_env()
-    if options:
-        for name in _WITH_OPTIONS:
-            ours[name] = _with_options(ours[name], options)
+    ours.update({name: _with_options(ours[name], options) for name in _WITH_OPTIONS if options})
     if "workload_model" in options:
         ours["calculate_workload"] = _model_calculate_workload(
             ours["calculate_workload"], options["workload_model"])
@@ -175,8 +172,7 @@ def _with_options(function: Callable[..., Any], options: dict[str, Any]) -> Call
     @functools.wraps(function)
     def with_options(*args: Any, **kwargs: Any) -> Any:
         if function.__name__ != "prepare_micro_batches" or _dynamic(args[0] if args else kwargs.get("data")):
-            for key, value in options.items():
-                kwargs.setdefault(key, value)
+            kwargs = {**options, **kwargs}  # the call's own keywords win
         return function(*args, **kwargs)
 
     return with_options
@@ -195,10 +191,8 @@ def _model_calculate_workload(function: Callable[..., Any], model: WorkloadModel
         values = torch.tensor(model.workloads(lengths), dtype=torch.int64)
         if isinstance(checked, torch.Tensor):  # verl's dtype (float for float input), device
             return values.reshape(checked.shape).to(device=checked.device, dtype=checked.dtype)
-        import numpy
-
-        shaped = numpy.asarray(checked)
-        out = values.numpy().reshape(shaped.shape).astype(shaped.dtype)
+        # a NumPy array or scalar: its shape and dtype
+        out = values.numpy().reshape(checked.shape).astype(checked.dtype)
         return out[()] if out.ndim == 0 else out
 
     return calculate_workload
@@ -217,8 +211,7 @@ def _dynamic(data: Any) -> bool:
 
 
 def _verl_version() -> str:
-    verl = sys.modules.get("verl")
-    version = getattr(verl, "__version__", None)
+    version = getattr(sys.modules.get("verl"), "__version__", None)
     if isinstance(version, str):
         return version
     try:
@@ -229,8 +222,7 @@ def _verl_version() -> str:
 
 def _verl_root() -> Path:
     """verl's package folder, found without importing verl (it may be importing us)."""
-    verl = sys.modules.get("verl")
-    paths = list(getattr(verl, "__path__", []) or [])
+    paths = list(getattr(sys.modules.get("verl"), "__path__", []) or [])
     if not paths:
         spec = importlib.util.find_spec("verl")
         if spec is None or not spec.submodule_search_locations:
@@ -255,55 +247,38 @@ def _check(ours: dict[str, Callable[..., Any]], module_names: Iterable[str]) -> 
             _verl_root().joinpath(*module_name.split(".")[1:]).with_suffix(".py")
         if isinstance(where, ModuleType) or where.is_file():
             for name in VERL_FUNCTIONS[module_name]:
-                _raise_on_mismatch(module_name, name, _verl_parameters(where, name), ours[name])
+                mine = signatures.from_function(ours[name])
+                theirs, problem = _misfit(where, name, mine)
+                if problem:
+                    raise RuntimeError(
+                        f"seqlen_balancing.verl cannot switch verl {_verl_version()}: {module_name}.{name}"
+                        f"{theirs} does not fit seqlen_balancing.{name}{signatures.render(mine)} "
+                        f"({problem}); nothing was replaced. Supported verl releases: "
+                        f"{', '.join(SUPPORTED_VERL)}; install one of them, or unset "
+                        "SEQLEN_BALANCING_VERL to run on verl's own functions in every process."
+                    )
 
 
-#: Why a signature could not be read: (what the message shows for verl's, the problem).
-_Unreadable = tuple[str, str]
-
-
-def _verl_parameters(where: ModuleType | Path, name: str) -> list[signatures.Parameter] | _Unreadable | None:
-    """verl's parameters of ``name``: from its loaded module (verl's own function where it
-    is already switched), or from the module's source file; ``None`` when it is missing or
-    not callable, the reason when they cannot be read (a builtin or compiled function, a
-    source that cannot be parsed)."""
+def _misfit(where: ModuleType | Path, name: str, mine: list[signatures.Parameter]) -> tuple[str, str]:
+    """verl's signature of ``name`` as the refusal shows it, and why it does not fit ``mine``
+    (empty: it fits). Read from its loaded module (verl's own function where it is already
+    switched) or from the module's source file; missing or not callable, or unreadable (a
+    builtin or compiled function, a source that cannot be parsed), it does not fit."""
     if isinstance(where, Path):
         try:
-            return signatures.from_source(where, name)
+            params = signatures.from_source(where, name)
         except (OSError, SyntaxError, ValueError) as error:
             return "(source unreadable)", f"its source {where} cannot be read: {error}"
-    value = getattr(where, name, None)
-    function = _STATE.back.get(id(value), value)
-    if not callable(function):
-        return None
-    try:
-        return signatures.from_function(function)
-    except (ValueError, TypeError) as error:
-        return "(signature unreadable)", f"its signature cannot be read: {error}"
-
-
-def _raise_on_mismatch(
-    module_name: str,
-    name: str,
-    params: list[signatures.Parameter] | _Unreadable | None,
-    ours: Callable[..., Any],
-) -> None:
-    mine = signatures.from_function(ours)
-    if params is None:
-        problem = "verl does not define it as a function"
-        theirs = "(missing)"
-    elif isinstance(params, tuple):
-        theirs, problem = params
     else:
-        problem = signatures.prefix_problem(params, mine) or ""
-        theirs = signatures.render(params)
-    if problem:
-        raise RuntimeError(
-            f"seqlen_balancing.verl cannot switch verl {_verl_version()}: {module_name}.{name}{theirs} "
-            f"does not fit seqlen_balancing.{name}{signatures.render(mine)} ({problem}); nothing was "
-            f"replaced. Supported verl releases: {', '.join(SUPPORTED_VERL)}; install one of them, "
-            "or unset SEQLEN_BALANCING_VERL to run on verl's own functions in every process."
-        )
+        value = getattr(where, name, None)
+        function = _STATE.back.get(id(value), value)
+        try:
+            params = signatures.from_function(function) if callable(function) else None
+        except (ValueError, TypeError) as error:
+            return "(signature unreadable)", f"its signature cannot be read: {error}"
+    if params is None:
+        return "(missing)", "verl does not define it as a function"
+    return signatures.render(params), signatures.prefix_problem(params, mine) or ""
 
 
 def _bind(module: ModuleType, name: str, original: Callable[..., Any], on_import: bool) -> None:
@@ -315,23 +290,26 @@ def _bind(module: ModuleType, name: str, original: Callable[..., Any], on_import
     )
 
 
-def _replace_definitions(module: ModuleType) -> None:
-    """Put the library's functions where verl defines them (``module`` is one of those)."""
-    for name in VERL_FUNCTIONS[module.__name__]:
-        current = getattr(module, name)
-        if id(current) in _STATE.back:
-            continue  # already ours
-        ours = _STATE.ours[name]
-        _STATE.forward[id(current)] = ours
-        _STATE.back[id(ours)] = current
-        _STATE.keep += [current, ours]
-        _bind(module, name, current, on_import=False)
+def _switch_loaded() -> None:
+    """Pair verl's functions where it defines them (the loaded modules of
+    :data:`VERL_FUNCTIONS`) with the library's, then give every binding of one of them in a
+    loaded verl module ours (:func:`_rebind`; import cycles may have bound verl's already)."""
+    loaded = _loaded_verl_modules()
+    for module in loaded:
+        for name in VERL_FUNCTIONS.get(module.__name__, ()):
+            current = getattr(module, name)
+            if id(current) in _STATE.back:
+                continue  # already ours
+            ours = _STATE.ours[name]
+            _STATE.forward[id(current)] = ours
+            _STATE.back[id(ours)] = current
+    for module in loaded:
+        _rebind(module)
 
 
 def _rebind(module: ModuleType) -> None:
     """Give every binding of one of verl's replaced functions in ``module`` the library's."""
     for name, value in list(vars(module).items()):
-        # ids of objects kept alive in _STATE.keep: an equal id is the same object
         if id(value) in _STATE.forward:
             _bind(module, name, value, on_import=False)
         elif id(value) in _STATE.back:
@@ -356,9 +334,7 @@ def _on_import(module: ModuleType) -> None:
             except RuntimeError:  # the import fails; say so where verl's logs are read
                 logger.exception("seqlen-balancing could not switch %s on import", module.__name__)
                 raise
-            _replace_definitions(module)
-            for other in _loaded_verl_modules():  # import cycles may have bound verl's already
-                _rebind(other)
+            _switch_loaded()
             logger.info(
                 "seqlen-balancing switched %s on import in process %d: %s",
                 module.__name__, os.getpid(), ", ".join(VERL_FUNCTIONS[module.__name__]),
@@ -441,12 +417,7 @@ def apply() -> list[tuple[str, str]]:
                 "replaced"
             ) from None
         _STATE.ours = ours
-        for module_name in VERL_FUNCTIONS:
-            module = sys.modules.get(module_name)
-            if module is not None:
-                _replace_definitions(module)
-        for module in _loaded_verl_modules():
-            _rebind(module)
+        _switch_loaded()
         if step:
             balance_step.enable(_STATE.options)
         _STATE.finder = PostImportFinder(("verl",), _on_import)
@@ -493,16 +464,11 @@ def revert() -> list[tuple[str, str]]:
         balance_step.disable()
         for module in _loaded_verl_modules():  # bindings made after the last record, if any
             _rebind(module)
-        restored = []
-        for key, record in sorted(_STATE.records.items(), reverse=True):
-            holder = sys.modules.get(record.module)
-            if holder is not None and getattr(holder, record.name, None) is record.replacement:
-                setattr(holder, record.name, record.original)
-                restored.append(key)
+        restored = [key for key, r in sorted(_STATE.records.items(), reverse=True)
+                    if put_back(sys.modules.get(r.module), r.name, r.original, r.replacement)]
         _STATE.records.clear()
         _STATE.forward.clear()
         _STATE.back.clear()
-        _STATE.keep.clear()
         logger.info("seqlen-balancing switched off in process %d: %d bindings restored", os.getpid(),
                     len(restored))
         return sorted(restored)
