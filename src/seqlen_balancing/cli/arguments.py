@@ -426,18 +426,14 @@ def check_combinations(args: argparse.Namespace) -> None:
          f"--force-group-size {force}: verl 0.9.1's sft_trainer deals every "
          "dp-th row to a rank, so consecutive rows never stay together; drop it, or pass "
          "--trainer main_ppo"),
+        (getattr(args, "balance_batch", None) and not balances_by_default(trainer),
+         f"--balance-batch: verl 0.9.1's {trainer} never balances a step across DP ranks "
+         "(each rank's DistributedSampler deals its rows); drop --balance-batch, or pass "
+         "--trainer sft_trainer_ray or main_ppo"),
     ])
     # verl 0.9.1's V1 trainer (main_ppo's default) balances every step: the flag is noted, not followed
     args.balance_batch_ignored = always_balances(trainer) and getattr(args, "balance_batch", None) is False
-    if args.balance_batch_ignored:
-        args.balance_batch = True
-    if getattr(args, "balance_batch", False) is None:
-        args.balance_batch = balances_by_default(trainer)
-    elif args.balance_batch and not balances_by_default(trainer):
-        raise CliError(
-            f"--balance-batch: verl 0.9.1's {trainer} never balances a step across DP ranks "
-            "(each rank's DistributedSampler deals its rows); drop --balance-batch, or pass "
-            "--trainer sft_trainer_ray or main_ppo"
-        )
+    if args.balance_batch_ignored or getattr(args, "balance_batch", False) is None:
+        args.balance_batch = balances_by_default(trainer)  # main_ppo's: True
 
 

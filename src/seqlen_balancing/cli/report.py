@@ -479,13 +479,12 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
     shown = [c for c in PLAN_COLUMNS if c.shown(args)]
     rows = [[c.cell((r, result), args) for c in shown] for r in result.ranks]
     lines.append(table([c.header for c in shown], rows))
-    agreed = result.agreed_count
-    if not args.options.same_micro_num_in_dp:
-        counts = f"no agreement (per-rank counts {_range_text(result.counts)})"
-    elif agreed is not None:
+    agreed, same = result.agreed_count, args.options.same_micro_num_in_dp
+    if same and agreed is not None:
         counts = f"agreed count {plural(agreed, 'micro-batch')} per rank"
     else:
-        counts = f"no agreed count (per-rank counts {_range_text(result.counts)})"
+        counts = (f"{'no agreed count' if same else 'no agreement'} "
+                  f"(per-rank counts {_range_text(result.counts)})")
     lines.append(
         f"{counts}; total {plural(result.total_micro_batches, 'micro-batch')} "
         f"(L2 bound {result.l2_lower_bound_total}, lower bound {result.lower_bound_total}: "

@@ -135,10 +135,11 @@ def _padded(step: Step, trainer: str, minis: tuple[int, ...]) -> Step:
                    batch_size=(len(step.positions) + extra) // step.dp_size, synthetic=extra)
 
 
-def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliError | None:
+def _check_over_cap(drawn: list[int], cap: int, pad: int, bucket: int) -> None:
+    """Raise (CliError, exit 1) where a drawn sample cannot fit the cap, or no micro-batch can."""
     usable = micro_batch_capacity(cap, bucket)
     if usable == 0:
-        return CliError(
+        raise CliError(
             f"the micro-batch bucket {bucket} (--micro-batch-multiple-of, combined with --fp8's "
             f"total by least common multiple) is larger than the cap {cap}: every micro-batch is "
             f"rounded up to at least {bucket} tokens; raise --max-token-len or lower the bucket",
@@ -146,13 +147,13 @@ def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliErr
         )
     over = [n for n in drawn if aligned_length(n, pad) > usable]
     if not over:
-        return None
+        return
     largest = max(over)
     fits = f"max_token_len={cap}" + (
         f" (usable as {usable} with micro-batches rounded up to {bucket})" if bucket > 1 else "")
     cost = aligned_length(largest, pad)
     what = f"(the largest has {largest} tokens" + (f", {cost} aligned to {pad})" if pad > 1 else ")")
-    return CliError(
+    raise CliError(
         f"{len(over)} of the {plural(len(drawn), 'drawn sample')} exceed{'s' if len(over) == 1 else ''} "
         f"{fits} {what}; raise --max-token-len to at least {aligned_length(cost, bucket)} or pass "
         "--truncate to clip lengths to the cap",
@@ -260,9 +261,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
     usable = micro_batch_capacity(cap, bucket)
     if (not args.truncate and args.options.over_cap == "raise") or usable == 0:
-        error = _over_cap_error(drawn, cap, pad, bucket)
-        if error is not None:
-            raise error
+        _check_over_cap(drawn, cap, pad, bucket)
     # the longest length whose aligned cost fits; without --truncate (--over-cap alone) all run whole
     clip = usable // pad * pad if args.truncate else max(drawn, default=0)
     truncated = sum(n > clip for n in drawn)
