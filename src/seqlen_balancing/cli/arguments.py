@@ -262,43 +262,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="{plan,sweep,epoch}")
     formatter = argparse.RawDescriptionHelpFormatter
-    plan = commands.add_parser(
-        "plan",
-        help="plan one step and show every rank's micro-batches",
-        description="Plan one training step: one table row per DP rank, then a summary.",
-        epilog=columns_help("plan"),
-        formatter_class=formatter,
-    )
-    plan.add_argument(
-        "--max-token-len",
-        type=_single_cap,
-        default=DEFAULT_CAP,
-        metavar="TOKENS",
-        help=f"max_token_len_per_gpu: hard cap on tokens per micro-batch (default: {DEFAULT_CAP})",
-    )
-    _add_input(plan)
-    add_arguments(plan, {"step": _add_step(plan), "cost": _add_cost(plan)})
-    _add_output(plan, "save tokens per micro-batch for each rank as a bar chart")
-    sweep = commands.add_parser(
-        "sweep",
-        help="plan the same step for several caps, one row per cap",
-        description="Plan the same training step for several caps, one table row per cap.",
-        epilog=columns_help("sweep"),
-        formatter_class=formatter,
-    )
-    _add_rows(
-        sweep,
-        ("--max-token-len", dict(
-            type=_cap_list, default=list(DEFAULT_SWEEP_CAPS), metavar="T1,T2,...",
-            help=f"caps to compare, comma-separated (default: {','.join(map(str, DEFAULT_SWEEP_CAPS))})")),
-        ("--max-token-len-limit", dict(
-            type=_positive_int, default=None, metavar="N",
-            help="the largest max_token_len your GPU holds: mark the fastest cap at or below it "
-            "(in the lock-step model)")),
-    )
-    _add_input(sweep)
-    add_arguments(sweep, {"step": _add_step(sweep), "cost": _add_cost(sweep)})
-    _add_output(sweep, "plot micro-batches per rank and mean fill against the cap")
+    # plan and sweep take the same options but their caps (one, or several) and what --plot draws
+    for name, about, caps, plot_help in (
+        ("plan", ("plan one step and show every rank's micro-batches",
+                  "Plan one training step: one table row per DP rank, then a summary."),
+         [("--max-token-len", dict(
+             type=_single_cap, default=DEFAULT_CAP, metavar="TOKENS",
+             help=f"max_token_len_per_gpu: hard cap on tokens per micro-batch (default: {DEFAULT_CAP})"))],
+         "save tokens per micro-batch for each rank as a bar chart"),
+        ("sweep", ("plan the same step for several caps, one row per cap",
+                   "Plan the same training step for several caps, one table row per cap."),
+         [("--max-token-len", dict(
+             type=_cap_list, default=list(DEFAULT_SWEEP_CAPS), metavar="T1,T2,...",
+             help=f"caps to compare, comma-separated (default: {','.join(map(str, DEFAULT_SWEEP_CAPS))})")),
+          ("--max-token-len-limit", dict(
+              type=_positive_int, default=None, metavar="N",
+              help="the largest max_token_len your GPU holds: mark the fastest cap at or below it "
+              "(in the lock-step model)"))],
+         "plot micro-batches per rank and mean fill against the cap"),
+    ):
+        command = commands.add_parser(name, help=about[0], description=about[1], epilog=columns_help(name),
+                                      formatter_class=formatter)
+        _add_rows(command, *caps)
+        _add_input(command)
+        add_arguments(command, {"step": _add_step(command), "cost": _add_cost(command)})
+        _add_output(command, plot_help)
     _add_epoch(commands, formatter)
     return parser
 
@@ -385,13 +373,13 @@ def check_combinations(args: argparse.Namespace) -> None:
     token_fields = [
         name for name in ("messages_field", "text_field", "prompt_field") if getattr(args, name) is not None
     ]
-    flags = ["--" + name.replace("_", "-") for name in token_fields]
-    if args.lengths is None:
-        for name in ("field", "tokenizer", *token_fields, "save_lengths"):
-            if getattr(args, name) is not None:
-                raise CliError(f"--{name.replace('_', '-')} applies to --lengths FILE; pass --lengths too")
-    given = " and ".join(flags)  # the field to count (several: the first rule refuses them)
+    # the first option given that reads --lengths, when it is missing
+    needs_file = next((name for name in ("field", "tokenizer", *token_fields, "save_lengths")
+                       if getattr(args, name) is not None), None) if args.lengths is None else None
+    # the field to count (several: the second rule refuses them)
+    given = " and ".join("--" + name.replace("_", "-") for name in token_fields)
     refuse([
+        (needs_file, f"--{str(needs_file).replace('_', '-')} applies to --lengths FILE; pass --lengths too"),
         (len(token_fields) > 1, f"{given} exclude each other; pass one"),
         (args.tokenizer is not None and not token_fields,
          "--tokenizer needs the field to count: --messages-field, --text-field or --prompt-field"),

@@ -54,9 +54,8 @@ class CapReplay:
 
     @property
     def verl_total(self) -> int | None:
-        if not self.verl or any(v is None for v in self.verl):
-            return None
-        return sum(v for v in self.verl if v is not None)
+        known = [v for v in self.verl if v is not None]
+        return sum(known) if self.verl and len(known) == len(self.verl) else None
 
 
 @dataclass
@@ -159,10 +158,10 @@ def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
     if args.options.changed():
         lines.append(f"options: {args.options.describe()}")
     if args.group_sizes:
-        sizes = ",".join(map(str, args.group_sizes))
         lines.append(
             f"groups (group_ids): each rank's rows of a step, as dealt to it, in consecutive groups of "
-            f"{sizes}{' rows, cycled' if len(args.group_sizes) > 1 else ' rows'}; each group lands whole "
+            f"{','.join(map(str, args.group_sizes))}"
+            f"{' rows, cycled' if len(args.group_sizes) > 1 else ' rows'}; each group lands whole "
             "in one micro-batch (the global planner is not modeled: groups of different sizes cannot "
             "give every rank as many rows)"
         )

@@ -361,9 +361,8 @@ def _cap_text(args: argparse.Namespace, cap: int | None) -> str:
 
 def _alignment_text(args: argparse.Namespace) -> str:
     pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
-    fp8 = ", fp8" if args.fp8 else ""
-    megatron = f"tp {args.tp}, cp {args.cp or 1}{fp8}"
-    source = "" if args.tp is None else f" (verl's Megatron THD rule for {megatron})"
+    source = "" if args.tp is None else (
+        f" (verl's Megatron THD rule for tp {args.tp}, cp {args.cp or 1}{', fp8' if args.fp8 else ''})")
     parts = []
     if pad > 1 or source:
         parts.append(f"each sample costs its length rounded up to a multiple of {pad} tokens{source}")
@@ -465,8 +464,8 @@ def step_text(dp_size: int, args: argparse.Namespace) -> str:
         )
     else:
         deal = "one DP rank"
-    agree = "on" if args.options.same_micro_num_in_dp else "off"
-    return f"step (verl 0.9.1 {trainer}): {deal}; same_micro_num_in_dp {agree}"
+    return (f"step (verl 0.9.1 {trainer}): {deal}; "
+            f"same_micro_num_in_dp {'on' if args.options.same_micro_num_in_dp else 'off'}")
 
 
 def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None:
@@ -567,7 +566,6 @@ def print_sweep(
 
 def _smallest_text(args: argparse.Namespace, smallest: int) -> str:
     unit = "aligned tokens" if _aligned_on(args) else "tokens"
-    truncate = " without --truncate" if args.truncate else ""
     if args.options.over_cap == "alone":
         return (
             f"smallest max_token_len at which no sample runs alone over the cap: {smallest} (the "
@@ -575,7 +573,8 @@ def _smallest_text(args: argparse.Namespace, smallest: int) -> str:
             "run alone (--over-cap alone)"
         )
     return (
-        f"smallest max_token_len that can be planned at all{truncate}: {smallest} (the costliest "
+        f"smallest max_token_len that can be planned at all{' without --truncate' if args.truncate else ''}: "
+        f"{smallest} (the costliest "
         f"sample or forced group of the step, in {unit}); below it the step cannot be planned"
     )
 

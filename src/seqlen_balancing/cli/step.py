@@ -85,20 +85,16 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
     if args.lengths is not None and args.batch_size is None:
         # verl's V1 trainer pads the batch to a multiple of lcm(dp, mini-batch sizes)
         if n % dp and not synthetic_rows(n, dp, args.trainer, minis):
-            divisors = [d for d in range(2, min(n, 4096) + 1) if n % d == 0][:6]
-            hint = (
-                f"a --dp-size that divides {n} ({', '.join(map(str, divisors))})"
-                if divisors
-                else "--dp-size 1"
-            )
-            drop = f"drop {n % dp} (keep {n - n % dp}), " if n > dp else ""
+            divisors = ", ".join(map(str, [d for d in range(2, min(n, 4096) + 1) if n % d == 0][:6]))
             raise CliError(
                 f"{loaded.name} holds {plural(n, 'row')}, not divisible by --dp-size {dp} "
-                f"(verl's dispatch gives every rank an equal contiguous chunk): {drop}"
-                f"use {hint}, or pass --batch-size"
+                "(verl's dispatch gives every rank an equal contiguous chunk): "
+                + (f"drop {n % dp} (keep {n - n % dp}), " if n > dp else "")
+                + (f"use a --dp-size that divides {n} ({divisors})" if divisors else "use --dp-size 1")
+                + ", or pass --batch-size"
             )
-        whole = Step(loaded.source, lengths, list(range(n)), "whole_file", dp, n // dp, loaded.counted)
-        return _padded(whole, args.trainer, minis)
+        return _padded(Step(loaded.source, lengths, list(range(n)), "whole_file", dp, n // dp,
+                            loaded.counted), args.trainer, minis)
     batch = args.batch_size or 256
     needed = dp * batch
     if needed > MAX_DRAWN_ROWS:
