@@ -41,8 +41,8 @@ def load_lengths(args: argparse.Namespace) -> Loaded:
                 f"{source.name} is Parquet: pass --field NAME (a column of token counts), or "
                 "--tokenizer with --messages-field, --text-field or --prompt-field"
             )
-        batches = parquet_records(source, args.field)[1]
-        loaded = Loaded([check_length(v, where) for batch in batches for where, v in batch],
+        loaded = Loaded([check_length(v, where) for batch in parquet_records(source, args.field)[1]
+                         for where, v in batch],
                         args.lengths, source.name)
     else:
         loaded = Loaded(parse_lengths(source.text(), source.name, args.field), args.lengths, source.name)

@@ -476,8 +476,8 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
         lines.append(f"{plural(result.truncated, 'drawn sample')} longer than {cap} tokens truncated to the "
                      "cap")
     shown = [c for c in PLAN_COLUMNS if c.shown(args)]
-    rows = [[c.cell((r, result), args) for c in shown] for r in result.ranks]
-    lines.append(table([c.header for c in shown], rows))
+    lines.append(table([c.header for c in shown], [[c.cell((r, result), args) for c in shown]
+                                                   for r in result.ranks]))
     agreed, same = result.agreed_count, args.options.same_micro_num_in_dp
     if same and agreed is not None:
         counts = f"agreed count {plural(agreed, 'micro-batch')} per rank"

@@ -110,10 +110,10 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
     elif args.lengths is None and not args.in_order:
         positions, sampling = rng.choices(range(n), k=needed), "with_replacement"
     else:
-        how = "taken in input order" if args.in_order else "drawn without replacement"
         raise CliError(
             f"{loaded.name} holds {n} lengths but --dp-size {dp} x --batch-size "
-            f"{batch} needs {needed} ({how}); pass at least "
+            f"{batch} needs {needed} "
+            f"({'taken in input order' if args.in_order else 'drawn without replacement'}); pass at least "
             f"{needed} lengths or lower --dp-size/--batch-size"
         )
     return _padded(Step(loaded.source, lengths, positions, sampling, dp, batch, loaded.counted), args.trainer,
@@ -192,8 +192,8 @@ def _dealt(
     each rank's rows as indices into ``clipped``."""
     # A rank batch that force_group_size does not divide is the planner's error (exit 1).
     group = args.options.force_group_size
-    balance = args.balance_batch and step.batch_size % group == 0
-    dealt = deal(clipped, step.dp_size, args.trainer, balance, group, args.options.workload_model)
+    dealt = deal(clipped, step.dp_size, args.trainer, args.balance_batch and step.batch_size % group == 0,
+                 group, args.options.workload_model)
     order = [p for part in dealt for p in part]
     lengths = [clipped[i] for i in order]
     return [step.positions[i] for i in order], [lengths[r * step.batch_size : (r + 1) * step.batch_size]
