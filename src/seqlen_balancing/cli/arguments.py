@@ -84,167 +84,6 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _add_input(parser: argparse.ArgumentParser) -> None:
-    data = parser.add_argument_group(
-        "input (default: the bundled CHAMP lengths, 256 samples per rank drawn at random)"
-    )
-    _add_source(data, "Without --batch-size every row is used once, in file order, dealt to the DP "
-                "ranks in equal contiguous chunks as verl's dispatch does")
-    data.add_argument("--seed", type=int, default=0, help="seed of the random draw (default: 0)")
-    data.add_argument(
-        "--in-order",
-        action="store_true",
-        help="with --batch-size: take the first dp-size x batch-size lengths in input order "
-        "instead of a seeded random draw",
-    )
-    data.add_argument(
-        "--truncate",
-        action="store_true",
-        help="clip lengths longer than the cap to the cap instead of failing",
-    )
-
-
-def _add_source(data: Any, rows: str) -> None:
-    """Where the lengths come from (plan, sweep and epoch); ``rows``: how the command uses
-    the file's rows (``--lengths``' help ends with it)."""
-    data.add_argument(
-        "--lengths",
-        metavar="FILE",
-        help="a file of lengths or a dataset: one integer per line, a JSON list, JSON Lines, "
-        "or Parquet (extra 'data': pip install 'seqlen-balancing[data]'); '-' reads stdin. " + rows,
-    )
-    data.add_argument(
-        "--field", metavar="NAME", help="JSON Lines key or Parquet column holding each length (tokens)"
-    )
-    data.add_argument(
-        "--max-input-mb",
-        type=_positive_int,
-        default=DEFAULT_MAX_INPUT_MB,
-        metavar="MB",
-        help="the input bound: --lengths is read once, whole, and refused (exit 2) beyond this "
-        f"many MiB (default: {DEFAULT_MAX_INPUT_MB})",
-    )
-    data.add_argument(
-        "--tokenizer",
-        metavar="PATH",
-        help="count tokens with a local Hugging Face tokenizer (a directory or a tokenizer.json; "
-        "extra 'tokenize': pip install 'seqlen-balancing[tokenize]'); never downloads, never "
-        "runs code from PATH",
-    )
-    data.add_argument(
-        "--messages-field",
-        metavar="NAME",
-        help="with --tokenizer: a chat conversation (list of {role, content}) rendered with the "
-        "tokenizer's chat template, as verl's multi-turn SFT dataset does",
-    )
-    data.add_argument("--text-field", metavar="NAME", help="with --tokenizer: plain text, encoded")
-    data.add_argument(
-        "--prompt-field",
-        metavar="NAME",
-        help="with --tokenizer: an RL prompt (chat messages, rendered with the generation prompt, "
-        "or text); add --response-tokens",
-    )
-    data.add_argument(
-        "--response-tokens",
-        type=_non_negative_int,
-        default=0,
-        metavar="N",
-        help="tokens added to each --prompt-field length, e.g. the rollout's maximum response "
-        "length (default: 0)",
-    )
-    data.add_argument(
-        "--progress",
-        action="store_true",
-        help="show a progress bar while counting tokens (default: only on a terminal)",
-    )
-    data.add_argument(
-        "--save-lengths",
-        metavar="FILE",
-        help="write the lengths read or counted (before --scale), one per line, for reuse with --lengths",
-    )
-    data.add_argument(
-        "--scale",
-        type=_positive_float,
-        default=1.0,
-        metavar="X",
-        help="multiply every length by X and round (halves up), e.g. 2 to mimic rollouts "
-        "twice as long (default: 1)",
-    )
-
-
-def _add_trainer(group: Any, choices: tuple[str, ...], default: str) -> None:
-    """``--trainer``, its rules in the help; required when ``default`` is empty."""
-    rules = "; ".join(f"{name}: {RULES[name].split(': ', 1)[1]}" for name in choices)
-    which = f"default: {default}" if default else "required"
-    group.add_argument(
-        "--trainer",
-        choices=choices,
-        default=default or None,
-        required=not default,
-        help=f"the verl 0.9.1 trainer whose balancing and dealing of rows to DP ranks is "
-        f"modelled ({which}). {rules}",
-    )
-
-
-def _add_step(parser: argparse.ArgumentParser) -> Any:
-    step = parser.add_argument_group("training step (verl's settings)")
-    step.add_argument(
-        "--dp-size",
-        type=_positive_int,
-        default=DEFAULT_DP_SIZE,
-        metavar="N",
-        help=f"data-parallel ranks (default: {DEFAULT_DP_SIZE})",
-    )
-    step.add_argument(
-        "--batch-size",
-        type=_positive_int,
-        metavar="N",
-        help=f"samples per rank, drawn at random (default: {DEFAULT_BATCH_SIZE} for the bundled "
-        "data; with --lengths, the whole file)",
-    )
-    step.add_argument(
-        "--sp-size",
-        type=_positive_int,
-        default=1,
-        metavar="N",
-        help="Ulysses sequence-parallel size: the cap is max_token_len x N, as "
-        "prepare_micro_batches computes it (default: 1)",
-    )
-    _add_trainer(step, TRAINERS, DEFAULT_TRAINER)
-    step.add_argument(
-        "--balance-batch",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="balance the step across DP ranks first, as main_ppo_v0 and sft_trainer_ray do by "
-        "default (trainer.balance_batch: equal sample counts, Karmarkar-Karp on workload) "
-        "(default: on, except with --trainer sft_trainer, which never balances; main_ppo, verl's "
-        "V1 trainer, balances every step whatever it says)",
-    )
-    step.add_argument(
-        "--mini-batch-size",
-        type=_sizes,
-        metavar="N[,N]",
-        help="with --trainer main_ppo: the rows of a PPO mini-batch, actor.ppo_mini_batch_size x "
-        "rollout.n (and, with a critic, critic.ppo_mini_batch_size x rollout.n after a comma); "
-        "verl's V1 trainer pads the step with synthetic rows to a multiple of the least common "
-        "multiple of the DP size and these (verl's defaults: 256,256 with rollout.n 1) "
-        "(default: the DP size alone)",
-    )
-    _add_group_sizes(step)
-    return step
-
-
-def _add_group_sizes(group: Any) -> None:
-    group.add_argument(
-        "--group-sizes",
-        type=_sizes,
-        metavar="N[,N...]",
-        help="GRPO groups of different sizes (group_ids=): each rank's rows, as dealt to it, "
-        "in consecutive groups of these sizes, cycled (e.g. 16,12,9 after DAPO filtering); "
-        "each group lands whole in one micro-batch (default: none)",
-    )
-
-
 def _sizes(text: str) -> tuple[int, ...]:
     parts = [part.strip() for part in text.split(",")]
     if not parts or not all(part.isdigit() and int(part) >= 1 for part in parts):
@@ -253,49 +92,162 @@ def _sizes(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in parts)
 
 
+def _add_rows(group: Any, *rows: tuple[str, dict[str, Any]]) -> None:
+    """One ``add_argument`` per ``(flag, keywords)`` row, in order (``--help`` lists them so)."""
+    for flag, keywords in rows:
+        group.add_argument(flag, **keywords)
+
+
+DP_SIZE = ("--dp-size", dict(type=_positive_int, default=DEFAULT_DP_SIZE, metavar="N",
+                             help=f"data-parallel ranks (default: {DEFAULT_DP_SIZE})"))
+GROUP_SIZES = ("--group-sizes", dict(
+    type=_sizes, metavar="N[,N...]",
+    help="GRPO groups of different sizes (group_ids=): each rank's rows, as dealt to it, "
+    "in consecutive groups of these sizes, cycled (e.g. 16,12,9 after DAPO filtering); "
+    "each group lands whole in one micro-batch (default: none)"))
+JSON = ("--json", dict(action="store_true", help="write one JSON object to stdout"))
+
+
+def _add_input(parser: argparse.ArgumentParser) -> None:
+    data = parser.add_argument_group(
+        "input (default: the bundled CHAMP lengths, 256 samples per rank drawn at random)"
+    )
+    _add_source(data, "Without --batch-size every row is used once, in file order, dealt to the DP "
+                "ranks in equal contiguous chunks as verl's dispatch does")
+    _add_rows(
+        data,
+        ("--seed", dict(type=int, default=0, help="seed of the random draw (default: 0)")),
+        ("--in-order", dict(
+            action="store_true",
+            help="with --batch-size: take the first dp-size x batch-size lengths in input order "
+            "instead of a seeded random draw")),
+        ("--truncate", dict(
+            action="store_true", help="clip lengths longer than the cap to the cap instead of failing")),
+    )
+
+
+def _add_source(data: Any, rows: str) -> None:
+    """Where the lengths come from (plan, sweep and epoch); ``rows``: how the command uses
+    the file's rows (``--lengths``' help ends with it)."""
+    _add_rows(
+        data,
+        ("--lengths", dict(
+            metavar="FILE",
+            help="a file of lengths or a dataset: one integer per line, a JSON list, JSON Lines, "
+            "or Parquet (extra 'data': pip install 'seqlen-balancing[data]'); '-' reads stdin. " + rows)),
+        ("--field", dict(metavar="NAME",
+                         help="JSON Lines key or Parquet column holding each length (tokens)")),
+        ("--max-input-mb", dict(
+            type=_positive_int, default=DEFAULT_MAX_INPUT_MB, metavar="MB",
+            help="the input bound: --lengths is read once, whole, and refused (exit 2) beyond this "
+            f"many MiB (default: {DEFAULT_MAX_INPUT_MB})")),
+        ("--tokenizer", dict(
+            metavar="PATH",
+            help="count tokens with a local Hugging Face tokenizer (a directory or a tokenizer.json; "
+            "extra 'tokenize': pip install 'seqlen-balancing[tokenize]'); never downloads, never "
+            "runs code from PATH")),
+        ("--messages-field", dict(
+            metavar="NAME",
+            help="with --tokenizer: a chat conversation (list of {role, content}) rendered with the "
+            "tokenizer's chat template, as verl's multi-turn SFT dataset does")),
+        ("--text-field", dict(metavar="NAME", help="with --tokenizer: plain text, encoded")),
+        ("--prompt-field", dict(
+            metavar="NAME",
+            help="with --tokenizer: an RL prompt (chat messages, rendered with the generation prompt, "
+            "or text); add --response-tokens")),
+        ("--response-tokens", dict(
+            type=_non_negative_int, default=0, metavar="N",
+            help="tokens added to each --prompt-field length, e.g. the rollout's maximum response "
+            "length (default: 0)")),
+        ("--progress", dict(
+            action="store_true",
+            help="show a progress bar while counting tokens (default: only on a terminal)")),
+        ("--save-lengths", dict(
+            metavar="FILE",
+            help="write the lengths read or counted (before --scale), one per line, for reuse with "
+            "--lengths")),
+        ("--scale", dict(
+            type=_positive_float, default=1.0, metavar="X",
+            help="multiply every length by X and round (halves up), e.g. 2 to mimic rollouts "
+            "twice as long (default: 1)")),
+    )
+
+
+def _trainer(choices: tuple[str, ...], default: str) -> tuple[str, dict[str, Any]]:
+    """``--trainer``, its rules in the help; required when ``default`` is empty."""
+    rules = "; ".join(f"{name}: {RULES[name].split(': ', 1)[1]}" for name in choices)
+    which = f"default: {default}" if default else "required"
+    return ("--trainer", dict(
+        choices=choices, default=default or None, required=not default,
+        help=f"the verl 0.9.1 trainer whose balancing and dealing of rows to DP ranks is "
+        f"modelled ({which}). {rules}"))
+
+
+def _add_step(parser: argparse.ArgumentParser) -> Any:
+    step = parser.add_argument_group("training step (verl's settings)")
+    _add_rows(
+        step,
+        DP_SIZE,
+        ("--batch-size", dict(
+            type=_positive_int, metavar="N",
+            help=f"samples per rank, drawn at random (default: {DEFAULT_BATCH_SIZE} for the bundled "
+            "data; with --lengths, the whole file)")),
+        ("--sp-size", dict(
+            type=_positive_int, default=1, metavar="N",
+            help="Ulysses sequence-parallel size: the cap is max_token_len x N, as "
+            "prepare_micro_batches computes it (default: 1)")),
+        _trainer(TRAINERS, DEFAULT_TRAINER),
+        ("--balance-batch", dict(
+            action=argparse.BooleanOptionalAction, default=None,
+            help="balance the step across DP ranks first, as main_ppo_v0 and sft_trainer_ray do by "
+            "default (trainer.balance_batch: equal sample counts, Karmarkar-Karp on workload) "
+            "(default: on, except with --trainer sft_trainer, which never balances; main_ppo, verl's "
+            "V1 trainer, balances every step whatever it says)")),
+        ("--mini-batch-size", dict(
+            type=_sizes, metavar="N[,N]",
+            help="with --trainer main_ppo: the rows of a PPO mini-batch, actor.ppo_mini_batch_size x "
+            "rollout.n (and, with a critic, critic.ppo_mini_batch_size x rollout.n after a comma); "
+            "verl's V1 trainer pads the step with synthetic rows to a multiple of the least common "
+            "multiple of the DP size and these (verl's defaults: 256,256 with rollout.n 1) "
+            "(default: the DP size alone)")),
+        GROUP_SIZES,
+    )
+    return step
+
+
 def _add_cost(parser: argparse.ArgumentParser) -> Any:
     cost = parser.add_argument_group(
         "the cap on what the GPU holds (default: effective tokens, verl's rule)"
     )
-    cost.add_argument(
-        "--tp",
-        type=_positive_int,
-        metavar="N",
-        help="Megatron tensor-parallel size: derive verl's per-sequence alignment (tp*cp*2 when "
-        "cp > 1, else tp)",
-    )
-    cost.add_argument(
-        "--cp",
-        type=_positive_int,
-        metavar="N",
-        help="Megatron context-parallel size (with --tp; default 1)",
-    )
-    cost.add_argument(
-        "--fp8",
-        action="store_true",
-        help="with --tp: FP8 padding, each sequence to lcm(16, align) and each micro-batch's "
-        "total to a multiple of align*128",
+    _add_rows(
+        cost,
+        ("--tp", dict(
+            type=_positive_int, metavar="N",
+            help="Megatron tensor-parallel size: derive verl's per-sequence alignment (tp*cp*2 when "
+            "cp > 1, else tp)")),
+        ("--cp", dict(type=_positive_int, metavar="N",
+                      help="Megatron context-parallel size (with --tp; default 1)")),
+        ("--fp8", dict(
+            action="store_true",
+            help="with --tp: FP8 padding, each sequence to lcm(16, align) and each micro-batch's "
+            "total to a multiple of align*128")),
     )
     return cost
 
 
 def _add_output(parser: argparse.ArgumentParser, plot_help: str) -> None:
-    out = parser.add_argument_group("output")
-    out.add_argument(
-        "--compare-verl",
-        action="store_true",
-        help="also show the count verl 0.9.1's rule gives on the same step and the saving",
+    _add_rows(
+        parser.add_argument_group("output"),
+        ("--compare-verl", dict(
+            action="store_true",
+            help="also show the count verl 0.9.1's rule gives on the same step and the saving")),
+        ("--verl-max-tries", dict(
+            type=_positive_int, default=DEFAULT_MAX_TRIES, metavar="N",
+            help="Karmarkar-Karp rounds verl's rule may take per cap before it is reported as "
+            f"'>K' (default: {DEFAULT_MAX_TRIES})")),
+        JSON,
+        ("--plot", dict(metavar="FILE.png", help=plot_help + " (extra 'plot': " + PLOT_HINT + ")")),
     )
-    out.add_argument(
-        "--verl-max-tries",
-        type=_positive_int,
-        default=DEFAULT_MAX_TRIES,
-        metavar="N",
-        help="Karmarkar-Karp rounds verl's rule may take per cap before it is reported as "
-        f"'>K' (default: {DEFAULT_MAX_TRIES})",
-    )
-    out.add_argument("--json", action="store_true", help="write one JSON object to stdout")
-    out.add_argument("--plot", metavar="FILE.png", help=plot_help + " (extra 'plot': " + PLOT_HINT + ")")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -310,48 +262,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="{plan,sweep,epoch}")
     formatter = argparse.RawDescriptionHelpFormatter
-    plan = commands.add_parser(
-        "plan",
-        help="plan one step and show every rank's micro-batches",
-        description="Plan one training step: one table row per DP rank, then a summary.",
-        epilog=columns_help("plan"),
-        formatter_class=formatter,
-    )
-    plan.add_argument(
-        "--max-token-len",
-        type=_single_cap,
-        default=DEFAULT_CAP,
-        metavar="TOKENS",
-        help=f"max_token_len_per_gpu: hard cap on tokens per micro-batch (default: {DEFAULT_CAP})",
-    )
-    _add_input(plan)
-    add_arguments(plan, {"step": _add_step(plan), "cost": _add_cost(plan)})
-    _add_output(plan, "save tokens per micro-batch for each rank as a bar chart")
-    sweep = commands.add_parser(
-        "sweep",
-        help="plan the same step for several caps, one row per cap",
-        description="Plan the same training step for several caps, one table row per cap.",
-        epilog=columns_help("sweep"),
-        formatter_class=formatter,
-    )
-    sweep.add_argument(
-        "--max-token-len",
-        type=_cap_list,
-        default=list(DEFAULT_SWEEP_CAPS),
-        metavar="T1,T2,...",
-        help="caps to compare, comma-separated (default: " + ",".join(map(str, DEFAULT_SWEEP_CAPS)) + ")",
-    )
-    sweep.add_argument(
-        "--max-token-len-limit",
-        type=_positive_int,
-        default=None,
-        metavar="N",
-        help="the largest max_token_len your GPU holds: mark the fastest cap at or below it "
-        "(in the lock-step model)",
-    )
-    _add_input(sweep)
-    add_arguments(sweep, {"step": _add_step(sweep), "cost": _add_cost(sweep)})
-    _add_output(sweep, "plot micro-batches per rank and mean fill against the cap")
+    # plan and sweep take the same options but their caps (one, or several) and what --plot draws
+    for name, about, caps, plot_help in (
+        ("plan", ("plan one step and show every rank's micro-batches",
+                  "Plan one training step: one table row per DP rank, then a summary."),
+         [("--max-token-len", dict(
+             type=_single_cap, default=DEFAULT_CAP, metavar="TOKENS",
+             help=f"max_token_len_per_gpu: hard cap on tokens per micro-batch (default: {DEFAULT_CAP})"))],
+         "save tokens per micro-batch for each rank as a bar chart"),
+        ("sweep", ("plan the same step for several caps, one row per cap",
+                   "Plan the same training step for several caps, one table row per cap."),
+         [("--max-token-len", dict(
+             type=_cap_list, default=list(DEFAULT_SWEEP_CAPS), metavar="T1,T2,...",
+             help=f"caps to compare, comma-separated (default: {','.join(map(str, DEFAULT_SWEEP_CAPS))})")),
+          ("--max-token-len-limit", dict(
+              type=_positive_int, default=None, metavar="N",
+              help="the largest max_token_len your GPU holds: mark the fastest cap at or below it "
+              "(in the lock-step model)"))],
+         "plot micro-batches per rank and mean fill against the cap"),
+    ):
+        command = commands.add_parser(name, help=about[0], description=about[1], epilog=columns_help(name),
+                                      formatter_class=formatter)
+        _add_rows(command, *caps)
+        _add_input(command)
+        add_arguments(command, {"step": _add_step(command), "cost": _add_cost(command)})
+        _add_output(command, plot_help)
     _add_epoch(commands, formatter)
     return parser
 
@@ -378,36 +313,37 @@ def _add_epoch(commands: Any, formatter: type[argparse.HelpFormatter]) -> None:
     _add_source(data, "Every row is the dataset the trainer's sampler draws each step's "
                 "--global-batch-size rows from")
     run = epoch.add_argument_group("the run (verl's settings; verl's defaults when not given)")
-    _add_trainer(run, EPOCH_TRAINERS, "")
-    run.add_argument("--dp-size", type=_positive_int, default=DEFAULT_DP_SIZE, metavar="N",
-                     help=f"data-parallel ranks (default: {DEFAULT_DP_SIZE})")
-    run.add_argument(
-        "--global-batch-size", type=_positive_int, default=DEFAULT_GLOBAL_BATCH_SIZE, metavar="B",
-        help="data.train_batch_size: rows per step over all ranks (default: verl's "
-        f"{DEFAULT_GLOBAL_BATCH_SIZE})",
+    _add_rows(
+        run,
+        _trainer(EPOCH_TRAINERS, ""),
+        DP_SIZE,
+        ("--global-batch-size", dict(
+            type=_positive_int, default=DEFAULT_GLOBAL_BATCH_SIZE, metavar="B",
+            help="data.train_batch_size: rows per step over all ranks (default: verl's "
+            f"{DEFAULT_GLOBAL_BATCH_SIZE})")),
+        ("--epochs", dict(type=_positive_int, default=1, metavar="E",
+                          help="trainer.total_epochs to replay (default: 1)")),
+        ("--seed", dict(
+            type=int, default=DEFAULT_SAMPLER_SEED, metavar="S",
+            help=f"the DistributedSampler's seed (default: {DEFAULT_SAMPLER_SEED}, as verl's SFT "
+            "trainers leave it)")),
+        ("--sp-size", dict(type=_positive_int, default=1, metavar="N",
+                           help="Ulysses sequence-parallel size: the cap is max_token_len x N (default: 1)")),
+        ("--balance-batch", dict(
+            action=argparse.BooleanOptionalAction, default=None,
+            help="sft_trainer_ray's trainer.balance_batch (default: on); sft_trainer never balances")),
+        GROUP_SIZES,
     )
-    run.add_argument("--epochs", type=_positive_int, default=1, metavar="E",
-                     help="trainer.total_epochs to replay (default: 1)")
-    run.add_argument(
-        "--seed", type=int, default=DEFAULT_SAMPLER_SEED, metavar="S",
-        help=f"the DistributedSampler's seed (default: {DEFAULT_SAMPLER_SEED}, as verl's SFT "
-        "trainers leave it)",
-    )
-    run.add_argument("--sp-size", type=_positive_int, default=1, metavar="N",
-                     help="Ulysses sequence-parallel size: the cap is max_token_len x N (default: 1)")
-    run.add_argument(
-        "--balance-batch", action=argparse.BooleanOptionalAction, default=None,
-        help="sft_trainer_ray's trainer.balance_batch (default: on); sft_trainer never balances",
-    )
-    _add_group_sizes(run)
     add_arguments(epoch, {"step": run, "cost": _add_cost(epoch)})
-    out = epoch.add_argument_group("output")
-    out.add_argument("--compare-verl", action="store_true",
-                     help="also replay verl 0.9.1's own micro-batch count rule on every step")
-    out.add_argument("--verl-max-tries", type=_positive_int, default=DEFAULT_MAX_TRIES, metavar="N",
-                     help="Karmarkar-Karp rounds verl's rule may take per step "
-                     f"(default: {DEFAULT_MAX_TRIES})")
-    out.add_argument("--json", action="store_true", help="write one JSON object to stdout")
+    _add_rows(
+        epoch.add_argument_group("output"),
+        ("--compare-verl", dict(action="store_true",
+                                help="also replay verl 0.9.1's own micro-batch count rule on every step")),
+        ("--verl-max-tries", dict(type=_positive_int, default=DEFAULT_MAX_TRIES, metavar="N",
+                                  help="Karmarkar-Karp rounds verl's rule may take per step "
+                                  f"(default: {DEFAULT_MAX_TRIES})")),
+        JSON,
+    )
 
 
 #: verl 0.9.1's ``data.max_token_len_per_gpu`` in ``sft_trainer_engine.yaml``.
@@ -437,13 +373,13 @@ def check_combinations(args: argparse.Namespace) -> None:
     token_fields = [
         name for name in ("messages_field", "text_field", "prompt_field") if getattr(args, name) is not None
     ]
-    flags = ["--" + name.replace("_", "-") for name in token_fields]
-    if args.lengths is None:
-        for name in ("field", "tokenizer", *token_fields, "save_lengths"):
-            if getattr(args, name) is not None:
-                raise CliError(f"--{name.replace('_', '-')} applies to --lengths FILE; pass --lengths too")
-    given = " and ".join(flags)  # the field to count (several: the first rule refuses them)
+    # the first option given that reads --lengths, when it is missing
+    needs_file = next((name for name in ("field", "tokenizer", *token_fields, "save_lengths")
+                       if getattr(args, name) is not None), None) if args.lengths is None else None
+    # the field to count (several: the second rule refuses them)
+    given = " and ".join("--" + name.replace("_", "-") for name in token_fields)
     refuse([
+        (needs_file, f"--{str(needs_file).replace('_', '-')} applies to --lengths FILE; pass --lengths too"),
         (len(token_fields) > 1, f"{given} exclude each other; pass one"),
         (args.tokenizer is not None and not token_fields,
          "--tokenizer needs the field to count: --messages-field, --text-field or --prompt-field"),
@@ -478,18 +414,14 @@ def check_combinations(args: argparse.Namespace) -> None:
          f"--force-group-size {force}: verl 0.9.1's sft_trainer deals every "
          "dp-th row to a rank, so consecutive rows never stay together; drop it, or pass "
          "--trainer main_ppo"),
+        (getattr(args, "balance_batch", None) and not balances_by_default(trainer),
+         f"--balance-batch: verl 0.9.1's {trainer} never balances a step across DP ranks "
+         "(each rank's DistributedSampler deals its rows); drop --balance-batch, or pass "
+         "--trainer sft_trainer_ray or main_ppo"),
     ])
     # verl 0.9.1's V1 trainer (main_ppo's default) balances every step: the flag is noted, not followed
     args.balance_batch_ignored = always_balances(trainer) and getattr(args, "balance_batch", None) is False
-    if args.balance_batch_ignored:
-        args.balance_batch = True
-    if getattr(args, "balance_batch", False) is None:
-        args.balance_batch = balances_by_default(trainer)
-    elif args.balance_batch and not balances_by_default(trainer):
-        raise CliError(
-            f"--balance-batch: verl 0.9.1's {trainer} never balances a step across DP ranks "
-            "(each rank's DistributedSampler deals its rows); drop --balance-batch, or pass "
-            "--trainer sft_trainer_ray or main_ppo"
-        )
+    if args.balance_batch_ignored or getattr(args, "balance_batch", False) is None:
+        args.balance_batch = balances_by_default(trainer)  # main_ppo's: True
 
 

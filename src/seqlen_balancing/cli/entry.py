@@ -13,19 +13,6 @@ from seqlen_balancing.cli.arguments import build_parser, check_combinations
 __all__ = ["main"]
 
 
-def _plot_checked(args: argparse.Namespace) -> Any:
-    """matplotlib's Figure class when ``--plot`` is given (else ``None``), after checking,
-    before anything is read or planned, that the plot can be written where asked."""
-    from seqlen_balancing.cli import plot
-
-    if not args.plot:
-        return None
-    plot.check_plot_path(args.plot)
-    figure_class = plot.load_figure_class()
-    plot.check_plot_format(figure_class, args.plot)
-    return figure_class
-
-
 def _planned(step: Any, cap: int, args: argparse.Namespace) -> Any:
     """``sweep``: the step planned at ``cap`` (per GPU), or ``(cap x sp, message)`` where it
     cannot be: an infeasible cap is a row, not the end."""
@@ -45,7 +32,7 @@ def _run_steps(args: argparse.Namespace) -> int:
     from seqlen_balancing.cli.load import load_lengths
     from seqlen_balancing.cli.step import make_step, plan_step, smallest_cap
 
-    figure_class = _plot_checked(args)
+    figure_class = plot.figure_class_for(args.plot) if args.plot else None  # checked before any reading
     step = make_step(args, load_lengths(args))
     if args.command == "plan":
         found: Any = plan_step(step, args.max_token_len * args.sp_size, args)
@@ -90,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # The reader (e.g. `| head`) left early: not an error of ours, and no traceback.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else 0

@@ -54,9 +54,8 @@ class CapReplay:
 
     @property
     def verl_total(self) -> int | None:
-        if not self.verl or any(v is None for v in self.verl):
-            return None
-        return sum(v for v in self.verl if v is not None)
+        known = [v for v in self.verl if v is not None]
+        return sum(known) if self.verl and len(known) == len(self.verl) else None
 
 
 @dataclass
@@ -130,11 +129,9 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
 
 
 def _rows_used(replay_: Replay, args: argparse.Namespace) -> int:
-    """Rows one epoch feeds (the rest dropped: drop_last)."""
-    dp, batch = int(args.dp_size), int(args.global_batch_size)
-    if args.trainer == "sft_trainer":
-        return replay_.steps_per_epoch * (batch // dp) * dp
-    return replay_.steps_per_epoch * batch
+    """Rows one epoch feeds (the rest dropped: drop_last); sft_trainer's ranks take
+    global_batch_size // dp rows a step each (sft_trainer_ray's are refused unless dp divides it)."""
+    return replay_.steps_per_epoch * int(args.global_batch_size // args.dp_size * args.dp_size)
 
 
 def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
@@ -161,10 +158,10 @@ def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
     if args.options.changed():
         lines.append(f"options: {args.options.describe()}")
     if args.group_sizes:
-        sizes = ",".join(map(str, args.group_sizes))
         lines.append(
             f"groups (group_ids): each rank's rows of a step, as dealt to it, in consecutive groups of "
-            f"{sizes}{' rows, cycled' if len(args.group_sizes) > 1 else ' rows'}; each group lands whole "
+            f"{','.join(map(str, args.group_sizes))}"
+            f"{' rows, cycled' if len(args.group_sizes) > 1 else ' rows'}; each group lands whole "
             "in one micro-batch (the global planner is not modeled: groups of different sizes cannot "
             "give every rank as many rows)"
         )
@@ -235,9 +232,9 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
 
 def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
     """The ``epoch --json`` object (keys stable)."""
-    caps = []
+    caps: list[dict[str, Any]] = []
     for result in replay_.caps:
-        item: dict[str, Any] = {
+        caps.append({
             "max_token_len": result.max_token_len,
             "cap": result.cap,
             "error": result.error,
@@ -253,8 +250,7 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
             "step_time": modeled.to_json(run_totals(result), modeled.fixed_tokens_of(args.options))
             if result.error is None else None,
         } | ({"verl_total_micro_batches": result.verl_total if result.error is None else None,
-              "verl_worst_step": _worst_json(result.worst(result.verl))} if args.compare_verl else {})
-        caps.append(item)
+              "verl_worst_step": _worst_json(result.worst(result.verl))} if args.compare_verl else {}))
     return {
         "command": "epoch",
         "source": replay_.loaded.source,

@@ -203,7 +203,6 @@ def parse_lengths(text: str, source: str, field: str | None = None) -> list[int]
     """
     text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark is not part of the data
     stripped = text.lstrip()
-    lengths: list[int] = []
     if field is not None:
         lengths = [check_length(value, where) for where, value in _json_records(text, source, field)]
     elif stripped.startswith("["):
@@ -212,9 +211,8 @@ def parse_lengths(text: str, source: str, field: str | None = None) -> list[int]
     elif stripped.startswith("{"):
         raise CliError(f"{source} looks like JSON Lines; pass --field NAME (the length key)")
     else:
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                lengths.append(check_length(line, f"{source}, line {lineno}"))
+        lengths = [check_length(line, f"{source}, line {lineno}")
+                   for lineno, line in enumerate(text.splitlines(), start=1) if line.strip()]
     if not lengths:
         raise CliError(f"{source} holds no lengths")
     return lengths

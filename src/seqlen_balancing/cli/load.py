@@ -29,24 +29,23 @@ def load_lengths(args: argparse.Namespace) -> Loaded:
         from seqlen_balancing.data import load_champ_lengths
 
         return Loaded(load_champ_lengths(), "champ", "the bundled data")
-    path: str = args.lengths
-    source = read_source(path, getattr(args, "max_input_mb", DEFAULT_MAX_INPUT_MB))  # once, whole
+    source = read_source(args.lengths, getattr(args, "max_input_mb", DEFAULT_MAX_INPUT_MB))  # once, whole
     if args.tokenizer is not None:
         from seqlen_balancing.cli.tokens import count_dataset
 
         lengths, how = count_dataset(args, source)
-        loaded = Loaded(lengths, path, source.name, how)
+        loaded = Loaded(lengths, args.lengths, source.name, how)
     elif source.parquet:
         if args.field is None:
             raise CliError(
                 f"{source.name} is Parquet: pass --field NAME (a column of token counts), or "
                 "--tokenizer with --messages-field, --text-field or --prompt-field"
             )
-        batches = parquet_records(source, args.field)[1]
-        loaded = Loaded([check_length(v, where) for batch in batches for where, v in batch], path,
-                        source.name)
+        loaded = Loaded([check_length(v, where) for batch in parquet_records(source, args.field)[1]
+                         for where, v in batch],
+                        args.lengths, source.name)
     else:
-        loaded = Loaded(parse_lengths(source.text(), source.name, args.field), path, source.name)
+        loaded = Loaded(parse_lengths(source.text(), source.name, args.field), args.lengths, source.name)
     if not loaded.lengths:
         raise CliError(f"{loaded.name} holds no rows")
     if args.save_lengths is not None:

@@ -17,17 +17,7 @@ from seqlen_balancing.cli._text import CliError, missing_extra, pct, reason_of
 if TYPE_CHECKING:
     from seqlen_balancing.cli.results import StepResult
 
-__all__ = ["check_plot_format", "check_plot_path", "load_figure_class", "save_plan_plot", "save_sweep_plot"]
-
-
-def load_figure_class() -> Callable[..., Any]:
-    """matplotlib's Figure class, or a CliError (exit 2) naming the ``plot`` extra."""
-    try:
-        module: Any = importlib.import_module("matplotlib.figure")
-    except ImportError:
-        raise missing_extra("--plot", "matplotlib", "plot") from None
-    figure_class: Callable[..., Any] = module.Figure
-    return figure_class
+__all__ = ["check_plot_path", "figure_class_for", "save_plan_plot", "save_sweep_plot"]
 
 
 def check_plot_path(path: str) -> None:
@@ -65,12 +55,21 @@ def check_plot_path(path: str) -> None:
         raise CliError(f"cannot write plot {path!r}: {reason}")
 
 
-def check_plot_format(figure_class: Callable[..., Any], path: str) -> None:
-    """Fail before planning when matplotlib cannot write ``path``'s image format.
+def figure_class_for(path: str) -> Callable[..., Any]:
+    """matplotlib's Figure class, after checking, before anything is read or planned, that
+    the plot can be written at ``path`` (:func:`check_plot_path`) in an image format
+    matplotlib knows.
 
     Raises:
-        CliError: (exit 2) naming the format and the ones matplotlib knows.
+        CliError: (exit 2) matplotlib is missing (naming the ``plot`` extra), or the path or
+            its format cannot take the plot (naming the formats matplotlib knows).
     """
+    check_plot_path(path)
+    try:
+        module: Any = importlib.import_module("matplotlib.figure")
+    except ImportError:
+        raise missing_extra("--plot", "matplotlib", "plot") from None
+    figure_class: Callable[..., Any] = module.Figure
     suffix = Path(path).suffix.lstrip(".").lower()
     formats = figure_class().canvas.get_supported_filetypes()
     if suffix and suffix not in formats:
@@ -78,6 +77,7 @@ def check_plot_format(figure_class: Callable[..., Any], path: str) -> None:
             f"cannot write plot {path!r}: unknown image format {suffix!r} (use one of "
             f"{', '.join(sorted(formats))})"
         )
+    return figure_class
 
 
 def _save(fig: Any, path: str) -> None:

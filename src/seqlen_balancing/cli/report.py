@@ -361,9 +361,8 @@ def _cap_text(args: argparse.Namespace, cap: int | None) -> str:
 
 def _alignment_text(args: argparse.Namespace) -> str:
     pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
-    fp8 = ", fp8" if args.fp8 else ""
-    megatron = f"tp {args.tp}, cp {args.cp or 1}{fp8}"
-    source = "" if args.tp is None else f" (verl's Megatron THD rule for {megatron})"
+    source = "" if args.tp is None else (
+        f" (verl's Megatron THD rule for tp {args.tp}, cp {args.cp or 1}{', fp8' if args.fp8 else ''})")
     parts = []
     if pad > 1 or source:
         parts.append(f"each sample costs its length rounded up to a multiple of {pad} tokens{source}")
@@ -465,8 +464,8 @@ def step_text(dp_size: int, args: argparse.Namespace) -> str:
         )
     else:
         deal = "one DP rank"
-    agree = "on" if args.options.same_micro_num_in_dp else "off"
-    return f"step (verl 0.9.1 {trainer}): {deal}; same_micro_num_in_dp {agree}"
+    return (f"step (verl 0.9.1 {trainer}): {deal}; "
+            f"same_micro_num_in_dp {'on' if args.options.same_micro_num_in_dp else 'off'}")
 
 
 def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None:
@@ -477,15 +476,14 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
         lines.append(f"{plural(result.truncated, 'drawn sample')} longer than {cap} tokens truncated to the "
                      "cap")
     shown = [c for c in PLAN_COLUMNS if c.shown(args)]
-    rows = [[c.cell((r, result), args) for c in shown] for r in result.ranks]
-    lines.append(table([c.header for c in shown], rows))
-    agreed = result.agreed_count
-    if not args.options.same_micro_num_in_dp:
-        counts = f"no agreement (per-rank counts {_range_text(result.counts)})"
-    elif agreed is not None:
+    lines.append(table([c.header for c in shown], [[c.cell((r, result), args) for c in shown]
+                                                   for r in result.ranks]))
+    agreed, same = result.agreed_count, args.options.same_micro_num_in_dp
+    if same and agreed is not None:
         counts = f"agreed count {plural(agreed, 'micro-batch')} per rank"
     else:
-        counts = f"no agreed count (per-rank counts {_range_text(result.counts)})"
+        counts = (f"{'no agreed count' if same else 'no agreement'} "
+                  f"(per-rank counts {_range_text(result.counts)})")
     lines.append(
         f"{counts}; total {plural(result.total_micro_batches, 'micro-batch')} "
         f"(L2 bound {result.l2_lower_bound_total}, lower bound {result.lower_bound_total}: "
@@ -568,7 +566,6 @@ def print_sweep(
 
 def _smallest_text(args: argparse.Namespace, smallest: int) -> str:
     unit = "aligned tokens" if _aligned_on(args) else "tokens"
-    truncate = " without --truncate" if args.truncate else ""
     if args.options.over_cap == "alone":
         return (
             f"smallest max_token_len at which no sample runs alone over the cap: {smallest} (the "
@@ -576,7 +573,8 @@ def _smallest_text(args: argparse.Namespace, smallest: int) -> str:
             "run alone (--over-cap alone)"
         )
     return (
-        f"smallest max_token_len that can be planned at all{truncate}: {smallest} (the costliest "
+        f"smallest max_token_len that can be planned at all{' without --truncate' if args.truncate else ''}: "
+        f"{smallest} (the costliest "
         f"sample or forced group of the step, in {unit}); below it the step cannot be planned"
     )
 

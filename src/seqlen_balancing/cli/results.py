@@ -164,8 +164,7 @@ def options_of(args: argparse.Namespace) -> PlanOptions:
         pad, total = megatron_alignment(args.tp, args.cp or 1, bool(args.fp8))
         bucket = math.lcm(bucket, total)
     try:
-        options = PlanOptions.from_args(args)
-        return replace(options, pad_to_multiple_of=pad, micro_batch_multiple_of=bucket)
+        return replace(PlanOptions.from_args(args), pad_to_multiple_of=pad, micro_batch_multiple_of=bucket)
     except (TypeError, ValueError) as exc:
         raise CliError(str(exc)) from None
 

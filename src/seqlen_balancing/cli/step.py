@@ -85,20 +85,16 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
     if args.lengths is not None and args.batch_size is None:
         # verl's V1 trainer pads the batch to a multiple of lcm(dp, mini-batch sizes)
         if n % dp and not synthetic_rows(n, dp, args.trainer, minis):
-            divisors = [d for d in range(2, min(n, 4096) + 1) if n % d == 0][:6]
-            hint = (
-                f"a --dp-size that divides {n} ({', '.join(map(str, divisors))})"
-                if divisors
-                else "--dp-size 1"
-            )
-            drop = f"drop {n % dp} (keep {n - n % dp}), " if n > dp else ""
+            divisors = ", ".join(map(str, [d for d in range(2, min(n, 4096) + 1) if n % d == 0][:6]))
             raise CliError(
                 f"{loaded.name} holds {plural(n, 'row')}, not divisible by --dp-size {dp} "
-                f"(verl's dispatch gives every rank an equal contiguous chunk): {drop}"
-                f"use {hint}, or pass --batch-size"
+                "(verl's dispatch gives every rank an equal contiguous chunk): "
+                + (f"drop {n % dp} (keep {n - n % dp}), " if n > dp else "")
+                + (f"use a --dp-size that divides {n} ({divisors})" if divisors else "use --dp-size 1")
+                + ", or pass --batch-size"
             )
-        whole = Step(loaded.source, lengths, list(range(n)), "whole_file", dp, n // dp, loaded.counted)
-        return _padded(whole, args.trainer, minis)
+        return _padded(Step(loaded.source, lengths, list(range(n)), "whole_file", dp, n // dp,
+                            loaded.counted), args.trainer, minis)
     batch = args.batch_size or 256
     needed = dp * batch
     if needed > MAX_DRAWN_ROWS:
@@ -114,10 +110,10 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
     elif args.lengths is None and not args.in_order:
         positions, sampling = rng.choices(range(n), k=needed), "with_replacement"
     else:
-        how = "taken in input order" if args.in_order else "drawn without replacement"
         raise CliError(
             f"{loaded.name} holds {n} lengths but --dp-size {dp} x --batch-size "
-            f"{batch} needs {needed} ({how}); pass at least "
+            f"{batch} needs {needed} "
+            f"({'taken in input order' if args.in_order else 'drawn without replacement'}); pass at least "
             f"{needed} lengths or lower --dp-size/--batch-size"
         )
     return _padded(Step(loaded.source, lengths, positions, sampling, dp, batch, loaded.counted), args.trainer,
@@ -135,10 +131,11 @@ def _padded(step: Step, trainer: str, minis: tuple[int, ...]) -> Step:
                    batch_size=(len(step.positions) + extra) // step.dp_size, synthetic=extra)
 
 
-def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliError | None:
+def _check_over_cap(drawn: list[int], cap: int, pad: int, bucket: int) -> None:
+    """Raise (CliError, exit 1) where a drawn sample cannot fit the cap, or no micro-batch can."""
     usable = micro_batch_capacity(cap, bucket)
     if usable == 0:
-        return CliError(
+        raise CliError(
             f"the micro-batch bucket {bucket} (--micro-batch-multiple-of, combined with --fp8's "
             f"total by least common multiple) is larger than the cap {cap}: every micro-batch is "
             f"rounded up to at least {bucket} tokens; raise --max-token-len or lower the bucket",
@@ -146,13 +143,13 @@ def _over_cap_error(drawn: list[int], cap: int, pad: int, bucket: int) -> CliErr
         )
     over = [n for n in drawn if aligned_length(n, pad) > usable]
     if not over:
-        return None
+        return
     largest = max(over)
     fits = f"max_token_len={cap}" + (
         f" (usable as {usable} with micro-batches rounded up to {bucket})" if bucket > 1 else "")
     cost = aligned_length(largest, pad)
     what = f"(the largest has {largest} tokens" + (f", {cost} aligned to {pad})" if pad > 1 else ")")
-    return CliError(
+    raise CliError(
         f"{len(over)} of the {plural(len(drawn), 'drawn sample')} exceed{'s' if len(over) == 1 else ''} "
         f"{fits} {what}; raise --max-token-len to at least {aligned_length(cost, bucket)} or pass "
         "--truncate to clip lengths to the cap",
@@ -195,8 +192,8 @@ def _dealt(
     each rank's rows as indices into ``clipped``."""
     # A rank batch that force_group_size does not divide is the planner's error (exit 1).
     group = args.options.force_group_size
-    balance = args.balance_batch and step.batch_size % group == 0
-    dealt = deal(clipped, step.dp_size, args.trainer, balance, group, args.options.workload_model)
+    dealt = deal(clipped, step.dp_size, args.trainer, args.balance_batch and step.batch_size % group == 0,
+                 group, args.options.workload_model)
     order = [p for part in dealt for p in part]
     lengths = [clipped[i] for i in order]
     return [step.positions[i] for i in order], [lengths[r * step.batch_size : (r + 1) * step.batch_size]
@@ -260,9 +257,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     pad, bucket = args.options.pad_to_multiple_of, args.options.micro_batch_multiple_of
     usable = micro_batch_capacity(cap, bucket)
     if (not args.truncate and args.options.over_cap == "raise") or usable == 0:
-        error = _over_cap_error(drawn, cap, pad, bucket)
-        if error is not None:
-            raise error
+        _check_over_cap(drawn, cap, pad, bucket)
     # the longest length whose aligned cost fits; without --truncate (--over-cap alone) all run whole
     clip = usable // pad * pad if args.truncate else max(drawn, default=0)
     truncated = sum(n > clip for n in drawn)

@@ -220,7 +220,5 @@ def count_dataset(args: argparse.Namespace, source: Source) -> tuple[list[int], 
     finally:
         bar.close()
     what = {"messages": "chat template", "text": "text", "prompt": "prompt, generation prompt"}[kind]
-    how = f"tokens counted with {args.tokenizer} ({what}, field {field!r})"
-    if args.response_tokens:
-        how += f" + {args.response_tokens} response tokens"
-    return lengths, how
+    extra = f" + {args.response_tokens} response tokens" if args.response_tokens else ""
+    return lengths, f"tokens counted with {args.tokenizer} ({what}, field {field!r}){extra}"
