@@ -396,12 +396,9 @@ class PlanOptions:
             >>> PlanOptions.from_env({"SEQLEN_BALANCING_OVER_CAP": "Alone"}).over_cap
             'alone'
         """
-        values = env_values(environ)
-        try:
-            return cls(**values)
-        except (TypeError, ValueError) as exc:  # two variables that contradict each other
-            names = ", ".join(f"{OPTIONS[name].env}={values[name]}" for name in values)
-            raise ValueError(f"{names}: {exc}") from None
+        # Each value is checked as its option takes it, and no two variables can contradict
+        # each other (force_group_size, the one option a limit is checked against, has none).
+        return cls(**env_values(environ))
 
     @classmethod
     def from_args(cls, namespace: argparse.Namespace) -> PlanOptions:
@@ -631,23 +628,23 @@ def step_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {ENV_BALANCE_STEP: value}
 
 
-def _from_text(kind: Kind, text: str) -> Any:
-    """The value ``text`` spells for an option of ``kind`` (not a switch), or ``None``; a
-    model shape it cannot read raises :meth:`WorkloadModel.parse`'s error."""
+def _from_text(kind: Kind, text: str) -> tuple[Any, str]:
+    """The value ``text`` spells for an option of ``kind`` (not a switch), or ``None`` and
+    why: "" (it spells none), or :meth:`WorkloadModel.parse`'s error for a model shape."""
     if kind in (Kind.POSITIVE, Kind.OPTIONAL):
         number = _whole(text)
-        return number if number >= 1 else None
+        return (number if number >= 1 else None), ""
     if kind is Kind.CHOICE:
-        return text.lower() if text.lower() in OVER_CAP_CHOICES else None
+        return (text.lower() if text.lower() in OVER_CAP_CHOICES else None), ""
     if kind is Kind.KEYS:
         keys = tuple(part.strip() for part in text.split(","))
-        return keys if all(keys) else None
-    if kind is Kind.SHARE:
-        try:
-            return _share(float(text))[0]
-        except ValueError:  # not a number
-            return None
-    return WorkloadModel.parse(text)
+        return (keys if all(keys) else None), ""
+    try:
+        if kind is Kind.SHARE:
+            return _share(float(text))[0], ""
+        return WorkloadModel.parse(text), ""
+    except (TypeError, ValueError) as exc:  # not a number; not a model shape (its words)
+        return None, "" if kind is Kind.SHARE else str(exc)
 
 
 def _env_value(name: str, opt: Option, text: str) -> Any:
@@ -662,13 +659,10 @@ def _env_value(name: str, opt: Option, text: str) -> Any:
     }
     if opt.kind is Kind.SWITCH:
         return env_switch(name, text)
-    value, problem = None, ""
-    try:
-        value = _from_text(opt.kind, text)
-    except (TypeError, ValueError) as exc:
-        problem = f" ({exc})"
+    value, problem = _from_text(opt.kind, text)
     if value is None:
-        raise ValueError(f"{name}={_quoted(text)} is not accepted{problem}: it takes {accepted[opt.kind]}")
+        why = f" ({problem})" if problem else ""
+        raise ValueError(f"{name}={_quoted(text)} is not accepted{why}: it takes {accepted[opt.kind]}")
     return value
 
 
@@ -741,12 +735,9 @@ def _flag_type(kind: Kind, refused: str) -> Callable[[str], Any]:
     text quoted) where the text spells none (a model shape: its own error)."""
 
     def convert(text: str) -> Any:
-        try:
-            value = _from_text(kind, text)
-        except (TypeError, ValueError) as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+        value, problem = _from_text(kind, text)
         if value is None:
-            raise argparse.ArgumentTypeError(refused.format(_quoted(text)))
+            raise argparse.ArgumentTypeError(problem or refused.format(_quoted(text)))
         return value
 
     return convert

@@ -226,12 +226,11 @@ class TooManyDummies(PlanError):
     groups: int
     count: int
 
-    def text(self) -> str:
-        return (
-            f"{self.count} micro-batches would need {self.dummies} dummy "
-            f"micro-batches on a rank of {self.groups} samples/groups, more than the "
-            f"{MAX_DUMMY_MICRO_BATCHES} allowed; lower min_num_micro_batch or num_batches_divided_by"
-        )
+    fixed_text = (
+        "{count} micro-batches would need {dummies} dummy micro-batches on a rank of {groups} "
+        f"samples/groups, more than the {MAX_DUMMY_MICRO_BATCHES} allowed; lower "
+        "min_num_micro_batch or num_batches_divided_by"
+    )
 
 
 @dataclass(frozen=True)
