@@ -408,8 +408,8 @@ class PlanOptions:
         Raises:
             TypeError, ValueError: as ``PlanOptions(...)``.
         """
-        given = {name: getattr(namespace, name, None) for name in OPTIONS}
-        return cls(**{name: value for name, value in given.items() if value is not None})
+        return cls(**{name: getattr(namespace, name) for name in OPTIONS
+                      if getattr(namespace, name, None) is not None})
 
     def changed(self) -> dict[str, Any]:
         """The options that differ from ``PlanOptions()``, in declaration order."""
@@ -601,11 +601,9 @@ def env_switch(name: str, text: str) -> bool:
         >>> env_switch("SEQLEN_BALANCING_VERL", " On "), env_switch("SEQLEN_BALANCING_VERL", "")
         (True, False)
     """
-    word = text.strip().lower()
-    if word in SWITCH_ON:
-        return True
-    if word in SWITCH_OFF:
-        return False
+    value = _switch_word(text)
+    if isinstance(value, bool):
+        return value
     raise ValueError(
         f"{name}={_quoted(text)} is not a switch value: it takes 1, true, yes or on, or 0, false, "
         "no, off or empty (any case)"
@@ -623,9 +621,13 @@ def step_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         {'SEQLEN_BALANCING_BALANCE_STEP': True}
     """
     env = os.environ if environ is None else environ
-    word = env.get(ENV_BALANCE_STEP, "").strip().lower()
-    value: Any = True if word in SWITCH_ON else False if word in SWITCH_OFF else word
-    return {ENV_BALANCE_STEP: value}
+    return {ENV_BALANCE_STEP: _switch_word(env.get(ENV_BALANCE_STEP, ""))}
+
+
+def _switch_word(text: str) -> bool | str:
+    """A switch variable's value under the one spelling rule, else its stripped, lower-cased text."""
+    word = text.strip().lower()
+    return True if word in SWITCH_ON else False if word in SWITCH_OFF else word
 
 
 def _from_text(kind: Kind, text: str) -> tuple[Any, str]:
