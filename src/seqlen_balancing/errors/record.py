@@ -87,9 +87,8 @@ class PlanError:
         rank = self.rank if rank is None else rank
         if rank is None:
             return text
-        if self.global_rank is None:
-            return f"rank {rank} of the DP group: {text}"
-        return f"rank {rank} of the DP group (global rank {self.global_rank}): {text}"
+        where = "" if self.global_rank is None else f" (global rank {self.global_rank})"
+        return f"rank {rank} of the DP group{where}: {text}"
 
     def exception(self, rank: int | None = None) -> Exception:
         """The exception to raise: :attr:`exception_type` with :meth:`message`."""
