@@ -442,15 +442,14 @@ _RENAMED = {"micro_batch_overhead": "micro_batch_fixed_tokens"}
 OPTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(PlanOptions)}
 
 
-def _options_doc() -> str:
-    """The options, one line each, for the class docstring (from the metadata)."""
-    head = "\n\n    The options, each declared once (docs/options.md has every source):\n\n"
-    lines = [f"    * ``{name}`` (default ``{OPTION_DEFAULTS[name]!r}``): {opt.doc}."
-             for name, opt in OPTIONS.items()]
-    return head + "\n".join(lines) + "\n"
-
-
-PlanOptions.__doc__ = (PlanOptions.__doc__ or "").rstrip() + _options_doc()
+# The class docstring ends with the options, one line each (from the metadata).
+_OPTION_LINES = [f"    * ``{name}`` (default ``{OPTION_DEFAULTS[name]!r}``): {opt.doc}."
+                 for name, opt in OPTIONS.items()]
+PlanOptions.__doc__ = (
+    (PlanOptions.__doc__ or "").rstrip()
+    + "\n\n    The options, each declared once (docs/options.md has every source):\n\n"
+    + "\n".join(_OPTION_LINES) + "\n"
+)
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -634,7 +633,9 @@ def _from_text(kind: Kind, text: str) -> tuple[Any, str]:
     """The value ``text`` spells for an option of ``kind`` (not a switch), or ``None`` and
     why: "" (it spells none), or :meth:`WorkloadModel.parse`'s error for a model shape."""
     if kind in (Kind.POSITIVE, Kind.OPTIONAL):
-        number = _whole(text)
+        # ASCII digits, a leading + allowed, at most 4,000 (where int() refuses with its own error)
+        digits = text.strip().removeprefix("+")
+        number = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 4000 else 0
         return (number if number >= 1 else None), ""
     if kind is Kind.CHOICE:
         return (text.lower() if text.lower() in OVER_CAP_CHOICES else None), ""
@@ -666,13 +667,6 @@ def _env_value(name: str, opt: Option, text: str) -> Any:
         why = f" ({problem})" if problem else ""
         raise ValueError(f"{name}={_quoted(text)} is not accepted{why}: it takes {accepted[opt.kind]}")
     return value
-
-
-def _whole(text: str) -> int:
-    """The number ``text`` spells in ASCII digits (a leading ``+`` allowed, at most 4,000
-    digits, where ``int()`` would refuse it with its own error), else 0."""
-    digits = text.strip().removeprefix("+")
-    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 4000 else 0
 
 
 def _quoted(text: str, limit: int = 40) -> str:
