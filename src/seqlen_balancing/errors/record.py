@@ -77,7 +77,6 @@ class PlanError:
     def agreed(self, peers: Peers) -> PlanError:
         """This error as every rank of the DP group states it, once the group's facts are
         known (e.g. advice on the cap that suits every rank). Default: unchanged."""
-        del peers
         return self
 
     def message(self, rank: int | None = None) -> str:
