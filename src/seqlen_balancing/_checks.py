@@ -151,19 +151,18 @@ def positive_int(value: Any, name: str) -> int:
     return as_int
 
 
-def non_negative_ints(values: Iterable[Any], name: str, what: str = "lengths and workloads") -> list[int]:
-    """Return ``values`` as a list of non-negative Python ints.
+def non_negative_ints(
+    values: Iterable[Any], name: str, what: str = "lengths and workloads", *, whole: bool = False
+) -> list[int]:
+    """Return ``values`` as a list of non-negative Python ints; ``whole=True`` (for
+    :func:`whole_numbers`) takes whole real numbers too.
 
     Raises:
-        TypeError: an element is not an integer (floats and bools are refused).
-        ValueError: an element is negative; the message gives its index and value.
+        TypeError: an element is not an integer (floats and bools are refused), or with
+            ``whole`` not a real number.
+        ValueError: an element is negative (or with ``whole`` not whole); the message gives
+            its index and value.
     """
-    return _non_negative(values, name, what, whole=False)
-
-
-def _non_negative(values: Iterable[Any], name: str, what: str, whole: bool) -> list[int]:
-    """:func:`non_negative_ints` (``whole=False``: integers only) and :func:`whole_numbers`
-    (``whole=True``: whole real numbers too), element by element."""
     out: list[int] = []
     for index, value in enumerate(values):
         number = value if type(value) is int else (_whole_or_none if whole else _integer_or_none)(value)
@@ -253,4 +252,4 @@ def whole_numbers(values: Any, name: str, what: str = "lengths and workloads") -
         ValueError: ``values`` is not one-dimensional, or an element is negative, not whole
             (``2.5``) or not finite; the message gives its index and value.
     """
-    return _non_negative(as_list(values, name), name, what, whole=True)
+    return non_negative_ints(as_list(values, name), name, what, whole=True)

@@ -418,11 +418,11 @@ def parse_workload_model(text: str) -> dict[str, Any]:
             if value.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(f"{key} must be true or false, got {value!r}")
             model[key] = value.lower() in ("true", "1")
-            continue
-        try:
-            model[key] = int(value)
-        except ValueError:
-            raise ValueError(f"{key} must be an integer, got {value!r}") from None
+        else:
+            try:
+                model[key] = int(value)
+            except ValueError:
+                raise ValueError(f"{key} must be an integer, got {value!r}") from None
     if "hidden_size" not in model:
         raise ValueError("hidden_size is required (e.g. hidden_size=8192)")
     try:

@@ -396,12 +396,9 @@ class PlanOptions:
             >>> PlanOptions.from_env({"SEQLEN_BALANCING_OVER_CAP": "Alone"}).over_cap
             'alone'
         """
-        values = env_values(environ)
-        try:
-            return cls(**values)
-        except (TypeError, ValueError) as exc:  # two variables that contradict each other
-            names = ", ".join(f"{OPTIONS[name].env}={values[name]}" for name in values)
-            raise ValueError(f"{names}: {exc}") from None
+        # Each value is checked as its option takes it, and no two variables can contradict
+        # each other (force_group_size, the one option a limit is checked against, has none).
+        return cls(**env_values(environ))
 
     @classmethod
     def from_args(cls, namespace: argparse.Namespace) -> PlanOptions:
@@ -411,8 +408,8 @@ class PlanOptions:
         Raises:
             TypeError, ValueError: as ``PlanOptions(...)``.
         """
-        given = {name: getattr(namespace, name, None) for name in OPTIONS}
-        return cls(**{name: value for name, value in given.items() if value is not None})
+        return cls(**{name: getattr(namespace, name) for name in OPTIONS
+                      if getattr(namespace, name, None) is not None})
 
     def changed(self) -> dict[str, Any]:
         """The options that differ from ``PlanOptions()``, in declaration order."""
@@ -445,15 +442,14 @@ _RENAMED = {"micro_batch_overhead": "micro_batch_fixed_tokens"}
 OPTION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(PlanOptions)}
 
 
-def _options_doc() -> str:
-    """The options, one line each, for the class docstring (from the metadata)."""
-    head = "\n\n    The options, each declared once (docs/options.md has every source):\n\n"
-    lines = [f"    * ``{name}`` (default ``{OPTION_DEFAULTS[name]!r}``): {opt.doc}."
-             for name, opt in OPTIONS.items()]
-    return head + "\n".join(lines) + "\n"
-
-
-PlanOptions.__doc__ = (PlanOptions.__doc__ or "").rstrip() + _options_doc()
+# The class docstring ends with the options, one line each (from the metadata).
+_OPTION_LINES = [f"    * ``{name}`` (default ``{OPTION_DEFAULTS[name]!r}``): {opt.doc}."
+                 for name, opt in OPTIONS.items()]
+PlanOptions.__doc__ = (
+    (PlanOptions.__doc__ or "").rstrip()
+    + "\n\n    The options, each declared once (docs/options.md has every source):\n\n"
+    + "\n".join(_OPTION_LINES) + "\n"
+)
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -604,11 +600,9 @@ def env_switch(name: str, text: str) -> bool:
         >>> env_switch("SEQLEN_BALANCING_VERL", " On "), env_switch("SEQLEN_BALANCING_VERL", "")
         (True, False)
     """
-    word = text.strip().lower()
-    if word in SWITCH_ON:
-        return True
-    if word in SWITCH_OFF:
-        return False
+    value = _switch_word(text)
+    if isinstance(value, bool):
+        return value
     raise ValueError(
         f"{name}={_quoted(text)} is not a switch value: it takes 1, true, yes or on, or 0, false, "
         "no, off or empty (any case)"
@@ -626,28 +620,34 @@ def step_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         {'SEQLEN_BALANCING_BALANCE_STEP': True}
     """
     env = os.environ if environ is None else environ
-    word = env.get(ENV_BALANCE_STEP, "").strip().lower()
-    value: Any = True if word in SWITCH_ON else False if word in SWITCH_OFF else word
-    return {ENV_BALANCE_STEP: value}
+    return {ENV_BALANCE_STEP: _switch_word(env.get(ENV_BALANCE_STEP, ""))}
 
 
-def _from_text(kind: Kind, text: str) -> Any:
-    """The value ``text`` spells for an option of ``kind`` (not a switch), or ``None``; a
-    model shape it cannot read raises :meth:`WorkloadModel.parse`'s error."""
+def _switch_word(text: str) -> bool | str:
+    """A switch variable's value under the one spelling rule, else its stripped, lower-cased text."""
+    word = text.strip().lower()
+    return True if word in SWITCH_ON else False if word in SWITCH_OFF else word
+
+
+def _from_text(kind: Kind, text: str) -> tuple[Any, str]:
+    """The value ``text`` spells for an option of ``kind`` (not a switch), or ``None`` and
+    why: "" (it spells none), or :meth:`WorkloadModel.parse`'s error for a model shape."""
     if kind in (Kind.POSITIVE, Kind.OPTIONAL):
-        number = _whole(text)
-        return number if number >= 1 else None
+        # ASCII digits, a leading + allowed, at most 4,000 (where int() refuses with its own error)
+        digits = text.strip().removeprefix("+")
+        number = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 4000 else 0
+        return (number if number >= 1 else None), ""
     if kind is Kind.CHOICE:
-        return text.lower() if text.lower() in OVER_CAP_CHOICES else None
+        return (text.lower() if text.lower() in OVER_CAP_CHOICES else None), ""
     if kind is Kind.KEYS:
         keys = tuple(part.strip() for part in text.split(","))
-        return keys if all(keys) else None
-    if kind is Kind.SHARE:
-        try:
-            return _share(float(text))[0]
-        except ValueError:  # not a number
-            return None
-    return WorkloadModel.parse(text)
+        return (keys if all(keys) else None), ""
+    try:
+        if kind is Kind.SHARE:
+            return _share(float(text))[0], ""
+        return WorkloadModel.parse(text), ""
+    except (TypeError, ValueError) as exc:  # not a number; not a model shape (its words)
+        return None, "" if kind is Kind.SHARE else str(exc)
 
 
 def _env_value(name: str, opt: Option, text: str) -> Any:
@@ -662,21 +662,11 @@ def _env_value(name: str, opt: Option, text: str) -> Any:
     }
     if opt.kind is Kind.SWITCH:
         return env_switch(name, text)
-    value, problem = None, ""
-    try:
-        value = _from_text(opt.kind, text)
-    except (TypeError, ValueError) as exc:
-        problem = f" ({exc})"
+    value, problem = _from_text(opt.kind, text)
     if value is None:
-        raise ValueError(f"{name}={_quoted(text)} is not accepted{problem}: it takes {accepted[opt.kind]}")
+        why = f" ({problem})" if problem else ""
+        raise ValueError(f"{name}={_quoted(text)} is not accepted{why}: it takes {accepted[opt.kind]}")
     return value
-
-
-def _whole(text: str) -> int:
-    """The number ``text`` spells in ASCII digits (a leading ``+`` allowed, at most 4,000
-    digits, where ``int()`` would refuse it with its own error), else 0."""
-    digits = text.strip().removeprefix("+")
-    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 4000 else 0
 
 
 def _quoted(text: str, limit: int = 40) -> str:
@@ -741,12 +731,9 @@ def _flag_type(kind: Kind, refused: str) -> Callable[[str], Any]:
     text quoted) where the text spells none (a model shape: its own error)."""
 
     def convert(text: str) -> Any:
-        try:
-            value = _from_text(kind, text)
-        except (TypeError, ValueError) as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+        value, problem = _from_text(kind, text)
         if value is None:
-            raise argparse.ArgumentTypeError(refused.format(_quoted(text)))
+            raise argparse.ArgumentTypeError(problem or refused.format(_quoted(text)))
         return value
 
     return convert

@@ -25,21 +25,17 @@ __all__ = [
     "NoDummyTemplate",
 ]
 
-_WHAT = "one hashable id per sample (a list, a tuple, a 1-D tensor or array"
-
-
 @dataclass(frozen=True)
 class GroupIdsNotASequence(PlanError):
     """``group_ids`` is not a sequence of per-sample ids (``given``: its type's name)."""
 
     exception_type = TypeError
-    given: str = ""
+    given: str
 
-    def text(self) -> str:
-        return (
-            f"group_ids must be {_WHAT}; with a batch, also the name of one of its entries), "
-            f"got a value of type {self.given or 'unknown'}"
-        )
+    fixed_text = (
+        "group_ids must be one hashable id per sample (a list, a tuple, a 1-D tensor or array; "
+        "with a batch, also the name of one of its entries), got a value of type {given}"
+    )
 
 
 @dataclass(frozen=True)
@@ -48,13 +44,12 @@ class GroupIdUnhashable(PlanError):
 
     exception_type = TypeError
     index: int
-    given: str = ""
+    given: str
 
-    def text(self) -> str:
-        return (
-            f"group_ids[{self.index}] is a {self.given or 'value'}, which cannot be "
-            "hashed; a group id is any hashable value (an int, a str, a tuple, ...)"
-        )
+    fixed_text = (
+        "group_ids[{index}] is a {given}, which cannot be hashed; a group id is any hashable "
+        "value (an int, a str, a tuple, ...)"
+    )
 
 
 @dataclass(frozen=True)

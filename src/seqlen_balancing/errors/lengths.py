@@ -106,12 +106,10 @@ class CallerDataRaised(PlanError):
     source: LengthSource
     raised: str
 
-    def text(self) -> str:
-        name = self.source
-        return (
-            f"reading {name} raised {self.raised}: the {name} given (or what their callable "
-            f"returned) must be read whole, one number per sample; fix the {name} or the callable"
-        )
+    fixed_text = (
+        "reading {source} raised {raised}: the {source} given (or what their callable "
+        "returned) must be read whole, one number per sample; fix the {source} or the callable"
+    )
 
 
 @dataclass(frozen=True)

@@ -206,13 +206,13 @@ class CountAboveGroups(PlanError):
 
     def text(self) -> str:
         who = "the cap" if self.rank_needing is None else rank_words(self.rank_needing, self.global_needing)
-        needing = f"{who} needs {self.needed}"
-        if self.count != self.needed:
-            needing += f", rounded up to {self.count} for num_batches_divided_by"
+        rounded = ("" if self.count == self.needed
+                   else f", rounded up to {self.count} for num_batches_divided_by")
         return (
             "Cannot satisfy max_token_len while keeping forced groups atomic: "
             f"{self.count} micro-batches are needed but only {self.groups} "
-            f"samples/groups are available and a micro-batch cannot be empty ({needing}); "
+            f"samples/groups are available and a micro-batch cannot be empty ({who} needs "
+            f"{self.needed}{rounded}); "
             "raise max_token_len, lower num_batches_divided_by or min_num_micro_batch, or pass more samples"
         )
 
@@ -226,12 +226,11 @@ class TooManyDummies(PlanError):
     groups: int
     count: int
 
-    def text(self) -> str:
-        return (
-            f"{self.count} micro-batches would need {self.dummies} dummy "
-            f"micro-batches on a rank of {self.groups} samples/groups, more than the "
-            f"{MAX_DUMMY_MICRO_BATCHES} allowed; lower min_num_micro_batch or num_batches_divided_by"
-        )
+    fixed_text = (
+        "{count} micro-batches would need {dummies} dummy micro-batches on a rank of {groups} "
+        f"samples/groups, more than the {MAX_DUMMY_MICRO_BATCHES} allowed; lower "
+        "min_num_micro_batch or num_batches_divided_by"
+    )
 
 
 @dataclass(frozen=True)

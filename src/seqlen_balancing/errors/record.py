@@ -77,7 +77,6 @@ class PlanError:
     def agreed(self, peers: Peers) -> PlanError:
         """This error as every rank of the DP group states it, once the group's facts are
         known (e.g. advice on the cap that suits every rank). Default: unchanged."""
-        del peers
         return self
 
     def message(self, rank: int | None = None) -> str:
@@ -87,9 +86,8 @@ class PlanError:
         rank = self.rank if rank is None else rank
         if rank is None:
             return text
-        if self.global_rank is None:
-            return f"rank {rank} of the DP group: {text}"
-        return f"rank {rank} of the DP group (global rank {self.global_rank}): {text}"
+        where = "" if self.global_rank is None else f" (global rank {self.global_rank})"
+        return f"rank {rank} of the DP group{where}: {text}"
 
     def exception(self, rank: int | None = None) -> Exception:
         """The exception to raise: :attr:`exception_type` with :meth:`message`."""
