@@ -94,11 +94,10 @@ def lock_step_time(
         11.0
     """
     count = max((len(plan) for plan in rank_micro_batches), default=0)
-    total = sum(
+    return float(sum(
         max(sum(workloads[i] for i in plan[k]) for plan in rank_micro_batches if k < len(plan))
         for k in range(count)
-    )
-    return float(total) + count * fixed_cost
+    )) + count * fixed_cost
 
 
 def step_time_floor(
@@ -367,9 +366,9 @@ def _smallest(grid: Grid, a: int) -> float:
 
 def _room(grid: Grid, b: int) -> int:
     """The most cost any micro-batch of rank ``b`` can still take (-1: none can)."""
-    limit, rows = grid.limit, grid.rows
     return max((grid.cap - grid.tokens[b][k] for k in range(grid.count)
-                if limit is None or sum(rows[g] for g in grid.cells[b][k]) + grid.fewest_rows <= limit),
+                if grid.limit is None
+                or sum(grid.rows[g] for g in grid.cells[b][k]) + grid.fewest_rows <= grid.limit),
                default=-1)
 
 
@@ -553,9 +552,8 @@ def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[li
             break
         _, x, y = min(swaps)
         parts[high][parts[high].index(x)], parts[low][parts[low].index(y)] = y, x
-        d = sizes[x] - sizes[y]
-        sums[high] -= d
-        sums[low] += d
+        sums[high] -= sizes[x] - sizes[y]
+        sums[low] += sizes[x] - sizes[y]
     return parts
 
 
