@@ -94,11 +94,10 @@ def lock_step_time(
         11.0
     """
     count = max((len(plan) for plan in rank_micro_batches), default=0)
-    total = sum(
+    return float(sum(
         max(sum(workloads[i] for i in plan[k]) for plan in rank_micro_batches if k < len(plan))
         for k in range(count)
-    )
-    return float(total) + count * fixed_cost
+    )) + count * fixed_cost
 
 
 def step_time_floor(
@@ -170,8 +169,7 @@ class Grid:
 
     def fits(self, r: int, k: int, add: Sequence[int], remove: Sequence[int] = ()) -> bool:
         """Whether cell ``(r, k)`` with ``add`` in and ``remove`` out still fits the rule."""
-        cell = self.cells[r][k]
-        rows = self.rows
+        cell, rows = self.cells[r][k], self.rows
         if self.limit is not None and \
                 sum(rows[g] for g in [*cell, *add]) - sum(rows[g] for g in remove) > self.limit:
             return False
@@ -256,8 +254,8 @@ def _deal(result: RankAnalysis, dp: int, count: int) -> Grid:
     """The step's ``dp x count`` balanced micro-batches, dealt to ranks layer by layer."""
     owner = result.group_of()
     bins = [sorted({owner[i] for i in mb}) for mb in build_plan(result, dp * count, False)]
-    loads = [sum(result.group_workloads[g] for g in b) for b in bins]
-    order = sorted(range(len(bins)), key=lambda b: (loads[b], bins[b][0]))
+    order = sorted(range(len(bins)),
+                   key=lambda b: (sum(result.group_workloads[g] for g in bins[b]), bins[b][0]))
     layers = [[(len(bins[b]), b) for b in order[k * dp : (k + 1) * dp]] for k in range(count)]
     layer_of = {b: k for k, layer in enumerate(layers) for _, b in layer}
     # each rank holds one micro-batch of every layer: by layer, they are its cells
@@ -279,15 +277,13 @@ def _best_move(grid: Grid, a: int, b: int) -> tuple[int, int, int] | None:
     """The single group of rank ``a`` that moves to rank ``b`` at the least cost:
     ``(group, layer from, layer to)``, or ``None`` when none fits."""
     moves: list[tuple[int, int, int, int]] = []  # (cost, layer from, layer to, group)
-    for k in range(grid.count):
-        cell = grid.cells[a][k]
-        if len(cell) < 2:
-            continue  # a micro-batch is never left empty
-        # the cheapest group to place, and the lightest one
-        picks = {min(cell, key=lambda g: (grid.sizes[g], grid.workloads[g], g)),
-                 min(cell, key=lambda g: (grid.workloads[g], grid.sizes[g], g))}
-        moves += [(-_gain(grid, (a, k), (b, k2), grid.workloads[g]), k, k2, g)
-                  for g in sorted(picks) for k2 in range(grid.count) if grid.fits(b, k2, (g,))]
+    for k, cell in enumerate(grid.cells[a]):
+        if len(cell) > 1:  # a micro-batch is never left empty
+            # the cheapest group to place, and the lightest one
+            picks = {min(cell, key=lambda g: (grid.sizes[g], grid.workloads[g], g)),
+                     min(cell, key=lambda g: (grid.workloads[g], grid.sizes[g], g))}
+            moves += [(-_gain(grid, (a, k), (b, k2), grid.workloads[g]), k, k2, g)
+                      for g in sorted(picks) for k2 in range(grid.count) if grid.fits(b, k2, (g,))]
     best = min(moves, default=None)
     return None if best is None else (best[3], best[1], best[2])
 
@@ -370,9 +366,9 @@ def _smallest(grid: Grid, a: int) -> float:
 
 def _room(grid: Grid, b: int) -> int:
     """The most cost any micro-batch of rank ``b`` can still take (-1: none can)."""
-    limit, rows = grid.limit, grid.rows
     return max((grid.cap - grid.tokens[b][k] for k in range(grid.count)
-                if limit is None or sum(rows[g] for g in grid.cells[b][k]) + grid.fewest_rows <= limit),
+                if grid.limit is None
+                or sum(grid.rows[g] for g in grid.cells[b][k]) + grid.fewest_rows <= grid.limit),
                default=-1)
 
 
@@ -382,9 +378,8 @@ def _targets(grid: Grid, r: int, k: int) -> list[tuple[int, int]]:
     roomiest micro-batches of the ranks with the least workload in all."""
     lightest = sorted(range(grid.dp), key=lambda s: (grid.load[s][k], s))[:_LIGHTEST]
     poorest = sorted(range(grid.dp), key=lambda s: (grid.rank_load[s], s))[:_LIGHTEST]
-    found = grid.roomiest(r, _HEADROOM_LAYERS, k) + [(s, k) for s in lightest if s != r]
-    found += [cell for s in poorest if s != r for cell in grid.roomiest(s, 2, k)]
-    return list(dict.fromkeys(found))
+    return list(dict.fromkeys([*grid.roomiest(r, _HEADROOM_LAYERS, k), *[(s, k) for s in lightest if s != r],
+                               *[cell for s in poorest if s != r for cell in grid.roomiest(s, 2, k)]]))
 
 
 def _by_workload(grid: Grid, r: int, k: int) -> tuple[list[int], list[int]]:
@@ -557,9 +552,8 @@ def _level_parts(parts: list[list[int]], sizes: list[int], most: int) -> list[li
             break
         _, x, y = min(swaps)
         parts[high][parts[high].index(x)], parts[low][parts[low].index(y)] = y, x
-        d = sizes[x] - sizes[y]
-        sums[high] -= d
-        sums[low] += d
+        sums[high] -= sizes[x] - sizes[y]
+        sums[low] += sizes[x] - sizes[y]
     return parts
 
 

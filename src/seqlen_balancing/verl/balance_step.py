@@ -290,8 +290,7 @@ def _plan_or_none(
         settings = ppo_settings(trainer.config)
         if settings is None:
             return None
-        cap, mini = settings
-        planned = ppo_order(lengths, dp_size, cap, mini, **_rule(_STATE.options))
+        planned = ppo_order(lengths, dp_size, *settings, **_rule(_STATE.options))
     except (TypeError, ValueError) as error:
         logger.warning("seqlen-balancing: %s runs verl's own balance this step: %s", where, error)
         return None
@@ -299,7 +298,7 @@ def _plan_or_none(
         _STATE.announced.add(where)
         logger.info("seqlen-balancing: %s plans the whole step across %d DP ranks "
                     "(plan_global_batch, max_token_len=%d, mini-batches of %d samples) in process %d",
-                    where, dp_size, cap, mini, os.getpid())
+                    where, dp_size, *settings, os.getpid())
     return planned
 
 

@@ -132,10 +132,9 @@ def prefix_problem(verl: list[Parameter], ours: list[Parameter]) -> str | None:
             )
     if len(ours) < len(verl):
         return f"verl has {len(verl)} parameters, the library {len(ours)}"
-    extra = ours[len(verl):]
-    for position, (name, kind, default) in enumerate(extra, start=1):
-        if kind is inspect.Parameter.VAR_KEYWORD and position == len(extra):
-            continue  # **option_keywords, last: only a keyword call can reach it
-        if kind is not inspect.Parameter.KEYWORD_ONLY or default is _EMPTY:
+    for name, kind, default in ours[len(verl):]:
+        # **option_keywords (a signature's last parameter): only a keyword call can reach it
+        if kind is not inspect.Parameter.VAR_KEYWORD and (
+                kind is not inspect.Parameter.KEYWORD_ONLY or default is _EMPTY):
             return f"the library's extra parameter {name!r} is not keyword-only with a default"
     return None

@@ -300,9 +300,8 @@ def _switch_loaded() -> None:
             current = getattr(module, name)
             if id(current) in _STATE.back:
                 continue  # already ours
-            ours = _STATE.ours[name]
-            _STATE.forward[id(current)] = ours
-            _STATE.back[id(ours)] = current
+            _STATE.forward[id(current)] = _STATE.ours[name]
+            _STATE.back[id(_STATE.ours[name])] = current
     for module in loaded:
         _rebind(module)
 
