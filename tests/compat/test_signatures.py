@@ -53,8 +53,9 @@ def assert_extends(ours: object, theirs: object) -> None:
 #: The extensions each mirrored function adds: the options object (issue 30: every option of
 #: the plan in one ``options=``, or by name through ``**option_keywords``), and the per-sample
 #: data that is not an option (issue 21's costs, issue 27's balance objective, issue 32's
-#: group ids and the template of an empty rank's dummies).
-_PLANNING = ["options", "costs", "workloads", "group_ids", "dummy_template", "option_keywords"]
+#: group ids and the template of an empty rank's dummies, issue 47's shared prefixes).
+_PLANNING = ["options", "costs", "workloads", "group_ids", "dummy_template", "prefix_lengths",
+             "option_keywords"]
 #: Today's keyword names, each still taken by name (through ``**option_keywords``).
 _OPTION_NAMES = ["pad_to_multiple_of", "micro_batch_multiple_of", "padded",
                  "max_samples_per_micro_batch", "over_cap", "dummy_micro_batches",
