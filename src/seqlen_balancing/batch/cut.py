@@ -224,18 +224,13 @@ def _gathered(
     index = torch.frombuffer(array.array("q", order), dtype=torch.long) if order else torch.zeros(0).long()
     micro_batches: list[TensorDictBase] = []
     bounds = [0, *itertools.accumulate(sizes)]
-    strided = _all_strided(rest)
+    # a plain TensorDict of strided tensors only (the dense batch of padded rows)
+    strided = type(rest) is TensorDict and bool(rest.keys()) and all(
+        type(value) is torch.Tensor and value.layout == torch.strided for value in rest.values())
     for run in _chunks(sizes, _row_bytes(rest)):
         rows = index[bounds[run.start] : bounds[run.stop]]
         micro_batches.extend(_picked(rest, rows, sizes[run.start : run.stop], strided))
     return micro_batches
-
-
-def _all_strided(rest: TensorDictBase) -> bool:
-    """True for a plain TensorDict whose every entry is a strided tensor (the dense batch
-    of padded rows; nested TensorDicts, non-tensor entries and an empty one: False)."""
-    return type(rest) is TensorDict and bool(rest.keys()) and all(
-        type(value) is torch.Tensor and value.layout == torch.strided for value in rest.values())
 
 
 def _picked(

@@ -574,11 +574,6 @@ def _setting(data: TensorDict, key: str, default: Any) -> Any:
     return value
 
 
-def _switch_error(value: Any, argument: str) -> PlanError | None:
-    """The error for a switch that is not a bool (or 0/1), else ``None``."""
-    return NotASwitch(argument, detail=describe(value)) if as_switch(value) is None else None
-
-
 def _int_setting(
     data: TensorDict, key: str, default: int | None
 ) -> tuple[PlanError | None, int]:
@@ -615,7 +610,8 @@ def _settings(data: TensorDict) -> tuple[PlanError | None, bool, int | None]:
     raw_dynamic = _setting(data, "use_dynamic_bsz", True)
     # an unreadable switch plans dynamically (the default), and its error is agreed on
     dynamic = as_switch(raw_dynamic) is not False
-    dynamic_error = _switch_error(raw_dynamic, "use_dynamic_bsz")
+    dynamic_error = None if as_switch(raw_dynamic) is not None else NotASwitch(
+        "use_dynamic_bsz", detail=describe(raw_dynamic))
     if dynamic:
         sp_error, sp_size = _int_setting(data, "sp_size", 1)
         cap_error, per_gpu = _int_setting(data, "max_token_len_per_gpu", None)
