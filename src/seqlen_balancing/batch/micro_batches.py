@@ -509,8 +509,11 @@ def prepare_micro_batches(
             error, dynamic, setting = _settings(data)
             value = setting or 0
             given, options_error = _batch_options(data, options, verl, keywords)
-            if dynamic:  # each one not given: the batch's entry of its name
-                per_sample = {key: _per_sample_entry(data, key, entry) for key, entry in per_sample.items()}
+            if dynamic:  # each one not given: the batch's entry of its name (cut with the batch)
+                per_sample = {
+                    key: _unwrapped(data.get(key)) if value is None and key in data.keys() else value
+                    for key, value in per_sample.items()
+                }
         except _READ_ERRORS as exc:
             cause, error = exc, LengthsUnreadable(detail=describe(exc))
     if dynamic:
@@ -584,15 +587,6 @@ def _int_setting(
     return argument_error(value, key, optional=False)
 
 
-def _asks_prefix_tree(data: TensorDict) -> bool:
-    """Whether the batch sets verl's ``use_prefix_tree``: anything but absent, ``None``,
-    false or 0 (a flag per row: any row's)."""
-    value = _setting(data, "use_prefix_tree", None)
-    if isinstance(value, torch.Tensor) and value.numel() != 1 and value.device.type != "meta":
-        return bool(value.ne(0).any())
-    return value is not None and as_switch(value) is not False
-
-
 def _settings(data: TensorDict) -> tuple[PlanError | None, bool, int | None]:
     """``(error, dynamic, cap or chunk)`` read from verl's settings in the batch.
 
@@ -605,7 +599,12 @@ def _settings(data: TensorDict) -> tuple[PlanError | None, bool, int | None]:
     :func:`_batch_options`). A bad or missing setting is returned as the error to agree on
     (the first one found).
     """
-    if _asks_prefix_tree(data):  # read first, as verl reads it (PR #6689): never ignored
+    # read first, as verl reads it (PR #6689), never ignored: anything but absent, None,
+    # false or 0 (a flag per row: any row's)
+    tree = _setting(data, "use_prefix_tree", None)
+    if isinstance(tree, torch.Tensor) and tree.numel() != 1 and tree.device.type != "meta":
+        tree = bool(tree.ne(0).any())
+    if tree is not None and as_switch(tree) is not False:
         return PrefixTreeAsked("use_prefix_tree"), True, 0
     raw_dynamic = _setting(data, "use_dynamic_bsz", True)
     # an unreadable switch plans dynamically (the default), and its error is agreed on
@@ -646,14 +645,6 @@ def _batch_options(
     if error is not None:
         return start, error
     return PlanOptions.from_keywords(None, verl_parameters, keywords, base=start)
-
-
-def _per_sample_entry(data: TensorDict, key: str, given: Any) -> Any:
-    """``given`` (a keyword), else the batch's per-sample entry ``key`` (``costs``,
-    ``workloads``: cut with the batch, never turned into a scalar), else ``None``."""
-    if given is not None or key not in data.keys():
-        return given
-    return _unwrapped(data.get(key))
 
 
 def _batch_values(
