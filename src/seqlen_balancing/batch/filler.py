@@ -192,7 +192,18 @@ def _one_token(batch: TensorDictBase, start: int) -> None:
                 batch.set(key, _join_rows(rows, list(range(len(rows))), value, {}))
         return
     if isinstance(ids, torch.Tensor) and batch.batch_dims == 0 and ids.dim():
-        _one_token_row(batch, int(ids.shape[0]))
+        # a lazy stack's row: every entry as long as its input_ids (per token) cut to its
+        # first real token (attention_mask's first non-zero)
+        length = int(ids.shape[0])
+        mask = batch.get("attention_mask", None)
+        real = (mask != 0).nonzero() if isinstance(mask, torch.Tensor) and mask.shape == (length,) else None
+        at = int(real[0, 0]) if real is not None and len(real) else 0
+        for key in list(batch.keys(include_nested=True, leaves_only=True)):
+            value = batch.get(key)
+            if isinstance(value, torch.Tensor) and not value.is_nested and value.dim() > 0 and (
+                value.shape[0] == length > 1
+            ):
+                batch.set(key, value[at:at + 1].clone())
         return
     mask = batch.get("attention_mask", None)
     if isinstance(mask, torch.Tensor) and not mask.is_nested and mask.dim() >= 1:
@@ -200,19 +211,6 @@ def _one_token(batch: TensorDictBase, start: int) -> None:
         real = tail != 0
         later = real & (real.long().cumsum(-1) > 1)  # every real token after the row's first
         tail.masked_fill_(later, 0)
-
-
-def _one_token_row(row: TensorDictBase, length: int) -> None:
-    """A lazy stack's filler row (no batch dim): every entry ``length`` long (per token, as
-    its ``input_ids``) cut to its first real token (``attention_mask``'s first non-zero)."""
-    mask = row.get("attention_mask", None)
-    real = (mask != 0).nonzero() if isinstance(mask, torch.Tensor) and mask.shape == (length,) else None
-    at = int(real[0, 0]) if real is not None and len(real) else 0
-    for key in list(row.keys(include_nested=True, leaves_only=True)):
-        value = row.get(key)
-        per_token = isinstance(value, torch.Tensor) and not value.is_nested and value.dim() > 0
-        if per_token and value.shape[0] == length > 1:
-            row.set(key, value[at:at + 1].clone())
 
 
 def filler_of(part: Sequence[int]) -> int:
