@@ -378,7 +378,7 @@ class PlanOptions:
     ) -> tuple[PlanOptions, PlanError | None]:
         """The options a batch's settings set (``prepare_micro_batches``): ``settings`` maps
         a batch key (an option's ``batch_key``) to the value stored there, already read out
-        of its ``NonTensorData`` (``seqlen_balancing.batch.settings`` does); absent keys keep
+        of its ``NonTensorData`` (``seqlen_balancing.batch.micro_batches`` does); absent keys keep
         ``base``. As :meth:`parse`."""
         by_key = {opt.batch_key: name for name, opt in OPTIONS.items() if opt.batch_key}
         given = {by_key[key]: value for key, value in settings.items() if key in by_key}

@@ -11,9 +11,9 @@ indexes the batch. One module per job:
 * :mod:`~seqlen_balancing.batch.cut`: checking every entry before the agreement, and cutting
   the checked batch into micro-batches;
 * :mod:`~seqlen_balancing.batch.filler`: the zero-weight copies (dummy micro-batches, filler rows);
-* :mod:`~seqlen_balancing.batch.settings`: ``prepare_micro_batches``' settings from the batch;
 * :mod:`~seqlen_balancing.batch.micro_batches`: :func:`rearrange_micro_batches`,
-  :func:`prepare_micro_batches`, and the verdict (whether to agree, the agreed count or error);
+  :func:`prepare_micro_batches`, the verdict (whether to agree, the agreed count or error),
+  and ``prepare_micro_batches``' settings read from the batch;
 * :mod:`~seqlen_balancing.batch.trim`: padded micro-batches cut to their width, and back;
 * :mod:`~seqlen_balancing.batch.restore`: :func:`restore_dynamic_batch`;
 * :mod:`~seqlen_balancing.batch.dataproto`: :func:`prepare_dynamic_batch`;

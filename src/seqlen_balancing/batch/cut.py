@@ -189,14 +189,6 @@ def _with_values(tensor: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 _CHUNK_BYTES = 8 << 20
 
 
-def _row_bytes(rest: TensorDictBase) -> int:
-    """Bytes of one row of ``rest``'s tensors (0 where nothing is a plain tensor)."""
-    leaves = rest.values(include_nested=True, leaves_only=True)
-    total = sum(leaf.numel() * leaf.element_size() for leaf in leaves
-                if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided)
-    return total // max(1, int(rest.batch_size[0]))
-
-
 def _chunks(sizes: list[int], row_bytes: int) -> list[range]:
     """The runs of consecutive micro-batches each gather takes: as many as fit in
     :data:`_CHUNK_BYTES` (at least one). O(number of micro-batches)."""
@@ -224,18 +216,17 @@ def _gathered(
     index = torch.frombuffer(array.array("q", order), dtype=torch.long) if order else torch.zeros(0).long()
     micro_batches: list[TensorDictBase] = []
     bounds = [0, *itertools.accumulate(sizes)]
-    strided = _all_strided(rest)
-    for run in _chunks(sizes, _row_bytes(rest)):
+    # a plain TensorDict of strided tensors only (the dense batch of padded rows)
+    strided = type(rest) is TensorDict and bool(rest.keys()) and all(
+        type(value) is torch.Tensor and value.layout == torch.strided for value in rest.values())
+    # bytes of one row of rest's plain tensors (0 where nothing is one)
+    leaves = rest.values(include_nested=True, leaves_only=True)
+    row_bytes = sum(leaf.numel() * leaf.element_size() for leaf in leaves
+                    if isinstance(leaf, torch.Tensor) and leaf.layout == torch.strided)
+    for run in _chunks(sizes, row_bytes // max(1, int(rest.batch_size[0]))):
         rows = index[bounds[run.start] : bounds[run.stop]]
         micro_batches.extend(_picked(rest, rows, sizes[run.start : run.stop], strided))
     return micro_batches
-
-
-def _all_strided(rest: TensorDictBase) -> bool:
-    """True for a plain TensorDict whose every entry is a strided tensor (the dense batch
-    of padded rows; nested TensorDicts, non-tensor entries and an empty one: False)."""
-    return type(rest) is TensorDict and bool(rest.keys()) and all(
-        type(value) is torch.Tensor and value.layout == torch.strided for value in rest.values())
 
 
 def _picked(
@@ -260,20 +251,14 @@ def _picked(
             on[tensor.device] = index.to(tensor.device, non_blocking=True)
         whole = tensor.index_select(0, on[tensor.device])
         parts[key] = whole.split_with_sizes(sizes) if len(sizes) > 1 else (whole,)
-    names, rest_size = _names(rest), list(rest.batch_size[1:])
+    names = getattr(rest, "names", None)  # the dimension names, None where it has none
+    names = None if names is None or all(name is None for name in names) else list(names)
+    rest_size = list(rest.batch_size[1:])
     return [
         TensorDict({key: views[m] for key, views in parts.items()}, batch_size=[size, *rest_size],
                    device=rest.device, names=names)
         for m, size in enumerate(sizes)
     ]
-
-
-def _names(rest: TensorDictBase) -> Sequence[str] | None:
-    """The dimension names of ``rest`` (``None`` where it has none)."""
-    names = getattr(rest, "names", None)
-    if names is None or all(name is None for name in names):
-        return None
-    return cast(Sequence[str], list(names))
 
 
 def _as_array(tensor: torch.Tensor) -> np.ndarray | None:

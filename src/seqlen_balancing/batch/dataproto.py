@@ -70,17 +70,6 @@ def _dataproto_parts(data: Any) -> tuple[PlanError | None, dict[Any, Any], Any]:
     return None, arrays, meta_info
 
 
-def _template_parts(
-    template: Any, arrays: dict[Any, Any], n: int
-) -> tuple[PlanError | None, Any, dict[Any, Any]]:
-    """A DataProto-like ``dummy_template`` checked: ``(error, its batch, the non-tensor
-    arrays to cut)``; the template's arrays (its first row) serve only a batch of no rows."""
-    error, template_arrays, _ = _dataproto_parts(template)
-    if error is not None:
-        return DummyTemplateInvalid(0), None, arrays
-    return None, template.batch, arrays if n else template_arrays
-
-
 def prepare_dynamic_batch(
     data: T,
     max_token_len: int,
@@ -164,7 +153,13 @@ def prepare_dynamic_batch(
         prefix_lengths = list(arrays[prefix_lengths])
     template: Any = None
     if problem is None and dummy_template is not None and given.dummy_micro_batches:
-        problem, template, arrays = _template_parts(dummy_template, arrays, int(source.batch.batch_size[0]))
+        # its first row's arrays serve only a batch of no rows
+        problem, template_arrays, _ = _dataproto_parts(dummy_template)
+        if problem is None:
+            template = dummy_template.batch
+            arrays = arrays if int(source.batch.batch_size[0]) else template_arrays
+        else:
+            problem = DummyTemplateInvalid(0)
     elif problem is None and given.dummy_micro_batches and int(source.batch.batch_size[0]) == 0:
         arrays = {key: np.zeros((1, *value.shape[1:]), dtype=value.dtype) for key, value in arrays.items()}
     batches, plan, rows = _rearrange_rows(

@@ -181,11 +181,29 @@ def _one_token(batch: TensorDictBase, start: int) -> None:
         lengths = [int(row.shape[dim]) for row in ids.unbind()]
         for key in list(batch.keys(include_nested=True, leaves_only=True)):
             value = batch.get(key)
-            if isinstance(value, torch.Tensor) and value.is_nested:
-                batch.set(key, _narrowed(value, start, lengths))
+            if not (isinstance(value, torch.Tensor) and value.is_nested):
+                continue
+            # rows ``start:`` as long as their input_ids row (per token) cut to one element
+            rows, along = list(value.unbind()), _ragged_dim(value) - 1
+            cut = [j for j in range(start, len(rows)) if int(rows[j].shape[along]) == lengths[j] > 1]
+            for j in cut:
+                rows[j] = rows[j].narrow(along, 0, 1)
+            if cut:
+                batch.set(key, _join_rows(rows, list(range(len(rows))), value, {}))
         return
     if isinstance(ids, torch.Tensor) and batch.batch_dims == 0 and ids.dim():
-        _one_token_row(batch, int(ids.shape[0]))
+        # a lazy stack's row: every entry as long as its input_ids (per token) cut to its
+        # first real token (attention_mask's first non-zero)
+        length = int(ids.shape[0])
+        mask = batch.get("attention_mask", None)
+        real = (mask != 0).nonzero() if isinstance(mask, torch.Tensor) and mask.shape == (length,) else None
+        at = int(real[0, 0]) if real is not None and len(real) else 0
+        for key in list(batch.keys(include_nested=True, leaves_only=True)):
+            value = batch.get(key)
+            if isinstance(value, torch.Tensor) and not value.is_nested and value.dim() > 0 and (
+                value.shape[0] == length > 1
+            ):
+                batch.set(key, value[at:at + 1].clone())
         return
     mask = batch.get("attention_mask", None)
     if isinstance(mask, torch.Tensor) and not mask.is_nested and mask.dim() >= 1:
@@ -193,32 +211,6 @@ def _one_token(batch: TensorDictBase, start: int) -> None:
         real = tail != 0
         later = real & (real.long().cumsum(-1) > 1)  # every real token after the row's first
         tail.masked_fill_(later, 0)
-
-
-def _one_token_row(row: TensorDictBase, length: int) -> None:
-    """A lazy stack's filler row (no batch dim): every entry ``length`` long (per token, as
-    its ``input_ids``) cut to its first real token (``attention_mask``'s first non-zero)."""
-    mask = row.get("attention_mask", None)
-    real = (mask != 0).nonzero() if isinstance(mask, torch.Tensor) and mask.shape == (length,) else None
-    at = int(real[0, 0]) if real is not None and len(real) else 0
-    for key in list(row.keys(include_nested=True, leaves_only=True)):
-        value = row.get(key)
-        per_token = isinstance(value, torch.Tensor) and not value.is_nested and value.dim() > 0
-        if per_token and value.shape[0] == length > 1:
-            row.set(key, value[at:at + 1].clone())
-
-
-def _narrowed(value: torch.Tensor, start: int, lengths: list[int]) -> torch.Tensor:
-    """Nested ``value`` with its rows ``start:`` cut to one element along the ragged
-    dimension where they are as long as ``lengths`` says (per-token entries)."""
-    dim = _ragged_dim(value) - 1
-    rows = list(value.unbind())
-    cut = [j for j in range(start, len(rows)) if int(rows[j].shape[dim]) == lengths[j] > 1]
-    if not cut:
-        return value
-    for j in cut:
-        rows[j] = rows[j].narrow(dim, 0, 1)
-    return _join_rows(rows, list(range(len(rows))), value, {})
 
 
 def filler_of(part: Sequence[int]) -> int:

@@ -104,15 +104,6 @@ _NUMPY_DTYPES = frozenset({
 _ROW_BY_ROW = 1024
 
 
-def _numpy_view(mask: torch.Tensor) -> np.ndarray | None:
-    """The mask's memory as a numpy array (no copy), when it is a plain CPU tensor numpy
-    holds as it is; else ``None`` (CUDA, bfloat16, sparse, ...: torch counts those)."""
-    plain = mask.device.type == "cpu" and mask.layout == torch.strided and not mask.is_nested
-    if not plain or mask.is_neg() or mask.dtype not in _NUMPY_DTYPES:
-        return None
-    return mask.detach().numpy()
-
-
 def _row_counts_python(host: np.ndarray) -> list[int]:
     """Non-zero entries per row of a 2-D numpy array: ``numpy.count_nonzero`` on its own
     memory, with SIMD and no temporary (~30x faster than torch's integer sum on CPU, and
@@ -144,9 +135,10 @@ def _mask_row_counts(mask: torch.Tensor) -> list[int]:
     """
     if mask.numel() == 0:
         return [0] * mask.shape[0]
-    host = _numpy_view(mask)
-    if host is not None:
-        return _row_counts(host)
+    plain = mask.device.type == "cpu" and mask.layout == torch.strided and not mask.is_nested
+    if plain and not mask.is_neg() and mask.dtype in _NUMPY_DTYPES:
+        # the mask's memory as numpy holds it (no copy); CUDA, bfloat16, ...: torch counts
+        return _row_counts(mask.detach().numpy())
     if mask.dtype == torch.bool:
         return cast(list[int], mask.view(torch.uint8).sum(dim=-1, dtype=torch.int64).tolist())
     if not (mask.dtype.is_floating_point or mask.dtype.is_complex or mask.dtype in _NO_AMINMAX):

@@ -1,22 +1,28 @@
-"""The verl-named micro-batch entry points: rearrange_micro_batches, prepare_micro_batches.
+"""The verl-named entry points rearrange_micro_batches and prepare_micro_batches, and the settings they read.
 
 The verl-named micro-batch entry points: :func:`rearrange_micro_batches` and
 :func:`prepare_micro_batches` (check, agree, cut), and the verdict of one call: whether it
 agrees with its DP group (:func:`_begin`), the batch's type checked, and the agreed count
 (one ``all_reduce``) or the error every rank raises (:func:`_finish`).
+
+Reading :func:`prepare_micro_batches`' settings from the TensorDict, as verl stores them
+(plain entries or ``NonTensorData``: :func:`_settings`, :func:`_batch_options`).
+``group_ids`` and ``prefix_lengths`` are either the values themselves (a list, a 1-D tensor
+or array) or the name of the batch's entry that holds them (verl keeps a ``uid`` per
+sample); :func:`_batch_values` reads that entry before the agreement.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from tensordict import TensorDict, TensorDictBase
+from tensordict import NonTensorData, NonTensorStack, TensorDict, TensorDictBase
 
-from seqlen_balancing._checks import describe
+from seqlen_balancing._checks import as_switch, describe
 from seqlen_balancing.agreement import analyse_with_prefixes
 from seqlen_balancing.agreement import collective as distributed
 from seqlen_balancing.batch.cut import _cut, _cut_inputs, _Entries
@@ -27,26 +33,27 @@ from seqlen_balancing.batch.filler import (
     _EmptySource,
     _loss_weight_keys,
 )
-from seqlen_balancing.batch.kinds import _READ_ERRORS, _unwrapped
+from seqlen_balancing.batch.kinds import _READ_ERRORS, _same_data, _unwrapped
 from seqlen_balancing.batch.lengths import _read_lengths
-from seqlen_balancing.batch.settings import (
-    _batch_group_ids,
-    _batch_options,
-    _batch_prefix_lengths,
-    _per_sample_entry,
-    _settings,
-)
 from seqlen_balancing.batch.trim import Trim, trim_inputs
 from seqlen_balancing.errors import (
+    CallerDataRaised,
+    GroupIdsKeyMissing,
+    GroupIdsRaised,
     LengthsUnreadable,
+    MissingSetting,
+    NotASwitch,
     NotATensorDict,
     PlanError,
+    PrefixLengthsKeyMissing,
+    PrefixTreeAsked,
     StaticNotDivisible,
     StaticPathOption,
 )
 from seqlen_balancing.options import OPTIONS, GroupOptionKeywords, OptionKeywords, PlanOptions, Unpack
 from seqlen_balancing.planning.planner import (
     RankAnalysis,
+    argument_error,
     build_plan,
     failed_analysis,
     local_count,
@@ -308,9 +315,12 @@ def _rearrange_rows(
     error, cause = read.error, read.cause
     ids = prefixes = None  # (read from the batch where they name an entry of it)
     if error is None:
-        error, ids = _batch_group_ids(batch, group_ids)
+        error, ids = _batch_values(batch, group_ids, GroupIdsKeyMissing,
+                                   lambda raised, detail: GroupIdsRaised(raised, detail=detail))
     if error is None:
-        error, prefixes = _batch_prefix_lengths(batch, prefix_lengths)
+        error, prefixes = _batch_values(batch, prefix_lengths, PrefixLengthsKeyMissing,
+                                        lambda raised, detail: CallerDataRaised("prefix_lengths", raised,
+                                                                                detail=detail))
     if error is None:
         extents = None if read.trim is None or costs is not None else read.trim.extents
         analysis = analyse_with_prefixes(read.lengths, max_token_len, options, prefixes,
@@ -499,8 +509,11 @@ def prepare_micro_batches(
             error, dynamic, setting = _settings(data)
             value = setting or 0
             given, options_error = _batch_options(data, options, verl, keywords)
-            if dynamic:  # each one not given: the batch's entry of its name
-                per_sample = {key: _per_sample_entry(data, key, entry) for key, entry in per_sample.items()}
+            if dynamic:  # each one not given: the batch's entry of its name (cut with the batch)
+                per_sample = {
+                    key: _unwrapped(data.get(key)) if value is None and key in data.keys() else value
+                    for key, value in per_sample.items()
+                }
         except _READ_ERRORS as exc:
             cause, error = exc, LengthsUnreadable(detail=describe(exc))
     if dynamic:
@@ -546,3 +559,111 @@ def _static_option_error(options: PlanOptions, per_sample: dict[str, Any]) -> Pl
             return StaticPathOption(name, value if type(value) is int else None)  # None: not shown
     given = [argument for argument, value in per_sample.items() if value is not None]
     return StaticPathOption(given[0], None) if given else None
+
+
+def _setting(data: TensorDict, key: str, default: Any) -> Any:
+    """A setting stored in ``data`` as verl does (plain entry or NonTensorData; in a lazy
+    stack, one NonTensorData per row, all equal)."""
+    if key not in data.keys():
+        return default
+    value = data.get(key)
+    if isinstance(value, NonTensorStack):
+        rows = value.tolist()
+        if rows and all(_same_data(row, rows[0]) for row in rows):
+            value = NonTensorData(rows[0])
+    value = _unwrapped(value)
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":
+        value = value.item()
+    return value
+
+
+def _int_setting(
+    data: TensorDict, key: str, default: int | None
+) -> tuple[PlanError | None, int]:
+    """A positive-integer setting, or the error to agree on (missing, wrong type, < 1)."""
+    value = _setting(data, key, default)
+    if value is None:
+        return MissingSetting(key), 0
+    return argument_error(value, key, optional=False)
+
+
+def _settings(data: TensorDict) -> tuple[PlanError | None, bool, int | None]:
+    """``(error, dynamic, cap or chunk)`` read from verl's settings in the batch.
+
+    ``use_prefix_tree`` set (anything but false, 0 or absent) is refused first
+    (:class:`~seqlen_balancing.errors.PrefixTreeAsked`): the library does not build verl's
+    prefix-tree micro-batches.
+
+    Dynamic: the cap ``max_token_len_per_gpu * sp_size``. Static: the chunk size
+    ``micro_batch_size_per_gpu`` (the options, ``force_group_size`` among them, are read by
+    :func:`_batch_options`). A bad or missing setting is returned as the error to agree on
+    (the first one found).
+    """
+    # read first, as verl reads it (PR #6689), never ignored: anything but absent, None,
+    # false or 0 (a flag per row: any row's)
+    tree = _setting(data, "use_prefix_tree", None)
+    if isinstance(tree, torch.Tensor) and tree.numel() != 1 and tree.device.type != "meta":
+        tree = bool(tree.ne(0).any())
+    if tree is not None and as_switch(tree) is not False:
+        return PrefixTreeAsked("use_prefix_tree"), True, 0
+    raw_dynamic = _setting(data, "use_dynamic_bsz", True)
+    # an unreadable switch plans dynamically (the default), and its error is agreed on
+    dynamic = as_switch(raw_dynamic) is not False
+    dynamic_error = None if as_switch(raw_dynamic) is not None else NotASwitch(
+        "use_dynamic_bsz", detail=describe(raw_dynamic))
+    if dynamic:
+        sp_error, sp_size = _int_setting(data, "sp_size", 1)
+        cap_error, per_gpu = _int_setting(data, "max_token_len_per_gpu", None)
+        return dynamic_error or sp_error or cap_error, True, per_gpu * sp_size
+    size_error, size = _int_setting(data, "micro_batch_size_per_gpu", None)
+    return size_error, False, size
+
+
+#: The batch keys of the options (``prepare_micro_batches`` reads them from the batch).
+_OPTION_KEYS = tuple(opt.batch_key for opt in OPTIONS.values() if opt.batch_key)
+
+_ABSENT = object()
+
+
+def _batch_options(
+    data: TensorDict,
+    options: Any,
+    verl_parameters: Mapping[str, Any],
+    keywords: Mapping[str, Any],
+) -> tuple[PlanOptions, PlanError | None]:
+    """The options of one ``prepare_micro_batches`` call: ``options=`` (else the defaults),
+    then the batch's settings (plain entries or NonTensorData, as verl stores them), then
+    verl's parameters not at their default, then ``keywords`` (the caller's, those given
+    other than ``None``). Later wins; the first problem is returned as the error to agree
+    on (with the options so far)."""
+    start, error = PlanOptions.from_keywords(options)
+    if error is not None:
+        return start, error
+    present = {key: _setting(data, key, _ABSENT) for key in _OPTION_KEYS}
+    settings = {key: value for key, value in present.items() if value is not _ABSENT}
+    start, error = PlanOptions.from_batch(settings, start)
+    if error is not None:
+        return start, error
+    return PlanOptions.from_keywords(None, verl_parameters, keywords, base=start)
+
+
+def _batch_values(
+    batch: Any, values: Any, missing: Callable[[str], PlanError],
+    raised: Callable[[str, str], PlanError],
+) -> tuple[PlanError | None, Any]:
+    """Per-sample values given as themselves, or as the name of the batch's entry holding
+    them (read here, before the agreement), or the error to agree on."""
+    values = _unwrapped(values)
+    if not isinstance(values, str):
+        return None, values
+    if not isinstance(batch, TensorDictBase) or values not in batch.keys():
+        return missing(values), None
+    try:
+        value = batch.get(values)
+        if isinstance(value, NonTensorData):
+            value = value.data
+        elif isinstance(value, NonTensorStack):
+            value = value.tolist()
+    except _READ_ERRORS as exc:
+        return raised(type(exc).__name__, describe(exc)[:120]), None
+    return None, value

@@ -27,16 +27,13 @@ def _jagged_row_lengths(tensor: torch.Tensor) -> torch.Tensor:
     return torch.tensor([row.shape[0] for row in tensor.unbind()], dtype=torch.int64)
 
 
-def _jagged_internals() -> Any:
-    """torch's module of the jagged tensor class, or ``None`` where it is not as expected."""
-    try:
-        module = importlib.import_module("torch.nested._internal.nested_tensor")
-    except ImportError:  # pragma: no cover (a torch without it takes the public path)
-        return None
-    return module if all(hasattr(module, name) for name in ("NestedTensor", "_store_val_in_tensor")) else None
-
-
-_JAGGED_INTERNALS = _jagged_internals()
+#: torch's module of the jagged tensor class, or ``None`` where it is not as expected.
+try:
+    _JAGGED_INTERNALS: Any = importlib.import_module("torch.nested._internal.nested_tensor")
+except ImportError:  # pragma: no cover (a torch without it takes the public path)
+    _JAGGED_INTERNALS = None
+if not all(hasattr(_JAGGED_INTERNALS, name) for name in ("NestedTensor", "_store_val_in_tensor")):
+    _JAGGED_INTERNALS = None  # pragma: no cover
 
 
 def _jagged(

@@ -98,43 +98,6 @@ def _mask_extents(mask: torch.Tensor) -> tuple[list[int], list[int], list[bool]]
     return packed[0], packed[1], [bool(x) for x in packed[2]]
 
 
-def _extents(
-    first: list[int], stop: list[int], has: list[bool]
-) -> tuple[int, tuple[list[int], list[int]]]:
-    """``(anchor, (left, right))``: the anchor column (the largest first real column) and
-    each row's span to its left and right of it (0 and 0 for rows without real tokens).
-
-    ``right`` is negative for a row that ends before the anchor (a right-padded row beside
-    left-padded ones): then a micro-batch's ``max(left) + max(right)`` is still its rows'
-    hull, ``max(stop) - min(first)``, which is what the cut keeps."""
-    anchor = max((f for f, h in zip(first, has, strict=True) if h), default=0)
-    left = [anchor - f if h else 0 for f, h in zip(first, has, strict=True)]
-    right = [s - anchor if h else 0 for s, h in zip(stop, has, strict=True)]
-    return anchor, (left, right)
-
-
-def _windows(
-    plan: list[list[int]], first: list[int], stop: list[int], has: list[bool], anchor: int,
-    width: int, pad: int,
-) -> list[tuple[int, int]]:
-    """Each micro-batch's kept columns ``[start, stop)``: the smallest window holding its
-    rows' real tokens, widened to a multiple of ``pad`` (to the right first, then to the
-    left) as far as the batch's ``width`` allows; ``(anchor, anchor)`` for rows with no
-    real token."""
-    out = []
-    for part in plan:
-        real = [i for i in part if has[i]]
-        lo = min((first[i] for i in real), default=anchor)
-        hi = max((stop[i] for i in real), default=anchor)
-        wanted = min(aligned_length(hi - lo, pad), width)
-        extra = wanted - (hi - lo)
-        grow = min(extra, width - hi)
-        hi += grow
-        lo -= extra - grow
-        out.append((lo, hi))
-    return out
-
-
 def _clamped(start: int, stop: int, offset: int, size: int) -> tuple[int, int, int]:
     """The mask's columns ``[start, stop)`` in the columns of an entry spanning the mask's
     ``[offset, offset + size)``, clamped to it: ``(start, stop, size)``."""
@@ -296,9 +259,18 @@ class Trim:
         micro-batch and its window's columns only, those within its span for a narrow entry
         (nothing here raises for a batch :func:`trim_inputs` read), and return the index
         lists that remember it."""
-        kept = _windows(plan, self.first, self.stop, self.has, self.anchor, self.width, pad)
         values = {key: batch.get(key) for key in self.dims}
-        for micro_batch, part, (lo, hi) in zip(micro_batches, plan, kept, strict=True):
+        kept: list[tuple[int, int]] = []
+        for micro_batch, part in zip(micro_batches, plan, strict=True):
+            # the smallest window holding the rows' real tokens ((anchor, anchor) for none),
+            # widened to a multiple of ``pad``, to the right first, within the batch's width
+            real = [i for i in part if self.has[i]]
+            lo = min((self.first[i] for i in real), default=self.anchor)
+            hi = max((self.stop[i] for i in real), default=self.anchor)
+            extra = min(aligned_length(hi - lo, pad), self.width) - (hi - lo)
+            grow = min(extra, self.width - hi)
+            lo, hi = lo - (extra - grow), hi + grow
+            kept.append((lo, hi))
             index: dict[torch.device, torch.Tensor] = {}  # one index per device and micro-batch
             for key, dim in self.dims.items():
                 value = values[key]
@@ -348,7 +320,13 @@ def trim_inputs(
         if not _is_dense(mask):
             return None, None, None
         first, stop, has = _mask_extents(mask)
-        trim = Trim(first, stop, has, *_extents(first, stop, has), int(mask.shape[1]))
+        # the anchor (the largest first real column) and each row's span to its left and
+        # right of it (0 and 0 without real tokens; ``right`` negative for a row ending
+        # before it, so that a micro-batch's max(left) + max(right) is still its rows' hull)
+        anchor = max((f for f, h in zip(first, has, strict=True) if h), default=0)
+        left = [anchor - f if h else 0 for f, h in zip(first, has, strict=True)]
+        right = [s - anchor if h else 0 for s, h in zip(stop, has, strict=True)]
+        trim = Trim(first, stop, has, anchor, (left, right), int(mask.shape[1]))
         trim.dims, trim.spans, trim.response = _cut_dims(batch, trim.width)
         trim.uncut = frozenset(key for key in batch.keys(include_nested=True, leaves_only=True)
                                if key not in trim.dims)

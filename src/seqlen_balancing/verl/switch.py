@@ -202,7 +202,7 @@ def _dynamic(data: Any) -> bool:
     """Whether ``prepare_micro_batches`` takes its dynamic path on ``data`` (True when the
     setting cannot be read: the call then reports that itself, through the agreement)."""
     from seqlen_balancing._checks import as_switch
-    from seqlen_balancing.batch.settings import _setting
+    from seqlen_balancing.batch.micro_batches import _setting
 
     try:
         return as_switch(_setting(data, "use_dynamic_bsz", True)) is not False
