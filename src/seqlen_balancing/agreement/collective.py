@@ -72,9 +72,7 @@ def membership_error(group: Any) -> PlanError | None:
             f"dp_group must be a torch.distributed ProcessGroup, got {type(group).__name__} "
             f"({exc}); pass the DP group or dp_group=None"
         ) from exc
-    if rank < 0:
-        return NotInGroup(dist.get_rank(), size)
-    return None
+    return NotInGroup(dist.get_rank(), size) if rank < 0 else None
 
 
 def _device_types(group: Any) -> list[str] | None:

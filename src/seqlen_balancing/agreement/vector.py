@@ -184,8 +184,7 @@ def _setting(name: str, value: Any, given: bool = False) -> Setting:
         value += 0.0  # -0.0 and 0.0 compare equal: one key
         if not math.isfinite(value):
             return Setting(name, (1, repr(value)), repr(value))
-        number: Any = int(value) if value.is_integer() else value
-        return Setting(name, (0, number), repr(value))
+        return Setting(name, (0, int(value) if value.is_integer() else value), repr(value))
     if isinstance(value, int):
         return Setting(name, (0, value), str(value))
     text = str(value) if isinstance(value, WorkloadModel) else repr(value)
@@ -226,9 +225,8 @@ def settings_of(analysis: RankAnalysis) -> tuple[Setting, ...] | None:
 def fingerprint(settings: Sequence[Setting]) -> int:
     """A 61-bit BLAKE2b hash of the settings' keys: the same in every process (unlike
     ``hash()``), equal for settings that compare equal."""
-    text = repr([(s.name, s.key) for s in settings])
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> (64 - _HASH_BITS)
+    digest = hashlib.blake2b(repr([(s.name, s.key) for s in settings]).encode("utf-8"), digest_size=8)
+    return int.from_bytes(digest.digest(), "big") >> (64 - _HASH_BITS)
 
 
 @dataclass(frozen=True)
@@ -316,8 +314,8 @@ class _Peers:
             return OUT_OF_RANGE
         return max(own, self.largest_slot)
 
-    def global_rank(self, rank: int) -> int | None:
-        return None if self.ranks is None else self.ranks(rank)
+    def global_rank(self, rank: int | None) -> int | None:
+        return None if self.ranks is None or rank is None else self.ranks(rank)
 
 
 def _mismatch(reports: Sequence[Report], peers: _Peers) -> PlanError | None:
@@ -379,8 +377,6 @@ def decode(
     peers = _Peers(reduced[_LARGEST], global_rank)
 
     def at_fault(error: PlanError, rank: int | None) -> tuple[int, PlanError, int | None]:
-        if rank is None:
-            return 0, error, None
         return 0, replace(error, rank=rank, global_rank=peers.global_rank(rank)), rank
 
     if needs_reports(reduced):

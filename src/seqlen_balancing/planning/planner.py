@@ -274,8 +274,8 @@ def _analyse(
     under one rule, their count; the analysis made once from them."""
     options = request.options
     length_error, lengths = read_numbers(seq_lens, "seq_lens")
-    pad = options.pad_to_multiple_of
-    cost_error, sizes_of = (length_error, []) if length_error else sample_costs_of(lengths, pad, costs)
+    cost_error, sizes_of = ((length_error, []) if length_error
+                            else sample_costs_of(lengths, options.pad_to_multiple_of, costs))
     group_error, members, labels = _groups(group_ids, lengths, options, length_error)
     # Read even when the cap is bad: the DP group's advice on the cap counts this rank.
     largest = longest(lengths if cost_error else sizes_of, options.force_group_size, members or None)
@@ -299,8 +299,8 @@ def _analyse(
     rule = built.rule
     error = built.error or _floor_error(rule.n, options)
     count = _count(rule, built.workloads, options) if error is None else _NO_COUNT
-    dummies = error is None and options.dummy_micro_batches  # the group a dummy copies
-    dummy = dummy_group(rule, lengths, options.force_group_size, members or None) if dummies else 0
+    dummy = (dummy_group(rule, lengths, options.force_group_size, members or None)  # the group a dummy copies
+             if error is None and options.dummy_micro_batches else 0)
     aside = count.rest
     rest = None if aside is None else RankAnalysis(
         None, cap.usable, len(aside.index), aside.rule.sizes, aside.workloads,
@@ -341,11 +341,9 @@ def _groups(
 def _empty_rank(cap: Cap, request: Request) -> RankAnalysis:
     """The analysis of a rank with no samples under ``dummy_micro_batches=True``: no
     groups, at least one micro-batch (every one a dummy), its floor as asked."""
-    floor = request.options.min_num_micro_batch or 0
-    error = TooManyDummies(floor, 0, floor) if floor > MAX_DUMMY_MICRO_BATCHES else None
     rule = Rule.sums([], cap.usable, [], request.options.max_samples_per_micro_batch)
-    return RankAnalysis(error, cap.usable, lower_bound=1, bound_name="one", min_count=1, rule=rule,
-                        request=request)
+    return RankAnalysis(_floor_error(0, request.options), cap.usable, lower_bound=1, bound_name="one",
+                        min_count=1, rule=rule, request=request)
 
 
 def _cap(max_token_len: Any, options: PlanOptions, largest: int) -> tuple[PlanError | None, Cap | None]:
@@ -382,9 +380,8 @@ def _count(rule: Rule, workloads: list[int], options: PlanOptions) -> Count:
     own_floor = None if floor is None else min(floor, rule.n)
     divisor = options.num_batches_divided_by or 1
     over = [g for g in range(rule.n) if not rule.fits_alone(g)] if options.over_cap == "alone" else []
-    if over:
-        return _set_aside(rule, workloads, divisor, over, own_floor)
-    return search_count(rule, workloads, divisor, own_floor)
+    return (_set_aside(rule, workloads, divisor, over, own_floor) if over
+            else search_count(rule, workloads, divisor, own_floor))
 
 
 def agreed_count(
@@ -745,11 +742,10 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> tuple[int, Ran
     if error is not None:
         raise error.exception()
     if result.equal_rows is not None and wanted < result.equal_rows.count:
-        fewest = result.equal_rows.count
         raise ValueError(
             f"num_micro_batches={wanted}: with equal_rows_per_micro_batch the fewest "
             f"micro-batches found whose rows all fit max_token_len={cap} with their filler "
-            f"rows is {fewest}; pass at least {fewest}"
+            f"rows is {result.equal_rows.count}; pass at least {result.equal_rows.count}"
         )
     if wanted < result.lower_bound:
         raise ValueError(

@@ -154,13 +154,9 @@ def shared_prefix_costs(
 
 
 def _refused(group_ids: Any, options: PlanOptions, costs_given: bool) -> PlanError | None:
-    if costs_given:
-        return PrefixLengthsWith("costs")
-    if options.padded:
-        return PrefixLengthsWith("padded=True")
-    if group_ids is None:
-        return PrefixLengthsWithoutGroups()
-    return None
+    if costs_given or options.padded:
+        return PrefixLengthsWith("costs" if costs_given else "padded=True")
+    return PrefixLengthsWithoutGroups() if group_ids is None else None
 
 
 def _prefix_error(
