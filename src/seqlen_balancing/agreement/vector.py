@@ -523,9 +523,8 @@ def plan_ranks(
     Complexity: the sum of the ranks' planning; one encode and decode per rank.
     """
     given = PlanOptions() if options is None else options
-    per_sample = (("costs", costs), ("workloads", workloads), ("group_ids", group_ids),
-                  ("prefix_lengths", prefix_lengths))
-    for name, per_rank in per_sample:
+    for name, per_rank in (("costs", costs), ("workloads", workloads), ("group_ids", group_ids),
+                           ("prefix_lengths", prefix_lengths)):
         if per_rank is not None and len(per_rank) != len(seq_lens_per_rank):
             raise ValueError(
                 f"{name} has {len(per_rank)} lists but seq_lens_per_rank has "

@@ -247,9 +247,8 @@ def analyse_with_prefixes(
                                group_ids is not None), prefixes=True)
     if parts.error is not None:
         return RankAnalysis(parts.error, request=request)
-    result = analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
-                     group_ids=parts.group_ids)
-    return replace(result, request=request)
+    return replace(analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
+                           group_ids=parts.group_ids), request=request)
 
 
 def _request(
@@ -327,10 +326,8 @@ def _groups(
     samples. Both given is an error; so is a batch ``force_group_size`` does not divide
     (reported by the caller, after the other checks, as verl orders them)."""
     size, n = options.force_group_size, len(lengths)
-    if group_ids is None:
-        if size == 1 or n % size:
-            return None, [], []
-        return None, uniform_members(n, size), []  # named by their first sample, not an id
+    if group_ids is None:  # forced groups are named by their first sample, not an id
+        return None, [] if size == 1 or n % size else uniform_members(n, size), []
     if size > 1:
         return GroupIdsAndForceGroupSize(size), [], []
     if length_error is not None:
@@ -456,14 +453,13 @@ def balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
         raise ValueError("an analysis without a rule has no plan")
     # verl's own partition at this count whenever it fits: at verl's count it always does,
     # so the plan is never less balanced than verl's (its candidate wins ties).
-    verl = _fitting_kk(result.rule, result.group_workloads, count)
-    return balanced(result.rule, result.group_workloads, result._packing, count, verl)
+    return balanced(result.rule, result.group_workloads, result._packing, count,
+                    _fitting_kk(result.rule, result.group_workloads, count))
 
 
 def _around_over(result: RankAnalysis, rest: list[list[int]]) -> list[list[int]]:
     """Each over-cap group alone, then ``rest``'s bins (over the rest's groups) renumbered."""
-    index = result._rest_index
-    return [[g] for g in result.over_cap_groups] + [[index[j] for j in b] for b in rest]
+    return [[g] for g in result.over_cap_groups] + [[result._rest_index[j] for j in b] for b in rest]
 
 
 @paused_collector
@@ -536,10 +532,9 @@ def build_plan(
     for g, workload in enumerate(result.group_workloads):
         loads[result.samples_of(g)[0]] = workload
     # asked for (an out-of-memory shows at the first), or lined up with the DP group's ranks
-    if result.given.heaviest_first or (agreed and not use_dynamic_bsz_balance):
-        ordered = heaviest_first(micro_batches, loads)
-    else:
-        ordered = order_micro_batches(micro_batches, loads, use_dynamic_bsz_balance)
+    ordered = (heaviest_first(micro_batches, loads)
+               if result.given.heaviest_first or (agreed and not use_dynamic_bsz_balance)
+               else order_micro_batches(micro_batches, loads, use_dynamic_bsz_balance))
     return ordered + [[] for _ in range(count - real)]
 
 
@@ -772,10 +767,8 @@ def _reach(result: RankAnalysis, count: int) -> RankAnalysis | None:
     if result._rest is not None:
         over = len(result.over_cap_groups)
         rest = _reach(result._rest, count - over) if count > over else None
-        if rest is None:
-            return None
-        return replace(result, _rest=rest, min_count=over + rest.min_count,
-                       _packing=_around_over(result, rest._packing))
+        return None if rest is None else replace(result, _rest=rest, min_count=over + rest.min_count,
+                                                 _packing=_around_over(result, rest._packing))
     rule = result.rule
     if rule is None:
         return None
@@ -788,6 +781,4 @@ def _reach(result: RankAnalysis, count: int) -> RankAnalysis | None:
     if found is None and not rule.plain:
         packed = randomized_best_fit(rule, count, result._packing)
         found = packed if len(packed) <= count else None
-    if found is None:
-        return None
-    return replace(result, _packing=found, min_count=len(found))
+    return None if found is None else replace(result, _packing=found, min_count=len(found))

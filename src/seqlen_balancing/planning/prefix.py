@@ -122,13 +122,10 @@ def shared_prefix_costs(
         [[0, 1, 2]]
     """
     options = PlanOptions() if options is None else options
-    refused = _refused(group_ids, options, costs_given)
-    if refused is not None:
-        return PrefixParts(refused)
-    error, lengths = read_numbers(seq_lens, "seq_lens")
-    if error is not None:
-        return PrefixParts(error)
-    error, prefixes = read_numbers(prefix_lengths, "prefix_lengths")
+    # read whole even when refused (reading never raises); the first error in this order speaks
+    length_error, lengths = read_numbers(seq_lens, "seq_lens")
+    prefix_error, prefixes = read_numbers(prefix_lengths, "prefix_lengths")
+    error = _refused(group_ids, options, costs_given) or length_error or prefix_error
     if error is None and len(prefixes) != len(lengths):
         error = NotOnePerSample("prefix_lengths", len(prefixes), len(lengths))
     if error is not None:

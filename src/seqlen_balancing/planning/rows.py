@@ -334,8 +334,7 @@ def _limit(result: RankAnalysis) -> int:
     """The most rows the sample limit lets any micro-batch hold (the option's, whatever the
     core's rule keeps), or :data:`UNBOUNDED_ROWS`."""
     rule, option = _core(result).rule, result.given.max_samples_per_micro_batch
-    limits = [n for n in (rule.limit if rule else None, option) if n is not None]
-    return min(limits, default=UNBOUNDED_ROWS)
+    return min((n for n in (rule.limit if rule else None, option) if n is not None), default=UNBOUNDED_ROWS)
 
 
 def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
