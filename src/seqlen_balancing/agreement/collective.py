@@ -135,12 +135,9 @@ def collective_device(group: Any = None) -> torch.device:
     if types is None:  # a backend torch knows nothing about: the accelerator's, if any
         accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
         types = [] if accelerator is None else [accelerator.type]
-    if "cpu" not in types:
-        for device_type in types:
-            device = _current_device(device_type)
-            if device is not None:
-                return device
-    return torch.device("cpu")
+    # a backend serving the CPU needs no copy; else the first of its device types available here
+    devices = [] if "cpu" in types else [d for d in map(_current_device, types) if d is not None]
+    return devices[0] if devices else torch.device("cpu")
 
 
 def _all_reduce_max(values: list[int], group: Any) -> list[int]:

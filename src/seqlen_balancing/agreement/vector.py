@@ -291,8 +291,9 @@ def combine(vectors: Sequence[Sequence[int]]) -> list[int]:
 def needs_reports(reduced: Sequence[int]) -> bool:
     """Whether the ranks must exchange :class:`Report` s: some rank failed, or two ranks'
     settings differ (the same answer on every rank)."""
-    stated = reduced[_NEG_PRINT] != _IDLE  # idle: no rank could state its settings
-    return bool(reduced[_FAILED]) or (stated and reduced[_PRINT] != -reduced[_NEG_PRINT])
+    # an idle neg_fingerprint: no rank could state its settings
+    return bool(reduced[_FAILED]) or (reduced[_NEG_PRINT] != _IDLE
+                                      and reduced[_PRINT] != -reduced[_NEG_PRINT])
 
 
 def _split(slot: int) -> tuple[int, int]:
@@ -540,12 +541,12 @@ def plan_ranks(
                               group_ids=None if group_ids is None else group_ids[rank])
         for rank, lens in enumerate(seq_lens_per_rank)
     ]
-    balance = given.use_dynamic_bsz_balance
     if given.same_micro_num_in_dp:
         count, rows = agree_in_process(analyses)
-        plans = [build_plan(a, count, balance, rows, agreed=True) for a in analyses]
+        plans = [build_plan(a, count, given.use_dynamic_bsz_balance, rows, agreed=True) for a in analyses]
     else:
-        plans = [build_plan(a, local_count(a, rank), balance) for rank, a in enumerate(analyses)]
+        plans = [build_plan(a, local_count(a, rank), given.use_dynamic_bsz_balance)
+                 for rank, a in enumerate(analyses)]
     for rank, a in enumerate(analyses):
         log_over_cap(a, rank)
     return [RankPlan(a, plan) for a, plan in zip(analyses, plans, strict=True)]

@@ -338,9 +338,9 @@ def _groups(
 def _empty_rank(cap: Cap, request: Request) -> RankAnalysis:
     """The analysis of a rank with no samples under ``dummy_micro_batches=True``: no
     groups, at least one micro-batch (every one a dummy), its floor as asked."""
-    rule = Rule.sums([], cap.usable, [], request.options.max_samples_per_micro_batch)
     return RankAnalysis(_floor_error(0, request.options), cap.usable, lower_bound=1, bound_name="one",
-                        min_count=1, rule=rule, request=request)
+                        min_count=1, request=request,
+                        rule=Rule.sums([], cap.usable, [], request.options.max_samples_per_micro_batch))
 
 
 def _cap(max_token_len: Any, options: PlanOptions, largest: int) -> tuple[PlanError | None, Cap | None]:
@@ -365,9 +365,7 @@ def _floor_error(groups: int, options: PlanOptions) -> PlanError | None:
         return None
     if not options.dummy_micro_batches:
         return MinAboveGroups(floor, groups)
-    if floor - groups > MAX_DUMMY_MICRO_BATCHES:
-        return TooManyDummies(floor - groups, groups, floor)
-    return None
+    return TooManyDummies(floor - groups, groups, floor) if floor - groups > MAX_DUMMY_MICRO_BATCHES else None
 
 
 def _count(rule: Rule, workloads: list[int], options: PlanOptions) -> Count:

@@ -97,9 +97,6 @@ class RowIndices(list):  # type: ignore[type-arg]
         (True, 4)
     """
 
-    filler: int
-    filler_row: int
-
     def __init__(self, indices: Any = (), filler: int = 0, filler_row: int = -1) -> None:
         super().__init__(indices)
         self.filler, self.filler_row = filler, filler_row
