@@ -176,8 +176,6 @@ def agree(
     Complexity: one collective of :data:`~seqlen_balancing.agreement.VECTOR_SIZE` int64
     values on success (two with equal rows); one more, an object gather, on failure.
     """
-    rank = dist.get_rank(group)
-
     def global_rank(group_rank: int) -> int:
         return int(dist.get_global_rank(group, group_rank)) if group is not None else group_rank
 
@@ -186,5 +184,5 @@ def agree(
         dist.all_gather_object(reports, report(analysis, static_count), group=group)
         return reports
 
-    return verdict(analysis, lambda encoder: _all_reduce_max(encoder(analysis, rank), group), gather,
-                   global_rank, static_count)
+    return verdict(analysis, lambda encoder: _all_reduce_max(encoder(analysis, dist.get_rank(group)), group),
+                   gather, global_rank, static_count)

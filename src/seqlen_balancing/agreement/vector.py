@@ -311,9 +311,8 @@ class _Peers:
     def costliest(self, own: int) -> int:
         """The larger of an error's own costliest and the group's (the ``largest`` slot's
         MAX); "out of range" when the slot saturated above the own, the true value unknown."""
-        if self.largest_slot >= _LARGEST_LIMIT and own < self.largest_slot:
-            return OUT_OF_RANGE
-        return max(own, self.largest_slot)
+        return (OUT_OF_RANGE if self.largest_slot >= _LARGEST_LIMIT and own < self.largest_slot
+                else max(own, self.largest_slot))
 
     def global_rank(self, rank: int | None) -> int | None:
         return None if self.ranks is None or rank is None else self.ranks(rank)
@@ -436,8 +435,9 @@ def decode_rows(
     (rows, _), (neg_tolerance, rank_tight) = _split(reduced[0]), _split(reduced[1])
     if rows <= -neg_tolerance:
         return rows, None, None
-    where = None if global_rank is None else global_rank(rank_tight)  # the tightest rank, by both names
-    return 0, RowsOverCap(rows, -neg_tolerance, max_token_len, rank=rank_tight, global_rank=where), rank_tight
+    # the tightest rank, by both names
+    return 0, RowsOverCap(rows, -neg_tolerance, max_token_len, rank=rank_tight,
+                          global_rank=None if global_rank is None else global_rank(rank_tight)), rank_tight
 
 
 def verdict(
@@ -458,13 +458,13 @@ def verdict(
         0 without equal rows.
     """
     reduced = reduce(lambda a, rank: encode(a, rank, static_count))
-    reports = gather() if needs_reports(reduced) else None
-    count, error, at_fault = decode(reduced, analysis.num_batches_divided_by, reports, global_rank)
+    count, error, at_fault = decode(reduced, analysis.num_batches_divided_by,
+                                    gather() if needs_reports(reduced) else None, global_rank)
     if error is not None or static_count is not None or not analysis.given.equal_rows_per_micro_batch:
         return count, error, at_fault, 0
     # agreed: every rank makes this collective, each finding its rows at the agreed count
-    rows_reduced = reduce(lambda a, rank: encode_rows(a, count, rank))
-    rows, error, at_fault = decode_rows(rows_reduced, analysis.requested_max_token_len, global_rank)
+    rows, error, at_fault = decode_rows(reduce(lambda a, rank: encode_rows(a, count, rank)),
+                                        analysis.requested_max_token_len, global_rank)
     return (0, error, at_fault, 0) if error is not None else (count, None, None, rows)
 
 

@@ -330,9 +330,7 @@ def _groups(
         return None, [] if size == 1 or n % size else uniform_members(n, size), []
     if size > 1:
         return GroupIdsAndForceGroupSize(size), [], []
-    if length_error is not None:
-        return None, [], []
-    return read_group_ids(group_ids, n)
+    return (None, [], []) if length_error is not None else read_group_ids(group_ids, n)
 
 
 def _empty_rank(cap: Cap, request: Request) -> RankAnalysis:

@@ -150,8 +150,7 @@ def rows_rule(result: RankAnalysis, rows: int) -> Rule | None:
             return None
         sizes = [size - k * cost for size, k in zip(rule.sizes, rule.rows, strict=True)]
         # no room left with every size 0: the same rule, and the bounds need a positive cap
-        room = max(rule.cap - rows * cost, 0 if any(sizes) else 1)
-        out = Rule.sums(sizes, room, rule.rows, rows)
+        out = Rule.sums(sizes, max(rule.cap - rows * cost, 0 if any(sizes) else 1), rule.rows, rows)
     return out if all(out.fits_alone(i) for i in range(out.n)) else None
 
 
@@ -298,9 +297,8 @@ def _extended(result: RankAnalysis, count: int, found: tuple[int, RankAnalysis])
     tolerance = _tolerance(result, found[1]._packing)
     plans = [(found[0], tolerance, found[1])]
     for _ in range(_STRETCH):
-        if tolerance >= UNBOUNDED_ROWS:
-            break
-        more = _rows_at(result, count, tolerance + 1, tolerance + 1)
+        # nothing to stretch past an unbounded tolerance
+        more = None if tolerance >= UNBOUNDED_ROWS else _rows_at(result, count, tolerance + 1, tolerance + 1)
         if more is None:
             break
         upto = max(tolerance + 1, _tolerance(result, more[1]._packing))
