@@ -72,9 +72,7 @@ def membership_error(group: Any) -> PlanError | None:
             f"dp_group must be a torch.distributed ProcessGroup, got {type(group).__name__} "
             f"({exc}); pass the DP group or dp_group=None"
         ) from exc
-    if rank < 0:
-        return NotInGroup(dist.get_rank(), size)
-    return None
+    return NotInGroup(dist.get_rank(), size) if rank < 0 else None
 
 
 def _device_types(group: Any) -> list[str] | None:
@@ -137,12 +135,9 @@ def collective_device(group: Any = None) -> torch.device:
     if types is None:  # a backend torch knows nothing about: the accelerator's, if any
         accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
         types = [] if accelerator is None else [accelerator.type]
-    if "cpu" not in types:
-        for device_type in types:
-            device = _current_device(device_type)
-            if device is not None:
-                return device
-    return torch.device("cpu")
+    # a backend serving the CPU needs no copy; else the first of its device types available here
+    devices = [] if "cpu" in types else [d for d in map(_current_device, types) if d is not None]
+    return devices[0] if devices else torch.device("cpu")
 
 
 def _all_reduce_max(values: list[int], group: Any) -> list[int]:
@@ -181,8 +176,6 @@ def agree(
     Complexity: one collective of :data:`~seqlen_balancing.agreement.VECTOR_SIZE` int64
     values on success (two with equal rows); one more, an object gather, on failure.
     """
-    rank = dist.get_rank(group)
-
     def global_rank(group_rank: int) -> int:
         return int(dist.get_global_rank(group, group_rank)) if group is not None else group_rank
 
@@ -191,5 +184,5 @@ def agree(
         dist.all_gather_object(reports, report(analysis, static_count), group=group)
         return reports
 
-    return verdict(analysis, lambda encoder: _all_reduce_max(encoder(analysis, rank), group), gather,
-                   global_rank, static_count)
+    return verdict(analysis, lambda encoder: _all_reduce_max(encoder(analysis, dist.get_rank(group)), group),
+                   gather, global_rank, static_count)

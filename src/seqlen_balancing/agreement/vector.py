@@ -184,8 +184,7 @@ def _setting(name: str, value: Any, given: bool = False) -> Setting:
         value += 0.0  # -0.0 and 0.0 compare equal: one key
         if not math.isfinite(value):
             return Setting(name, (1, repr(value)), repr(value))
-        number: Any = int(value) if value.is_integer() else value
-        return Setting(name, (0, number), repr(value))
+        return Setting(name, (0, int(value) if value.is_integer() else value), repr(value))
     if isinstance(value, int):
         return Setting(name, (0, value), str(value))
     text = str(value) if isinstance(value, WorkloadModel) else repr(value)
@@ -226,9 +225,8 @@ def settings_of(analysis: RankAnalysis) -> tuple[Setting, ...] | None:
 def fingerprint(settings: Sequence[Setting]) -> int:
     """A 61-bit BLAKE2b hash of the settings' keys: the same in every process (unlike
     ``hash()``), equal for settings that compare equal."""
-    text = repr([(s.name, s.key) for s in settings])
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> (64 - _HASH_BITS)
+    digest = hashlib.blake2b(repr([(s.name, s.key) for s in settings]).encode("utf-8"), digest_size=8)
+    return int.from_bytes(digest.digest(), "big") >> (64 - _HASH_BITS)
 
 
 @dataclass(frozen=True)
@@ -293,8 +291,9 @@ def combine(vectors: Sequence[Sequence[int]]) -> list[int]:
 def needs_reports(reduced: Sequence[int]) -> bool:
     """Whether the ranks must exchange :class:`Report` s: some rank failed, or two ranks'
     settings differ (the same answer on every rank)."""
-    stated = reduced[_NEG_PRINT] != _IDLE  # idle: no rank could state its settings
-    return bool(reduced[_FAILED]) or (stated and reduced[_PRINT] != -reduced[_NEG_PRINT])
+    # an idle neg_fingerprint: no rank could state its settings
+    return bool(reduced[_FAILED]) or (reduced[_NEG_PRINT] != _IDLE
+                                      and reduced[_PRINT] != -reduced[_NEG_PRINT])
 
 
 def _split(slot: int) -> tuple[int, int]:
@@ -312,12 +311,11 @@ class _Peers:
     def costliest(self, own: int) -> int:
         """The larger of an error's own costliest and the group's (the ``largest`` slot's
         MAX); "out of range" when the slot saturated above the own, the true value unknown."""
-        if self.largest_slot >= _LARGEST_LIMIT and own < self.largest_slot:
-            return OUT_OF_RANGE
-        return max(own, self.largest_slot)
+        return (OUT_OF_RANGE if self.largest_slot >= _LARGEST_LIMIT and own < self.largest_slot
+                else max(own, self.largest_slot))
 
-    def global_rank(self, rank: int) -> int | None:
-        return None if self.ranks is None else self.ranks(rank)
+    def global_rank(self, rank: int | None) -> int | None:
+        return None if self.ranks is None or rank is None else self.ranks(rank)
 
 
 def _mismatch(reports: Sequence[Report], peers: _Peers) -> PlanError | None:
@@ -379,8 +377,6 @@ def decode(
     peers = _Peers(reduced[_LARGEST], global_rank)
 
     def at_fault(error: PlanError, rank: int | None) -> tuple[int, PlanError, int | None]:
-        if rank is None:
-            return 0, error, None
         return 0, replace(error, rank=rank, global_rank=peers.global_rank(rank)), rank
 
     if needs_reports(reduced):
@@ -439,8 +435,9 @@ def decode_rows(
     (rows, _), (neg_tolerance, rank_tight) = _split(reduced[0]), _split(reduced[1])
     if rows <= -neg_tolerance:
         return rows, None, None
-    where = None if global_rank is None else global_rank(rank_tight)  # the tightest rank, by both names
-    return 0, RowsOverCap(rows, -neg_tolerance, max_token_len, rank=rank_tight, global_rank=where), rank_tight
+    # the tightest rank, by both names
+    return 0, RowsOverCap(rows, -neg_tolerance, max_token_len, rank=rank_tight,
+                          global_rank=None if global_rank is None else global_rank(rank_tight)), rank_tight
 
 
 def verdict(
@@ -461,13 +458,13 @@ def verdict(
         0 without equal rows.
     """
     reduced = reduce(lambda a, rank: encode(a, rank, static_count))
-    reports = gather() if needs_reports(reduced) else None
-    count, error, at_fault = decode(reduced, analysis.num_batches_divided_by, reports, global_rank)
+    count, error, at_fault = decode(reduced, analysis.num_batches_divided_by,
+                                    gather() if needs_reports(reduced) else None, global_rank)
     if error is not None or static_count is not None or not analysis.given.equal_rows_per_micro_batch:
         return count, error, at_fault, 0
     # agreed: every rank makes this collective, each finding its rows at the agreed count
-    rows_reduced = reduce(lambda a, rank: encode_rows(a, count, rank))
-    rows, error, at_fault = decode_rows(rows_reduced, analysis.requested_max_token_len, global_rank)
+    rows, error, at_fault = decode_rows(reduce(lambda a, rank: encode_rows(a, count, rank)),
+                                        analysis.requested_max_token_len, global_rank)
     return (0, error, at_fault, 0) if error is not None else (count, None, None, rows)
 
 
@@ -527,9 +524,8 @@ def plan_ranks(
     Complexity: the sum of the ranks' planning; one encode and decode per rank.
     """
     given = PlanOptions() if options is None else options
-    per_sample = (("costs", costs), ("workloads", workloads), ("group_ids", group_ids),
-                  ("prefix_lengths", prefix_lengths))
-    for name, per_rank in per_sample:
+    for name, per_rank in (("costs", costs), ("workloads", workloads), ("group_ids", group_ids),
+                           ("prefix_lengths", prefix_lengths)):
         if per_rank is not None and len(per_rank) != len(seq_lens_per_rank):
             raise ValueError(
                 f"{name} has {len(per_rank)} lists but seq_lens_per_rank has "
@@ -545,12 +541,12 @@ def plan_ranks(
                               group_ids=None if group_ids is None else group_ids[rank])
         for rank, lens in enumerate(seq_lens_per_rank)
     ]
-    balance = given.use_dynamic_bsz_balance
     if given.same_micro_num_in_dp:
         count, rows = agree_in_process(analyses)
-        plans = [build_plan(a, count, balance, rows, agreed=True) for a in analyses]
+        plans = [build_plan(a, count, given.use_dynamic_bsz_balance, rows, agreed=True) for a in analyses]
     else:
-        plans = [build_plan(a, local_count(a, rank), balance) for rank, a in enumerate(analyses)]
+        plans = [build_plan(a, local_count(a, rank), given.use_dynamic_bsz_balance)
+                 for rank, a in enumerate(analyses)]
     for rank, a in enumerate(analyses):
         log_over_cap(a, rank)
     return [RankPlan(a, plan) for a, plan in zip(analyses, plans, strict=True)]

@@ -186,11 +186,8 @@ class RankAnalysis:
 
     def group_of(self) -> list[int]:
         """Each sample's group. O(n)."""
-        owner = [0] * self.n_samples
-        for g in range(self.n_groups):
-            for i in self.samples_of(g):
-                owner[i] = g
-        return owner
+        owner = {i: g for g in range(self.n_groups) for i in self.samples_of(g)}
+        return [owner.get(i, 0) for i in range(self.n_samples)]
 
     @property
     def n_groups(self) -> int:

@@ -247,9 +247,8 @@ def analyse_with_prefixes(
                                group_ids is not None), prefixes=True)
     if parts.error is not None:
         return RankAnalysis(parts.error, request=request)
-    result = analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
-                     group_ids=parts.group_ids)
-    return replace(result, request=request)
+    return replace(analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
+                           group_ids=parts.group_ids), request=request)
 
 
 def _request(
@@ -274,8 +273,8 @@ def _analyse(
     under one rule, their count; the analysis made once from them."""
     options = request.options
     length_error, lengths = read_numbers(seq_lens, "seq_lens")
-    pad = options.pad_to_multiple_of
-    cost_error, sizes_of = (length_error, []) if length_error else sample_costs_of(lengths, pad, costs)
+    cost_error, sizes_of = ((length_error, []) if length_error
+                            else sample_costs_of(lengths, options.pad_to_multiple_of, costs))
     group_error, members, labels = _groups(group_ids, lengths, options, length_error)
     # Read even when the cap is bad: the DP group's advice on the cap counts this rank.
     largest = longest(lengths if cost_error else sizes_of, options.force_group_size, members or None)
@@ -299,8 +298,8 @@ def _analyse(
     rule = built.rule
     error = built.error or _floor_error(rule.n, options)
     count = _count(rule, built.workloads, options) if error is None else _NO_COUNT
-    dummies = error is None and options.dummy_micro_batches  # the group a dummy copies
-    dummy = dummy_group(rule, lengths, options.force_group_size, members or None) if dummies else 0
+    dummy = (dummy_group(rule, lengths, options.force_group_size, members or None)  # the group a dummy copies
+             if error is None and options.dummy_micro_batches else 0)
     aside = count.rest
     rest = None if aside is None else RankAnalysis(
         None, cap.usable, len(aside.index), aside.rule.sizes, aside.workloads,
@@ -327,25 +326,19 @@ def _groups(
     samples. Both given is an error; so is a batch ``force_group_size`` does not divide
     (reported by the caller, after the other checks, as verl orders them)."""
     size, n = options.force_group_size, len(lengths)
-    if group_ids is None:
-        if size == 1 or n % size:
-            return None, [], []
-        return None, uniform_members(n, size), []  # named by their first sample, not an id
+    if group_ids is None:  # forced groups are named by their first sample, not an id
+        return None, [] if size == 1 or n % size else uniform_members(n, size), []
     if size > 1:
         return GroupIdsAndForceGroupSize(size), [], []
-    if length_error is not None:
-        return None, [], []
-    return read_group_ids(group_ids, n)
+    return (None, [], []) if length_error is not None else read_group_ids(group_ids, n)
 
 
 def _empty_rank(cap: Cap, request: Request) -> RankAnalysis:
     """The analysis of a rank with no samples under ``dummy_micro_batches=True``: no
     groups, at least one micro-batch (every one a dummy), its floor as asked."""
-    floor = request.options.min_num_micro_batch or 0
-    error = TooManyDummies(floor, 0, floor) if floor > MAX_DUMMY_MICRO_BATCHES else None
-    rule = Rule.sums([], cap.usable, [], request.options.max_samples_per_micro_batch)
-    return RankAnalysis(error, cap.usable, lower_bound=1, bound_name="one", min_count=1, rule=rule,
-                        request=request)
+    return RankAnalysis(_floor_error(0, request.options), cap.usable, lower_bound=1, bound_name="one",
+                        min_count=1, request=request,
+                        rule=Rule.sums([], cap.usable, [], request.options.max_samples_per_micro_batch))
 
 
 def _cap(max_token_len: Any, options: PlanOptions, largest: int) -> tuple[PlanError | None, Cap | None]:
@@ -370,9 +363,7 @@ def _floor_error(groups: int, options: PlanOptions) -> PlanError | None:
         return None
     if not options.dummy_micro_batches:
         return MinAboveGroups(floor, groups)
-    if floor - groups > MAX_DUMMY_MICRO_BATCHES:
-        return TooManyDummies(floor - groups, groups, floor)
-    return None
+    return TooManyDummies(floor - groups, groups, floor) if floor - groups > MAX_DUMMY_MICRO_BATCHES else None
 
 
 def _count(rule: Rule, workloads: list[int], options: PlanOptions) -> Count:
@@ -382,9 +373,8 @@ def _count(rule: Rule, workloads: list[int], options: PlanOptions) -> Count:
     own_floor = None if floor is None else min(floor, rule.n)
     divisor = options.num_batches_divided_by or 1
     over = [g for g in range(rule.n) if not rule.fits_alone(g)] if options.over_cap == "alone" else []
-    if over:
-        return _set_aside(rule, workloads, divisor, over, own_floor)
-    return search_count(rule, workloads, divisor, own_floor)
+    return (_set_aside(rule, workloads, divisor, over, own_floor) if over
+            else search_count(rule, workloads, divisor, own_floor))
 
 
 def agreed_count(
@@ -459,14 +449,13 @@ def balanced_bins(result: RankAnalysis, count: int) -> list[list[int]]:
         raise ValueError("an analysis without a rule has no plan")
     # verl's own partition at this count whenever it fits: at verl's count it always does,
     # so the plan is never less balanced than verl's (its candidate wins ties).
-    verl = _fitting_kk(result.rule, result.group_workloads, count)
-    return balanced(result.rule, result.group_workloads, result._packing, count, verl)
+    return balanced(result.rule, result.group_workloads, result._packing, count,
+                    _fitting_kk(result.rule, result.group_workloads, count))
 
 
 def _around_over(result: RankAnalysis, rest: list[list[int]]) -> list[list[int]]:
     """Each over-cap group alone, then ``rest``'s bins (over the rest's groups) renumbered."""
-    index = result._rest_index
-    return [[g] for g in result.over_cap_groups] + [[index[j] for j in b] for b in rest]
+    return [[g] for g in result.over_cap_groups] + [[result._rest_index[j] for j in b] for b in rest]
 
 
 @paused_collector
@@ -539,10 +528,9 @@ def build_plan(
     for g, workload in enumerate(result.group_workloads):
         loads[result.samples_of(g)[0]] = workload
     # asked for (an out-of-memory shows at the first), or lined up with the DP group's ranks
-    if result.given.heaviest_first or (agreed and not use_dynamic_bsz_balance):
-        ordered = heaviest_first(micro_batches, loads)
-    else:
-        ordered = order_micro_batches(micro_batches, loads, use_dynamic_bsz_balance)
+    ordered = (heaviest_first(micro_batches, loads)
+               if result.given.heaviest_first or (agreed and not use_dynamic_bsz_balance)
+               else order_micro_batches(micro_batches, loads, use_dynamic_bsz_balance))
     return ordered + [[] for _ in range(count - real)]
 
 
@@ -745,11 +733,10 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> tuple[int, Ran
     if error is not None:
         raise error.exception()
     if result.equal_rows is not None and wanted < result.equal_rows.count:
-        fewest = result.equal_rows.count
         raise ValueError(
             f"num_micro_batches={wanted}: with equal_rows_per_micro_batch the fewest "
             f"micro-batches found whose rows all fit max_token_len={cap} with their filler "
-            f"rows is {fewest}; pass at least {fewest}"
+            f"rows is {result.equal_rows.count}; pass at least {result.equal_rows.count}"
         )
     if wanted < result.lower_bound:
         raise ValueError(
@@ -776,10 +763,8 @@ def _reach(result: RankAnalysis, count: int) -> RankAnalysis | None:
     if result._rest is not None:
         over = len(result.over_cap_groups)
         rest = _reach(result._rest, count - over) if count > over else None
-        if rest is None:
-            return None
-        return replace(result, _rest=rest, min_count=over + rest.min_count,
-                       _packing=_around_over(result, rest._packing))
+        return None if rest is None else replace(result, _rest=rest, min_count=over + rest.min_count,
+                                                 _packing=_around_over(result, rest._packing))
     rule = result.rule
     if rule is None:
         return None
@@ -792,6 +777,4 @@ def _reach(result: RankAnalysis, count: int) -> RankAnalysis | None:
     if found is None and not rule.plain:
         packed = randomized_best_fit(rule, count, result._packing)
         found = packed if len(packed) <= count else None
-    if found is None:
-        return None
-    return replace(result, _packing=found, min_count=len(found))
+    return None if found is None else replace(result, _packing=found, min_count=len(found))

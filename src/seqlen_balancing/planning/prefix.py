@@ -122,13 +122,10 @@ def shared_prefix_costs(
         [[0, 1, 2]]
     """
     options = PlanOptions() if options is None else options
-    refused = _refused(group_ids, options, costs_given)
-    if refused is not None:
-        return PrefixParts(refused)
-    error, lengths = read_numbers(seq_lens, "seq_lens")
-    if error is not None:
-        return PrefixParts(error)
-    error, prefixes = read_numbers(prefix_lengths, "prefix_lengths")
+    # read whole even when refused (reading never raises); the first error in this order speaks
+    length_error, lengths = read_numbers(seq_lens, "seq_lens")
+    prefix_error, prefixes = read_numbers(prefix_lengths, "prefix_lengths")
+    error = _refused(group_ids, options, costs_given) or length_error or prefix_error
     if error is None and len(prefixes) != len(lengths):
         error = NotOnePerSample("prefix_lengths", len(prefixes), len(lengths))
     if error is not None:
@@ -140,9 +137,8 @@ def shared_prefix_costs(
     pad, cap = options.pad_to_multiple_of, _usable_cap(max_token_len, options)
     out_costs, out_ids = [0] * len(lengths), [PartId(0, 0, "")] * len(lengths)
     for g, samples in enumerate(members):
-        prefix = prefixes[samples[0]]
         head = [aligned_length(lengths[i], pad) for i in samples]
-        tail = [aligned_length(lengths[i] - prefix, pad) for i in samples]
+        tail = [aligned_length(lengths[i] - prefixes[i], pad) for i in samples]  # one prefix per group
         parts = _split(head, tail, cap, options.max_samples_per_micro_batch)
         for k, part in enumerate(parts):
             label = labels[g] if len(parts) == 1 else f"{labels[g]} (part {k + 1} of {len(parts)})"
@@ -154,13 +150,9 @@ def shared_prefix_costs(
 
 
 def _refused(group_ids: Any, options: PlanOptions, costs_given: bool) -> PlanError | None:
-    if costs_given:
-        return PrefixLengthsWith("costs")
-    if options.padded:
-        return PrefixLengthsWith("padded=True")
-    if group_ids is None:
-        return PrefixLengthsWithoutGroups()
-    return None
+    if costs_given or options.padded:
+        return PrefixLengthsWith("costs" if costs_given else "padded=True")
+    return PrefixLengthsWithoutGroups() if group_ids is None else None
 
 
 def _prefix_error(
@@ -194,8 +186,7 @@ def _split(head: list[int], tail: list[int], cap: int | None, limit: int | None)
     first (ties: lower index), each joining the first part it fits (cap and sample limit),
     else opening one that pays the prefix through it. No two parts fit together, so a
     micro-batch never holds two parts of one group. O(size x parts)."""
-    whole = head[0] + sum(tail[1:])
-    if cap is None or (whole <= cap and (limit is None or len(head) <= limit)):
+    if cap is None or (head[0] + sum(tail[1:]) <= cap and (limit is None or len(head) <= limit)):
         return [list(range(len(head)))]
     parts: list[list[int]] = []
     loads: list[int] = []

@@ -97,9 +97,6 @@ class RowIndices(list):  # type: ignore[type-arg]
         (True, 4)
     """
 
-    filler: int
-    filler_row: int
-
     def __init__(self, indices: Any = (), filler: int = 0, filler_row: int = -1) -> None:
         super().__init__(indices)
         self.filler, self.filler_row = filler, filler_row
@@ -153,8 +150,7 @@ def rows_rule(result: RankAnalysis, rows: int) -> Rule | None:
             return None
         sizes = [size - k * cost for size, k in zip(rule.sizes, rule.rows, strict=True)]
         # no room left with every size 0: the same rule, and the bounds need a positive cap
-        room = max(rule.cap - rows * cost, 0 if any(sizes) else 1)
-        out = Rule.sums(sizes, room, rule.rows, rows)
+        out = Rule.sums(sizes, max(rule.cap - rows * cost, 0 if any(sizes) else 1), rule.rows, rows)
     return out if all(out.fits_alone(i) for i in range(out.n)) else None
 
 
@@ -301,9 +297,8 @@ def _extended(result: RankAnalysis, count: int, found: tuple[int, RankAnalysis])
     tolerance = _tolerance(result, found[1]._packing)
     plans = [(found[0], tolerance, found[1])]
     for _ in range(_STRETCH):
-        if tolerance >= UNBOUNDED_ROWS:
-            break
-        more = _rows_at(result, count, tolerance + 1, tolerance + 1)
+        # nothing to stretch past an unbounded tolerance
+        more = None if tolerance >= UNBOUNDED_ROWS else _rows_at(result, count, tolerance + 1, tolerance + 1)
         if more is None:
             break
         upto = max(tolerance + 1, _tolerance(result, more[1]._packing))
@@ -334,8 +329,7 @@ def _limit(result: RankAnalysis) -> int:
     """The most rows the sample limit lets any micro-batch hold (the option's, whatever the
     core's rule keeps), or :data:`UNBOUNDED_ROWS`."""
     rule, option = _core(result).rule, result.given.max_samples_per_micro_batch
-    limits = [n for n in (rule.limit if rule else None, option) if n is not None]
-    return min(limits, default=UNBOUNDED_ROWS)
+    return min((n for n in (rule.limit if rule else None, option) if n is not None), default=UNBOUNDED_ROWS)
 
 
 def _tolerance(result: RankAnalysis, packing: list[list[int]]) -> int:
