@@ -204,8 +204,7 @@ def _fewest_bins(n_large: int, n_small: int, pairs: int, q0: int, q1: int, q2: i
     a, b = n_small - n_large * q1, 2 * q1 - q2
     candidates = {0, pairs}
     if b > 0 and a < 0:
-        star = (-a) // b
-        candidates.add(min(star, pairs))
+        candidates.add(min((-a) // b, pairs))
     return min(
         n_large - n2 + max(0, -(-(a + n2 * b) // q0)) for n2 in candidates
     )
@@ -223,8 +222,6 @@ def _dff_sorted(ordered: list[int], cap: int) -> int:
     O(k) from precomputed bisections, each ``phi_e`` O(min(n, cap / e)).
     """
     n = len(ordered)
-    if n == 0:
-        return 0
     half = bisect_right(ordered, cap // 2)
     distinct = _thresholds(ordered, half)
     counts = Counter(ordered)

@@ -545,10 +545,7 @@ def _exact_fill(sizes: list[int], k: int, per: int, budget: int = 200_000) -> li
 
     if not place(0):
         return None
-    parts: list[list[int]] = [[] for _ in range(k)]
-    for position, group in enumerate(order):
-        parts[placed[position]].append(group)
-    return parts
+    return [[group for group, p in zip(order, placed, strict=True) if p == q] for q in range(k)]
 
 
 def _swap_equal_sizes(parts: list[list[int]], sizes: list[int], loads: list[int]) -> list[list[int]]:
@@ -563,11 +560,9 @@ def _swap_equal_sizes(parts: list[list[int]], sizes: list[int], loads: list[int]
         gap = totals[heavy] - totals[light]
         if gap <= 0:
             break
-        by_size: dict[int, list[tuple[int, int]]] = {}
-        for x in parts[light]:
+        by_size: dict[int, list[tuple[int, int]]] = {}  # each list ascending
+        for x in sorted(parts[light], key=lambda x: (loads[x], x)):
             by_size.setdefault(sizes[x], []).append((loads[x], x))
-        for candidates in by_size.values():
-            candidates.sort()
         best: tuple[int, int, int] | None = None  # (distance from gap / 2, a, b)
         for a in parts[heavy]:
             candidates = by_size.get(sizes[a], [])

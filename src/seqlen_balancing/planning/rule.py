@@ -225,9 +225,7 @@ class Rule:
     def decreasing(self) -> list[int]:
         """The items in the order decreasing packings take them: largest first (padded:
         widest first, then more rows), ties by index. O(n log n) once, then O(n)."""
-        if self.is_padded:
-            return widest_first(self)
-        return list(self.by_size)
+        return widest_first(self)
 
 
 def falls(values: Sequence[int]) -> bool:
@@ -360,7 +358,7 @@ def widest_first(rule: Rule) -> list[int]:
     """The items widest first (``left + right``; summed costs: largest first), then more
     rows first, ties by index. O(n log n)."""
     if rule.left is None or rule.right is None:
-        return rule.decreasing()
+        return list(rule.by_size)
     left, right, rows = rule.left, rule.right, rule.rows
     return sorted(range(len(right)), key=lambda i: (-(left[i] + right[i]), -rows[i], i))
 
