@@ -88,18 +88,13 @@ def l2_lower_bound(sizes: Sequence[int], cap: int) -> int:
     """
     sizes, cap = _checked(sizes, cap)
     ordered = _in_range(sorted(sizes), cap)
-    return _l2_sorted(ordered, _prefix(ordered), cap)
+    return _l2_sorted(ordered, list(accumulate(ordered, initial=0)), cap)
 
 
 def _in_range(ordered: list[int], cap: int) -> list[int]:
     if ordered and ordered[-1] > cap:
         raise ValueError(f"item sizes must lie in 0..{cap}, got {ordered[0]}..{ordered[-1]}")
     return ordered
-
-
-def _prefix(ordered: list[int]) -> list[int]:
-    """``prefix[i] = sum(ordered[:i])`` for ``i`` in ``0..len(ordered)``."""
-    return list(accumulate(ordered, initial=0))
 
 
 #: Dual feasible functions u_k of Fekete and Schepers are tried for k = 1.._MAX_DFF_K.
@@ -399,7 +394,7 @@ def _best_lower_bound(
     if not ordered:
         return 0, BOUND_NAMES[0]
     goal = inf if enough is None else enough
-    prefix = _prefix(ordered)
+    prefix = list(accumulate(ordered, initial=0))
     best, name = _l2_sorted(ordered, prefix, cap), BOUND_NAMES[0]
 
     def better(value: int, label: str) -> bool:
@@ -415,7 +410,7 @@ def _best_lower_bound(
         return best, name
     fixed, rest = dominant_bins(sizes, cap) if reduction is None else reduction()
     residual = sorted(sizes[i] for i in rest)
-    residual_prefix = _prefix(residual)
+    residual_prefix = list(accumulate(residual, initial=0))
     reduced = len(fixed)
     if fixed and residual:
         # No cardinality bound: the matching bound's counts at alpha = 0 dominate ceil(n / p)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Sequence
+from functools import reduce
 from typing import Any
 
 from seqlen_balancing._checks import (
@@ -307,11 +308,8 @@ def greedy_partition(
     bits = _float_bits(seqlen_list)
     # verl adds float items in their type: every sum rounded to its precision
     rounded = (lambda value: value) if bits is None else _rounding(bits)
-    bias = 0
-    if equal:
-        for value in values:  # verl's sum(seqlen_list), one item at a time
-            bias = rounded(bias + value)
-        bias = rounded(bias + 1)
+    # verl's sum(seqlen_list) + 1, one item at a time
+    bias = rounded(reduce(lambda total, value: rounded(total + value), values, 0) + 1) if equal else 0
     parts: list[list[int]] = [[] for _ in range(k)]
     heap = [(0, p) for p in range(k)]  # (sum, partition): the lowest index wins a tie
     for i, value in enumerate(values):
@@ -464,8 +462,7 @@ def get_group_balanced_partitions(
     k = k_partitions_in_range(k_partitions, len(members), what="uid groups")
     sizes = [len(group) for group in members]
     loads = [sum(workload(values[i]) for i in group) for group in members]
-    parts = _deal_groups(sizes, loads, k)
-    return [sorted(i for g in part for i in members[g]) for part in parts]
+    return [sorted(i for g in part for i in members[g]) for part in _deal_groups(sizes, loads, k)]
 
 
 def _deal_groups(sizes: list[int], loads: list[int], k: int) -> list[list[int]]:

@@ -54,9 +54,6 @@ class _FixedCount:
         # give up, or None when stale.
         self.outs: list[tuple[list[int], list[int]] | None] = [None] * len(bins)
 
-    def free_weight(self) -> int:
-        return sum(map(self.sizes.__getitem__, self.free))
-
     def _decode(self, code: int) -> list[int]:
         items = []
         while code:
@@ -173,7 +170,7 @@ class _FixedCount:
         """Descend, then kick (empty random bins into the pool, descend again) while the
         budget lasts, keeping a kick unless it leaves more free weight. True on success."""
         self.descend(budget)
-        weight = self.free_weight()
+        weight = sum(map(self.sizes.__getitem__, self.free))
         n_bins = len(self.bins)
         while self.free and self.work < budget:
             saved = ([list(b) for b in self.bins], list(self.loads), list(self.free), list(self.rows))
@@ -187,7 +184,7 @@ class _FixedCount:
                 self.outs[victim] = None
             self.work += n_bins + len(self.sizes)
             self.descend(budget)
-            new_weight = self.free_weight()
+            new_weight = sum(map(self.sizes.__getitem__, self.free))
             if new_weight <= weight:
                 weight = new_weight
             else:

@@ -175,8 +175,7 @@ class Rule:
         """A padded micro-batch's width in token positions (0 for no items)."""
         if not items or self.left is None or self.right is None:
             return 0
-        left, right = self.left, self.right
-        return aligned_length(max(left[i] for i in items) + max(right[i] for i in items), self.pad)
+        return aligned_length(max(self.left[i] for i in items) + max(self.right[i] for i in items), self.pad)
 
     def cost(self, items: Sequence[int]) -> int:
         """What the micro-batch of ``items`` holds: rows x width when padded, else the
@@ -202,8 +201,8 @@ class Rule:
         """The same rule on ``items`` only, renumbered ``0..len(items)-1`` in that order."""
         left = None if self.left is None else [self.left[i] for i in items]
         right = None if self.right is None else [self.right[i] for i in items]
-        sizes, rows = [self.sizes[i] for i in items], [self.rows[i] for i in items]
-        return Rule(self.cap, sizes, rows, self.limit, left, right, self.pad, self.filled)
+        return Rule(self.cap, [self.sizes[i] for i in items], [self.rows[i] for i in items], self.limit,
+                    left, right, self.pad, self.filled)
 
     @cached_property
     def by_size(self) -> list[int]:
