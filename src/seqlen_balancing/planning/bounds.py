@@ -285,10 +285,8 @@ def dominant_bins(sizes: Sequence[int], cap: int) -> tuple[list[list[int]], list
         ([], [0, 1, 2, 3])
     """
     n = len(sizes)
-    if n >= 3:
-        largest, low = max(sizes), heapq.nsmallest(2, sizes)
-        if largest + low[0] + low[1] <= cap:
-            return [], list(range(n))  # the usual case, in O(n): nothing to reduce
+    if n >= 3 and max(sizes) + sum(heapq.nsmallest(2, sizes)) <= cap:
+        return [], list(range(n))  # the usual case, in O(n): nothing to reduce
     order = sorted(range(n), key=sizes.__getitem__)  # stable: ties by index
     alive = [sizes[i] for i in order]  # ascending
     fixed: list[list[int]] = []

@@ -701,8 +701,6 @@ def split(rule: Rule, bins: list[list[int]], count: int) -> list[list[int]]:
     n_items = sum(len(b) for b in result)
     if not len(result) <= count <= n_items:
         raise ValueError(f"cannot split {len(result)} bins of {n_items} items into {count}")
-    if len(result) == count:
-        return result  # nothing to split: no costs to price
     # Splittable bins keyed by (-cost, index): the costliest first, the lowest index on ties.
     heap = [(-rule.cost(b), k) for k, b in enumerate(result) if len(b) > 1]
     heapq.heapify(heap)

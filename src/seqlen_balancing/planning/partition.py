@@ -564,8 +564,7 @@ def _swap_equal_sizes(parts: list[list[int]], sizes: list[int], loads: list[int]
         for a in parts[heavy]:
             candidates = by_size.get(sizes[a], [])
             # Moving d = loads[a] - loads[b] narrows the gap when 0 < d < gap; d = gap / 2 is best.
-            target = 2 * loads[a] - gap
-            spot = bisect_left(candidates, (target // 2, -1))
+            spot = bisect_left(candidates, ((2 * loads[a] - gap) // 2, -1))
             for load_b, b in candidates[max(spot - 1, 0) : spot + 2]:
                 d = loads[a] - load_b
                 if 0 < d < gap:

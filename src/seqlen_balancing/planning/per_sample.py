@@ -20,7 +20,7 @@ whose data cannot be read fails with its peers instead of leaving them in the co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -73,8 +73,7 @@ def read_numbers(
     """
     try:
         if lengths is not None and callable(values) and not callable(getattr(values, "tolist", None)):
-            call: Callable[[list[int]], Any] = values
-            return _read(call(list(lengths)), source, returned=True)
+            return _read(values(list(lengths)), source, returned=True)
         return _read(values, source, returned=False)
     except Exception as exc:  # any exception of the caller's data: this rank's agreed error
         return CallerDataRaised(source, type(exc).__name__, detail=describe(exc)[:120]), []

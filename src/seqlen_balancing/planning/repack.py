@@ -40,9 +40,7 @@ class _FixedCount:
 
     def __init__(self, rule: Rule, bins: list[list[int]], free: list[int], seed: int) -> None:
         sizes = self.sizes = rule.sizes
-        self.cap = rule.cap
-        self.limit = rule.limit
-        self.counts = rule.rows
+        self.rule = rule
         self.base = len(sizes) + 1
         self.bins = bins
         self.loads = [sum(map(sizes.__getitem__, b)) for b in bins]
@@ -62,7 +60,7 @@ class _FixedCount:
         return items
 
     def _rows_of(self, code: int) -> int:
-        return sum(map(self.counts.__getitem__, self._decode(code)))
+        return sum(map(self.rule.rows.__getitem__, self._decode(code)))
 
     def _free_sums(self) -> tuple[list[int], list[int]]:
         """Sorted distinct sums of 1-3 free items (pairs and triples only for small pools),
@@ -95,14 +93,13 @@ class _FixedCount:
                 for i, j in combinations(items, 2):
                     out_sizes.append(sizes[i] + sizes[j])
                     out_codes.append((i + 1) * base + j + 1)
-            outs = (out_sizes, out_codes)
-            self.outs[b] = outs
+            outs = self.outs[b] = (out_sizes, out_codes)
         return outs
 
     def _best_move(self, b: int, keys: list[int], codes: list[int]) -> tuple[int, int, int]:
         """Largest load increase ``(gain, out code, in code)`` of bin ``b`` by swapping up to
         two of its items for one to three free ones (gain 0: no move)."""
-        room = self.cap - self.loads[b]
+        room = self.rule.cap - self.loads[b]
         best = (0, 0, 0)
         if room == 0:
             # a full bin gains nothing: charge the same evaluations without making them
@@ -111,7 +108,7 @@ class _FixedCount:
             return best
         out_sizes, out_codes = self._outs(b)
         self.work += len(out_sizes)
-        spare = None if self.limit is None else self.limit - self.rows[b]
+        spare = None if self.rule.limit is None else self.rule.limit - self.rows[b]
         for k, out_size in enumerate(out_sizes):
             pos = bisect_right(keys, out_size + room) - 1
             if pos >= 0 and spare is not None:
@@ -142,7 +139,7 @@ class _FixedCount:
             items.remove(i)
         items.extend(into)
         self.loads[b] += gain
-        if self.limit is not None:
+        if self.rule.limit is not None:
             self.rows[b] += self._rows_of(in_code) - self._rows_of(out_code)
         self.outs[b] = None
         for i in into:

@@ -259,9 +259,8 @@ class Loads:
     def of(cls, rule: Rule, bins: Sequence[Sequence[int]]) -> Loads:
         """The state of the micro-batches ``bins`` (lists of items). O(n)."""
         loads = cls(rule, len(bins))
-        unit = rule.unit_rows
         for b, items in enumerate(bins):
-            loads.rows[b] = len(items) if unit else sum(map(rule.rows.__getitem__, items))
+            loads.rows[b] = len(items) if rule.unit_rows else sum(map(rule.rows.__getitem__, items))
             loads._price(b, items)
         return loads
 

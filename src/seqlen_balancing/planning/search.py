@@ -229,8 +229,7 @@ def search_count(rule: Rule, workloads: list[int], divisor: int, floor: int | No
         if search.packing:
             if search.done():
                 break  # met the bound already evaluated: no stronger bound needed
-            costly = BOUND_NAMES.index(packer.upto) > _CHEAP_LEVEL
-            if costly:
+            if BOUND_NAMES.index(packer.upto) > _CHEAP_LEVEL:  # a costly bound
                 search.hold(_CHEAP)
                 if search.done():
                     break
@@ -283,10 +282,9 @@ def _fitting_kk(rule: Rule, workloads: list[int], count: int) -> list[list[int]]
     keeps every micro-batch within the rule (and ``n * count <= _KK_BUDGET``), else
     ``None``. The merge stops early once a part's summed cost is over the cap, which
     every rule implies (a padded footprint is at least the rows' own)."""
-    sizes = rule.sizes
-    if len(sizes) * count > _KK_BUDGET or count > len(sizes):
+    if rule.n * count > _KK_BUDGET or count > rule.n:
         return None
-    found = _capped_largest_differencing(workloads, count, sizes, rule.cap)
+    found = _capped_largest_differencing(workloads, count, rule.sizes, rule.cap)
     if found is None or rule.plain or all(rule.fits(part) for part in found):
         return found
     return None
