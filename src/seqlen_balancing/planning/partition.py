@@ -476,12 +476,10 @@ def _deal_groups(sizes: list[int], loads: list[int], k: int) -> list[list[int]]:
         # One size: the same number of groups per partition, equal-size Karmarkar-Karp.
         if g % k:
             raise _undealable(sizes, k, f"{g} groups of {sizes[0]} do not split into {k} equal counts")
-        parts = _largest_differencing(loads, k, equal_size=True)
-    else:
-        dealt = _lpt_with_room(sizes, loads, k, per) or _exact_fill(sizes, k, per)
-        if dealt is None:
-            raise _undealable(sizes, k, "no way to fill every partition exactly was found")
-        parts = dealt
+        return _swap_equal_sizes(_largest_differencing(loads, k, equal_size=True), sizes, loads)
+    parts = _lpt_with_room(sizes, loads, k, per) or _exact_fill(sizes, k, per)
+    if parts is None:
+        raise _undealable(sizes, k, "no way to fill every partition exactly was found")
     return _swap_equal_sizes(parts, sizes, loads)
 
 

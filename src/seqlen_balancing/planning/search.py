@@ -303,8 +303,7 @@ def _close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[in
     fixed, rest = [list(b) for b in fixed], list(rest)  # the rule's own: not changed here
     sub = rule.restrict(rest)
     if not any(sub.sizes):
-        if rest:
-            fixed[0].extend(rest)  # zero-length items fit anywhere
+        fixed[0].extend(rest)  # zero-length items fit anywhere
         return fixed
     target = max(1, lower - len(fixed))  # no packing of the rest has fewer (fixed: optimal)
 
