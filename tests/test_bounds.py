@@ -16,7 +16,6 @@ from seqlen_balancing.planning.bounds import (
     _dff_sorted,
     _fewest_bins,
     _matching_sorted,
-    _prefix,
     _thresholds,
     best_lower_bound,
     dominant_bins,
@@ -116,10 +115,11 @@ def test_matching_bound_matches_its_definition() -> None:
         sizes, cap = random_instance(rng)
         ordered = sorted(sizes)
         expected = matching_by_definition(sizes, cap)
-        assert _matching_sorted(ordered, _prefix(ordered), cap) == expected, (sizes, cap)
+        prefix = list(itertools.accumulate(ordered, initial=0))
+        assert _matching_sorted(ordered, prefix, cap) == expected, (sizes, cap)
     # 30, 30 pair (60); 40, 40 do not; 21 is large and pairs with nothing: 4 bins at least.
     ordered = [17, 21, 30, 30, 40, 40, 60, 60]
-    assert _matching_sorted(ordered, _prefix(ordered), 60) == 6
+    assert _matching_sorted(ordered, list(itertools.accumulate(ordered, initial=0)), 60) == 6
 
 
 def test_fewest_bins_is_the_least_count_over_every_choice() -> None:
@@ -206,7 +206,7 @@ def test_matching_bound_counts_small_items_beside_large_ones() -> None:
     # small item fits (12 + 13 > 60 - 38), so the fifth of the small items needs a fifth bin.
     ordered = [0, 0, 0, 12, 13, 15, 17, 19, 38, 41, 41, 42]
     assert matching_by_definition(ordered, 60) == 5
-    assert _matching_sorted(ordered, _prefix(ordered), 60) == 5
+    assert _matching_sorted(ordered, list(itertools.accumulate(ordered, initial=0)), 60) == 5
 
 
 @pytest.mark.parametrize(

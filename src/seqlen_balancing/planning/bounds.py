@@ -88,18 +88,13 @@ def l2_lower_bound(sizes: Sequence[int], cap: int) -> int:
     """
     sizes, cap = _checked(sizes, cap)
     ordered = _in_range(sorted(sizes), cap)
-    return _l2_sorted(ordered, _prefix(ordered), cap)
+    return _l2_sorted(ordered, list(accumulate(ordered, initial=0)), cap)
 
 
 def _in_range(ordered: list[int], cap: int) -> list[int]:
     if ordered and ordered[-1] > cap:
         raise ValueError(f"item sizes must lie in 0..{cap}, got {ordered[0]}..{ordered[-1]}")
     return ordered
-
-
-def _prefix(ordered: list[int]) -> list[int]:
-    """``prefix[i] = sum(ordered[:i])`` for ``i`` in ``0..len(ordered)``."""
-    return list(accumulate(ordered, initial=0))
 
 
 #: Dual feasible functions u_k of Fekete and Schepers are tried for k = 1.._MAX_DFF_K.
@@ -204,8 +199,7 @@ def _fewest_bins(n_large: int, n_small: int, pairs: int, q0: int, q1: int, q2: i
     a, b = n_small - n_large * q1, 2 * q1 - q2
     candidates = {0, pairs}
     if b > 0 and a < 0:
-        star = (-a) // b
-        candidates.add(min(star, pairs))
+        candidates.add(min((-a) // b, pairs))
     return min(
         n_large - n2 + max(0, -(-(a + n2 * b) // q0)) for n2 in candidates
     )
@@ -223,8 +217,6 @@ def _dff_sorted(ordered: list[int], cap: int) -> int:
     O(k) from precomputed bisections, each ``phi_e`` O(min(n, cap / e)).
     """
     n = len(ordered)
-    if n == 0:
-        return 0
     half = bisect_right(ordered, cap // 2)
     distinct = _thresholds(ordered, half)
     counts = Counter(ordered)
@@ -293,10 +285,8 @@ def dominant_bins(sizes: Sequence[int], cap: int) -> tuple[list[list[int]], list
         ([], [0, 1, 2, 3])
     """
     n = len(sizes)
-    if n >= 3:
-        largest, low = max(sizes), heapq.nsmallest(2, sizes)
-        if largest + low[0] + low[1] <= cap:
-            return [], list(range(n))  # the usual case, in O(n): nothing to reduce
+    if n >= 3 and max(sizes) + sum(heapq.nsmallest(2, sizes)) <= cap:
+        return [], list(range(n))  # the usual case, in O(n): nothing to reduce
     order = sorted(range(n), key=sizes.__getitem__)  # stable: ties by index
     alive = [sizes[i] for i in order]  # ascending
     fixed: list[list[int]] = []
@@ -402,7 +392,7 @@ def _best_lower_bound(
     if not ordered:
         return 0, BOUND_NAMES[0]
     goal = inf if enough is None else enough
-    prefix = _prefix(ordered)
+    prefix = list(accumulate(ordered, initial=0))
     best, name = _l2_sorted(ordered, prefix, cap), BOUND_NAMES[0]
 
     def better(value: int, label: str) -> bool:
@@ -418,7 +408,7 @@ def _best_lower_bound(
         return best, name
     fixed, rest = dominant_bins(sizes, cap) if reduction is None else reduction()
     residual = sorted(sizes[i] for i in rest)
-    residual_prefix = _prefix(residual)
+    residual_prefix = list(accumulate(residual, initial=0))
     reduced = len(fixed)
     if fixed and residual:
         # No cardinality bound: the matching bound's counts at alpha = 0 dominate ceil(n / p)

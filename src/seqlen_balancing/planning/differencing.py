@@ -221,8 +221,7 @@ class _Layout(NamedTuple):
         rounded, total = self.rounded, lead >> self.sum_shift
         for item in items:
             total = total + self.values[item] if rounded is None else rounded(total + self.values[item])
-        low = (1 << self.sum_shift) - 1
-        return (union & low) | total << self.sum_shift
+        return (union & ((1 << self.sum_shift) - 1)) | total << self.sum_shift
 
 
 def _merge_all(heap: list[tuple[int, list[int]]], layout: _Layout, lists: list[list[int]]) -> list[int]:

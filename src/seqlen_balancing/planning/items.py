@@ -193,10 +193,9 @@ def group_rule(
         return _padded_groups(lengths, costs, group_workloads, options, cap, extents, custom_costs,
                               (members, labels, rows))
     made = (options.pad_to_multiple_of, custom_costs)
-    firsts = list(range(len(lengths)))
-    error = None if alone else over_cap_error(lengths, costs, SampleOverCap, firsts, cap, made)
-    sizes = _per_group(costs, members)
-    rule = Rule.sums(sizes, cap.usable, rows, options.max_samples_per_micro_batch)
+    error = None if alone else over_cap_error(lengths, costs, SampleOverCap, list(range(len(lengths))), cap,
+                                              made)
+    rule = Rule.sums(_per_group(costs, members), cap.usable, rows, options.max_samples_per_micro_batch)
     if error is None and members is not None and not alone:
         error = _group_error(rule, lengths, members, labels, cap, made, GroupOverCap)
     return GroupRule(rule, costs, group_workloads, error)
@@ -234,8 +233,8 @@ def _padded_groups(
     rule = Rule.padded(_per_group(left, members, max), _per_group(right, members, max), cap.usable,
                        rows, pad, options.max_samples_per_micro_batch)
     made = (pad, custom_costs)
-    firsts = list(range(len(lengths)))
-    error = None if alone else over_cap_error(spans, widths, PaddedSampleOverCap, firsts, cap, made)
+    error = None if alone else over_cap_error(spans, widths, PaddedSampleOverCap, list(range(len(lengths))),
+                                              cap, made)
     if error is None and members is not None and not alone:
         group_spans = [a + b for a, b in zip(rule.left or [], rule.right or [], strict=True)]
         error = _group_error(rule, lengths, members, labels, cap, made, PaddedGroupOverCap,

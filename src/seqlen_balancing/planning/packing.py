@@ -281,7 +281,9 @@ def randomized_best_fit(
     n = rule.n
     restarts = min(_MAX_RESTARTS, (20 * n + 100_000 if budget is None else budget) // max(n, 1))
     rng = random.Random((n * 1_000_003 + rule.cap * 7919 + sum(rule.sizes)) & 0xFFFFFFFF)
-    key = _order_key(rule)
+    # what decreasing orders sort by: the cost alone, or (padded) the width
+    key = rule.sizes if rule.left is None or rule.right is None else [
+        a + b for a, b in zip(rule.left, rule.right, strict=True)]
     best = packing
     stale = 0
     for restart in range(restarts):
@@ -299,13 +301,6 @@ def randomized_best_fit(
         if len(found) < len(best):
             best, stale = found, 0
     return best
-
-
-def _order_key(rule: Rule) -> list[int]:
-    """What decreasing orders sort by: the cost alone, or (padded) the width."""
-    if rule.left is None or rule.right is None:
-        return rule.sizes
-    return [a + b for a, b in zip(rule.left, rule.right, strict=True)]
 
 
 def row_filling(rule: Rule) -> list[list[int]]:
@@ -706,8 +701,6 @@ def split(rule: Rule, bins: list[list[int]], count: int) -> list[list[int]]:
     n_items = sum(len(b) for b in result)
     if not len(result) <= count <= n_items:
         raise ValueError(f"cannot split {len(result)} bins of {n_items} items into {count}")
-    if len(result) == count:
-        return result  # nothing to split: no costs to price
     # Splittable bins keyed by (-cost, index): the costliest first, the lowest index on ties.
     heap = [(-rule.cost(b), k) for k, b in enumerate(result) if len(b) > 1]
     heapq.heapify(heap)
@@ -727,17 +720,13 @@ def _halve_summed(rule: Rule, items: list[int]) -> tuple[list[int], list[int]]:
     """Largest first, each to the lighter half (the first on a tie); the two largest seed
     the halves so both stay non-empty."""
     sizes = rule.sizes
-    first: list[int] = []
-    second: list[int] = []
-    load_first = load_second = 0
+    halves: tuple[list[int], list[int]] = ([], [])
+    loads = [0, 0]
     for position, i in enumerate(sorted(items, key=lambda i: (-sizes[i], i))):
-        if position == 0 or (position > 1 and load_first <= load_second):
-            first.append(i)
-            load_first += sizes[i]
-        else:
-            second.append(i)
-            load_second += sizes[i]
-    return first, second
+        side = int(position == 1 or loads[0] > loads[1])  # the first item: loads both 0
+        halves[side].append(i)
+        loads[side] += sizes[i]
+    return halves
 
 
 def _halve_padded(rule: Rule, items: list[int]) -> tuple[list[int], list[int]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Sequence
+from functools import reduce
 from typing import Any
 
 from seqlen_balancing._checks import (
@@ -307,11 +308,8 @@ def greedy_partition(
     bits = _float_bits(seqlen_list)
     # verl adds float items in their type: every sum rounded to its precision
     rounded = (lambda value: value) if bits is None else _rounding(bits)
-    bias = 0
-    if equal:
-        for value in values:  # verl's sum(seqlen_list), one item at a time
-            bias = rounded(bias + value)
-        bias = rounded(bias + 1)
+    # verl's sum(seqlen_list) + 1, one item at a time
+    bias = rounded(reduce(lambda total, value: rounded(total + value), values, 0) + 1) if equal else 0
     parts: list[list[int]] = [[] for _ in range(k)]
     heap = [(0, p) for p in range(k)]  # (sum, partition): the lowest index wins a tie
     for i, value in enumerate(values):
@@ -464,8 +462,7 @@ def get_group_balanced_partitions(
     k = k_partitions_in_range(k_partitions, len(members), what="uid groups")
     sizes = [len(group) for group in members]
     loads = [sum(workload(values[i]) for i in group) for group in members]
-    parts = _deal_groups(sizes, loads, k)
-    return [sorted(i for g in part for i in members[g]) for part in parts]
+    return [sorted(i for g in part for i in members[g]) for part in _deal_groups(sizes, loads, k)]
 
 
 def _deal_groups(sizes: list[int], loads: list[int], k: int) -> list[list[int]]:
@@ -479,12 +476,10 @@ def _deal_groups(sizes: list[int], loads: list[int], k: int) -> list[list[int]]:
         # One size: the same number of groups per partition, equal-size Karmarkar-Karp.
         if g % k:
             raise _undealable(sizes, k, f"{g} groups of {sizes[0]} do not split into {k} equal counts")
-        parts = _largest_differencing(loads, k, equal_size=True)
-    else:
-        dealt = _lpt_with_room(sizes, loads, k, per) or _exact_fill(sizes, k, per)
-        if dealt is None:
-            raise _undealable(sizes, k, "no way to fill every partition exactly was found")
-        parts = dealt
+        return _swap_equal_sizes(_largest_differencing(loads, k, equal_size=True), sizes, loads)
+    parts = _lpt_with_room(sizes, loads, k, per) or _exact_fill(sizes, k, per)
+    if parts is None:
+        raise _undealable(sizes, k, "no way to fill every partition exactly was found")
     return _swap_equal_sizes(parts, sizes, loads)
 
 
@@ -545,10 +540,7 @@ def _exact_fill(sizes: list[int], k: int, per: int, budget: int = 200_000) -> li
 
     if not place(0):
         return None
-    parts: list[list[int]] = [[] for _ in range(k)]
-    for position, group in enumerate(order):
-        parts[placed[position]].append(group)
-    return parts
+    return [[group for group, p in zip(order, placed, strict=True) if p == q] for q in range(k)]
 
 
 def _swap_equal_sizes(parts: list[list[int]], sizes: list[int], loads: list[int]) -> list[list[int]]:
@@ -563,17 +555,14 @@ def _swap_equal_sizes(parts: list[list[int]], sizes: list[int], loads: list[int]
         gap = totals[heavy] - totals[light]
         if gap <= 0:
             break
-        by_size: dict[int, list[tuple[int, int]]] = {}
-        for x in parts[light]:
+        by_size: dict[int, list[tuple[int, int]]] = {}  # each list ascending
+        for x in sorted(parts[light], key=lambda x: (loads[x], x)):
             by_size.setdefault(sizes[x], []).append((loads[x], x))
-        for candidates in by_size.values():
-            candidates.sort()
         best: tuple[int, int, int] | None = None  # (distance from gap / 2, a, b)
         for a in parts[heavy]:
             candidates = by_size.get(sizes[a], [])
             # Moving d = loads[a] - loads[b] narrows the gap when 0 < d < gap; d = gap / 2 is best.
-            target = 2 * loads[a] - gap
-            spot = bisect_left(candidates, (target // 2, -1))
+            spot = bisect_left(candidates, ((2 * loads[a] - gap) // 2, -1))
             for load_b, b in candidates[max(spot - 1, 0) : spot + 2]:
                 d = loads[a] - load_b
                 if 0 < d < gap:

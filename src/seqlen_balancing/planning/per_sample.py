@@ -20,7 +20,7 @@ whose data cannot be read fails with its peers instead of leaving them in the co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -72,16 +72,11 @@ def read_numbers(
         ('reading workloads raised KeyError: t', 'KeyError(4) (KeyError)')
     """
     try:
-        if lengths is not None and callable(values) and not _is_array(values):
-            call: Callable[[list[int]], Any] = values
-            return _read(call(list(lengths)), source, returned=True)
+        if lengths is not None and callable(values) and not callable(getattr(values, "tolist", None)):
+            return _read(values(list(lengths)), source, returned=True)
         return _read(values, source, returned=False)
     except Exception as exc:  # any exception of the caller's data: this rank's agreed error
         return CallerDataRaised(source, type(exc).__name__, detail=describe(exc)[:120]), []
-
-
-def _is_array(values: Any) -> bool:
-    return callable(getattr(values, "tolist", None))
 
 
 def _items(values: Any, source: LengthSource, returned: bool) -> tuple[PlanError | None, Any]:
@@ -90,7 +85,7 @@ def _items(values: Any, source: LengthSource, returned: bool) -> tuple[PlanError
         return None, values
     if isinstance(values, _REFUSED):
         return LengthsNotASequence(source, type(values).__name__), None
-    if _is_array(values):
+    if callable(getattr(values, "tolist", None)):
         if getattr(values, "ndim", 1) != 1:
             shape = tuple(getattr(values, "shape", ()))
             return LengthsNotOneDimensional(source, detail=f"shape {shape}"), None

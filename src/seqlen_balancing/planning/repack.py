@@ -40,9 +40,7 @@ class _FixedCount:
 
     def __init__(self, rule: Rule, bins: list[list[int]], free: list[int], seed: int) -> None:
         sizes = self.sizes = rule.sizes
-        self.cap = rule.cap
-        self.limit = rule.limit
-        self.counts = rule.rows
+        self.rule = rule
         self.base = len(sizes) + 1
         self.bins = bins
         self.loads = [sum(map(sizes.__getitem__, b)) for b in bins]
@@ -54,9 +52,6 @@ class _FixedCount:
         # give up, or None when stale.
         self.outs: list[tuple[list[int], list[int]] | None] = [None] * len(bins)
 
-    def free_weight(self) -> int:
-        return sum(map(self.sizes.__getitem__, self.free))
-
     def _decode(self, code: int) -> list[int]:
         items = []
         while code:
@@ -65,7 +60,7 @@ class _FixedCount:
         return items
 
     def _rows_of(self, code: int) -> int:
-        return sum(map(self.counts.__getitem__, self._decode(code)))
+        return sum(map(self.rule.rows.__getitem__, self._decode(code)))
 
     def _free_sums(self) -> tuple[list[int], list[int]]:
         """Sorted distinct sums of 1-3 free items (pairs and triples only for small pools),
@@ -98,14 +93,13 @@ class _FixedCount:
                 for i, j in combinations(items, 2):
                     out_sizes.append(sizes[i] + sizes[j])
                     out_codes.append((i + 1) * base + j + 1)
-            outs = (out_sizes, out_codes)
-            self.outs[b] = outs
+            outs = self.outs[b] = (out_sizes, out_codes)
         return outs
 
     def _best_move(self, b: int, keys: list[int], codes: list[int]) -> tuple[int, int, int]:
         """Largest load increase ``(gain, out code, in code)`` of bin ``b`` by swapping up to
         two of its items for one to three free ones (gain 0: no move)."""
-        room = self.cap - self.loads[b]
+        room = self.rule.cap - self.loads[b]
         best = (0, 0, 0)
         if room == 0:
             # a full bin gains nothing: charge the same evaluations without making them
@@ -114,7 +108,7 @@ class _FixedCount:
             return best
         out_sizes, out_codes = self._outs(b)
         self.work += len(out_sizes)
-        spare = None if self.limit is None else self.limit - self.rows[b]
+        spare = None if self.rule.limit is None else self.rule.limit - self.rows[b]
         for k, out_size in enumerate(out_sizes):
             pos = bisect_right(keys, out_size + room) - 1
             if pos >= 0 and spare is not None:
@@ -145,7 +139,7 @@ class _FixedCount:
             items.remove(i)
         items.extend(into)
         self.loads[b] += gain
-        if self.limit is not None:
+        if self.rule.limit is not None:
             self.rows[b] += self._rows_of(in_code) - self._rows_of(out_code)
         self.outs[b] = None
         for i in into:
@@ -173,7 +167,7 @@ class _FixedCount:
         """Descend, then kick (empty random bins into the pool, descend again) while the
         budget lasts, keeping a kick unless it leaves more free weight. True on success."""
         self.descend(budget)
-        weight = self.free_weight()
+        weight = sum(map(self.sizes.__getitem__, self.free))
         n_bins = len(self.bins)
         while self.free and self.work < budget:
             saved = ([list(b) for b in self.bins], list(self.loads), list(self.free), list(self.rows))
@@ -187,7 +181,7 @@ class _FixedCount:
                 self.outs[victim] = None
             self.work += n_bins + len(self.sizes)
             self.descend(budget)
-            new_weight = self.free_weight()
+            new_weight = sum(map(self.sizes.__getitem__, self.free))
             if new_weight <= weight:
                 weight = new_weight
             else:

@@ -175,8 +175,7 @@ class Rule:
         """A padded micro-batch's width in token positions (0 for no items)."""
         if not items or self.left is None or self.right is None:
             return 0
-        left, right = self.left, self.right
-        return aligned_length(max(left[i] for i in items) + max(right[i] for i in items), self.pad)
+        return aligned_length(max(self.left[i] for i in items) + max(self.right[i] for i in items), self.pad)
 
     def cost(self, items: Sequence[int]) -> int:
         """What the micro-batch of ``items`` holds: rows x width when padded, else the
@@ -202,8 +201,8 @@ class Rule:
         """The same rule on ``items`` only, renumbered ``0..len(items)-1`` in that order."""
         left = None if self.left is None else [self.left[i] for i in items]
         right = None if self.right is None else [self.right[i] for i in items]
-        sizes, rows = [self.sizes[i] for i in items], [self.rows[i] for i in items]
-        return Rule(self.cap, sizes, rows, self.limit, left, right, self.pad, self.filled)
+        return Rule(self.cap, [self.sizes[i] for i in items], [self.rows[i] for i in items], self.limit,
+                    left, right, self.pad, self.filled)
 
     @cached_property
     def by_size(self) -> list[int]:
@@ -225,9 +224,7 @@ class Rule:
     def decreasing(self) -> list[int]:
         """The items in the order decreasing packings take them: largest first (padded:
         widest first, then more rows), ties by index. O(n log n) once, then O(n)."""
-        if self.is_padded:
-            return widest_first(self)
-        return list(self.by_size)
+        return widest_first(self)
 
 
 def falls(values: Sequence[int]) -> bool:
@@ -262,9 +259,8 @@ class Loads:
     def of(cls, rule: Rule, bins: Sequence[Sequence[int]]) -> Loads:
         """The state of the micro-batches ``bins`` (lists of items). O(n)."""
         loads = cls(rule, len(bins))
-        unit = rule.unit_rows
         for b, items in enumerate(bins):
-            loads.rows[b] = len(items) if unit else sum(map(rule.rows.__getitem__, items))
+            loads.rows[b] = len(items) if rule.unit_rows else sum(map(rule.rows.__getitem__, items))
             loads._price(b, items)
         return loads
 
@@ -360,7 +356,7 @@ def widest_first(rule: Rule) -> list[int]:
     """The items widest first (``left + right``; summed costs: largest first), then more
     rows first, ties by index. O(n log n)."""
     if rule.left is None or rule.right is None:
-        return rule.decreasing()
+        return list(rule.by_size)
     left, right, rows = rule.left, rule.right, rule.rows
     return sorted(range(len(right)), key=lambda i: (-(left[i] + right[i]), -rows[i], i))
 

@@ -123,9 +123,6 @@ class _Search:
         bound, name = rule_bound(self.rule, enough, upto)
         if wanted > bound:
             bound, name = wanted, ("one" if self.floor is None else "min_num_micro_batch")
-        self.prove(bound, name)
-
-    def prove(self, bound: int, name: str) -> None:
         self.lower, self.name = bound, name
 
     def offer(self, found: list[list[int]] | None, ties: bool) -> None:
@@ -158,10 +155,6 @@ class Packer:
     large: Callable[[_Search], bool] | None = None
 
 
-def _summed(rule: Rule) -> bool:
-    return not rule.is_padded
-
-
 def _cut_summed(search: _Search) -> list[list[int]]:
     """The count search of the same items without the sample limit (summed costs alone),
     each of its micro-batches then cut into runs of at most ``limit`` rows: a plan under
@@ -184,7 +177,7 @@ def _exact(search: _Search) -> list[list[int]]:
             return found
         if not impossible:
             break  # out of budget: nothing proven beyond what is known
-        search.prove(count + 1, EXHAUSTIVE)
+        search.lower, search.name = count + 1, EXHAUSTIVE
     return search.packing
 
 
@@ -206,15 +199,15 @@ PACKERS = (
     # and on a tie its waste sits in the last bins, which the search empties first.
     Packer("minimum bin slack", lambda rule: rule.plain and rule.n <= 4096,
            lambda s: minimum_bin_slack(s.rule.sizes, s.rule.cap), ties=True),
-    Packer("exchange search", _summed, lambda s: _close_gap(s.rule, s.packing, s.lower),
-           upto=BOUND_NAMES[-1], ties=True),
+    Packer("exchange search", lambda rule: not rule.is_padded,
+           lambda s: _close_gap(s.rule, s.packing, s.lower), upto=BOUND_NAMES[-1], ties=True),
     # Few items: an exhaustive search finds the optimum, or proves the bound too low.
-    Packer("exact search", lambda rule: _summed(rule) and rule.n <= _EXACT_GROUPS, _exact,
+    Packer("exact search", lambda rule: not rule.is_padded and rule.n <= _EXACT_GROUPS, _exact,
            upto=BOUND_NAMES[-1]),
     # verl's own construction at every count it could stop at below ours: never more
     # micro-batches than verl's rule (see plan_micro_batches).
-    Packer("Karmarkar-Karp", _summed,
-           lambda s: _verl_candidates(s, s.lower, len(s.packing)), upto=BOUND_NAMES[-1],
+    Packer("Karmarkar-Karp", lambda rule: not rule.is_padded,
+           lambda s: _verl_candidates(s), upto=BOUND_NAMES[-1],
            large=lambda s: s.rule.n * max(s.lower, 1) <= _KK_BUDGET),
 )
 
@@ -236,8 +229,7 @@ def search_count(rule: Rule, workloads: list[int], divisor: int, floor: int | No
         if search.packing:
             if search.done():
                 break  # met the bound already evaluated: no stronger bound needed
-            costly = BOUND_NAMES.index(packer.upto) > _CHEAP_LEVEL
-            if costly:
+            if BOUND_NAMES.index(packer.upto) > _CHEAP_LEVEL:  # a costly bound
                 search.hold(_CHEAP)
                 if search.done():
                     break
@@ -273,19 +265,16 @@ def _set_aside(
                  Aside(index, rest_rule, rest_workloads, rest))
 
 
-def _verl_candidates(search: _Search, lower: int, upper: int) -> list[list[int]] | None:
+def _verl_candidates(search: _Search) -> list[list[int]] | None:
     """Karmarkar-Karp on the items' workloads (verl 0.9.1's construction, identical
-    partitions) at each count from ``lower`` up to ``upper - 1`` that verl's rule could stop
-    at (the multiples of ``num_batches_divided_by``); the first that fits the rule, or
-    ``None``. At most ``(upper - lower) / num_batches_divided_by + 1`` tries, each
+    partitions) at each count from the search's bound up to one below its packing's that
+    verl's rule could stop at (the multiples of ``num_batches_divided_by``); the first that
+    fits the rule, or ``None``. At most ``(upper - lower) / num_batches_divided_by + 1`` tries, each
     O(n log n + n count), and none where ``n * count`` exceeds :data:`_KK_BUDGET`."""
     step = search.divisor
-    first = roundup_divisible(lower, step)
-    for count in range(first, upper, step):
-        kk = _fitting_kk(search.rule, search.workloads, count)
-        if kk is not None:
-            return kk
-    return None
+    tried = (_fitting_kk(search.rule, search.workloads, count)
+             for count in range(roundup_divisible(search.lower, step), len(search.packing), step))
+    return next((kk for kk in tried if kk is not None), None)
 
 
 def _fitting_kk(rule: Rule, workloads: list[int], count: int) -> list[list[int]] | None:
@@ -293,10 +282,9 @@ def _fitting_kk(rule: Rule, workloads: list[int], count: int) -> list[list[int]]
     keeps every micro-batch within the rule (and ``n * count <= _KK_BUDGET``), else
     ``None``. The merge stops early once a part's summed cost is over the cap, which
     every rule implies (a padded footprint is at least the rows' own)."""
-    sizes = rule.sizes
-    if len(sizes) * count > _KK_BUDGET or count > len(sizes):
+    if rule.n * count > _KK_BUDGET or count > rule.n:
         return None
-    found = _capped_largest_differencing(workloads, count, sizes, rule.cap)
+    found = _capped_largest_differencing(workloads, count, rule.sizes, rule.cap)
     if found is None or rule.plain or all(rule.fits(part) for part in found):
         return found
     return None
@@ -315,17 +303,13 @@ def _close_gap(rule: Rule, packing: list[list[int]], lower: int) -> list[list[in
     fixed, rest = [list(b) for b in fixed], list(rest)  # the rule's own: not changed here
     sub = rule.restrict(rest)
     if not any(sub.sizes):
-        if rest:
-            fixed[0].extend(rest)  # zero-length items fit anywhere
+        fixed[0].extend(rest)  # zero-length items fit anywhere
         return fixed
     target = max(1, lower - len(fixed))  # no packing of the rest has fewer (fixed: optimal)
 
     def restricted() -> list[list[int]]:
-        position = [-1] * rule.n  # each item's place among the rest; -1: in a fixed bin
-        for j, g in enumerate(rest):
-            position[g] = j
-        at = position.__getitem__
-        return [b for b in ([j for j in map(at, b) if j >= 0] for b in packing) if b]
+        position = {g: j for j, g in enumerate(rest)}  # each item's place among the rest
+        return [b for b in ([position[g] for g in b if g in position] for b in packing) if b]
 
     makers: list[Callable[[], list[list[int]]]] = [
         lambda: best_fit(sub),

@@ -99,9 +99,7 @@ def _rank(lengths: list[int], rank: int, cap: int, group: int, floor: int | None
         )
     sizes = [sum(lengths[g : g + group]) for g in range(0, len(lengths), group)]
     loads = [sum(workload(s) for s in lengths[g : g + group]) for g in range(0, len(lengths), group)]
-    start = max(1, min(len(sizes), -(-sum(sizes) // cap)))
-    if floor is not None:
-        start = max(floor, start)
+    start = max(floor or 1, min(len(sizes), -(-sum(sizes) // cap)))  # floor: None or >= 1
     bound = l2_lower_bound(sizes, cap) if max(sizes) <= cap else 0  # else _search raises
     return _Rank(sizes, loads, start, bound)
 
