@@ -253,9 +253,9 @@ def _picked(
         parts[key] = whole.split_with_sizes(sizes) if len(sizes) > 1 else (whole,)
     names = getattr(rest, "names", None)  # the dimension names, None where it has none
     names = None if names is None or all(name is None for name in names) else list(names)
-    rest_size = list(rest.batch_size[1:])
     return [
-        TensorDict({key: views[m] for key, views in parts.items()}, batch_size=[size, *rest_size],
+        TensorDict({key: views[m] for key, views in parts.items()},
+                   batch_size=[size, *rest.batch_size[1:]],
                    device=rest.device, names=names)
         for m, size in enumerate(sizes)
     ]
@@ -372,16 +372,13 @@ def _cut(
     if entries.by_rows:
         return cast(list[TensorDict], _stack_parts(batch, plan, copy))
     order = [i for part in plan for i in part]
-    apart = entries.apart
-    rest = batch.exclude(*(key for key, _, _ in apart)) if apart else batch
+    rest = batch.exclude(*(key for key, _, _ in entries.apart)) if entries.apart else batch
     identity = order == list(range(len(order)))
-    if copy:
-        micro_batches = _gathered(rest, plan, order, identity)
-    else:
-        # One split (views of the input): ~2x faster than a slice per micro-batch.
-        micro_batches = list(rest.split([len(part) for part in plan], dim=0))
+    # without copy one split (views of the input): ~2x faster than a slice per micro-batch
+    micro_batches = (_gathered(rest, plan, order, identity) if copy
+                     else list(rest.split([len(part) for part in plan], dim=0)))
     shared_offsets: dict[tuple[int, torch.device, tuple[int, ...]], torch.Tensor] = {}
-    for key, value, how in apart:
+    for key, value, how in entries.apart:
         if how == "nested" and value.layout == torch.jagged:
             _cut_jagged(micro_batches, key, value, plan, entries.offsets.get(key), identity,
                         shared_offsets)

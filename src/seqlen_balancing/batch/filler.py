@@ -289,6 +289,6 @@ def _empty_cut(
     for micro_batch in micro_batches:
         for key in source.keys:
             _zero_from(micro_batch, key, 0)
-    if agreed_rows:
-        return micro_batches, list(empty_rank_plan(count, agreed_rows)), rows
-    return micro_batches, [[] for _ in range(count)], rows
+    plan: list[list[int]] = (list(empty_rank_plan(count, agreed_rows)) if agreed_rows
+                             else [[] for _ in range(count)])
+    return micro_batches, plan, rows

@@ -108,8 +108,13 @@ def step_loss_scales(
     vector = torch.tensor([math.fsum(counts), float(failed is not None)], dtype=torch.float64,
                           device=collective_device(dp_group))
     dist.all_reduce(vector, group=dp_group)  # the one collective: tokens, ranks that failed
-    if vector[1].item() > 0:
-        _raise_agreed(failed, dp_group)
+    if vector[1].item() > 0:  # every rank raises the lowest faulty rank's error (a second collective)
+        said: list[Any] = [None] * dist.get_world_size(dp_group)
+        dist.all_gather_object(said, None if failed is None else (type(failed).__name__, str(failed)),
+                               group=dp_group)
+        rank, (kind, message) = next((r, s) for r, s in enumerate(said) if s is not None)
+        where = f"rank {rank} of the DP group (global rank {dist.get_global_rank(dp_group, rank)})"
+        raise (TypeError if kind == "TypeError" else ValueError)(f"{where}: step_loss_scales: {message}")
     return _scales(_number(vector[0].item()), counts, dist.get_world_size(dp_group), average_gradients)
 
 
@@ -167,12 +172,3 @@ def _tokens(item: Any, loss_key: str) -> Any:
 def _number(value: Any) -> Any:
     value = float(value)
     return int(value) if value.is_integer() else value
-
-
-def _raise_agreed(own: Exception | None, group: Any) -> None:
-    """Every rank raises the error of the lowest rank at fault (a second collective)."""
-    said: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(said, None if own is None else (type(own).__name__, str(own)), group=group)
-    rank, (kind, message) = next((r, s) for r, s in enumerate(said) if s is not None)
-    where = f"rank {rank} of the DP group (global rank {dist.get_global_rank(group, rank)})"
-    raise (TypeError if kind == "TypeError" else ValueError)(f"{where}: step_loss_scales: {message}")

@@ -333,8 +333,14 @@ def _rearrange_rows(
             analysis = replace(analysis, request=replace(analysis.request,
                                                          prefixes=prefix_lengths is not None))
     if read.empty is not None and analysis.error is None and options.equal_rows_per_micro_batch:
-        analysis = replace(analysis, empty_rows_tolerance=_empty_tolerance(analysis, read.empty,
-                                                                           options.padded))
+        # the most copies of the template row a dummy holds under the cap (equal rows): its
+        # effective tokens, or padded its width, per copy; above it the agreed RowsOverCap
+        mask = read.empty.row.get("attention_mask", None)
+        padded = options.padded and isinstance(mask, torch.Tensor) and mask.dim() == 2
+        width = int(mask.shape[1]) if padded else 0
+        lengths = _read_lengths(read.empty.row)[1]
+        analysis = replace(analysis, empty_rows_tolerance=max(
+            1, empty_rank_tolerance(analysis, width or (lengths[0] if lengths else 0))))
     count, rows = _finish(analysis, sync, dp_group, cause)
     plan = build_plan(analysis, count, options.use_dynamic_bsz_balance, rows, agreed=sync)
     log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
@@ -345,17 +351,6 @@ def _rearrange_rows(
     dummy = analysis.samples_of(analysis.dummy_group) if analysis.n_groups else []
     return _cut_with_copies(batch, plan, read.entries, read.keys, read.trim, analysis.pad_to_multiple_of,
                             dummy)
-
-
-def _empty_tolerance(analysis: RankAnalysis, source: _EmptySource, padded: bool) -> int:
-    """The most copies of an empty rank's template row a dummy holds under the cap (equal
-    rows): its effective tokens, or with ``padded`` its width, per copy; read before the
-    agreement, so an agreed row count above it is the agreed ``RowsOverCap``."""
-    _, lengths, _ = _read_lengths(source.row)
-    mask = source.row.get("attention_mask", None)
-    width = int(mask.shape[1]) if padded and isinstance(mask, torch.Tensor) and mask.dim() == 2 else 0
-    cost = width or (lengths[0] if lengths else 0)
-    return max(1, empty_rank_tolerance(analysis, cost))
 
 
 @dataclass

@@ -142,9 +142,7 @@ def _real_lists(batch_idx_list: Sequence[Sequence[int]]) -> tuple[list[list[int]
     empty lists at the end; an empty list before a real one is a ``ValueError``."""
     # lists stay as they are (padded=True's MicroBatchIndices carry the cut to undo)
     lists = [part if isinstance(part, list) else list(part) for part in batch_idx_list]
-    real = len(lists)
-    while real and not lists[real - 1]:
-        real -= 1
+    real = max((m + 1 for m, part in enumerate(lists) if part), default=0)
     empty = next((m for m, part in enumerate(lists[:real]) if not part), None)
     if empty is not None:
         raise ValueError(
@@ -270,10 +268,10 @@ def _restore_tensordicts(
     keys = sorted(found[0], key=str)
     for m, entries in enumerate(found):
         if sorted(entries, key=str) != keys:
-            shown = [(*prefix, k) if prefix else k for k in sorted(entries, key=str)]
-            expected = [(*prefix, k) if prefix else k for k in keys]
             raise ValueError(
-                f"micro-batch {m}: output has keys {shown} but micro-batch 0's has {expected}"
+                f"micro-batch {m}: output has keys "
+                f"{[(*prefix, k) if prefix else k for k in sorted(entries, key=str)]} but "
+                f"micro-batch 0's has {[(*prefix, k) if prefix else k for k in keys]}"
             )
     out = TensorDict({}, batch_size=[len(order), *parts[0].batch_size[1:]])
     for name in keys:
