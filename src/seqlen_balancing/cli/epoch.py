@@ -137,18 +137,18 @@ def _rows_used(replay_: Replay, args: argparse.Namespace) -> int:
 def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
     """The header lines: the data, the run's shape, the trainer modelled, the planning."""
     n = len(replay_.lengths)
-    source = "bundled CHAMP lengths" if replay_.loaded.source == "champ" else replay_.loaded.name
     per_rank = args.global_batch_size // args.dp_size
-    scale = f", lengths x {args.scale:g}" if args.scale != 1.0 else ""
-    balance = (" (--no-balance-batch: not balanced, equal contiguous chunks)"
-               if args.trainer == "sft_trainer_ray" and not args.balance_batch else "")
     # sft_trainer's loaders take global_batch_size // dp rows each: a remainder is never fed
     lines = [
-        f"{plural(n, 'row')} from {source}{scale}; {plural(args.epochs, 'epoch')} x "
+        f"{plural(n, 'row')} from "
+        f"{'bundled CHAMP lengths' if replay_.loaded.source == 'champ' else replay_.loaded.name}"
+        f"{f', lengths x {args.scale:g}' if args.scale != 1.0 else ''}; {plural(args.epochs, 'epoch')} x "
         f"{plural(replay_.steps_per_epoch, 'step')} of {per_rank * args.dp_size} rows "
         f"({per_rank} per rank on {plural(args.dp_size, 'DP rank')}); sampler seed {args.seed}; "
         f"{n - _rows_used(replay_, args)} rows left out per epoch (drop_last)",
-        f"trainer modelled: {RULES[args.trainer]}{balance}",
+        f"trainer modelled: {RULES[args.trainer]}"
+        + (" (--no-balance-batch: not balanced, equal contiguous chunks)"
+           if args.trainer == "sft_trainer_ray" and not args.balance_batch else ""),
     ]
     if replay_.loaded.counted:
         lines.append(replay_.loaded.counted)
@@ -165,8 +165,8 @@ def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
             "in one micro-batch (the global planner is not modeled: groups of different sizes cannot "
             "give every rank as many rows)"
         )
-    kinds = (["verl"] if args.compare_verl else []) + ([] if args.group_sizes else ["global"])
-    lines += modeled.not_applied_lines(args.options, kinds)
+    lines += modeled.not_applied_lines(
+        args.options, (["verl"] if args.compare_verl else []) + ([] if args.group_sizes else ["global"]))
     lines.append(
         "each step: every rank planned with this library's planner and DP agreement (one count "
         "on every rank, as prepare_micro_batches with the DP group)"
@@ -178,8 +178,7 @@ def header(replay_: Replay, args: argparse.Namespace) -> list[str]:
 def _saved(ours: int, verl: int | None) -> tuple[str, str]:
     if verl is None:
         return "n/a", "n/a"
-    saved = verl - ours
-    return str(saved), (f"{100 * saved / verl:.1f}%" if verl else "0.0%")
+    return str(verl - ours), (f"{100 * (verl - ours) / verl:.1f}%" if verl else "0.0%")
 
 
 def _worst_text(found: tuple[int, int] | None) -> str:
@@ -199,12 +198,12 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
     lines, summary = header(replay_, args), []
     for result in replay_.caps:
         lines.append(f"\nmax_token_len {result.max_token_len}: micro-batches per rank at each step")
-        headers = ["step", "epoch", "library"] + (["verl"] if verl_on else []) + ["global"]
         rows = [[str(replay_.steps[i].step), str(replay_.steps[i].epoch + 1), str(count)]
                 + ([_verl_cell(result.verl_found[i])] if verl_on else [])
                 + [str(whole.count) if whole.count is not None else "fails" if whole.error else "n/a"]
                 for i, (count, (_, _, whole)) in enumerate(zip(result.counts, result.modeled, strict=True))]
-        lines += [table(headers, rows)] if rows else []
+        lines += [table(["step", "epoch", "library"] + (["verl"] if verl_on else []) + ["global"], rows)
+                  ] if rows else []
         if result.error is not None:
             lines.append(f"cannot run: {result.error}")
             summary.append([str(result.max_token_len), "cannot run", "-"] + (["-"] * 4 if verl_on else []))
@@ -223,18 +222,16 @@ def print_report(replay_: Replay, args: argparse.Namespace) -> None:
         ]
         summary.append([str(result.max_token_len), str(total), worst]
                        + ([verl_shown, verl_worst, *saved] if verl_on else []))
-    headers = ["max_token_len", "library total", "worst step"] + (
-        ["verl total", "verl worst step", "saved", "saved %"] if verl_on else [])
     lines += [f"\nsummary over {plural(len(replay_.steps), 'step')} (micro-batches per rank)",
-              table(headers, summary)]
+              table(["max_token_len", "library total", "worst step"] + (
+                  ["verl total", "verl worst step", "saved", "saved %"] if verl_on else []), summary)]
     print("\n".join(lines))
 
 
 def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
     """The ``epoch --json`` object (keys stable)."""
-    caps: list[dict[str, Any]] = []
-    for result in replay_.caps:
-        caps.append({
+    caps = [
+        {
             "max_token_len": result.max_token_len,
             "cap": result.cap,
             "error": result.error,
@@ -250,7 +247,9 @@ def report_json(replay_: Replay, args: argparse.Namespace) -> dict[str, Any]:
             "step_time": modeled.to_json(run_totals(result), modeled.fixed_tokens_of(args.options))
             if result.error is None else None,
         } | ({"verl_total_micro_batches": result.verl_total if result.error is None else None,
-              "verl_worst_step": _worst_json(result.worst(result.verl))} if args.compare_verl else {}))
+              "verl_worst_step": _worst_json(result.worst(result.verl))} if args.compare_verl else {})
+        for result in replay_.caps
+    ]
     return {
         "command": "epoch",
         "source": replay_.loaded.source,
@@ -304,6 +303,6 @@ def run_epoch(args: argparse.Namespace) -> int:
     else:
         print_report(result, args)
     if not any(c.error is None for c in result.caps):
-        errors = "; ".join(f"max_token_len {c.max_token_len}: {c.error}" for c in result.caps)
-        raise CliError(f"no cap can run the whole replay ({errors})", 1)
+        raise CliError("no cap can run the whole replay (" + "; ".join(
+            f"max_token_len {c.max_token_len}: {c.error}" for c in result.caps) + ")", 1)
     return 0

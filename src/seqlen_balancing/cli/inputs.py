@@ -125,16 +125,14 @@ def read_source(path: str, max_mb: int = DEFAULT_MAX_INPUT_MB) -> Source:
     if path == "-":
         try:  # a text stream without bytes (stdin replaced by a StringIO) as UTF-8
             stream = getattr(sys.stdin, "buffer", None) or io.BytesIO(sys.stdin.read().encode("utf-8"))
-            data = _read_bounded(stream, "<stdin>", max_mb)
+            return Source(path, "<stdin>", _read_bounded(stream, "<stdin>", max_mb))
         except (OSError, UnicodeDecodeError) as exc:
             raise CliError(f"cannot read stdin: {exc}") from None
-        return Source(path, "<stdin>", data)
     try:
         with open(path, "rb") as handle:
-            data = _read_bounded(handle, path, max_mb)
+            return Source(path, path, _read_bounded(handle, path, max_mb))
     except OSError as exc:
         raise CliError(f"cannot read lengths file {path!r}: {reason_of(exc)}") from None
-    return Source(path, path, data)
 
 
 def check_length(value: Any, where: str) -> int:
@@ -206,8 +204,8 @@ def parse_lengths(text: str, source: str, field: str | None = None) -> list[int]
     if field is not None:
         lengths = [check_length(value, where) for where, value in _json_records(text, source, field)]
     elif stripped.startswith("["):
-        items = _json_list(text, source, "a JSON list of lengths")
-        lengths = [check_length(item, f"{source}, list index {i}") for i, item in enumerate(items)]
+        lengths = [check_length(item, f"{source}, list index {i}")
+                   for i, item in enumerate(_json_list(text, source, "a JSON list of lengths"))]
     elif stripped.startswith("{"):
         raise CliError(f"{source} looks like JSON Lines; pass --field NAME (the length key)")
     else:

@@ -120,8 +120,8 @@ def verl_plans(lengths: Sequence[int], dealt: Sequence[Sequence[int]], counts: S
     for rows, count in zip(dealt, counts, strict=True):
         loads = workloads([lengths[i] for i in rows], options)
         parts = [sorted(p) for p in karmarkar_karp(loads, count, equal_size=False)]
-        ordered = order_micro_batches(parts, loads, options.use_dynamic_bsz_balance)
-        out.append([[rows[i] for i in mb] for mb in ordered])
+        out.append([[rows[i] for i in mb]
+                    for mb in order_micro_batches(parts, loads, options.use_dynamic_bsz_balance)])
     return out
 
 
@@ -180,9 +180,9 @@ def _global(lengths: Sequence[int], dp: int, cap: int, options: PlanOptions, fix
     """:func:`~seqlen_balancing.plan_global_batch` on the step under every option it takes
     but those it refuses (:func:`not_applied` names them), in the lock-step model as the other
     kinds are."""
-    taken = replace(options, dummy_micro_batches=False, same_micro_num_in_dp=True)
     try:
-        _, micro = plan_global_batch(list(lengths), dp, cap, options=taken)
+        _, micro = plan_global_batch(list(lengths), dp, cap, options=replace(
+            options, dummy_micro_batches=False, same_micro_num_in_dp=True))
     except (TypeError, ValueError) as error:
         return Modeled("global", None, None, None, unit, error=str(error))
     # with equal rows the filler rows are left out, as the lock-step search leaves them
@@ -217,16 +217,14 @@ def model_step(
     dp = len(dealt)
     fixed = micro_batch_fixed_cost(fixed_tokens_of(options), options)
     unit = float(WORKLOAD_LINEAR_COEF * cap)
-    token = micro_batch_fixed_cost(1.0, options)
     loads = workloads(lengths, options)
-    if verl_counts is not None and options.force_group_size == 1:
-        verl = _timed("verl", verl_plans(lengths, dealt, verl_counts, options), loads, dp, fixed, unit)
-    else:
-        verl = Modeled("verl", None, None, None, unit)
+    verl = (_timed("verl", verl_plans(lengths, dealt, verl_counts, options), loads, dp, fixed, unit)
+            if verl_counts is not None and options.force_group_size == 1
+            else Modeled("verl", None, None, None, unit))
     whole = (_global(lengths, dp, cap, options, fixed, loads, unit) if whole_step
              else Modeled("global", None, None, None, unit))
-    library_time = _timed("library", library, loads, dp, fixed, unit)
-    return [replace(m, token=token) for m in (verl, library_time, whole)]
+    return [replace(m, token=micro_batch_fixed_cost(1.0, options))
+            for m in (verl, _timed("library", library, loads, dp, fixed, unit), whole)]
 
 
 def lines(rows: Sequence[Modeled], cap: int, fixed_tokens: float, runs: str = "step") -> list[str]:

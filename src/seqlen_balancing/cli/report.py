@@ -338,17 +338,13 @@ def columns_help(command: str) -> str:
     """The ``--help`` epilog: one line per column of ``command``'s table."""
     columns: Sequence[Column[Any]] = PLAN_COLUMNS if command == "plan" else SWEEP_COLUMNS
     width = max(len(c.header) for c in columns)
-    lines = [f"columns of the {command} table:"]
-    for c in columns:
-        lines += textwrap.wrap(
-            c.help,
-            96,
-            break_on_hyphens=False,
-            initial_indent=f"  {c.header.ljust(width)}  ",
-            subsequent_indent=" " * (width + 4),
-        )
-    lines.append("exit codes: 0 planned; 1 the step cannot be planned under the cap; 2 bad usage or input")
-    return "\n".join(lines)
+    return "\n".join([
+        f"columns of the {command} table:",
+        *(line for c in columns for line in textwrap.wrap(
+            c.help, 96, break_on_hyphens=False, initial_indent=f"  {c.header.ljust(width)}  ",
+            subsequent_indent=" " * (width + 4))),
+        "exit codes: 0 planned; 1 the step cannot be planned under the cap; 2 bad usage or input",
+    ])
 
 
 def _cap_text(args: argparse.Namespace, cap: int | None) -> str:
@@ -392,7 +388,6 @@ def _other_options(args: argparse.Namespace) -> dict[str, str]:
 
 def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]:
     """The header lines: what was read, how the step was formed, the cap."""
-    source = "bundled CHAMP lengths" if step.source == "champ" else step.source
     n = len(step.lengths) - step.synthetic
     how = {
         "without_replacement": f"drawn without replacement, seed {args.seed}",
@@ -400,10 +395,10 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
         "in_order": "the first ones in input order",
         "whole_file": f"all {plural(n, 'row')} once, in file order",
     }[step.sampling]
-    scale = f", lengths x {args.scale:g}" if args.scale != 1.0 else ""
     lines = [
-        f"{plural(step.dp_size, 'DP rank')} x {plural(step.batch_size, 'sample')} from {source} "
-        f"({plural(n, 'length')}; {how}{scale}); {_cap_text(args, cap)}"
+        f"{plural(step.dp_size, 'DP rank')} x {plural(step.batch_size, 'sample')} from "
+        f"{'bundled CHAMP lengths' if step.source == 'champ' else step.source} ({plural(n, 'length')}; "
+        f"{how}{f', lengths x {args.scale:g}' if args.scale != 1.0 else ''}); {_cap_text(args, cap)}"
     ]
     if step.counted:
         lines.append(step.counted)
@@ -435,9 +430,8 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
         )
     if _other_options(args):
         lines.append("options: " + ", ".join(f"{k}={v}" for k, v in _other_options(args).items()))
-    kinds = (["verl"] if args.compare_verl else []) + (
-        ["global"] if getattr(args, "command", None) == "plan" and not sizes else [])
-    return lines + modeled.not_applied_lines(args.options, kinds)
+    return lines + modeled.not_applied_lines(args.options, (["verl"] if args.compare_verl else []) + (
+        ["global"] if getattr(args, "command", None) == "plan" and not sizes else []))
 
 
 def step_text(dp_size: int, args: argparse.Namespace) -> str:
@@ -450,20 +444,18 @@ def step_text(dp_size: int, args: argparse.Namespace) -> str:
         )
     elif args.balance_batch and dp_size > 1:
         group = args.options.force_group_size
-        grouped = f", groups of {group} rows kept whole" if group > 1 else ""
         how = ("as verl's V1 trainer does on every step" if always_balances(trainer)
                else "as verl's trainer.balance_batch")
         deal = (
             f"balanced across DP ranks {how} (equal sample counts, "
-            f"Karmarkar-Karp on workload{grouped}); equal contiguous chunks per rank (verl's dispatch)"
-        )
-    elif dp_size > 1:
-        deal = (
-            "not balanced across DP ranks (--no-balance-batch); equal contiguous chunks per rank "
-            "(verl's dispatch)"
+            f"Karmarkar-Karp on workload{f', groups of {group} rows kept whole' if group > 1 else ''}); "
+            "equal contiguous chunks per rank (verl's dispatch)"
         )
     else:
-        deal = "one DP rank"
+        deal = (
+            "not balanced across DP ranks (--no-balance-batch); equal contiguous chunks per rank "
+            "(verl's dispatch)" if dp_size > 1 else "one DP rank"
+        )
     return (f"step (verl 0.9.1 {trainer}): {deal}; "
             f"same_micro_num_in_dp {'on' if args.options.same_micro_num_in_dp else 'off'}")
 
@@ -618,19 +610,17 @@ def settings(step: Step, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _verl_json(result: StepResult) -> dict[str, Any]:
-    verl = result.verl
-    if verl is None:
+    if result.verl is None:
         return {}
-    total = result.verl_total
-    ours = result.total_micro_batches
+    total, ours = result.verl_total, result.total_micro_batches
     return {
         "verl": {
-            "counts": verl.counts,
+            "counts": result.verl.counts,
             "total_micro_batches": total,
             "saved_micro_batches": None if total is None else total - ours,
             "saved_percent": None if not total else round(100 * (total - ours) / total, 3),
-            "count_above": verl.above,
-            "error": verl.error,
+            "count_above": result.verl.above,
+            "error": result.verl.error,
         }
     }
 
@@ -720,16 +710,12 @@ def sweep_json(
 ) -> dict[str, Any]:
     """The ``sweep --json`` object."""
     fixed_tokens = modeled.fixed_tokens_of(args.options)
-    rows = [
-        {"max_token_len": o[0] // args.sp_size, "cap": o[0], "error": o[1]}
-        if isinstance(o, tuple)
-        else sweep_row_json(o, args.sp_size, fixed_tokens)
-        for o in outcomes
-    ]
     models, limit = _sweep_rows(outcomes, args.sp_size), args.max_token_len_limit
     kinds = ("verl", "library", "global")
     return {**settings(step, args), "smallest_max_token_len": smallest, "max_token_len_limit": limit,
             "fastest": {kind: modeled.fastest(models, kind) for kind in kinds},
             "fastest_within_limit": None if limit is None
             else {kind: modeled.fastest(models, kind, limit) for kind in kinds},
-            "rows": rows}
+            "rows": [{"max_token_len": o[0] // args.sp_size, "cap": o[0], "error": o[1]}
+                     if isinstance(o, tuple) else sweep_row_json(o, args.sp_size, fixed_tokens)
+                     for o in outcomes]}

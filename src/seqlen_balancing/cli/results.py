@@ -131,9 +131,7 @@ class StepResult:
         the divisor; under agreement every rank runs the largest."""
         divisor = self.options.num_batches_divided_by or 1
         bounds = [-(-r.analysis.lower_bound // divisor) * divisor for r in self.ranks]
-        if self.options.same_micro_num_in_dp:
-            return max(bounds, default=0) * len(bounds)
-        return sum(bounds)
+        return max(bounds, default=0) * len(bounds) if self.options.same_micro_num_in_dp else sum(bounds)
 
     @property
     def proven_optimal(self) -> bool:
@@ -158,8 +156,7 @@ def options_of(args: argparse.Namespace) -> PlanOptions:
     from seqlen_balancing.cost import megatron_alignment
     from seqlen_balancing.options import PlanOptions
 
-    pad = args.pad_to_multiple_of or 1
-    bucket = args.micro_batch_multiple_of or 1
+    pad, bucket = args.pad_to_multiple_of or 1, args.micro_batch_multiple_of or 1
     if getattr(args, "tp", None) is not None:
         pad, total = megatron_alignment(args.tp, args.cp or 1, bool(args.fp8))
         bucket = math.lcm(bucket, total)

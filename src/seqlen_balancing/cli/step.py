@@ -145,13 +145,13 @@ def _check_over_cap(drawn: list[int], cap: int, pad: int, bucket: int) -> None:
     if not over:
         return
     largest = max(over)
-    fits = f"max_token_len={cap}" + (
-        f" (usable as {usable} with micro-batches rounded up to {bucket})" if bucket > 1 else "")
     cost = aligned_length(largest, pad)
-    what = f"(the largest has {largest} tokens" + (f", {cost} aligned to {pad})" if pad > 1 else ")")
     raise CliError(
         f"{len(over)} of the {plural(len(drawn), 'drawn sample')} exceed{'s' if len(over) == 1 else ''} "
-        f"{fits} {what}; raise --max-token-len to at least {aligned_length(cost, bucket)} or pass "
+        f"max_token_len={cap}"
+        + (f" (usable as {usable} with micro-batches rounded up to {bucket})" if bucket > 1 else "")
+        + f" (the largest has {largest} tokens" + (f", {cost} aligned to {pad})" if pad > 1 else ")")
+        + f"; raise --max-token-len to at least {aligned_length(cost, bucket)} or pass "
         "--truncate to clip lengths to the cap",
         1,
     )
@@ -180,8 +180,7 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
         groups = [costs[g : g + size] for g in range(0, len(costs), size)]
     # a group alone: its costs summed (padded: its rows x its widest row)
     largest = max((len(g) * max(g) if options.padded else sum(g) for g in groups if g), default=0)
-    needed = max(aligned_length(largest, bucket), bucket, 1)
-    return -(-needed // int(args.sp_size))
+    return -(-max(aligned_length(largest, bucket), bucket, 1) // int(args.sp_size))
 
 
 def _dealt(
@@ -206,8 +205,8 @@ def plan_dp(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -> li
     under ``args.options``; ``--group-sizes``: each rank's rows, as dealt to it, in consecutive
     groups of these sizes, cycled (:func:`group_ids_of`), each whole in one micro-batch."""
     sizes = getattr(args, "group_sizes", None)
-    ids = None if not sizes else [group_ids_of(len(lens), sizes) for lens in per_rank]
-    return plan_ranks(per_rank, cap, args.options, group_ids=ids)
+    return plan_ranks(per_rank, cap, args.options,
+                      group_ids=None if not sizes else [group_ids_of(len(lens), sizes) for lens in per_rank])
 
 
 def group_ids_of(n: int, sizes: tuple[int, ...]) -> list[int]:
@@ -230,7 +229,7 @@ def verl_result(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -
     """verl 0.9.1's counts on the ranks' rows (:func:`~seqlen_balancing.planning.verl_rule.verl_counts`),
     or where its search stopped, or its error."""
     try:
-        found = verl_counts(
+        return VerlResult(verl_counts(
             per_rank,
             cap,
             same_micro_num_in_dp=args.options.same_micro_num_in_dp,
@@ -238,12 +237,11 @@ def verl_result(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -
             min_num_micro_batch=args.options.min_num_micro_batch,
             force_group_size=args.options.force_group_size,
             max_tries=args.verl_max_tries,
-        )
+        ).counts)
     except VerlSearchLimit as exc:
         return VerlResult(None, above=exc.last_tried)
     except ValueError as exc:
         return VerlResult(None, error=str(exc))
-    return VerlResult(found.counts)
 
 
 def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
@@ -311,9 +309,9 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     verl = verl_result(per_rank, cap, args) if args.compare_verl else None
     modeled = []
     if getattr(args, "command", None) in ("plan", "sweep") and not getattr(args, "group_sizes", None):
-        library = [[[dealt[r][i] for i in mb] for mb in ranked.plan] for r, ranked in enumerate(planned)]
-        modeled = model_step(pre_deal, dealt, library, cap, args.options,
-                             None if verl is None else verl.counts)
+        modeled = model_step(pre_deal, dealt, [[[dealt[r][i] for i in mb] for mb in ranked.plan]
+                                               for r, ranked in enumerate(planned)],
+                             cap, args.options, None if verl is None else verl.counts)
     return StepResult(
         cap,
         ranks,

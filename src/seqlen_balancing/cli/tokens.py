@@ -220,5 +220,5 @@ def count_dataset(args: argparse.Namespace, source: Source) -> tuple[list[int], 
     finally:
         bar.close()
     what = {"messages": "chat template", "text": "text", "prompt": "prompt, generation prompt"}[kind]
-    extra = f" + {args.response_tokens} response tokens" if args.response_tokens else ""
-    return lengths, f"tokens counted with {args.tokenizer} ({what}, field {field!r}){extra}"
+    return lengths, (f"tokens counted with {args.tokenizer} ({what}, field {field!r})"
+                     + (f" + {args.response_tokens} response tokens" if args.response_tokens else ""))
