@@ -378,15 +378,14 @@ def test_whole_numbers_of_any_int_type_are_lengths() -> None:
 
 
 def test_argument_error_returns_the_error_and_zero() -> None:
-    # The docstring: (None, the int) for a positive integer, (None, 1) for an allowed None,
-    # else (error, 0): NotAnInteger (wrong type) or BelowOne (the value given).
-    assert argument_error(7, "max_token_len", False) == (None, 7)
-    assert argument_error(None, "min_num_micro_batch", True) == (None, 1)
-    assert argument_error(1.5, "max_token_len", False) == (
+    # The docstring: (None, the int) for a positive integer, else (error, 0): NotAnInteger
+    # (wrong type, None included) or BelowOne (the value given).
+    assert argument_error(7, "max_token_len") == (None, 7)
+    assert argument_error(1.5, "max_token_len") == (
         NotAnInteger("max_token_len", detail="1.5 (float)"), 0)
-    assert argument_error(None, "force_group_size", False) == (
+    assert argument_error(None, "force_group_size") == (
         NotAnInteger("force_group_size", detail="None (NoneType)"), 0)
-    assert argument_error(-3, "num_batches_divided_by", True) == (
+    assert argument_error(-3, "num_batches_divided_by") == (
         BelowOne("num_batches_divided_by", -3), 0)
 
 

@@ -579,7 +579,7 @@ def _int_setting(
     value = _setting(data, key, default)
     if value is None:
         return MissingSetting(key), 0
-    return argument_error(value, key, optional=False)
+    return argument_error(value, key)
 
 
 def _settings(data: TensorDict) -> tuple[PlanError | None, bool, int | None]:

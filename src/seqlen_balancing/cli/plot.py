@@ -44,8 +44,7 @@ def check_plot_path(path: str) -> None:
     else:
         existed = where.exists()
         try:
-            with open(where, "ab"):
-                pass
+            open(where, "ab").close()  # opened for appending and closed: it can be written
         except OSError as exc:
             reason = reason_of(exc)
         else:

@@ -471,6 +471,7 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
     lines.append(table([c.header for c in shown], [[c.cell((r, result), args) for c in shown]
                                                    for r in result.ranks]))
     agreed, same = result.agreed_count, args.options.same_micro_num_in_dp
+    gap = result.total_micro_batches - result.lower_bound_total
     if same and agreed is not None:
         counts = f"agreed count {plural(agreed, 'micro-batch')} per rank"
     else:
@@ -479,27 +480,23 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
     lines.append(
         f"{counts}; total {plural(result.total_micro_batches, 'micro-batch')} "
         f"(L2 bound {result.l2_lower_bound_total}, lower bound {result.lower_bound_total}: "
-        f"{_proven_text(result)}); mean fill {pct(result.mean_fill)}; "
+        f"{'proven optimal' if gap == 0 else plural(gap, 'micro-batch') + ' above it'}); "
+        f"mean fill {pct(result.mean_fill)}; "
         f"largest micro-batch {result.largest} tokens"
         + (f" (costliest {result.largest_cost} aligned tokens)" if _aligned_on(args) else "")
     )
-    lines += _over_cap_lines(result)
+    lines += [  # --over-cap alone: one line per rank holding samples over the cap
+        f"rank {r.rank}: {plural(len(r.over_cap_alone), 'sample')} over the cap of "
+        f"{result.max_token_len} run alone (--over-cap alone; may run out of memory): "
+        + ", ".join(f"sample {p} ({c} tokens)" for p, c in r.over_cap_alone)
+        for r in result.ranks if r.over_cap_alone
+    ]
     if any(r.rows for r in result.ranks):
         lines.append(_filler_line(result))
     if result.verl is not None:
         lines.append(_verl_summary(result.verl, result.total_micro_batches))
     lines += modeled.lines(result.modeled, cap, modeled.fixed_tokens_of(args.options))
     print("\n".join(lines))
-
-
-def _over_cap_lines(result: StepResult) -> list[str]:
-    """``--over-cap alone``: one line per rank holding samples over the cap."""
-    return [
-        f"rank {r.rank}: {plural(len(r.over_cap_alone), 'sample')} over the cap of "
-        f"{result.max_token_len} run alone (--over-cap alone; may run out of memory): "
-        + ", ".join(f"sample {p} ({c} tokens)" for p, c in r.over_cap_alone)
-        for r in result.ranks if r.over_cap_alone
-    ]
 
 
 def _filler_line(result: StepResult) -> str:
@@ -512,11 +509,6 @@ def _filler_line(result: StepResult) -> str:
         f"{plural(filler, 'filler row')} ({pct(filler / held) if held else '0.0%'} of the rows "
         "held; zero-weight rows of one token, counted under the cap)"
     )
-
-
-def _proven_text(result: StepResult) -> str:
-    gap = result.total_micro_batches - result.lower_bound_total
-    return "proven optimal" if gap == 0 else f"{plural(gap, 'micro-batch')} above it"
 
 
 def _verl_summary(verl: VerlResult, ours: int) -> str:

@@ -79,7 +79,6 @@ class RankAnalysis:
             from.
         requested_max_token_len: the ``max_token_len`` given (0 when invalid).
         pad_to_multiple_of: per-sequence alignment in tokens (1: none).
-        custom_costs: True when the caller gave ``costs``.
         sample_costs: cost of each sample in tokens (empty on error); padded: its width.
         rule: when a micro-batch of groups fits and what it costs, under all of those
             (:class:`~seqlen_balancing.planning.rule.Rule`; ``None`` on error); every algorithm of
@@ -103,7 +102,7 @@ class RankAnalysis:
         request: what this rank was asked (:class:`Request`; ``None`` when the options
             could not be read: the rank's error says why); the DP group checks that every
             rank has the same (:mod:`seqlen_balancing.agreement`). ``options``,
-            ``requested_max_token_len``, ``custom_costs``, ``custom_groups``,
+            ``requested_max_token_len``, ``custom_groups``,
             ``force_group_size``, ``num_batches_divided_by`` and ``pad_to_multiple_of`` are
             read from it, every other option through ``given`` (the defaults without it).
         members: the samples of each group, ascending, groups in the order of their first
@@ -144,10 +143,6 @@ class RankAnalysis:
     @property
     def requested_max_token_len(self) -> int:
         return 0 if self.request is None else self.request.max_token_len
-
-    @property
-    def custom_costs(self) -> bool:
-        return self.request is not None and self.request.costs
 
     @property
     def custom_groups(self) -> bool:

@@ -132,11 +132,9 @@ __all__ = [
 logger = logging.getLogger("seqlen_balancing")
 
 
-def argument_error(value: Any, argument: str, optional: bool) -> tuple[PlanError | None, int]:
-    """``(None, value as int)`` for a positive integer (or ``None`` when ``optional``: 1),
-    else ``(error, 0)`` with the error every rank can agree on."""
-    if value is None and optional:
-        return None, 1
+def argument_error(value: Any, argument: str) -> tuple[PlanError | None, int]:
+    """``(None, value as int)`` for a positive integer, else ``(error, 0)`` with the error
+    every rank can agree on (the optional counts are ``PlanOptions``' to check)."""
     as_int = _integer_or_none(value)
     if as_int is None:
         return NotAnInteger(argument, detail=describe(value)), 0
@@ -287,7 +285,11 @@ def _analyse(
         error, sample_workloads = workloads_of(lengths, workloads, options.workload_model)
     if error is None and not lengths:
         if options.dummy_micro_batches:  # a rank with nothing to do runs the agreed count as dummies
-            return _empty_rank(cap, request)
+            # no groups, at least one micro-batch (every one a dummy), its floor as asked
+            return RankAnalysis(
+                _floor_error(0, request.options), cap.usable, lower_bound=1, bound_name="one",
+                min_count=1, request=request,
+                rule=Rule.sums([], cap.usable, [], request.options.max_samples_per_micro_batch))
         error = EmptyBatch()
     if error is None and group_ids is None and len(lengths) % options.force_group_size:
         error = NotDivisible(len(lengths), options.force_group_size)
@@ -333,18 +335,10 @@ def _groups(
     return (None, [], []) if length_error is not None else read_group_ids(group_ids, n)
 
 
-def _empty_rank(cap: Cap, request: Request) -> RankAnalysis:
-    """The analysis of a rank with no samples under ``dummy_micro_batches=True``: no
-    groups, at least one micro-batch (every one a dummy), its floor as asked."""
-    return RankAnalysis(_floor_error(0, request.options), cap.usable, lower_bound=1, bound_name="one",
-                        min_count=1, request=request,
-                        rule=Rule.sums([], cap.usable, [], request.options.max_samples_per_micro_batch))
-
-
 def _cap(max_token_len: Any, options: PlanOptions, largest: int) -> tuple[PlanError | None, Cap | None]:
     """``(None, the checked cap)``, or ``(error, None)`` for a bad cap or a bucket above
     it (the options themselves were checked by :class:`~seqlen_balancing.PlanOptions`)."""
-    error, given = argument_error(max_token_len, "max_token_len", False)
+    error, given = argument_error(max_token_len, "max_token_len")
     if error is not None:
         return error, None
     bucket = options.micro_batch_multiple_of
@@ -718,7 +712,7 @@ def _exact_count(result: RankAnalysis, num_micro_batches: Any) -> tuple[int, Ran
     """``num_micro_batches`` checked against the batch, and the analysis to plan it from:
     ``result``, or where the analysis stopped above it, one holding a packing with that
     many micro-batches (:func:`_reach`)."""
-    error, wanted = argument_error(num_micro_batches, "num_micro_batches", False)
+    error, wanted = argument_error(num_micro_batches, "num_micro_batches")
     if error is not None:
         raise error.exception()
     divisor, cap = result.num_batches_divided_by, result.requested_max_token_len

@@ -119,7 +119,8 @@ def filler_cost(result: RankAnalysis) -> int:
         (1, 8)
     """
     cheapest = min(result.sample_costs, default=0)
-    return cheapest if result.custom_costs else min(cheapest, aligned_length(1, result.pad_to_multiple_of))
+    own_costs = result.request is not None and result.request.costs  # the caller's units
+    return cheapest if own_costs else min(cheapest, aligned_length(1, result.pad_to_multiple_of))
 
 
 def _core(result: RankAnalysis) -> RankAnalysis:
