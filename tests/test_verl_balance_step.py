@@ -406,7 +406,8 @@ def test_over_cap_alone_from_the_environment_balances_a_step_holding_an_over_cap
             samplers = build_sft_samplers(config, lengths)
     finally:
         balance_step.disable()
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # no fallback (another test's import of sft_trainer_ray may log its own line in this worker)
+    assert not [r for r in caplog.records if "keeps DistributedSampler" in r.getMessage()]
     assert all(isinstance(s, BalancedDistributedSampler) for s in samplers)
     ours = dealt = 0
     for epoch in range(3):
