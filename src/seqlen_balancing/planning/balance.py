@@ -304,7 +304,9 @@ def order_micro_batches(
     if not use_dynamic_bsz_balance:
         return sorted(micro_batches, key=lambda mb: mb[0] if mb else -1)
     def key(mb: list[int]) -> tuple[int, int]:  # a forced group's workload once, at its first sample
-        return sum(workloads[i // force_group_size] for i in mb[::force_group_size]), mb[0] if mb else 0
+        load = (sum(map(workloads.__getitem__, mb)) if force_group_size == 1  # the common case, fast
+                else sum(workloads[i // force_group_size] for i in mb[::force_group_size]))
+        return load, mb[0] if mb else 0
 
     by_load = sorted(micro_batches, key=key, reverse=True)
     return by_load[::2][::-1] + by_load[1::2]

@@ -523,16 +523,12 @@ def _closing_fit(sizes: Sequence[int], cap: int, order: Sequence[int]) -> list[l
 
 def _largest_pair(distinct: list[int], holders: dict[int, list[int]], room: int, low: int, high: int) -> int:
     """The largest size ``s`` left in ``[low, high]`` whose partner ``room - s`` is left too,
-    else -1: the window's sizes read from the ascending list of the sizes left, each partner
-    looked up in the dict of them, largest first. O(log n + window) time and nothing that
-    grows with the cap (the window holds at most ``_CLOSING_TRIES`` sizes)."""
-    for at in range(bisect_right(distinct, high) - 1, -1, -1):
-        size = distinct[at]
-        if size < low:
-            break
-        if room - size in holders:
-            return size
-    return -1
+    else -1: the partners left in ``[room - high, room - low]`` read from the ascending list
+    of the sizes left, smallest first (the largest ``s``), each ``s`` looked up in the dict of
+    them. O(log n + partners read) time (none read when no partner is left) and nothing that
+    grows with the cap."""
+    partners = distinct[bisect_left(distinct, room - high) : bisect_right(distinct, room - low)]
+    return next((room - p for p in partners if room - p in holders), -1)
 
 
 def minimum_bin_slack(

@@ -516,11 +516,14 @@ def build_plan(
             f"count must be in {result.min_count}..{result.n_groups} for this batch, got {count}"
         )
     real = min(count, result.n_groups)
-    micro_batches = [sorted(s for g in b for s in result.samples_of(g)) for b in balanced_bins(result, real)]
-    # a group's workload at its first sample: a micro-batch weighs its groups' sum
-    loads = [0] * result.n_samples
-    for g, workload in enumerate(result.group_workloads):
-        loads[result.samples_of(g)[0]] = workload
+    bins, members = balanced_bins(result, real), result.members
+    if members is None:  # every sample its own group (the common case: no copies)
+        micro_batches, loads = [sorted(b) for b in bins], result.group_workloads
+    else:  # a group's workload at its first sample: a micro-batch weighs its groups' sum
+        micro_batches = [sorted(s for g in b for s in members[g]) for b in bins]
+        loads = [0] * result.n_samples
+        for g, m in enumerate(members):
+            loads[m[0]] = result.group_workloads[g]
     # asked for (an out-of-memory shows at the first), or lined up with the DP group's ranks
     ordered = (heaviest_first(micro_batches, loads)
                if result.given.heaviest_first or (agreed and not use_dynamic_bsz_balance)

@@ -217,7 +217,7 @@ class Rule:
         differs from :attr:`by_size` (False where the workloads fall along it, as verl's
         of the lengths do: O(n) then). Callers change neither the list nor the order."""
         order = self.by_size
-        if falls([workloads[g] for g in order]):
+        if falls(list(map(workloads.__getitem__, order))):
             return order, False
         return sorted(order, key=workloads.__getitem__, reverse=True), True
 
