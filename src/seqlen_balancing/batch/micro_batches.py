@@ -328,10 +328,8 @@ def _rearrange_rows(
                                          padded_extents=extents, group_ids=ids)
     else:
         analysis = failed_analysis(error, max_token_len, None if options_error else options,
-                                   costs is not None, workloads is not None, group_ids is not None)
-        if analysis.request is not None:  # the settings checked: whether prefixes are given
-            analysis = replace(analysis, request=replace(analysis.request,
-                                                         prefixes=prefix_lengths is not None))
+                                   costs is not None, workloads is not None, group_ids is not None,
+                                   prefix_lengths is not None)
     if read.empty is not None and analysis.error is None and options.equal_rows_per_micro_batch:
         # the most copies of the template row a dummy holds under the cap (equal rows): its
         # effective tokens, or padded its width, per copy; above it the agreed RowsOverCap

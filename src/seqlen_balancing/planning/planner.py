@@ -217,12 +217,13 @@ def analyse(
 def failed_analysis(
     error: PlanError, max_token_len: Any = None, options: PlanOptions | None = None,
     costs_given: bool = False, workloads_given: bool = False, groups_given: bool = False,
+    prefixes_given: bool = False,
 ) -> RankAnalysis:
     """The analysis of a rank that failed before :func:`analyse` (a bad batch, a bad
     option), holding its error and what it was asked to do (``options`` ``None``: the
     options themselves could not be read), so that the DP group still checks the request."""
     request = None if options is None else _request(max_token_len, options, costs_given,
-                                                    workloads_given, groups_given)
+                                                    workloads_given, groups_given, prefixes_given)
     return RankAnalysis(error, request=request)
 
 
@@ -241,8 +242,8 @@ def analyse_with_prefixes(
     parts = shared_prefix_costs(seq_lens, group_ids, prefix_lengths, max_token_len, options,
                                 costs_given=costs is not None)
     # what the caller gave (its own costs, and prefixes), whatever the analysis planned with
-    request = replace(_request(max_token_len, options, costs is not None, workloads is not None,
-                               group_ids is not None), prefixes=True)
+    request = _request(max_token_len, options, costs is not None, workloads is not None,
+                       group_ids is not None, prefixes_given=True)
     if parts.error is not None:
         return RankAnalysis(parts.error, request=request)
     return replace(analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
@@ -251,12 +252,13 @@ def analyse_with_prefixes(
 
 def _request(
     max_token_len: Any, options: PlanOptions, costs_given: bool, workloads_given: bool, groups_given: bool,
+    prefixes_given: bool = False,
 ) -> Request:
     """What the rank was asked, kept error or not: the DP group checks that every rank
     was asked for the same (:mod:`seqlen_balancing.agreement`)."""
     cap = _integer_or_none(max_token_len)
     return Request(options, cap if cap is not None and cap >= 1 else 0, costs_given,
-                   workloads_given or options.workload_model is not None, groups_given)
+                   workloads_given or options.workload_model is not None, groups_given, prefixes_given)
 
 
 #: The count of an analysis that failed before its count search.
