@@ -117,6 +117,7 @@ def draw_options(rng: random.Random) -> dict[str, Any]:
     # coverage checks were written for
     words = rng.getstate()[1]  # the generator's next word, read without drawing it
     overhead = (0.0, 0.05, 0.2)[words[words[-1] % 624] % 3]
+    heaviest = words[(words[-1] + 1) % 624] % 4 == 0  # a quarter of the rounds, same stream
     return {
         "force_group_size": group,
         "num_batches_divided_by": rng.choice([None, None, 1, 2, 3]),
@@ -132,8 +133,7 @@ def draw_options(rng: random.Random) -> dict[str, Any]:
         "workload_model": rng.choice([None, None, MODELS[0]]),
         "micro_batch_fixed_tokens": overhead,
         "equal_rows_per_micro_batch": rng.random() < 0.3,
-        # off when drawn (its order is tests/test_heaviest_first.py's); a mismatch turns it on
-        "heaviest_first": False,
+        "heaviest_first": heaviest,
     }
 
 
@@ -522,6 +522,11 @@ def check_plan(rank: Rank, plan: list[list[int]], count: int, record: dict[str, 
         assert not any(source["filler"])
     real = [part for part in plan if part]
     assert plan[: len(real)] == real, "dummies (empty index lists) come last"
+    if o["heaviest_first"] and rank.spec["workloads"] is None and o["workload_model"] is None:
+        # the heaviest first: verl's workload 24576 s + s**2 of the lengths, summed
+        loads = [sum(24576 * rank.spec["lengths"][i] + rank.spec["lengths"][i] ** 2 for i in part)
+                 for part in real]
+        assert loads == sorted(loads, reverse=True), loads
     assert sorted(i for part in plan for i in part) == list(range(rank.n)), "an exact cover"
     assert o["dummy_micro_batches"] or len(real) == count
     if len(real) < count:  # a short rank runs each group alone, then dummies
