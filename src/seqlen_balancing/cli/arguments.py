@@ -211,6 +211,13 @@ def _add_step(parser: argparse.ArgumentParser) -> Any:
             "multiple of the DP size and these (verl's defaults: 256,256 with rollout.n 1) "
             "(default: the DP size alone)")),
         GROUP_SIZES,
+        ("--prefix-lengths", dict(
+            metavar="FILE",
+            help="shared prompts counted once (prefix_lengths=): one prefix length per row of "
+            "--lengths, in its order (one integer per line, or a JSON list); the rows of a "
+            "--force-group-size or --group-sizes group share it, and a micro-batch holds each "
+            "group's prefix once (a group over the cap is cut into parts that each pay it) "
+            "(default: none, every row counted in full)")),
     )
     return step
 
@@ -396,7 +403,19 @@ def check_combinations(args: argparse.Namespace) -> None:
     args.options = options_of(args)
     trainer = getattr(args, "trainer", DEFAULT_TRAINER)
     sizes, force = getattr(args, "group_sizes", None), args.options.force_group_size
+    prefixes = getattr(args, "prefix_lengths", None) is not None
     refuse([
+        (prefixes and args.lengths is None,
+         "--prefix-lengths gives one prefix length per row of --lengths FILE; pass --lengths too"),
+        (prefixes and not (sizes or force > 1),
+         "--prefix-lengths: a prefix is shared by the rows of a group; pass --force-group-size N "
+         "(a prompt's N responses, consecutive rows) or --group-sizes"),
+        (prefixes and args.batch_size is not None and not args.in_order,
+         "--prefix-lengths: a random draw takes rows away from their groups; pass --in-order, or "
+         "drop --batch-size (the whole file, in order)"),
+        (prefixes and args.options.padded,
+         "--prefix-lengths and --padded: a padded micro-batch costs its rows x its widest row, "
+         "whatever the rows share; pass one"),
         (args.options.over_cap == "alone" and getattr(args, "truncate", False),
          "--over-cap alone runs over-cap samples whole and --truncate clips them to the cap; pass one"),
         (args.tp is not None and args.pad_to_multiple_of is not None,

@@ -54,6 +54,7 @@ class Loaded:
     source: str  # "champ", the --lengths path, or "-"
     name: str  # for messages: "the bundled data", the path or "<stdin>"
     counted: str | None = None  # how --tokenizer counted, for the header
+    prefixes: list[int] | None = None  # --prefix-lengths: tokens each row shares with its group
 
 
 @dataclass(frozen=True)
@@ -192,8 +193,10 @@ def _json_records(text: str, source: str, field: str) -> list[tuple[str, Any]]:
     return out
 
 
-def parse_lengths(text: str, source: str, field: str | None = None) -> list[int]:
-    """Parse lengths: one integer per line, a JSON list, or JSON Lines with ``field``.
+def parse_lengths(text: str, source: str, field: str | None = None,
+                  records_hint: str = "pass --field NAME (the length key)") -> list[int]:
+    """Parse lengths: one integer per line, a JSON list, or JSON Lines with ``field``
+    (without it, JSON Lines is refused with ``records_hint``).
 
     Raises:
         CliError: (exit 2) naming the line (or list index) of the first bad entry, or
@@ -207,7 +210,7 @@ def parse_lengths(text: str, source: str, field: str | None = None) -> list[int]
         lengths = [check_length(item, f"{source}, list index {i}")
                    for i, item in enumerate(_json_list(text, source, "a JSON list of lengths"))]
     elif stripped.startswith("{"):
-        raise CliError(f"{source} looks like JSON Lines; pass --field NAME (the length key)")
+        raise CliError(f"{source} looks like JSON Lines; {records_hint}")
     else:
         lengths = [check_length(line, f"{source}, line {lineno}")
                    for lineno, line in enumerate(text.splitlines(), start=1) if line.strip()]

@@ -8,8 +8,9 @@ other's caller.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
-from seqlen_balancing.cli._text import CliError
+from seqlen_balancing.cli._text import CliError, plural
 from seqlen_balancing.cli.inputs import (
     DEFAULT_MAX_INPUT_MB,
     Loaded,
@@ -20,7 +21,7 @@ from seqlen_balancing.cli.inputs import (
     save_lengths,
 )
 
-__all__ = ["load_lengths"]
+__all__ = ["load_lengths", "load_prefixes"]
 
 
 def load_lengths(args: argparse.Namespace) -> Loaded:
@@ -50,4 +51,29 @@ def load_lengths(args: argparse.Namespace) -> Loaded:
         raise CliError(f"{loaded.name} holds no rows")
     if args.save_lengths is not None:
         save_lengths(args.save_lengths, loaded.lengths)
-    return loaded
+    if getattr(args, "prefix_lengths", None) is None:
+        return loaded
+    return replace(loaded, prefixes=load_prefixes(args.prefix_lengths, loaded, args.max_input_mb))
+
+
+def load_prefixes(path: str, loaded: Loaded, max_mb: int) -> list[int]:
+    """``--prefix-lengths FILE``: one prefix length per row of ``loaded`` (one integer per
+    line, or a JSON list; read whole, within the input bound), each at most its row's length.
+
+    Raises:
+        CliError: (exit 2) naming the file and the first bad entry, a count that is not one
+            per row, or a prefix longer than its row (its line and both lengths).
+    """
+    source = read_source(path, max_mb)
+    name = f"--prefix-lengths {source.name}"
+    prefixes = parse_lengths(source.text(), name,
+                             records_hint="write one prefix length per line (e.g. jq .prompt_len)")
+    lengths = loaded.lengths
+    if len(prefixes) != len(lengths):
+        raise CliError(f"{name} holds {plural(len(prefixes), 'prefix length')} but {loaded.name} holds "
+                       f"{plural(len(lengths), 'row')}: give one per row, in the same order")
+    over = next((i for i, (prefix, n) in enumerate(zip(prefixes, lengths, strict=True)) if prefix > n), None)
+    if over is not None:
+        raise CliError(f"{name}: entry {over + 1} is {prefixes[over]} tokens, longer than row {over + 1} of "
+                       f"{loaded.name} ({lengths[over]} tokens); a prefix is part of its row")
+    return prefixes

@@ -80,7 +80,8 @@ PlanRow = tuple["RankResult", "StepResult"]
 PLAN_COLUMNS: list[Column[PlanRow]] = [
     Column("rank", "DP rank", lambda x, a: str(x[0].rank)),
     Column("samples", "rows the rank got", lambda x, a: str(x[0].samples)),
-    Column("tokens", "tokens on the rank (sum of its lengths)", lambda x, a: str(x[0].tokens)),
+    Column("tokens", "tokens on the rank (sum of its lengths; --prefix-lengths: each group's prefix "
+           "once per micro-batch holding it)", lambda x, a: str(x[0].tokens)),
     Column(
         "aligned",
         "with an alignment option: what the rank's samples cost on the GPU (each length rounded "
@@ -428,10 +429,16 @@ def describe(step: Step, args: argparse.Namespace, cap: int | None) -> list[str]
             f"groups (group_ids): each rank's rows in consecutive groups of {','.join(map(str, sizes))}"
             f"{' rows, cycled' if len(sizes) > 1 else ' rows'}; each group lands whole in one micro-batch"
         )
+    if step.prefixes:
+        lines.append(
+            f"shared prompts (--prefix-lengths {args.prefix_lengths}): a micro-batch holds each group's "
+            "prefix once (a group over the cap is cut into parts that each pay it); tokens are what the "
+            "GPU holds" + ("; verl's count counts every prompt in full" if args.compare_verl else "")
+            + "; step time not modeled")
     if _other_options(args):
         lines.append("options: " + ", ".join(f"{k}={v}" for k, v in _other_options(args).items()))
     return lines + modeled.not_applied_lines(args.options, (["verl"] if args.compare_verl else []) + (
-        ["global"] if getattr(args, "command", None) == "plan" and not sizes else []))
+        ["global"] if getattr(args, "command", None) == "plan" and not sizes and not step.prefixes else []))
 
 
 def step_text(dp_size: int, args: argparse.Namespace) -> str:
@@ -583,6 +590,7 @@ def settings(step: Step, args: argparse.Namespace) -> dict[str, Any]:
         "same_micro_num_in_dp": args.options.same_micro_num_in_dp,
         "force_group_size": args.options.force_group_size,
         "group_sizes": list(getattr(args, "group_sizes", None) or []) or None,
+        "prefix_lengths": getattr(args, "prefix_lengths", None),
         "mini_batch_size": list(getattr(args, "mini_batch_size", None) or []) or None,
         "synthetic_rows": step.synthetic,
         "num_batches_divided_by": args.options.num_batches_divided_by,

@@ -32,6 +32,7 @@ class Step:
     batch_size: int
     counted: str | None = None  # how --tokenizer counted the lengths
     synthetic: int = 0  # rows of the step that main_ppo's V1 trainer adds (the last positions)
+    prefixes: list[int] | None = None  # --prefix-lengths, as ``lengths`` (synthetic rows: 0)
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
             ``--dp-size`` does not divide (naming both, the rows to drop and divisors).
     """
     lengths = scale_lengths(loaded.lengths, args.scale)
+    prefixes = None if loaded.prefixes is None else scale_lengths(loaded.prefixes, args.scale)
     n, dp = len(lengths), args.dp_size
     minis = tuple(getattr(args, "mini_batch_size", None) or ())
     if args.lengths is not None and args.batch_size is None:
@@ -94,7 +95,7 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
                 + ", or pass --batch-size"
             )
         return _padded(Step(loaded.source, lengths, list(range(n)), "whole_file", dp, n // dp,
-                            loaded.counted), args.trainer, minis)
+                            loaded.counted, prefixes=prefixes), args.trainer, minis)
     batch = args.batch_size or 256
     needed = dp * batch
     if needed > MAX_DRAWN_ROWS:
@@ -116,17 +117,19 @@ def make_step(args: argparse.Namespace, loaded: Loaded) -> Step:
             f"({'taken in input order' if args.in_order else 'drawn without replacement'}); pass at least "
             f"{needed} lengths or lower --dp-size/--batch-size"
         )
-    return _padded(Step(loaded.source, lengths, positions, sampling, dp, batch, loaded.counted), args.trainer,
-                   minis)
+    return _padded(Step(loaded.source, lengths, positions, sampling, dp, batch, loaded.counted,
+                        prefixes=prefixes), args.trainer, minis)
 
 
 def _padded(step: Step, trainer: str, minis: tuple[int, ...]) -> Step:
     """A drawn step with the synthetic rows verl's V1 trainer adds where its
     ``dp_size x batch_size`` rows are not a multiple of the mini-batch sizes (rows of
-    :data:`~seqlen_balancing.cli.trainers.SYNTHETIC_ROW_TOKENS` tokens, after the input's)."""
+    :data:`~seqlen_balancing.cli.trainers.SYNTHETIC_ROW_TOKENS` tokens, after the input's,
+    sharing no prefix)."""
     extra = synthetic_rows(len(step.positions), step.dp_size, trainer, minis)
     n = len(step.lengths)
     return replace(step, lengths=step.lengths + [SYNTHETIC_ROW_TOKENS] * extra,
+                   prefixes=step.prefixes and step.prefixes + [0] * extra,
                    positions=step.positions + list(range(n, n + extra)),
                    batch_size=(len(step.positions) + extra) // step.dp_size, synthetic=extra)
 
@@ -161,25 +164,31 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
     """The smallest ``max_token_len`` (per GPU, tokens) at which no sample or group of the
     step is over the cap: below it the step cannot be planned at all (without
     ``--truncate``). Forced groups are the step's consecutive rows, as balancing keeps them;
-    ``--group-sizes`` groups are each rank's consecutive rows as dealt to it.
+    ``--group-sizes`` groups are each rank's consecutive rows as dealt to it. A group costs
+    its first row and the others' tokens beyond the shared prefix (``--prefix-lengths``);
+    with prefixes a group over the cap is cut into parts, so there each row stands alone.
 
     Complexity: O(rows) (with ``--group-sizes``, plus the deal).
     """
     options: PlanOptions = args.options
     pad, bucket = options.pad_to_multiple_of, options.micro_batch_multiple_of
     sizes = getattr(args, "group_sizes", None)
+    rows = [(step.lengths[p], step.prefixes[p] if step.prefixes else 0) for p in step.positions]
     if sizes:
-        per_rank = _dealt(step, args, [step.lengths[p] for p in step.positions])[1]
-        groups = [[aligned_length(length, pad) for length, _ in rows]  # a group's rows are consecutive
-                  for lens in per_rank
-                  for _, rows in groupby(zip(lens, group_ids_of(len(lens), sizes), strict=True),
-                                         key=lambda row: row[1])]
+        ranks = [[rows[i] for i in part] for part in _dealt(step, args, [n for n, _ in rows])[2]]
+        groups = [[row for row, _ in members]  # a group's rows are consecutive
+                  for mine in ranks
+                  for _, members in groupby(zip(mine, group_ids_of(len(mine), sizes), strict=True),
+                                            key=lambda row: row[1])]
     else:
-        costs = [aligned_length(step.lengths[p], pad) for p in step.positions]
         size = options.force_group_size
-        groups = [costs[g : g + size] for g in range(0, len(costs), size)]
+        groups = [rows[g : g + size] for g in range(0, len(rows), size)]
+    if step.prefixes and options.over_cap != "alone":
+        groups = [[row] for group in groups for row in group]
     # a group alone: its costs summed (padded: its rows x its widest row)
-    largest = max((len(g) * max(g) if options.padded else sum(g) for g in groups if g), default=0)
+    largest = max((len(g) * max(aligned_length(n, pad) for n, _ in g) if options.padded
+                   else aligned_length(g[0][0], pad) + sum(aligned_length(n - p, pad) for n, p in g[1:])
+                   for g in groups if g), default=0)
     return -(-max(aligned_length(largest, bucket), bucket, 1) // int(args.sp_size))
 
 
@@ -199,14 +208,26 @@ def _dealt(
                                                 for r in range(step.dp_size)], dealt
 
 
-def plan_dp(per_rank: list[list[int]], cap: int, args: argparse.Namespace) -> list[RankPlan]:
+def plan_dp(per_rank: list[list[int]], cap: int, args: argparse.Namespace,
+            prefixes: list[list[int]] | None = None) -> list[RankPlan]:
     """Every rank planned by the library's own DP planning
     (:func:`~seqlen_balancing.agreement.plan_ranks`, as :func:`~seqlen_balancing.plan_data_parallel`)
-    under ``args.options``; ``--group-sizes``: each rank's rows, as dealt to it, in consecutive
-    groups of these sizes, cycled (:func:`group_ids_of`), each whole in one micro-batch."""
-    sizes = getattr(args, "group_sizes", None)
-    return plan_ranks(per_rank, cap, args.options,
-                      group_ids=None if not sizes else [group_ids_of(len(lens), sizes) for lens in per_rank])
+    under ``args.options``, in the groups of :func:`rank_group_ids`; ``prefixes``
+    (``--prefix-lengths``, each rank's rows' as dealt to it): ``prefix_lengths=``, with
+    ``--force-group-size``'s groups passed as group ids (the same groups)."""
+    options = args.options if prefixes is None else replace(args.options, force_group_size=1)
+    return plan_ranks(per_rank, cap, options, group_ids=rank_group_ids(per_rank, args, prefixes is not None),
+                      prefix_lengths=prefixes)
+
+
+def rank_group_ids(
+    per_rank: list[list[int]], args: argparse.Namespace, prefixed: bool
+) -> list[list[int]] | None:
+    """Each rank's group ids: ``--group-sizes``' (each rank's rows, as dealt to it, in
+    consecutive groups of these sizes, cycled: :func:`group_ids_of`), with prefixes
+    ``--force-group-size``'s, else ``None``. Each group lands whole in one micro-batch."""
+    sizes = getattr(args, "group_sizes", None) or ((args.options.force_group_size,) if prefixed else None)
+    return None if not sizes else [group_ids_of(len(lens), sizes) for lens in per_rank]
 
 
 def group_ids_of(n: int, sizes: tuple[int, ...]) -> list[int]:
@@ -261,63 +282,65 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     truncated = sum(n > clip for n in drawn)
     pre_deal = [min(n, clip) for n in drawn]
     positions, per_rank, dealt = _dealt(step, args, pre_deal)
+    # a prefix clipped as its row is: equal in a group still, and never longer than the row
+    prefixes = None if step.prefixes is None else [[min(step.prefixes[step.positions[i]], clip) for i in part]
+                                                   for part in dealt]
     start = time.perf_counter()
     try:
-        planned = plan_dp(per_rank, cap, args)
+        planned = plan_dp(per_rank, cap, args, prefixes)
     except (ValueError, TypeError) as exc:
         raise CliError(f"{exc}", 1) from None
     seconds = time.perf_counter() - start
-    ranks: list[RankResult] = []
-    for rank, (lens, planned_rank) in enumerate(zip(per_rank, planned, strict=True)):
-        analysis, plan = planned_rank.analysis, planned_rank.plan
-        mine = positions[rank * step.batch_size : (rank + 1) * step.batch_size]
-        costs = analysis.sample_costs
-        mb_tokens = [sum(lens[i] for i in mb) for mb in plan]
-        loads = workloads(lens, args.options)
-        # what the GPU holds: the real rows and (equal rows) the filler rows, one token each
-        # (padded: as wide as the row they are built from)
-        rows_held = [list(mb) + [getattr(mb, "filler_row", 0)] * getattr(mb, "filler", 0) for mb in plan]
-        one = filler_cost(analysis) if costs else 0
-        mb_costs = [micro_batch_cost([costs[i] for i in mb] + [one] * getattr(mb, "filler", 0), bucket)
-                    for mb in plan]
-        held = sum(costs)
-        if args.options.padded:  # rows x the widest row (costs: aligned widths)
-            footprints = [padded_micro_batch_cost([costs[i] for i in mb]) for mb in rows_held]
-            mb_costs = [aligned_length(f, bucket) for f in footprints]
-            held = sum(footprints)
-        tokens = sum(lens)
-        ranks.append(
-            RankResult(
-                rank=rank, analysis=analysis, samples=len(lens), tokens=tokens,
-                # an over-cap sample (--over-cap alone) is a micro-batch of its own
-                l2_lower_bound=sum(c > usable for c in costs)
-                + l2_lower_bound([c for c in costs if c <= usable], usable),
-                micro_batches=[[mine[i] for i in mb] for mb in plan],
-                micro_batch_tokens=mb_tokens, largest=max(mb_tokens, default=0),
-                fill=tokens / (len(plan) * cap) if plan else 0.0,
-                workload_spread=spread([sum(loads[i] for i in mb) for mb in plan]),
-                aligned_tokens=held,
-                micro_batch_costs=mb_costs, largest_cost=max(mb_costs, default=0),
-                over_cap_alone=[
-                    (mine[analysis.samples_of(g)[0]], analysis.group_sizes[g])
-                    for g in analysis.over_cap_groups
-                ],
-                rows=len(rows_held[0]) if args.options.equal_rows_per_micro_batch and plan else 0,
-                filler=[getattr(mb, "filler", 0) for mb in plan],
-            )
-        )
+    ids = rank_group_ids(per_rank, args, prefixes is not None) or [list(range(len(n))) for n in per_rank]
+    shared = prefixes or [[0] * len(lens) for lens in per_rank]
+    ranks = [_rank_result(rank, lens, planned[rank], positions[rank * len(lens) : (rank + 1) * len(lens)],
+                          shared[rank], ids[rank], args)
+             for rank, lens in enumerate(per_rank)]
     verl = verl_result(per_rank, cap, args) if args.compare_verl else None
     modeled = []
-    if getattr(args, "command", None) in ("plan", "sweep") and not getattr(args, "group_sizes", None):
+    if (getattr(args, "command", None) in ("plan", "sweep") and not getattr(args, "group_sizes", None)
+            and prefixes is None):
         modeled = model_step(pre_deal, dealt, [[[dealt[r][i] for i in mb] for mb in ranked.plan]
                                                for r, ranked in enumerate(planned)],
                              cap, args.options, None if verl is None else verl.counts)
-    return StepResult(
-        cap,
-        ranks,
-        truncated,
-        seconds,
-        args.options,
-        verl,
-        modeled=modeled,
+    return StepResult(cap, ranks, truncated, seconds, args.options, verl, modeled=modeled)
+
+
+def _rank_result(rank: int, lens: list[int], planned: RankPlan, mine: list[int], prefixes: list[int],
+                 ids: Sequence[int], args: argparse.Namespace) -> RankResult:
+    """One rank's figures: its plan in input positions (``mine``), tokens per micro-batch
+    (each group's prefix once: ``prefixes`` shared within ``ids``), costs, bound, fill."""
+    analysis, plan, options = planned.analysis, planned.plan, args.options
+    cap, bucket = analysis.requested_max_token_len, options.micro_batch_multiple_of
+    costs = analysis.sample_costs
+    # no micro-batch holds two parts of one group: a group present pays its prefix once
+    mb_tokens = [sum(lens[i] - prefixes[i] for i in mb) + sum({ids[i]: prefixes[i] for i in mb}.values())
+                 for mb in plan]
+    # what the GPU holds: the real rows and (equal rows) the filler rows, one token each
+    # (padded: as wide as the row they are built from)
+    rows_held = [list(mb) + [getattr(mb, "filler_row", 0)] * getattr(mb, "filler", 0) for mb in plan]
+    one = filler_cost(analysis) if costs else 0
+    mb_costs = [micro_batch_cost([costs[i] for i in mb] + [one] * getattr(mb, "filler", 0), bucket)
+                for mb in plan]
+    held = sum(costs)
+    if options.padded:  # rows x the widest row (costs: aligned widths)
+        footprints = [padded_micro_batch_cost([costs[i] for i in mb]) for mb in rows_held]
+        mb_costs = [aligned_length(f, bucket) for f in footprints]
+        held = sum(footprints)
+    tokens, usable = sum(mb_tokens), micro_batch_capacity(cap, bucket)
+    loads = workloads(lens, options)
+    return RankResult(
+        rank=rank, analysis=analysis, samples=len(lens), tokens=tokens,
+        # an over-cap sample (--over-cap alone) is a micro-batch of its own
+        l2_lower_bound=sum(c > usable for c in costs)
+        + l2_lower_bound([c for c in costs if c <= usable], usable),
+        micro_batches=[[mine[i] for i in mb] for mb in plan],
+        micro_batch_tokens=mb_tokens, largest=max(mb_tokens, default=0),
+        fill=tokens / (len(plan) * cap) if plan else 0.0,
+        workload_spread=spread([sum(loads[i] for i in mb) for mb in plan]),
+        aligned_tokens=held, micro_batch_costs=mb_costs, largest_cost=max(mb_costs, default=0),
+        over_cap_alone=[(mine[analysis.samples_of(g)[0]], analysis.group_sizes[g])
+                        for g in analysis.over_cap_groups],
+        rows=len(rows_held[0]) if options.equal_rows_per_micro_batch and plan else 0,
+        filler=[getattr(mb, "filler", 0) for mb in plan],
     )
