@@ -38,8 +38,12 @@ from seqlen_balancing.options import (
     add_arguments,
     env_switch,
     env_values,
-    keyword_names,
 )
+
+
+def keyword_names(keywords: type[Any]) -> frozenset[str]:
+    """The keys of a TypedDict, required or not."""
+    return frozenset(keywords.__required_keys__ | keywords.__optional_keys__)
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

@@ -88,7 +88,6 @@ __all__ = [
     "add_arguments",
     "env_switch",
     "env_values",
-    "keyword_names",
     "step_settings",
 ]
 
@@ -578,11 +577,6 @@ class PlanOptionKeywords(GroupOptionKeywords, total=False):
     min_num_micro_batch: int | None
     same_micro_num_in_dp: bool
     use_dynamic_bsz_balance: bool
-
-
-def keyword_names(keywords: type[Any]) -> frozenset[str]:
-    """The keys of one of the TypedDicts above."""
-    return frozenset(keywords.__required_keys__ | keywords.__optional_keys__)
 
 
 # ----------------------------------------------------------------------------- environment

@@ -70,9 +70,9 @@ EXTENDED = {
 
 def test_todays_keyword_names_are_options() -> None:
     from seqlen_balancing import PlanOptions
-    from seqlen_balancing.options import OptionKeywords, keyword_names
+    from seqlen_balancing.options import OptionKeywords
 
-    assert set(_OPTION_NAMES) <= keyword_names(OptionKeywords)
+    assert set(_OPTION_NAMES) <= OptionKeywords.__required_keys__ | OptionKeywords.__optional_keys__
     assert set(_OPTION_NAMES) <= {field.name for field in dataclasses.fields(PlanOptions)}
 
 

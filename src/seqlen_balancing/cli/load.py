@@ -51,9 +51,9 @@ def load_lengths(args: argparse.Namespace) -> Loaded:
         raise CliError(f"{loaded.name} holds no rows")
     if args.save_lengths is not None:
         save_lengths(args.save_lengths, loaded.lengths)
-    if getattr(args, "prefix_lengths", None) is None:
-        return loaded
-    return replace(loaded, prefixes=load_prefixes(args.prefix_lengths, loaded, args.max_input_mb))
+    path = getattr(args, "prefix_lengths", None)  # plan and sweep
+    return loaded if path is None else replace(loaded,
+                                               prefixes=load_prefixes(path, loaded, args.max_input_mb))
 
 
 def load_prefixes(path: str, loaded: Loaded, max_mb: int) -> list[int]:
