@@ -104,7 +104,8 @@ GROUP_SIZES = ("--group-sizes", dict(
     type=_sizes, metavar="N[,N...]",
     help="GRPO groups of different sizes (group_ids=): each rank's rows, as dealt to it, "
     "in consecutive groups of these sizes, cycled (e.g. 16,12,9 after DAPO filtering); "
-    "each group lands whole in one micro-batch (default: none)"))
+    "each group lands whole in one micro-batch (with --prefix-lengths, a group over the cap is cut "
+    "into parts that each pay its prefix) (default: none)"))
 JSON = ("--json", dict(action="store_true", help="write one JSON object to stdout"))
 
 

@@ -103,7 +103,8 @@ PLAN_COLUMNS: list[Column[PlanRow]] = [
     ),
     Column(
         "L2 bound",
-        "Martello-Toth L2 lower bound: no plan under the cap has fewer micro-batches",
+        "Martello-Toth L2 lower bound over the single samples (a group's samples taken apart): no "
+        "plan under the cap has fewer micro-batches; 'bound' takes the groups (or parts) whole",
         lambda x, a: str(x[0].l2_lower_bound),
     ),
     Column(
