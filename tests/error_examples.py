@@ -415,7 +415,7 @@ VALUES: list[tuple[PlanError, str]] = [
         "its widest row, whatever its samples share; pass one of them"),
     (PrefixLengthsWithoutGroups(),
         "prefix_lengths was given without group_ids: a prefix is shared by the samples of one "
-        "group (the responses of one prompt); pass group_ids (e.g. verl's uid) too"),
+        "group (the responses of one prompt); pass group_ids (e.g. verl's uid) or force_group_size too"),
     (PrefixOverLength(7, 2**70, 600),
         "prefix_lengths[7] is 1180591620717411303424 but sample 7 has 600 tokens; a sample's "
         "shared prefix is part of it: give at most its length"),

@@ -89,6 +89,29 @@ def test_the_count_is_the_oracles_fewest_and_every_micro_batch_fits() -> None:
     assert split_seen >= 10  # the cases exercise the split, not only whole groups
 
 
+def test_force_group_size_forms_the_groups_that_share_a_prefix() -> None:
+    """Without group_ids, force_group_size=g's groups (samples [k*g, (k+1)*g)) share the
+    prefix: the oracle plans the same ids written out, and a batch g does not divide is
+    refused as without prefixes."""
+    rng = random.Random(48)
+    for _ in range(60):
+        g = rng.randint(2, 3)
+        n = g * rng.randint(1, 3)
+        prompt = [rng.randint(0, 40) for _ in range(n // g)]
+        prefixes = [prompt[i // g] for i in range(n)]
+        lengths = [p + rng.randint(0, 30) for p in prefixes]
+        cap = max(lengths) + rng.randint(0, 80)
+        ids: list[object] = [i // g for i in range(n)]
+        plan = plan_micro_batches(lengths, cap, force_group_size=g, prefix_lengths=prefixes)
+        assert len(plan) == oracle_fewest(lengths, prefixes, ids, cap), (lengths, prefixes, g, cap)
+        assert all(rule_cost(part, lengths, prefixes, ids) <= cap for part in plan)
+        assert sorted(i for part in plan for i in part) == list(range(n))
+    with pytest.raises(ValueError, match="batch size 5 is not divisible by force_group_size=2"):
+        plan_micro_batches([5] * 5, 100, force_group_size=2, prefix_lengths=[1] * 5)
+    with pytest.raises(ValueError, match="group_ids and force_group_size=2 were both given"):
+        plan_micro_batches([5] * 4, 100, force_group_size=2, group_ids=[0, 0, 1, 1], prefix_lengths=[1] * 4)
+
+
 def test_sharing_saves_micro_batches_that_counting_every_prompt_would_need() -> None:
     # 4 responses of 50 tokens beyond a 400-token prompt: 600 tokens shared, 1,800 counted flat.
     lengths, ids, prefixes = [450] * 4, ["q"] * 4, [400] * 4
@@ -137,7 +160,8 @@ def test_alignment_rounds_each_piece() -> None:
 @pytest.mark.parametrize(("keywords", "message"), [
     ({"costs": [5, 5]}, "prefix_lengths and costs were both given"),
     ({"padded": True}, "prefix_lengths and padded=True were both given"),
-    ({"group_ids": None}, "prefix_lengths was given without group_ids"),
+    ({"group_ids": None}, "prefix_lengths was given without group_ids: a prefix is shared by the samples "
+     "of one group (the responses of one prompt); pass group_ids (e.g. verl's uid) or force_group_size too"),
     ({"prefix_lengths": [3, 9]}, "prefix_lengths[1] is 9 but sample 1 has 6 tokens"),
     ({"prefix_lengths": [3, 2]}, "group 'a' has prefix_lengths 3 (sample 0) and 2 (sample 1)"),
     ({"prefix_lengths": [3]}, "prefix_lengths has 1 entries but the batch has 2 samples"),

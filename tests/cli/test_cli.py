@@ -604,7 +604,7 @@ def test_sweep_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[2].split()[-2:] == ["vs", "fastest"]
     assert lines[6].startswith("fastest max_token_len in the lock-step model (micro_batch_fixed_tokens 819.2")
     # The bundled draw's longest sample: below it no cap can be planned (issue 21).
-    assert lines[7].startswith("smallest max_token_len that can be planned at all: 6704 ")
+    assert lines[7].startswith("smallest max_token_len that fits every sample and group: 6704 ")
 
 
 def test_sweep_default_caps_and_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -632,13 +632,13 @@ def test_sweep_marks_infeasible_caps_and_goes_on(
     code, out, err = run(capsys, *base, "--max-token-len", "100,200")
     assert code == 1
     assert err == (
-        "seqlen-balancing: error: no cap of the sweep can be planned (smallest that can: "
-        "max_token_len 500)\n"
+        "seqlen-balancing: error: no cap of the sweep can be planned (none below max_token_len "
+        "500 can: the costliest sample or group)\n"
     )
     rows = [line.split() for line in out.splitlines()[3:5]]
     # 7 columns of counts and fill, then the global count, two times and vs fastest
     assert rows == [["100", "infeasible", *["-"] * 11], ["200", "infeasible", *["-"] * 11]]
-    assert "smallest max_token_len that can be planned at all: 500 " in out
+    assert "smallest max_token_len that fits every sample and group: 500 " in out
     assert "max_token_len 100: 2 of the 4 drawn samples exceed max_token_len=100" in out
     result = run_json(capsys, *base, "--max-token-len", "100,200", expected_code=1)
     assert result["smallest_max_token_len"] == 500

@@ -119,12 +119,12 @@ def test_sweep_smallest_cap_and_every_cap_failing(tmp_path: Path, capsys: pytest
     assert [sorted(r) == ["cap", "error", "max_token_len"] for r in result["rows"]] == [True, False, False]
     code, out, err = run(capsys, *base, "--max-token-len", "500,1000")
     assert code == 1
-    assert "smallest max_token_len that can be planned at all: 1024 (the costliest sample" in out
+    assert "smallest max_token_len that fits every sample and group: 1024 (the costliest, in" in out
     rows = [line.split()[:2] for line in out.splitlines()[4:6]]
     assert rows == [["500", "infeasible"], ["1000", "infeasible"]]
     assert err == (
-        "seqlen-balancing: error: no cap of the sweep can be planned (smallest that can: "
-        "max_token_len 1024)\n"
+        "seqlen-balancing: error: no cap of the sweep can be planned (none below max_token_len "
+        "1024 can: the costliest sample or group)\n"
     )
     # With a bucket and sequence parallelism: the per-GPU cap whose cap (x sp) fits, rounded up.
     result = run_json(

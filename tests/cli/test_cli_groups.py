@@ -62,4 +62,17 @@ def test_sweep_names_the_smallest_cap_of_the_costliest_group(
     code, out, _ = run(capsys, "sweep", "--lengths", path, "--dp-size", "1", "--max-token-len", "100,120",
                        "--group-sizes", "2,3")
     assert code == 0
-    assert "smallest max_token_len that can be planned at all: 110 " in out
+    assert "smallest max_token_len that fits every sample and group: 110 " in out
+
+
+def test_the_l2_column_counts_an_over_cap_group_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--over-cap alone: each over-cap group is one micro-batch of its own (its samples,
+    each under the cap, are not counted apart), the rest bounded by ceil(tokens / cap)."""
+    lengths = [80, 70, 60, 50, 10, 10, 20, 20]  # groups of 2: 150 and 110 over 100, then 20 and 40
+    result = run_json(capsys, "plan", "--lengths", lengths_file(tmp_path, lengths), "--dp-size", "1",
+                      "--max-token-len", "100", "--force-group-size", "2", "--over-cap", "alone")
+    (rank,) = result["ranks"]
+    assert rank["l2_lower_bound"] == 2 + 1 == rank["count"]
+    assert rank["fill"] == round(sum(lengths) / (3 * 100), 6) > 1  # the over-cap micro-batches overfill

@@ -154,10 +154,10 @@ def test_sweep_plans_every_cap_with_the_prefixes(tmp_path: Path, capsys: pytest.
         assert row["micro_batch_tokens"] == shown
     # each row alone is the most a part must hold: the longest row, not the costliest group
     code, out, _ = run(capsys, "sweep", *args, "--max-token-len", "500,900")
-    assert code == 0 and f"smallest max_token_len that can be planned at all: {max(rows)} " in out
+    assert code == 0 and f"smallest max_token_len that fits every sample and group: {max(rows)} " in out
     code, out, _ = run(capsys, "sweep", *args[:2], "--force-group-size", "4", "--dp-size", "2",
                        "--max-token-len", "500,900")
-    assert f"can be planned at all: {max(sum(rows[g:g + 4]) for g in range(0, len(rows), 4))} " in out
+    assert f"fits every sample and group: {max(sum(rows[g:g + 4]) for g in range(0, len(rows), 4))} " in out
 
 
 def test_group_sizes_take_prefixes_where_the_deal_keeps_the_file_order(
@@ -170,17 +170,28 @@ def test_group_sizes_take_prefixes_where_the_deal_keeps_the_file_order(
     for rank, plan in zip(result["ranks"], micro_batches(result), strict=True):
         assert [mb["tokens"] for mb in rank["micro_batches"]] == [held(mb, rows, prompts) for mb in plan]
         assert all(len(mb) == GROUP for mb in plan)  # a group of 4 lands whole
-    # sft_trainer deals every other row to a rank: its groups of 4 mix two prompts
-    code, _, err = run(capsys, *args, "--trainer", "sft_trainer")
-    assert code == 1 and "the samples of a group share one prefix" in err
+    # one sft_trainer rank takes the rows in order; the sample limit cuts a group as the cap does
+    limited = run_json(capsys, *args[:-4], "--dp-size", "1", "--max-token-len", "700",
+                       "--trainer", "sft_trainer", "--max-samples-per-micro-batch", "2")
+    (plan,) = micro_batches(limited)
+    assert max(map(len, plan)) == 2 and len(plan) == 8  # 16 rows, 2 a micro-batch
+    shown = [mb["tokens"] for mb in limited["ranks"][0]["micro_batches"]]
+    assert shown == [held(mb, rows, prompts) for mb in plan]
+    # a deal that does not keep the file's order would put rows of two prompts in one group
+    # (equal prefix lengths would not tell): refused before any planning
+    for trainer, deal in (("sft_trainer", "gives a rank every dp-th row"), ("main_ppo", "balances the step"),
+                          ("main_ppo_v0", "balances the step")):
+        code, _, err = run(capsys, *args, "--trainer", trainer)
+        assert code == 2 and f"as dealt, and {trainer}'s deal {deal}" in err, err
 
 
 @pytest.mark.parametrize(("extra", "prefixes", "words"), [
     ([], None, "--prefix-lengths: a prefix is shared by the rows of a group; pass --force-group-size N"),
     (["--force-group-size", "4", "--batch-size", "4"], None, "a random draw takes rows away"),
     (["--force-group-size", "4", "--padded"], None, "--prefix-lengths and --padded"),
-    (["--force-group-size", "4"], [1] * 7, "holds 7 prefix lengths but"),
-    (["--force-group-size", "4"], [1] * 7 + [999], "entry 8 is 999 tokens, longer than row 8 of"),
+    (["--force-group-size", "4"], [1] * 7, "prefix_lengths has 7 entries but the batch has 8 samples"),
+    (["--force-group-size", "4"], [1] * 7 + [999], "(rows counted from 0, groups of --force-group-size 4): "
+     "prefix_lengths[7] is 999 but sample 7 has 300 tokens"),
     (["--force-group-size", "4"], "{\"p\": 3}\n", "looks like JSON Lines; write one prefix length per line"),
     (["--force-group-size", "4"], [1] * 7 + [-1], "length -1 is negative"),
 ])
@@ -214,3 +225,39 @@ def test_prefixes_of_nothing_plan_as_the_groups_alone(
     alone = run_json(capsys, "plan", "--lengths", lengths_file(tmp_path, rows), *args)
     assert micro_batches(shared) == micro_batches(alone)
     assert [r["tokens"] for r in shared["ranks"]] == [r["tokens"] for r in alone["ranks"]]
+
+
+def test_a_rank_that_would_split_a_group_is_refused_as_without_prefixes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """12 rows in groups of 4 on 2 ranks: 6 rows a rank cut group 1 in two. verl's rule
+    (force_group_size must divide the rank's batch) refuses it, prefixes or not."""
+    rows = list(range(100, 112))
+    args = ["--force-group-size", "4", "--dp-size", "2", "--max-token-len", "300", "--trainer", "main_ppo_v0"]
+    code, _, err = run(capsys, "plan", *files(tmp_path, rows, [50] * 12), *args)
+    assert code == 1 and "batch size 6 is not divisible by force_group_size=4" in err
+    code, _, without = run(capsys, "plan", "--lengths", lengths_file(tmp_path, rows), *args)
+    assert code == 1 and "batch size 6 is not divisible by force_group_size=4" in without
+
+
+def test_a_group_with_two_prefixes_is_refused_naming_its_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows, prompts = grpo_rows(4, seed=2)
+    prompts[13] += 1  # row 14 in group 4 (rows 13-16)
+    code, _, err = run(capsys, "plan", *files(tmp_path, rows, prompts), "--force-group-size", "4",
+                       "--dp-size", "2")
+    assert code == 2 and (f"group 3 has prefix_lengths {prompts[12]} (sample 12) and {prompts[13]} "
+                          "(sample 13); the samples of a group share one prefix") in err
+
+
+def test_the_prefix_file_is_named_in_its_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = lengths_file(tmp_path, [300] * 4)
+    base = ["plan", "--lengths", rows, "--force-group-size", "4", "--dp-size", "1"]
+    code, _, err = run(capsys, *base, "--prefix-lengths", str(tmp_path / "missing.txt"))
+    assert code == 2 and f"cannot read --prefix-lengths file '{tmp_path / 'missing.txt'}'" in err
+    (tmp_path / "p.parquet").write_bytes(b"PAR1" + bytes(20))
+    code, _, err = run(capsys, *base, "--prefix-lengths", str(tmp_path / "p.parquet"))
+    assert code == 2 and "is Parquet, which --prefix-lengths does not read; write one prefix length" in err
+    code, _, err = run(capsys, "plan", "--lengths", "-", "--prefix-lengths", "-", "--force-group-size", "4")
+    assert code == 2 and "--lengths and --prefix-lengths both read stdin; give one of them a file" in err

@@ -1,5 +1,6 @@
 """Worker of ``test_prefix.py`` (issue 47, item 3): one gloo rank planning with shared
-prompts (``prefix_lengths`` beside ``group_ids``) through ``rearrange_micro_batches``.
+prompts (``prefix_lengths`` beside ``group_ids``, or ``force_group_size``'s groups) through
+``rearrange_micro_batches``.
 
 Run as a script, one process per rank (``_world.py``'s ``run_world``)::
 
@@ -29,7 +30,9 @@ def play(spec: dict[str, Any], group: Any) -> dict[str, Any]:
     batch = TensorDict(entries, batch_size=[len(lengths)])
     batch["uid"] = NonTensorStack(*spec["ids"])
     try:
-        _, plan = rearrange_micro_batches(batch, spec["cap"], dp_group=group, group_ids="uid",
+        force = spec.get("force", 1)  # force_group_size's groups instead of the ids
+        _, plan = rearrange_micro_batches(batch, spec["cap"], dp_group=group,
+                                          group_ids="uid" if force == 1 else None, force_group_size=force,
                                           prefix_lengths="prefix" if spec["shared"] else None,
                                           dummy_micro_batches=True)  # a rank of few prompts
     except Exception as error:  # every outcome is recorded; the test judges it

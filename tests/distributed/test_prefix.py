@@ -18,6 +18,7 @@ _WORKER = Path(__file__).resolve().parent / "_prefix_worker.py"
 DEADLINE_S = 150
 WORLD = 3
 RANDOM_ROUNDS = 8
+FORCED_ROUNDS = 4
 
 
 def _rank(rng: random.Random) -> dict[str, Any]:
@@ -41,7 +42,23 @@ def _rounds() -> list[dict[str, Any]]:
     mismatch = [{**fixed, "cap": 200, "shared": rank != 1} for rank in range(WORLD)]
     bad = [{**fixed, "cap": 200, "shared": True} for _ in range(WORLD)]
     bad[2] = {**bad[2], "prefixes": [p + 1 if i == 0 else p for i, p in enumerate(bad[2]["prefixes"])]}
-    return [*rounds, {"ranks": mismatch}, {"ranks": bad}]
+    forced = []  # force_group_size's groups: each prompt's responses consecutive, 3 a prompt
+    for _ in range(FORCED_ROUNDS):
+        ranks = [_forced_rank(rng, rng.randint(2, 4)) for _ in range(WORLD)]
+        cap = rng.randint(max(max(r["lengths"]) for r in ranks), 200)
+        forced.append({"ranks": [{**r, "cap": cap, "shared": True, "force": 3} for r in ranks]})
+    short = [{**_forced_rank(rng, 2), "cap": 200, "shared": True, "force": 3} for _ in range(WORLD)]
+    short[1] = {key: value[:-1] if isinstance(value, list) else value for key, value in short[1].items()}
+    return [*rounds, {"ranks": mismatch}, {"ranks": bad}, *forced, {"ranks": short}]
+
+
+def _forced_rank(rng: random.Random, prompts: int) -> dict[str, Any]:
+    """``prompts`` prompts of 20-60 tokens, 3 responses each of 1-30 tokens, in order."""
+    rows = []
+    for prompt in range(prompts):
+        prefix = rng.randint(20, 60)
+        rows += [(f"q{prompt}", prefix, prefix + rng.randint(1, 30)) for _ in range(3)]
+    return {"ids": [r[0] for r in rows], "prefixes": [r[1] for r in rows], "lengths": [r[2] for r in rows]}
 
 
 ROUNDS = _rounds()
@@ -91,3 +108,31 @@ def test_a_group_with_two_prefixes_on_one_rank_stops_every_rank(records: list[li
     assert all(record == got[0] for record in got) and got[0]["raised"] == "ValueError"
     assert got[0]["message"].startswith("rank 2 of the DP group (global rank 2): group 'q")
     assert "has prefix_lengths" in got[0]["message"]
+
+
+def test_force_group_size_groups_share_their_prefix_on_every_rank(
+    records: list[list[dict[str, Any]]],
+) -> None:
+    """force_group_size=3 without ids: samples [3k, 3k + 3) are one prompt (the rule's ids
+    written out above are the same groups), the cap holds with each prompt once."""
+    first, needed = RANDOM_ROUNDS + 2, 0
+    for round_, got in zip(ROUNDS[first:first + FORCED_ROUNDS], records[first:first + FORCED_ROUNDS],
+                           strict=True):
+        assert all("plan" in record for record in got), got
+        assert len({len(record["plan"]) for record in got}) == 1
+        for spec, record in zip(round_["ranks"], got, strict=True):
+            assert sorted(i for part in record["plan"] for i in part) == list(range(len(spec["lengths"])))
+            assert all(rule_cost(part, spec) <= spec["cap"] for part in record["plan"])
+            # a group of 3 counted flat over the cap could not have landed whole without sharing
+            flat = [sum(spec["lengths"][g:g + 3]) for g in range(0, len(spec["lengths"]), 3)]
+            needed += max(flat) > spec["cap"]
+    assert needed >= 1
+
+
+def test_a_rank_force_group_size_does_not_divide_stops_every_rank(
+    records: list[list[dict[str, Any]]],
+) -> None:
+    got = records[RANDOM_ROUNDS + 2 + FORCED_ROUNDS]
+    assert all(record == got[0] for record in got) and got[0]["raised"] == "ValueError"
+    assert got[0]["message"].startswith("rank 1 of the DP group (global rank 1): batch size 5 is not "
+                                        "divisible by force_group_size=3")

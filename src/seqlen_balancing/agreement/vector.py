@@ -583,8 +583,9 @@ def plan_data_parallel(
         group_ids: for each rank, one hashable id per sample (same shape), or ``None``:
             each group lands whole in one micro-batch of its rank (as
             :func:`~seqlen_balancing.plan_micro_batches` takes them).
-        prefix_lengths: for each rank, with ``group_ids``, the tokens each sample shares
-            with its group (same shape), or ``None``: each group's shared prefix counts
+        prefix_lengths: for each rank, with ``group_ids`` or ``force_group_size``, the
+            tokens each sample shares with its group (same shape), or ``None``: each
+            group's shared prefix counts
             once per micro-batch (:func:`~seqlen_balancing.plan_micro_batches`,
             docs/prefix.md). A rank passing them while another does not raises on every rank.
         **option_keywords: any option by name, laid over ``options``: e.g.

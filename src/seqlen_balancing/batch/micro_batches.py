@@ -129,8 +129,9 @@ def rearrange_micro_batches(
             docs/shapes.md). A group over the cap is every rank's error naming its id (or
             runs alone under ``over_cap="alone"``). Not with ``force_group_size > 1``,
             which is ``group_ids=[i // g for i in range(n)]``. Default ``None``.
-        prefix_lengths: keyword-only. With ``group_ids``, the tokens each sample shares
-            with its group (GRPO's prompt; a list, a 1-D tensor, or the name of the batch's
+        prefix_lengths: keyword-only. With ``group_ids`` or ``force_group_size``, the
+            tokens each sample shares with its group (GRPO's prompt; a list, a 1-D tensor,
+            or the name of the batch's
             entry holding them), equal across a group and at most the sample's length: a
             micro-batch then costs its samples' tokens beyond the prefix plus each group's
             prefix once, and a group over the cap is split, its samples in order, into parts

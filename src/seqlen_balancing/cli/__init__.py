@@ -40,8 +40,8 @@ total); ``--micro-batch-multiple-of N`` rounds each micro-batch's total up to a 
 ``N`` (verl's ``pad_to_length_bucket``; combined with FP8's by least common multiple), so a
 cap is usable as ``cap // N * N``. The plan, the bounds and the messages are then in aligned
 tokens; the tables add ``aligned`` and ``aligned mb`` columns. ``sweep`` prints the smallest
-``max_token_len`` that can be planned at all (the costliest sample or forced group of the
-step, aligned, rounded up to the bucket, divided by ``--sp-size``). ``--padded`` plans for
+``max_token_len`` that fits every sample and group (the costliest, aligned, rounded up to the
+bucket, divided by ``--sp-size``; with ``--prefix-lengths``, the longest row). ``--padded`` plans for
 models that run padded tensors: a micro-batch costs its rows x its widest row (each rounded
 up to ``--pad-to-multiple-of``); the tables show ``footprint`` and ``footprint mb`` (and,
 in ``sweep``, the ``padding`` share of the footprint) instead of the aligned columns, and a

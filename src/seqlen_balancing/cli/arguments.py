@@ -417,6 +417,8 @@ def check_combinations(args: argparse.Namespace) -> None:
         (prefixes and args.options.padded,
          "--prefix-lengths and --padded: a padded micro-batch costs its rows x its widest row, "
          "whatever the rows share; pass one"),
+        (prefixes and args.prefix_lengths == args.lengths == "-",
+         "--lengths and --prefix-lengths both read stdin; give one of them a file"),
         (args.options.over_cap == "alone" and getattr(args, "truncate", False),
          "--over-cap alone runs over-cap samples whole and --truncate clips them to the cap; pass one"),
         (args.tp is not None and args.pad_to_multiple_of is not None,
@@ -443,5 +445,11 @@ def check_combinations(args: argparse.Namespace) -> None:
     args.balance_batch_ignored = always_balances(trainer) and getattr(args, "balance_batch", None) is False
     if args.balance_batch_ignored or getattr(args, "balance_batch", False) is None:
         args.balance_batch = balances_by_default(trainer)  # main_ppo's: True
+    strided = trainer == "sft_trainer" and args.dp_size > 1  # rank r: rows r, r + dp, ...
+    refuse([(prefixes and sizes and (args.balance_batch or strided),
+             f"--prefix-lengths with --group-sizes: the groups are each rank's rows as dealt, and "
+             f"{trainer}'s deal {'gives a rank every dp-th row' if strided else 'balances the step'}, so a "
+             "group would hold rows of other prompts; pass --force-group-size N (its groups stay whole "
+             "through the deal), or --trainer main_ppo_v0 --no-balance-batch")])
 
 

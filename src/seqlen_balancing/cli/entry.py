@@ -51,8 +51,8 @@ def _run_steps(args: argparse.Namespace) -> int:
         to_plot(figure_class, found, args.plot)
         print(f"{PROG}: plot written to {args.plot}", file=sys.stderr)
     if extra and all(isinstance(o, tuple) for o in found):  # every row infeasible: the table is printed
-        print(f"{PROG}: error: no cap of the sweep can be planned (smallest that can: "
-              f"max_token_len {extra[0]})", file=sys.stderr)
+        print(f"{PROG}: error: no cap of the sweep can be planned (none below max_token_len "
+              f"{extra[0]} can: the costliest sample or group)", file=sys.stderr)
         return 1
     return 0
 

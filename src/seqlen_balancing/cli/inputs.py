@@ -112,11 +112,12 @@ def _read_bounded(handle: Any, name: str, max_mb: int) -> bytes:
     raise _too_large(name, max_mb, "holds")
 
 
-def read_source(path: str, max_mb: int = DEFAULT_MAX_INPUT_MB) -> Source:
+def read_source(path: str, max_mb: int = DEFAULT_MAX_INPUT_MB, what: str = "lengths file") -> Source:
     """Open ``path`` (``-``: stdin) once and read it once, whole, within the input bound.
 
     Works alike on regular files, pipes, FIFOs (it waits for the writer, once),
-    ``/dev/fd/N`` from a process substitution, and stdin: nothing is opened twice.
+    ``/dev/fd/N`` from a process substitution, and stdin: nothing is opened twice. ``what``
+    names the file in messages.
 
     Raises:
         CliError: (exit 2) the source cannot be opened or read, holds more than ``max_mb``
@@ -133,7 +134,7 @@ def read_source(path: str, max_mb: int = DEFAULT_MAX_INPUT_MB) -> Source:
         with open(path, "rb") as handle:
             return Source(path, path, _read_bounded(handle, path, max_mb))
     except OSError as exc:
-        raise CliError(f"cannot read lengths file {path!r}: {reason_of(exc)}") from None
+        raise CliError(f"cannot read {what} {path!r}: {reason_of(exc)}") from None
 
 
 def check_length(value: Any, where: str) -> int:

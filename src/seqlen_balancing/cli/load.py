@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from seqlen_balancing.cli._text import CliError, plural
+from seqlen_balancing.cli._text import CliError
 from seqlen_balancing.cli.inputs import (
     DEFAULT_MAX_INPUT_MB,
     Loaded,
@@ -20,6 +20,7 @@ from seqlen_balancing.cli.inputs import (
     read_source,
     save_lengths,
 )
+from seqlen_balancing.planning.prefix import shared_prefix_costs
 
 __all__ = ["load_lengths", "load_prefixes"]
 
@@ -52,28 +53,31 @@ def load_lengths(args: argparse.Namespace) -> Loaded:
     if args.save_lengths is not None:
         save_lengths(args.save_lengths, loaded.lengths)
     path = getattr(args, "prefix_lengths", None)  # plan and sweep
-    return loaded if path is None else replace(loaded,
-                                               prefixes=load_prefixes(path, loaded, args.max_input_mb))
+    return loaded if path is None else replace(loaded, prefixes=load_prefixes(
+        path, loaded, args.max_input_mb, args.options.force_group_size))
 
 
-def load_prefixes(path: str, loaded: Loaded, max_mb: int) -> list[int]:
+def load_prefixes(path: str, loaded: Loaded, max_mb: int, group: int = 1) -> list[int]:
     """``--prefix-lengths FILE``: one prefix length per row of ``loaded`` (one integer per
-    line, or a JSON list; read whole, within the input bound), each at most its row's length.
+    line, or a JSON list; read whole, within the input bound), checked on the whole file as
+    the planner checks a batch (:func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`):
+    one per row, each at most its row's length, equal within each group of ``group``
+    consecutive rows (``--force-group-size``).
 
     Raises:
-        CliError: (exit 2) naming the file and the first bad entry, a count that is not one
-            per row, or a prefix longer than its row (its line and both lengths).
+        CliError: (exit 2) naming the file and the first bad entry: a file that cannot be
+            read as numbers (Parquet, JSON Lines), or the planner's refusal (its message,
+            rows and groups counted from 0).
     """
-    source = read_source(path, max_mb)
+    source = read_source(path, max_mb, "--prefix-lengths file")
     name = f"--prefix-lengths {source.name}"
-    prefixes = parse_lengths(source.text(), name,
-                             records_hint="write one prefix length per line (e.g. jq .prompt_len)")
-    lengths = loaded.lengths
-    if len(prefixes) != len(lengths):
-        raise CliError(f"{name} holds {plural(len(prefixes), 'prefix length')} but {loaded.name} holds "
-                       f"{plural(len(lengths), 'row')}: give one per row, in the same order")
-    over = next((i for i, (prefix, n) in enumerate(zip(prefixes, lengths, strict=True)) if prefix > n), None)
-    if over is not None:
-        raise CliError(f"{name}: entry {over + 1} is {prefixes[over]} tokens, longer than row {over + 1} of "
-                       f"{loaded.name} ({lengths[over]} tokens); a prefix is part of its row")
+    hint = "write one prefix length per line (e.g. jq .prompt_len)"
+    if source.parquet:
+        raise CliError(f"{name} is Parquet, which --prefix-lengths does not read; {hint}")
+    prefixes = parse_lengths(source.text(), name, records_hint=hint)
+    error = shared_prefix_costs(loaded.lengths, [i // group for i in range(len(loaded.lengths))], prefixes,
+                                None).error
+    if error is not None:
+        groups = f", groups of --force-group-size {group}" if group > 1 else ""
+        raise CliError(f"{name} beside {loaded.name} (rows counted from 0{groups}): {error.exception()}")
     return prefixes

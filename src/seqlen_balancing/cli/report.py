@@ -565,9 +565,9 @@ def _smallest_text(args: argparse.Namespace, smallest: int) -> str:
             "run alone (--over-cap alone)"
         )
     return (
-        f"smallest max_token_len that can be planned at all{' without --truncate' if args.truncate else ''}: "
-        f"{smallest} (the costliest "
-        f"sample or forced group of the step, in {unit}); below it the step cannot be planned"
+        "smallest max_token_len that fits every sample and group"
+        f"{' without --truncate' if args.truncate else ''}: {smallest} (the costliest, in {unit}); below "
+        "it the step cannot be planned"
     )
 
 

@@ -212,22 +212,13 @@ def plan_dp(per_rank: list[list[int]], cap: int, args: argparse.Namespace,
             prefixes: list[list[int]] | None = None) -> list[RankPlan]:
     """Every rank planned by the library's own DP planning
     (:func:`~seqlen_balancing.agreement.plan_ranks`, as :func:`~seqlen_balancing.plan_data_parallel`)
-    under ``args.options``, in the groups of :func:`rank_group_ids`; ``prefixes``
-    (``--prefix-lengths``, each rank's rows' as dealt to it): ``prefix_lengths=``, with
-    ``--force-group-size``'s groups passed as group ids (the same groups)."""
-    options = args.options if prefixes is None else replace(args.options, force_group_size=1)
-    return plan_ranks(per_rank, cap, options, group_ids=rank_group_ids(per_rank, args, prefixes is not None),
-                      prefix_lengths=prefixes)
-
-
-def rank_group_ids(
-    per_rank: list[list[int]], args: argparse.Namespace, prefixed: bool
-) -> list[list[int]] | None:
-    """Each rank's group ids: ``--group-sizes``' (each rank's rows, as dealt to it, in
-    consecutive groups of these sizes, cycled: :func:`group_ids_of`), with prefixes
-    ``--force-group-size``'s, else ``None``. Each group lands whole in one micro-batch."""
-    sizes = getattr(args, "group_sizes", None) or ((args.options.force_group_size,) if prefixed else None)
-    return None if not sizes else [group_ids_of(len(lens), sizes) for lens in per_rank]
+    under ``args.options``; ``--group-sizes``: each rank's rows, as dealt to it, in consecutive
+    groups of these sizes, cycled (:func:`group_ids_of`), each whole in one micro-batch;
+    ``prefixes`` (``--prefix-lengths``): each rank's rows' prefix lengths, as dealt to it,
+    shared within those groups or ``--force-group-size``'s."""
+    sizes = getattr(args, "group_sizes", None)
+    return plan_ranks(per_rank, cap, args.options, prefix_lengths=prefixes,
+                      group_ids=None if not sizes else [group_ids_of(len(lens), sizes) for lens in per_rank])
 
 
 def group_ids_of(n: int, sizes: tuple[int, ...]) -> list[int]:
@@ -291,7 +282,9 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     except (ValueError, TypeError) as exc:
         raise CliError(f"{exc}", 1) from None
     seconds = time.perf_counter() - start
-    ids = rank_group_ids(per_rank, args, prefixes is not None) or [list(range(len(n))) for n in per_rank]
+    # each rank's groups, as the planner formed them (--force-group-size 1: single rows)
+    sizes = getattr(args, "group_sizes", None) or (args.options.force_group_size,)
+    ids = [group_ids_of(len(lens), sizes) for lens in per_rank]
     shared = prefixes or [[0] * len(lens) for lens in per_rank]
     ranks = [_rank_result(rank, lens, planned[rank], positions[rank * len(lens) : (rank + 1) * len(lens)],
                           shared[rank], ids[rank], args)
@@ -329,11 +322,12 @@ def _rank_result(rank: int, lens: list[int], planned: RankPlan, mine: list[int],
         held = sum(footprints)
     tokens, usable = sum(mb_tokens), micro_batch_capacity(cap, bucket)
     loads = workloads(lens, options)
+    alone = {i for g in analysis.over_cap_groups for i in analysis.samples_of(g)}
     return RankResult(
         rank=rank, analysis=analysis, samples=len(lens), tokens=tokens,
-        # an over-cap sample (--over-cap alone) is a micro-batch of its own
-        l2_lower_bound=sum(c > usable for c in costs)
-        + l2_lower_bound([c for c in costs if c <= usable], usable),
+        # an over-cap sample or group (--over-cap alone) is a micro-batch of its own
+        l2_lower_bound=len(analysis.over_cap_groups)
+        + l2_lower_bound([c for i, c in enumerate(costs) if i not in alone], usable),
         micro_batches=[[mine[i] for i in mb] for mb in plan],
         micro_batch_tokens=mb_tokens, largest=max(mb_tokens, default=0),
         fill=tokens / (len(plan) * cap) if plan else 0.0,

@@ -36,11 +36,13 @@ class PrefixLengthsWith(PlanError):
 
 @dataclass(frozen=True)
 class PrefixLengthsWithoutGroups(PlanError):
-    """``prefix_lengths`` given without ``group_ids``: nothing says who shares a prefix."""
+    """``prefix_lengths`` given without ``group_ids`` or ``force_group_size``: nothing says
+    who shares a prefix."""
 
     fixed_text = (
         "prefix_lengths was given without group_ids: a prefix is shared by the samples of one "
-        "group (the responses of one prompt); pass group_ids (e.g. verl's uid) too"
+        "group (the responses of one prompt); pass group_ids (e.g. verl's uid) or "
+        "force_group_size too"
     )
 
 

@@ -246,7 +246,9 @@ def analyse_with_prefixes(
                        group_ids is not None, prefixes_given=True)
     if parts.error is not None:
         return RankAnalysis(parts.error, request=request)
-    return replace(analyse(seq_lens, max_token_len, options, costs=parts.costs, workloads=workloads,
+    # force_group_size's groups are now the parts' ids (given group_ids with it stay refused)
+    planned = options if group_ids is not None else replace(options, force_group_size=1)
+    return replace(analyse(seq_lens, max_token_len, planned, costs=parts.costs, workloads=workloads,
                            group_ids=parts.group_ids), request=request)
 
 
@@ -582,8 +584,9 @@ def plan_micro_batches(
             ``max_samples_per_micro_batch``) is an error naming its id, or runs alone under
             ``over_cap="alone"``. ``force_group_size=g`` is ``group_ids=[i // g for i in
             range(n)]``; pass one of them (docs/shapes.md).
-        prefix_lengths: with ``group_ids``, the tokens each sample shares with its group
-            (GRPO's prompt), counted once per micro-batch; a group over the cap is split into
+        prefix_lengths: with ``group_ids`` or ``force_group_size``, the tokens each sample
+            shares with its group (GRPO's prompt), counted once per micro-batch; a group over
+            the cap is split into
             parts that each pay it
             (:func:`~seqlen_balancing.planning.prefix.shared_prefix_costs`, docs/prefix.md).
         **option_keywords: any option of :class:`~seqlen_balancing.PlanOptions`

@@ -27,9 +27,11 @@ per group present. A part of one sample that alone is over the cap is the usual 
 error, naming the part. Under ``over_cap="alone"`` no group is
 split: an over-cap group runs alone, as any over-cap group does.
 
-Refused (the error every DP rank agrees on): ``prefix_lengths`` with ``costs`` or with
-``padded=True`` (both decide the cost another way), without ``group_ids``, a prefix longer
-than its sample, and two samples of one group with different prefix lengths.
+The groups are ``group_ids``', or without them ``force_group_size``'s (``[i // g for i in
+range(n)]``, a batch it does not divide refused as without prefixes). Refused (the error
+every DP rank agrees on): ``prefix_lengths`` with ``costs`` or with ``padded=True`` (both
+decide the cost another way), without groups, a prefix longer than its sample, and two
+samples of one group with different prefix lengths.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 from seqlen_balancing._checks import _integer_or_none
 from seqlen_balancing.cost import aligned_length, micro_batch_capacity
 from seqlen_balancing.errors import (
+    NotDivisible,
     NotOnePerSample,
     PlanError,
     PrefixDiffersInGroup,
@@ -93,7 +96,7 @@ def shared_prefix_costs(
     Args:
         seq_lens: effective length in tokens of each of the ``n`` samples (prefix included).
         group_ids: one hashable id per sample (as the planner takes them); the samples of a
-            group share a prefix.
+            group share a prefix. ``None``: ``options.force_group_size``'s groups.
         prefix_lengths: one whole number per sample (a list, a 1-D tensor or array): the
             tokens of the sample that its group shares (the prompt), at most its length and
             equal across a group.
@@ -128,9 +131,13 @@ def shared_prefix_costs(
     error = _refused(group_ids, options, costs_given) or length_error or prefix_error
     if error is None and len(prefixes) != len(lengths):
         error = NotOnePerSample("prefix_lengths", len(prefixes), len(lengths))
+    size = options.force_group_size  # without group_ids, its groups: [i // size for i in range(n)]
+    if error is None and group_ids is None and len(lengths) % size:
+        error = NotDivisible(len(lengths), size)
     if error is not None:
         return PrefixParts(error)
-    error, members, labels = read_group_ids(group_ids, len(lengths))
+    error, members, labels = read_group_ids([i // size for i in range(len(lengths))] if group_ids is None
+                                            else group_ids, len(lengths))
     error = error or _prefix_error(lengths, prefixes, members, labels)
     if error is not None:
         return PrefixParts(error)
@@ -152,7 +159,7 @@ def shared_prefix_costs(
 def _refused(group_ids: Any, options: PlanOptions, costs_given: bool) -> PlanError | None:
     if costs_given or options.padded:
         return PrefixLengthsWith("costs" if costs_given else "padded=True")
-    return PrefixLengthsWithoutGroups() if group_ids is None else None
+    return PrefixLengthsWithoutGroups() if group_ids is None and options.force_group_size == 1 else None
 
 
 def _prefix_error(
