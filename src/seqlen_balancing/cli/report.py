@@ -558,16 +558,12 @@ def print_sweep(
 
 def _smallest_text(args: argparse.Namespace, smallest: int) -> str:
     unit = "aligned tokens" if _aligned_on(args) else "tokens"
-    if args.options.over_cap == "alone":
-        return (
-            f"smallest max_token_len at which no sample runs alone over the cap: {smallest} (the "
-            f"costliest sample or forced group of the step, in {unit}); below it such samples "
-            "run alone (--over-cap alone)"
-        )
+    below = ("a sample or group over it runs alone (--over-cap alone)" if args.options.over_cap == "alone"
+             else "the step cannot be planned")
     return (
         "smallest max_token_len that fits every sample and group"
         f"{' without --truncate' if args.truncate else ''}: {smallest} (the costliest, in {unit}); below "
-        "it the step cannot be planned"
+        f"it {below}"
     )
 
 

@@ -12,7 +12,6 @@ a given count) makes a new one with :func:`dataclasses.replace`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -164,10 +163,6 @@ class RankAnalysis:
     @property
     def pad_to_multiple_of(self) -> int:
         return self.given.pad_to_multiple_of
-
-    def micro_batch_cost(self, groups: Sequence[int]) -> int:
-        """A micro-batch's cost in tokens (padded: rows x width), before rounding."""
-        return self.rule.cost(groups) if self.rule else sum(self.group_sizes[g] for g in groups)
 
     @property
     def needed_count(self) -> int:
