@@ -463,6 +463,17 @@ def _text(value: Any) -> str:
     return repr(value)
 
 
+def argument_error(value: Any, argument: str) -> tuple[PlanError | None, int]:
+    """``(None, value as int)`` for a positive integer, else ``(error, 0)`` with the error
+    every rank can agree on (the optional counts are ``PlanOptions``' to check)."""
+    as_int = _integer_or_none(value)
+    if as_int is None:
+        return NotAnInteger(argument, detail=describe(value)), 0
+    if as_int < 1:
+        return BelowOne(argument, as_int), 0
+    return None, as_int
+
+
 def _checked(values: Mapping[str, Any]) -> tuple[dict[str, Any], PlanError | None]:
     """Every option of ``values`` (all of them) checked and normalised, or the first error
     (in declaration order), then the checks across options."""
@@ -484,12 +495,8 @@ def _check(name: str, opt: Option, value: Any) -> tuple[Any, PlanError | None]:
     if kind in (Kind.POSITIVE, Kind.OPTIONAL):
         if value is None and (kind is Kind.OPTIONAL or opt.none_is_default):
             return (None if kind is Kind.OPTIONAL else 1), None
-        as_int = _integer_or_none(value)
-        if as_int is None:
-            return None, NotAnInteger(name, detail=describe(value))
-        if as_int < 1:
-            return None, BelowOne(name, as_int)
-        return as_int, None
+        error, as_int = argument_error(value, name)
+        return as_int, error
     if kind is Kind.SWITCH:
         on = as_switch(value)
         if on is None:

@@ -50,10 +50,16 @@ from seqlen_balancing.errors import (
     StaticNotDivisible,
     StaticPathOption,
 )
-from seqlen_balancing.options import OPTIONS, GroupOptionKeywords, OptionKeywords, PlanOptions, Unpack
+from seqlen_balancing.options import (
+    OPTIONS,
+    GroupOptionKeywords,
+    OptionKeywords,
+    PlanOptions,
+    Unpack,
+    argument_error,
+)
 from seqlen_balancing.planning.planner import (
     RankAnalysis,
-    argument_error,
     build_plan,
     failed_analysis,
     local_count,

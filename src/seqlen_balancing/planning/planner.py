@@ -59,24 +59,28 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from seqlen_balancing._checks import _integer_or_none, describe
+from seqlen_balancing._checks import _integer_or_none
 from seqlen_balancing.collector import paused_collector
 from seqlen_balancing.cost import micro_batch_capacity
 from seqlen_balancing.errors import (
     MAX_DUMMY_MICRO_BATCHES,
-    BelowOne,
     BucketAboveCap,
     CountAboveGroups,
     EmptyBatch,
     GroupIdsAndForceGroupSize,
     MinAboveGroups,
-    NotAnInteger,
     NotDivisible,
     PlanError,
     RowsOverCap,
     TooManyDummies,
 )
-from seqlen_balancing.options import OVER_CAP_CHOICES, PlanOptionKeywords, PlanOptions, Unpack
+from seqlen_balancing.options import (
+    OVER_CAP_CHOICES,
+    PlanOptionKeywords,
+    PlanOptions,
+    Unpack,
+    argument_error,
+)
 from seqlen_balancing.planning.analysis import RankAnalysis, Request
 from seqlen_balancing.planning.balance import balanced, heaviest_first, order_micro_batches
 from seqlen_balancing.planning.groups import read_group_ids, uniform_members
@@ -130,17 +134,6 @@ __all__ = [
 #: ``warnings.warn``, since a warnings filter set to "error" would turn the warning into an
 #: exception on one DP rank only, after its peers entered the agreement.
 logger = logging.getLogger("seqlen_balancing")
-
-
-def argument_error(value: Any, argument: str) -> tuple[PlanError | None, int]:
-    """``(None, value as int)`` for a positive integer, else ``(error, 0)`` with the error
-    every rank can agree on (the optional counts are ``PlanOptions``' to check)."""
-    as_int = _integer_or_none(value)
-    if as_int is None:
-        return NotAnInteger(argument, detail=describe(value)), 0
-    if as_int < 1:
-        return BelowOne(argument, as_int), 0
-    return None, as_int
 
 
 @paused_collector
