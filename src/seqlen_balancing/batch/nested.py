@@ -100,9 +100,7 @@ def _local_offsets(
     ]
     missing = [m for m, key in enumerate(keys) if key not in shared]
     if missing:
-        host: list[int] = []
-        for m in missing:
-            host.extend(o - offsets[bounds[m]] for o in offsets[bounds[m] : bounds[m + 1] + 1])
+        host = [o - offsets[bounds[m]] for m in missing for o in offsets[bounds[m] : bounds[m + 1] + 1]]
         made = torch.tensor(host, dtype=torch.int64).to(device, non_blocking=True)
         pieces = torch.split(made, [bounds[m + 1] - bounds[m] + 1 for m in missing])
         for m, piece in zip(missing, pieces, strict=True):
