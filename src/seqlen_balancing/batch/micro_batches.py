@@ -659,10 +659,8 @@ def _batch_values(
     if not isinstance(batch, TensorDictBase) or values not in batch.keys():
         return missing(values), None
     try:
-        value = batch.get(values)
-        if isinstance(value, NonTensorData):
-            value = value.data
-        elif isinstance(value, NonTensorStack):
+        value = _unwrapped(batch.get(values))
+        if isinstance(value, NonTensorStack):
             value = value.tolist()
     except _READ_ERRORS as exc:
         return raised(type(exc).__name__, describe(exc)[:120]), None
