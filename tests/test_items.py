@@ -81,6 +81,6 @@ def test_padded_groups_cost_rows_times_their_widest_aligned_row() -> None:
 
 
 def test_a_dummy_copies_the_cheapest_group_that_fits_alone() -> None:
-    assert dummy_group(Rule.sums([8, 8, 16], 100), [5, 3, 9], 1) == 1  # tie on cost: fewer tokens
-    assert dummy_group(Rule.sums([120, 8, 16], 100), [2, 3, 9], 1) == 1  # group 0 is over the cap
-    assert dummy_group(Rule.sums([6, 6], 100), [3, 3], 1) == 0  # then the lowest index
+    assert dummy_group(Rule.sums([8, 8, 16], 100), [5, 3, 9]) == 1  # tie on cost: fewer tokens
+    assert dummy_group(Rule.sums([120, 8, 16], 100), [2, 3, 9]) == 1  # group 0 is over the cap
+    assert dummy_group(Rule.sums([6, 6], 100), [3, 3]) == 0  # then the lowest index

@@ -242,17 +242,13 @@ def _padded_groups(
     return GroupRule(rule, widths, group_workloads, error)
 
 
-def dummy_group(
-    rule: Rule, lengths: list[int], group: int, members: list[list[int]] | None = None
-) -> int:
+def dummy_group(rule: Rule, lengths: list[int], members: list[list[int]] | None = None) -> int:
     """The group a dummy micro-batch copies: one that fits alone before one that does not,
     then the cheapest under the rule alone, the fewest effective tokens, the lowest index.
 
     Example:
-        >>> dummy_group(Rule.sums([8, 8, 16], 100), [5, 3, 9], 1)
+        >>> dummy_group(Rule.sums([8, 8, 16], 100), [5, 3, 9])
         1
     """
-    if members is None and group > 1:
-        members = uniform_members(len(lengths), group)
     tokens = _per_group(lengths, members)
     return min(range(rule.n), key=lambda g: (not rule.fits_alone(g), rule.sizes[g], tokens[g], g))

@@ -297,7 +297,7 @@ def _analyse(
     rule = built.rule
     error = built.error or _floor_error(rule.n, options)
     count = _count(rule, built.workloads, options) if error is None else _NO_COUNT
-    dummy = (dummy_group(rule, lengths, options.force_group_size, members or None)  # the group a dummy copies
+    dummy = (dummy_group(rule, lengths, members or None)  # the group a dummy copies
              if error is None and options.dummy_micro_batches else 0)
     aside = count.rest
     rest = None if aside is None else RankAnalysis(
