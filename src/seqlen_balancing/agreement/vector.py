@@ -340,10 +340,8 @@ def _judge(reports: Sequence[Report], peers: _Peers) -> tuple[PlanError, int | N
     mismatch = _mismatch(reports, peers)
     if mismatch is not None:
         return mismatch, None
-    for rank, r in enumerate(reports):
-        if r.error is not None:
-            return replace(r.error.agreed(peers), detail=""), rank
-    return None
+    return next(((replace(r.error.agreed(peers), detail=""), rank)
+                 for rank, r in enumerate(reports) if r.error is not None), None)
 
 
 def decode(
