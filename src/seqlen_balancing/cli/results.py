@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the planner is not needed to hold a result (nor for --help)
@@ -169,7 +169,6 @@ def options_of(args: argparse.Namespace) -> PlanOptions:
 
 def options_json(options: PlanOptions) -> dict[str, object]:
     """Every option as the JSON reports hold it (a model as its shape, keys as a list)."""
-    from dataclasses import fields
 
     def value(held: object) -> object:
         if isinstance(held, tuple):
