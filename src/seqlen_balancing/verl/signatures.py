@@ -132,9 +132,9 @@ def prefix_problem(verl: list[Parameter], ours: list[Parameter]) -> str | None:
             )
     if len(ours) < len(verl):
         return f"verl has {len(verl)} parameters, the library {len(ours)}"
-    for name, kind, default in ours[len(verl):]:
-        # **option_keywords (a signature's last parameter): only a keyword call can reach it
-        if kind is not inspect.Parameter.VAR_KEYWORD and (
-                kind is not inspect.Parameter.KEYWORD_ONLY or default is _EMPTY):
-            return f"the library's extra parameter {name!r} is not keyword-only with a default"
-    return None
+    # **option_keywords (a signature's last parameter): only a keyword call can reach it
+    loose = next((name for name, kind, default in ours[len(verl):]
+                  if kind is not inspect.Parameter.VAR_KEYWORD and (
+                      kind is not inspect.Parameter.KEYWORD_ONLY or default is _EMPTY)), None)
+    return None if loose is None else (
+        f"the library's extra parameter {loose!r} is not keyword-only with a default")
