@@ -187,9 +187,7 @@ def k_partitions_in_range(k_partitions: Any, n_items: int, what: str = "items") 
         TypeError: ``k_partitions`` is not an integer.
         ValueError: ``k_partitions`` is outside ``1..n_items``.
     """
-    k = _integer_or_none(k_partitions)
-    if k is None:
-        raise TypeError(f"k_partitions must be an integer, got {describe(k_partitions)}")
+    k = integer(k_partitions, "k_partitions")
     if not 1 <= k <= n_items:
         if n_items == 0:
             raise ValueError(f"cannot partition an empty list of {what} (k_partitions={k})")

@@ -14,9 +14,7 @@ from functools import reduce
 from typing import Any
 
 from seqlen_balancing._checks import (
-    _integer_or_none,
     as_list,
-    describe,
     integer,
     k_partitions_in_range,
     non_negative_ints,
@@ -322,9 +320,7 @@ def greedy_partition(
 def _greedy_k(k_partitions: Any, n: int) -> int:
     """:func:`greedy_partition`'s ``k``: at least 1, and at most ``n`` or
     :data:`MAX_EMPTY_PARTITIONS`."""
-    k = _integer_or_none(k_partitions)
-    if k is None:
-        raise TypeError(f"k_partitions must be an integer, got {describe(k_partitions)}")
+    k = integer(k_partitions, "k_partitions")
     if k < 1:
         raise ValueError(f"k_partitions must be >= 1, got {k}")
     if k > max(n, MAX_EMPTY_PARTITIONS):
