@@ -615,10 +615,9 @@ def lower_bound(
 def _refuse_over_cap(rule: Rule, lengths: list[int], cap: int, bucket: int, padded: bool) -> None:
     """:func:`lower_bound`'s ``ValueError`` for the first item whose cost is over the
     usable cap (the sample limit is at least 1, so one item always fits it)."""
-    over = [i for i, cost in enumerate(rule.sizes) if cost > rule.cap]
-    if not over:
+    i = next((i for i, cost in enumerate(rule.sizes) if cost > rule.cap), None)
+    if i is None:
         return
-    i = over[0]
     where = f"cap {cap} rounded down to a multiple of micro_batch_multiple_of={bucket}"
     if padded:
         raise ValueError(
