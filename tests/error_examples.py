@@ -287,18 +287,21 @@ VALUES: list[tuple[PlanError, str]] = [
         "Cannot satisfy max_token_len while keeping forced groups atomic: 3 micro-batches are "
         "needed but only 2 samples/groups are available and a micro-batch cannot be empty (rank"
         " 2 needs 3); raise max_token_len, lower num_batches_divided_by or min_num_micro_batch,"
-        " or pass more samples"),
+        " pass more samples, or pass dummy_micro_batches=True (a rank short of groups runs "
+        "zero-weight micro-batches)"),
     (CountAboveGroups(4, 2, 3, None),
         "Cannot satisfy max_token_len while keeping forced groups atomic: 4 micro-batches are "
         "needed but only 2 samples/groups are available and a micro-batch cannot be empty (the "
         "cap needs 3, rounded up to 4 for num_batches_divided_by); raise max_token_len, lower "
-        "num_batches_divided_by or min_num_micro_batch, or pass more samples"),
+        "num_batches_divided_by or min_num_micro_batch, pass more samples, or pass "
+        "dummy_micro_batches=True (a rank short of groups runs zero-weight micro-batches)"),
     (CountAboveGroups(8, 3, 5, 0, 0),
         "Cannot satisfy max_token_len while keeping forced groups atomic: 8 micro-batches are "
         "needed but only 3 samples/groups are available and a micro-batch cannot be empty (rank"
         " 0 (global rank 0) needs 5, rounded up to 8 for num_batches_divided_by); raise "
-        "max_token_len, lower num_batches_divided_by or min_num_micro_batch, or pass more "
-        "samples"),
+        "max_token_len, lower num_batches_divided_by or min_num_micro_batch, pass more "
+        "samples, or pass dummy_micro_batches=True (a rank short of groups runs zero-weight "
+        "micro-batches)"),
     (TooManyDummies(70000, 4, 70004),
         "70004 micro-batches would need 70000 dummy micro-batches on a rank of 4 "
         "samples/groups, more than the 65536 allowed; lower min_num_micro_batch or "
@@ -415,7 +418,8 @@ VALUES: list[tuple[PlanError, str]] = [
         "its widest row, whatever its samples share; pass one of them"),
     (PrefixLengthsWithoutGroups(),
         "prefix_lengths was given without group_ids: a prefix is shared by the samples of one "
-        "group (the responses of one prompt); pass group_ids (e.g. verl's uid) or force_group_size too"),
+        "group (the responses of one prompt); pass group_ids (e.g. verl's uid) or a force_group_size above 1 "
+        "too"),
     (PrefixOverLength(7, 2**70, 600),
         "prefix_lengths[7] is 1180591620717411303424 but sample 7 has 600 tokens; a sample's "
         "shared prefix is part of it: give at most its length"),

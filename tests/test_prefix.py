@@ -112,6 +112,28 @@ def test_force_group_size_forms_the_groups_that_share_a_prefix() -> None:
         plan_micro_batches([5] * 4, 100, force_group_size=2, group_ids=[0, 0, 1, 1], prefix_lengths=[1] * 4)
 
 
+def test_a_sample_over_the_cap_is_named_as_without_prefixes() -> None:
+    """The parts' costs are the rule's, not the caller's: no "costs given" in the message."""
+    with pytest.raises(ValueError, match=r"^sample 3 has 650 tokens, which exceeds max_token_len") as raised:
+        plan_micro_batches([450, 450, 450, 650], 600, group_ids=["q"] * 4, prefix_lengths=[400] * 4)
+    assert "costs given" not in str(raised.value)
+
+
+def test_a_rank_short_of_parts_needs_dummies_even_at_a_larger_cap() -> None:
+    """Rank 0 needs 2 micro-batches at caps 250 and 300. Rank 1's one prompt (100 tokens, two
+    responses of 100 beyond it, 300 in all) is cut in two parts at 250 and stays whole at
+    300: one part cannot make two micro-batches, so the larger cap is refused unless
+    dummies may make up the count."""
+    lengths, ids, prefixes = [[200, 200], [200, 200]], [["a", "b"], ["q", "q"]], [[0, 0], [100, 100]]
+    plans = plan_data_parallel(lengths, 250, group_ids=ids, prefix_lengths=prefixes)
+    assert [len(plan) for plan in plans] == [2, 2]
+    with pytest.raises(ValueError, match="2 micro-batches are needed but only 1 samples/groups"):
+        plan_data_parallel(lengths, 300, group_ids=ids, prefix_lengths=prefixes)
+    plans = plan_data_parallel(lengths, 300, group_ids=ids, prefix_lengths=prefixes,
+                               dummy_micro_batches=True)
+    assert plans[1] == [[0, 1], []]
+
+
 def test_sharing_saves_micro_batches_that_counting_every_prompt_would_need() -> None:
     # 4 responses of 50 tokens beyond a 400-token prompt: 600 tokens shared, 1,800 counted flat.
     lengths, ids, prefixes = [450] * 4, ["q"] * 4, [400] * 4
@@ -161,7 +183,8 @@ def test_alignment_rounds_each_piece() -> None:
     ({"costs": [5, 5]}, "prefix_lengths and costs were both given"),
     ({"padded": True}, "prefix_lengths and padded=True were both given"),
     ({"group_ids": None}, "prefix_lengths was given without group_ids: a prefix is shared by the samples "
-     "of one group (the responses of one prompt); pass group_ids (e.g. verl's uid) or force_group_size too"),
+     "of one group (the responses of one prompt); pass group_ids (e.g. verl's uid) or a force_group_size "
+     "above 1 too"),
     ({"prefix_lengths": [3, 9]}, "prefix_lengths[1] is 9 but sample 1 has 6 tokens"),
     ({"prefix_lengths": [3, 2]}, "group 'a' has prefix_lengths 3 (sample 0) and 2 (sample 1)"),
     ({"prefix_lengths": [3]}, "prefix_lengths has 1 entries but the batch has 2 samples"),

@@ -377,7 +377,7 @@ def test_truncate_clips_to_the_cap(tmp_path: Path, capsys: pytest.CaptureFixture
     assert [r["tokens"] for r in result["ranks"]] == [250, 137]
     code, out, _ = run(capsys, *base, "--truncate")
     assert code == 0
-    assert "2 drawn samples longer than 100 tokens truncated to the cap" in out
+    assert "2 drawn samples over the cap of 100 tokens truncated to the cap" in out
 
 
 # --------------------------------------------------------------------------- errors

@@ -302,7 +302,7 @@ def test_singular_and_plural(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     code, out, _ = run(
         capsys, "plan", "--lengths", path, "--dp-size", "1", "--max-token-len", "50", "--truncate"
     )
-    assert "1 drawn sample longer than 50 tokens truncated to the cap" in out
+    assert "1 drawn sample over the cap of 50 tokens truncated to the cap" in out
     code, out, err = run(capsys, "plan", "--lengths", path, "--dp-size", "1", "--max-token-len", "50")
     assert code == 1
     assert "1 of the 1 drawn sample exceeds max_token_len=50" in err

@@ -410,7 +410,7 @@ def check_combinations(args: argparse.Namespace) -> None:
          "--prefix-lengths gives one prefix length per row of --lengths FILE; pass --lengths too"),
         (prefixes and not (sizes or force > 1),
          "--prefix-lengths: a prefix is shared by the rows of a group; pass --force-group-size N "
-         "(a prompt's N responses, consecutive rows) or --group-sizes"),
+         "above 1 (a prompt's N responses, consecutive rows) or --group-sizes"),
         (prefixes and args.batch_size is not None and not args.in_order,
          "--prefix-lengths: a random draw takes rows away from their groups; pass --in-order, or "
          "drop --batch-size (the whole file, in order)"),

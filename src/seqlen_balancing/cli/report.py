@@ -473,8 +473,8 @@ def print_plan(step: Step, args: argparse.Namespace, result: StepResult) -> None
     cap = result.max_token_len
     lines = describe(step, args, cap)
     if result.truncated:
-        lines.append(f"{plural(result.truncated, 'drawn sample')} longer than {cap} tokens truncated to the "
-                     "cap")
+        lines.append(f"{plural(result.truncated, 'drawn sample')} over the cap of {cap} tokens "
+                     "truncated to the cap")
     shown = [c for c in PLAN_COLUMNS if c.shown(args)]
     lines.append(table([c.header for c in shown], [[c.cell((r, result), args) for c in shown]
                                                    for r in result.ranks]))

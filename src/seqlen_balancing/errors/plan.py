@@ -213,7 +213,8 @@ class CountAboveGroups(PlanError):
             f"{self.count} micro-batches are needed but only {self.groups} "
             f"samples/groups are available and a micro-batch cannot be empty ({who} needs "
             f"{self.needed}{rounded}); "
-            "raise max_token_len, lower num_batches_divided_by or min_num_micro_batch, or pass more samples"
+            "raise max_token_len, lower num_batches_divided_by or min_num_micro_batch, pass more samples, "
+            "or pass dummy_micro_batches=True (a rank short of groups runs zero-weight micro-batches)"
         )
 
 

@@ -41,8 +41,8 @@ class PrefixLengthsWithoutGroups(PlanError):
 
     fixed_text = (
         "prefix_lengths was given without group_ids: a prefix is shared by the samples of one "
-        "group (the responses of one prompt); pass group_ids (e.g. verl's uid) or "
-        "force_group_size too"
+        "group (the responses of one prompt); pass group_ids (e.g. verl's uid) or a "
+        "force_group_size above 1 too"
     )
 
 

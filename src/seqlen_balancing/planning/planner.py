@@ -74,6 +74,7 @@ from seqlen_balancing.errors import (
     RowsOverCap,
     TooManyDummies,
 )
+from seqlen_balancing.errors.plan import OverCap
 from seqlen_balancing.options import (
     OVER_CAP_CHOICES,
     PlanOptionKeywords,
@@ -241,8 +242,11 @@ def analyse_with_prefixes(
         return RankAnalysis(parts.error, request=request)
     # force_group_size's groups are now the parts' ids (given group_ids with it stay refused)
     planned = options if group_ids is not None else replace(options, force_group_size=1)
-    return replace(analyse(seq_lens, max_token_len, planned, costs=parts.costs, workloads=workloads,
-                           group_ids=parts.group_ids), request=request)
+    result = analyse(seq_lens, max_token_len, planned, costs=parts.costs, workloads=workloads,
+                     group_ids=parts.group_ids)
+    if isinstance(result.error, OverCap) and costs is None:  # a part's cost is the rule's, not given
+        result = replace(result, error=replace(result.error, given_costs=False))
+    return replace(result, request=request)
 
 
 def _request(

@@ -23,8 +23,8 @@ index), each join the first part that still holds it under the cap and the sampl
 else open a new part (whose first sample pays the prefix). No two parts of a group fit
 together (the later one's first sample did not fit the earlier one), so no micro-batch
 ever holds two parts of one group: counting the prefix once per part is counting it once
-per group present. A part of one sample that alone is over the cap is the usual over-cap
-error, naming the part. Under ``over_cap="alone"`` no group is
+per group present. A sample that alone is over the cap is the usual over-cap error,
+naming the sample. Under ``over_cap="alone"`` no group is
 split: an over-cap group runs alone, as any over-cap group does.
 
 The groups are ``group_ids``', or without them ``force_group_size``'s (``[i // g for i in
