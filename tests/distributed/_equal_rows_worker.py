@@ -196,9 +196,26 @@ def scenario_empty_poisoned(rank: int, group: Any) -> dict[str, Any]:
     return {"raised": None}
 
 
+def scenario_empty_unreadable(rank: int, group: Any) -> dict[str, Any]:
+    """Rank 1 has no samples and its template's attention_mask is 3-D: its row's tokens
+    cannot be read, as a batch's could not; both ranks raise alike."""
+    from seqlen_balancing import rearrange_micro_batches
+
+    batch = _batch(GRADIENT_LENGTHS[0] if rank == 0 else [], seed=rank)
+    template = _batch([9], seed=5)
+    template["attention_mask"] = template["attention_mask"][:, None, :]
+    try:
+        rearrange_micro_batches(batch, GRADIENT_CAP, dp_group=group, equal_rows_per_micro_batch=True,
+                                dummy_micro_batches=True, dummy_template=template)
+    except ValueError as error:
+        return {"raised": "ValueError", "message": str(error)}
+    return {"raised": None}
+
+
 SCENARIOS = {
     "poisoned": scenario_poisoned,
     "empty_poisoned": scenario_empty_poisoned,
+    "empty_unreadable": scenario_empty_unreadable,
     "empty_rank": scenario_empty_rank,
     "gradients": scenario_gradients,
     "batch_setting": scenario_batch_setting,

@@ -69,6 +69,8 @@ def play(spec: dict[str, Any], group: Any) -> dict[str, Any]:
     net = model()
     mbs = [micro_batch(ids, mask, pairs) for pairs in spec["micro_batches"]]
     given = [int(mb["loss_mask"].sum()) for mb in mbs] if spec["form"] == "counts" else mbs
+    if spec.get("meta"):  # weights on a device that cannot copy them to the host
+        given = [mb.to("meta") for mb in mbs]
     try:
         step = step_loss_scales(given, group, spec.get("loss_key", "loss_mask"),
                                 average_gradients=spec["average"])

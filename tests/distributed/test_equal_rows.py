@@ -106,6 +106,15 @@ def test_an_empty_rank_whose_template_cannot_take_the_rows_fails_both_ranks_alik
     assert "must hold 3 rows" in message and "at most 1 row under max_token_len=12" in message
 
 
+def test_an_empty_rank_whose_template_row_cannot_be_read_fails_both_ranks_alike(
+    records: list[dict[str, dict[str, Any]]],
+) -> None:
+    got = [records[rank]["empty_unreadable"] for rank in range(WORLD)]
+    assert got[0] == got[1] and got[0]["raised"] == "ValueError"
+    assert got[0]["message"] == ("rank 1 of the DP group (global rank 1): attention_mask must be 2-D "
+                                 "(batch, seq_len), got a 3-D tensor")
+
+
 def test_an_empty_ranks_dummies_hold_the_groups_rows(records: list[dict[str, dict[str, Any]]]) -> None:
     full, empty = records[0]["empty_rank"], records[1]["empty_rank"]
     lengths = _worker.GRADIENT_LENGTHS[0]

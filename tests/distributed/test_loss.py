@@ -83,16 +83,20 @@ def test_the_scaled_micro_batches_give_the_full_steps_gradient(tmp_path: Path) -
     # rank 1 cannot count (no such entry): both raise the same error; then the group goes on
     bad = [{**call, "form": "batches"} for call in rounds_of(99)[0]["ranks"]]
     bad[1]["loss_key"] = "weights"
-    rounds += [{"ranks": bad}, rounds_of(100)[0]]
+    # rank 1's weights cannot reach the host (a meta device): both raise, before any hang
+    meta = [{**call, "form": "batches"} for call in rounds_of(98)[0]["ranks"]]
+    meta[1]["meta"] = True
+    rounds += [{"ranks": bad}, {"ranks": meta}, rounds_of(100)[0]]
     records = _world.run_world(_WORKER, WORLD, rounds, tmp_path, DEADLINE_S)
     assert [len(r) for r in records] == [len(rounds)] * WORLD, records
-    for number, seed in enumerate([*seeds, 99, 100]):
+    said = {99: "micro-batch 0: it has no 'weights' entry (it holds ['input_ids', 'loss_mask']); pass "
+                "loss_key= the entry of loss weights (verl: loss_mask in SFT, response_mask in PPO)",
+            98: "the loss weights cannot be copied to the host: Cannot copy out of meta tensor; no data!"}
+    for number, seed in enumerate([*seeds, 99, 98, 100]):
         got = [records[rank][number] for rank in range(WORLD)]
         calls = rounds[number]["ranks"]
-        if seed == 99:
-            message = ("rank 1 of the DP group (global rank 1): step_loss_scales: micro-batch 0: it has "
-                       "no 'weights' entry (it holds ['input_ids', 'loss_mask']); pass loss_key= the "
-                       "entry of loss weights (verl: loss_mask in SFT, response_mask in PPO)")
+        if seed in said:
+            message = f"rank 1 of the DP group (global rank 1): step_loss_scales: {said[seed]}"
             assert [(r.get("raised"), r.get("message")) for r in got] == [("ValueError", message)] * 2
             continue
         _, mask = _worker.step_rows(seed, calls[0]["n"])

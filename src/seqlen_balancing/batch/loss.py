@@ -137,7 +137,10 @@ def _local_tokens(items: Any, loss_key: str) -> list[Any] | Exception:
             return type(error)(f"micro-batch {index}: {error}")
     on_device = [count for count in counts if isinstance(count, torch.Tensor)]
     if on_device:  # one host copy for every micro-batch, not a device sync each
-        host = iter(torch.stack([t.to(on_device[0].device) for t in on_device]).tolist())
+        try:  # a device that cannot give its sums back (a meta tensor) is this rank's error
+            host = iter(torch.stack([t.to(on_device[0].device) for t in on_device]).tolist())
+        except (NotImplementedError, RuntimeError) as error:
+            return ValueError(f"the loss weights cannot be copied to the host: {error}")
         counts = [_number(next(host)) if isinstance(c, torch.Tensor) else c for c in counts]
     for index, count in enumerate(counts):
         if not math.isfinite(count) or count < 0:

@@ -34,7 +34,7 @@ from seqlen_balancing.batch.filler import (
     _loss_weight_keys,
 )
 from seqlen_balancing.batch.kinds import _READ_ERRORS, _same_data, _unwrapped
-from seqlen_balancing.batch.lengths import _read_lengths
+from seqlen_balancing.batch.lengths import _read_lengths, effective_lengths
 from seqlen_balancing.batch.trim import Trim, trim_inputs
 from seqlen_balancing.errors import (
     CallerDataRaised,
@@ -343,9 +343,11 @@ def _rearrange_rows(
         mask = read.empty.row.get("attention_mask", None)
         padded = options.padded and isinstance(mask, torch.Tensor) and mask.dim() == 2
         width = int(mask.shape[1]) if padded else 0
-        lengths = _read_lengths(read.empty.row)[1]
-        analysis = replace(analysis, empty_rows_tolerance=max(
-            1, empty_rank_tolerance(analysis, width or (lengths[0] if lengths else 0))))
+        # the row's tokens read as any batch's (an unreadable row is this rank's agreed error)
+        row_error, lengths = (None, [width]) if width else effective_lengths(read.empty.row)
+        tolerance = max(1, empty_rank_tolerance(analysis, lengths[0] if lengths else 0))
+        analysis = replace(analysis, error=row_error) if row_error else replace(
+            analysis, empty_rows_tolerance=tolerance)
     count, rows = _finish(analysis, sync, dp_group, cause)
     plan = build_plan(analysis, count, options.use_dynamic_bsz_balance, rows, agreed=sync)
     log_over_cap(analysis, dist.get_rank(dp_group) if sync else None)
