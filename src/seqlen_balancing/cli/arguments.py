@@ -54,16 +54,18 @@ def _non_negative_int(text: str) -> int:
     return number
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    """Comma-separated positive integers, in order (each part read as ``_positive_int`` reads it)."""
+    try:
+        return tuple(_positive_int(part) for part in text.split(","))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be positive integers separated by commas, got {short(text)}"
+        ) from None
+
+
 def _cap_list(text: str) -> list[int]:
-    caps: set[int] = set()
-    for part in text.split(","):
-        number = int_text(part)
-        if number is None or number < 1:
-            raise argparse.ArgumentTypeError(
-                f"must be positive integers separated by commas, got {short(text)}"
-            )
-        caps.add(number)
-    return sorted(caps)
+    return sorted(set(_sizes(text)))
 
 
 def _single_cap(text: str) -> int:
@@ -82,14 +84,6 @@ def _positive_float(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
     return value
-
-
-def _sizes(text: str) -> tuple[int, ...]:
-    parts = [part.strip() for part in text.split(",")]
-    if not parts or not all(part.isdigit() and int(part) >= 1 for part in parts):
-        raise argparse.ArgumentTypeError(
-            f"must be positive integers separated by commas, got {text[:40]!r}")
-    return tuple(int(part) for part in parts)
 
 
 def _add_rows(group: Any, *rows: tuple[str, dict[str, Any]]) -> None:

@@ -79,9 +79,9 @@ class Source:
             raise CliError(f"cannot read {where}: {exc}") from None
 
 
-def _too_large(name: str, max_mb: int, what: str) -> CliError:
+def _too_large(name: str, max_mb: int) -> CliError:
     return CliError(
-        f"{name} {what} more than the input bound of {max_mb} MiB; raise it with "
+        f"{name} holds more than the input bound of {max_mb} MiB; raise it with "
         f"--max-input-mb N if the input is meant to be that large"
     )
 
@@ -94,7 +94,7 @@ def _read_bounded(handle: Any, name: str, max_mb: int) -> bytes:
     except (OSError, AttributeError, ValueError):  # a stream without a descriptor (tests)
         info = None
     if info is not None and stat.S_ISREG(info.st_mode) and info.st_size > limit:
-        raise _too_large(name, max_mb, "holds")  # told from its size, nothing read
+        raise _too_large(name, max_mb)  # told from its size, nothing read
     buffer = bytearray()
     try:
         while len(buffer) <= limit:
@@ -109,7 +109,7 @@ def _read_bounded(handle: Any, name: str, max_mb: int) -> bytes:
             f"{name}: out of memory after reading {size:,} bytes (the input bound is {max_mb} "
             "MiB, --max-input-mb N); pass a smaller input or lower --max-input-mb"
         ) from None
-    raise _too_large(name, max_mb, "holds")
+    raise _too_large(name, max_mb)
 
 
 def read_source(path: str, max_mb: int = DEFAULT_MAX_INPUT_MB, what: str = "lengths file") -> Source:

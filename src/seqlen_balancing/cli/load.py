@@ -12,7 +12,6 @@ from dataclasses import replace
 
 from seqlen_balancing.cli._text import CliError
 from seqlen_balancing.cli.inputs import (
-    DEFAULT_MAX_INPUT_MB,
     Loaded,
     check_length,
     parquet_records,
@@ -31,7 +30,7 @@ def load_lengths(args: argparse.Namespace) -> Loaded:
         from seqlen_balancing.data import load_champ_lengths
 
         return Loaded(load_champ_lengths(), "champ", "the bundled data")
-    source = read_source(args.lengths, getattr(args, "max_input_mb", DEFAULT_MAX_INPUT_MB))  # once, whole
+    source = read_source(args.lengths, args.max_input_mb)  # once, whole
     if args.tokenizer is not None:
         from seqlen_balancing.cli.tokens import count_dataset
 

@@ -175,7 +175,7 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
     sizes = getattr(args, "group_sizes", None)
     rows = [(step.lengths[p], step.prefixes[p] if step.prefixes else 0) for p in step.positions]
     if sizes:
-        ranks = [[rows[i] for i in part] for part in _dealt(step, args, [n for n, _ in rows])[2]]
+        ranks = [[rows[i] for i in part] for part in _dealt(step, args, [n for n, _ in rows])]
         groups = [[row for row, _ in members]  # a group's rows are consecutive
                   for mine in ranks
                   for _, members in groupby(zip(mine, group_ids_of(len(mine), sizes), strict=True),
@@ -192,20 +192,13 @@ def smallest_cap(step: Step, args: argparse.Namespace) -> int:
     return -(-max(aligned_length(largest, bucket), bucket, 1) // int(args.sp_size))
 
 
-def _dealt(
-    step: Step, args: argparse.Namespace, clipped: list[int]
-) -> tuple[list[int], list[list[int]], list[list[int]]]:
+def _dealt(step: Step, args: argparse.Namespace, clipped: list[int]) -> list[list[int]]:
     """The step's rows dealt to the ranks as the trainer deals them (balanced unless
-    ``--no-balance-batch``): the rows' positions in dealt order, each rank's lengths, and
-    each rank's rows as indices into ``clipped``."""
+    ``--no-balance-batch``): each rank's rows as indices into ``clipped``."""
     # A rank batch that force_group_size does not divide is the planner's error (exit 1).
     group = args.options.force_group_size
-    dealt = deal(clipped, step.dp_size, args.trainer, args.balance_batch and step.batch_size % group == 0,
-                 group, args.options.workload_model)
-    order = [p for part in dealt for p in part]
-    lengths = [clipped[i] for i in order]
-    return [step.positions[i] for i in order], [lengths[r * step.batch_size : (r + 1) * step.batch_size]
-                                                for r in range(step.dp_size)], dealt
+    return deal(clipped, step.dp_size, args.trainer, args.balance_batch and step.batch_size % group == 0,
+                group, args.options.workload_model)
 
 
 def plan_dp(per_rank: list[list[int]], cap: int, args: argparse.Namespace,
@@ -272,7 +265,8 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     clip = usable // pad * pad if args.truncate else max(drawn, default=0)
     truncated = sum(n > clip for n in drawn)
     pre_deal = [min(n, clip) for n in drawn]
-    positions, per_rank, dealt = _dealt(step, args, pre_deal)
+    dealt = _dealt(step, args, pre_deal)
+    per_rank = [[pre_deal[i] for i in part] for part in dealt]
     # a prefix clipped as its row is: equal in a group still, and never longer than the row
     prefixes = None if step.prefixes is None else [[min(step.prefixes[step.positions[i]], clip) for i in part]
                                                    for part in dealt]
@@ -286,7 +280,7 @@ def plan_step(step: Step, cap: int, args: argparse.Namespace) -> StepResult:
     sizes = getattr(args, "group_sizes", None) or (args.options.force_group_size,)
     ids = [group_ids_of(len(lens), sizes) for lens in per_rank]
     shared = prefixes or [[0] * len(lens) for lens in per_rank]
-    ranks = [_rank_result(rank, lens, planned[rank], positions[rank * len(lens) : (rank + 1) * len(lens)],
+    ranks = [_rank_result(rank, lens, planned[rank], [step.positions[i] for i in dealt[rank]],
                           shared[rank], ids[rank], args)
              for rank, lens in enumerate(per_rank)]
     verl = verl_result(per_rank, cap, args) if args.compare_verl else None

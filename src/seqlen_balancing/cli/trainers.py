@@ -319,19 +319,14 @@ def epoch_steps(
     n = len(lengths)
     check_epoch(n, dp_size, global_batch_size, trainer)
     per_epoch = steps_per_epoch(n, dp_size, global_batch_size, trainer)
+    # sft_trainer's ranks take global_batch_size // dp rows each (sft_trainer_ray's dp divides it)
+    size = global_batch_size // dp_size * dp_size
     for epoch in range(epochs):
-        if trainer == "sft_trainer":
-            per_rank = global_batch_size // dp_size
-            mine = [sampler_indices(n, dp_size, r, seed, epoch) for r in range(dp_size)]
-            for s in range(per_epoch):
-                ranks = [m[s * per_rank : (s + 1) * per_rank] for m in mine]
-                # DistributedSampler's order of the step: rank r holds positions r, r + dp, ...
-                rows = [ranks[j % dp_size][j // dp_size] for j in range(per_rank * dp_size)]
-                yield EpochStep(epoch, epoch * per_epoch + s + 1, ranks, rows)
-            continue
+        # one shuffle per epoch: sft_trainer's per-rank samplers draw the same permutation, and
+        # rank r's rows of a step are the step's rows r, r + dp, ... of it (deal's sft_trainer rule)
         order = sampler_indices(n, 1, 0, seed, epoch)
         for s in range(per_epoch):
-            rows = order[s * global_batch_size : (s + 1) * global_batch_size]
+            rows = order[s * size : (s + 1) * size]
             dealt = deal([lengths[i] for i in rows], dp_size, trainer, balance, model=model)
             yield EpochStep(epoch, epoch * per_epoch + s + 1, [[rows[p] for p in part] for part in dealt],
                             rows)
