@@ -12,8 +12,6 @@ the error record the DP group agrees on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from collections.abc import Set as AbstractSet
 from typing import Any
 
 from seqlen_balancing._checks import describe
@@ -24,11 +22,9 @@ from seqlen_balancing.errors import (
     NotOnePerSample,
     PlanError,
 )
+from seqlen_balancing.planning.per_sample import _REFUSED
 
 __all__ = ["group_label", "read_group_ids", "uniform_members"]
-
-#: Containers that are never a list of per-sample ids (a string would be read as characters).
-_REFUSED = (Mapping, AbstractSet, str, bytes, bytearray, memoryview)
 
 
 def uniform_members(n: int, size: int) -> list[list[int]]:

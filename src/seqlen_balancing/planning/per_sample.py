@@ -37,7 +37,8 @@ from seqlen_balancing.errors import (
 
 __all__ = ["read_numbers"]
 
-#: Containers that are iterable but never a list of per-sample numbers.
+#: Containers that are iterable but never a list of per-sample numbers (nor of group ids,
+#: :mod:`~seqlen_balancing.planning.groups`: a string would be read as characters).
 _REFUSED = (Mapping, AbstractSet, str, bytes, bytearray, memoryview)
 
 
