@@ -12,8 +12,6 @@ the error record the DP group agrees on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from collections.abc import Set as AbstractSet
 from typing import Any
 
 from seqlen_balancing._checks import describe
@@ -24,11 +22,9 @@ from seqlen_balancing.errors import (
     NotOnePerSample,
     PlanError,
 )
+from seqlen_balancing.planning.per_sample import sequence_of
 
 __all__ = ["group_label", "read_group_ids", "uniform_members"]
-
-#: Containers that are never a list of per-sample ids (a string would be read as characters).
-_REFUSED = (Mapping, AbstractSet, str, bytes, bytearray, memoryview)
 
 
 def uniform_members(n: int, size: int) -> list[list[int]]:
@@ -45,23 +41,6 @@ def uniform_members(n: int, size: int) -> list[list[int]]:
 def group_label(group_id: Any) -> str:
     """How messages name a group: its id's ``repr``."""
     return repr(group_id)
-
-
-def _ids(group_ids: Any) -> tuple[PlanError | None, list[Any]]:
-    if isinstance(group_ids, (list, tuple)):
-        return None, list(group_ids)
-    if isinstance(group_ids, _REFUSED):
-        return GroupIdsNotASequence(type(group_ids).__name__), []
-    if callable(getattr(group_ids, "tolist", None)):
-        if getattr(group_ids, "ndim", 1) != 1:
-            return GroupIdsNotASequence(f"{type(group_ids).__name__} of another shape than (n,)"), []
-        converted = group_ids.tolist()
-        if isinstance(converted, list):
-            return None, converted
-        return GroupIdsNotASequence(type(group_ids).__name__), []
-    if hasattr(group_ids, "__len__") and hasattr(group_ids, "__getitem__"):
-        return None, list(group_ids)
-    return GroupIdsNotASequence(type(group_ids).__name__), []
 
 
 def read_group_ids(group_ids: Any, n: int) -> tuple[PlanError | None, list[list[int]], list[str]]:
@@ -89,7 +68,10 @@ def read_group_ids(group_ids: Any, n: int) -> tuple[PlanError | None, list[list[
         'got a value of type dict'
     """
     try:
-        error, ids = _ids(group_ids)
+        error, ids = sequence_of(
+            group_ids, GroupIdsNotASequence,
+            lambda flat: GroupIdsNotASequence(f"{type(flat).__name__} of another shape than (n,)"),
+            lambda other: hasattr(other, "__len__") and hasattr(other, "__getitem__"))
     except Exception as exc:  # whatever reading the caller's data raises: agreed on
         return GroupIdsRaised(type(exc).__name__, detail=describe(exc)[:120]), [], []
     if error is not None:

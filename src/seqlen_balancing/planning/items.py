@@ -66,14 +66,10 @@ def sample_costs_of(lengths: list[int], pad: int, costs: Any) -> tuple[PlanError
     the effective length, rounded up to ``pad``), or the error to agree on. ``costs`` is
     read whole (:func:`~seqlen_balancing.planning.per_sample.read_numbers`; a callable is called
     with the lengths)."""
-    if costs is None:
-        return None, [aligned_length(n, pad) for n in lengths] if pad > 1 else lengths
-    error, given = read_numbers(costs, "costs", lengths)
+    error, given = (None, lengths) if costs is None else read_numbers(costs, "costs", lengths)
     if error is None and len(given) != len(lengths):
         error = NotOnePerSample("costs", len(given), len(lengths))
-    if error is None and pad > 1:
-        given = [aligned_length(c, pad) for c in given]
-    return error, given
+    return error, [aligned_length(c, pad) for c in given] if error is None and pad > 1 else given
 
 
 def workloads_of(

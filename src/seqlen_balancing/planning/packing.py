@@ -22,7 +22,7 @@ from math import gcd
 
 from seqlen_balancing.native import Twinned
 from seqlen_balancing.planning.bounds import _checked
-from seqlen_balancing.planning.rule import Loads, Rule
+from seqlen_balancing.planning.rule import Loads, Rule, widest_first
 
 __all__ = [
     "best_fit",
@@ -82,8 +82,9 @@ def best_fit_decreasing(sizes: Sequence[int], cap: int) -> list[list[int]]:
 
 
 def best_fit(rule: Rule, order: Sequence[int] | None = None) -> list[list[int]]:
-    """Best fit under ``rule``: each item, in ``order`` (default: :meth:`Rule.decreasing`,
-    largest or widest first), into the fullest micro-batch it fits, else a new one.
+    """Best fit under ``rule``: each item, in ``order`` (default:
+    :func:`~seqlen_balancing.planning.rule.widest_first`, largest or widest first), into the
+    fullest micro-batch it fits, else a new one.
 
     The micro-batches that can still take something sit in a list sorted by the room the
     cap leaves them; an item looks from the first whose room is at least what it costs
@@ -114,7 +115,7 @@ def best_fit(rule: Rule, order: Sequence[int] | None = None) -> list[list[int]]:
     """
     if order is None and rule.plain:
         return _best_fit_sums(rule.sizes, rule.cap, rule.by_size)
-    order = rule.decreasing() if order is None else order
+    order = widest_first(rule) if order is None else order
     sizes, counts, cap, limit = rule.sizes, rule.rows, rule.cap, rule.limit
     least, fewest = min(sizes, default=0), min(counts, default=0)
     loads = Loads(rule, 0)

@@ -20,7 +20,7 @@ whose data cannot be read fails with its peers instead of leaving them in the co
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -37,7 +37,8 @@ from seqlen_balancing.errors import (
 
 __all__ = ["read_numbers"]
 
-#: Containers that are iterable but never a list of per-sample numbers.
+#: Containers that are iterable but never a list of per-sample numbers (nor of group ids,
+#: :mod:`~seqlen_balancing.planning.groups`: a string would be read as characters).
 _REFUSED = (Mapping, AbstractSet, str, bytes, bytearray, memoryview)
 
 
@@ -79,27 +80,36 @@ def read_numbers(
         return CallerDataRaised(source, type(exc).__name__, detail=describe(exc)[:120]), []
 
 
-def _items(values: Any, source: LengthSource, returned: bool) -> tuple[PlanError | None, Any]:
-    """The values as a list (or tuple) to convert, or why they are refused."""
+def sequence_of(
+    values: Any, refused: Callable[[str], PlanError], not_flat: Callable[[Any], PlanError],
+    other: Callable[[Any], bool],
+) -> tuple[PlanError | None, Any]:
+    """``values`` as a list (or tuple) to read, or the record refusing them: a list or a
+    tuple as it is; a mapping, a set or a string never (``refused`` of its type's name);
+    anything with ``tolist`` converted when one-dimensional (else ``not_flat`` of it); any
+    other value ``other`` accepts, listed. The one way the caller's per-sample lists are
+    read: the numbers here, the group ids in :mod:`~seqlen_balancing.planning.groups`."""
     if isinstance(values, (list, tuple)):
         return None, values
     if isinstance(values, _REFUSED):
-        return LengthsNotASequence(source, type(values).__name__), None
+        return refused(type(values).__name__), None
     if callable(getattr(values, "tolist", None)):
         if getattr(values, "ndim", 1) != 1:
-            shape = tuple(getattr(values, "shape", ()))
-            return LengthsNotOneDimensional(source, detail=f"shape {shape}"), None
+            return not_flat(values), None
         converted = values.tolist()
         if not isinstance(converted, list):
-            return LengthsNotASequence(source, type(values).__name__), None
+            return refused(type(values).__name__), None
         return None, converted
-    if isinstance(values, Sequence) or (returned and isinstance(values, Iterable)):
+    if other(values):
         return None, list(values)
-    return LengthsNotASequence(source, type(values).__name__), None
+    return refused(type(values).__name__), None
 
 
 def _read(values: Any, source: LengthSource, returned: bool) -> tuple[PlanError | None, list[int]]:
-    error, items = _items(values, source, returned)
+    error, items = sequence_of(
+        values, lambda name: LengthsNotASequence(source, name),
+        lambda flat: LengthsNotOneDimensional(source, detail=f"shape {tuple(getattr(flat, 'shape', ()))}"),
+        lambda other: isinstance(other, Sequence) or (returned and isinstance(other, Iterable)))
     if error is not None:
         return error, []
     if set(map(type, items)) == {int} and min(items) >= 0:

@@ -221,11 +221,6 @@ class Rule:
             return order, False
         return sorted(order, key=workloads.__getitem__, reverse=True), True
 
-    def decreasing(self) -> list[int]:
-        """The items in the order decreasing packings take them: largest first (padded:
-        widest first, then more rows), ties by index. O(n log n) once, then O(n)."""
-        return widest_first(self)
-
 
 def falls(values: Sequence[int]) -> bool:
     """True when ``values`` never grow along the sequence."""
@@ -601,9 +596,8 @@ def lower_bound(
     lengths = sample_costs(sizes)
     given = positive_int(cap, "cap")
     usable = micro_batch_capacity(given, bucket)
-    if on:
-        widths = sample_costs(sizes, costs=costs) if costs is not None else lengths
-        rule = Rule.padded([0] * len(widths), widths, usable, pad=pad, limit=most)
+    if on:  # each row's width: its cost or size, aligned by the rule
+        rule = Rule.padded([0] * len(lengths), sample_costs(sizes, costs=costs), usable, pad=pad, limit=most)
     else:
         rule = Rule.sums(sample_costs(sizes, pad_to_multiple_of=pad, costs=costs), usable, limit=most)
     _refuse_over_cap(rule, lengths, given, bucket, on)
