@@ -134,6 +134,19 @@ def test_a_rank_short_of_parts_needs_dummies_even_at_a_larger_cap() -> None:
     assert plans[1] == [[0, 1], []]
 
 
+def test_equal_rows_fill_with_one_token_rows_as_without_prefixes() -> None:
+    """A prompt of 100 tokens, three responses of 50 beyond it (250 shared), and a 260-token
+    sample: under 300, two micro-batches of 3 rows; the second takes two filler rows of one
+    token (262), as docs/pipeline.md says, not of the cheapest response's 50 (360)."""
+    lengths, ids, prefixes = [150, 150, 150, 260], ["q", "q", "q", "r"], [100, 100, 100, 0]
+    plan = plan_micro_batches(lengths, 300, group_ids=ids, prefix_lengths=prefixes,
+                              equal_rows_per_micro_batch=True)
+    assert [sorted(part) for part in plan] == [[0, 1, 2], [3]]
+    assert [getattr(part, "filler", 0) for part in plan] == [0, 2]
+    alone = rule_cost([3], lengths, prefixes, ids)
+    assert alone + 2 * 1 <= 300 < alone + 2 * 50
+
+
 def test_sharing_saves_micro_batches_that_counting_every_prompt_would_need() -> None:
     # 4 responses of 50 tokens beyond a 400-token prompt: 600 tokens shared, 1,800 counted flat.
     lengths, ids, prefixes = [450] * 4, ["q"] * 4, [400] * 4

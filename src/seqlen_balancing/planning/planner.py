@@ -74,7 +74,6 @@ from seqlen_balancing.errors import (
     RowsOverCap,
     TooManyDummies,
 )
-from seqlen_balancing.errors.plan import OverCap
 from seqlen_balancing.options import (
     OVER_CAP_CHOICES,
     PlanOptionKeywords,
@@ -240,12 +239,11 @@ def analyse_with_prefixes(
                        group_ids is not None, prefixes_given=True)
     if parts.error is not None:
         return RankAnalysis(parts.error, request=request)
-    # force_group_size's groups are now the parts' ids (given group_ids with it stay refused)
+    # the parts' costs are the rule's, not the caller's: planned under a request that says so
+    # (messages, filler rows of one token); force_group_size's groups are now the parts' ids
     planned = options if group_ids is not None else replace(options, force_group_size=1)
-    result = analyse(seq_lens, max_token_len, planned, costs=parts.costs, workloads=workloads,
-                     group_ids=parts.group_ids)
-    if isinstance(result.error, OverCap) and costs is None:  # a part's cost is the rule's, not given
-        result = replace(result, error=replace(result.error, given_costs=False))
+    result = _analyse(seq_lens, max_token_len, replace(request, options=planned), parts.costs, workloads,
+                      None, parts.group_ids)
     return replace(result, request=request)
 
 
@@ -297,7 +295,7 @@ def _analyse(
     if error is not None:
         return RankAnalysis(error, cap.usable, largest=largest, request=request)
     built = group_rule(lengths, sizes_of, sample_workloads, options, cap, padded_extents,
-                       costs is not None, members or None, labels if group_ids is not None else None)
+                       request.costs, members or None, labels if group_ids is not None else None)
     rule = built.rule
     error = built.error or _floor_error(rule.n, options)
     count = _count(rule, built.workloads, options) if error is None else _NO_COUNT
