@@ -494,3 +494,26 @@ def test_two_fresh_processes_plan_the_same_step() -> None:
     assert outputs[0] == outputs[1]
     first = outputs[0][0]
     assert len(first[0]) == 32 and sorted(i for s in first[0] for i in s) == list(range(1024))
+
+
+def test_equal_rows_without_verls_order_run_heaviest_first_on_every_rank() -> None:
+    """With equal rows the ranks' samples are planned again as a DP group plans them: lined
+    up, so without verl's order each rank runs its micro-batches heaviest first (verl's
+    workload ``24576*s + s**2`` summed, written out here), every micro-batch of every rank
+    holding the same rows."""
+    checked = 0
+    for seed in range(60):
+        rng = random.Random(seed)
+        lengths = [rng.randint(1, 400) for _ in range(rng.choice([8, 12, 16]))]
+        try:
+            _, micro = plan_global_batch(lengths, 2, 500, equal_rows_per_micro_batch=True,
+                                         use_dynamic_bsz_balance=False)
+        except ValueError:
+            continue
+        checked += 1
+        rows = {len(mb) + getattr(mb, "filler", 0) for plan in micro for mb in plan}
+        assert len(rows) == 1, (seed, micro)
+        for plan in micro:
+            loads = [sum(24576 * lengths[i] + lengths[i] ** 2 for i in mb) for mb in plan]
+            assert loads == sorted(loads, reverse=True), (seed, plan, loads)
+    assert checked >= 40

@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from seqlen_balancing._checks import positive_int, switch
-from seqlen_balancing.agreement.vector import agree_in_process
+from seqlen_balancing.agreement.vector import plan_ranks
 from seqlen_balancing.collector import paused_collector
 from seqlen_balancing.global_batch.lockstep import (
     layer_order,
@@ -70,7 +70,7 @@ from seqlen_balancing.options import PlanOptionKeywords, PlanOptions, Unpack
 from seqlen_balancing.planning.analysis import RankAnalysis
 from seqlen_balancing.planning.bounds import best_lower_bound
 from seqlen_balancing.planning.partition import roundup_divisible
-from seqlen_balancing.planning.planner import analyse, build_plan
+from seqlen_balancing.planning.planner import analyse
 from seqlen_balancing.planning.rows import RowIndices
 
 __all__ = [
@@ -238,21 +238,18 @@ def _equal_rows(
     options: PlanOptions, costs: Sequence[int] | None, workloads: Sequence[int] | None,
     group_ids: Sequence[Hashable] | None = None,
 ) -> list[list[list[int]]]:
-    """Each rank's samples planned again with equal rows, as a DP group agrees on them (the
-    largest count, then at that count the largest rows any rank needs, within every rank's
-    tolerance: :func:`~seqlen_balancing.agreement.agree_in_process`), the micro-batches in
-    global indices."""
+    """Each rank's samples planned again with equal rows, as a DP group plans them
+    (:func:`~seqlen_balancing.agreement.plan_ranks`: the largest count, then at that count
+    the largest rows any rank needs, within every rank's tolerance; the ranks lined up), the
+    micro-batches in global indices."""
 
-    def pick(values: Sequence[Any] | None, samples: list[int]) -> list[Any] | None:
-        return None if values is None else [values[i] for i in samples]
+    def pick(values: Sequence[Any] | None) -> list[list[Any]] | None:
+        return None if values is None else [[values[i] for i in samples] for samples in rank_samples]
 
-    analyses = [analyse([seq_lens[i] for i in samples], max_token_len, options, costs=pick(costs, samples),
-                        workloads=pick(workloads, samples), group_ids=pick(group_ids, samples))
-                for samples in rank_samples]
-    count, rows = agree_in_process(analyses)
-    return [[_global(part, samples)
-             for part in build_plan(result, count, options.use_dynamic_bsz_balance, rows)]
-            for samples, result in zip(rank_samples, analyses, strict=True)]
+    planned = plan_ranks(pick(seq_lens) or [], max_token_len, options, costs=pick(costs),
+                         workloads=pick(workloads), group_ids=pick(group_ids))
+    return [[_global(part, samples) for part in ranked.plan]
+            for samples, ranked in zip(rank_samples, planned, strict=True)]
 
 
 def _global(part: list[int], samples: list[int]) -> RowIndices:
