@@ -305,3 +305,17 @@ def test_two_epochs_and_a_help_that_names_only_what_epoch_takes(
     assert re.findall(r"(?<![\w-])--batch-size", help_text) == []
     code, _, err = run(capsys, "epoch", "--trainer", "sft_trainer", "--batch-size", "4")
     assert code == 2 and "unrecognized arguments: --batch-size 4" in err
+
+
+def test_the_ray_trainers_balance_keeps_forced_groups_whole() -> None:
+    """--force-group-size on sft_trainer_ray: the balance moves groups of consecutive rows of
+    the step whole (as plan's deal does), so each rank's rows are whole pairs of them."""
+    from seqlen_balancing.cli.trainers import epoch_steps
+
+    lengths = [random.Random(3).randint(10, 900) for _ in range(96)]
+    steps = list(epoch_steps(lengths, 2, 16, "sft_trainer_ray", 0, 2, True, None, 2))
+    assert len(steps) == 12
+    for step in steps:
+        pairs = {frozenset(step.rows[k : k + 2]) for k in range(0, len(step.rows), 2)}
+        for rows in step.ranks:
+            assert len(rows) == 8 and {frozenset(rows[k : k + 2]) for k in range(0, 8, 2)} <= pairs, step

@@ -93,7 +93,7 @@ def replay(args: argparse.Namespace, loaded: Loaded) -> Replay:
     lengths = scale_lengths(loaded.lengths, args.scale)
     steps = list(epoch_steps(lengths, args.dp_size, args.global_batch_size, args.trainer,
                              args.seed, args.epochs, bool(args.balance_batch),
-                             args.options.workload_model))
+                             args.options.workload_model, args.options.force_group_size))
     caps = [CapReplay(c, c * args.sp_size) for c in args.max_token_len]
     total = len(steps) * len(caps)
     progress = Progress(total, args.progress or (sys.stderr.isatty() and total >= LONG_REPLAY), "step",

@@ -296,6 +296,7 @@ def epoch_steps(
     epochs: int,
     balance: bool,
     model: WorkloadModel | None = None,
+    group: int = 1,
 ) -> Iterator[EpochStep]:
     """Every step of ``epochs`` epochs as ``trainer`` feeds them (see the module docstring).
 
@@ -309,6 +310,9 @@ def epoch_steps(
         balance: ``trainer.balance_batch`` (``sft_trainer_ray`` only).
         model: a ``--workload-model`` shape the balance weighs (the switch's
             ``calculate_workload``), or ``None``: verl's workload.
+        group: ``--force-group-size``: the balance keeps groups of this many consecutive rows
+            of the step whole, as :func:`deal` does for ``plan`` (where a rank's rows are a
+            multiple of it; else the step is not balanced, and the planner refuses it).
 
     Yields:
         One :class:`EpochStep` per step, in training order.
@@ -327,6 +331,7 @@ def epoch_steps(
         order = sampler_indices(n, 1, 0, seed, epoch)
         for s in range(per_epoch):
             rows = order[s * size : (s + 1) * size]
-            dealt = deal([lengths[i] for i in rows], dp_size, trainer, balance, model=model)
+            whole = size // dp_size % group == 0  # the groups fit each rank's rows
+            dealt = deal([lengths[i] for i in rows], dp_size, trainer, balance and whole, group, model)
             yield EpochStep(epoch, epoch * per_epoch + s + 1, [[rows[p] for p in part] for part in dealt],
                             rows)
